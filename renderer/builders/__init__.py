@@ -1,0 +1,44 @@
+"""One small builder per Kubernetes kind; this module holds what they all share.
+
+`renderer.render.build_objects` calls every builder for one `Cluster`; each builder returns plain
+dicts (or nothing when the spec turns the object off). Names, labels and ports are decided here
+once, so the Services, the StatefulSet and the reconciler agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from renderer.spec import Cluster
+
+SQL_PORT = 26257
+HTTP_PORT = 8080
+BRPC_PORT = 27257  # advertised as <host>:27257, so never remapped by a Service
+DATA_DIR = "/kaiwudb/deploy/data"
+CERTS_DIR = "/kaiwudb/certs"
+KWBASE = "/kaiwudb/bin/kwbase"
+CONTAINER = "kwbase"
+DATA_VOLUME = "data"
+MANAGED_BY = "kaiwu-operator"
+
+
+def selector_labels(cluster: Cluster) -> dict[str, str]:
+    """The labels that select a cluster's pods (immutable in a StatefulSet: keep them few)."""
+    return {"app.kubernetes.io/instance": cluster.name, "app.kubernetes.io/name": "kaiwudb"}
+
+
+def common_labels(cluster: Cluster) -> dict[str, str]:
+    """Labels on every rendered object: the user's, then ours (ours win)."""
+    return {**dict(cluster.labels), **selector_labels(cluster),
+            "app.kubernetes.io/component": "database",
+            "app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+def metadata(cluster: Cluster, name: str, **extra_annotations: str) -> dict[str, Any]:
+    """Object metadata with the cluster's labels and annotations."""
+    meta: dict[str, Any] = {"name": name, "namespace": cluster.namespace,
+                            "labels": common_labels(cluster)}
+    annotations = {**dict(cluster.annotations), **extra_annotations}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta

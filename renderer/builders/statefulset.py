@@ -1,0 +1,208 @@
+"""The StatefulSet that runs kwbase: the real start line, probes, certificates, volume, placement.
+
+The start line follows KWDB's documented multi-node form (kaiwudb-facts.md): every flag as one
+argument (never a shell), the pod's stable DNS name as advertise address through $(POD_NAME)
+expansion, a join list that does not depend on `replicas` (so scaling never restarts pods).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from renderer import quantity
+from renderer.builders import (
+    BRPC_PORT,
+    CERTS_DIR,
+    CONTAINER,
+    DATA_DIR,
+    DATA_VOLUME,
+    HTTP_PORT,
+    KWBASE,
+    SQL_PORT,
+    metadata,
+    selector_labels,
+)
+from renderer.semantics import FRACTION
+from renderer.settings import RenderSettings
+from renderer.spec import Cluster, StartMode
+
+# The first three ordinals always exist in a multi-replica cluster (replicas >= 3). A join list
+# of them is the same at every scale, so scaling out or in never changes the pod template.
+JOIN_ORDINALS = range(3)
+TUNING_IMAGE = "busybox:1.36"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
+    labels = selector_labels(cluster)
+    pod_meta = metadata(cluster, cluster.name)
+    pod_meta.pop("name")
+    pod_meta.pop("namespace")
+    claim: dict[str, Any] = {
+        "metadata": {"name": DATA_VOLUME, "labels": labels},
+        "spec": {"accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": quantity.canonical(cluster.storage_size)}}},
+    }
+    if cluster.storage_class:
+        claim["spec"]["storageClassName"] = cluster.storage_class
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": metadata(cluster, cluster.name),
+        "spec": {
+            "serviceName": cluster.headless_service,
+            "replicas": cluster.replicas,
+            # Nodes must all be up to init the cluster; ordering buys nothing for kwbase.
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": pod_meta, "spec": _pod_spec(cluster, settings)},
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def _pod_spec(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "serviceAccountName": cluster.name,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": cluster.grace_period_seconds,
+        "containers": [_container(cluster, settings)],
+        "volumes": _volumes(cluster),
+    }
+    affinity = _anti_affinity(cluster)
+    if affinity:
+        spec["affinity"] = affinity
+    if cluster.topology_spread:
+        spec["topologySpreadConstraints"] = [
+            {"maxSkew": spread.max_skew, "topologyKey": spread.topology_key,
+             "whenUnsatisfiable": spread.when_unsatisfiable,
+             "labelSelector": {"matchLabels": selector_labels(cluster)}}
+            for spread in cluster.topology_spread]
+    if cluster.node_selector:
+        spec["nodeSelector"] = dict(cluster.node_selector)
+    if cluster.tolerations:
+        spec["tolerations"] = [dict(toleration) for toleration in cluster.tolerations]
+    if cluster.priority_class:
+        spec["priorityClassName"] = cluster.priority_class
+    if cluster.pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in cluster.pull_secrets]
+    if cluster.node_tuning:
+        spec["initContainers"] = [_tuning_container(cluster)]
+    return spec
+
+
+def _anti_affinity(cluster: Cluster) -> dict[str, Any] | None:
+    term = {"labelSelector": {"matchLabels": selector_labels(cluster)},
+            "topologyKey": HOSTNAME_KEY}
+    if cluster.anti_affinity == "required":
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    if cluster.anti_affinity == "preferred":
+        return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": term}]}}
+    return None
+
+
+def start_command(cluster: Cluster, settings: RenderSettings) -> list[str]:
+    """The kwbase command line of every pod (the reconciler's admin adapter reads it too)."""
+    domain = f"{cluster.headless_service}.{cluster.namespace}.svc.{settings.cluster_domain}"
+    command = [KWBASE, cluster.start_mode.command]
+    command.append(f"--certs-dir={CERTS_DIR}" if cluster.tls else "--insecure")
+    command += [
+        f"--listen-addr=0.0.0.0:{SQL_PORT}",
+        f"--advertise-addr=$(POD_NAME).{domain}:{SQL_PORT}",
+        f"--http-addr=0.0.0.0:{HTTP_PORT}",
+        f"--store={DATA_DIR}",
+    ]
+    if cluster.start_mode is not StartMode.SINGLE_NODE:
+        command.append(f"--brpc-addr=:{BRPC_PORT}")
+        peers = ",".join(f"{cluster.pod_name(ordinal)}.{domain}:{SQL_PORT}"
+                         for ordinal in JOIN_ORDINALS)
+        command.append(f"--join={peers}")
+    command += [f"--cache={_memory_flag(cluster.cache)}",
+                f"--max-sql-memory={_memory_flag(cluster.max_sql_memory)}",
+                "--logtostderr", *cluster.extra_args]
+    return command
+
+
+def _memory_flag(value: str) -> str:
+    """Fractions pass through (kwbase reads them as shares of the memory limit); sizes become
+    bytes, the one spelling kwbase and Kubernetes cannot read differently."""
+    if FRACTION.match(value):
+        return value
+    return str(int(quantity.parse(value).value))
+
+
+def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
+    scheme = "HTTPS" if cluster.tls else "HTTP"
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "LD_LIBRARY_PATH", "value": "/kaiwudb/lib"},
+    ]
+    for var in cluster.extra_env:
+        if var.secret_name:
+            env.append({"name": var.name, "valueFrom": {"secretKeyRef": {
+                "name": var.secret_name, "key": var.secret_key}}})
+        else:
+            env.append({"name": var.name, "value": var.value or ""})
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": cluster.image,
+        "imagePullPolicy": cluster.pull_policy,
+        "workingDir": "/kaiwudb/bin",
+        "command": start_command(cluster, settings),
+        "env": env,
+        "ports": [
+            {"name": "sql", "containerPort": SQL_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "brpc", "containerPort": BRPC_PORT, "protocol": "TCP"},
+        ],
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": "http", "scheme": scheme},
+            "initialDelaySeconds": 30, "periodSeconds": 5, "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/health?ready=1", "port": "http", "scheme": scheme},
+            "initialDelaySeconds": 10, "periodSeconds": 5, "timeoutSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_DIR}],
+    }
+    if cluster.tls:
+        container["volumeMounts"].append({"name": "certs", "mountPath": CERTS_DIR,
+                                          "readOnly": True})
+    resources: dict[str, Any] = {}
+    if cluster.requests:
+        resources["requests"] = {name: quantity.canonical(value)
+                                 for name, value in cluster.requests}
+    if cluster.limits:
+        resources["limits"] = {name: quantity.canonical(value) for name, value in cluster.limits}
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
+    if not cluster.tls:
+        return []
+    # kwbase refuses key files readable by group or others: project both Secrets read-only 0400.
+    return [{"name": "certs", "projected": {"defaultMode": 0o400, "sources": [
+        {"secret": {"name": cluster.node_secret, "items": [
+            {"key": "ca.crt", "path": "ca.crt"}, {"key": "node.crt", "path": "node.crt"},
+            {"key": "node.key", "path": "node.key"}]}},
+        {"secret": {"name": cluster.client_secret, "items": [
+            {"key": "client.root.crt", "path": "client.root.crt"},
+            {"key": "client.root.key", "path": "client.root.key"}]}},
+    ]}}]
+
+
+def _tuning_container(cluster: Cluster) -> dict[str, Any]:
+    """vm.max_map_count is not namespaced: setting it needs a privileged container."""
+    return {
+        "name": "tune-host",
+        "image": TUNING_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sysctl", "-w", f"vm.max_map_count={cluster.max_map_count}"],
+        "securityContext": {"privileged": True},
+    }

@@ -1,0 +1,161 @@
+"""The `kaiwu` command: render, validate and diff KaiwuCluster files; run the reconciler.
+
+Entry point of the console script. Exit codes: 0 success (or no difference), 1 differences found
+(`diff` only), 2 invalid input, with one `file:line: path: problem (fix)` line per mistake on
+stderr and nothing written. `kaiwu reconcile` hands over to `reconciler.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from renderer import diff as tree_diff
+from renderer.emit import OutputDirectoryError, manifest_for, to_stream, write_tree
+from renderer.errors import Problem, RenderError
+from renderer.render import build_objects, load_clusters
+from renderer.settings import OLDEST_SUPPORTED, KubeVersion, RenderSettings
+
+EXIT_OK, EXIT_CHANGES, EXIT_INVALID = 0, 1, 2
+DEFAULT_SOURCE = "clusters"
+DEFAULT_OUT = "out"
+
+
+def _kube_version(text: str) -> KubeVersion:
+    try:
+        version = KubeVersion.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    if version < OLDEST_SUPPORTED:
+        raise argparse.ArgumentTypeError(f"Kubernetes {version} is older than the oldest "
+                                         f"supported release, {OLDEST_SUPPORTED}")
+    return version
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kaiwu", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    defaults = RenderSettings()
+
+    def add_render_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--kube-version", type=_kube_version, default=defaults.kube_version,
+                         help=f"target Kubernetes version (default {defaults.kube_version})")
+        sub.add_argument("--cluster-domain", default=defaults.cluster_domain,
+                         help=f"cluster DNS domain (default {defaults.cluster_domain})")
+
+    render = commands.add_parser("render", help="render KaiwuCluster files to manifests")
+    render.add_argument("source", nargs="?", default=DEFAULT_SOURCE,
+                        help=f"directory or file of KaiwuCluster specs (default {DEFAULT_SOURCE})")
+    where = render.add_mutually_exclusive_group()
+    where.add_argument("-o", "--out", type=Path, default=Path(DEFAULT_OUT),
+                       help=f"output directory, replaced as a whole (default {DEFAULT_OUT})")
+    where.add_argument("--stdout", action="store_true", help="print one YAML stream instead")
+    add_render_options(render)
+
+    validate = commands.add_parser("validate", help="check KaiwuCluster files, write nothing")
+    validate.add_argument("sources", nargs="*", default=[DEFAULT_SOURCE],
+                          help=f"directories or files (default {DEFAULT_SOURCE})")
+    add_render_options(validate)
+
+    compare = commands.add_parser(
+        "diff", help="show how rendered objects change (exit 0 none, 1 changes, 2 error)",
+        description="kaiwu diff OLD NEW (two directories), or kaiwu diff PATH --base REV "
+                    "[--head REV] (one path at two git revisions; head defaults to the "
+                    "working tree)")
+    compare.add_argument("paths", nargs="+", metavar="PATH")
+    compare.add_argument("--base", help="git revision of the old side, e.g. origin/main")
+    compare.add_argument("--head", help="git revision of the new side (default: working tree)")
+    compare.add_argument("--repo", type=Path, default=Path("."),
+                         help="git repository for --base/--head (default: current directory)")
+    compare.add_argument("--format", choices=("text", "markdown"), default="text")
+    add_render_options(compare)
+
+    commands.add_parser("reconcile", help="run the reconciler (see kaiwu reconcile --help)",
+                        add_help=False)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> RenderSettings:
+    return RenderSettings(kube_version=args.kube_version, cluster_domain=args.cluster_domain)
+
+
+def _render(args: argparse.Namespace) -> int:
+    manifests = [manifest_for(obj, source.cluster.name)
+                 for source in load_clusters(Path(args.source))
+                 for obj in build_objects(source.cluster, _settings(args))]
+    if args.stdout:
+        sys.stdout.write(to_stream(manifests))
+        return EXIT_OK
+    write_tree(manifests, args.out)
+    clusters = len({manifest.path.rsplit("/", 1)[0] for manifest in manifests})
+    print(f"rendered {len(manifests)} objects of {clusters} clusters into {args.out}/ "
+          f"(Kubernetes {args.kube_version}); apply with: kubectl apply -k {args.out}")
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    problems: list[Problem] = []
+    count = 0
+    for source in args.sources:
+        try:
+            count += len(load_clusters(Path(source)))
+        except RenderError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise RenderError(problems)
+    print(f"{count} KaiwuCluster specs are valid")
+    return EXIT_OK
+
+
+def _diff(args: argparse.Namespace) -> int:
+    if args.base is None:
+        if args.head is not None or len(args.paths) != 2:
+            raise _usage("diff takes two directories, or one path with --base REV")
+        old_docs = tree_diff.documents_in(Path(args.paths[0]))
+        new_docs = tree_diff.documents_in(Path(args.paths[1]))
+    else:
+        if len(args.paths) != 1:
+            raise _usage("with --base, diff takes exactly one path")
+        path = args.paths[0]
+        old_docs = tree_diff.documents_at_revision(path, args.base, args.repo)
+        new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo) if args.head
+                    else tree_diff.documents_in(Path(path)))
+    result = tree_diff.compare(old_docs, new_docs, _settings(args))
+    formatter = tree_diff.format_markdown if args.format == "markdown" else tree_diff.format_text
+    sys.stdout.write(formatter(result))
+    return EXIT_OK if result.empty else EXIT_CHANGES
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _usage(message: str) -> _UsageError:
+    return _UsageError(message)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["reconcile"]:
+        from reconciler.cli import main as reconcile  # the reconciler's own dependencies
+
+        code: int = reconcile(arguments[1:])
+        return code
+    args = _parser().parse_args(arguments)
+    handlers = {"render": _render, "validate": _validate, "diff": _diff}
+    try:
+        return handlers[args.command](args)
+    except RenderError as error:
+        for problem in error.problems:
+            print(problem, file=sys.stderr)
+        print(f"kaiwu {args.command}: {len(error.problems)} problem(s), nothing written",
+              file=sys.stderr)
+    except (OutputDirectoryError, _UsageError) as error:
+        print(f"kaiwu {args.command}: {error}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

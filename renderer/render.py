@@ -1,0 +1,151 @@
+"""The renderer's pipeline: documents -> checked KaiwuClusters -> Kubernetes objects.
+
+Called by the CLI (`kaiwu render`, `validate`, `diff`) on files, and by the reconciler on live
+objects (`desired_objects`), so a spec means the same thing in CI and in the cluster. Every
+problem of every file is collected before anything is returned: a caller either gets every
+object or a `RenderError` listing every mistake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from renderer import schema, semantics
+from renderer.builders import (
+    disruption_budget,
+    network_policy,
+    service,
+    service_account,
+    service_monitor,
+    statefulset,
+)
+from renderer.errors import Problem, RenderError
+from renderer.loader import Document, find_files, load_documents, to_plain
+from renderer.settings import RenderSettings
+from renderer.spec import Cluster
+
+# Output order: what others depend on first, as `kubectl apply` and readers expect.
+KIND_ORDER = ("ServiceAccount", "Service", "StatefulSet", "PodDisruptionBudget",
+              "NetworkPolicy", "ServiceMonitor")
+
+
+@dataclass(frozen=True)
+class SourceCluster:
+    """A KaiwuCluster read from a file: where it came from, its defaulted object, its meaning."""
+
+    document: Document
+    obj: dict[str, Any]
+    cluster: Cluster
+
+
+def check_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, str, str]]]:
+    """Schema and semantic checks of one KaiwuCluster; returns (defaulted object, problems as
+    (path, message, fix)). Semantic rules run only on schema-valid objects."""
+    violations = schema.validate(obj)
+    if violations:
+        return obj, [(v.path, v.message, v.fix) for v in violations]
+    defaulted = schema.apply_defaults(obj)
+    return defaulted, [(v.path, v.message, v.fix) for v in semantics.check(defaulted)]
+
+
+def read_clusters(documents: Iterable[Document]) -> list[SourceCluster]:
+    """Check every document; raise one RenderError with every problem, or return them all."""
+    problems: list[Problem] = []
+    clusters: list[SourceCluster] = []
+    seen: dict[tuple[str, str], Document] = {}
+    for document in documents:
+        found, problem = _read_one(document)
+        if problem:
+            problems.extend(problem)
+            continue
+        assert found is not None
+        key = (found.cluster.namespace, found.cluster.name)
+        if key in seen:
+            first = seen[key]
+            problems.append(Problem(
+                document.file, document.line_of(["metadata", "name"]), "metadata.name",
+                f"cluster {key[0]}/{key[1]} is already defined in {first.file}:"
+                f"{first.line_of(['metadata', 'name'])}",
+                "rename one of them or move it to another namespace"))
+            continue
+        seen[key] = document
+        clusters.append(found)
+    if problems:
+        raise RenderError(problems)
+    return clusters
+
+
+def _read_one(document: Document) -> tuple[SourceCluster | None, list[Problem]]:
+    def problem(path: tuple[Any, ...], message: str, fix: str) -> Problem:
+        return Problem(document.file, document.line_of(list(path)), _dotted(path), message, fix)
+
+    content = to_plain(document.content)
+    if not isinstance(content, dict):
+        return None, [problem((), f"expected a KaiwuCluster mapping, got {type(content).__name__}",
+                              "each YAML document must be one KaiwuCluster object")]
+    kind, api_version = content.get("kind"), content.get("apiVersion")
+    if kind != schema.KIND:
+        return None, [problem(("kind",), f"unknown kind {kind!r}",
+                              f"only kind {schema.KIND} (apiVersion {schema.API_VERSION}) "
+                              "belongs in cluster files")]
+    if api_version != schema.API_VERSION:
+        return None, [problem(("apiVersion",), f"unknown apiVersion {api_version!r}",
+                              f"use apiVersion: {schema.API_VERSION}")]
+    if not isinstance(content.get("metadata"), dict):
+        return None, [problem(("metadata",), "metadata is missing",
+                              "add metadata with at least a name")]
+    if "status" in content:
+        return None, [problem(("status",), "status is written by the reconciler",
+                              "remove the status block from the file")]
+    defaulted, found = check_object(content)
+    if found:
+        return None, [problem(tuple(path), message, fix) for path, message, fix in found]
+    return SourceCluster(document, defaulted, Cluster.from_object(defaulted)), []
+
+
+def _dotted(path: Iterable[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+Builder = Callable[[Cluster, RenderSettings], dict[str, Any] | None]
+BUILDERS: tuple[Builder, ...] = (
+    lambda cluster, _: service_account.build(cluster),
+    lambda cluster, _: service.build_headless(cluster),
+    lambda cluster, _: service.build_client(cluster),
+    statefulset.build,
+    disruption_budget.build,
+    lambda cluster, _: network_policy.build(cluster),
+    service_monitor.build,
+)
+
+
+def build_objects(cluster: Cluster, settings: RenderSettings) -> list[dict[str, Any]]:
+    """Every object of one cluster, in output order (kind order, then name)."""
+    objects = [obj for build in BUILDERS if (obj := build(cluster, settings)) is not None]
+    return sorted(objects, key=lambda obj: (KIND_ORDER.index(obj["kind"]),
+                                            obj["metadata"]["name"]))
+
+
+def desired_objects(live: dict[str, Any], settings: RenderSettings) -> list[dict[str, Any]]:
+    """The objects a live KaiwuCluster should have (the reconciler's entry point).
+
+    Raises RenderError naming the object (`namespace/name`) when the spec breaks a rule."""
+    obj = {key: value for key, value in live.items() if key != "status"}
+    defaulted, found = check_object(obj)
+    if found:
+        meta = obj.get("metadata", {})
+        where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+        raise RenderError(Problem(f"KaiwuCluster {where}", 0, _dotted(path), message, fix)
+                          for path, message, fix in found)
+    return build_objects(Cluster.from_object(defaulted), settings)
+
+
+def load_clusters(root: Path, display_root: Path | None = None) -> list[SourceCluster]:
+    """Every KaiwuCluster under `root` (a directory or one file), checked."""
+    return read_clusters(load_documents(find_files(root), display_root))

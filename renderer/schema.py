@@ -1,0 +1,181 @@
+"""The KaiwuCluster schema from `crd/`: validation and defaulting, as the API server does them.
+
+Called by `renderer.render` for every spec and by the reconciler for every live object, so that
+CI, the API server and the reconciler agree on what a spec means. The CRD's structural OpenAPI
+schema is turned into JSON Schema once (int-or-string, and unknown fields refused: the API server
+would silently prune them, which hides typos, so the renderer is stricter). Defaults are applied
+top-down exactly like the API server: a field's default applies when the field is absent, and
+nested defaults apply only inside objects that exist (the CRD gives objects `default: {}`).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from ruamel.yaml import YAML
+
+CRD_FILE = Path(__file__).resolve().parent.parent / "crd" / "kaiwuclusters.yaml"
+GROUP = "kaiwu.inspur.com"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "KaiwuCluster"
+PLURAL = "kaiwuclusters"
+
+
+@dataclass(frozen=True)
+class SchemaViolation:
+    """One schema error: the path inside the object, the message and the fix."""
+
+    path: tuple[str | int, ...]
+    message: str
+    fix: str
+
+
+@cache
+def crd_manifest(crd_file: Path = CRD_FILE) -> dict[str, Any]:
+    """The CRD as a plain dict (cached: it is read once per process)."""
+    with crd_file.open(encoding="utf-8") as handle:
+        loaded: dict[str, Any] = YAML(typ="safe").load(handle)
+    return loaded
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The `openAPIV3Schema` of the served version."""
+    for version in crd_manifest()["spec"]["versions"]:
+        if version["name"] == VERSION:
+            schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+            return schema
+    raise LookupError(f"{CRD_FILE} has no version {VERSION}")  # pragma: no cover
+
+
+def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """Translate one structural-schema node (and its children) to JSON Schema."""
+    result = {key: value for key, value in node.items()
+              if not key.startswith("x-kubernetes-") and key not in ("default", "description")}
+    if node.get("x-kubernetes-int-or-string"):
+        pattern = result.pop("pattern", None)
+        string_schema: dict[str, Any] = {"type": "string"}
+        if pattern:
+            string_schema["pattern"] = pattern
+        result["anyOf"] = [{"type": "integer"}, string_schema]
+    if node.get("nullable"):
+        result.pop("nullable")
+    if "properties" in node:
+        result["properties"] = {name: _to_json_schema(child)
+                                for name, child in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            result["additionalProperties"] = False
+    if isinstance(node.get("additionalProperties"), dict):
+        result["additionalProperties"] = _to_json_schema(node["additionalProperties"])
+    if "items" in node:
+        result["items"] = _to_json_schema(node["items"])
+    return result
+
+
+@cache
+def _validator() -> jsonschema.Draft4Validator:
+    schema = _to_json_schema(openapi_schema())
+    # metadata is validated by the API server's own rules; renderer/semantics.py checks names.
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft4Validator(schema)
+
+
+def validate(obj: dict[str, Any]) -> list[SchemaViolation]:
+    """Every schema violation of a KaiwuCluster object (plain dict), deepest first."""
+    violations = []
+    for error in _leaf_errors(_validator().iter_errors(obj)):
+        violations.append(_describe(error))
+    return sorted(violations, key=lambda violation: [str(part) for part in violation.path])
+
+
+def _leaf_errors(
+    errors: Iterator[jsonschema.ValidationError],
+) -> Iterator[jsonschema.ValidationError]:
+    """anyOf errors (int-or-string) are reported through their most telling branch."""
+    for error in errors:
+        if error.validator == "anyOf" and error.context:
+            strings = [sub for sub in error.context if sub.validator != "type"]
+            yield strings[0] if strings else error
+        else:
+            yield error
+
+
+def _describe(error: jsonschema.ValidationError) -> SchemaViolation:
+    path = tuple(error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    kind = error.validator
+    value = error.instance
+    if kind == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        unknown = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
+        name = unknown[0] if unknown else "?"
+        close = difflib.get_close_matches(name, allowed, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(allowed)}"
+        return SchemaViolation((*path, name), f"unknown field {name!r}", hint)
+    if kind == "required":
+        missing = str(error.message).split("'")[1] if "'" in str(error.message) else "?"
+        return SchemaViolation((*path, missing), f"required field {missing!r} is missing",
+                               f"add {missing}")
+    if kind == "enum":
+        choices = ", ".join(str(choice) for choice in schema.get("enum", ()))
+        return SchemaViolation(path, f"{value!r} is not allowed", f"use one of: {choices}")
+    if kind in ("type", "anyOf"):
+        expected = error.validator_value if kind == "type" else "integer or string"
+        return SchemaViolation(path, f"expected {expected}, got {_type_name(value)} {value!r}",
+                               f"write a value of type {expected}")
+    if kind == "pattern":
+        hint = _PATTERN_HINTS.get(str(error.validator_value),
+                                  f"it must match {error.validator_value}")
+        return SchemaViolation(path, f"{value!r} has the wrong form", hint)
+    if kind in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
+        bound = "at least" if kind.startswith("min") else "at most"
+        return SchemaViolation(path, f"{value!r} is out of range",
+                               f"use a value {bound} {error.validator_value}")
+    return SchemaViolation(path, str(error.message), "see `kubectl explain kaiwucluster.spec`")
+
+
+_QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
+    r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_PATTERN_HINTS = {
+    _QUANTITY_PATTERN: "write a Kubernetes quantity such as 500m, 4, 512Mi or 8Gi",
+    "^([0-9]+(ms|s|m|h))+$": "write a duration such as 30s, 5m or 1h30m",
+    "^(/([^~/]|~[01])*)+$": "write a JSON pointer such as /spec/replicas",
+    r"^[0-9]+\.[0-9]+\.[0-9]+([.-][0-9A-Za-z.-]+)?$": "write a plain version such as 3.2.1",
+}
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def apply_defaults(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` with the schema's defaults applied the way the API server applies them."""
+    result = copy.deepcopy(obj)
+    _default(result, openapi_schema())
+    return result
+
+
+def _default(value: Any, schema: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for name, child in schema.get("properties", {}).items():
+            if name not in value and "default" in child:
+                value[name] = copy.deepcopy(child["default"])
+            if name in value:
+                _default(value[name], child)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for name in value:
+                _default(value[name], extra)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            _default(item, schema["items"])

@@ -1,0 +1,298 @@
+"""Rules a schema cannot express (Kubernetes 1.20 has no CEL): names, modes, sizes, flags.
+
+Called by `renderer.render` after schema validation, on the object with defaults applied, and by
+the reconciler before it acts on a live object. `check_transition` holds the rules about a change
+from one spec to the next (start mode is immutable, volumes never shrink, single-replica never
+scales in), used by `kaiwu diff` and by the reconciler.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from renderer import quantity
+
+# kwbase flags the renderer sets itself; a user override would break the cluster's wiring.
+MANAGED_FLAGS = {
+    "--join": "the join list is derived from spec.replicas",
+    "--store": "the store is the volume from spec.storage",
+    "--listen-addr": "addresses are fixed by the Services",
+    "--advertise-addr": "each pod advertises its stable DNS name",
+    "--brpc-addr": "the brpc port must match every Service (27257)",
+    "--http-addr": "the HTTP port is fixed at 8080 (probes and metrics use it)",
+    "--sql-addr": "SQL is served on the listen address",
+    "--advertise-host": "each pod advertises its stable DNS name",
+    "--insecure": "use spec.tls.enabled",
+    "--certs-dir": "use spec.tls (certificates are mounted by the operator)",
+    "--cache": "use spec.cache",
+    "--max-sql-memory": "use spec.maxSQLMemory",
+    "--background": "the container must run kwbase in the foreground",
+    "--pid-file": "the container must run kwbase in the foreground",
+    "--upgrade-complete": "upgrades are driven by the reconciler",
+}
+RESERVED_ENV = {"POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR"}
+SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                   "app.kubernetes.io/managed-by", "app.kubernetes.io/component")
+# StatefulSet pods get a controller-revision-hash label "<name>-<10 chars>" (63 max) and the
+# client Service is "<name>-public": 40 leaves room for both and for "data-<name>-<ordinal>".
+MAX_NAME_LENGTH = 40
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG = re.compile(r"^--[a-z][a-z0-9-]*(=.*)?$", re.DOTALL)
+FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)$")
+# The time-series engine allocates well beyond --cache and --max-sql-memory (kaiwudb-facts.md).
+MAX_MEMORY_FRACTION = Decimal("0.8")
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken rule: where in the object, what is wrong and what to do."""
+
+    path: Path
+    message: str
+    fix: str
+
+
+def check(obj: dict[str, Any]) -> list[Violation]:
+    """Every semantic problem of one KaiwuCluster (schema-valid, defaults applied)."""
+    return list(_check_metadata(obj.get("metadata", {}))) + list(_check_spec(obj["spec"]))
+
+
+def _check_metadata(meta: dict[str, Any]) -> Iterator[Violation]:
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        yield Violation(("metadata", "name"), "the cluster has no name", "set metadata.name")
+        return
+    if not DNS_1035_LABEL.match(name):
+        yield Violation(("metadata", "name"), f"{name!r} is not a valid cluster name",
+                        "use lower-case letters, digits and '-', starting with a letter")
+    if len(name) > MAX_NAME_LENGTH:
+        yield Violation(("metadata", "name"), f"{name!r} is {len(name)} characters long",
+                        f"use at most {MAX_NAME_LENGTH} (pod, volume and Service names grow it)")
+    namespace = meta.get("namespace")
+    if namespace is not None and not (isinstance(namespace, str)
+                                      and DNS_1123_LABEL.match(namespace)):
+        yield Violation(("metadata", "namespace"), f"{namespace!r} is not a valid namespace",
+                        "use lower-case letters, digits and '-'")
+    for field in ("labels", "annotations"):
+        if field in meta and not isinstance(meta[field], dict):
+            yield Violation(("metadata", field), f"metadata.{field} must be a mapping",
+                            "write key: value pairs")
+
+
+def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
+    yield from _check_mode(spec)
+    yield from _check_memory(spec)
+    yield from _check_resources(spec)
+    yield from _check_args(spec.get("extraArgs", []))
+    yield from _check_env(spec.get("extraEnv", []))
+    for field in ("labels", "annotations"):
+        yield from _check_metadata_map(("spec", field), spec.get(field, {}), field == "labels")
+    yield from _check_metadata_map(("spec", "scheduling", "nodeSelector"),
+                                   spec["scheduling"].get("nodeSelector", {}), True)
+    yield from _check_metadata_map(("spec", "service", "annotations"),
+                                   spec["service"].get("annotations", {}), False)
+    for key in SELECTOR_LABELS:
+        if key in spec.get("labels", {}):
+            yield Violation(("spec", "labels", key), f"label {key!r} is set by the operator",
+                            "remove it: it selects the cluster's pods")
+    yield from _check_names(spec)
+    if spec["startMode"] == "multi-replica" and spec["podDisruptionBudget"]["maxUnavailable"] > 1:
+        yield Violation(("spec", "podDisruptionBudget", "maxUnavailable"),
+                        "more than 1 node down at once loses quorum with 3 replicas",
+                        "use maxUnavailable: 1")
+    for index, spread in enumerate(spec["scheduling"].get("topologySpread", [])):
+        if not _is_qualified_name(spread["topologyKey"]):
+            yield Violation(("spec", "scheduling", "topologySpread", index, "topologyKey"),
+                            f"{spread['topologyKey']!r} is not a node label key",
+                            "use a key such as topology.kubernetes.io/zone")
+    for index, toleration in enumerate(spec["scheduling"].get("tolerations", [])):
+        if toleration.get("operator") == "Exists" and toleration.get("value"):
+            yield Violation(("spec", "scheduling", "tolerations", index, "value"),
+                            "a toleration with operator Exists takes no value",
+                            "remove value, or use operator Equal")
+
+
+def _check_mode(spec: dict[str, Any]) -> Iterator[Violation]:
+    mode, replicas = spec["startMode"], spec["replicas"]
+    if mode == "multi-replica" and replicas < 3:
+        yield Violation(("spec", "replicas"),
+                        f"multi-replica needs at least 3 nodes, got {replicas}",
+                        "set replicas to 3 or more, or use startMode single-replica")
+    if mode == "single-node" and replicas != 1:
+        yield Violation(("spec", "replicas"), f"single-node runs exactly 1 node, got {replicas}",
+                        "set replicas: 1, or use startMode multi-replica for a cluster")
+
+
+def _check_memory(spec: dict[str, Any]) -> Iterator[Violation]:
+    fractions = Decimal(0)
+    for field in ("cache", "maxSQLMemory"):
+        text = spec[field]
+        if FRACTION.match(text):
+            value = Decimal(text[:-1]) / 100 if text.endswith("%") else Decimal(text)
+            if not 0 < value < 1:
+                yield Violation(("spec", field), f"{text!r} is not a fraction between 0 and 1",
+                                "use e.g. .25 or 25%")
+            fractions += value
+            continue
+        try:
+            quantity.parse(text)
+        except quantity.QuantityError:
+            yield Violation(("spec", field), f"{text!r} is neither a fraction nor a quantity",
+                            "use a fraction such as .25 or 25%, or a size such as 2Gi")
+    if fractions > MAX_MEMORY_FRACTION:
+        yield Violation(("spec", "maxSQLMemory"),
+                        f"cache and maxSQLMemory add up to {fractions:.0%} of the memory limit",
+                        "keep them at most 80% together: the time-series engine needs the rest")
+
+
+def _check_resources(spec: dict[str, Any]) -> Iterator[Violation]:
+    resources = spec["resources"]
+    requests, limits = resources.get("requests", {}), resources.get("limits", {})
+    for section, values in (("requests", requests), ("limits", limits)):
+        for name in values:
+            if not _is_qualified_name(name):
+                yield Violation(("spec", "resources", section, name),
+                                f"{name!r} is not a resource name", "use cpu, memory, ...")
+    for name in sorted(set(requests) & set(limits)):
+        try:
+            request, limit = quantity.parse(requests[name]), quantity.parse(limits[name])
+        except quantity.QuantityError:
+            continue  # the schema already reported it
+        if request.value > limit.value:
+            yield Violation(("spec", "resources", "requests", name),
+                            f"request {requests[name]} is above the limit {limits[name]}",
+                            "raise the limit or lower the request")
+    try:
+        size = quantity.parse(spec["storage"]["size"])
+    except quantity.QuantityError:
+        return
+    if size.value <= 0:
+        yield Violation(("spec", "storage", "size"), "the volume size must be positive",
+                        "use a size such as 100Gi")
+
+
+def _check_args(args: list[str]) -> Iterator[Violation]:
+    seen: dict[str, int] = {}
+    for index, arg in enumerate(args):
+        path: Path = ("spec", "extraArgs", index)
+        if not FLAG.match(arg):
+            yield Violation(path, f"{arg!r} is not a kwbase flag",
+                            "write one flag per item as --name=value or --name")
+            continue
+        name = arg.split("=", 1)[0]
+        if name in MANAGED_FLAGS:
+            yield Violation(path, f"{name} is managed by the operator", MANAGED_FLAGS[name])
+        if "\n" in arg or "\x00" in arg:
+            yield Violation(path, f"{name} contains a line break or NUL", "remove it")
+        if name in seen:
+            yield Violation(path, f"{name} is given twice (also item {seen[name]})",
+                            "keep one")
+        seen[name] = index
+
+
+def _check_env(env: list[dict[str, Any]]) -> Iterator[Violation]:
+    seen: set[str] = set()
+    for index, item in enumerate(env):
+        name = item["name"]
+        path: Path = ("spec", "extraEnv", index)
+        if not ENV_NAME.match(name):
+            yield Violation((*path, "name"), f"{name!r} is not an environment variable name",
+                            "use letters, digits and '_', not starting with a digit")
+        if name in RESERVED_ENV:
+            yield Violation((*path, "name"), f"{name} is set by the operator",
+                            "choose another name")
+        if name in seen:
+            yield Violation((*path, "name"), f"{name} is defined twice", "keep one")
+        seen.add(name)
+        if ("value" in item) == ("secretKeyRef" in item):
+            yield Violation(path, f"{name} needs exactly one of value and secretKeyRef",
+                            "give either a value or a secretKeyRef")
+
+
+def _check_metadata_map(path: Path, values: dict[str, str], labels: bool) -> Iterator[Violation]:
+    for key, value in values.items():
+        if not _is_qualified_name(key):
+            yield Violation((*path, key), f"{key!r} is not a valid key",
+                            "use [prefix/]name with letters, digits, '-', '_' and '.'")
+        if labels and not (len(value) <= 63 and LABEL_VALUE.match(value)):
+            yield Violation((*path, key), f"{value!r} is not a valid label value",
+                            "use at most 63 letters, digits, '-', '_' or '.'")
+
+
+def _check_names(spec: dict[str, Any]) -> Iterator[Violation]:
+    candidates: list[tuple[Path, str | None]] = [
+        (("spec", "tls", "nodeSecretName"), spec["tls"].get("nodeSecretName")),
+        (("spec", "tls", "clientSecretName"), spec["tls"].get("clientSecretName")),
+        (("spec", "storage", "storageClassName"), spec["storage"].get("storageClassName")),
+        (("spec", "scheduling", "priorityClassName"),
+         spec["scheduling"].get("priorityClassName")),
+    ]
+    candidates += [(("spec", "image", "pullSecrets", index), name)
+                   for index, name in enumerate(spec["image"].get("pullSecrets", []))]
+    candidates += [(("spec", "extraEnv", index, "secretKeyRef", "name"),
+                    item["secretKeyRef"]["name"])
+                   for index, item in enumerate(spec.get("extraEnv", []))
+                   if "secretKeyRef" in item]
+    for path, name in candidates:
+        if name and not (len(name) <= 253 and DNS_1123_SUBDOMAIN.match(name)):
+            yield Violation(path, f"{name!r} is not a valid object name",
+                            "use lower-case letters, digits, '-' and '.'")
+    if bool(spec["tls"].get("nodeSecretName")) != bool(spec["tls"].get("clientSecretName")):
+        yield Violation(("spec", "tls"),
+                        "name both nodeSecretName and clientSecretName, or neither",
+                        "your own certificates need both Secrets; leave both empty to let the "
+                        "operator manage them")
+    for index, namespace in enumerate(spec["networkPolicy"].get("allowedNamespaces", [])):
+        if not DNS_1123_LABEL.match(namespace):
+            yield Violation(("spec", "networkPolicy", "allowedNamespaces", index),
+                            f"{namespace!r} is not a namespace name", "use a namespace name")
+
+
+def _is_qualified_name(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and not (len(prefix) <= 253 and DNS_1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(LABEL_NAME.match(name))
+
+
+def check_transition(old: dict[str, Any], new: dict[str, Any]) -> list[Violation]:
+    """Problems with changing a cluster from spec `old` to spec `new` (both defaulted)."""
+    problems = []
+    if old["startMode"] != new["startMode"]:
+        problems.append(Violation(
+            ("spec", "startMode"),
+            f"the start mode cannot change ({old['startMode']} -> {new['startMode']}): "
+            "it is written into every store",
+            "keep the old start mode, or create a new cluster and migrate the data"))
+    if new["startMode"] == "single-replica" and new["replicas"] < old["replicas"]:
+        problems.append(Violation(
+            ("spec", "replicas"), "a single-replica cluster cannot scale in (no second copy of "
+            "the data exists)", f"keep replicas at {old['replicas']} or more"))
+    try:
+        shrinks = (quantity.parse(new["storage"]["size"]).value
+                   < quantity.parse(old["storage"]["size"]).value)
+    except quantity.QuantityError:
+        shrinks = False
+    if shrinks:
+        problems.append(Violation(
+            ("spec", "storage", "size"),
+            f"volumes cannot shrink ({old['storage']['size']} -> {new['storage']['size']})",
+            f"keep {old['storage']['size']} or more"))
+    if old["storage"].get("storageClassName") != new["storage"].get("storageClassName"):
+        problems.append(Violation(
+            ("spec", "storage", "storageClassName"),
+            "the storage class of existing volumes cannot change",
+            "keep the old class; migrate by adding nodes on new storage in a new cluster"))
+    return problems

@@ -1,0 +1,46 @@
+"""Render settings: the few knobs that are not part of a KaiwuCluster spec.
+
+Built by the CLI from flags (`--kube-version`, `--cluster-domain`) and by the reconciler from the
+live API server's version. Defaults are documented on the fields.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_VERSION = re.compile(r"^v?(?P<major>[0-9]+)\.(?P<minor>[0-9]+)(\.[0-9]+)?([-+].*)?$")
+
+
+@dataclass(frozen=True, order=True)
+class KubeVersion:
+    """A Kubernetes minor version: API choices depend only on major.minor."""
+
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> KubeVersion:
+        match = _VERSION.match(text.strip())
+        if match is None:
+            raise ValueError(f"{text!r} is not a Kubernetes version (examples: 1.20, v1.29.3)")
+        return cls(int(match["major"]), int(match["minor"]))
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+# The oldest Kubernetes the manifests support: the test world's v1.20 (apps/v1, apiextensions/v1,
+# topology spread constraints GA-ready, policy/v1beta1 PodDisruptionBudget).
+OLDEST_SUPPORTED = KubeVersion(1, 20)
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """How to render. The defaults suit a current Kubernetes release with the usual DNS domain."""
+
+    kube_version: KubeVersion = field(default_factory=lambda: KubeVersion(1, 35))
+    """Target Kubernetes version: picks API versions (policy/v1 from 1.21)."""
+
+    cluster_domain: str = "cluster.local"
+    """The cluster's DNS domain: pods advertise <pod>.<headless service>.<ns>.svc.<domain>."""
