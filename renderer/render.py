@@ -46,7 +46,9 @@ def check_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, s
     (path, message, fix)). Semantic rules run only on schema-valid objects."""
     violations = schema.validate(obj)
     if violations:
-        return obj, [(v.path, v.message, v.fix) for v in violations]
+        # Name mistakes are worth reporting alongside type errors: they need no defaults.
+        names = semantics.check_metadata(obj.get("metadata") or {})
+        return obj, [(v.path, v.message, v.fix) for v in [*violations, *names]]
     defaulted = schema.apply_defaults(obj)
     return defaulted, [(v.path, v.message, v.fix) for v in semantics.check(defaulted)]
 

@@ -18,7 +18,7 @@ from renderer import quantity
 
 # kwbase flags the renderer sets itself; a user override would break the cluster's wiring.
 MANAGED_FLAGS = {
-    "--join": "the join list is derived from spec.replicas",
+    "--join": "the join list is derived from the cluster's pods",
     "--store": "the store is the volume from spec.storage",
     "--listen-addr": "addresses are fixed by the Services",
     "--advertise-addr": "each pod advertises its stable DNS name",
@@ -66,7 +66,12 @@ class Violation:
 
 def check(obj: dict[str, Any]) -> list[Violation]:
     """Every semantic problem of one KaiwuCluster (schema-valid, defaults applied)."""
-    return list(_check_metadata(obj.get("metadata", {}))) + list(_check_spec(obj["spec"]))
+    return check_metadata(obj.get("metadata", {})) + list(_check_spec(obj["spec"]))
+
+
+def check_metadata(meta: dict[str, Any]) -> list[Violation]:
+    """Problems with the cluster's name and namespace (checkable before defaults apply)."""
+    return list(_check_metadata(meta))
 
 
 def _check_metadata(meta: dict[str, Any]) -> Iterator[Violation]:
