@@ -1,0 +1,36 @@
+# Two commands for a newcomer (see README.md):
+#   make demo   set up, then render the example clusters in clusters/ into out/
+#   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
+# Everything else here is what those two need.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint world clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kaiwu render clusters -o out
+
+# The test world: a real kube-apiserver built from Debian's Kubernetes sources (cached outside the
+# work tree; a no-op once built). Needs root for apt: see docs/testworld.md.
+world: $(STAMP)
+	bash tests/world/install_deps.sh
+	$(BIN)/python -m tests.world.build
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: world lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) out .testworld
