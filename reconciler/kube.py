@@ -1,0 +1,267 @@
+"""Kubernetes API access for the reconciler: plain-dict objects over the `kubernetes` client.
+
+Every other reconciler module reaches the API server through `Kube`: reads (get, list, watch),
+server-side apply under the reconciler's one field manager, deletes with preconditions, status
+updates and exec. Objects stay plain dicts (as the renderer builds them) instead of generated
+models, so any kind, including our own KaiwuCluster, takes the same path and nothing is lost to a
+model that does not know a field. Connection comes from the `kubernetes` package's own config
+loaders (in-cluster service account, or a kubeconfig file).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import stream
+
+Obj = dict[str, Any]
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind lives in the REST API."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        prefix = f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
+        if self.namespaced and namespace:
+            prefix += f"/namespaces/{quote(namespace)}"
+        prefix += f"/{self.plural}"
+        return f"{prefix}/{quote(name)}" if name else prefix
+
+
+# Every kind the reconciler reads or writes. Rendered kinds are looked up by (apiVersion, kind).
+KAIWU_CLUSTER = Kind("kaiwu.inspur.com/v1", "KaiwuCluster", "kaiwuclusters")
+SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
+SERVICE = Kind("v1", "Service", "services")
+SECRET = Kind("v1", "Secret", "secrets")
+POD = Kind("v1", "Pod", "pods")
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+EVENT = Kind("v1", "Event", "events")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+STATEFUL_SET = Kind("apps/v1", "StatefulSet", "statefulsets")
+PDB_V1 = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
+PDB_V1BETA1 = Kind("policy/v1beta1", "PodDisruptionBudget", "poddisruptionbudgets")
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
+KINDS = {(k.api_version, k.kind): k for k in (
+    KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, EVENT, NODE, STATEFUL_SET,
+    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE)}
+
+
+def kind_of(obj: Obj) -> Kind:
+    """The Kind of a plain object (KeyError for a kind the reconciler does not manage)."""
+    return KINDS[(obj["apiVersion"], obj["kind"])]
+
+
+class ApiError(Exception):
+    """A failed API call: HTTP status, the server's reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def of(cls, error: ApiException) -> ApiError:
+        reason, message = str(error.reason or ""), str(error.body or "")
+        try:
+            body = json.loads(error.body or "{}")
+            reason, message = body.get("reason", reason), body.get("message", message)
+        except (TypeError, ValueError):
+            pass
+        return cls(int(error.status or 0), str(reason), str(message))
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """In-cluster config when running in a pod and no kubeconfig is named; else the kubeconfig."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, context=context,
+                            client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+class Kube:
+    """Plain-dict API calls. Thread-safe (the `kubernetes` ApiClient pools connections)."""
+
+    def __init__(self, api: client.ApiClient, field_manager: str, timeout: float = 30.0) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, *, body: Any = None,
+              query: list[tuple[str, Any]] | None = None,
+              content_type: str = "application/json") -> Obj:
+        try:
+            response = self.api.call_api(
+                path, method, query_params=query or [], body=body,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=self.timeout)
+        except ApiException as error:
+            raise ApiError.of(error) from error
+        data = response[0].data
+        result: Obj = json.loads(data) if data else {}
+        return result
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        try:
+            return self._call("GET", kind.path(namespace, name))
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+             label_selector: str | None = None) -> tuple[list[Obj], str]:
+        """Items (apiVersion and kind filled in, as watch events carry them) and the list's
+        resourceVersion, to start a watch from."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        result = self._call("GET", kind.path(namespace), query=query)
+        items = result.get("items", [])
+        for item in items:
+            item.setdefault("apiVersion", kind.api_version)
+            item.setdefault("kind", kind.kind)
+        return items, str(result.get("metadata", {}).get("resourceVersion", ""))
+
+    def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
+              label_selector: str | None = None, timeout_seconds: int = 300,
+              ) -> Iterator[tuple[str, Obj]]:
+        """Events (type, object) from `resource_version` on, until the server ends the watch.
+        An ERROR event with a 410 status raises ApiError(410): the caller must relist."""
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"), ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout_seconds)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        try:
+            response = self.api.call_api(
+                kind.path(namespace), "GET", query_params=query,
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _request_timeout=(self.timeout, timeout_seconds + 30))
+        except ApiException as error:
+            raise ApiError.of(error) from error
+        raw = response[0]
+        try:
+            buffer = b""
+            for chunk in raw.stream(amt=65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        obj = event.get("object", {})
+                        if event.get("type") == "ERROR":
+                            raise ApiError(int(obj.get("code", 500)), obj.get("reason", ""),
+                                           obj.get("message", ""))
+                        yield event["type"], obj
+        finally:
+            raw.release_conn()
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        """Server-side apply of a whole object under our field manager."""
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        query: list[tuple[str, Any]] = [("fieldManager", self.field_manager),
+                                        ("force", "true" if force else "false")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]),
+                          body=json.dumps(obj), query=query, content_type=APPLY_PATCH)
+
+    def create(self, obj: Obj) -> Obj:
+        kind = kind_of(obj)
+        return self._call("POST", kind.path(obj["metadata"].get("namespace")), body=obj,
+                          query=[("fieldManager", self.field_manager)])
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
+        path = kind.path(namespace, name) + (f"/{subresource}" if subresource else "")
+        return self._call("PATCH", path, body=patch, content_type=MERGE_PATCH,
+                          query=[("fieldManager", self.field_manager)])
+
+    def replace_status(self, obj: Obj) -> Obj:
+        """PUT the status subresource (resourceVersion in obj guards against lost updates)."""
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        return self._call("PUT", kind.path(meta.get("namespace"), meta["name"]) + "/status",
+                          body=obj, query=[("fieldManager", self.field_manager)])
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               grace_period_seconds: int | None = None,
+               propagation: str | None = None) -> bool:
+        """Delete; False when it was already gone. `uid` makes sure we delete the object we
+        judged, not a successor with the same name."""
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        if propagation:
+            body["propagationPolicy"] = propagation
+        try:
+            self._call("DELETE", kind.path(namespace, name), body=body)
+        except ApiError as error:
+            if error.not_found:
+                return False
+            raise
+        return True
+
+    def server_version(self) -> str:
+        info = self._call("GET", "/version")
+        return str(info.get("gitVersion", ""))
+
+    def exec(self, namespace: str, pod: str, container: str, command: list[str],
+             timeout: float = 60.0) -> tuple[str, str, int]:
+        """Run a command in a container (no shell); returns (stdout, stderr, exit code)."""
+        core = client.CoreV1Api(self.api)
+        response = stream(core.connect_get_namespaced_pod_exec, pod, namespace,
+                          container=container, command=command, stdout=True, stderr=True,
+                          stdin=False, tty=False, _preload_content=False,
+                          _request_timeout=timeout)
+        stdout: list[str] = []
+        stderr: list[str] = []
+        try:
+            response.run_forever(timeout=timeout)
+            stdout.append(response.read_stdout() or "")
+            stderr.append(response.read_stderr() or "")
+            code = response.returncode
+        finally:
+            response.close()
+        return "".join(stdout), "".join(stderr), int(code if code is not None else -1)
