@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 Obj = dict[str, Any]
@@ -107,12 +107,13 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     """In-cluster config when running in a pod and no kubeconfig is named; else the kubeconfig."""
     if kubeconfig is None:
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
             return client.ApiClient()
         except config.ConfigException:
             pass
     configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, context=context,
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, context=context,
                             client_configuration=configuration)
     return client.ApiClient(configuration)
 
@@ -125,18 +126,36 @@ class Kube:
         self.field_manager = field_manager
         self.timeout = timeout
 
+    def _request(self, method: str, path: str, *, body: Any = None,
+                 query: list[tuple[str, Any]] | None = None,
+                 content_type: str = "application/json",
+                 timeout: float | tuple[float, float] | None = None) -> Any:
+        """Send one request; returns the raw urllib3 response (not yet read) of a 2xx answer."""
+        method, url, headers, serialized, post = self.api.param_serialize(
+            method, path, query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body, auth_settings=["BearerToken"])
+        try:
+            response = self.api.call_api(method, url, headers, serialized, post,
+                                         _request_timeout=timeout or self.timeout)
+        except ApiException as error:
+            raise ApiError.of(error) from error
+        raw = response.response
+        if not 200 <= int(response.status) < 300:
+            text = raw.data.decode("utf-8", "replace")
+            raw.release_conn()
+            raise ApiError.of(ApiException(status=response.status, reason=response.reason,
+                                           body=text))
+        return raw
+
     def _call(self, method: str, path: str, *, body: Any = None,
               query: list[tuple[str, Any]] | None = None,
               content_type: str = "application/json") -> Obj:
+        raw = self._request(method, path, body=body, query=query, content_type=content_type)
         try:
-            response = self.api.call_api(
-                path, method, query_params=query or [], body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=self.timeout)
-        except ApiException as error:
-            raise ApiError.of(error) from error
-        data = response[0].data
+            data = raw.data
+        finally:
+            raw.release_conn()
         result: Obj = json.loads(data) if data else {}
         return result
 
@@ -170,14 +189,8 @@ class Kube:
             ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout_seconds)]
         if label_selector:
             query.append(("labelSelector", label_selector))
-        try:
-            response = self.api.call_api(
-                kind.path(namespace), "GET", query_params=query,
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _request_timeout=(self.timeout, timeout_seconds + 30))
-        except ApiException as error:
-            raise ApiError.of(error) from error
-        raw = response[0]
+        raw = self._request("GET", kind.path(namespace), query=query,
+                            timeout=(self.timeout, timeout_seconds + 30))
         try:
             buffer = b""
             for chunk in raw.stream(amt=65536, decode_content=True):
