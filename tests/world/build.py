@@ -209,7 +209,6 @@ def build(settings: BuildSettings) -> Path:
     env["PATH"] = f"{go_bin}{os.pathsep}{env.get('PATH', '')}"
     env["GOTOOLCHAIN"] = "local"  # never fetch another toolchain: only PyPI/apt are reachable
     env["GOPROXY"] = "off"  # every dependency is vendored
-    env["GOCACHE"] = str(settings.cache_dir / "go-build-cache")
     env.pop("GOROOT", None)
     env.pop("GOPATH", None)
     log = settings.work_dir / f"make-{version}.log"

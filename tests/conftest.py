@@ -1,0 +1,33 @@
+"""Shared pytest setup: the test world's fixtures (a real control plane) and their hooks.
+
+Fixtures live in tests/world/fixtures.py: ``control_plane``, ``kube``, ``namespace``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from tests.world.fixtures import (
+    add_log_paths,
+    control_plane,
+    kube,
+    mark_world_tests,
+    namespace,
+)
+
+__all__ = ["control_plane", "kube", "namespace"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_world_tests(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    add_log_paths(item, report)
+    return report

@@ -1,0 +1,131 @@
+"""Start the test world by hand: ``python -m tests.world up`` (for a developer or a demo).
+
+It starts the real control plane (tests/world/controlplane.py), writes an admin kubeconfig to
+``<repo>/.testworld/kubeconfig``, prints how to use it and runs until Ctrl-C (or SIGTERM), then
+stops every process it started. When the simulated kubelet (tests/world/kubelet.py) is present,
+``--nodes N`` also starts N simulated nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from tests.world.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
+
+DEFAULT_KUBECONFIG = REPO_ROOT / ".testworld" / "kubeconfig"
+
+
+def _write_kubeconfig(plane: ControlPlane, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The directory ignores itself, so nothing in it is ever committed by accident.
+    (path.parent / ".gitignore").write_text("*\n")
+    path.write_text(yaml.safe_dump(plane.kubeconfig()))
+    path.chmod(0o600)
+
+
+def _start_kubelet(plane: ControlPlane, nodes: int) -> Any | None:
+    """Start the simulated kubelet if tests/world/kubelet.py offers one; None when it does not."""
+    try:
+        module = importlib.import_module("tests.world.kubelet")
+    except ImportError:
+        return None
+    entry = getattr(module, "SimulatedKubelet", None)
+    if entry is None:
+        return None
+    params = inspect.signature(entry).parameters
+    kwargs: dict[str, Any] = {}
+    if "nodes" in params:
+        kwargs["nodes"] = nodes
+    kubelet = entry(plane, **kwargs)
+    start = getattr(kubelet, "start", None)
+    if callable(start):
+        start()
+    return kubelet
+
+
+def _report(plane: ControlPlane, kubeconfig: Path, kubelet: object | None) -> str:
+    mib = sum(plane.rss_bytes().values()) / 2**20
+    lines = [
+        f"test world up in {plane.startup_seconds:.1f} s ({mib:.0f} MiB resident)",
+        f"  apiserver:   {plane.server}",
+        f"  kubeconfig:  {kubeconfig}",
+        f"  admin token: {plane.admin_token}",
+        f"  CA bundle:   {plane.ca_path}",
+        f"  audit log:   {plane.audit_log_path}",
+        f"  logs:        {plane.log_dir}",
+        f"  processes:   {', '.join(f'{n}={p}' for n, p in plane.pids().items())}",
+        f"  kubelet:     {'simulated nodes running' if kubelet else 'none (control plane only)'}",
+        "",
+        "Use it:",
+        f"  export KUBECONFIG={kubeconfig}",
+        "  kubectl get kaiwuclusters -A      # kubectl 1.20: apt-get install kubernetes-client",
+        "  .venv/bin/python -c 'import kubernetes as k; k.config.load_kube_config(); "
+        "print(k.client.CoreV1Api().list_namespace().items[0].metadata.name)'",
+        "",
+        "Ctrl-C stops everything.",
+    ]
+    return "\n".join(lines)
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        plane = ControlPlane()
+        plane.start()
+    except ControlPlaneError as err:
+        print(f"cannot start the test world: {err}", file=sys.stderr)
+        return 1
+
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    kubelet: Any | None = None
+    try:
+        _write_kubeconfig(plane, args.kubeconfig)
+        if args.nodes > 0:
+            kubelet = _start_kubelet(plane, args.nodes)
+        print(_report(plane, args.kubeconfig, kubelet), flush=True)
+        while not plane.exited():
+            time.sleep(1)
+        print(f"{', '.join(plane.exited())} exited on its own; logs: {plane.log_dir}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping the test world", flush=True)
+        return 0
+    finally:
+        stop = getattr(kubelet, "stop", None)
+        if callable(stop):
+            stop()
+        plane.stop(keep_logs=True)
+        print(f"logs kept in {plane.log_dir}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.world", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the control plane and run until Ctrl-C")
+    up.add_argument("--kubeconfig", type=Path, default=DEFAULT_KUBECONFIG,
+                    help=f"where to write the admin kubeconfig (default: {DEFAULT_KUBECONFIG})")
+    up.add_argument("--nodes", type=int, default=3,
+                    help="simulated nodes to start when tests/world/kubelet.py exists (default 3)")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return _up(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
