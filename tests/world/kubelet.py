@@ -1,0 +1,1304 @@
+"""The simulated kubelet: Nodes, heartbeats and pod lifecycles for the real control plane.
+
+Made and started by tests/world/simworld.py (pytest fixture `sim_world`); faults come in through
+tests/world/faults.py. One `SimKubelet` plays every simulated node:
+
+- registers each Node (labels kubernetes.io/hostname, topology.kubernetes.io/zone/region, os,
+  arch; capacity; its own 127.0.0.x InternalIP; the port of its HTTPS endpoint in
+  status.daemonEndpoints.kubeletEndpoint), posts NodeReady and renews its Lease in
+  kube-node-lease, so the REAL node lifecycle controller judges it;
+- watches pods bound to its nodes and drives them as a kubelet does: sandbox (pod IP, hostIP),
+  init containers one by one, then containers; ContainerCreating -> Running; readiness from
+  probes (a KaiwuDB container's `/health?ready=1` probe asks the simulated KaiwuDB, other images
+  are simply ready); crashed containers restart with the kubelet's CrashLoopBackOff back-off
+  (restartCount, lastState.terminated with exit code and message); deletion: stop the process,
+  wait min(grace period, a test cap), then delete with grace 0 and a uid precondition;
+- serves exec, logs and healthz on each node's address (tests/world/exec_server.py).
+
+Kubernetes runs on wall time, so the kubelet's timers are real seconds (shortened by
+`KubeletSettings`); only the KaiwuDB model gets the SimClock.
+
+Not modelled: images and pulls, cgroups and resource enforcement, eviction under pressure,
+static/mirror pods, ephemeral containers, projected volume contents, the pod's network (pod IPs
+are addresses nobody listens on), CNI, port-forward, attach, SPDY, node-allocatable reservations.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import itertools
+import logging
+import queue
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tests.world.container_exec import run_in_container
+from tests.world.exec_server import (
+    CommandResult,
+    ExecRefused,
+    KubeletServer,
+    ServerLoop,
+    ServingCert,
+)
+from tests.world.kube_rest import (
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    JsonObj,
+    KubeRest,
+    Reflector,
+    wait_for,
+)
+from tests.world.kwdb_port import ClusterKey, ExecOutput, KwdbPort, ProcessExit
+from tests.world.storage import Disks
+
+log = logging.getLogger(__name__)
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+KUBELET_VERSION = "v1.20.2"  # what the control plane is built from
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One simulated node. Capacity values are Kubernetes quantities."""
+
+    name: str
+    zone: str = "zone-a"
+    region: str = "region-1"
+    cpu: str = "8"
+    memory: str = "32Gi"
+    pods: int = 110
+    ephemeral_storage: str = "100Gi"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def default_nodes(
+    count: int = 3,
+    *,
+    prefix: str = "kw-node",
+    zones: Sequence[str] = ("zone-a", "zone-b", "zone-c"),
+) -> tuple[NodeSpec, ...]:
+    """`count` nodes named prefix-1.., spread round-robin over zones."""
+    return tuple(
+        NodeSpec(name=f"{prefix}-{i + 1}", zone=zones[i % len(zones)]) for i in range(count)
+    )
+
+
+@dataclass(frozen=True)
+class KubeletSettings:
+    """Timings of the simulated kubelet, in real seconds. Real kubelet defaults in brackets.
+
+    lease_duration_s: the Lease's leaseDurationSeconds [40].
+    lease_renew_interval_s: how often Leases are renewed [10 = duration/4]; must stay well under
+        the controller-manager's node-monitor-grace-period (8 s in the test control plane).
+    node_status_interval_s: how often NodeReady is re-posted when nothing changed [5 min with
+        leases; 10 s without]. A restored node posts at once.
+    sync_period_s: how often pod state machines advance (the real one reacts to PLEG events).
+    container_create_s: pod sandbox + image pull + container create, before a container starts.
+    init_container_run_s: how long each init container runs before exiting 0.
+    probe_period_s: every probe runs at this period, whatever its periodSeconds says; the
+        success/failure thresholds are honoured.
+    crash_backoff_initial_s / crash_backoff_max_s: CrashLoopBackOff doubling [10 / 300].
+    termination_grace_cap_s: longest wait between stopping a deleted pod's containers and the
+        final delete (the real kubelet waits for the process, up to the grace period).
+    kwdb_image_suffix: images whose repository ends with this are KaiwuDB (any registry).
+    pod_cidr_prefix: node i gets <prefix>.<i>.0/24 for pod IPs.
+    """
+
+    lease_duration_s: int = 40
+    lease_renew_interval_s: float = 1.0
+    node_status_interval_s: float = 5.0
+    sync_period_s: float = 0.2
+    container_create_s: float = 0.3
+    init_container_run_s: float = 0.3
+    probe_period_s: float = 0.5
+    crash_backoff_initial_s: float = 1.0
+    crash_backoff_max_s: float = 8.0
+    termination_grace_cap_s: float = 1.0
+    kwdb_image_suffix: str = "kwdb/kwdb"
+    pod_cidr_prefix: str = "10.244"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """Where a simulated node is and whether it is up (a snapshot)."""
+
+    name: str
+    address: str
+    port: int
+    alive: bool
+    zone: str
+
+
+# ---- small helpers --------------------------------------------------------------------------
+
+
+def rfc3339(wall: float | None = None) -> str:
+    moment = datetime.datetime.fromtimestamp(
+        wall if wall is not None else time.time(), datetime.UTC
+    )
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(wall: float | None = None) -> str:
+    moment = datetime.datetime.fromtimestamp(
+        wall if wall is not None else time.time(), datetime.UTC
+    )
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def is_kwdb_image(image: str, suffix: str) -> bool:
+    """kwdb/kwdb:3.2.1, ghcr.io/kwdb/kwdb@sha256:..., a mirror's .../kwdb/kwdb:tag."""
+    repo = image.split("@", 1)[0]
+    last = repo.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
+    return repo == suffix or repo.endswith("/" + suffix)
+
+
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes $(VAR) expansion in command/args: known vars replaced, $$ escapes a $."""
+
+    def sub(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env.get(name, match.group(0))
+
+    return _VAR_REF.sub(sub, text)
+
+
+def _field_ref(pod: JsonObj, path: str, pod_ip: str, host_ip: str) -> str | None:
+    meta = pod["metadata"]
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": pod["spec"].get("nodeName"),
+        "spec.serviceAccountName": pod["spec"].get("serviceAccountName"),
+        "status.podIP": pod_ip,
+        "status.hostIP": host_ip,
+    }
+    if path in simple:
+        known = simple[path]
+        return str(known) if known is not None else None
+    found = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if found:
+        value = (meta.get(found.group(1)) or {}).get(found.group(2))
+        return str(value) if value is not None else None
+    return None
+
+
+def container_env(container: JsonObj, pod: JsonObj, pod_ip: str, host_ip: str) -> dict[str, str]:
+    """The env vars a container sees that can be known here (literals and fieldRefs)."""
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = expand(str(var["value"]), env)
+        elif "fieldRef" in (var.get("valueFrom") or {}):
+            value = _field_ref(pod, var["valueFrom"]["fieldRef"]["fieldPath"], pod_ip, host_ip)
+            if value is not None:
+                env[var["name"]] = value
+    return env
+
+
+class _Backoff:
+    """The kubelet's per-container back-off (k8s.io/client-go/util/flowcontrol.Backoff)."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.delay: float | None = None
+        self.last_update = 0.0
+
+    def _expired(self, event: float) -> bool:
+        return event - self.last_update > 2 * self.maximum
+
+    def in_backoff_since(self, event: float, now: float) -> bool:
+        if self.delay is None or self._expired(event):
+            return False
+        return now - event < self.delay
+
+    def next(self, now: float) -> None:
+        if self.delay is None or self._expired(now):
+            self.delay = self.initial
+        else:
+            self.delay = min(self.delay * 2, self.maximum)
+        self.last_update = now
+
+    def reset(self) -> None:
+        self.delay = None
+
+
+@dataclass(frozen=True)
+class _Terminated:
+    exit_code: int
+    reason: str
+    message: str
+    started_at: str
+    finished_at: str
+    container_id: str
+
+    def as_status(self) -> JsonObj:
+        status: JsonObj = {
+            "exitCode": self.exit_code,
+            "reason": self.reason,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "containerID": self.container_id,
+        }
+        if self.message:
+            status["message"] = self.message
+        return status
+
+
+class _Container:
+    """Mutable runtime state of one container (or init container) of a pod."""
+
+    def __init__(self, spec: JsonObj, kwdb: bool, backoff: _Backoff) -> None:
+        self.spec = spec
+        self.name: str = spec["name"]
+        self.image: str = spec.get("image", "")
+        self.kwdb = kwdb
+        self.state = "new"  # new | running | exited
+        self.started_wall = 0.0
+        self.started_mono = 0.0
+        self.finished_mono = 0.0
+        self.container_id = ""
+        self.current: _Terminated | None = None  # the exited instance
+        self.last: _Terminated | None = None  # the one before the running/waiting instance
+        self.restart_count = 0
+        self.ready = False
+        self.started_probe = False
+        self.successes = {"readiness": 0, "liveness": 0, "startup": 0}
+        self.failures = {"readiness": 0, "liveness": 0, "startup": 0}
+        self.next_probe = 0.0
+        self.backoff = backoff
+        self.backoff_event_sent = False
+        self.lost = False  # its machine went down while it ran
+
+    def image_id(self) -> str:
+        digest = hashlib.sha256(self.image.encode()).hexdigest()
+        repo = self.image.split("@", 1)[0].rsplit(":", 1)[0]
+        return f"docker.io/{repo}@sha256:{digest}"
+
+
+class _Pod:
+    """Mutable runtime state of one pod on one of our nodes."""
+
+    def __init__(self, pod: JsonObj, settings: KubeletSettings, now: float) -> None:
+        self.pod = pod
+        meta = pod["metadata"]
+        self.uid: str = meta["uid"]
+        self.namespace: str = meta["namespace"]
+        self.name: str = meta["name"]
+        self.node: str = pod["spec"]["nodeName"]
+        self.seen_at = now
+        self.sandbox = False
+        self.pod_ip = ""
+        self.start_time = ""
+        self.store_key: str | None = None
+        self.volume_error = ""
+        self.volume_event_sent = False
+        self.unready = False  # fault: readiness forced to fail
+        self.crash: tuple[int, str] | None = None  # fault: every start exits with this
+        self.terminating_since: float | None = None
+        self.delete_at = 0.0
+        self.delete_sent = False
+
+        def make(spec: JsonObj) -> _Container:
+            kwdb = is_kwdb_image(spec.get("image", ""), settings.kwdb_image_suffix)
+            backoff = _Backoff(settings.crash_backoff_initial_s, settings.crash_backoff_max_s)
+            return _Container(spec, kwdb, backoff)
+
+        self.init = [make(c) for c in pod["spec"].get("initContainers") or []]
+        self.containers = [make(c) for c in pod["spec"].get("containers") or []]
+
+    @property
+    def cluster(self) -> ClusterKey:
+        meta = self.pod["metadata"]
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == "StatefulSet":
+                return ClusterKey(self.namespace, ref["name"])
+        instance = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
+        return ClusterKey(self.namespace, instance or self.name)
+
+    @property
+    def restart_policy(self) -> str:
+        return str(self.pod["spec"].get("restartPolicy", "Always"))
+
+    def container(self, name: str) -> _Container | None:
+        for c in itertools.chain(self.containers, self.init):
+            if c.name == name:
+                return c
+        return None
+
+
+class _Node:
+    """Mutable runtime state of one simulated node."""
+
+    def __init__(self, spec: NodeSpec, index: int, address: str, server: KubeletServer) -> None:
+        self.spec = spec
+        self.index = index
+        self.address = address
+        self.server = server
+        self.alive = True
+        self.uid = ""
+        self.boot_id = secrets.token_hex(16)
+        self.next_lease = 0.0
+        self.next_status = 0.0
+        self.ip_counter = itertools.cycle(range(2, 255))
+
+    @property
+    def pod_cidr_index(self) -> int:
+        return self.index + 1
+
+
+class _AddressPool:
+    """Hands out distinct loopback addresses within this process (127.0.0.10 and up)."""
+
+    _lock = threading.Lock()
+    _used: ClassVar[set[str]] = set()
+
+    @classmethod
+    def take(cls) -> str:
+        with cls._lock:
+            for i in range(10, 255):
+                address = f"127.0.0.{i}"
+                if address not in cls._used:
+                    cls._used.add(address)
+                    return address
+        raise RuntimeError("no free 127.0.0.x address left for simulated nodes")
+
+    @classmethod
+    def give_back(cls, address: str) -> None:
+        with cls._lock:
+            cls._used.discard(address)
+
+
+def _prune(value: Any) -> Any:
+    """Drop None, empty strings/lists/dicts, so our status and the server's compare equal."""
+    if isinstance(value, dict):
+        pruned = {k: _prune(v) for k, v in value.items()}
+        return {k: v for k, v in pruned.items() if v not in (None, "", [], {})}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+class SimKubelet:
+    """All simulated nodes' kubelets. start() registers the nodes; stop() ends every thread."""
+
+    def __init__(
+        self,
+        rest: KubeRest,
+        kwdb: KwdbPort,
+        disks: Disks,
+        nodes: Sequence[NodeSpec],
+        *,
+        cert_dir: Path,
+        settings: KubeletSettings | None = None,
+    ) -> None:
+        if len({n.name for n in nodes}) != len(nodes):
+            raise ValueError("simulated node names must be distinct")
+        self.settings = settings or KubeletSettings()
+        self._rest = rest
+        self._kwdb = kwdb
+        self._disks = disks
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._events: queue.SimpleQueue[tuple[str, JsonObj]] = queue.SimpleQueue()
+        self._pods: dict[str, _Pod] = {}
+        self._loop = ServerLoop()
+        self._nodes: dict[str, _Node] = {}
+        for index, spec in enumerate(nodes):
+            address = _AddressPool.take()
+            cert = ServingCert.create(cert_dir, spec.name, address)
+            server = KubeletServer(self._loop, spec.name, address, cert, self)
+            self._nodes[spec.name] = _Node(spec, index, address, server)
+        self._reflector = Reflector(
+            rest,
+            "/api/v1/pods",
+            self._on_pod_event,
+            name="sim-kubelet-pods",
+            query={"fieldSelector": "spec.nodeName!="},
+        )
+        self._threads = [
+            threading.Thread(target=self._heartbeat_loop, name="sim-kubelet-heartbeat",
+                             daemon=True),
+            threading.Thread(target=self._worker_loop, name="sim-kubelet-pods", daemon=True),
+        ]
+        self._started = False
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Serve, register every node, start heartbeats and pod handling; return once the real
+        node lifecycle controller has found every node Ready (no not-ready taint left)."""
+        for node in self._nodes.values():
+            node.server.start()
+            self._register(node)
+        self._reflector.start()
+        for thread in self._threads:
+            thread.start()
+        self._started = True
+        if not self._reflector.wait_synced(timeout_s):
+            raise RuntimeError("simulated kubelet could not list pods")
+        if not wait_for(self._all_nodes_schedulable, timeout_s=timeout_s, interval_s=0.2):
+            raise RuntimeError(f"simulated nodes not Ready/untainted within {timeout_s} s")
+
+    def stop(self, *, delete_nodes: bool = True) -> None:
+        """Stop every thread and server; stop KaiwuDB processes; delete the Nodes if asked."""
+        self._stop.set()
+        self._wake.set()
+        self._reflector.stop()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(10)
+        with self._lock:
+            for pod in self._pods.values():
+                self._stop_processes(pod)
+            self._pods.clear()
+        for node in self._nodes.values():
+            node.server.stop()
+            _AddressPool.give_back(node.address)
+        self._loop.close()
+        if delete_nodes and self._started:
+            for name in self._nodes:
+                for path in (
+                    f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}",
+                    f"/api/v1/nodes/{name}",
+                ):
+                    try:
+                        self._rest.delete(path)
+                    except ApiError as err:
+                        if err.status != 404:
+                            log.warning("could not delete %s: %s", path, err)
+                    except Exception as err:
+                        log.warning("could not delete %s: %s", path, err)
+
+    # ---- introspection -----------------------------------------------------------------
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(self._nodes)
+
+    def node(self, name: str) -> NodeInfo:
+        node = self._nodes[name]
+        return NodeInfo(name, node.address, node.server.port, node.alive, node.spec.zone)
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return tuple(self.node(name) for name in self._nodes)
+
+    # ---- faults ------------------------------------------------------------------------
+
+    def lose_node(self, name: str) -> None:
+        """The machine stops: no heartbeats, no lease renewals, its endpoint refuses
+        connections, its processes end as far as KaiwuDB can tell. Pods stay as they are in the
+        API; what happens to them is up to the real controllers."""
+        node = self._nodes[name]
+        with self._lock:
+            if not node.alive:
+                return
+            node.alive = False
+            for pod in self._pods.values():
+                if pod.node != name:
+                    continue
+                for c in itertools.chain(pod.init, pod.containers):
+                    if c.state == "running":
+                        c.lost = True
+                self._stop_processes(pod)
+        node.server.stop()
+        log.info("node %s lost", name)
+
+    def restore_node(self, name: str) -> None:
+        """The machine boots again: heartbeats resume at once and containers that were running
+        when it went down restart (restartCount + 1, lastState terminated, reason Unknown)."""
+        node = self._nodes[name]
+        with self._lock:
+            if node.alive:
+                return
+            node.server.start()
+            node.boot_id = secrets.token_hex(16)
+            now = time.monotonic()
+            for pod in self._pods.values():
+                if pod.node != name:
+                    continue
+                for c in itertools.chain(pod.init, pod.containers):
+                    if c.lost:
+                        c.lost = False
+                        self._exited(pod, c, ProcessExit(255, ""), now, reason="Unknown")
+                        c.backoff.reset()
+            node.next_lease = 0.0
+            node.next_status = 0.0
+            node.alive = True
+        self._wake.set()
+        log.info("node %s restored", name)
+
+    def crash_loop(
+        self, namespace: str, pod: str, *, exit_code: int = 1, message: str = "simulated crash"
+    ) -> None:
+        """Every container of the pod exits with exit_code now and at each start, until
+        stop_crash_loop."""
+        with self._lock:
+            runtime = self._find(namespace, pod)
+            runtime.crash = (exit_code, message)
+            now = time.monotonic()
+            for c in runtime.containers:
+                if c.state == "running":
+                    self._exited(runtime, c, ProcessExit(exit_code, message), now)
+        self._wake.set()
+
+    def stop_crash_loop(self, namespace: str, pod: str) -> None:
+        with self._lock:
+            self._find(namespace, pod).crash = None
+        self._wake.set()
+
+    def set_unready(self, namespace: str, pod: str, unready: bool = True) -> None:
+        """Force the pod's readiness probes to fail (True) or answer normally again (False)."""
+        with self._lock:
+            self._find(namespace, pod).unready = unready
+        self._wake.set()
+
+    def volume_lost(self, claim_uid: str) -> None:
+        """A disk vanished: containers mounting that claim stop now (mounts then fail)."""
+        with self._lock:
+            now = time.monotonic()
+            for pod in self._pods.values():
+                if pod.store_key == claim_uid or claim_uid in self._claim_uids(pod):
+                    for c in pod.containers:
+                        if c.state == "running":
+                            self._exited(pod, c, ProcessExit(137, "volume lost"), now)
+                    pod.sandbox = False
+        self._wake.set()
+
+    def _find(self, namespace: str, name: str) -> _Pod:
+        for pod in self._pods.values():
+            if pod.namespace == namespace and pod.name == name:
+                return pod
+        raise KeyError(f"pod {namespace}/{name} is not on a simulated node")
+
+    # ---- node registration and heartbeats ---------------------------------------------
+
+    def _node_object(self, node: _Node) -> JsonObj:
+        spec = node.spec
+        labels = {
+            "kubernetes.io/hostname": spec.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64",
+            "topology.kubernetes.io/zone": spec.zone,
+            "topology.kubernetes.io/region": spec.region,
+            "failure-domain.beta.kubernetes.io/zone": spec.zone,
+            "failure-domain.beta.kubernetes.io/region": spec.region,
+            **spec.labels,
+        }
+        cidr = f"{self.settings.pod_cidr_prefix}.{node.pod_cidr_index}.0/24"
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": spec.name,
+                "labels": labels,
+                "annotations": {
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                },
+            },
+            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+        }
+
+    def _node_status(self, node: _Node, live: JsonObj | None) -> JsonObj:
+        spec = node.spec
+        now = rfc3339()
+        previous = {
+            c["type"]: c for c in ((live or {}).get("status", {}).get("conditions") or [])
+        }
+
+        def condition(kind: str, status: str, reason: str, message: str) -> JsonObj:
+            before = previous.get(kind)
+            since = before["lastTransitionTime"] if before and before["status"] == status else now
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": since,
+            }
+
+        resources = {
+            "cpu": spec.cpu,
+            "memory": spec.memory,
+            "pods": str(spec.pods),
+            "ephemeral-storage": spec.ephemeral_storage,
+        }
+        return {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory",
+                          "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure",
+                          "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID",
+                          "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": node.address}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": node.server.port}},
+            "nodeInfo": {
+                "machineID": hashlib.md5(spec.name.encode()).hexdigest(),
+                "systemUUID": hashlib.md5(spec.name.encode()).hexdigest(),
+                "bootID": node.boot_id,
+                "kernelVersion": "6.1.0-sim",
+                "osImage": "Simulated Linux (kaiwu test world)",
+                "containerRuntimeVersion": "containerd://1.4.13",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+
+    def _register(self, node: _Node) -> None:
+        body = self._node_object(node)
+        try:
+            created = self._rest.create("/api/v1/nodes", body)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+            created = self._rest.patch(
+                f"/api/v1/nodes/{node.spec.name}",
+                {"metadata": {"labels": body["metadata"]["labels"]}},
+            )
+        node.uid = created["metadata"]["uid"]
+        self._post_node_status(node)
+        self._renew_lease(node)
+
+    def _post_node_status(self, node: _Node) -> None:
+        path = f"/api/v1/nodes/{node.spec.name}"
+        live = self._rest.get(path)
+        status = self._node_status(node, live)
+        self._rest.patch(f"{path}/status", {"status": status}, content_type=STRATEGIC_MERGE_PATCH)
+        node.next_status = time.monotonic() + self.settings.node_status_interval_s
+
+    def _renew_lease(self, node: _Node) -> None:
+        name = node.spec.name
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}"
+        spec = {
+            "holderIdentity": name,
+            "leaseDurationSeconds": self.settings.lease_duration_s,
+            "renewTime": micro_time(),
+        }
+        try:
+            self._rest.patch(path, {"spec": spec})
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            self._rest.create(
+                f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases",
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": name,
+                        "namespace": NODE_LEASE_NAMESPACE,
+                        "ownerReferences": [
+                            {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node.uid}
+                        ],
+                    },
+                    "spec": spec,
+                },
+            )
+        node.next_lease = time.monotonic() + self.settings.lease_renew_interval_s
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for node in self._nodes.values():
+                if not node.alive:
+                    continue
+                try:
+                    if now >= node.next_lease:
+                        self._renew_lease(node)
+                    if now >= node.next_status:
+                        self._post_node_status(node)
+                except Exception as err:
+                    log.warning("heartbeat of %s failed: %s", node.spec.name, err)
+            self._stop.wait(0.1)
+
+    def _all_nodes_schedulable(self) -> bool:
+        for name in self._nodes:
+            live = self._rest.get(f"/api/v1/nodes/{name}")
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in live.get("status", {}).get("conditions") or []
+            )
+            tainted = any(
+                t.get("key") == NOT_READY_TAINT for t in live.get("spec", {}).get("taints") or []
+            )
+            if not ready or tainted:
+                return False
+        return True
+
+    # ---- pod events and the worker -----------------------------------------------------
+
+    def _on_pod_event(self, kind: str, pod: JsonObj) -> None:
+        if pod.get("spec", {}).get("nodeName") in self._nodes:
+            self._events.put((kind, pod))
+            self._wake.set()
+
+    def _drain_events(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                kind, obj = self._events.get_nowait()
+            except queue.Empty:
+                return
+            uid = obj["metadata"]["uid"]
+            if kind == "DELETED":
+                gone = self._pods.pop(uid, None)
+                if gone is not None and self._nodes[gone.node].alive:
+                    self._stop_processes(gone)
+                continue
+            known = self._pods.get(uid)
+            if known is None:
+                self._pods[uid] = _Pod(obj, self.settings, now)
+            elif int(obj["metadata"]["resourceVersion"]) >= int(
+                known.pod["metadata"]["resourceVersion"]
+            ):
+                known.pod = obj
+
+    def _worker_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.sync_period_s)
+            self._wake.clear()
+            with self._lock:
+                self._drain_events()
+                for pod in list(self._pods.values()):
+                    if self._stop.is_set():
+                        break
+                    if not self._nodes[pod.node].alive:
+                        continue
+                    try:
+                        self._sync(pod, time.monotonic())
+                    except Exception:
+                        log.exception("syncing pod %s/%s failed", pod.namespace, pod.name)
+
+    # ---- one pod's state machine -------------------------------------------------------
+
+    def _sync(self, pod: _Pod, now: float) -> None:
+        meta = pod.pod["metadata"]
+        phase = pod.pod.get("status", {}).get("phase")
+        if meta.get("deletionTimestamp"):
+            self._sync_terminating(pod, now)
+            return
+        if phase in ("Succeeded", "Failed"):
+            return
+        if not pod.sandbox:
+            if now < pod.seen_at + self.settings.container_create_s:
+                return
+            error = self._mount_volumes(pod)
+            if error:
+                pod.volume_error = error
+                if not pod.volume_event_sent:
+                    self._event(pod, "Warning", "FailedMount", error)
+                    pod.volume_event_sent = True
+                self._post_status(pod)
+                return
+            pod.volume_error = ""
+            pod.sandbox = True
+            node = self._nodes[pod.node]
+            if not pod.pod_ip:
+                pod.pod_ip = (
+                    f"{self.settings.pod_cidr_prefix}.{node.pod_cidr_index}.{next(node.ip_counter)}"
+                )
+                pod.start_time = rfc3339()
+        elif pod.store_key is not None and self._disks.is_lost(pod.store_key):
+            self.volume_lost(pod.store_key)
+            return
+        if not self._run_init_containers(pod, now):
+            self._post_status(pod)
+            return
+        for c in pod.containers:
+            self._sync_container(pod, c, now)
+        self._post_status(pod)
+
+    def _claim_uids(self, pod: _Pod) -> list[str]:
+        uids = []
+        for volume in pod.pod["spec"].get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim:
+                live = self._rest.get_or_none(
+                    f"/api/v1/namespaces/{pod.namespace}/persistentvolumeclaims/{claim}"
+                )
+                if live is not None:
+                    uids.append(str(live["metadata"]["uid"]))
+        return uids
+
+    def _mount_volumes(self, pod: _Pod) -> str:
+        """Resolve claims to volumes as the volume manager would; '' when all can mount.
+
+        The KaiwuDB store key is the uid of the claim in the volume named `data` (the
+        StatefulSet's volumeClaimTemplate), else of the first claim; a KaiwuDB pod without any
+        claim gets a store that lives and dies with the pod (an emptyDir)."""
+        volumes = pod.pod["spec"].get("volumes") or []
+        claims = [
+            (v["name"], v["persistentVolumeClaim"]["claimName"])
+            for v in volumes
+            if v.get("persistentVolumeClaim")
+        ]
+        store_key: str | None = None
+        for volume_name, claim in claims:
+            path = f"/api/v1/namespaces/{pod.namespace}/persistentvolumeclaims/{claim}"
+            live = self._rest.get_or_none(path)
+            if live is None:
+                return f'persistentvolumeclaim "{claim}" not found'
+            if live.get("status", {}).get("phase") != "Bound":
+                return f'persistentvolumeclaim "{claim}" is not bound'
+            uid = str(live["metadata"]["uid"])
+            volume = live["spec"].get("volumeName", "")
+            if self._disks.is_lost(uid):
+                return (
+                    f'MountVolume.NewMounter initialization failed for volume "{volume}" : '
+                    f'path "/mnt/kaiwu-local/{volume}" does not exist'
+                )
+            placed = self._disks.node_of(uid)
+            if placed is not None and placed != pod.node:
+                return (
+                    f'volume "{volume}" is on node {placed}, not on {pod.node}: the local '
+                    "disk cannot be mounted here"
+                )
+            if volume_name == "data" or store_key is None:
+                store_key = uid
+        pod.store_key = store_key if store_key is not None else f"emptydir-{pod.uid}"
+        return ""
+
+    def _initialized(self, pod: _Pod) -> bool:
+        return all(c.state == "exited" and c.current and c.current.exit_code == 0
+                   for c in pod.init)
+
+    def _run_init_containers(self, pod: _Pod, now: float) -> bool:
+        """Advance init containers one at a time; True once all have completed."""
+        for c in pod.init:
+            if c.state == "exited" and c.current is not None and c.current.exit_code == 0:
+                continue
+            if c.state == "new":
+                c.state = "running"
+                c.started_wall = time.time()
+                c.started_mono = now
+                c.container_id = "containerd://" + secrets.token_hex(32)
+                return False
+            if c.state == "running" and now - c.started_mono >= self.settings.init_container_run_s:
+                c.current = _Terminated(0, "Completed", "", rfc3339(c.started_wall), rfc3339(),
+                                        c.container_id)
+                c.state = "exited"
+                c.ready = True
+                continue
+            return False
+        return True
+
+    def _sync_container(self, pod: _Pod, c: _Container, now: float) -> None:
+        if c.state == "new":
+            self._start(pod, c, now)
+            return
+        if c.state == "running":
+            ended = self._kwdb.exited(pod.cluster, pod.name) if c.kwdb else None
+            if ended is not None:
+                self._exited(pod, c, ended, now)
+                return
+            if now >= c.next_probe:
+                c.next_probe = now + self.settings.probe_period_s
+                self._probe(pod, c, now)
+            return
+        # exited: restart per policy, after the back-off
+        assert c.current is not None
+        policy = pod.restart_policy
+        if policy == "Never" or (policy == "OnFailure" and c.current.exit_code == 0):
+            return
+        finished = c.finished_mono
+        if c.backoff.in_backoff_since(finished, now):
+            if not c.backoff_event_sent:
+                self._event(pod, "Warning", "BackOff", "Back-off restarting failed container")
+                c.backoff_event_sent = True
+            return
+        c.backoff.next(now)
+        c.last = c.current
+        c.restart_count += 1
+        self._start(pod, c, now)
+
+    def _argv(self, pod: _Pod, c: _Container) -> list[str]:
+        host_ip = self._nodes[pod.node].address
+        env = container_env(c.spec, pod.pod, pod.pod_ip, host_ip)
+        words = (c.spec.get("command") or []) + (c.spec.get("args") or [])
+        return [expand(str(word), env) for word in words]
+
+    def _start(self, pod: _Pod, c: _Container, now: float) -> None:
+        c.state = "running"
+        c.started_wall = time.time()
+        c.started_mono = now
+        c.container_id = "containerd://" + secrets.token_hex(32)
+        c.ready = False
+        c.started_probe = "startupProbe" not in c.spec
+        c.successes = dict.fromkeys(c.successes, 0)
+        c.failures = dict.fromkeys(c.failures, 0)
+        c.next_probe = now  # first probes right away
+        c.current = None
+        c.backoff_event_sent = False
+        if pod.crash is not None:
+            self._exited(pod, c, ProcessExit(*pod.crash), now)
+            return
+        if c.kwdb:
+            assert pod.store_key is not None  # set when the volumes mounted
+            outcome = self._kwdb.start(pod.cluster, pod.name, pod.store_key, self._argv(pod, c))
+            if not outcome.started:
+                self._exited(pod, c, ProcessExit(outcome.exit_code, outcome.message), now)
+                return
+        self._event(pod, "Normal", "Started", f"Started container {c.name}")
+
+    def _exited(
+        self, pod: _Pod, c: _Container, ended: ProcessExit, now: float, *, reason: str = ""
+    ) -> None:
+        if c.kwdb:
+            self._kwdb.stop(pod.cluster, pod.name)
+        c.current = _Terminated(
+            exit_code=ended.exit_code,
+            reason=reason or ("Completed" if ended.exit_code == 0 else "Error"),
+            message=ended.message,
+            started_at=rfc3339(c.started_wall),
+            finished_at=rfc3339(),
+            container_id=c.container_id,
+        )
+        c.state = "exited"
+        c.ready = False
+        c.finished_mono = now
+
+    def _stop_processes(self, pod: _Pod) -> None:
+        if any(c.kwdb and c.state == "running" for c in pod.containers):
+            self._kwdb.stop(pod.cluster, pod.name)
+
+    # ---- probes ------------------------------------------------------------------------
+
+    def _handler_ok(self, pod: _Pod, c: _Container, probe: JsonObj) -> bool:
+        if not c.kwdb:
+            return True
+        if "httpGet" in probe:
+            path = str(probe["httpGet"].get("path") or "/")
+            if "ready=1" in path:
+                return self._kwdb.is_ready(pod.cluster, pod.name)
+            return self._kwdb.is_live(pod.cluster, pod.name)
+        if "exec" in probe:
+            argv = probe["exec"].get("command") or []
+            return self._run(pod, c, argv).exit_code == 0
+        return self._kwdb.is_live(pod.cluster, pod.name)  # tcpSocket: the port answers
+
+    def _probe(self, pod: _Pod, c: _Container, now: float) -> None:
+        def outcome(kind: str, ok: bool) -> bool | None:
+            """Count a result; True/False once a threshold is crossed, else None."""
+            probe = c.spec[f"{kind}Probe"]
+            if ok:
+                c.failures[kind] = 0
+                c.successes[kind] += 1
+                return True if c.successes[kind] >= int(probe.get("successThreshold", 1)) else None
+            c.successes[kind] = 0
+            c.failures[kind] += 1
+            return False if c.failures[kind] >= int(probe.get("failureThreshold", 3)) else None
+
+        if not c.started_probe:
+            result = outcome("startup", self._handler_ok(pod, c, c.spec["startupProbe"]))
+            if result is True:
+                c.started_probe = True
+            elif result is False:
+                self._event(pod, "Warning", "Unhealthy", "Startup probe failed")
+                self._exited(pod, c, ProcessExit(137, "startup probe failed"), now)
+            return
+        if "livenessProbe" in c.spec:
+            result = outcome("liveness", self._handler_ok(pod, c, c.spec["livenessProbe"]))
+            if result is False:
+                self._event(pod, "Normal", "Killing",
+                            f"Container {c.name} failed liveness probe, will be restarted")
+                self._exited(pod, c, ProcessExit(137, "liveness probe failed"), now)
+                return
+        if "readinessProbe" not in c.spec:
+            c.ready = not pod.unready
+            return
+        ok = not pod.unready and self._handler_ok(pod, c, c.spec["readinessProbe"])
+        result = outcome("readiness", ok)
+        if result is not None:
+            if c.ready and not result:
+                self._event(pod, "Warning", "Unhealthy", "Readiness probe failed")
+            c.ready = result
+
+    # ---- termination -------------------------------------------------------------------
+
+    def _sync_terminating(self, pod: _Pod, now: float) -> None:
+        if pod.terminating_since is None:
+            pod.terminating_since = now
+            grace = pod.pod["metadata"].get("deletionGracePeriodSeconds")
+            grace_s = float(grace) if grace is not None else 30.0
+            pod.delete_at = now + min(grace_s, self.settings.termination_grace_cap_s)
+            for c in itertools.chain(pod.init, pod.containers):
+                if c.state == "running":
+                    self._event(pod, "Normal", "Killing", f"Stopping container {c.name}")
+                    self._exited(pod, c, ProcessExit(0, ""), now)
+            self._post_status(pod)
+        if now >= pod.delete_at and not pod.delete_sent:
+            pod.delete_sent = True
+            options = {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "gracePeriodSeconds": 0,
+                "preconditions": {"uid": pod.uid},
+            }
+            try:
+                self._rest.delete(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", options)
+            except ApiError as err:
+                if err.status not in (404, 409):
+                    pod.delete_sent = False  # retry next sync
+                    raise
+
+    # ---- status ------------------------------------------------------------------------
+
+    def _container_status(self, pod: _Pod, c: _Container, init: bool) -> JsonObj:
+        state: JsonObj
+        if pod.volume_error or (not pod.sandbox and c.state == "new"):
+            state = {"waiting": {"reason": "ContainerCreating"}}
+        elif c.state == "new":
+            state = {"waiting": {"reason": "PodInitializing" if not init else "ContainerCreating"}}
+        elif c.state == "running":
+            state = {"running": {"startedAt": rfc3339(c.started_wall)}}
+        else:
+            assert c.current is not None
+            restarting = not init and (
+                pod.restart_policy == "Always"
+                or (pod.restart_policy == "OnFailure" and c.current.exit_code != 0)
+            )
+            if restarting and pod.terminating_since is None:
+                delay = int(c.backoff.delay or 0)
+                state = {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": (
+                            f"back-off {delay}s restarting failed container={c.name} "
+                            f"pod={pod.name}_{pod.namespace}({pod.uid})"
+                        ),
+                    }
+                }
+            else:
+                state = {"terminated": c.current.as_status()}
+        last = c.last
+        if c.state == "exited" and "waiting" in state and c.current is not None:
+            last = c.current  # waiting to restart: the instance that just died is the last state
+        status: JsonObj = {
+            "name": c.name,
+            "state": state,
+            "lastState": {"terminated": last.as_status()} if last else {},
+            "ready": c.ready,
+            "restartCount": c.restart_count,
+            "image": c.image,
+            "imageID": c.image_id() if c.container_id else "",
+            "started": c.state == "running" and c.started_probe,
+        }
+        if c.container_id:
+            status["containerID"] = c.container_id
+        if init:
+            status.pop("started")
+        return status
+
+    def _phase(self, pod: _Pod) -> str:
+        if not self._initialized(pod):
+            return "Pending"
+        if all(c.state == "new" for c in pod.containers):
+            return "Pending"
+        if all(c.state == "exited" for c in pod.containers) and (
+            pod.restart_policy == "Never"
+            or (pod.restart_policy == "OnFailure"
+                and all(c.current and c.current.exit_code == 0 for c in pod.containers))
+        ):
+            failed = any(c.current and c.current.exit_code != 0 for c in pod.containers)
+            return "Failed" if failed else "Succeeded"
+        return "Running"
+
+    def _conditions(self, pod: _Pod) -> list[JsonObj]:
+        live = {c["type"]: c for c in pod.pod.get("status", {}).get("conditions") or []}
+        now = rfc3339()
+
+        def condition(kind: str, ok: bool, reason: str = "", message: str = "") -> JsonObj:
+            status = "True" if ok else "False"
+            before = live.get(kind)
+            since = before["lastTransitionTime"] if before and before["status"] == status else now
+            cond: JsonObj = {"type": kind, "status": status, "lastProbeTime": None,
+                             "lastTransitionTime": since}
+            if not ok:
+                cond["reason"] = reason
+                if message:
+                    cond["message"] = message
+            return cond
+
+        pending_init = [c.name for c in pod.init if not (c.state == "exited" and c.current
+                                                          and c.current.exit_code == 0)]
+        unready = [c.name for c in pod.containers if not c.ready]
+        gates = [g["conditionType"] for g in pod.pod["spec"].get("readinessGates") or []]
+        gates_ok = all(live.get(g, {}).get("status") == "True" for g in gates)
+        names = ", ".join(unready)
+        ours = [
+            condition("Initialized", not pending_init, "ContainersNotInitialized",
+                      f"containers with incomplete status: [{' '.join(pending_init)}]"),
+            condition("Ready", not unready and gates_ok,
+                      "ContainersNotReady" if unready else "ReadinessGatesNotReady",
+                      f"containers with unready status: [{names}]" if unready
+                      else "corresponding condition of pod readiness gate is not true"),
+            condition("ContainersReady", not unready, "ContainersNotReady",
+                      f"containers with unready status: [{names}]"),
+        ]
+        mine = {c["type"] for c in ours}
+        # Conditions others own (PodScheduled, readiness gates) are carried over untouched.
+        return ours + [c for kind, c in live.items() if kind not in mine]
+
+    def _status(self, pod: _Pod) -> JsonObj:
+        status: JsonObj = {
+            "phase": self._phase(pod),
+            "conditions": self._conditions(pod),
+            "hostIP": self._nodes[pod.node].address,
+            "containerStatuses": [self._container_status(pod, c, False) for c in pod.containers],
+        }
+        if pod.init:
+            status["initContainerStatuses"] = [
+                self._container_status(pod, c, True) for c in pod.init
+            ]
+        if pod.pod_ip:
+            status["podIP"] = pod.pod_ip
+            status["podIPs"] = [{"ip": pod.pod_ip}]
+        if pod.start_time:
+            status["startTime"] = pod.start_time
+        return status
+
+    def _post_status(self, pod: _Pod) -> None:
+        status = self._status(pod)
+        live = pod.pod.get("status", {})
+
+        def strip_times(value: Any) -> Any:
+            # Heartbeat-free comparison: only a change of substance is worth a write.
+            if isinstance(value, dict):
+                return {k: strip_times(v) for k, v in value.items() if k != "lastTransitionTime"}
+            if isinstance(value, list):
+                return [strip_times(v) for v in value]
+            return value
+
+        if strip_times(_prune(status)) == strip_times(_prune({k: live.get(k) for k in status})):
+            return
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        try:
+            updated = self._rest.patch(
+                path, {"metadata": {"uid": pod.uid}, "status": status}
+            )
+        except ApiError as err:
+            if err.status in (404, 409, 422):
+                # Gone, or replaced by a pod of the same name (the uid no longer matches): the
+                # watch will tell.
+                return
+            raise
+        if updated.get("metadata", {}).get("uid") == pod.uid:
+            pod.pod = updated
+
+    def _event(self, pod: _Pod, kind: str, reason: str, message: str) -> None:
+        now = rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{pod.name}.{secrets.token_hex(8)}", "namespace": pod.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": "kubelet", "host": pod.node},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": "kubelet",
+            "reportingInstance": pod.node,
+        }
+        try:
+            self._rest.create(f"/api/v1/namespaces/{pod.namespace}/events", body)
+        except ApiError as err:
+            log.debug("event for %s/%s not recorded: %s", pod.namespace, pod.name, err)
+
+    # ---- the exec endpoint's backend (called from server threads) ----------------------
+
+    def _exec_target(
+        self, node: str, namespace: str, pod: str, container: str
+    ) -> tuple[_Pod, _Container]:
+        with self._lock:
+            self._drain_events()
+            for runtime in self._pods.values():
+                if runtime.node == node and runtime.namespace == namespace and runtime.name == pod:
+                    c = runtime.container(container)
+                    if c is None:
+                        raise ExecRefused(404, f'container not found ("{container}")')
+                    if c.state != "running":
+                        raise ExecRefused(500, f'container not found ("{container}")')
+                    return runtime, c
+        raise ExecRefused(404, "pod does not exist")
+
+    def check_exec(self, node: str, namespace: str, pod: str, container: str) -> None:
+        self._exec_target(node, namespace, pod, container)
+
+    def run_exec(
+        self, node: str, namespace: str, pod: str, container: str, argv: Sequence[str]
+    ) -> CommandResult:
+        runtime, c = self._exec_target(node, namespace, pod, container)
+        return self._run(runtime, c, argv)
+
+    def _run(self, pod: _Pod, c: _Container, argv: Sequence[str]) -> CommandResult:
+        cluster, name = pod.cluster, pod.name
+
+        def kwbase(args: Sequence[str]) -> ExecOutput:
+            return self._kwdb.exec(cluster, name, args)
+
+        return run_in_container(argv, hostname=name, kwbase=kwbase if c.kwdb else None)
+
+    def container_log(self, node: str, namespace: str, pod: str, container: str) -> str:
+        with self._lock:
+            for runtime in self._pods.values():
+                if runtime.node == node and runtime.namespace == namespace and runtime.name == pod:
+                    c = runtime.container(container)
+                    if c is None:
+                        raise ExecRefused(404, f'container not found ("{container}")')
+                    if not c.kwdb:
+                        return ""
+                    cluster = runtime.cluster
+                    break
+            else:
+                raise ExecRefused(404, "pod does not exist")
+        return self._kwdb.log(cluster, pod)
+
+    # ---- debugging -----------------------------------------------------------------------
+
+    def describe(self) -> Iterator[str]:
+        """One line per pod the kubelet runs, for test failure messages."""
+        with self._lock:
+            for pod in self._pods.values():
+                states = ", ".join(
+                    f"{c.name}={c.state}/r{c.restart_count}/{'ready' if c.ready else 'unready'}"
+                    for c in pod.containers
+                )
+                yield f"{pod.namespace}/{pod.name} on {pod.node}: {states}"

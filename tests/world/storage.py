@@ -1,0 +1,241 @@
+"""Simulated node-local storage: a StorageClass and a provisioner that pins volumes to nodes.
+
+Made and started by tests/world/simworld.py; the kubelet (tests/world/kubelet.py) asks `Disks`
+whether a claim's volume can be mounted, the faults API (tests/world/faults.py) loses disks.
+
+How it plays with the real control plane: the StorageClass uses `WaitForFirstConsumer`, so the
+real scheduler picks a node for a pod first and writes it on the pod's unbound claims
+(`volume.kubernetes.io/selected-node`); the real PV controller marks such claims for our
+provisioner (`volume.beta.kubernetes.io/storage-provisioner`). This provisioner then creates a
+`local` PersistentVolume for the claim, pinned by nodeAffinity to that node, with a claimRef; the
+real PV controller binds the two and the scheduler binds the pod. Volumes released by deleted
+claims are deleted (reclaim policy Delete), as a dynamic provisioner does.
+
+Not modelled: capacity limits per node, volume expansion, snapshots, `Retain`/`Recycle`,
+attach/detach, filesystem contents (KaiwuDB data lives in the simulated KaiwuDB, keyed by the
+claim's uid).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.world.kube_rest import ApiError, JsonObj, KubeRest, Reflector
+
+log = logging.getLogger(__name__)
+
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The simulated storage class.
+
+    class_name / provisioner: what claims name and what the PV controller hands claims to.
+    default_class: whether claims without a class get this one (annotation is-default-class).
+    base_path: where the `local` volumes claim to live on the node (shown in PVs and errors).
+    """
+
+    class_name: str = "kaiwu-local"
+    provisioner: str = "kaiwu.test/local-provisioner"
+    default_class: bool = True
+    base_path: str = "/mnt/kaiwu-local"
+
+
+class Disks:
+    """Which claim's volume sits on which node's disk, and which disks are gone. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._node_of: dict[str, str] = {}  # claim uid -> node
+        self._lost: set[str] = set()  # claim uids whose disk is gone
+
+    def place(self, claim_uid: str, node: str) -> None:
+        with self._lock:
+            self._node_of[claim_uid] = node
+
+    def node_of(self, claim_uid: str) -> str | None:
+        with self._lock:
+            return self._node_of.get(claim_uid)
+
+    def lose(self, claim_uid: str) -> None:
+        with self._lock:
+            self._lost.add(claim_uid)
+
+    def is_lost(self, claim_uid: str) -> bool:
+        with self._lock:
+            return claim_uid in self._lost
+
+
+def volume_name(claim_uid: str) -> str:
+    """PVs are named after the claim's uid, as Kubernetes' dynamic provisioners do."""
+    return f"pvc-{claim_uid}"
+
+
+class SimStorage:
+    """The StorageClass and its provisioner, running in reflector threads."""
+
+    def __init__(
+        self,
+        rest: KubeRest,
+        disks: Disks,
+        settings: StorageSettings | None = None,
+        *,
+        node_alive: Callable[[str], bool] = lambda _node: True,
+    ) -> None:
+        self.settings = settings or StorageSettings()
+        self.disks = disks
+        self._rest = rest
+        self._node_alive = node_alive
+        self._claims = Reflector(rest, "/api/v1/persistentvolumeclaims", self._on_claim,
+                                 name="sim-provisioner-claims")
+        self._volumes = Reflector(rest, "/api/v1/persistentvolumes", self._on_volume,
+                                  name="sim-provisioner-volumes")
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.ensure_storage_class()
+        self._volumes.start()
+        self._claims.start()
+        if not (self._volumes.wait_synced(timeout_s) and self._claims.wait_synced(timeout_s)):
+            raise RuntimeError("simulated provisioner could not list claims and volumes")
+
+    def stop(self) -> None:
+        self._claims.stop()
+        self._volumes.stop()
+
+    def storage_class(self) -> JsonObj:
+        s = self.settings
+        annotations = {DEFAULT_CLASS: "true"} if s.default_class else {}
+        return {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": s.class_name, "annotations": annotations},
+            "provisioner": s.provisioner,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }
+
+    def ensure_storage_class(self) -> None:
+        try:
+            self._rest.create("/apis/storage.k8s.io/v1/storageclasses", self.storage_class())
+        except ApiError as err:
+            if err.status != 409:
+                raise
+
+    # ---- provisioning ------------------------------------------------------------------
+
+    def _on_claim(self, kind: str, claim: JsonObj) -> None:
+        if kind == "DELETED":
+            return
+        meta = claim["metadata"]
+        annotations: dict[str, str] = meta.get("annotations") or {}
+        node = annotations.get(SELECTED_NODE)
+        if (
+            annotations.get(STORAGE_PROVISIONER) != self.settings.provisioner
+            or not node
+            or claim.get("spec", {}).get("volumeName")
+            or claim.get("status", {}).get("phase") not in (None, "Pending")
+        ):
+            return
+        if not self._node_alive(node):
+            # The provisioner's agent on that node cannot create the directory: hand the claim
+            # back to the scheduler, as external-provisioner does when provisioning fails there.
+            self._reschedule(claim, node)
+            return
+        self._provision(claim, node)
+
+    def _provision(self, claim: JsonObj, node: str) -> None:
+        meta = claim["metadata"]
+        uid = meta["uid"]
+        spec = claim.get("spec", {})
+        name = volume_name(uid)
+        volume: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {
+                "name": name,
+                "annotations": {PROVISIONED_BY: self.settings.provisioner},
+                "labels": {"kaiwu.test/node": node},
+            },
+            "spec": {
+                "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "volumeMode": spec.get("volumeMode", "Filesystem"),
+                "persistentVolumeReclaimPolicy": "Delete",
+                "storageClassName": self.settings.class_name,
+                "claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": uid,
+                },
+                "local": {"path": f"{self.settings.base_path}/{name}"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": [node],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+        self.disks.place(uid, node)
+        try:
+            self._rest.create("/api/v1/persistentvolumes", volume)
+            log.info("provisioned %s on %s for %s/%s", name, node, meta["namespace"], meta["name"])
+        except ApiError as err:
+            if err.status != 409:  # already provisioned on an earlier event
+                raise
+
+    def _reschedule(self, claim: JsonObj, node: str) -> None:
+        meta = claim["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}"
+        try:
+            self._rest.patch(path, {"metadata": {"annotations": {SELECTED_NODE: None}}})
+        except ApiError as err:
+            if err.status != 404:
+                raise
+        log.info("claim %s/%s: node %s is down, rescheduling", meta["namespace"], meta["name"],
+                 node)
+
+    # ---- reclaiming --------------------------------------------------------------------
+
+    def _on_volume(self, kind: str, volume: JsonObj) -> None:
+        if kind == "DELETED":
+            return
+        meta = volume["metadata"]
+        if (meta.get("annotations") or {}).get(PROVISIONED_BY) != self.settings.provisioner:
+            return
+        if meta.get("deletionTimestamp"):
+            return
+        spec = volume.get("spec", {})
+        claim_uid = (spec.get("claimRef") or {}).get("uid")
+        node = (meta.get("labels") or {}).get("kaiwu.test/node")
+        if claim_uid and node:
+            self.disks.place(claim_uid, node)  # volumes made before this provisioner started
+        if (
+            volume.get("status", {}).get("phase") == "Released"
+            and spec.get("persistentVolumeReclaimPolicy") == "Delete"
+        ):
+            try:
+                self._rest.delete(f"/api/v1/persistentvolumes/{meta['name']}")
+                log.info("deleted released volume %s", meta["name"])
+            except ApiError as err:
+                if err.status != 404:
+                    raise
