@@ -20,9 +20,12 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.world.controlplane import REPO_ROOT, ControlPlane
-
-pytestmark = pytest.mark.world
+from tests.world.controlplane import (
+    REPO_ROOT,
+    ControlPlane,
+    ControlPlaneError,
+    ControlPlaneSettings,
+)
 
 CRD_PATH = REPO_ROOT / "crd" / "kaiwuclusters.yaml"
 GROUP, VERSION, PLURAL = "kaiwu.inspur.com", "v1", "kaiwuclusters"
@@ -83,6 +86,7 @@ def kaiwucluster_names(kube: k8s.ApiClient, namespace: str) -> list[str]:
     return [item["metadata"]["name"] for item in listed["items"]]
 
 
+@pytest.mark.world
 def test_the_apiserver_applies_the_kaiwucluster_schema_defaults(
         kube: k8s.ApiClient, namespace: str) -> None:
     created = create_kaiwucluster(kube, namespace, "demo", {"replicas": 5})
@@ -95,6 +99,7 @@ def test_the_apiserver_applies_the_kaiwucluster_schema_defaults(
     assert kaiwucluster_names(kube, namespace) == ["demo"]
 
 
+@pytest.mark.world
 def test_the_apiserver_rejects_an_invalid_kaiwucluster_with_422(
         kube: k8s.ApiClient, namespace: str) -> None:
     too_many = crd_spec_schema()["properties"]["replicas"]["maximum"] + 1
@@ -107,6 +112,7 @@ def test_the_apiserver_rejects_an_invalid_kaiwucluster_with_422(
     assert kaiwucluster_names(kube, namespace) == [], "nothing was stored"
 
 
+@pytest.mark.world
 def test_deleting_a_kaiwucluster_garbage_collects_what_it_owns(
         kube: k8s.ApiClient, namespace: str) -> None:
     custom = k8s.CustomObjectsApi(kube)
@@ -149,6 +155,7 @@ def service_account_token(core: k8s.CoreV1Api, namespace: str, account: str) -> 
     return eventually(token, 30, f"a token secret for service account {account}")
 
 
+@pytest.mark.world
 def test_rbac_is_enforced_for_a_service_account_token(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     core = k8s.CoreV1Api(kube)
@@ -192,6 +199,7 @@ def test_rbac_is_enforced_for_a_service_account_token(
     as_reader.close()  # type: ignore[no-untyped-call]  # the client leaves close() unannotated
 
 
+@pytest.mark.world
 def test_the_audit_log_records_who_wrote_what(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     name = f"audited-{secrets.token_hex(3)}"
@@ -212,6 +220,7 @@ def test_the_audit_log_records_who_wrote_what(
     assert "requestObject" not in event, "Metadata level must not log request bodies"
 
 
+@pytest.mark.world
 def test_the_apiserver_restarts_on_the_same_address_with_its_data(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     core = k8s.CoreV1Api(kube)
@@ -224,3 +233,11 @@ def test_the_apiserver_restarts_on_the_same_address_with_its_data(
     assert control_plane.pids()["kube-apiserver"] != pid_before
     # The same client (same URL, CA and token) works again, and etcd kept the data.
     assert core.read_namespaced_config_map("survivor", namespace).data == {"k": "v"}
+
+
+def test_without_a_build_the_control_plane_says_how_to_build_it(tmp_path: Path) -> None:
+    # A developer who has not built the binaries gets told the exact command, not a skip.
+    with pytest.raises(ControlPlaneError) as missing:
+        ControlPlane(ControlPlaneSettings(bin_dir=tmp_path))
+    assert "python -m tests.world.build" in str(missing.value)
+    assert "install_deps.sh" in str(missing.value)

@@ -2,22 +2,19 @@
 
 It starts the real control plane (tests/world/controlplane.py), writes an admin kubeconfig to
 ``<repo>/.testworld/kubeconfig``, prints how to use it and runs until Ctrl-C (or SIGTERM), then
-stops every process it started. When the simulated kubelet (tests/world/kubelet.py) is present,
-``--nodes N`` also starts N simulated nodes.
+stops every process it started. It starts no nodes yet: the simulated kubelet, storage and
+KaiwuDB are assembled by tests/world/simworld.py, which `up` is to start once it exists.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import yaml
 
@@ -34,27 +31,7 @@ def _write_kubeconfig(plane: ControlPlane, path: Path) -> None:
     path.chmod(0o600)
 
 
-def _start_kubelet(plane: ControlPlane, nodes: int) -> Any | None:
-    """Start the simulated kubelet if tests/world/kubelet.py offers one; None when it does not."""
-    try:
-        module = importlib.import_module("tests.world.kubelet")
-    except ImportError:
-        return None
-    entry = getattr(module, "SimulatedKubelet", None)
-    if entry is None:
-        return None
-    params = inspect.signature(entry).parameters
-    kwargs: dict[str, Any] = {}
-    if "nodes" in params:
-        kwargs["nodes"] = nodes
-    kubelet = entry(plane, **kwargs)
-    start = getattr(kubelet, "start", None)
-    if callable(start):
-        start()
-    return kubelet
-
-
-def _report(plane: ControlPlane, kubeconfig: Path, kubelet: object | None) -> str:
+def _report(plane: ControlPlane, kubeconfig: Path) -> str:
     mib = sum(plane.rss_bytes().values()) / 2**20
     lines = [
         f"test world up in {plane.startup_seconds:.1f} s ({mib:.0f} MiB resident)",
@@ -65,7 +42,7 @@ def _report(plane: ControlPlane, kubeconfig: Path, kubelet: object | None) -> st
         f"  audit log:   {plane.audit_log_path}",
         f"  logs:        {plane.log_dir}",
         f"  processes:   {', '.join(f'{n}={p}' for n, p in plane.pids().items())}",
-        f"  kubelet:     {'simulated nodes running' if kubelet else 'none (control plane only)'}",
+        "  nodes:       none yet (the simulated kubelet is not wired into `up`)",
         "",
         "Use it:",
         f"  export KUBECONFIG={kubeconfig}",
@@ -89,13 +66,12 @@ def _up(args: argparse.Namespace) -> int:
     def _terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Both explicitly: a shell script that starts us in the background ignores SIGINT for us.
     signal.signal(signal.SIGTERM, _terminate)
-    kubelet: Any | None = None
+    signal.signal(signal.SIGINT, _terminate)
     try:
         _write_kubeconfig(plane, args.kubeconfig)
-        if args.nodes > 0:
-            kubelet = _start_kubelet(plane, args.nodes)
-        print(_report(plane, args.kubeconfig, kubelet), flush=True)
+        print(_report(plane, args.kubeconfig), flush=True)
         while not plane.exited():
             time.sleep(1)
         print(f"{', '.join(plane.exited())} exited on its own; logs: {plane.log_dir}",
@@ -105,10 +81,9 @@ def _up(args: argparse.Namespace) -> int:
         print("\nstopping the test world", flush=True)
         return 0
     finally:
-        stop = getattr(kubelet, "stop", None)
-        if callable(stop):
-            stop()
         plane.stop(keep_logs=True)
+        # A kubeconfig for a stopped apiserver only misleads whoever finds it next.
+        args.kubeconfig.unlink(missing_ok=True)
         print(f"logs kept in {plane.log_dir}", flush=True)
 
 
@@ -119,8 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = sub.add_parser("up", help="start the control plane and run until Ctrl-C")
     up.add_argument("--kubeconfig", type=Path, default=DEFAULT_KUBECONFIG,
                     help=f"where to write the admin kubeconfig (default: {DEFAULT_KUBECONFIG})")
-    up.add_argument("--nodes", type=int, default=3,
-                    help="simulated nodes to start when tests/world/kubelet.py exists (default 3)")
     args = parser.parse_args(argv)
     if args.command == "up":
         return _up(args)

@@ -26,11 +26,15 @@ PLANE_KEY = pytest.StashKey[ControlPlane]()
 @pytest.fixture(scope="session")
 def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """The real control plane; a missing build fails the tests loudly (never a silent skip)."""
+    problem = ""
     try:
         plane = ControlPlane()
         plane.start()
     except ControlPlaneError as err:
-        pytest.fail(f"test world unavailable: {err}", pytrace=False)
+        problem = str(err)
+    if problem:
+        # Outside the except block, so the report shows the message alone, not a traceback.
+        pytest.fail(f"test world unavailable: {problem}", pytrace=False)
     request.config.stash[PLANE_KEY] = plane
     yield plane
     failed = request.session.testsfailed > 0
