@@ -46,7 +46,12 @@ def is_debian(uris, signed_by):
     return all(re.search(r"/debian(-security)?/?$", u) for u in uris)
 
 
+present = set()  # (uri, suite) pairs that already have deb-src elsewhere
+
+
 def add(types, uris, suites, comps, signed_by):
+    if "deb-src" in types:
+        present.update((u, s) for u in uris for s in suites)
     if "deb" not in types or not uris or not is_debian(uris, signed_by):
         return
     suites = [s for s in suites if s.split("-")[0].split("/")[0] == "bookworm"]
@@ -91,6 +96,10 @@ for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d
 # Merge suites and components per URI so the output is one stanza per archive.
 merged = {}
 for uris, suites, comps in entries:
+    # The machine may already have deb-src for some of these; a second copy only makes apt warn.
+    suites = [s for s in suites if not all((u, s) in present for u in uris)]
+    if not suites:
+        continue
     key = " ".join(uris)
     s, c = merged.setdefault(key, ([], []))
     s.extend(x for x in suites if x not in s)
@@ -104,7 +113,8 @@ for uris, (suites, comps) in merged.items():
         f"Components: {' '.join(comps)}\n"
         "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
     )
-sys.stdout.write("\n".join(stanzas))
+# "present": every Debian bookworm entry already has its deb-src twin; nothing to add.
+sys.stdout.write("\n".join(stanzas) if stanzas or not entries else "present")
 PY
 )
 
@@ -114,7 +124,10 @@ if [[ -z "$derived" ]]; then
 fi
 content="# Written by tests/world/install_deps.sh: deb-src twins of this machine's Debian entries.
 $derived"
-if [[ -f "$SRC_LIST" ]] && [[ "$(cat "$SRC_LIST")" == "$content" ]]; then
+if [[ "$derived" == "present" ]]; then
+    say "the machine's own sources already have deb-src for Debian bookworm"
+    rm -f "$SRC_LIST"  # an earlier copy of ours would now only duplicate them
+elif [[ -f "$SRC_LIST" ]] && [[ "$(cat "$SRC_LIST")" == "$content" ]]; then
     say "deb-src entry already present: $SRC_LIST"
 else
     say "writing deb-src entry derived from the machine's sources: $SRC_LIST"
