@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_UP, Decimal, InvalidOperation, localcontext
 from enum import Enum
 
 _PATTERN = re.compile(
@@ -21,6 +21,11 @@ _PATTERN = re.compile(
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _DECIMAL_SUFFIX_BY_EXPONENT = {exponent: suffix for suffix, exponent in _DECIMAL.items()}
+# Larger values are refused: no resource comes near 10^30 (Kubernetes caps binary quantities at
+# 2^63-1), and the exact expansion of an exponent such as 1e999999 would cost unbounded memory.
+MAX_EXPONENT = 30
+# Decimal digits that every value within MAX_EXPONENT, at nano precision, fits in exactly.
+_PRECISION = MAX_EXPONENT + 40
 
 
 class QuantityFormat(Enum):
@@ -44,6 +49,11 @@ class Quantity:
 
     def canonical(self) -> str:
         """The spelling the API server would print for this quantity."""
+        with localcontext() as context:
+            context.prec = _PRECISION  # exact arithmetic: the default 28 digits would round
+            return self._canonical()
+
+    def _canonical(self) -> str:
         value = self.value
         if value == 0:
             return "0"
@@ -58,16 +68,17 @@ class Quantity:
             suffix = next(name for name, bits in _BINARY.items() if bits == shift) if shift else ""
             return f"{integer >> shift}{suffix}"
         mantissa, exponent = _decimal_mantissa(value)
-        if fmt is QuantityFormat.DECIMAL_EXPONENT:
+        if fmt is QuantityFormat.DECIMAL_EXPONENT or exponent not in _DECIMAL_SUFFIX_BY_EXPONENT:
+            # Beyond E (10^18) DecimalSI has no suffix: Kubernetes falls back to an exponent.
             return f"{mantissa}e{exponent}" if exponent else str(mantissa)
         return f"{mantissa}{_DECIMAL_SUFFIX_BY_EXPONENT[exponent]}"
 
 
 def _decimal_mantissa(value: Decimal) -> tuple[int, int]:
-    """The integer mantissa and the largest exponent (a multiple of 3, -9..18) for `value`."""
+    """The integer mantissa and the largest exponent (a multiple of 3, from -9) for `value`."""
     exponent = -9
-    mantissa = int((value * Decimal(10) ** 9).to_integral_value(rounding=ROUND_CEILING))
-    while exponent < 18 and mantissa % 1000 == 0 and mantissa != 0:
+    mantissa = int(value.scaleb(9).to_integral_value(rounding=ROUND_UP))
+    while mantissa % 1000 == 0 and mantissa != 0:
         mantissa //= 1000
         exponent += 3
     return mantissa, exponent
@@ -79,7 +90,8 @@ def parse(text: str | int | float) -> Quantity:
         raise QuantityError(f"{text!r} is not a quantity")
     if isinstance(text, int | float):
         text = repr(text) if isinstance(text, float) else str(text)
-    match = _PATTERN.match(text.strip()) if isinstance(text, str) else None
+    # Whole-string match: Kubernetes refuses surrounding whitespace (" 1", "1Gi\n").
+    match = _PATTERN.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise QuantityError(f"{text!r} is not a quantity (examples: 500m, 2, 1.5Gi, 512Mi, 1e3)")
     try:
@@ -87,16 +99,29 @@ def parse(text: str | int | float) -> Quantity:
     except InvalidOperation as error:  # pragma: no cover - the pattern admits only decimals
         raise QuantityError(f"{text!r} is not a quantity") from error
     if match["binary"]:
-        value, fmt = number * (1 << _BINARY[match["binary"]]), QuantityFormat.BINARY_SI
-    elif match["exponent"] is not None:
-        value = number.scaleb(int(match["exponent"]))
-        fmt = QuantityFormat.DECIMAL_EXPONENT
+        shift, fmt = 0, QuantityFormat.BINARY_SI
+        magnitude = number.adjusted() + 19 if number else 0  # 2^60 < 10^19
     else:
-        value = number.scaleb(_DECIMAL[match["decimal"] or ""])
-        fmt = QuantityFormat.DECIMAL_SI
-    # Kubernetes keeps nano precision and rounds anything finer up.
-    value = value.quantize(Decimal("1e-9"), rounding=ROUND_CEILING)
-    return Quantity(value=value.normalize() if value else Decimal(0), format=fmt)
+        if match["exponent"] is not None:
+            shift, fmt = int(match["exponent"]), QuantityFormat.DECIMAL_EXPONENT
+        else:
+            shift, fmt = _DECIMAL[match["decimal"] or ""], QuantityFormat.DECIMAL_SI
+        magnitude = number.adjusted() + shift if number else 0
+    if magnitude > MAX_EXPONENT:
+        raise QuantityError(f"{text!r} is too large (at most about 1e{MAX_EXPONENT})")
+    if number and magnitude < -12:
+        # Every digit lies below nano, where the value rounds up to 1n all the same; a smaller
+        # shift keeps the arithmetic finite for exponents such as 1e-999999.
+        shift -= magnitude + 12
+    with localcontext() as context:
+        context.prec = len(match["number"]) + _PRECISION
+        if match["binary"]:
+            value = number * (1 << _BINARY[match["binary"]])
+        else:
+            value = number.scaleb(shift)
+        # Kubernetes keeps nano precision and rounds anything finer up, away from zero.
+        value = value.quantize(Decimal("1e-9"), rounding=ROUND_UP)
+        return Quantity(value=value.normalize() if value else Decimal(0), format=fmt)
 
 
 def canonical(text: str | int | float) -> str:
