@@ -170,18 +170,24 @@ def _check_resources(spec: dict[str, Any]) -> Iterator[Violation]:
             if not _is_qualified_name(name):
                 yield Violation(("spec", "resources", section, name),
                                 f"{name!r} is not a resource name", "use cpu, memory, ...")
+            try:
+                quantity.parse(values[name])
+            except quantity.QuantityError as error:  # the schema's pattern admits 1e999999
+                yield Violation(("spec", "resources", section, name), str(error),
+                                "use a quantity such as 4 or 8Gi")
     for name in sorted(set(requests) & set(limits)):
         try:
             request, limit = quantity.parse(requests[name]), quantity.parse(limits[name])
         except quantity.QuantityError:
-            continue  # the schema already reported it
+            continue  # reported above
         if request.value > limit.value:
             yield Violation(("spec", "resources", "requests", name),
                             f"request {requests[name]} is above the limit {limits[name]}",
                             "raise the limit or lower the request")
     try:
         size = quantity.parse(spec["storage"]["size"])
-    except quantity.QuantityError:
+    except quantity.QuantityError as error:
+        yield Violation(("spec", "storage", "size"), str(error), "use a size such as 100Gi")
         return
     if size.value <= 0:
         yield Violation(("spec", "storage", "size"), "the volume size must be positive",
