@@ -48,7 +48,8 @@ def check_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, s
     if violations:
         # Name mistakes are worth reporting alongside type errors: they need no defaults.
         names = semantics.check_metadata(obj.get("metadata") or {})
-        return obj, [(v.path, v.message, v.fix) for v in [*violations, *names]]
+        return obj, [(v.path, v.message, v.fix) for v in violations] + [
+            (v.path, v.message, v.fix) for v in names]
     defaulted = schema.apply_defaults(obj)
     return defaulted, [(v.path, v.message, v.fix) for v in semantics.check(defaulted)]
 
