@@ -1,0 +1,279 @@
+"""The reconciler's one settings object: every knob, its default, its flag and its variable.
+
+Built by `reconciler.cli` from command-line flags and `KAIWU_*` environment variables (a flag
+wins over a variable, a variable over the default), and handed to every part of the runtime and
+to the Controller. Each field `name` has the flag `--name-with-dashes` and the variable
+`KAIWU_NAME`; its help text below is also what `kaiwu reconcile --help` prints. Durations are
+seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "KAIWU_"
+# Where a pod finds the namespace it runs in (the service account's projected files).
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    """A flag or variable with a value the reconciler cannot run with; says which and why."""
+
+
+def _default_identity() -> str:
+    # Pod name (the hostname in a pod) plus pid: unique per replica and per restart.
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the reconciler runs. The defaults suit a production Deployment of two replicas."""
+
+    # ---- connection -------------------------------------------------------------------------
+    kubeconfig: str | None = field(default=None, metadata=_help(
+        "kubeconfig file; unset: the pod's service account (in-cluster), else ~/.kube/config"))
+    context: str | None = field(default=None, metadata=_help(
+        "kubeconfig context to use (default: the file's current context)"))
+    watch_namespace: str = field(default="", metadata=_help(
+        "only reconcile KaiwuClusters in this namespace (default: all namespaces)"))
+    field_manager: str = field(default="kaiwu-reconciler", metadata=_help(
+        "server-side apply field manager: every field the reconciler writes is owned by it"))
+
+    # ---- work queue and workers -------------------------------------------------------------
+    workers: int = field(default=2, metadata=_help(
+        "clusters reconciled in parallel (one cluster is never reconciled by two at once)"))
+    resync_period_s: float = field(default=300.0, metadata=_help(
+        "safety net: every cluster is queued again this often even if no event arrived"))
+    min_reconcile_interval_s: float = field(default=1.0, metadata=_help(
+        "a cluster is reconciled at most once per interval: events in between (an event "
+        "storm) are merged into the next reconcile"))
+    error_backoff_base_s: float = field(default=1.0, metadata=_help(
+        "first retry delay after a reconcile failed; doubles with each further failure"))
+    error_backoff_max_s: float = field(default=300.0, metadata=_help(
+        "longest retry delay after repeated failures"))
+    shutdown_grace_s: float = field(default=20.0, metadata=_help(
+        "on shutdown or lost leadership, how long to wait for reconciles in progress"))
+
+    # ---- watch caches -----------------------------------------------------------------------
+    watch_timeout_s: int = field(default=300, metadata=_help(
+        "the API server ends each watch after this long; the cache resumes where it was"))
+    reconnect_backoff_base_s: float = field(default=0.5, metadata=_help(
+        "first delay before reconnecting a watch after the API server went away; doubles"))
+    reconnect_backoff_max_s: float = field(default=30.0, metadata=_help(
+        "longest delay between reconnect attempts"))
+    api_timeout_s: float = field(default=30.0, metadata=_help(
+        "timeout of one API request (connect and read; watches read longer)"))
+
+    # ---- health and metrics -----------------------------------------------------------------
+    http_address: str = field(default="0.0.0.0:8090", metadata=_help(
+        "HOST:PORT serving /metrics, /healthz and /readyz (port 0: any free port)"))
+
+    # ---- leader election --------------------------------------------------------------------
+    leader_election: bool = field(default=True, metadata=_help(
+        "elect a leader on a coordination.k8s.io Lease so only one replica writes; turn off "
+        "only when a single replica runs"))
+    lease_name: str = field(default="kaiwu-reconciler", metadata=_help(
+        "name of the leader-election Lease"))
+    lease_namespace: str = field(default="", metadata=_help(
+        "namespace of the Lease (default: the pod's own namespace, else 'default')"))
+    lease_duration_s: float = field(default=15.0, metadata=_help(
+        "a standby takes over a Lease not renewed for this long"))
+    renew_deadline_s: float = field(default=10.0, metadata=_help(
+        "a leader that could not renew for this long stops writing (< lease duration)"))
+    retry_period_s: float = field(default=2.0, metadata=_help(
+        "how often the leader renews and a standby tries to acquire (< renew deadline)"))
+    identity: str = field(default_factory=_default_identity, metadata=_help(
+        "this replica's name in the Lease (default: hostname_pid)"))
+
+    # ---- where KaiwuClusters come from ------------------------------------------------------
+    source: str = field(default="cluster", metadata=_help(
+        "'cluster': reconcile the KaiwuClusters in the API; 'dir:PATH': also apply the "
+        "KaiwuCluster files under PATH (a git checkout, e.g. kept by git-sync)"))
+    prune_deleted_clusters: bool = field(default=False, metadata=_help(
+        "directory mode: delete KaiwuClusters whose file was removed from the directory "
+        "(their data volumes stay). Off: they are reported and kept"))
+    source_debounce_s: float = field(default=0.5, metadata=_help(
+        "directory mode: wait for this much quiet after a file change before reading"))
+
+    # ---- the Controller's repair policy -----------------------------------------------------
+    drift_backoff_base_s: float = field(default=1.0, metadata=_help(
+        "first back-off after repairing an object that someone keeps changing back"))
+    drift_backoff_max_s: float = field(default=300.0, metadata=_help(
+        "longest back-off between repairs of a fought-over object"))
+    fight_threshold: int = field(default=5, metadata=_help(
+        "repairs of one object within the fight window before it counts as a fight"))
+    fight_window_s: float = field(default=60.0, metadata=_help(
+        "the window fight_threshold counts repairs in"))
+    exec_timeout_s: float = field(default=60.0, metadata=_help(
+        "timeout of one command run in a KaiwuDB container (kwbase node status, ...)"))
+
+    # ---- logs -------------------------------------------------------------------------------
+    log_format: str = field(default="json", metadata=_help(
+        "'json': one JSON object per line (for log collectors); 'text': for people"))
+    log_level: str = field(default="info", metadata=_help("debug, info, warning or error"))
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise SettingsError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every value the reconciler cannot run with, as 'flag: what is wrong'."""
+        found: list[str] = []
+
+        def check(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                found.append(f"--{flag_name(name)}: {message}")
+
+        check(self.workers >= 1, "workers", "must be at least 1")
+        for name in ("resync_period_s", "lease_duration_s", "renew_deadline_s",
+                     "retry_period_s", "reconnect_backoff_base_s", "error_backoff_base_s",
+                     "api_timeout_s", "exec_timeout_s", "fight_window_s",
+                     "drift_backoff_base_s"):
+            check(getattr(self, name) > 0, name, "must be greater than 0")
+        for name in ("min_reconcile_interval_s", "shutdown_grace_s", "source_debounce_s"):
+            check(getattr(self, name) >= 0, name, "must not be negative")
+        check(self.watch_timeout_s >= 1, "watch_timeout_s", "must be at least 1")
+        check(self.fight_threshold >= 1, "fight_threshold", "must be at least 1")
+        check(self.error_backoff_max_s >= self.error_backoff_base_s, "error_backoff_max_s",
+              "must not be below --error-backoff-base-s")
+        check(self.reconnect_backoff_max_s >= self.reconnect_backoff_base_s,
+              "reconnect_backoff_max_s", "must not be below --reconnect-backoff-base-s")
+        check(self.drift_backoff_max_s >= self.drift_backoff_base_s, "drift_backoff_max_s",
+              "must not be below --drift-backoff-base-s")
+        # The leader must give up before a standby may take over, and retry within the deadline
+        # (client-go's rule), or two replicas could write at once.
+        check(self.renew_deadline_s < self.lease_duration_s, "renew_deadline_s",
+              "must be shorter than --lease-duration-s")
+        check(self.retry_period_s < self.renew_deadline_s, "retry_period_s",
+              "must be shorter than --renew-deadline-s")
+        check(bool(self.identity), "identity", "must not be empty")
+        check(bool(self.lease_name), "lease_name", "must not be empty")
+        check(bool(self.field_manager), "field_manager", "must not be empty")
+        check(self.source == "cluster" or (self.source.startswith("dir:")
+                                           and len(self.source) > len("dir:")),
+              "source", f"{self.source!r} is neither 'cluster' nor 'dir:PATH'")
+        check(self.log_format in LOG_FORMATS, "log_format", f"one of {', '.join(LOG_FORMATS)}")
+        check(self.log_level in LOG_LEVELS, "log_level", f"one of {', '.join(LOG_LEVELS)}")
+        _host, sep, port = self.http_address.rpartition(":")
+        check(bool(sep) and port.isdigit() and int(port) < 65536, "http_address",
+              f"{self.http_address!r} is not HOST:PORT")
+        return found
+
+    @property
+    def source_dir(self) -> Path | None:
+        """The directory of directory mode, or None when reconciling what is in the API."""
+        return Path(self.source[len("dir:"):]) if self.source.startswith("dir:") else None
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        host, _, port = self.http_address.rpartition(":")
+        return host or "0.0.0.0", int(port)
+
+    def effective_lease_namespace(self) -> str:
+        """The Lease's namespace: as set, else the pod's own namespace, else 'default'."""
+        if self.lease_namespace:
+            return self.lease_namespace
+        return pod_namespace() or "default"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def pod_namespace() -> str:
+    """The namespace this process runs in when it is a pod ('' outside a cluster)."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return POD_NAMESPACE_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+def flag_name(field_name: str) -> str:
+    return field_name.replace("_", "-")
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _field_type(f: dataclasses.Field[Any]) -> type:
+    # Annotations are strings (postponed evaluation); the settings use only these four types.
+    text = str(f.type)
+    if text.startswith("bool"):
+        return bool
+    if text.startswith("int"):
+        return int
+    if text.startswith("float"):
+        return float
+    return str
+
+
+def _convert(name: str, raw: str, kind: type, where: str) -> Any:
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise SettingsError(f"{where}: {raw!r} is not a boolean (true or false)")
+    try:
+        return kind(raw)
+    except ValueError:
+        raise SettingsError(f"{where}: {raw!r} is not {'an' if kind is int else 'a'} "
+                            f"{kind.__name__}") from None
+
+
+def parser(prog: str = "kaiwu reconcile") -> argparse.ArgumentParser:
+    """The command-line parser: one flag per setting, every default None (= not given)."""
+    result = argparse.ArgumentParser(
+        prog=prog, description="Run the KaiwuCluster reconciler. Every flag can also be set "
+        f"with an environment variable {ENV_PREFIX}<FLAG> (dashes as underscores, upper case); "
+        "a flag wins over a variable.")
+    for f in dataclasses.fields(Settings):
+        kind = _field_type(f)
+        default = f.default if f.default is not dataclasses.MISSING else None
+        shown = f"; default {default}" if default not in (None, "") else ""
+        help_text = f"{f.metadata.get('help', '')} [{env_name(f.name)}{shown}]"
+        if kind is bool:
+            result.add_argument(f"--{flag_name(f.name)}", dest=f.name, default=None,
+                                action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            result.add_argument(f"--{flag_name(f.name)}", dest=f.name, default=None,
+                                type=str, metavar=f.name.upper(), help=help_text)
+    return result
+
+
+def from_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from flags, then KAIWU_* variables, then defaults. Raises SettingsError."""
+    env = os.environ if environ is None else environ
+    args = parser().parse_args(list(argv))
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        kind = _field_type(f)
+        given = getattr(args, f.name)
+        if given is not None:
+            values[f.name] = given if kind is bool else _convert(
+                f.name, given, kind, f"--{flag_name(f.name)}")
+        elif env.get(env_name(f.name), "") != "":
+            values[f.name] = _convert(f.name, env[env_name(f.name)], kind, env_name(f.name))
+    return Settings(**values)
