@@ -1,0 +1,794 @@
+"""TLS certificates for secure KaiwuDB clusters: issue, check, renew, and plan the Secrets.
+
+Called by the controller (reconciler/controller.py) once per reconcile of a cluster with
+`spec.tls.enabled`, through `certs_action`; the lower-level functions (issuing, validation,
+`needs_renewal`) are public for tests and tools. Everything is done in-process with the
+`cryptography` package, never by shelling out to `kwbase cert` or openssl. Files and their
+contents follow what `kwbase cert create-ca | create-node | create-client` produce (see
+kaiwudb-facts.md "Certificates"): RSA 2048 keys in PKCS#1 PEM, a CA valid for 10 years, node and
+root client certificates valid for 5 years; the node certificate has CN `node` and both server and
+client usage (kwbase uses it for node-to-node connections in both directions), the root client
+certificate has CN `root` and client usage.
+
+Secrets of a cluster N (managed mode, `spec.tls.nodeSecretName` empty):
+- `N-ca`: ca.crt, ca.key. The CA key lives only here; it is never mounted in a pod.
+- `N-node-certs`: ca.crt, node.crt, node.key.
+- `N-root-client-certs`: ca.crt, client.root.crt, client.root.key.
+All carry app.kubernetes.io/managed-by=kaiwu-operator and app.kubernetes.io/instance=N.
+With user-provided Secrets (`nodeSecretName` and `clientSecretName` set) nothing is written: the
+Secrets are validated and problems are reported.
+
+Contract with the controller (`certs_action(cluster, secrets, now) -> CertsPlan`):
+1. Before applying the StatefulSet, perform `plan.writes` in order. `verb == "create"`: create the
+   Secret (Kube.create); 409 AlreadyExists means the cache view was stale: requeue, never
+   overwrite (a stale view must not replace a CA). `verb == "update"`: server-side apply of the
+   body, which carries the live object's `metadata.resourceVersion` as a precondition (409
+   Conflict: stale view, requeue). Add the ownerReference to the KaiwuCluster as for every
+   applied object.
+2. Put `plan.certs_hash` on the StatefulSet's pod template as the annotation
+   `CERTS_HASH_ANNOTATION` (kaiwu.inspur.com/certs-hash). It is a hash of the public certificates
+   the pods mount (never of keys), so any renewal, or a user rotating their own Secrets, changes
+   it and the StatefulSet rolls the pods one at a time. Why a restart instead of SIGHUP: kwbase
+   does reload certificates on SIGHUP (pkg/security/certificate_manager.go), but the kubelet
+   refreshes mounted Secrets only after its sync delay and the image has no tool to send the
+   signal; a restart reads the new files at once and its health gating already exists.
+   A rolling restart is safe because a renewal never changes the CA key: leaves are reissued by
+   the same CA, and a renewed CA certificate keeps its key and subject, so old and new
+   certificates trust each other while pods restart one by one.
+3. `plan.problems` non-empty: the certificates cannot be used or repaired without the user
+   (user-provided Secrets wrong, or the managed CA lost while its leaves remain). Report Stalled
+   with `format_problem` texts and do not roll pods onto them. `plan.warnings` (e.g. a user
+   certificate expiring soon) go to an Event, not to Stalled.
+Secret data is never put in a message; where a value must be told apart it is `mask`ed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ipaddress
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from renderer.redact import mask
+from renderer.spec import Cluster
+
+Obj = dict[str, Any]
+
+CERTS_HASH_ANNOTATION = "kaiwu.inspur.com/certs-hash"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "kaiwu-operator")
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+CA_CRT, CA_KEY = "ca.crt", "ca.key"
+NODE_CRT, NODE_KEY = "node.crt", "node.key"
+ROOT_CRT, ROOT_KEY = "client.root.crt", "client.root.key"
+NODE_KEYS = (CA_CRT, NODE_CRT, NODE_KEY)
+CLIENT_KEYS = (CA_CRT, ROOT_CRT, ROOT_KEY)
+CA_KEYS = (CA_CRT, CA_KEY)
+SQL_PORT_HOSTS = ("localhost", "127.0.0.1")
+
+
+@dataclass(frozen=True)
+class CertSettings:
+    """How certificates are made and when they are renewed.
+
+    key_size: RSA modulus bits for every key (kwbase cert's default, 2048).
+    ca_validity: lifetime of a CA certificate (kwbase cert create-ca: 10 years).
+    leaf_validity: lifetime of node and client certificates (kwbase cert: 5 years).
+    leaf_renew_before: a node or client certificate is reissued once it expires within this.
+    ca_renew_before: the CA certificate is renewed (same key) once it expires within this; longer
+        than the leaves' window so a renewed CA is in place well before anything depends on it.
+    backdate: notBefore lies this far before `now`, so a node whose clock lags the reconciler's
+        slightly does not reject a certificate as not yet valid.
+    """
+
+    key_size: int = 2048
+    ca_validity: timedelta = timedelta(days=3650)
+    leaf_validity: timedelta = timedelta(days=5 * 365)
+    leaf_renew_before: timedelta = timedelta(days=30)
+    ca_renew_before: timedelta = timedelta(days=365)
+    backdate: timedelta = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class CertKey:
+    """A certificate and its private key."""
+
+    cert: x509.Certificate
+    key: rsa.RSAPrivateKey
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_pem(self) -> bytes:
+        # PKCS#1 ("RSA PRIVATE KEY"), the form `kwbase cert` writes; unencrypted as kwbase needs.
+        return self.key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.TraditionalOpenSSL,
+                                      serialization.NoEncryption())
+
+
+@dataclass(frozen=True)
+class CertProblem:
+    """Something wrong with a certificate Secret: which Secret, which key, what, and the fix."""
+
+    secret: str
+    key: str
+    message: str
+    fix: str
+
+
+def format_problem(problem: CertProblem) -> str:
+    """One line for status conditions, Events and logs."""
+    where = f"Secret {problem.secret}" + (f" key {problem.key}" if problem.key else "")
+    return f"{where}: {problem.message}; fix: {problem.fix}"
+
+
+@dataclass(frozen=True)
+class SecretWrite:
+    """One Secret to write: `create` (must not exist yet) or `update` (resourceVersion-guarded)."""
+
+    verb: Literal["create", "update"]
+    secret: Obj = field(repr=False)
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return str(self.secret["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class CertsPlan:
+    """What the controller must do about certificates for one cluster (see module docstring).
+
+    writes: Secrets to create or update, in order (CA first).
+    certs_hash: value for the pod template annotation CERTS_HASH_ANNOTATION once the writes are
+        done; None when TLS is off or the pods' Secrets do not (yet) exist.
+    restart: the writes change certificates running pods already mounted (a renewal), so the
+        pods will roll; for Events and lastActions (the hash alone drives the restart).
+    problems: blocking; needs the user (Stalled).
+    warnings: not blocking (Event).
+    """
+
+    writes: tuple[SecretWrite, ...] = ()
+    certs_hash: str | None = None
+    restart: bool = False
+    problems: tuple[CertProblem, ...] = ()
+    warnings: tuple[CertProblem, ...] = ()
+
+    def summary(self) -> str:
+        parts = [f"{w.verb} Secret {w.name} ({w.reason})" for w in self.writes]
+        parts += [format_problem(p) for p in self.problems]
+        return "; ".join(parts) if parts else "certificates up to date"
+
+
+# --- names ---------------------------------------------------------------------------------
+
+
+def ca_secret_name(cluster: Cluster) -> str:
+    return f"{cluster.name}-ca"
+
+
+def pod_dns_names(cluster: Cluster, cluster_domain: str = "cluster.local") -> tuple[str, ...]:
+    """The names pods advertise (--advertise-addr): the node certificate must cover all."""
+    return tuple(
+        f"{cluster.pod_name(i)}.{cluster.headless_service}.{cluster.namespace}.svc."
+        f"{cluster_domain}" for i in range(cluster.replicas))
+
+
+def node_hosts(cluster: Cluster, cluster_domain: str = "cluster.local") -> tuple[str, ...]:
+    """SANs of the node certificate: loopback, both Services in every DNS form a client in the
+    cluster may use, and wildcards for the pods under the headless Service (so scaling out needs
+    no new certificate)."""
+    ns, headless = cluster.namespace, cluster.headless_service
+    hosts: list[str] = list(SQL_PORT_HOSTS)
+    for service in (headless, cluster.client_service):
+        hosts += [service, f"{service}.{ns}", f"{service}.{ns}.svc",
+                  f"{service}.{ns}.svc.{cluster_domain}"]
+    hosts += [f"*.{headless}.{ns}.svc.{cluster_domain}", f"*.{headless}.{ns}.svc",
+              f"*.{headless}.{ns}", f"*.{headless}"]
+    return tuple(hosts)
+
+
+# --- issuing ---------------------------------------------------------------------------------
+
+
+def _new_key(settings: CertSettings) -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=settings.key_size)
+
+
+def _ca_builder(subject: x509.Name, key: rsa.RSAPrivateKey, now: datetime,
+                settings: CertSettings) -> x509.CertificateBuilder:
+    public = key.public_key()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - settings.backdate)
+        .not_valid_after(now + settings.ca_validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=1), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+    )
+
+
+def new_ca(common_name: str, now: datetime, settings: CertSettings = CertSettings()) -> CertKey:
+    """A self-signed CA with a fresh key."""
+    key = _new_key(settings)
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "KaiwuDB"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = _ca_builder(subject, key, now, settings).sign(key, hashes.SHA256())
+    return CertKey(cert, key)
+
+
+def renew_ca(ca: CertKey, now: datetime, settings: CertSettings = CertSettings()) -> CertKey:
+    """The same CA (same key and subject) with a new validity period. Certificates signed by the
+    old CA certificate verify against the new one and the other way round, which is what lets
+    pods restart one at a time across a CA renewal."""
+    cert = _ca_builder(ca.cert.subject, ca.key, now, settings).sign(ca.key, hashes.SHA256())
+    return CertKey(cert, ca.key)
+
+
+def _leaf(ca: CertKey, common_name: str, usages: list[x509.ObjectIdentifier],
+          sans: Iterable[x509.GeneralName], now: datetime, settings: CertSettings) -> CertKey:
+    key = _new_key(settings)
+    public = key.public_key()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "KaiwuDB"),
+                                 x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - settings.backdate)
+        .not_valid_after(now + settings.leaf_validity)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=True,
+            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+                       critical=False)
+    )
+    names = list(sans)
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return CertKey(builder.sign(ca.key, hashes.SHA256()), key)
+
+
+def _general_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def issue_node(ca: CertKey, hosts: Iterable[str], now: datetime,
+               settings: CertSettings = CertSettings()) -> CertKey:
+    """Node certificate: CN node, server and client auth, hosts as DNS or IP SANs."""
+    return _leaf(ca, "node", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+                 [_general_name(h) for h in hosts], now, settings)
+
+
+def issue_client(ca: CertKey, user: str, now: datetime,
+                 settings: CertSettings = CertSettings()) -> CertKey:
+    """Client certificate for a SQL user (CN = user name, client auth)."""
+    return _leaf(ca, user, [ExtendedKeyUsageOID.CLIENT_AUTH], [], now, settings)
+
+
+# --- Secret bodies ---------------------------------------------------------------------------
+
+
+def _secret(cluster: Cluster, name: str, data: Mapping[str, bytes]) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": cluster.namespace,
+                     "labels": {MANAGED_BY[0]: MANAGED_BY[1], INSTANCE_LABEL: cluster.name}},
+        "type": "Opaque",
+        "data": {key: base64.b64encode(value).decode() for key, value in sorted(data.items())},
+    }
+
+
+def ca_secret(cluster: Cluster, ca: CertKey) -> Obj:
+    return _secret(cluster, ca_secret_name(cluster), {CA_CRT: ca.cert_pem, CA_KEY: ca.key_pem})
+
+
+def node_secret(cluster: Cluster, ca_pem: bytes, node: CertKey) -> Obj:
+    return _secret(cluster, cluster.node_secret,
+                   {CA_CRT: ca_pem, NODE_CRT: node.cert_pem, NODE_KEY: node.key_pem})
+
+
+def client_secret(cluster: Cluster, ca_pem: bytes, client: CertKey) -> Obj:
+    return _secret(cluster, cluster.client_secret,
+                   {CA_CRT: ca_pem, ROOT_CRT: client.cert_pem, ROOT_KEY: client.key_pem})
+
+
+# --- reading Secrets -------------------------------------------------------------------------
+
+
+class _Unusable(Exception):
+    """A Secret key that is absent or does not parse; message names the key, never the value."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _raw(secret: Obj, key: str) -> bytes:
+    data = secret.get("data") or {}
+    if key not in data or data[key] in (None, ""):
+        raise _Unusable(key, "the key is missing or empty")
+    try:
+        return base64.b64decode(data[key], validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise _Unusable(key, f"the value ({mask(data[key])}) is not valid base64") from None
+
+
+def _certs(secret: Obj, key: str) -> list[x509.Certificate]:
+    raw = _raw(secret, key)
+    try:
+        certs = x509.load_pem_x509_certificates(raw)
+    except ValueError:
+        raise _Unusable(key, "not a PEM certificate") from None
+    return certs
+
+
+def _cert(secret: Obj, key: str) -> x509.Certificate:
+    return _certs(secret, key)[0]
+
+
+def _key(secret: Obj, key: str) -> PrivateKeyTypes:
+    raw = _raw(secret, key)
+    try:
+        return serialization.load_pem_private_key(raw, password=None)
+    except (ValueError, TypeError):
+        raise _Unusable(key, "not an unencrypted PEM private key") from None
+
+
+def _public_der(obj: x509.Certificate | PrivateKeyTypes) -> bytes:
+    public = obj.public_key()
+    return public.public_bytes(serialization.Encoding.DER,
+                               serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _key_matches(cert: x509.Certificate, key: PrivateKeyTypes) -> bool:
+    return _public_der(cert) == _public_der(key)
+
+
+def _issued_by(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> bool:
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+            return True
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+    return False
+
+
+def _name(secret: Obj) -> str:
+    return str((secret.get("metadata") or {}).get("name", "?"))
+
+
+def _cn(cert: x509.Certificate) -> str:
+    values = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(values[0].value) if values else ""
+
+
+def _usages(cert: x509.Certificate) -> set[x509.ObjectIdentifier]:
+    try:
+        return set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        # Go (and so kwbase) treats a certificate without EKU as good for any usage.
+        return {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+
+
+def _dns_sans(cert: x509.Certificate) -> list[str]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(name) for name in ext.get_values_for_type(x509.DNSName)]
+
+
+def san_covers(sans: Iterable[str], host: str) -> bool:
+    """Whether a DNS SAN list covers host the way Go's crypto/x509 matches: exact (case-folded)
+    or a `*.` wildcard standing for exactly one leftmost label."""
+    host = host.lower().rstrip(".")
+    for san in sans:
+        san = san.lower().rstrip(".")
+        if san == host:
+            return True
+        if san.startswith("*.") and "." in host:
+            first, rest = host.split(".", 1)
+            if first and rest == san[2:]:
+                return True
+    return False
+
+
+def earliest_expiry(secret: Obj) -> datetime | None:
+    """The earliest notAfter among every certificate in the Secret's `*.crt` keys (bundles
+    included); None when the Secret holds no readable certificate."""
+    expiries: list[datetime] = []
+    for key in sorted(secret.get("data") or {}):
+        if key.endswith(".crt"):
+            try:
+                expiries += [c.not_valid_after_utc for c in _certs(secret, key)]
+            except _Unusable:
+                return None
+    return min(expiries) if expiries else None
+
+
+def needs_renewal(secret: Obj | None, now: datetime,
+                  renew_before: timedelta = timedelta(days=30)) -> bool:
+    """True when the Secret's certificates must be (re)issued: the Secret is absent, a `*.crt` key
+    does not parse, or the earliest certificate expires at or before now + renew_before."""
+    if secret is None:
+        return True
+    expiry = earliest_expiry(secret)
+    return expiry is None or expiry <= now + renew_before
+
+
+def certs_hash(node: Obj | None, client: Obj | None) -> str | None:
+    """Hash of the public certificates pods mount (ca.crt, node.crt, client.root.crt): changes
+    whenever any of them is reissued. Keys are left out on purpose; a reissued certificate
+    always comes with its new key. None when either Secret is absent."""
+    if node is None or client is None:
+        return None
+    digest = hashlib.sha256()
+    for secret, keys in ((node, (CA_CRT, NODE_CRT)), (client, (CA_CRT, ROOT_CRT))):
+        for key in keys:
+            digest.update(key.encode() + b"\0")
+            digest.update(str((secret.get("data") or {}).get(key, "")).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# --- user-provided Secrets -------------------------------------------------------------------
+
+
+def _check_leaf(secret: Obj, crt: str, key: str, cas: list[x509.Certificate], ca_where: str,
+                now: datetime, renew_before: timedelta
+                ) -> tuple[x509.Certificate | None, list[CertProblem], list[CertProblem]]:
+    """Common checks of a certificate/key pair: parse, key match, signed by the CA, validity."""
+    name = _name(secret)
+    problems: list[CertProblem] = []
+    warnings: list[CertProblem] = []
+    try:
+        cert = _cert(secret, crt)
+    except _Unusable as err:
+        return None, [CertProblem(name, err.key, err.message,
+                                  f"put the PEM certificate in {crt}")], []
+    try:
+        private = _key(secret, key)
+        if not _key_matches(cert, private):
+            problems.append(CertProblem(
+                name, key, f"the private key does not belong to the certificate in {crt}",
+                f"put the key that was generated together with {crt} in {key}"))
+    except _Unusable as err:
+        problems.append(CertProblem(name, err.key, err.message,
+                                    f"put the certificate's unencrypted PEM private key in {key}"))
+    if cas and not _issued_by(cert, cas):
+        problems.append(CertProblem(
+            name, crt, f"the certificate is not signed by the CA in {ca_where}",
+            f"issue {crt} with that CA's key, or put the CA that issued it in {ca_where}"))
+    if cert.not_valid_after_utc <= now:
+        problems.append(CertProblem(
+            name, crt, f"the certificate expired at {cert.not_valid_after_utc.isoformat()}",
+            f"issue a new certificate and replace {crt} and {key}"))
+    elif cert.not_valid_before_utc > now:
+        problems.append(CertProblem(
+            name, crt,
+            f"the certificate is not valid before {cert.not_valid_before_utc.isoformat()}",
+            "issue it with a notBefore in the past (check the issuing machine's clock)"))
+    elif cert.not_valid_after_utc <= now + renew_before:
+        warnings.append(CertProblem(
+            name, crt, f"the certificate expires at {cert.not_valid_after_utc.isoformat()}",
+            f"issue a new certificate and replace {crt} and {key} before then"))
+    return cert, problems, warnings
+
+
+def _load_cas(secret: Obj) -> tuple[list[x509.Certificate], list[CertProblem]]:
+    try:
+        return _certs(secret, CA_CRT), []
+    except _Unusable as err:
+        return [], [CertProblem(_name(secret), err.key, err.message,
+                                "put the PEM certificate of the CA that issued the "
+                                "certificates in ca.crt")]
+
+
+def _missing_keys(secret: Obj, keys: tuple[str, ...]) -> list[CertProblem]:
+    data = secret.get("data") or {}
+    return [CertProblem(_name(secret), key, "the key is missing or empty",
+                        f"add {key} to the Secret (it needs {', '.join(keys)})")
+            for key in keys if not data.get(key)]
+
+
+def validate_user_secrets(cluster: Cluster, node: Obj | None, client: Obj | None,
+                          now: datetime, cluster_domain: str = "cluster.local",
+                          renew_before: timedelta = timedelta(days=30)
+                          ) -> tuple[tuple[CertProblem, ...], tuple[CertProblem, ...]]:
+    """Check Secrets the user named in spec.tls: (problems, warnings).
+
+    Problems: a Secret or key is missing; a value does not parse; a key does not match its
+    certificate; a certificate is not signed by the node Secret's ca.crt (the CA every pod
+    trusts: pods mount ca.crt from the node Secret only), expired or not yet valid; node.crt is
+    not CN node with server and client usage or does not cover every pod's DNS name;
+    client.root.crt is not CN root with client usage. Warnings: a certificate expires within
+    renew_before; the client Secret's ca.crt does not verify node.crt (clients outside the
+    pods using that Secret would reject the nodes).
+    """
+    problems: list[CertProblem] = []
+    warnings: list[CertProblem] = []
+    ns = cluster.namespace
+    if node is None:
+        problems.append(CertProblem(
+            cluster.node_secret, "", f"the Secret does not exist in namespace {ns}",
+            f"create it with {', '.join(NODE_KEYS)} (kwbase cert create-ca, create-node), "
+            "or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
+            "manage certificates"))
+    if client is None:
+        problems.append(CertProblem(
+            cluster.client_secret, "", f"the Secret does not exist in namespace {ns}",
+            f"create it with {', '.join(CLIENT_KEYS)} (kwbase cert create-client root), "
+            "or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
+            "manage certificates"))
+    node_cas: list[x509.Certificate] = []
+    node_cert: x509.Certificate | None = None
+    if node is not None:
+        missing = _missing_keys(node, NODE_KEYS)
+        problems += missing
+        if not missing:
+            node_cas, found = _load_cas(node)
+            problems += found
+            node_cert, found, warned = _check_leaf(node, NODE_CRT, NODE_KEY, node_cas,
+                                                   f"{cluster.node_secret}/{CA_CRT}", now,
+                                                   renew_before)
+            problems += found
+            warnings += warned
+        if node_cert is not None:
+            problems += _check_node_identity(cluster, node_cert, cluster_domain)
+    if client is not None:
+        missing = _missing_keys(client, CLIENT_KEYS)
+        problems += missing
+        if not missing:
+            client_cas, found = _load_cas(client)
+            problems += found
+            root_cert, found, warned = _check_leaf(client, ROOT_CRT, ROOT_KEY, node_cas,
+                                                   f"{cluster.node_secret}/{CA_CRT}", now,
+                                                   renew_before)
+            problems += found
+            warnings += warned
+            if root_cert is not None:
+                problems += _check_root_identity(cluster, root_cert)
+            if client_cas and node_cert is not None and not _issued_by(node_cert, client_cas):
+                warnings.append(CertProblem(
+                    cluster.client_secret, CA_CRT,
+                    f"this CA does not verify {cluster.node_secret}/{NODE_CRT}: clients using "
+                    "this Secret would reject the nodes",
+                    f"put the CA from {cluster.node_secret}/{CA_CRT} in {CA_CRT}"))
+    return tuple(problems), tuple(warnings)
+
+
+def _check_node_identity(cluster: Cluster, cert: x509.Certificate,
+                         cluster_domain: str) -> list[CertProblem]:
+    problems: list[CertProblem] = []
+    secret = cluster.node_secret
+    if _cn(cert) != "node":
+        problems.append(CertProblem(
+            secret, NODE_CRT, f"the subject CN is {_cn(cert)!r}; kwbase requires CN node",
+            "issue it with kwbase cert create-node (or with CN=node)"))
+    usages = _usages(cert)
+    for usage, label in ((ExtendedKeyUsageOID.SERVER_AUTH, "server"),
+                         (ExtendedKeyUsageOID.CLIENT_AUTH, "client")):
+        if usage not in usages:
+            problems.append(CertProblem(
+                secret, NODE_CRT,
+                f"the certificate lacks {label} authentication in its extended key usage "
+                "(nodes use it both to serve and to connect to each other)",
+                "issue it with both serverAuth and clientAuth extended key usages"))
+    sans = _dns_sans(cert)
+    uncovered = [host for host in pod_dns_names(cluster, cluster_domain)
+                 if not san_covers(sans, host)]
+    if uncovered:
+        problems.append(CertProblem(
+            secret, NODE_CRT,
+            f"the certificate's DNS names do not cover {', '.join(uncovered)}",
+            f"reissue it with the SAN *.{cluster.headless_service}.{cluster.namespace}.svc."
+            f"{cluster_domain} (or every pod name)"))
+    return problems
+
+
+def _check_root_identity(cluster: Cluster, cert: x509.Certificate) -> list[CertProblem]:
+    problems: list[CertProblem] = []
+    if _cn(cert) != "root":
+        problems.append(CertProblem(
+            cluster.client_secret, ROOT_CRT,
+            f"the subject CN is {_cn(cert)!r}; the root user's certificate needs CN root",
+            "issue it with kwbase cert create-client root"))
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in _usages(cert):
+        problems.append(CertProblem(
+            cluster.client_secret, ROOT_CRT,
+            "the certificate lacks client authentication in its extended key usage",
+            "issue it with the clientAuth extended key usage"))
+    return problems
+
+
+# --- the plan for managed certificates -------------------------------------------------------
+
+
+def _load_ca(secret: Obj) -> CertKey:
+    cert = _cert(secret, CA_CRT)
+    private = _key(secret, CA_KEY)
+    if not isinstance(private, rsa.RSAPrivateKey):
+        raise _Unusable(CA_KEY, "not an RSA private key")
+    if not _key_matches(cert, private):
+        raise _Unusable(CA_KEY, "the private key does not belong to ca.crt")
+    return CertKey(cert, private)
+
+
+def _leaf_fault(secret: Obj, crt: str, key: str, ca: CertKey, ca_pem: bytes,
+                now: datetime, settings: CertSettings, cn: str,
+                hosts: tuple[str, ...]) -> tuple[str | None, bool]:
+    """Why a managed leaf Secret must be rewritten: (reason or None, whether the leaf itself must
+    be reissued; False means only ca.crt is stale)."""
+    try:
+        cert = _cert(secret, crt)
+        private = _key(secret, key)
+    except _Unusable as err:
+        return f"{err.key}: {err.message}", True
+    if not _key_matches(cert, private):
+        return f"{key} does not belong to {crt}", True
+    if not _issued_by(cert, [ca.cert]):
+        return f"{crt} is not signed by the cluster CA", True
+    if _cn(cert) != cn:
+        return f"{crt} has CN {_cn(cert)!r}, not {cn!r}", True
+    expiry = cert.not_valid_after_utc
+    if expiry <= now + settings.leaf_renew_before:
+        return (f"{crt} expires at {expiry.isoformat()}, within the "
+                f"{settings.leaf_renew_before.days}-day renewal window"), True
+    missing = [h for h in hosts if not _covers_host(cert, h)]
+    if missing:
+        return f"{crt} does not cover {', '.join(missing)}", True
+    try:
+        current_ca = _raw(secret, CA_CRT)
+    except _Unusable:
+        current_ca = b""
+    if current_ca != ca_pem:
+        return f"{CA_CRT} differs from the cluster CA's certificate", False
+    return None, False
+
+
+def _covers_host(cert: x509.Certificate, host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host in _dns_sans(cert)
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return address in ext.get_values_for_type(x509.IPAddress)
+
+
+def _with_resource_version(body: Obj, live: Obj) -> Obj:
+    version = (live.get("metadata") or {}).get("resourceVersion")
+    if version:
+        body["metadata"]["resourceVersion"] = version
+    return body
+
+
+def _with_ca(cluster: Cluster, live: Obj, ca_pem: bytes) -> Obj:
+    """The live leaf Secret as a managed body with only ca.crt replaced (the leaf is fine)."""
+    data = {**(live.get("data") or {}), CA_CRT: base64.b64encode(ca_pem).decode()}
+    body = _secret(cluster, _name(live), {})
+    body["data"] = dict(sorted(data.items()))
+    return _with_resource_version(body, live)
+
+
+def _plan_leaf(cluster: Cluster, live: Obj | None, fresh: Callable[[], Obj], crt: str, key: str,
+               cn: str, hosts: tuple[str, ...], ca: CertKey, now: datetime,
+               settings: CertSettings) -> tuple[Obj, SecretWrite | None]:
+    """The leaf Secret after the plan, and the write that gets it there (None: keep live)."""
+    if live is None:
+        body = fresh()
+        return body, SecretWrite("create", body, "new certificate")
+    reason, reissue = _leaf_fault(live, crt, key, ca, ca.cert_pem, now, settings, cn, hosts)
+    if reason is None:
+        return live, None
+    body = (_with_resource_version(fresh(), live) if reissue
+            else _with_ca(cluster, live, ca.cert_pem))
+    return body, SecretWrite("update", body, reason)
+
+
+def certs_action(cluster: Cluster, secrets: Mapping[str, Obj], now: datetime,
+                 cluster_domain: str = "cluster.local",
+                 settings: CertSettings = CertSettings()) -> CertsPlan:
+    """Decide what to do about a cluster's certificates.
+
+    secrets: the live Secrets of the cluster's namespace by name (at least the CA, node and
+    client Secret names when they exist; others are ignored). now: a timezone-aware time.
+    Managed mode: create what is missing; reissue leaves that are unreadable, mismatched, not
+    signed by the CA, wrong in CN or SANs, or inside leaf_renew_before of expiry; renew the CA
+    certificate (keeping its key) inside ca_renew_before; refresh stale ca.crt copies. A CA Secret
+    that is missing or unusable while leaf Secrets exist is a problem, not a reason to make a new
+    CA: running pods trust the old one, so a new CA would need every pod restarted at once, which
+    is the user's decision (the fix says how).
+    """
+    if not cluster.tls:
+        return CertsPlan()
+    node_live = secrets.get(cluster.node_secret)
+    client_live = secrets.get(cluster.client_secret)
+    if cluster.user_provided_certs:
+        problems, warnings = validate_user_secrets(
+            cluster, node_live, client_live, now, cluster_domain, settings.leaf_renew_before)
+        return CertsPlan(certs_hash=certs_hash(node_live, client_live), problems=problems,
+                         warnings=warnings)
+
+    ca_name = ca_secret_name(cluster)
+    ca_live = secrets.get(ca_name)
+    writes: list[SecretWrite] = []
+    if ca_live is None:
+        if node_live is not None or client_live is not None:
+            return _ca_lost(cluster, node_live, client_live, "the Secret does not exist")
+        ca = new_ca(f"KaiwuDB CA {cluster.namespace}/{cluster.name}", now, settings)
+        writes.append(SecretWrite("create", ca_secret(cluster, ca), "new cluster CA"))
+    else:
+        try:
+            ca = _load_ca(ca_live)
+        except _Unusable as err:
+            if node_live is not None or client_live is not None:
+                return _ca_lost(cluster, node_live, client_live, f"{err.key}: {err.message}")
+            ca = new_ca(f"KaiwuDB CA {cluster.namespace}/{cluster.name}", now, settings)
+            writes.append(SecretWrite("update", _with_resource_version(
+                ca_secret(cluster, ca), ca_live), f"{err.key}: {err.message}"))
+        else:
+            expiry = ca.cert.not_valid_after_utc
+            if expiry <= now + settings.ca_renew_before:
+                ca = renew_ca(ca, now, settings)
+                writes.append(SecretWrite("update", _with_resource_version(
+                    ca_secret(cluster, ca), ca_live),
+                    f"CA certificate expires at {expiry.isoformat()}: renewed with the same key"))
+    hosts = node_hosts(cluster, cluster_domain)
+    node_body, node_write = _plan_leaf(
+        cluster, node_live,
+        lambda: node_secret(cluster, ca.cert_pem, issue_node(ca, hosts, now, settings)),
+        NODE_CRT, NODE_KEY, "node", hosts, ca, now, settings)
+    client_body, client_write = _plan_leaf(
+        cluster, client_live,
+        lambda: client_secret(cluster, ca.cert_pem, issue_client(ca, "root", now, settings)),
+        ROOT_CRT, ROOT_KEY, "root", (), ca, now, settings)
+    leaf_writes = [w for w in (node_write, client_write) if w is not None]
+    writes += leaf_writes
+    return CertsPlan(writes=tuple(writes), certs_hash=certs_hash(node_body, client_body),
+                     restart=any(w.verb == "update" for w in leaf_writes))
+
+
+def _ca_lost(cluster: Cluster, node: Obj | None, client: Obj | None, why: str) -> CertsPlan:
+    ca_name = ca_secret_name(cluster)
+    problem = CertProblem(
+        ca_name, "", f"the cluster CA is unusable ({why}) while {cluster.node_secret} or "
+        f"{cluster.client_secret} still exist, so certificates can be neither issued nor renewed",
+        f"restore {ca_name} from a backup; or delete {cluster.node_secret} and "
+        f"{cluster.client_secret} as well to have a new CA and certificates issued (every pod "
+        "must then be restarted together, since old and new certificates do not trust each "
+        "other)")
+    return CertsPlan(certs_hash=certs_hash(node, client), problems=(problem,))

@@ -1,0 +1,480 @@
+"""Certificates of a secure cluster: what the reconciler issues, when it renews, what it refuses.
+
+Stories: a new secure cluster gets a CA, a node certificate every pod name verifies against, and a
+root client certificate; the next reconcile leaves them alone; as expiry approaches the leaves
+are reissued by the same CA (so pods restarting one at a time still trust each other) and the pod
+template hash changes; a lost CA is reported, never silently replaced; Secrets a user brings are
+checked and every problem names the Secret, the key and the fix, without echoing secret data.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.verification import (
+    Criticality,
+    ExtensionPolicy,
+    PolicyBuilder,
+    Store,
+    VerificationError,
+)
+
+from reconciler import certs
+from reconciler.certs import CertProblem, CertSettings, certs_action, needs_renewal
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+Obj = dict[str, Any]
+
+
+def make_cluster(name: str = "orders", namespace: str = "shop", replicas: int = 3,
+                 **tls: Any) -> Cluster:
+    obj = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+           "metadata": {"name": name, "namespace": namespace},
+           "spec": {"version": "3.2.1", "replicas": replicas, "tls": tls}}
+    return Cluster.from_object(apply_defaults(obj))
+
+
+def by_name(secrets: list[Obj]) -> dict[str, Obj]:
+    return {s["metadata"]["name"]: s for s in secrets}
+
+
+def stored(plan: certs.CertsPlan, version: str = "1") -> dict[str, Obj]:
+    """The Secrets as the API server would hold them after the controller applied the plan."""
+    result = {}
+    for write in plan.writes:
+        body = copy.deepcopy(write.secret)
+        body["metadata"]["resourceVersion"] = version
+        result[write.name] = body
+    return result
+
+
+def pem(secret: Obj, key: str) -> bytes:
+    return base64.b64decode(secret["data"][key])
+
+
+def cert_of(secret: Obj, key: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem(secret, key))
+
+
+def fresh_cluster_secrets(cluster: Cluster, now: datetime = NOW) -> dict[str, Obj]:
+    return stored(certs_action(cluster, {}, now))
+
+
+def test_a_new_secure_cluster_gets_a_ca_a_node_and_a_root_client_secret() -> None:
+    cluster = make_cluster()
+    plan = certs_action(cluster, {}, NOW)
+
+    assert [(w.verb, w.name) for w in plan.writes] == [
+        ("create", "orders-ca"), ("create", "orders-node-certs"),
+        ("create", "orders-root-client-certs")]
+    assert not plan.problems and not plan.restart
+    assert plan.certs_hash is not None
+    secrets = by_name([w.secret for w in plan.writes])
+    assert set(secrets["orders-ca"]["data"]) == {"ca.crt", "ca.key"}
+    assert set(secrets["orders-node-certs"]["data"]) == {"ca.crt", "node.crt", "node.key"}
+    assert set(secrets["orders-root-client-certs"]["data"]) == {
+        "ca.crt", "client.root.crt", "client.root.key"}
+    for secret in secrets.values():
+        assert secret["metadata"]["namespace"] == "shop"
+        assert secret["metadata"]["labels"] == {
+            "app.kubernetes.io/managed-by": "kaiwu-operator",
+            "app.kubernetes.io/instance": "orders"}
+        assert secret["type"] == "Opaque"
+    # The CA key exists once, in the Secret no pod mounts.
+    ca_key = secrets["orders-ca"]["data"]["ca.key"]
+    assert all(ca_key not in s["data"].values() for n, s in secrets.items() if n != "orders-ca")
+    assert plan.certs_hash == certs.certs_hash(secrets["orders-node-certs"],
+                                               secrets["orders-root-client-certs"])
+
+
+def test_the_ca_is_a_ten_year_rsa_authority_named_after_the_cluster() -> None:
+    secrets = fresh_cluster_secrets(make_cluster())
+    ca = cert_of(secrets["orders-ca"], "ca.crt")
+
+    assert ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == (
+        "KaiwuDB CA shop/orders")
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert ca.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
+    ca.verify_directly_issued_by(ca)
+    assert ca.public_key().key_size == 2048  # type: ignore[union-attr]
+    assert ca.not_valid_after_utc - NOW == timedelta(days=3650)
+    assert ca.not_valid_before_utc < NOW
+    # The key in the Secret is the CA's key, in the PKCS#1 form kwbase cert writes.
+    key_pem = pem(secrets["orders-ca"], "ca.key")
+    assert key_pem.startswith(b"-----BEGIN RSA PRIVATE KEY-----")
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    assert key.public_key() == ca.public_key()
+
+
+def test_every_pod_name_and_service_name_verifies_against_the_node_certificate() -> None:
+    cluster = make_cluster(replicas=5)
+    secrets = fresh_cluster_secrets(cluster)
+    node_secret = secrets["orders-node-certs"]
+    ca = cert_of(node_secret, "ca.crt")
+    node = cert_of(node_secret, "node.crt")
+
+    assert node.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "node"
+    assert set(node.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == {
+        ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert node.not_valid_after_utc - NOW == timedelta(days=5 * 365)
+    node.verify_directly_issued_by(ca)
+    node_key = serialization.load_pem_private_key(pem(node_secret, "node.key"), password=None)
+    assert node_key.public_key() == node.public_key()
+
+    sans = node.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    dns = set(sans.get_values_for_type(x509.DNSName))
+    assert {"localhost", "orders", "orders.shop", "orders.shop.svc",
+            "orders.shop.svc.cluster.local", "orders-public", "orders-public.shop",
+            "orders-public.shop.svc", "orders-public.shop.svc.cluster.local",
+            "*.orders.shop.svc.cluster.local", "*.orders.shop.svc", "*.orders"} <= dns
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+    # A TLS client (cryptography's own path validation) accepts the node for every pod name,
+    # including ordinals a later scale-out adds, and for the client Service.
+    store = Store([ca])
+    names = [f"orders-{i}.orders.shop.svc.cluster.local" for i in range(7)]
+    names += ["orders-public.shop.svc", "orders-public", "localhost"]
+    for name in names:
+        verifier = PolicyBuilder().store(store).time(NOW).build_server_verifier(x509.DNSName(name))
+        verifier.verify(node, [])
+    # ... and refuses names of another cluster or namespace.
+    for name in ["orders-0.orders.other.svc.cluster.local", "billing-0.billing.shop.svc"]:
+        verifier = PolicyBuilder().store(store).time(NOW).build_server_verifier(x509.DNSName(name))
+        with pytest.raises(VerificationError):
+            verifier.verify(node, [])
+
+
+def test_the_root_client_certificate_authenticates_as_root_only_as_a_client() -> None:
+    secrets = fresh_cluster_secrets(make_cluster())
+    client_secret = secrets["orders-root-client-certs"]
+    ca = cert_of(client_secret, "ca.crt")
+    root = cert_of(client_secret, "client.root.crt")
+
+    assert root.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "root"
+    assert list(root.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH]
+    root.verify_directly_issued_by(ca)
+    assert pem(client_secret, "ca.crt") == pem(secrets["orders-node-certs"], "ca.crt")
+    key = serialization.load_pem_private_key(pem(client_secret, "client.root.key"),
+                                             password=None)
+    assert key.public_key() == root.public_key()
+    # cryptography's client verifier follows the web PKI, which wants a SAN on client
+    # certificates; kwbase (Go crypto/x509) does not, and `kwbase cert create-client` adds none.
+    client_policy = ExtensionPolicy.webpki_defaults_ee().may_be_present(
+        x509.SubjectAlternativeName, Criticality.AGNOSTIC, None)
+    verified = (PolicyBuilder().store(Store([ca])).time(NOW)
+                .extension_policies(ca_policy=ExtensionPolicy.webpki_defaults_ca(),
+                                    ee_policy=client_policy)
+                .build_client_verifier().verify(root, []))
+    assert verified.chain[-1] == ca
+    server = PolicyBuilder().store(Store([ca])).time(NOW).build_server_verifier(
+        x509.DNSName("localhost"))
+    with pytest.raises(VerificationError):
+        server.verify(root, [])
+
+
+def test_a_second_reconcile_with_the_same_secrets_writes_nothing() -> None:
+    cluster = make_cluster()
+    first = certs_action(cluster, {}, NOW)
+    plan = certs_action(cluster, stored(first), NOW + timedelta(days=400))
+
+    assert plan.writes == ()
+    assert plan.certs_hash == first.certs_hash
+    assert not plan.restart and not plan.problems
+    assert plan.summary() == "certificates up to date"
+
+
+def test_an_insecure_cluster_has_no_certificate_work() -> None:
+    plan = certs_action(make_cluster(enabled=False), {}, NOW)
+    assert plan == certs.CertsPlan()
+    assert plan.certs_hash is None
+
+
+def test_renewal_is_due_exactly_when_expiry_enters_the_window() -> None:
+    node_secret = fresh_cluster_secrets(make_cluster())["orders-node-certs"]
+    expiry = cert_of(node_secret, "node.crt").not_valid_after_utc
+    window = timedelta(days=30)
+
+    assert certs.earliest_expiry(node_secret) == expiry
+    assert not needs_renewal(node_secret, expiry - window - timedelta(seconds=1))
+    assert needs_renewal(node_secret, expiry - window)
+    assert needs_renewal(node_secret, expiry + timedelta(days=1))
+    assert not needs_renewal(node_secret, expiry - timedelta(days=8), timedelta(days=7))
+    assert needs_renewal(None, NOW)
+    broken = copy.deepcopy(node_secret)
+    broken["data"]["node.crt"] = base64.b64encode(b"not a certificate").decode()
+    assert needs_renewal(broken, NOW)
+
+
+def test_leaves_near_expiry_are_reissued_by_the_same_ca_and_the_pods_roll() -> None:
+    cluster = make_cluster()
+    first = certs_action(cluster, {}, NOW)
+    live = stored(first, version="41")
+    old_node = cert_of(live["orders-node-certs"], "node.crt")
+    later = old_node.not_valid_after_utc - timedelta(days=30)
+
+    plan = certs_action(cluster, live, later)
+
+    assert [(w.verb, w.name) for w in plan.writes] == [
+        ("update", "orders-node-certs"), ("update", "orders-root-client-certs")]
+    assert all("renewal window" in w.reason for w in plan.writes)
+    # Guarded by the live resourceVersion: a stale cache cannot overwrite a newer Secret.
+    assert all(w.secret["metadata"]["resourceVersion"] == "41" for w in plan.writes)
+    assert plan.restart
+    assert plan.certs_hash not in (None, first.certs_hash)
+    new_node = cert_of(plan.writes[0].secret, "node.crt")
+    assert new_node.not_valid_after_utc - later == timedelta(days=5 * 365)
+    assert new_node.public_key() != old_node.public_key()
+    # Pods not yet restarted still trust the new certificate with the ca.crt they mounted.
+    new_node.verify_directly_issued_by(cert_of(live["orders-node-certs"], "ca.crt"))
+    new_root = cert_of(plan.writes[1].secret, "client.root.crt")
+    new_root.verify_directly_issued_by(cert_of(live["orders-node-certs"], "ca.crt"))
+
+
+def test_ten_years_on_the_ca_is_renewed_with_its_key_so_old_and_new_certificates_trust() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW), version="7")
+    old_ca = cert_of(live["orders-ca"], "ca.crt")
+    # Five years on, the leaves were renewed once...
+    leaf_renewal = cert_of(live["orders-node-certs"], "node.crt").not_valid_after_utc - timedelta(
+        days=30)
+    live.update(stored(certs_action(cluster, live, leaf_renewal), version="8"))
+    # ... and nearly ten years on, the CA enters its renewal window.
+    later = old_ca.not_valid_after_utc - timedelta(days=300)
+
+    plan = certs_action(cluster, live, later)
+
+    writes = {w.name: w for w in plan.writes}
+    assert list(writes) == ["orders-ca", "orders-node-certs", "orders-root-client-certs"]
+    assert "same key" in writes["orders-ca"].reason
+    new_ca = cert_of(writes["orders-ca"].secret, "ca.crt")
+    assert new_ca.public_key() == old_ca.public_key()
+    assert new_ca.subject == old_ca.subject
+    assert new_ca.not_valid_after_utc - later == timedelta(days=3650)
+    assert pem(writes["orders-ca"].secret, "ca.key") == pem(live["orders-ca"], "ca.key")
+    # The leaves are far from expiry: only their ca.crt copy changes, and the certificates
+    # running pods hold verify against the renewed CA, as new ones do against the old CA.
+    for name, crt in (("orders-node-certs", "node.crt"),
+                      ("orders-root-client-certs", "client.root.crt")):
+        write = writes[name]
+        assert write.reason == "ca.crt differs from the cluster CA's certificate"
+        assert pem(write.secret, crt) == pem(live[name], crt)
+        assert pem(write.secret, "ca.crt") == pem(writes["orders-ca"].secret, "ca.crt")
+        cert_of(live[name], crt).verify_directly_issued_by(new_ca)
+        cert_of(write.secret, crt).verify_directly_issued_by(old_ca)
+    assert plan.restart
+
+
+def test_a_renamed_cluster_domain_reissues_the_node_certificate() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+
+    plan = certs_action(cluster, live, NOW, cluster_domain="corp.example")
+
+    assert [w.name for w in plan.writes] == ["orders-node-certs"]
+    assert "does not cover" in plan.writes[0].reason
+    sans = cert_of(plan.writes[0].secret, "node.crt").extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "*.orders.shop.svc.corp.example" in sans
+
+
+def test_a_tampered_node_key_is_replaced() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    other = stored(certs_action(make_cluster(name="billing"), {}, NOW))
+    live["orders-node-certs"]["data"]["node.key"] = other["billing-node-certs"]["data"][
+        "node.key"]
+
+    plan = certs_action(cluster, live, NOW)
+
+    assert [(w.verb, w.name, w.reason) for w in plan.writes] == [
+        ("update", "orders-node-certs", "node.key does not belong to node.crt")]
+
+
+def test_a_lost_ca_is_reported_and_never_silently_replaced() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    del live["orders-ca"]
+
+    plan = certs_action(cluster, live, NOW)
+
+    assert plan.writes == ()
+    assert [(p.secret, p.key) for p in plan.problems] == [("orders-ca", "")]
+    text = certs.format_problem(plan.problems[0])
+    assert "does not exist" in text
+    assert "restore orders-ca" in text
+    assert "delete orders-node-certs and orders-root-client-certs" in text
+    # The pods keep the certificates they have: the template hash does not move.
+    assert plan.certs_hash == certs.certs_hash(live["orders-node-certs"],
+                                               live["orders-root-client-certs"])
+
+
+def test_a_broken_ca_with_no_leaves_yet_is_regenerated() -> None:
+    cluster = make_cluster()
+    ca_only = stored(certs_action(cluster, {}, NOW))["orders-ca"]
+    ca_only["data"]["ca.key"] = base64.b64encode(b"garbage").decode()
+
+    plan = certs_action(cluster, {"orders-ca": ca_only}, NOW)
+
+    assert [(w.verb, w.name) for w in plan.writes] == [
+        ("update", "orders-ca"), ("create", "orders-node-certs"),
+        ("create", "orders-root-client-certs")]
+    assert "ca.key" in plan.writes[0].reason
+
+
+# --- Secrets a user brings ----------------------------------------------------------------
+
+
+def user_cluster(replicas: int = 3) -> Cluster:
+    return make_cluster(replicas=replicas, nodeSecretName="my-node-tls",
+                        clientSecretName="my-root-tls")
+
+
+def user_secrets(now: datetime = NOW,
+                 hosts: tuple[str, ...] = ("*.orders.shop.svc.cluster.local",)
+                 ) -> dict[str, Obj]:
+    """Secrets as a user makes them with their own CA (kwbase cert create-ca/-node/-client)."""
+    cluster = user_cluster()
+    ca = certs.new_ca("Shop CA", now)
+    node = certs.issue_node(ca, hosts, now)
+    root = certs.issue_client(ca, "root", now)
+    return {"my-node-tls": certs.node_secret(cluster, ca.cert_pem, node),
+            "my-root-tls": certs.client_secret(cluster, ca.cert_pem, root)}
+
+
+def problems_of(secrets: dict[str, Obj], now: datetime = NOW,
+                replicas: int = 3) -> tuple[CertProblem, ...]:
+    plan = certs_action(user_cluster(replicas), secrets, now)
+    assert plan.writes == (), "the reconciler never writes a user's Secrets"
+    return plan.problems
+
+
+def test_good_user_secrets_pass_and_drive_the_pod_template_hash() -> None:
+    secrets = user_secrets()
+    plan = certs_action(user_cluster(), secrets, NOW)
+
+    assert plan.problems == () and plan.warnings == () and plan.writes == ()
+    assert plan.certs_hash == certs.certs_hash(secrets["my-node-tls"], secrets["my-root-tls"])
+    rotated = user_secrets()
+    assert certs_action(user_cluster(), rotated, NOW).certs_hash != plan.certs_hash
+
+
+def test_a_missing_user_secret_names_the_secret_and_the_fix() -> None:
+    secrets = user_secrets()
+    del secrets["my-root-tls"]
+
+    (problem,) = problems_of(secrets)
+
+    assert problem.secret == "my-root-tls"
+    assert "does not exist in namespace shop" in problem.message
+    assert "client.root.crt" in problem.fix and "clientSecretName" in problem.fix
+
+
+def test_a_missing_key_is_named() -> None:
+    secrets = user_secrets()
+    del secrets["my-node-tls"]["data"]["node.key"]
+
+    (problem,) = problems_of(secrets)
+
+    assert (problem.secret, problem.key) == ("my-node-tls", "node.key")
+    assert "missing" in problem.message
+    assert certs.format_problem(problem).startswith("Secret my-node-tls key node.key: ")
+
+
+def test_a_node_certificate_for_other_names_is_refused_with_the_uncovered_pods() -> None:
+    secrets = user_secrets(hosts=("orders-0.orders.shop.svc.cluster.local",
+                                  "orders-1.orders.shop.svc.cluster.local", "localhost"))
+
+    assert problems_of(secrets, replicas=2) == ()
+    (problem,) = problems_of(secrets, replicas=3)
+    assert (problem.secret, problem.key) == ("my-node-tls", "node.crt")
+    assert problem.message.endswith("do not cover orders-2.orders.shop.svc.cluster.local")
+    assert "*.orders.shop.svc.cluster.local" in problem.fix
+
+
+def test_an_expired_user_certificate_is_a_problem_and_a_nearly_expired_one_a_warning() -> None:
+    issued = NOW - timedelta(days=5 * 365 - 10)
+    secrets = user_secrets(now=issued)
+
+    plan = certs_action(user_cluster(), secrets, NOW)
+    assert plan.problems == ()
+    assert {(w.secret, w.key) for w in plan.warnings} == {
+        ("my-node-tls", "node.crt"), ("my-root-tls", "client.root.crt")}
+    assert all("expires at" in w.message for w in plan.warnings)
+
+    expired = problems_of(secrets, now=NOW + timedelta(days=11))
+    assert {(p.secret, p.key) for p in expired} == {
+        ("my-node-tls", "node.crt"), ("my-root-tls", "client.root.crt")}
+    assert all("expired at" in p.message for p in expired)
+
+
+def test_a_key_that_belongs_to_another_certificate_is_refused() -> None:
+    secrets = user_secrets()
+    secrets["my-root-tls"]["data"]["client.root.key"] = user_secrets()["my-root-tls"]["data"][
+        "client.root.key"]
+
+    (problem,) = problems_of(secrets)
+
+    assert (problem.secret, problem.key) == ("my-root-tls", "client.root.key")
+    assert "does not belong to the certificate in client.root.crt" in problem.message
+
+
+def test_a_client_certificate_from_another_ca_would_be_rejected_by_the_nodes() -> None:
+    secrets = user_secrets()
+    secrets["my-root-tls"] = user_secrets()["my-root-tls"]
+
+    problems = problems_of(secrets)
+    assert [(p.secret, p.key) for p in problems] == [("my-root-tls", "client.root.crt")]
+    assert "not signed by the CA in my-node-tls/ca.crt" in problems[0].message
+    warnings = certs_action(user_cluster(), secrets, NOW).warnings
+    assert [(w.secret, w.key) for w in warnings] == [("my-root-tls", "ca.crt")]
+
+
+def test_a_node_certificate_without_client_usage_or_cn_node_is_refused() -> None:
+    cluster = user_cluster()
+    ca = certs.new_ca("Shop CA", NOW)
+    server_only = certs._leaf(ca, "db", [ExtendedKeyUsageOID.SERVER_AUTH],
+                              [x509.DNSName("*.orders.shop.svc.cluster.local")], NOW,
+                              CertSettings())
+    secrets = user_secrets()
+    secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, server_only)
+    secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem,
+                                                 certs.issue_client(ca, "root", NOW))
+
+    messages = [p.message for p in problems_of(secrets)]
+    assert any("CN is 'db'" in m for m in messages)
+    assert any("lacks client authentication" in m for m in messages)
+    assert len(messages) == 2
+
+
+def test_messages_never_carry_secret_data() -> None:
+    secrets = user_secrets()
+    secrets["my-node-tls"]["data"]["node.key"] = "bm90IGEga2V5"  # "not a key"
+    secrets["my-node-tls"]["data"]["ca.crt"] = "@@not-base64@@"
+    problems = problems_of(secrets)
+
+    text = " ".join(certs.format_problem(p) for p in problems)
+    assert {(p.secret, p.key) for p in problems} >= {("my-node-tls", "node.key"),
+                                                     ("my-node-tls", "ca.crt")}
+    assert "@@not-base64@@" not in text and "bm90IGEga2V5" not in text
+    assert "***" in text  # the undecodable value is told apart only by its mask
+    for secret in secrets.values():
+        for value in secret["data"].values():
+            assert value not in text
+
+
+def test_san_matching_follows_go_wildcards() -> None:
+    sans = ["*.orders.shop.svc", "Localhost"]
+    assert certs.san_covers(sans, "orders-0.orders.shop.svc")
+    assert certs.san_covers(sans, "localhost")
+    assert not certs.san_covers(sans, "a.b.orders.shop.svc")
+    assert not certs.san_covers(sans, "orders.shop.svc")
