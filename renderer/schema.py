@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -79,12 +80,27 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _go_pattern(validator: Any, pattern: str, instance: Any,
+                _schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    """`pattern` as the API server matches it (Go RE2): `$` ends the text. Python's `$` also
+    matches before a final newline, which would let a version such as "3.2.1\n" through."""
+    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern),
+                                                                instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_END = re.compile(r"(?<!\\)\$")  # an unescaped `$` (the CRD's patterns use no `[$]`)
+# The stubs leave `extend` unannotated.
+_Validator: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft4Validator, {"pattern": _go_pattern})
+
+
 @cache
-def _validator() -> jsonschema.Draft4Validator:
+def _validator() -> jsonschema.protocols.Validator:
     schema = _to_json_schema(openapi_schema())
     # metadata is validated by the API server's own rules; renderer/semantics.py checks names.
     schema["properties"]["metadata"] = {"type": "object"}
-    return jsonschema.Draft4Validator(schema)
+    return _Validator(schema)
 
 
 def validate(obj: dict[str, Any]) -> list[SchemaViolation]:

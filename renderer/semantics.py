@@ -40,15 +40,16 @@ SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
 # StatefulSet pods get a controller-revision-hash label "<name>-<10 chars>" (63 max) and the
 # client Service is "<name>-public": 40 leaves room for both and for "data-<name>-<ordinal>".
 MAX_NAME_LENGTH = 40
-DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# `\Z`, not `$`: Python's `$` also matches before a final newline, so "dev\n" would pass.
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 DNS_1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 FLAG = re.compile(r"^--[a-z][a-z0-9-]*(=.*)?$", re.DOTALL)
-FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)$")
+FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)\Z")
 # The time-series engine allocates well beyond --cache and --max-sql-memory (kaiwudb-facts.md).
 MAX_MEMORY_FRACTION = Decimal("0.8")
 
@@ -272,9 +273,9 @@ def _check_names(spec: dict[str, Any]) -> Iterator[Violation]:
 
 
 def _is_qualified_name(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    if prefix and not (len(prefix) <= 253 and DNS_1123_SUBDOMAIN.match(prefix)):
-        return False
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and DNS_1123_SUBDOMAIN.match(prefix)):
+        return False  # "/name" has an empty prefix, which Kubernetes refuses
     return 0 < len(name) <= 63 and bool(LABEL_NAME.match(name))
 
 
