@@ -1,0 +1,404 @@
+"""Stories about the simulated KaiwuDB (tests/world/kwdb): what an operator sees through kwbase.
+
+Pure Python, no Kubernetes: each test plays the simulated kubelet (starting and stopping
+containers, losing hosts and volumes) and the admin adapter (exec'ing kwbase), with explicit
+simulated times, and reads the answers with the csv module as the reconciler will.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.world.kwdb import (
+    NO_MORE_DATA,
+    REPLICATION_HEALTH_QUERY,
+    RUNNING_JOBS_QUERY,
+    ExecResult,
+    KwdbSettings,
+    KwdbWorld,
+    StartResult,
+)
+from tests.world.kwdb.render import render_table
+
+NS, STS = "shop", "kw"
+KEY = (NS, STS)
+KWBASE = "/kaiwudb/bin/kwbase"
+# Short timers so stories about dead nodes run in simulated minutes, not hours.
+FAST = KwdbSettings(time_until_store_dead_s=120.0, snapshot_rate_per_s=10.0)
+
+
+def fqdn(ordinal: int) -> str:
+    return f"{STS}-{ordinal}.{STS}.{NS}.svc.cluster.local"
+
+
+def start_line(ordinal: int, mode: str = "start", *extra: str, peers: int = 3) -> list[str]:
+    """The container command the renderer writes (with $(POD_NAME) already expanded)."""
+    join = ",".join(f"{fqdn(i)}:26257" for i in range(peers))
+    line = [
+        KWBASE,
+        mode,
+        "--insecure",
+        "--listen-addr=0.0.0.0:26257",
+        f"--advertise-addr={fqdn(ordinal)}:26257",
+        "--brpc-addr=:27257",
+        "--http-addr=0.0.0.0:8080",
+        "--store=/kaiwudb/deploy/data",
+        "--cache=.25",
+        "--max-sql-memory=.25",
+        "--logtostderr",
+        *extra,
+    ]
+    if mode != "start-single-node":
+        line.insert(8, f"--join={join}")
+    return line
+
+
+def rows(result: ExecResult) -> list[dict[str, str]]:
+    assert result.exit_code == 0, result.stderr
+    return list(csv.DictReader(io.StringIO(result.stdout)))
+
+
+@dataclass
+class Operator:
+    """Plays kubelet and admin adapter against one StatefulSet."""
+
+    world: KwdbWorld = field(default_factory=lambda: KwdbWorld(FAST))
+    pvc: dict[str, str] = field(default_factory=dict)
+
+    def start(self, ordinal: int, t: float, *extra: str, mode: str = "start") -> StartResult:
+        pod = f"{STS}-{ordinal}"
+        store = self.pvc.setdefault(pod, f"pvc-uid-{pod}")
+        return self.world.start_process(
+            KEY, pod, store, start_line(ordinal, mode, *extra), t, image="kwdb/kwdb:3.2.1"
+        )
+
+    def kwbase(self, ordinal: int, t: float, *args: str) -> ExecResult:
+        return self.world.exec(KEY, f"{STS}-{ordinal}", [KWBASE, *args, "--insecure"], t)
+
+    def status(self, t: float, *flags: str, via: int = 0) -> list[dict[str, str]]:
+        return rows(self.kwbase(via, t, "node", "status", "--format=csv", *flags))
+
+    def health(self, t: float, via: int = 0) -> tuple[int, int]:
+        got = rows(self.kwbase(via, t, "sql", "-e", REPLICATION_HEALTH_QUERY, "--format=csv"))
+        return int(got[0]["ranges_unavailable"]), int(got[0]["ranges_underreplicated"])
+
+    def healthy_cluster(self, size: int, t: float = 0.0) -> float:
+        """Start `size` pods, init once, wait until replication is healthy; return the time."""
+        for i in range(size):
+            assert self.start(i, t).ok
+        assert self.kwbase(0, t + 1, "init").exit_code == 0
+        t += 1
+        while self.health(t) != (0, 0):
+            t += 5
+        return t
+
+
+def test_three_nodes_start_init_once_and_report_live_in_csv() -> None:
+    op = Operator()
+    for i in range(3):
+        started = op.start(i, 0.0)
+        assert started.ok and started.node_id is None
+        assert "wait for `kwbase init`" in started.stderr
+    assert not op.world.is_ready(KEY, "kw-0", 1.0)
+    assert op.world.is_live(KEY, "kw-0", 1.0)
+
+    before = op.kwbase(0, 2.0, "node", "status", "--format=csv")
+    assert before.exit_code == 1 and "cannot dial server" in before.stderr
+    assert before.duration_s == FAST.connect_timeout_s
+
+    first = op.kwbase(0, 3.0, "init", f"--host={fqdn(0)}:26257")
+    assert (first.exit_code, first.stdout) == (0, "Cluster successfully initialized\n")
+    again = op.kwbase(1, 4.0, "init")
+    assert again.exit_code == 1
+    assert "cluster has already been initialized" in again.stderr
+    assert again.stderr.endswith('Failed running "init"\n')
+
+    assert all(op.world.is_ready(KEY, f"kw-{i}", 5.0) for i in range(3))
+    out = op.kwbase(2, 5.0, "node", "status", "--format=csv")
+    header = out.stdout.splitlines()[0]
+    assert header == (
+        "id,address,sql_address,build,started_at,updated_at,locality,start_mode,"
+        "is_available,is_live"
+    )
+    nodes = rows(out)
+    assert [n["id"] for n in nodes] == ["1", "2", "3"]
+    assert [n["address"] for n in nodes] == [f"{fqdn(i)}:26257" for i in range(3)]
+    assert {n["is_live"] for n in nodes} == {"true"}
+    assert {n["is_available"] for n in nodes} == {"true"}
+    assert {n["build"] for n in nodes} == {"V3.2.1"}
+    assert {n["start_mode"] for n in nodes} == {"start"}
+    assert nodes[0]["updated_at"] == "2026-01-01 00:00:05"
+
+
+def test_replicas_spread_after_init_and_the_health_query_turns_green() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    assert t < 60, "40 ranges up-replicate in seconds at the default snapshot rate"
+    ranges = op.status(t, "--ranges")
+    assert [int(n["ranges"]) for n in ranges] == [40, 40, 40]
+    assert {n["ranges_underreplicated"] for n in ranges} == {"0"}
+    jobs = rows(op.kwbase(0, t, "sql", "-e", RUNNING_JOBS_QUERY, "--format=csv"))
+    assert jobs == [{"count": "0"}]
+    op.world.set_running_jobs(KEY, 2, t)
+    jobs = rows(op.kwbase(0, t, "sql", "-e", RUNNING_JOBS_QUERY, "--format=csv"))
+    assert jobs == [{"count": "2"}]
+
+
+def test_scale_out_to_five_then_decommission_node_five_drains_its_replicas() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    for i in (3, 4):
+        assert op.start(i, t).ok
+    t += 1
+    assert [n["id"] for n in op.status(t)] == ["1", "2", "3", "4", "5"]
+    t += 60  # rebalancing moves replicas onto the new nodes
+    fifth = op.status(t, "5", "--decommission")[0]
+    assert int(fifth["gossiped_replicas"]) > 0
+
+    marked = op.kwbase(0, t, "node", "decommission", "5", "--wait=none", "--format=csv")
+    assert marked.exit_code == 0 and marked.duration_s == 0.0
+    table = rows(marked)
+    assert table[0]["id"] == "5" and table[0]["is_decommissioning"] == "true"
+    assert NO_MORE_DATA not in marked.stdout
+
+    seen = []
+    for _ in range(30):
+        t += 1
+        seen.append(int(op.status(t, "5", "--decommission")[0]["gossiped_replicas"]))
+        if seen[-1] == 0:
+            break
+    assert seen[-1] == 0 and seen == sorted(seen, reverse=True) and len(set(seen)) > 2
+    done = op.kwbase(0, t, "node", "decommission", "5", "--wait=none")
+    assert done.stdout.endswith("\n" + NO_MORE_DATA + "\n")
+    assert "already decommissioning" in done.stderr
+    assert op.health(t) == (0, 0)
+
+    op.world.stop_process(KEY, "kw-4", t)
+    t += FAST.liveness_ttl_s + 1
+    assert [n["id"] for n in op.status(t)] == ["1", "2", "3", "4"]
+    hidden = op.kwbase(0, t, "node", "status", "5", "--format=csv")
+    assert hidden.exit_code == 1 and "node 5 doesn't exist" in hidden.stderr
+    assert op.status(t, "--decommission")[-1]["is_decommissioning"] == "true"
+
+
+def test_dead_node_is_under_replicated_until_declared_dead_then_heals() -> None:
+    op = Operator()
+    t = op.healthy_cluster(4)
+    op.world.stop_process(KEY, "kw-3", t, graceful=False)  # the process is killed
+    t += FAST.liveness_ttl_s + 1
+    assert op.status(t)[3]["is_live"] == "false"
+    unavailable, under = op.health(t)
+    assert unavailable == 0 and under > 0
+
+    t_dead = t - FAST.liveness_ttl_s - 1 + FAST.liveness_ttl_s + FAST.time_until_store_dead_s
+    assert op.health(t_dead - 1)[1] == under, "no repair before time_until_store_dead"
+    t = t_dead + 30
+    assert op.health(t) == (0, 0)
+    assert op.status(t, "4", "--decommission")[0]["gossiped_replicas"] == "0"
+    assert [int(n["ranges"]) for n in op.status(t, "--ranges")[:3]] == [40, 40, 40]
+
+
+def test_a_bad_flag_makes_the_container_exit_with_the_real_message() -> None:
+    op = Operator()
+    bad = op.start(0, 0.0, "--bogus-flag=1")
+    assert (bad.ok, bad.exit_code) == (False, 1)
+    assert bad.stderr.startswith("Usage:\n  kwbase start [flags]\n")
+    assert bad.stderr.endswith('ERROR: unknown flag: --bogus-flag\nFailed running "start"\n')
+    assert not op.world.process_running(KEY, "kw-0")
+
+    no_brpc = [a for a in start_line(0) if not a.startswith("--brpc-addr")]
+    missing = op.world.start_process(KEY, "kw-0", "pvc-0", no_brpc, 0.0)
+    assert "ERROR: failed to start server: --brpc-addr not specified" in missing.stderr
+    no_port = op.world.start_process(KEY, "kw-0", "pvc-0", [*no_brpc, "--brpc-addr=kw-0"], 0.0)
+    assert "--brpc-addr's port not specified" in no_port.stderr
+
+
+def test_single_node_mode_rejects_join_and_initialises_itself() -> None:
+    op = Operator()
+    joined = op.world.start_process(
+        KEY, "kw-0", "pvc-0", [*start_line(0, "start-single-node"), f"--join={fqdn(0)}"], 0.0
+    )
+    assert not joined.ok
+    assert (
+        "ERROR: cannot use --join with 'kaiwudb start-single-node', use 'kaiwudb start' or "
+        "'kaiwudb start-single-replica' instead.\n"
+    ) in joined.stderr
+
+    alone = op.start(0, 1.0, mode="start-single-node")
+    assert alone.ok and alone.node_id == 1
+    assert op.world.is_ready(KEY, "kw-0", 2.0)
+    assert "already been initialized" in op.kwbase(0, 2.0, "init").stderr
+    assert op.health(2.0) == (0, 0), "replication factor 1: healthy at once"
+    assert op.status(2.0)[0]["start_mode"] == "start-single-node"
+
+
+def test_a_recreated_volume_joins_as_a_new_node_id() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    op.world.stop_process(KEY, "kw-2", t)
+    op.world.delete_store(KEY, op.pvc["kw-2"], t)
+    op.pvc["kw-2"] = "pvc-uid-kw-2-recreated"
+    again = op.start(2, t + 5)
+    assert again.ok and again.node_id == 4
+    t += FAST.liveness_ttl_s + 10
+    nodes = op.status(t)
+    assert [(n["id"], n["is_live"]) for n in nodes] == [
+        ("1", "true"),
+        ("2", "true"),
+        ("3", "false"),
+        ("4", "true"),
+    ]
+    assert nodes[3]["address"] == f"{fqdn(2)}:26257"
+
+
+def test_a_store_keeps_its_start_mode() -> None:
+    op = Operator()
+    op.healthy_cluster(3)
+    op.world.stop_process(KEY, "kw-1", 100.0)
+    other = op.start(1, 101.0, mode="start-single-replica")
+    assert (other.ok, other.exit_code) == (False, 1)
+    assert "start mode" in other.stderr and 'Failed running "start-single-replica"' in other.stderr
+    assert op.start(1, 102.0).ok
+
+
+def test_a_decommissioned_store_cannot_come_back() -> None:
+    op = Operator()
+    t = op.healthy_cluster(4)
+    assert op.kwbase(0, t, "node", "decommission", "4", "--wait=none").exit_code == 0
+    t += 60
+    op.world.stop_process(KEY, "kw-3", t)
+    back = op.start(3, t + 1)
+    assert not back.ok
+    assert "n4 was permanently removed from the cluster" in back.stderr
+
+
+def test_decommissioning_an_unknown_node_id_fails_like_kwbase() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    got = op.kwbase(0, t, "node", "decommission", "9", "--wait=none")
+    assert got.exit_code == 1
+    assert got.stderr.startswith("warning: cannot find status of node 9\n")
+    assert "during liveness update 9 -> true: node not in the liveness table" in got.stderr
+    assert got.stderr.endswith('Failed running "node decommission"\n')
+    bad = op.kwbase(0, t, "node", "decommission", "x")
+    assert 'unable to parse x: strconv.ParseInt: parsing "x": invalid syntax' in bad.stderr
+
+
+def test_waiting_for_all_replicas_blocks_while_replicas_remain() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    stuck = op.kwbase(0, t, "node", "decommission", "3", "--format=csv")  # nowhere to move
+    assert stuck.exit_code == 0 and stuck.duration_s == math.inf
+    assert rows(stuck)[0]["replicas"] == "40"
+
+
+def test_exec_refuses_shells_and_reports_unknown_flags() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    shell = op.world.exec(KEY, "kw-0", ["sh", "-c", "kwbase node status --insecure"], t)
+    assert shell.exit_code == 126 and "never through a shell" in shell.stderr
+    flag = op.kwbase(0, t, "node", "status", "--bogus")
+    assert flag.exit_code == 1
+    assert flag.stderr.endswith('ERROR: unknown flag: --bogus\nFailed running "node status"\n')
+    fmt = op.kwbase(0, t, "node", "status", "--format=yaml")
+    assert (
+        'invalid argument "yaml" for "--format" flag: invalid table display format: yaml'
+        in fmt.stderr
+    )
+    sub = op.world.exec(KEY, "kw-0", [KWBASE, "node", "frobnicate"], t)
+    assert sub.stderr == (
+        'Usage:\n  kwbase node [command] [flags]\nERROR: unknown sub-command: "frobnicate"\n'
+        'Failed running "node"\n'
+    )
+    # Client flags belong to node's sub-commands, not to `node` itself (flags.go clientCmds).
+    group_flag = op.kwbase(0, t, "node", "frobnicate")
+    assert "ERROR: unknown flag: --insecure" in group_flag.stderr
+    top = op.world.exec(KEY, "kw-0", ["kwbase", "frobnicate"], t)
+    assert 'ERROR: unknown command "frobnicate" for "kwbase"' in top.stderr
+
+
+def test_a_stopped_node_cannot_be_dialled() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    op.world.stop_process(KEY, "kw-2", t)
+    got = op.kwbase(0, t + 1, "node", "status", f"--host={fqdn(2)}:26257")
+    assert got.exit_code == 1
+    assert "ERROR: cannot dial server.\nIs the server running?" in got.stderr
+    assert f"dial tcp {fqdn(2)}:26257: connect: connection refused" in got.stderr
+    drain = op.kwbase(0, t + 1, "node", "drain", f"--host={fqdn(2)}")
+    assert "Failed to connect to the node" in drain.stderr and drain.exit_code == 1
+
+
+def test_secure_client_against_insecure_node_gets_the_hint() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    got = op.world.exec(KEY, "kw-0", [KWBASE, "node", "status", "--certs-dir=/kaiwudb/certs"], t)
+    assert "cannot establish secure connection to insecure server.\nMaybe use --insecure?" in (
+        got.stderr
+    )
+    neither = op.world.exec(KEY, "kw-0", [KWBASE, "node", "status"], t)
+    assert "cannot load certificates." in neither.stderr
+
+
+def test_drain_makes_a_node_unready_and_quit_stops_it() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    drained = op.kwbase(1, t, "node", "drain")
+    assert (drained.exit_code, drained.stdout) == (0, "ok\n")
+    assert drained.stderr.endswith("node is draining... remaining: 0 (complete)\n")
+    assert not op.world.is_ready(KEY, "kw-1", t)
+    assert op.status(t, "--decommission")[1]["is_draining"] == "true"
+    refused = op.kwbase(1, t, "node", "status")
+    assert "server is not accepting clients\nSQLSTATE: 57P01" in refused.stderr
+
+    quit_ = op.kwbase(2, t, "quit")
+    assert quit_.stdout == "ok\n"
+    assert [e.pod_name for e in quit_.exited] == ["kw-2"]
+    assert not op.world.process_running(KEY, "kw-2")
+    restarted = op.start(2, t + 5)
+    assert restarted.ok and restarted.node_id == 3
+    assert op.world.is_ready(KEY, "kw-2", t + 5)
+
+
+def test_locality_with_commas_is_quoted_in_csv() -> None:
+    op = Operator()
+    for i in range(3):
+        assert op.start(i, 0.0, f"--locality=region=cn-east,zone=z{i}").ok
+    op.kwbase(0, 1.0, "init")
+    out = op.kwbase(0, 2.0, "node", "status", "--format=csv")
+    assert ',"region=cn-east,zone=z0",' in out.stdout
+    assert [n["locality"] for n in rows(out)] == [f"region=cn-east,zone=z{i}" for i in range(3)]
+    tsv = op.kwbase(0, 2.0, "node", "status")  # exec has no terminal: tsv by default
+    assert tsv.stdout.splitlines()[1].split("\t")[6] == "region=cn-east,zone=z0"
+
+
+def test_table_format_matches_the_documented_layout() -> None:
+    # The decommission status table as CockroachDB's v20.2 docs print it (same code in kwbase).
+    expected = (
+        "  id | is_live | replicas | is_decommissioning | is_draining\n"
+        "-----+---------+----------+--------------------+--------------\n"
+        "   6 |  true   |       21 |        true        |    false\n"
+        "(1 row)\n"
+    )
+    got = render_table(
+        ["id", "is_live", "replicas", "is_decommissioning", "is_draining"],
+        [["6", "true", "21", "true", "false"]],
+        "rcrcc",
+    )
+    assert got == expected
+
+
+@pytest.mark.parametrize("mode", ["start", "start-single-replica"])
+def test_modes_that_need_init_wait_for_it(mode: str) -> None:
+    op = Operator()
+    started = op.start(0, 0.0, mode=mode)
+    assert started.ok and started.node_id is None
+    assert not op.world.is_ready(KEY, "kw-0", 10.0)
+    assert op.kwbase(0, 10.0, "init").exit_code == 0
+    assert op.world.is_ready(KEY, "kw-0", 10.0)
+    assert op.world.replication(KEY, 10.0).replication_factor == (3 if mode == "start" else 1)

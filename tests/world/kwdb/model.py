@@ -1,0 +1,357 @@
+"""The state of one simulated KaiwuDB cluster: node liveness, ranges, replicas, healing over time.
+
+Owned by tests/world/kwdb/world.py (one `LogicalCluster` per initialised KaiwuDB cluster) and read
+by tests/world/kwdb/commands.py to answer `kwbase node status`, `node decommission` and the SQL
+health queries.
+
+What it models (after CockroachDB v20.1, which kwbase forks):
+- liveness: a node heartbeats while its process runs on a live host; it stays live for
+  `liveness_ttl_s` after the last heartbeat. Its liveness status (kvserver LivenessStatus) is LIVE,
+  UNAVAILABLE (not live yet, or draining), DECOMMISSIONING, or DEAD / DECOMMISSIONED once
+  `time_until_store_dead_s` has passed after the liveness record expired.
+- ranges: `range_count` ranges, each with an ordered replica list and a leaseholder. A fresh
+  cluster puts every range on the bootstrap node, then up-replicates to the replication factor.
+- the replicate queue, one move at a time at `snapshot_rate_per_s`, in priority order: replace a
+  replica on a DEAD node, add a missing replica, move a replica off a decommissioning node, then
+  (optionally) rebalance by replica count. A move needs a quorum of live replicas and a target
+  that is live, not decommissioning, not draining, not suspect and not already a replica.
+  Replicas on a non-live node that is not dead yet are left alone (real: the cluster waits for
+  `server.time_until_store_dead` before repairing).
+- metrics (kvserver calcRangeCounter): each range is counted by its first live replica;
+  `ranges.unavailable` when live replicas are not a quorum, `ranges.underreplicated` when live
+  replicas are fewer than needed. So under-replicated ranges show as soon as a node stops being
+  live, and heal only after it is declared dead. A range with no live replica is counted by no
+  one (also real).
+- persisted node status: a node that stops keeps the metrics it had when it stopped, forever, as
+  the real status records in kwdb_internal.kv_store_status do (summing that table over all nodes
+  includes stale rows of dead nodes).
+
+Not modelled: data sizes, raft logs, zone configs other than the replication factor, localities
+in placement, lease preferences, time-series (kwdbts2) replication, clock offsets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from tests.world.kwdb.settings import KwdbSettings
+
+MODE_MULTI = "start"
+MODE_SINGLE_REPLICA = "start-single-replica"
+MODE_SINGLE_NODE = "start-single-node"
+START_MODES = (MODE_MULTI, MODE_SINGLE_REPLICA, MODE_SINGLE_NODE)
+
+LIVE = "LIVE"
+UNAVAILABLE = "UNAVAILABLE"
+DECOMMISSIONING = "DECOMMISSIONING"
+DEAD = "DEAD"
+DECOMMISSIONED = "DECOMMISSIONED"
+
+
+@dataclass(frozen=True)
+class StoreMetrics:
+    """The store metrics node status and kv_store_status read (sums over a node's stores)."""
+
+    replicas: int = 0
+    leaders: int = 0
+    leaseholders: int = 0
+    unavailable: int = 0
+    underreplicated: int = 0
+
+
+@dataclass
+class NodeRecord:
+    """A node id's liveness record plus its gossiped descriptor. Ids belong to stores."""
+
+    node_id: int
+    store_key: str
+    pod_name: str
+    address: str
+    sql_address: str
+    build: str
+    locality: str
+    start_mode: str
+    started_at: float
+    last_heartbeat: float
+    heartbeating: bool
+    # When the node last became live after having been non-live (for the suspect window);
+    # -inf when it has never been away.
+    back_since: float = -math.inf
+    decommissioning: bool = False
+    decommissioning_since: float | None = None
+    draining: bool = False
+    stale_metrics: StoreMetrics = field(default_factory=StoreMetrics)
+
+
+@dataclass
+class RangeState:
+    """One range: replica node ids in descriptor order, and the leaseholder's node id."""
+
+    range_id: int
+    replicas: list[int]
+    leaseholder: int
+
+
+@dataclass(frozen=True)
+class _Move:
+    range_id: int
+    remove: int | None
+    add: int
+
+
+class LogicalCluster:
+    """One initialised KaiwuDB cluster: its nodes (by id), ranges and replicate queue."""
+
+    def __init__(
+        self, settings: KwdbSettings, cluster_id: str, mode: str, created_at: float
+    ) -> None:
+        self.settings = settings
+        self.cluster_id = cluster_id
+        self.mode = mode
+        self.replication_factor = settings.replication_factor if mode == MODE_MULTI else 1
+        self.nodes: dict[int, NodeRecord] = {}
+        self.ranges: list[RangeState] = []
+        self.next_node_id = 1
+        self.clock = created_at
+        self._budget = 0.0
+        self.running_jobs = 0
+
+    # ----- nodes -------------------------------------------------------------------------
+    def add_node(self, record_for_id: NodeRecord) -> NodeRecord:
+        """Register a node; the caller built the record with `allocate_node_id()`."""
+        self.nodes[record_for_id.node_id] = record_for_id
+        return record_for_id
+
+    def allocate_node_id(self) -> int:
+        """Node ids come from a cluster-wide counter and are never reused."""
+        node_id = self.next_node_id
+        self.next_node_id += 1
+        return node_id
+
+    def bootstrap_ranges(self, first_node: int) -> None:
+        """A new cluster's ranges all start with one replica on the bootstrap node."""
+        self.ranges = [
+            RangeState(range_id=i, replicas=[first_node], leaseholder=first_node)
+            for i in range(1, self.settings.range_count + 1)
+        ]
+
+    def is_live(self, node: NodeRecord, t: float) -> bool:
+        return node.heartbeating or t < node.last_heartbeat + self.settings.liveness_ttl_s
+
+    def liveness_status(self, node: NodeRecord, t: float) -> str:
+        """kvserver Liveness.LivenessStatus as of simulated time t."""
+        expiration = node.last_heartbeat + self.settings.liveness_ttl_s
+        if not node.heartbeating and t >= expiration + self.settings.time_until_store_dead_s:
+            return DECOMMISSIONED if node.decommissioning else DEAD
+        if node.decommissioning:
+            return DECOMMISSIONING
+        if node.draining:
+            return UNAVAILABLE
+        return LIVE if self.is_live(node, t) else UNAVAILABLE
+
+    def _is_dead(self, node: NodeRecord, t: float) -> bool:
+        return self.liveness_status(node, t) in (DEAD, DECOMMISSIONED)
+
+    def _is_suspect(self, node: NodeRecord, t: float) -> bool:
+        return node.heartbeating and t < node.back_since + self.settings.suspect_after_restart_s
+
+    def set_heartbeating(self, node_id: int, on: bool, t: float) -> None:
+        """The node's process started (on) or stopped / lost its host (off) at time t."""
+        self.advance(t)
+        node = self.nodes[node_id]
+        if on == node.heartbeating:
+            return
+        if on:
+            if not self.is_live(node, t):
+                node.back_since = t
+            node.heartbeating = True
+            node.draining = False  # a restart takes a new liveness epoch, clearing draining
+            node.last_heartbeat = t
+        else:
+            # The last status record the node persisted is what kv_store_status keeps showing.
+            node.stale_metrics = self.metrics(node, t)
+            node.heartbeating = False
+            node.last_heartbeat = t
+        self._fix_leases(t)
+
+    def set_flags(
+        self,
+        node_id: int,
+        t: float,
+        *,
+        decommissioning: bool | None = None,
+        draining: bool | None = None,
+    ) -> None:
+        """Change the liveness record's decommissioning / draining flags at time t."""
+        self.advance(t)
+        node = self.nodes[node_id]
+        if decommissioning is not None:
+            if decommissioning and not node.decommissioning:
+                node.decommissioning_since = t
+            if not decommissioning:
+                node.decommissioning_since = None
+            node.decommissioning = decommissioning
+        if draining is not None:
+            node.draining = draining
+        self._fix_leases(t)
+
+    def last_heartbeat(self, node: NodeRecord, t: float) -> float:
+        return t if node.heartbeating else node.last_heartbeat
+
+    # ----- ranges and metrics ---------------------------------------------------------------
+    def replica_count(self, node_id: int) -> int:
+        return sum(1 for r in self.ranges if node_id in r.replicas)
+
+    def _live_replicas(self, r: RangeState, t: float) -> list[int]:
+        return [n for n in r.replicas if self.is_live(self.nodes[n], t)]
+
+    def _has_quorum(self, r: RangeState, t: float) -> bool:
+        return len(self._live_replicas(r, t)) >= len(r.replicas) // 2 + 1
+
+    def metrics(self, node: NodeRecord, t: float) -> StoreMetrics:
+        """Current metrics of a heartbeating node; the persisted (stale) ones otherwise."""
+        if not node.heartbeating:
+            return node.stale_metrics
+        replicas = leases = unavailable = underreplicated = 0
+        for r in self.ranges:
+            live = self._live_replicas(r, t)
+            if node.node_id in r.replicas:
+                replicas += 1
+            if r.leaseholder == node.node_id:
+                leases += 1
+            if live and live[0] == node.node_id:
+                if len(live) < len(r.replicas) // 2 + 1:
+                    unavailable += 1
+                if len(live) < self.replication_factor:
+                    underreplicated += 1
+        return StoreMetrics(replicas, leases, leases, unavailable, underreplicated)
+
+    def health(self, t: float) -> tuple[int, int]:
+        """(unavailable, under-replicated) ranges as the cluster really is, not as reported."""
+        unavailable = underreplicated = 0
+        for r in self.ranges:
+            live = len(self._live_replicas(r, t))
+            unavailable += live < len(r.replicas) // 2 + 1
+            underreplicated += live < self.replication_factor
+        return unavailable, underreplicated
+
+    def _fix_leases(self, t: float) -> None:
+        for r in self.ranges:
+            holder = self.nodes.get(r.leaseholder)
+            if (
+                r.leaseholder in r.replicas
+                and holder is not None
+                and self.is_live(holder, t)
+                and not holder.draining
+            ):
+                continue
+            for n in r.replicas:
+                candidate = self.nodes[n]
+                if self.is_live(candidate, t) and not candidate.draining:
+                    r.leaseholder = n
+                    break
+
+    # ----- the replicate queue ----------------------------------------------------------------
+    def _targets(self, t: float) -> list[NodeRecord]:
+        return [
+            n
+            for n in self.nodes.values()
+            if n.heartbeating
+            and not n.decommissioning
+            and not n.draining
+            and not self._is_suspect(n, t)
+        ]
+
+    def _pick_target(self, r: RangeState, t: float, counts: dict[int, int]) -> int | None:
+        options = [n.node_id for n in self._targets(t) if n.node_id not in r.replicas]
+        if not options:
+            return None
+        return min(options, key=lambda n: (counts.get(n, 0), n))
+
+    def _counts(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for r in self.ranges:
+            for n in r.replicas:
+                counts[n] = counts.get(n, 0) + 1
+        return counts
+
+    def _next_move(self, t: float) -> _Move | None:
+        counts = self._counts()
+        healthy_ranges = [r for r in self.ranges if self._has_quorum(r, t)]
+        # 1. replace replicas on dead nodes.
+        for r in healthy_ranges:
+            dead = [n for n in r.replicas if self._is_dead(self.nodes[n], t)]
+            if dead:
+                target = self._pick_target(r, t, counts)
+                if target is not None:
+                    return _Move(r.range_id, dead[0], target)
+        # 2. add missing replicas.
+        for r in healthy_ranges:
+            if len(r.replicas) < self.replication_factor:
+                target = self._pick_target(r, t, counts)
+                if target is not None:
+                    return _Move(r.range_id, None, target)
+        # 3. drain decommissioning nodes.
+        for r in healthy_ranges:
+            leaving = [n for n in r.replicas if self.nodes[n].decommissioning]
+            if leaving:
+                target = self._pick_target(r, t, counts)
+                if target is not None:
+                    return _Move(r.range_id, leaving[0], target)
+        # 4. rebalance by replica count among nodes that can take replicas.
+        if not self.settings.rebalance:
+            return None
+        pool = sorted(n.node_id for n in self._targets(t))
+        if len(pool) < 2:
+            return None
+        src = max(pool, key=lambda n: (counts.get(n, 0), -n))
+        dst = min(pool, key=lambda n: (counts.get(n, 0), n))
+        if counts.get(src, 0) - counts.get(dst, 0) <= 1:
+            return None
+        for r in healthy_ranges:
+            if (
+                src in r.replicas
+                and dst not in r.replicas
+                and len(self._live_replicas(r, t)) == len(r.replicas)
+            ):
+                return _Move(r.range_id, src, dst)
+        return None
+
+    def _apply(self, move: _Move, t: float) -> None:
+        r = self.ranges[move.range_id - 1]
+        if move.remove is not None:
+            r.replicas.remove(move.remove)
+        r.replicas.append(move.add)
+        self._fix_leases(t)
+
+    def _boundaries(self) -> Iterator[float]:
+        ttl = self.settings.liveness_ttl_s
+        for n in self.nodes.values():
+            if n.heartbeating:
+                yield n.back_since + self.settings.suspect_after_restart_s
+            else:
+                yield n.last_heartbeat + ttl
+                yield n.last_heartbeat + ttl + self.settings.time_until_store_dead_s
+
+    def advance(self, now: float) -> None:
+        """Run the replicate queue from the cluster's clock up to `now` (never backwards)."""
+        rate = self.settings.snapshot_rate_per_s
+        while self.clock < now:
+            boundary = min([b for b in self._boundaries() if b > self.clock] + [now])
+            self._fix_leases(self.clock)
+            move = self._next_move(self.clock)
+            if move is None:
+                self._budget = 0.0
+                self.clock = boundary
+                continue
+            wait = (1.0 - self._budget) / rate
+            if self.clock + wait <= boundary:
+                self.clock += wait
+                self._budget = 0.0
+                self._apply(move, self.clock)
+            else:
+                self._budget += (boundary - self.clock) * rate
+                self.clock = boundary
+        self._fix_leases(max(self.clock, now))

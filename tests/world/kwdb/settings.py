@@ -1,0 +1,65 @@
+"""Settings of the simulated KaiwuDB: one frozen object with documented defaults.
+
+Read by every module of tests/world/kwdb; built by tests (and by the test world facade) when they
+want shorter timeouts or faster healing than the real defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KwdbSettings:
+    """Knobs of the simulation. Defaults follow the real KaiwuDB where one exists.
+
+    range_count: ranges a freshly initialised cluster holds. A new CockroachDB v20.1 cluster (which
+        kwbase forks) bootstraps about 35-40 system ranges; 40 keeps the arithmetic simple.
+    replication_factor: replicas per range for `kwbase start` clusters (KaiwuDB multi-replica
+        mode: 3). `start-single-replica` and `start-single-node` always use 1.
+    liveness_ttl_s: how long a node stays live after its last liveness heartbeat. CockroachDB
+        v20.1 liveness records expire 9 s after the last heartbeat (heartbeats every 4.5 s).
+    time_until_store_dead_s: `server.time_until_store_dead`; KaiwuDB raises CockroachDB's 5 min
+        to 30 min. Only after this does the cluster replace replicas of a non-live node.
+    suspect_after_restart_s: a node that came back after being non-live is "suspect" for this long
+        and receives no new replicas (the allocator's suspect window, 1 min in KaiwuDB's facts).
+    snapshot_rate_per_s: replica moves (up-replication, repair, decommission drain, rebalance)
+        the whole cluster completes per simulated second. Real throughput depends on data size;
+        system ranges of a fresh cluster move in well under a second each.
+    rebalance: whether replicas are moved onto new, emptier nodes once the cluster is healthy
+        (CockroachDB rebalances by replica count; a move happens while max - min > 1).
+    connect_timeout_s: the CLI's SQL connect timeout (`KWBASE_CONNECT_TIMEOUT`, default 15 s in
+        kwbase/pkg/cli/sql_util.go); reported as the duration of commands that time out.
+    default_build: build tag reported in `node status` when the caller does not pass the image.
+        KaiwuDB tags its builds with an upper-case V (`kwbase version` prints e.g.
+        `KaiwuDB Version:  V2.0.3.2_RC3-...`); image tag 3.2.1 becomes V3.2.1.
+    epoch_unix_s: wall-clock instant (UNIX seconds, UTC) that simulated time 0 stands for; used
+        only to print timestamps (started_at, updated_at). Default 2026-01-01T00:00:00Z.
+    reject_decommissioned_restart: what a store whose node was decommissioned (flag set and no
+        replicas left) does when its process starts again. True: the process exits with the
+        error CockroachDB >= 20.2 gives ("...permanently removed from the cluster...") and the
+        KaiwuDB docs' rule that such a node can only come back with a wiped store. False: the
+        v20.1 behaviour, the node starts and stays decommissioning.
+    """
+
+    range_count: int = 40
+    replication_factor: int = 3
+    liveness_ttl_s: float = 9.0
+    time_until_store_dead_s: float = 30 * 60.0
+    suspect_after_restart_s: float = 60.0
+    snapshot_rate_per_s: float = 8.0
+    rebalance: bool = True
+    connect_timeout_s: float = 15.0
+    default_build: str = "V3.2.1"
+    epoch_unix_s: float = 1_767_225_600.0
+    reject_decommissioned_restart: bool = True
+
+    def __post_init__(self) -> None:
+        if self.range_count < 1:
+            raise ValueError("range_count must be at least 1")
+        if self.replication_factor < 1:
+            raise ValueError("replication_factor must be at least 1")
+        if self.snapshot_rate_per_s <= 0:
+            raise ValueError("snapshot_rate_per_s must be positive")
+        if self.liveness_ttl_s <= 0 or self.time_until_store_dead_s <= self.liveness_ttl_s:
+            raise ValueError("need 0 < liveness_ttl_s < time_until_store_dead_s")

@@ -1,0 +1,504 @@
+"""`KwdbWorld`: the simulated KaiwuDB the simulated kubelet drives and execs into.
+
+Called by tests/world/kubelet.py (container start/stop, node loss, lost volumes, probes, exec)
+and by tests that want to look inside. Pure Python, no Kubernetes calls, no real sleeps: every
+call takes the simulated time `now` (seconds, e.g. tests/world/simclock.py SimClock.now()) and
+the model catches up to it first. Thread-safe (one lock), since the kubelet serves exec from its
+own event loop.
+
+Start lines are checked the way `kwbase start*` checks them (kwbase/pkg/cli/start.go, flags.go,
+base/addr_validation.go in KWDB/KWDB):
+- flag errors (unknown flag, missing value): usage, then `ERROR: unknown flag: --x`, exit 1;
+- `start-single-node` with --join: `cannot use --join with 'kaiwudb start-single-node', use
+  'kaiwudb start' or 'kaiwudb start-single-replica' instead.` (start.go errCannotUseJoin);
+- `start`/`start-single-replica` without --brpc-addr: `failed to start server: --brpc-addr not
+  specified` (addr_validation.go); `--brpc-addr=host` without a port: `failed to start server:
+  --brpc-addr's port not specified` (KWDB docs). `--brpc-addr=:27257` is accepted, as the KWDB
+  docs recommend (one revision of addr_validation.go rejects an empty host; the docs win here);
+- thread/task/buffer pool sizes and restful port/timeout out of range (start.go messages);
+- secure mode without --certs-dir: `cannot load certificates. ...` (error.go decoration);
+- a store started with another mode than the one written into it, and a new store joining a
+  cluster of another mode: these messages were NOT found in the KWDB sources and are modelled
+  (`kwbase server exited with error: ...`); match on "start mode", not on the exact text;
+- a decommissioned store restarting (KwdbSettings.reject_decommissioned_restart): CockroachDB
+  >= 20.2's `n<id> was permanently removed from the cluster at <time>; it is not allowed to
+  rejoin the cluster`.
+Certificate files, ports in use, memory and disk are not checked.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tests.world.kwdb.commands import Env, run_client_command
+from tests.world.kwdb.flags import CliError, Invocation, parse
+from tests.world.kwdb.model import (
+    MODE_SINGLE_NODE,
+    START_MODES,
+    LogicalCluster,
+)
+from tests.world.kwdb.render import cli_error, format_timestamp
+from tests.world.kwdb.settings import KwdbSettings
+from tests.world.kwdb.state import (
+    DEFAULT_HTTP_PORT,
+    DEFAULT_PORT,
+    ClusterKey,
+    ExecResult,
+    Group,
+    Proc,
+    StartOptions,
+    StartResult,
+    Store,
+    split_host_port,
+)
+
+_SHELLS = ("sh", "bash", "ash", "dash", "zsh", "busybox", "env")
+_NO_CERTS_START = (
+    "cannot load certificates.\nCheck your certificate settings, set --certs-dir, or use "
+    "--insecure for insecure clusters.\n\nfailed to start server: problem using security "
+    "settings: no certificates found; does certs dir exist?"
+)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A read-only look at one KaiwuDB node id, for tests and the world's own reports."""
+
+    node_id: int
+    pod_name: str
+    store_key: str
+    start_mode: str
+    build: str
+    liveness: str
+    is_live: bool
+    decommissioning: bool
+    draining: bool
+    replicas: int
+
+
+@dataclass(frozen=True)
+class ReplicationView:
+    """The true replication state of the primary cluster (not the possibly stale metrics)."""
+
+    initialized: bool
+    replication_factor: int
+    ranges: int
+    unavailable: int
+    underreplicated: int
+
+
+class _StartFailure(Exception):
+    def __init__(self, message: str, usage: str = "", hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+        self.hint = hint
+
+
+def _binary_ok(argv: Sequence[str]) -> bool:
+    return bool(argv) and (argv[0] == "kwbase" or argv[0].endswith("/kwbase"))
+
+
+def _build_from_image(image: str | None, default: str) -> str:
+    """`kwdb/kwdb:3.2.1` reports build V3.2.1, as KaiwuDB's own tags do."""
+    if not image:
+        return default
+    last = image.rsplit("/", 1)[-1]
+    tag = last.split("@", 1)[0].partition(":")[2]
+    if not tag or tag == "latest":
+        return default
+    return f"V{tag}" if tag[0].isdigit() else tag
+
+
+def _int_flag(inv: Invocation, name: str, label: str, low: int, high: int) -> None:
+    if not inv.has(name):
+        return
+    raw = inv.get(name)
+    if not re.fullmatch(r"[+-]?\d+", raw):
+        raise _StartFailure(f'strconv.Atoi: parsing "{raw}": invalid syntax')
+    if not low <= int(raw) <= high:
+        raise _StartFailure(f"{label} {int(raw)} is invalid")
+
+
+def _start_options(inv: Invocation, pod_name: str) -> StartOptions:
+    """Validate a start line in the order kwbase does; return what the model needs."""
+    mode = inv.command.path[0]
+    if mode == MODE_SINGLE_NODE and inv.has("join"):
+        raise _StartFailure(
+            "cannot use --join with 'kaiwudb start-single-node', use 'kaiwudb start' or "
+            "'kaiwudb start-single-replica' instead."
+        )
+    _int_flag(inv, "thread-pool-size", "thread pool size", 1, 1024)
+    _int_flag(inv, "task-queue-size", "task queue size", 1, 1024)
+    _int_flag(inv, "buffer-pool-size", "buffer pool size", 1, 16777216)
+    _int_flag(inv, "restful-port", "restful port", 0, 65535)
+    _int_flag(inv, "restful-timeout", "restful timeout", 1, 2**63 - 1)
+
+    def addr(flag: str, default_port: str) -> tuple[str, str]:
+        try:
+            return split_host_port(inv.get(flag), default_port)
+        except ValueError as e:
+            raise _StartFailure(
+                f'invalid argument "{inv.get(flag)}" for "--{flag}" flag: {e}',
+                usage=inv.command.usage() + "\n",
+            ) from e
+
+    listen_host, listen_port = addr("listen-addr", inv.get("port", str(DEFAULT_PORT)))
+    listen_host = listen_host or inv.get("host")
+    adv_host, adv_port = addr("advertise-addr", "")
+    adv_host = adv_host or inv.get("advertise-host") or listen_host or pod_name
+    adv_port = adv_port or inv.get("advertise-port") or listen_port
+    _, http_port = addr("http-addr", inv.get("http-port", str(DEFAULT_HTTP_PORT)))
+    if mode != MODE_SINGLE_NODE:
+        if not inv.has("brpc-addr"):
+            raise _StartFailure("failed to start server: --brpc-addr not specified")
+        _, brpc_port = addr("brpc-addr", "")
+        if not brpc_port:
+            raise _StartFailure("failed to start server: --brpc-addr's port not specified")
+    insecure = inv.flag_true("insecure")
+    if not insecure and not inv.get("certs-dir"):
+        raise _StartFailure(_NO_CERTS_START)
+    join: list[tuple[str, int]] = []
+    for value in inv.all("join"):
+        for entry in value.split(","):
+            if entry.strip():
+                host, port = split_host_port(entry.strip(), str(DEFAULT_PORT))
+                join.append((host, int(port) if port.isdigit() else DEFAULT_PORT))
+    store = inv.get("store", "kwbase-data")
+    return StartOptions(
+        mode=mode,
+        insecure=insecure,
+        certs_dir=inv.get("certs-dir"),
+        listen_port=int(listen_port) if listen_port.isdigit() else DEFAULT_PORT,
+        advertise_host=adv_host,
+        advertise_port=int(adv_port) if adv_port.isdigit() else DEFAULT_PORT,
+        http_port=int(http_port) if http_port.isdigit() else DEFAULT_HTTP_PORT,
+        join=tuple(join),
+        locality=inv.get("locality"),
+        store_path=store.removeprefix("path=").split(",", 1)[0],
+    )
+
+
+class KwdbWorld:
+    """Every simulated KaiwuDB deployment, keyed by (namespace, StatefulSet name)."""
+
+    def __init__(self, settings: KwdbSettings | None = None) -> None:
+        self.settings = settings or KwdbSettings()
+        self._groups: dict[ClusterKey, Group] = {}
+        self._lock = threading.RLock()
+
+    def _group(self, cluster: ClusterKey, now: float) -> tuple[Group, float]:
+        group = self._groups.get(cluster)
+        if group is None:
+            group = self._groups[cluster] = Group(cluster, self.settings)
+        return group, group.advance(now)
+
+    def _proc(self, cluster: ClusterKey, pod_name: str, now: float) -> tuple[Group, Proc | None]:
+        group, _ = self._group(cluster, now)
+        return group, group.procs.get(pod_name)
+
+    # ----- process lifecycle (the kubelet) -------------------------------------------------------
+    def start_process(
+        self,
+        cluster: ClusterKey,
+        pod_name: str,
+        store_key: str,
+        argv: Sequence[str],
+        now: float,
+        *,
+        image: str | None = None,
+    ) -> StartResult:
+        """The pod's kwbase container starts with `argv` (command + args, already expanded).
+
+        `store_key` names the volume (the PVC uid); `image` (e.g. kwdb/kwdb:3.2.1) sets the
+        build tag `node status` reports. Returns ok=False with an exit code and stderr when the
+        real process would exit at once; the kubelet turns that into a crash loop.
+        """
+        with self._lock:
+            group, now = self._group(cluster, now)
+            old = group.procs.get(pod_name)
+            if old is not None and old.running:
+                raise ValueError(f"{pod_name}: kwbase is already running; stop it first")
+            if not _binary_ok(argv):
+                shown = argv[0] if argv else "<empty>"
+                return StartResult(
+                    False,
+                    127,
+                    "",
+                    f"kwdb-sim: the container command must run kwbase, not {shown!r}\n",
+                    None,
+                )
+            try:
+                inv = parse(argv[1:])
+            except CliError as e:
+                err = e.usage + cli_error(e.message, e.command)
+                return StartResult(False, 1, "", err, None)
+            if (
+                inv.command.path[:1] not in [(m,) for m in START_MODES]
+                or len(inv.command.path) != 1
+            ):
+                return StartResult(
+                    False,
+                    1,
+                    "",
+                    f"kwdb-sim: only kwbase start commands run as the container's main "
+                    f"process, not {inv.command.name!r}\n",
+                    None,
+                )
+            try:
+                opts = _start_options(inv, pod_name)
+                return self._start(group, pod_name, store_key, tuple(argv), opts, image, now)
+            except _StartFailure as f:
+                err = f.usage + cli_error(f.message, inv.command.name, hint=f.hint)
+                return StartResult(False, 1, "", err, None)
+
+    def _start(
+        self,
+        group: Group,
+        pod_name: str,
+        store_key: str,
+        argv: tuple[str, ...],
+        opts: StartOptions,
+        image: str | None,
+        now: float,
+    ) -> StartResult:
+        store = group.stores.get(store_key) or Store(store_key)
+        if store.mode is not None and store.mode != opts.mode:
+            raise _StartFailure(
+                f"kwbase server exited with error: the store at {opts.store_path} was "
+                f"initialized with start mode {store.mode}; it cannot be started with "
+                f"start mode {opts.mode}"
+            )
+        if store.cluster is not None and store.node_id is not None:
+            node = store.cluster.nodes[store.node_id]
+            if (
+                self.settings.reject_decommissioned_restart
+                and node.decommissioning
+                and store.cluster.replica_count(node.node_id) == 0
+            ):
+                since = format_timestamp(
+                    node.decommissioning_since or now, self.settings.epoch_unix_s
+                )
+                raise _StartFailure(
+                    f"kwbase server exited with error: n{node.node_id} was permanently removed "
+                    f"from the cluster at {since}; it is not allowed to rejoin the cluster"
+                )
+        proc = Proc(
+            pod_name=pod_name,
+            store_key=store_key,
+            argv=argv,
+            opts=opts,
+            build=_build_from_image(image, self.settings.default_build),
+            started_at=now,
+        )
+        primary = group.primary
+        joining_other_mode = (
+            store.node_id is None
+            and opts.mode != MODE_SINGLE_NODE
+            and primary is not None
+            and primary.mode != opts.mode
+            and any(group.lookup(h, proc) for h, _ in opts.join)
+        )
+        if joining_other_mode and primary is not None:
+            raise _StartFailure(
+                f"kwbase server exited with error: cannot join a cluster started with start "
+                f"mode {primary.mode} using start mode {opts.mode}"
+            )
+        group.stores[store_key] = store
+        store.mode = store.mode or opts.mode
+        group.procs[pod_name] = proc
+        stderr = ""
+        if opts.mode != MODE_SINGLE_NODE and not opts.join:
+            stderr += (
+                "running 'kwbase start' without --join is deprecated.\n"
+                "Consider using 'kwbase start-single-node' or 'kwbase init' instead.\n"
+            )
+        found = group.node_of(proc)
+        if found is not None:
+            cluster, node = found
+            node.pod_name, node.build, node.started_at = pod_name, proc.build, now
+            node.address = node.sql_address = opts.address
+            group.sync_heartbeat(proc, now)
+            proc.log.append(
+                group.banner(proc, cluster, node.node_id, "restarted pre-existing node", now)
+            )
+        elif opts.mode == MODE_SINGLE_NODE:
+            group.bootstrap(proc, now)
+        else:
+            proc.waiting = "init" if primary is None else "join"
+            stderr += (
+                "initial startup completed.\n"
+                "Node will now attempt to join a running cluster, or wait for `kwbase init`.\n"
+                "Client connections will be accepted after this completes successfully.\n"
+                "Check the log file(s) for progress.\n"
+            )
+            group.try_joins(now)
+        stdout = "".join(proc.log)
+        proc.log.insert(0, stderr)
+        return StartResult(True, None, stdout, stderr, group.stores[store_key].node_id)
+
+    def stop_process(
+        self, cluster: ClusterKey, pod_name: str, now: float, *, graceful: bool = True
+    ) -> None:
+        """The container stops: SIGTERM (graceful: the node drains first) or SIGKILL."""
+        with self._lock:
+            group, proc = self._proc(cluster, pod_name, now)
+            if proc is None or not proc.running:
+                return
+            found = group.node_of(proc)
+            if graceful and found is not None and proc.waiting is None:
+                found[0].set_flags(found[1].node_id, group.clock, draining=True)
+            proc.running = False
+            group.sync_heartbeat(proc, group.clock)
+
+    def set_pod_host_alive(
+        self, cluster: ClusterKey, pod_name: str, alive: bool, now: float
+    ) -> None:
+        """The pod's host (Kubernetes node) lost (False) or regained (True) its network."""
+        with self._lock:
+            group, proc = self._proc(cluster, pod_name, now)
+            if proc is None:
+                return
+            proc.host_alive = alive
+            group.sync_heartbeat(proc, group.clock)
+            group.try_joins(group.clock)
+
+    def delete_store(self, cluster: ClusterKey, store_key: str, now: float) -> None:
+        """The volume is gone. Its node id stays in the cluster (dead) until decommissioned."""
+        with self._lock:
+            group, now = self._group(cluster, now)
+            for proc in group.procs.values():
+                if proc.store_key == store_key and proc.running:
+                    proc.running = False
+                    group.sync_heartbeat(proc, now)
+            group.stores.pop(store_key, None)
+
+    # ----- probes ---------------------------------------------------------------------------------
+    def is_live(self, cluster: ClusterKey, pod_name: str, now: float) -> bool:
+        """`GET /health`: the process serves HTTP (even before init)."""
+        with self._lock:
+            _, proc = self._proc(cluster, pod_name, now)
+            return proc is not None and proc.running and proc.host_alive
+
+    def is_ready(self, cluster: ClusterKey, pod_name: str, now: float) -> bool:
+        """`GET /health?ready=1`: false before init, while draining, or when not live."""
+        with self._lock:
+            group, proc = self._proc(cluster, pod_name, now)
+            return proc is not None and group.is_ready(proc)
+
+    def process_running(self, cluster: ClusterKey, pod_name: str) -> bool:
+        """Whether the pod's kwbase server process is running (it may have quit)."""
+        with self._lock:
+            group = self._groups.get(cluster)
+            proc = group.procs.get(pod_name) if group else None
+            return proc is not None and proc.running
+
+    def logs(self, cluster: ClusterKey, pod_name: str) -> str:
+        """What the pod's current (or last) kwbase process printed, for `kubectl logs`."""
+        with self._lock:
+            group = self._groups.get(cluster)
+            proc = group.procs.get(pod_name) if group else None
+            return "".join(proc.log) if proc else ""
+
+    # ----- exec -----------------------------------------------------------------------------------
+    def exec(
+        self, cluster: ClusterKey, pod_name: str, argv: Sequence[str], now: float
+    ) -> ExecResult:
+        """Run a command in the pod's kwbase container (argv as the exec API passes it)."""
+        with self._lock:
+            group, proc = self._proc(cluster, pod_name, now)
+            if proc is None or not proc.running:
+                return ExecResult(
+                    "", f"kwdb-sim: container kwbase of pod {pod_name} is not running\n", 126
+                )
+            if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
+                return ExecResult(
+                    "",
+                    f"kwdb-sim: refusing {argv[0]!r}: run kwbase directly with its arguments, "
+                    "never through a shell\n",
+                    126,
+                )
+            if not _binary_ok(argv):
+                shown = argv[0] if argv else "<empty>"
+                return ExecResult(
+                    "",
+                    f"kwdb-sim: only kwbase is simulated in this container, not {shown!r}\n",
+                    127,
+                )
+            try:
+                inv = parse(argv[1:])
+            except CliError as e:
+                err = e.usage + cli_error(e.message, e.command)
+                return ExecResult("", err, 1)
+            if inv.flag_true("help") or inv.command.path == ():
+                return ExecResult(inv.command.usage(), "", 0)
+            if not inv.command.modelled:
+                return ExecResult(
+                    "",
+                    f"kwdb-sim: `kwbase {inv.command.name}` is not modelled by the simulated "
+                    "KaiwuDB\n",
+                    1,
+                )
+            if inv.command.path[0] in START_MODES:
+                # A second server in the same container cannot bind the ports.
+                return ExecResult(
+                    "",
+                    cli_error(
+                        "kwbase server exited with error: consider changing the port via "
+                        f"--listen-addr: listen tcp :{proc.opts.listen_port}: bind: address "
+                        "already in use",
+                        inv.command.name,
+                    ),
+                    1,
+                )
+            return run_client_command(Env(group, proc, group.clock), inv)
+
+    # ----- inspection and test hooks ------------------------------------------------------------
+    def _primary(self, cluster: ClusterKey, now: float) -> tuple[Group, LogicalCluster | None]:
+        group, _ = self._group(cluster, now)
+        return group, group.primary
+
+    def nodes(self, cluster: ClusterKey, now: float) -> tuple[NodeView, ...]:
+        """Every node id of the primary cluster, in id order."""
+        with self._lock:
+            group, primary = self._primary(cluster, now)
+            if primary is None:
+                return ()
+            t = group.clock
+            return tuple(
+                NodeView(
+                    node_id=n.node_id,
+                    pod_name=n.pod_name,
+                    store_key=n.store_key,
+                    start_mode=n.start_mode,
+                    build=n.build,
+                    liveness=primary.liveness_status(n, t),
+                    is_live=primary.is_live(n, t),
+                    decommissioning=n.decommissioning,
+                    draining=n.draining,
+                    replicas=primary.replica_count(n.node_id),
+                )
+                for n in sorted(primary.nodes.values(), key=lambda n: n.node_id)
+            )
+
+    def replication(self, cluster: ClusterKey, now: float) -> ReplicationView:
+        """The primary cluster's true replication health."""
+        with self._lock:
+            group, primary = self._primary(cluster, now)
+            if primary is None:
+                return ReplicationView(False, self.settings.replication_factor, 0, 0, 0)
+            unavailable, under = primary.health(group.clock)
+            return ReplicationView(
+                True, primary.replication_factor, len(primary.ranges), unavailable, under
+            )
+
+    def set_running_jobs(self, cluster: ClusterKey, count: int, now: float) -> None:
+        """Make SHOW JOBS report `count` running jobs (to exercise upgrade/scale-in gates)."""
+        with self._lock:
+            _, primary = self._primary(cluster, now)
+            if primary is None:
+                raise ValueError(f"{cluster}: no initialised cluster to run jobs in")
+            primary.running_jobs = count
