@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 TOP_LEVEL_ORDER = ("apiVersion", "kind", "metadata", "automountServiceAccountToken", "spec")
 KUSTOMIZATION = "kustomization.yaml"
@@ -87,17 +88,30 @@ class OutputDirectoryError(Exception):
     """The output directory holds something that is not an earlier render."""
 
 
+def is_earlier_render(out: Path) -> bool:
+    """True when `out` holds exactly what `write_tree` writes: our kustomization file (nothing
+    but apiVersion, kind and resources) and the files it lists, nothing else."""
+    try:
+        listed = YAML(typ="safe", pure=True).load((out / KUSTOMIZATION).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError):
+        return False
+    if not (isinstance(listed, dict) and set(listed) == {"apiVersion", "kind", "resources"}
+            and listed["kind"] == "Kustomization" and isinstance(listed["resources"], list)):
+        return False
+    files = {path.relative_to(out).as_posix() for path in out.rglob("*") if not path.is_dir()}
+    return files == {KUSTOMIZATION, *map(str, listed["resources"])}
+
+
 def write_tree(manifests: Sequence[Manifest], out: Path) -> None:
     """Write every file to a temporary sibling, then swap it in for `out` in one rename.
 
-    An existing `out` is replaced only when it is an earlier render (it has our kustomization
-    file) or empty: pointing `-o` at a source directory must never delete it."""
+    An existing `out` is replaced only when it is empty or exactly an earlier render: pointing
+    `-o` at a source directory, or at a hand-written kustomize directory, must never delete it."""
     out = out.resolve()
-    if out.exists() and (not out.is_dir() or (any(out.iterdir())
-                                              and not (out / KUSTOMIZATION).is_file())):
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not is_earlier_render(out))):
         raise OutputDirectoryError(
-            f"{out}: exists and is not an earlier render (no {KUSTOMIZATION}); "
-            "choose an empty or new output directory")
+            f"{out}: exists and is not an earlier render (files other than a {KUSTOMIZATION} "
+            "of ours and the files it lists); choose an empty or new output directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
