@@ -1,0 +1,1 @@
+"""Golden files: the whole rendered tree of every example cluster, checked byte for byte."""
