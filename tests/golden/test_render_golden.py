@@ -55,6 +55,6 @@ def test_the_example_renders_exactly_its_golden_tree(example: Path, tmp_path: Pa
 
 def test_every_example_has_a_golden_tree() -> None:
     """Runs last, so that --update-golden has written a tree for a new example first."""
-    assert [path.stem for path in EXAMPLE_FILES] == ["dev", "production", "single-node"]
+    assert EXAMPLE_FILES, "clusters/ holds the examples"
     assert sorted(path.name for path in GOLDEN.iterdir() if path.is_dir()
                   and not path.name.startswith(("_", "."))) == [p.stem for p in EXAMPLE_FILES]
