@@ -1,0 +1,540 @@
+"""The KaiwuDB admin adapter: the one place that knows the `kwbase` command line.
+
+Called by the reconciler's lifecycle and failover actions (init, scale-in, upgrades, dead-node
+clean-up) through `KwbaseAdmin`. Every command runs inside one of the cluster's pods through the
+Kubernetes exec API (`reconciler.kube.Kube.exec`: an argv, never a shell), in the `kwbase`
+container, as `/kaiwudb/bin/kwbase <command> --host=<node> --certs-dir=/kaiwudb/certs` (both the
+node and the root client certificates are mounted there in secure mode) or `--insecure`.
+Results are read in `--format=csv`, the format kwbase writes with its fork of Go's encoding/csv
+(kwbase/pkg/cli/format_table.go `csvReporter`: a header line, one line per row, RFC 4180
+quoting), which Python's csv module reads back exactly. Column names follow
+kwbase/pkg/cli/node.go (see kaiwudb-facts.md "Cluster operations").
+
+Failures become typed errors: `ExecFailed` (the command could not be run or gave no exit status:
+pod gone, container not running, exec transport error, time-out), and `CommandFailed` (kwbase
+ran and exited non-zero) with the subclasses `NodeUnreachable`, `NotInitialized` and
+`UnknownNode` for the answers the lifecycle code acts upon. Messages carry the command line and
+the CLI's `ERROR:` text; neither ever holds secrets (certificates stay files in the pod).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Literal, Protocol, TypeVar
+
+from renderer.spec import Cluster
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+REPLICATION_HEALTH_QUERY = (
+    "SELECT sum((metrics->>'ranges.unavailable')::DECIMAL)::INT AS ranges_unavailable, "
+    "sum((metrics->>'ranges.underreplicated')::DECIMAL)::INT AS ranges_underreplicated "
+    "FROM kwdb_internal.kv_store_status"
+)
+"""Replication health as KaiwuDB documents it (the precondition of scale-in and upgrades): the
+sums of the `ranges.unavailable` and `ranges.underreplicated` store metrics over every store's
+persisted status, dead nodes' included (a dead node's stale status still counts: better to wait
+than to act on missing data)."""
+
+RUNNING_JOBS_QUERY = "SELECT count(*) FROM [SHOW JOBS] WHERE status = 'running'"
+"""Running jobs (schema changes, imports): KaiwuDB asks for none before an upgrade."""
+
+
+@dataclass(frozen=True)
+class KwbaseSettings:
+    """How the adapter reaches kwbase. Defaults match the renderer's StatefulSet.
+
+    binary: the kwbase binary in the official image.
+    container: the container in each pod that has it.
+    certs_dir: where the pod mounts ca.crt, node.crt/key and client.root.crt/key (secure mode).
+    sql_port: the node's RPC/SQL port (--listen-addr).
+    cluster_domain: the cluster's DNS domain, for connect_via="pod-dns".
+    connect_via: "localhost" (default): a command exec'd in pod P talks to P's own node, with no
+        dependence on cluster DNS; "pod-dns": through P's advertised name
+        <pod>.<headless>.<ns>.svc.<domain>, the path other nodes use.
+    timeout_s: how long one exec may take before it counts as failed (Settings.exec_timeout_s).
+    """
+
+    binary: str = "/kaiwudb/bin/kwbase"
+    container: str = "kwbase"
+    certs_dir: str = "/kaiwudb/certs"
+    sql_port: int = 26257
+    cluster_domain: str = "cluster.local"
+    connect_via: Literal["localhost", "pod-dns"] = "localhost"
+    timeout_s: float = 60.0
+
+
+class ExecRunner(Protocol):
+    """What the adapter needs from the API: `reconciler.kube.Kube` fits."""
+
+    def exec(self, namespace: str, pod: str, container: str, command: list[str],
+             timeout: float = 60.0) -> tuple[str, str, int]: ...
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+class KwbaseError(Exception):
+    """Any failure of an admin command; `pod` is where it was exec'd, `argv` what ran."""
+
+    def __init__(self, message: str, pod: str, argv: Sequence[str]) -> None:
+        super().__init__(message)
+        self.pod = pod
+        self.argv = tuple(argv)
+
+
+class ExecFailed(KwbaseError):
+    """The command could not be run, or gave no exit status: the pod or its kwbase container is
+    not running, the exec connection failed, or the command outlived the time-out."""
+
+
+class CommandFailed(KwbaseError):
+    """kwbase ran and exited non-zero; `stderr` is what it printed."""
+
+    def __init__(self, pod: str, argv: Sequence[str], exit_code: int, stderr: str,
+                 summary: str = "") -> None:
+        self.exit_code = exit_code
+        self.stderr = stderr
+        detail = summary or error_text(stderr) or f"exit code {exit_code}"
+        super().__init__(f"{' '.join(argv)} (in pod {pod}) failed: {detail}", pod, argv)
+
+
+class NodeUnreachable(CommandFailed):
+    """The CLI could not talk to the node: not running, not listening, draining, or (SQL
+    commands) still waiting for `kwbase init`, which a SQL client cannot tell from a hang."""
+
+
+class NotInitialized(CommandFailed):
+    """The node answers but the cluster has not been initialised (`kwbase init` not yet run)."""
+
+
+class UnknownNode(CommandFailed):
+    """A node id the cluster does not know."""
+
+
+class UnexpectedOutput(KwbaseError):
+    """kwbase succeeded but printed something this adapter cannot read (a format change)."""
+
+
+def error_text(stderr: str) -> str:
+    """The CLI's error, without the `Failed running` trailer: `ERROR:` onwards, on one line."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), None)
+    chosen = lines[start:] if start is not None else lines
+    kept = [line for line in chosen if line and not line.startswith("Failed running")]
+    return " ".join(kept)
+
+
+# Substrings of kwbase's decorated errors (kwbase/pkg/cli/error.go MaybeDecorateGRPCError and
+# the server's gRPC statuses), checked in this order.
+_NOT_INITIALIZED = ("node waiting for init", "before it has been initialized")
+_UNKNOWN_NODE = ("doesn't exist", "not in the liveness table", "cannot find status of node")
+_UNREACHABLE = ("cannot dial server", "initial connection heartbeat failed", "connection refused",
+                "i/o timeout", "no such host", "server is not accepting clients",
+                "node not ready to perform cluster initialization")
+
+
+def classify_failure(pod: str, argv: Sequence[str], exit_code: int, stderr: str
+                     ) -> CommandFailed:
+    """The typed error for a non-zero exit (never ExecFailed: the command did run)."""
+    text = stderr.lower()
+    if any(marker in text for marker in _NOT_INITIALIZED):
+        return NotInitialized(pod, argv, exit_code, stderr)
+    if any(marker in text for marker in _UNKNOWN_NODE):
+        return UnknownNode(pod, argv, exit_code, stderr)
+    if any(marker in text for marker in _UNREACHABLE):
+        return NodeUnreachable(pod, argv, exit_code, stderr)
+    return CommandFailed(pod, argv, exit_code, stderr)
+
+
+# --- results ---------------------------------------------------------------------------------
+
+
+class InitOutcome(Enum):
+    """What `init` found: it initialised the cluster now, or it already was."""
+
+    INITIALIZED = "initialized"
+    ALREADY_INITIALIZED = "already-initialized"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One row of `kwbase node status`. Optional groups are None unless their flag was given:
+    --ranges (replica and range counts), --stats (byte counts; --all gives both and the rest),
+    --decommission (gossiped_replicas, is_decommissioning, is_draining). A count the node does
+    not report (NULL) is None too."""
+
+    id: int
+    address: str
+    sql_address: str
+    build: str
+    started_at: datetime | None
+    updated_at: datetime | None
+    locality: str
+    start_mode: str
+    is_available: bool
+    is_live: bool
+    replicas_leaders: int | None = None
+    replicas_leaseholders: int | None = None
+    ranges: int | None = None
+    ranges_unavailable: int | None = None
+    ranges_underreplicated: int | None = None
+    live_bytes: int | None = None
+    key_bytes: int | None = None
+    value_bytes: int | None = None
+    intent_bytes: int | None = None
+    system_bytes: int | None = None
+    gossiped_replicas: int | None = None
+    is_decommissioning: bool | None = None
+    is_draining: bool | None = None
+
+    @property
+    def pod_name(self) -> str | None:
+        """The pod behind this node id, from its advertised address
+        (<pod>.<headless>.<ns>.svc...:26257); None for an address that is not such a name.
+        Node ids belong to stores, so a node id's pod can change when a store moves."""
+        host = self.address.rsplit(":", 1)[0]
+        if not host or host.startswith("[") or host.replace(".", "").isdigit():
+            return None
+        return host.split(".", 1)[0]
+
+    @property
+    def healthy(self) -> bool:
+        """Available and live: what KaiwuDB calls a healthy node."""
+        return self.is_available and self.is_live
+
+
+@dataclass(frozen=True)
+class DecommissionStatus:
+    """One row of `node decommission` / `node recommission` output."""
+
+    id: int
+    is_live: bool
+    replicas: int
+    is_decommissioning: bool
+    is_draining: bool
+
+    @property
+    def drained_of_replicas(self) -> bool:
+        """Decommissioning and holding no replicas: the node can be stopped for good."""
+        return self.is_decommissioning and self.replicas == 0
+
+
+@dataclass(frozen=True)
+class ReplicationHealth:
+    """Summed range health; None means no store reported the metric yet (not known healthy)."""
+
+    unavailable: int | None
+    underreplicated: int | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.unavailable == 0 and self.underreplicated == 0
+
+    def describe(self) -> str:
+        if self.unavailable is None or self.underreplicated is None:
+            return "replication health unknown (no store has reported range metrics yet)"
+        if self.healthy:
+            return "all ranges available and fully replicated"
+        return (f"{self.unavailable} unavailable and {self.underreplicated} under-replicated "
+                "ranges")
+
+
+def replication_health_of(statuses: Sequence[NodeStatus]) -> ReplicationHealth:
+    """Replication health from `node status --ranges` rows (the per-node form of the query)."""
+    if not statuses or any(s.ranges_unavailable is None or s.ranges_underreplicated is None
+                           for s in statuses):
+        return ReplicationHealth(None, None)
+    return ReplicationHealth(sum(s.ranges_unavailable or 0 for s in statuses),
+                             sum(s.ranges_underreplicated or 0 for s in statuses))
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+class _ParseError(Exception):
+    pass
+
+
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    """The first csv table in text (kwbase may print a blank line and a note after it)."""
+    block: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            if block:
+                break
+            continue
+        block.append(line)
+    if not block:
+        raise _ParseError("no output")
+    reader = csv.DictReader(io.StringIO("\n".join(block) + "\n"))
+    rows = list(reader)
+    for row in rows:
+        if None in row or any(value is None for value in row.values()):
+            raise _ParseError(f"a row does not have the header's {len(reader.fieldnames or [])} "
+                              "columns")
+    return rows
+
+
+def _bool(value: str, column: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "t"):
+        return True
+    if lowered in ("false", "f"):
+        return False
+    raise _ParseError(f"column {column}: {value!r} is not a boolean")
+
+
+def _int(value: str, column: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise _ParseError(f"column {column}: {value!r} is not an integer") from None
+
+
+def _opt_int(row: dict[str, str], column: str) -> int | None:
+    if column not in row or row[column].strip().upper() in ("", "NULL"):
+        return None
+    return _int(row[column], column)
+
+
+def _opt_bool(row: dict[str, str], column: str) -> bool | None:
+    if column not in row or row[column].strip().upper() in ("", "NULL"):
+        return None
+    return _bool(row[column], column)
+
+
+def _time(value: str) -> datetime | None:
+    """kwbase prints TIMESTAMP columns as `2026-01-01 00:00:05.25` (CockroachDB v20.1 added
+    `+00:00`); both are UTC."""
+    value = value.strip()
+    if not value or value.upper() == "NULL":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise _ParseError(f"{value!r} is not a timestamp") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+_BASE_COLUMNS = ("id", "address", "sql_address", "build", "started_at", "updated_at",
+                 "locality", "start_mode", "is_available", "is_live")
+
+
+def parse_node_status(text: str) -> tuple[NodeStatus, ...]:
+    """Rows of `kwbase node status --format=csv [--ranges] [--decommission] [--all]`.
+    Raises ValueError when a required column is missing or a value does not parse."""
+    try:
+        rows = _csv_rows(text)
+        if rows:
+            missing = [c for c in _BASE_COLUMNS if c not in rows[0]]
+            if missing:
+                raise _ParseError(f"missing columns {', '.join(missing)}")
+        return tuple(
+            NodeStatus(
+                id=_int(row["id"], "id"),
+                address=row["address"],
+                sql_address=row["sql_address"],
+                build=row["build"],
+                started_at=_time(row["started_at"]),
+                updated_at=_time(row["updated_at"]),
+                locality=row["locality"],
+                start_mode=row["start_mode"],
+                is_available=_bool(row["is_available"], "is_available"),
+                is_live=_bool(row["is_live"], "is_live"),
+                replicas_leaders=_opt_int(row, "replicas_leaders"),
+                replicas_leaseholders=_opt_int(row, "replicas_leaseholders"),
+                ranges=_opt_int(row, "ranges"),
+                ranges_unavailable=_opt_int(row, "ranges_unavailable"),
+                ranges_underreplicated=_opt_int(row, "ranges_underreplicated"),
+                live_bytes=_opt_int(row, "live_bytes"),
+                key_bytes=_opt_int(row, "key_bytes"),
+                value_bytes=_opt_int(row, "value_bytes"),
+                intent_bytes=_opt_int(row, "intent_bytes"),
+                system_bytes=_opt_int(row, "system_bytes"),
+                gossiped_replicas=_opt_int(row, "gossiped_replicas"),
+                is_decommissioning=_opt_bool(row, "is_decommissioning"),
+                is_draining=_opt_bool(row, "is_draining"),
+            )
+            for row in rows)
+    except _ParseError as err:
+        raise ValueError(f"unreadable node status output: {err}") from None
+
+
+def parse_decommission(text: str) -> tuple[DecommissionStatus, ...]:
+    """Rows of `kwbase node decommission|recommission --format=csv` (the table before the
+    `No more data reported on target nodes` note)."""
+    try:
+        return tuple(
+            DecommissionStatus(
+                id=_int(row["id"], "id"),
+                is_live=_bool(row["is_live"], "is_live"),
+                replicas=_int(row["replicas"], "replicas"),
+                is_decommissioning=_bool(row["is_decommissioning"], "is_decommissioning"),
+                is_draining=_bool(row["is_draining"], "is_draining"),
+            )
+            for row in _csv_rows(text))
+    except (_ParseError, KeyError) as err:
+        raise ValueError(f"unreadable decommission output: {err}") from None
+
+
+def parse_replication_health(text: str) -> ReplicationHealth:
+    """The one row of REPLICATION_HEALTH_QUERY in csv."""
+    try:
+        rows = _csv_rows(text)
+        if len(rows) != 1:
+            raise _ParseError(f"expected one row, got {len(rows)}")
+        return ReplicationHealth(_opt_int(rows[0], "ranges_unavailable"),
+                                 _opt_int(rows[0], "ranges_underreplicated"))
+    except (_ParseError, KeyError) as err:
+        raise ValueError(f"unreadable replication health output: {err}") from None
+
+
+# --- the adapter -----------------------------------------------------------------------------
+
+
+class KwbaseAdmin:
+    """Admin commands for one KaiwuDB cluster, each exec'd in a pod the caller chooses (any pod
+    whose kwbase container runs; cluster-wide commands work from any node)."""
+
+    def __init__(self, runner: ExecRunner, namespace: str, headless_service: str, *,
+                 secure: bool, settings: KwbaseSettings | None = None) -> None:
+        self.runner = runner
+        self.namespace = namespace
+        self.headless_service = headless_service
+        self.secure = secure
+        self.settings = settings or KwbaseSettings()
+
+    @classmethod
+    def for_cluster(cls, runner: ExecRunner, cluster: Cluster,
+                    settings: KwbaseSettings | None = None) -> KwbaseAdmin:
+        return cls(runner, cluster.namespace, cluster.headless_service, secure=cluster.tls,
+                   settings=settings)
+
+    def host(self, pod: str) -> str:
+        """The --host a command exec'd in pod uses (see KwbaseSettings.connect_via)."""
+        s = self.settings
+        if s.connect_via == "localhost":
+            return f"localhost:{s.sql_port}"
+        return (f"{pod}.{self.headless_service}.{self.namespace}.svc.{s.cluster_domain}:"
+                f"{s.sql_port}")
+
+    def argv(self, pod: str, *words: str) -> list[str]:
+        """The full command line: binary, subcommand words and flags, connection flags."""
+        security = (f"--certs-dir={self.settings.certs_dir}" if self.secure else "--insecure")
+        return [self.settings.binary, *words, f"--host={self.host(pod)}", security]
+
+    def _run(self, pod: str, argv: list[str]) -> tuple[str, str, int]:
+        log.debug("kwbase in %s/%s: %s", self.namespace, pod, " ".join(argv))
+        try:
+            stdout, stderr, code = self.runner.exec(self.namespace, pod, self.settings.container,
+                                                    argv, timeout=self.settings.timeout_s)
+        except Exception as err:
+            # The exec path fails in many ways (ApiException for a missing pod or a stopped
+            # container, websocket and TLS errors, socket time-outs); all mean the same here.
+            raise ExecFailed(f"could not exec {' '.join(argv)} in pod {self.namespace}/{pod}: "
+                             f"{type(err).__name__}: {err}", pod, argv) from err
+        return stdout, stderr, code
+
+    def _checked(self, pod: str, argv: list[str]) -> str:
+        """Run argv; stdout on exit 0, else the typed error."""
+        stdout, stderr, code = self._run(pod, argv)
+        if code != 0:
+            raise self._failure(pod, argv, stdout, stderr, code)
+        return stdout
+
+    def _failure(self, pod: str, argv: list[str], stdout: str, stderr: str,
+                 code: int) -> KwbaseError:
+        if code < 0:
+            return ExecFailed(f"{' '.join(argv)} in pod {self.namespace}/{pod} gave no exit "
+                              f"status within {self.settings.timeout_s:g} s "
+                              f"({error_text(stderr) or 'no output'})", pod, argv)
+        if code in (126, 127) and "ERROR:" not in stderr:
+            # The runtime's answers for "cannot execute" and "not found": kwbase never ran.
+            return ExecFailed(f"{' '.join(argv)} could not run in pod {self.namespace}/{pod}: "
+                              f"{(stderr or stdout).strip()}", pod, argv)
+        return classify_failure(pod, argv, code, stderr)
+
+    def init(self, pod: str) -> InitOutcome:
+        """`kwbase init` against pod's node. Idempotent: an already initialised cluster is
+        success (ALREADY_INITIALIZED). A node that cannot be reached makes kwbase retry until
+        the time-out: NodeUnreachable."""
+        argv = self.argv(pod, "init")
+        stdout, stderr, code = self._run(pod, argv)
+        if code == 0:
+            return InitOutcome.INITIALIZED
+        if "cluster has already been initialized" in stderr:
+            return InitOutcome.ALREADY_INITIALIZED
+        if code < 0 and "node not ready to perform cluster initialization" in stderr:
+            raise NodeUnreachable(pod, argv, code, stderr,
+                                  summary=f"the node did not accept init within "
+                                          f"{self.settings.timeout_s:g} s: "
+                                          f"{error_text(stderr.splitlines()[-1])}")
+        raise self._failure(pod, argv, stdout, stderr, code)
+
+    def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
+                    decommission: bool = False, all_columns: bool = False
+                    ) -> tuple[NodeStatus, ...]:
+        """`kwbase node status [<id>] --format=csv [--ranges] [--decommission] [--all]`.
+        Without --decommission/--all, kwbase hides decommissioned nodes that are not live."""
+        words = ["node", "status"] + ([str(node_id)] if node_id is not None else [])
+        words += ["--format=csv"]
+        words += ["--ranges"] if ranges else []
+        words += ["--decommission"] if decommission else []
+        words += ["--all"] if all_columns else []
+        argv = self.argv(pod, *words)
+        return self._parsed(pod, argv, parse_node_status)
+
+    def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        """`kwbase node decommission <ids> --wait=none`: mark the nodes decommissioning and
+        return at once with their status; poll node_status(decommission=True) (or call again)
+        until every one is drained_of_replicas."""
+        argv = self.argv(pod, "node", "decommission", *map(str, node_ids), "--wait=none",
+                         "--format=csv")
+        return self._parsed(pod, argv, parse_decommission)
+
+    def recommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        """`kwbase node recommission <ids>`: clear the decommissioning flag."""
+        argv = self.argv(pod, "node", "recommission", *map(str, node_ids), "--format=csv")
+        return self._parsed(pod, argv, parse_decommission)
+
+    def drain(self, pod: str) -> None:
+        """`kwbase node drain` of the node the command connects to (with connect_via=localhost,
+        pod's own node): it stops taking clients and moves its leases away, but keeps running."""
+        self._checked(pod, self.argv(pod, "node", "drain"))
+
+    def replication_health(self, pod: str) -> ReplicationHealth:
+        """REPLICATION_HEALTH_QUERY through `kwbase sql -e`."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e", REPLICATION_HEALTH_QUERY)
+        return self._parsed(pod, argv, parse_replication_health)
+
+    def running_jobs(self, pod: str) -> int:
+        """How many jobs run now (RUNNING_JOBS_QUERY)."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e", RUNNING_JOBS_QUERY)
+
+        def parse(text: str) -> int:
+            try:
+                rows = _csv_rows(text)
+                if len(rows) != 1 or "count" not in rows[0]:
+                    raise _ParseError("expected one row with a count column")
+                return _int(rows[0]["count"], "count")
+            except _ParseError as err:
+                raise ValueError(f"unreadable job count: {err}") from None
+
+        return self._parsed(pod, argv, parse)
+
+    def _parsed(self, pod: str, argv: list[str], parse: Callable[[str], T]) -> T:
+        stdout = self._checked(pod, argv)
+        try:
+            return parse(stdout)
+        except ValueError as err:
+            raise UnexpectedOutput(f"{' '.join(argv)} in pod {self.namespace}/{pod}: {err}",
+                                   pod, argv) from err
+

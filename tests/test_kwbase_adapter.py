@@ -1,0 +1,348 @@
+"""The kwbase admin adapter against the simulated KaiwuDB's model (no Kubernetes in between).
+
+Stories: the reconciler initialises a fresh cluster exactly once however often it asks; reads
+node status in every column set and maps node ids to pods; waits for replication to heal;
+decommissions a node and watches its replicas drain away; drains a node; and every failure
+(uninitialised cluster, unknown node, node out of reach, wrong security mode, a container that is
+not running, a broken exec connection, a command that never returns) arrives as a typed error
+that says what ran where. The pods run the exact command line the renderer writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from reconciler import kwbase
+from reconciler.kwbase import (
+    CommandFailed,
+    DecommissionStatus,
+    ExecFailed,
+    InitOutcome,
+    KwbaseAdmin,
+    KwbaseSettings,
+    NodeUnreachable,
+    NotInitialized,
+    UnexpectedOutput,
+    UnknownNode,
+)
+from renderer.render import desired_objects
+from renderer.settings import RenderSettings
+from tests.world.kwdb.world import KwdbWorld
+
+NAMESPACE, NAME = "shop", "orders"
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # KwdbSettings.epoch_unix_s: simulated time 0
+
+
+@dataclass
+class ModelExec:
+    """Exec into the simulated KaiwuDB directly, the way Kube.exec reports results: a command
+    that would outlive the time-out comes back without an exit status (-1); a pod with no
+    process is refused by the API server (404), as a missing pod is."""
+
+    world: KwdbWorld
+    now: float = 0.0
+    calls: list[list[str]] = field(default_factory=list)
+
+    def exec(self, namespace: str, pod: str, container: str, command: list[str],
+             timeout: float = 60.0) -> tuple[str, str, int]:
+        assert container == "kwbase"
+        self.calls.append(command)
+        if not self.world.logs((namespace, NAME), pod):
+            raise ApiException(status=404, reason="Not Found")
+        result = self.world.exec((namespace, NAME), pod, command, self.now)
+        code = result.exit_code if result.duration_s <= timeout else -1
+        return result.stdout, result.stderr, code
+
+
+def rendered_command(replicas: int, tls: bool) -> list[str]:
+    spec = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": NAME, "namespace": NAMESPACE},
+            "spec": {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": tls}}}
+    sts = next(o for o in desired_objects(spec, RenderSettings()) if o["kind"] == "StatefulSet")
+    command: list[str] = sts["spec"]["template"]["spec"]["containers"][0]["command"]
+    return command
+
+
+@dataclass
+class Deployment:
+    world: KwdbWorld
+    runner: ModelExec
+    admin: KwbaseAdmin
+
+    def at(self, seconds: float) -> None:
+        self.runner.now = seconds
+
+
+def start_pods(replicas: int = 3, tls: bool = True,
+               localities: dict[int, str] | None = None) -> Deployment:
+    """Pods of the rendered StatefulSet running kwbase, waiting for init (as the kubelet starts
+    them: $(POD_NAME) expanded, one store per claim)."""
+    world = KwdbWorld()
+    command = rendered_command(replicas, tls)
+    for ordinal in range(replicas):
+        pod = f"{NAME}-{ordinal}"
+        argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
+        if localities and ordinal in localities:
+            argv.append(f"--locality={localities[ordinal]}")
+        started = world.start_process((NAMESPACE, NAME), pod, f"claim-uid-{ordinal}", argv, 0.0,
+                                      image="kwdb/kwdb:3.2.1")
+        assert started.ok, started.stderr
+    runner = ModelExec(world)
+    return Deployment(world, runner, KwbaseAdmin(runner, NAMESPACE, NAME, secure=tls))
+
+
+@pytest.fixture
+def cluster() -> Iterator[Deployment]:
+    """A three-node secure cluster, initialised and fully replicated at t=30 s."""
+    deployment = start_pods()
+    deployment.at(1.0)
+    assert deployment.admin.init("orders-0") is InitOutcome.INITIALIZED
+    deployment.at(30.0)
+    yield deployment
+
+
+def test_commands_are_plain_argv_with_the_connection_flags() -> None:
+    secure = KwbaseAdmin(ModelExec(KwdbWorld()), NAMESPACE, NAME, secure=True)
+    assert secure.argv("orders-1", "node", "status") == [
+        "/kaiwudb/bin/kwbase", "node", "status", "--host=localhost:26257",
+        "--certs-dir=/kaiwudb/certs"]
+    dns = KwbaseAdmin(ModelExec(KwdbWorld()), NAMESPACE, NAME, secure=False,
+                      settings=KwbaseSettings(connect_via="pod-dns", cluster_domain="corp"))
+    assert dns.argv("orders-1", "init") == [
+        "/kaiwudb/bin/kwbase", "init", "--host=orders-1.orders.shop.svc.corp:26257",
+        "--insecure"]
+
+
+def test_init_runs_once_and_every_later_init_is_success() -> None:
+    deployment = start_pods()
+    deployment.at(1.0)
+
+    assert deployment.admin.init("orders-0") is InitOutcome.INITIALIZED
+    assert deployment.admin.init("orders-0") is InitOutcome.ALREADY_INITIALIZED
+    deployment.at(5.0)
+    assert deployment.admin.init("orders-2") is InitOutcome.ALREADY_INITIALIZED
+    assert deployment.world.replication((NAMESPACE, NAME), 5.0).initialized
+
+
+def test_before_init_status_times_out_and_node_commands_say_not_initialized() -> None:
+    deployment = start_pods()
+    deployment.at(1.0)
+
+    # A SQL client cannot tell a node waiting for init from one that hangs.
+    with pytest.raises(NodeUnreachable) as unreachable:
+        deployment.admin.node_status("orders-0")
+    assert "i/o timeout" in str(unreachable.value)
+    with pytest.raises(NotInitialized) as waiting:
+        deployment.admin.decommission("orders-0", [3])
+    assert "node waiting for init" in str(waiting.value)
+    assert waiting.value.exit_code == 1
+    with pytest.raises(NotInitialized):
+        deployment.admin.drain("orders-1")
+
+
+def test_node_status_maps_every_node_id_to_its_pod(cluster: Deployment) -> None:
+    nodes = cluster.admin.node_status("orders-1")
+
+    assert [(n.id, n.pod_name) for n in nodes] == [
+        (1, "orders-0"), (2, "orders-1"), (3, "orders-2")]
+    first = nodes[0]
+    assert first.address == "orders-0.orders.shop.svc.cluster.local:26257"
+    assert first.build == "V3.2.1"
+    assert first.start_mode == "start"
+    assert first.started_at == EPOCH
+    assert first.updated_at is not None and first.updated_at > EPOCH
+    assert all(n.healthy for n in nodes)
+    # Without the flags, their column groups are absent, not zero.
+    assert first.ranges is None and first.is_decommissioning is None
+    assert first.live_bytes is None
+
+
+def test_ranges_decommission_and_all_add_their_columns(cluster: Deployment) -> None:
+    with_ranges = cluster.admin.node_status("orders-0", ranges=True)
+    assert all(n.ranges is not None and n.ranges_unavailable == 0 for n in with_ranges)
+    assert all(n.is_draining is None for n in with_ranges)
+
+    with_decommission = cluster.admin.node_status("orders-0", decommission=True)
+    assert [n.is_decommissioning for n in with_decommission] == [False, False, False]
+    assert all(n.gossiped_replicas and n.gossiped_replicas > 0 for n in with_decommission)
+    assert all(n.ranges is None for n in with_decommission)
+
+    everything = cluster.admin.node_status("orders-0", all_columns=True)
+    assert all(n.live_bytes is not None and n.is_draining is False for n in everything)
+    assert [n.id for n in cluster.admin.node_status("orders-0", node_id=2)] == [2]
+
+
+def test_a_locality_with_commas_survives_csv_quoting() -> None:
+    deployment = start_pods(localities={1: "region=east,zone=b"})
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(5.0)
+
+    nodes = {n.pod_name: n for n in deployment.admin.node_status("orders-0")}
+    assert nodes["orders-1"].locality == "region=east,zone=b"
+
+
+def test_replication_heals_after_init_and_both_checks_agree() -> None:
+    deployment = start_pods()
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(2.0)
+
+    early = deployment.admin.replication_health("orders-2")
+    assert early.unavailable == 0
+    assert early.underreplicated and early.underreplicated > 0
+    assert not early.healthy
+    assert "under-replicated" in early.describe()
+    per_node = kwbase.replication_health_of(deployment.admin.node_status("orders-2", ranges=True))
+    assert per_node == early
+
+    deployment.at(60.0)
+    healed = deployment.admin.replication_health("orders-2")
+    assert healed.healthy
+    assert kwbase.replication_health_of(
+        deployment.admin.node_status("orders-0", ranges=True)).healthy
+    assert deployment.admin.running_jobs("orders-0") == 0
+    deployment.world.set_running_jobs((NAMESPACE, NAME), 2, 60.0)
+    assert deployment.admin.running_jobs("orders-0") == 2
+
+
+def test_a_decommissioned_node_drains_its_replicas_and_can_be_recommissioned() -> None:
+    deployment = start_pods(replicas=4)
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(30.0)
+    admin = deployment.admin
+
+    (marked,) = admin.decommission("orders-0", [4])
+    assert marked.id == 4 and marked.is_decommissioning and marked.replicas > 0
+    assert not marked.drained_of_replicas
+
+    deployment.at(90.0)
+    (done,) = admin.decommission("orders-0", [4])  # asking again is harmless
+    assert done.drained_of_replicas
+    node4 = admin.node_status("orders-0", node_id=4, decommission=True)[0]
+    assert node4.is_decommissioning and node4.gossiped_replicas == 0
+
+    (back,) = admin.recommission("orders-0", [4])
+    assert back == DecommissionStatus(id=4, is_live=True, replicas=0, is_decommissioning=False,
+                                      is_draining=False)
+
+
+def test_a_drained_node_reports_draining(cluster: Deployment) -> None:
+    cluster.admin.drain("orders-2")
+
+    status = {n.pod_name: n for n in cluster.admin.node_status("orders-0", decommission=True)}
+    assert status["orders-2"].is_draining
+    assert not status["orders-0"].is_draining
+
+
+def test_an_unknown_node_id_is_its_own_error(cluster: Deployment) -> None:
+    with pytest.raises(UnknownNode) as status:
+        cluster.admin.node_status("orders-0", node_id=9)
+    assert "node 9 doesn't exist" in str(status.value)
+    with pytest.raises(UnknownNode) as decommission:
+        cluster.admin.decommission("orders-0", [9])
+    assert "liveness table" in str(decommission.value)
+    assert decommission.value.argv[:3] == ("/kaiwudb/bin/kwbase", "node", "decommission")
+
+
+def test_the_wrong_security_mode_is_a_command_failure_not_an_unreachable_node(
+        cluster: Deployment) -> None:
+    insecure = KwbaseAdmin(cluster.runner, NAMESPACE, NAME, secure=False)
+
+    with pytest.raises(CommandFailed) as failed:
+        insecure.node_status("orders-0")
+    assert type(failed.value) is CommandFailed
+    assert "secure" in str(failed.value)
+    assert "Failed running" not in str(failed.value)
+
+
+def test_a_node_that_cannot_be_reached_is_unreachable(cluster: Deployment) -> None:
+    cluster.world.stop_process((NAMESPACE, NAME), "orders-2", 30.0)
+
+    # From orders-0, orders-2's advertised name no longer answers.
+    stopped = KwbaseAdmin(_Redirect(cluster.runner, "orders-0"), NAMESPACE, NAME, secure=True,
+                          settings=KwbaseSettings(connect_via="pod-dns"))
+    with pytest.raises(NodeUnreachable) as unreachable:
+        stopped.node_status("orders-2")
+    assert "orders-2.orders.shop.svc.cluster.local" in str(unreachable.value)
+
+
+@dataclass
+class _Redirect:
+    """Run every command in one pod, whatever pod the --host names (tests a remote --host)."""
+
+    runner: ModelExec
+    pod: str
+
+    def exec(self, namespace: str, pod: str, container: str, command: list[str],
+             timeout: float = 60.0) -> tuple[str, str, int]:
+        return self.runner.exec(namespace, self.pod, container, command, timeout)
+
+
+def test_a_container_that_is_not_running_cannot_run_commands(cluster: Deployment) -> None:
+    cluster.world.stop_process((NAMESPACE, NAME), "orders-1", 30.0)
+
+    with pytest.raises(ExecFailed) as failed:
+        cluster.admin.node_status("orders-1")
+    assert "could not run in pod shop/orders-1" in str(failed.value)
+    assert not isinstance(failed.value, CommandFailed)
+
+
+def test_an_exec_transport_error_is_exec_failed(cluster: Deployment) -> None:
+    with pytest.raises(ExecFailed) as failed:
+        cluster.admin.init("orders-7")
+    assert "could not exec" in str(failed.value)
+    assert "ApiException" in str(failed.value)
+    assert isinstance(failed.value.__cause__, ApiException)
+
+
+def test_init_against_a_node_off_the_network_times_out_as_unreachable() -> None:
+    deployment = start_pods()
+    deployment.world.set_pod_host_alive((NAMESPACE, NAME), "orders-0", False, 0.5)
+    deployment.at(1.0)
+    dns = KwbaseAdmin(_Redirect(deployment.runner, "orders-1"), NAMESPACE, NAME, secure=True,
+                      settings=KwbaseSettings(connect_via="pod-dns", timeout_s=20))
+
+    with pytest.raises(NodeUnreachable) as unreachable:
+        dns.init("orders-0")
+    assert "did not accept init within 20 s" in str(unreachable.value)
+    assert unreachable.value.exit_code == -1
+
+
+def test_parsers_refuse_output_they_do_not_understand() -> None:
+    with pytest.raises(ValueError, match="missing columns"):
+        kwbase.parse_node_status("id,address\n1,x:26257\n")
+    with pytest.raises(ValueError, match="not a boolean"):
+        kwbase.parse_decommission("id,is_live,replicas,is_decommissioning,is_draining\n"
+                                  "1,yes,0,false,false\n")
+    with pytest.raises(ValueError, match="no output"):
+        kwbase.parse_replication_health("")
+    # NULL sums (no store has reported yet) are unknown, never healthy.
+    unknown = kwbase.parse_replication_health(
+        "ranges_unavailable,ranges_underreplicated\nNULL,NULL\n")
+    assert not unknown.healthy and "unknown" in unknown.describe()
+
+
+def test_unreadable_output_of_a_successful_command_is_unexpected_output() -> None:
+    @dataclass
+    class Garbled:
+        def exec(self, namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = 60.0) -> tuple[str, str, int]:
+            return "id\tstatus\n1\tok\n", "", 0
+
+    admin = KwbaseAdmin(Garbled(), NAMESPACE, NAME, secure=True)
+    with pytest.raises(UnexpectedOutput) as unexpected:
+        admin.node_status("orders-0")
+    assert "unreadable node status output" in str(unexpected.value)
+
+
+def test_error_text_keeps_the_message_and_drops_the_trailer() -> None:
+    stderr = ('warning: something first\nERROR: node 9 doesn\'t exist\n'
+              'HINT: check the id\nFailed running "node status"\n')
+    assert kwbase.error_text(stderr) == "ERROR: node 9 doesn't exist HINT: check the id"
