@@ -189,15 +189,18 @@ def test_scale_out_to_five_then_decommission_node_five_drains_its_replicas() -> 
 def test_dead_node_is_under_replicated_until_declared_dead_then_heals() -> None:
     op = Operator()
     t = op.healthy_cluster(4)
-    op.world.stop_process(KEY, "kw-3", t, graceful=False)  # the process is killed
-    t += FAST.liveness_ttl_s + 1
+    killed_at = t
+    op.world.stop_process(KEY, "kw-3", killed_at, graceful=False)
+    assert op.health(killed_at + 1) == (0, 0), "still live until its liveness record expires"
+    t = killed_at + FAST.liveness_ttl_s + 1
     assert op.status(t)[3]["is_live"] == "false"
     unavailable, under = op.health(t)
-    assert unavailable == 0 and under > 0
+    assert unavailable == 0 and under > 0, "a replica of every range the node held is not live"
 
-    t_dead = t - FAST.liveness_ttl_s - 1 + FAST.liveness_ttl_s + FAST.time_until_store_dead_s
-    assert op.health(t_dead - 1)[1] == under, "no repair before time_until_store_dead"
-    t = t_dead + 30
+    # Declared dead once the liveness record has been expired for time_until_store_dead.
+    dead_at = killed_at + FAST.liveness_ttl_s + FAST.time_until_store_dead_s
+    assert op.health(dead_at - 1)[1] == under, "no repair before time_until_store_dead"
+    t = dead_at + 30
     assert op.health(t) == (0, 0)
     assert op.status(t, "4", "--decommission")[0]["gossiped_replicas"] == "0"
     assert [int(n["ranges"]) for n in op.status(t, "--ranges")[:3]] == [40, 40, 40]
@@ -402,3 +405,53 @@ def test_modes_that_need_init_wait_for_it(mode: str) -> None:
     assert op.kwbase(0, 10.0, "init").exit_code == 0
     assert op.world.is_ready(KEY, "kw-0", 10.0)
     assert op.world.replication(KEY, 10.0).replication_factor == (3 if mode == "start" else 1)
+
+
+def test_a_lost_host_times_out_and_its_node_turns_dead() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    op.world.set_pod_host_alive(KEY, "kw-1", False, t)
+    assert not op.world.is_live(KEY, "kw-1", t)
+    slow = op.kwbase(0, t, "node", "status", f"--host={fqdn(1)}")
+    assert slow.duration_s == FAST.connect_timeout_s
+    assert f"dial tcp {fqdn(1)}:26257: i/o timeout" in slow.stderr
+    t += FAST.liveness_ttl_s + FAST.time_until_store_dead_s + 1
+    assert op.world.nodes(KEY, t)[1].liveness == "DEAD"
+    # Three nodes, one dead: no spare node to heal onto, so ranges stay under-replicated.
+    assert op.health(t) == (0, 40)
+    op.world.set_pod_host_alive(KEY, "kw-1", True, t)
+    assert op.world.is_ready(KEY, "kw-1", t + 1)
+    assert op.health(t + 1) == (0, 0)
+
+
+def test_recommissioning_brings_replicas_back() -> None:
+    op = Operator()
+    t = op.healthy_cluster(4)
+    op.kwbase(0, t, "node", "decommission", "2", "--wait=none")
+    t += 60
+    assert op.world.nodes(KEY, t)[1].replicas == 0
+    back = op.kwbase(0, t, "node", "recommission", "2", "--format=csv")
+    assert rows(back)[0] == {
+        "id": "2",
+        "is_live": "true",
+        "replicas": "0",
+        "is_decommissioning": "false",
+        "is_draining": "false",
+    }
+    t += 120  # past the rebalancer's reach
+    assert op.world.nodes(KEY, t)[1].replicas >= 29
+    assert op.health(t) == (0, 0)
+
+
+def test_pod_ip_and_client_service_resolve_from_inside_a_pod() -> None:
+    op = Operator()
+    for i in range(3):
+        pod = f"kw-{i}"
+        assert op.world.start_process(
+            KEY, pod, f"pvc-{pod}", start_line(i), 0.0, pod_ip=f"10.1.0.{i + 1}"
+        ).ok
+    via_ip = op.kwbase(0, 1.0, "init", "--host=10.1.0.3:26257")
+    assert via_ip.exit_code == 0
+    assert op.world.nodes(KEY, 1.0)[0].pod_name == "kw-2", "the init target bootstraps as n1"
+    public = op.kwbase(0, 2.0, "node", "status", f"--host={STS}-public.{NS}", "--format=csv")
+    assert len(rows(public)) == 3

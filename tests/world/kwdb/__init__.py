@@ -5,8 +5,9 @@ or stops, when a host or volume is lost, for the `/health` probes and for every 
 it to look inside. One `KwdbWorld` holds every deployment, keyed by (namespace, StatefulSet).
 
 Modules: settings (KwdbSettings), model (liveness, ranges, healing), state (stores, processes,
-name lookup, result types), flags (the kwbase command tree and flag parsing), commands (client
-commands), render (output formats and error text), world (the facade).
+name lookup, result types), flags (the kwbase command tree and flag parsing), client
+(connections and their errors), commands (init, node *, quit, version), sql (`kwbase sql -e`),
+render (output formats and error text), world (the facade).
 
 What is modelled and what is not is written at the top of each module; in short: node ids,
 start modes, init, liveness, draining, decommissioning, replicas and their healing over
@@ -15,11 +16,7 @@ Not modelled: SQL beyond the health and jobs queries, certificates' contents, da
 time-series engine specifics.
 """
 
-from tests.world.kwdb.commands import (
-    NO_MORE_DATA,
-    REPLICATION_HEALTH_QUERY,
-    RUNNING_JOBS_QUERY,
-)
+from tests.world.kwdb.commands import NO_MORE_DATA
 from tests.world.kwdb.model import (
     MODE_MULTI,
     MODE_SINGLE_NODE,
@@ -27,6 +24,7 @@ from tests.world.kwdb.model import (
     START_MODES,
 )
 from tests.world.kwdb.settings import KwdbSettings
+from tests.world.kwdb.sql import REPLICATION_HEALTH_QUERY, RUNNING_JOBS_QUERY
 from tests.world.kwdb.state import ClusterKey, ExecResult, ProcessExit, StartResult
 from tests.world.kwdb.world import KwdbWorld, NodeView, ReplicationView
 

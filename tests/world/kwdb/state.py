@@ -13,8 +13,9 @@ process per pod, and the KaiwuDB clusters those stores belong to. Normally that 
 Names resolve the way they do inside a pod of the rendered StatefulSet: `localhost`, the pod's
 own advertise address, `<pod>.<sts>[.<ns>[.svc[.cluster.local]]]` (headless Service),
 `<sts>[...]` (headless: every pod, not-ready ones included) and `<sts>-public[...]` (client
-Service: ready pods only). Argument strings are taken literally: `$(POD_NAME)` must already be
-expanded by the kubelet, as the real kubelet does.
+Service: ready pods only). A pod's IP resolves too when the kubelet passes it at start.
+Argument strings are taken literally: `$(POD_NAME)` must already be expanded by the kubelet, as
+the real kubelet does.
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ class Proc:
     opts: StartOptions
     build: str
     started_at: float
+    pod_ip: str = ""
     running: bool = True
     host_alive: bool = True
     # "init": waiting for `kwbase init`; "join": cannot reach any live node in --join yet.
@@ -310,6 +312,8 @@ class Group:
             return self.sorted_procs()
         for p in self.sorted_procs():
             names = {p.pod_name, p.opts.advertise_host.lower()}
+            if p.pod_ip:
+                names.add(p.pod_ip)
             names.update(f"{p.pod_name}.{name}{s}" for s in suffixes)
             if h in names:
                 return [p]

@@ -33,7 +33,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tests.world.kwdb.commands import Env, run_client_command
+from tests.world.kwdb.client import Env
+from tests.world.kwdb.commands import run_client_command
 from tests.world.kwdb.flags import CliError, Invocation, parse
 from tests.world.kwdb.model import (
     MODE_SINGLE_NODE,
@@ -210,12 +211,14 @@ class KwdbWorld:
         now: float,
         *,
         image: str | None = None,
+        pod_ip: str | None = None,
     ) -> StartResult:
         """The pod's kwbase container starts with `argv` (command + args, already expanded).
 
         `store_key` names the volume (the PVC uid); `image` (e.g. kwdb/kwdb:3.2.1) sets the
-        build tag `node status` reports. Returns ok=False with an exit code and stderr when the
-        real process would exit at once; the kubelet turns that into a crash loop.
+        build tag `node status` reports; `pod_ip`, when given, makes `--host=<pod IP>` resolve.
+        Returns ok=False with an exit code and stderr when the real process would exit at
+        once; the kubelet turns that into a crash loop.
         """
         with self._lock:
             group, now = self._group(cluster, now)
@@ -250,7 +253,9 @@ class KwdbWorld:
                 )
             try:
                 opts = _start_options(inv, pod_name)
-                return self._start(group, pod_name, store_key, tuple(argv), opts, image, now)
+                started = self._start(group, pod_name, store_key, tuple(argv), opts, image, now)
+                group.procs[pod_name].pod_ip = pod_ip or ""
+                return started
             except _StartFailure as f:
                 err = f.usage + cli_error(f.message, inv.command.name, hint=f.hint)
                 return StartResult(False, 1, "", err, None)

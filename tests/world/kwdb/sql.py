@@ -1,0 +1,197 @@
+"""`kwbase sql -e` in the simulated KaiwuDB: the few statements the operator runs.
+
+Called by tests/world/kwdb/commands.py. Statements answered:
+- REPLICATION_HEALTH_QUERY, and generally `SELECT [node_id,] sum((metrics->>'<metric>')::DECIMAL)
+  [::INT] [AS name], ... FROM kwdb_internal.kv_store_status [GROUP BY node_id] [ORDER BY
+  node_id]` over the metrics replicas, replicas.leaders, replicas.leaseholders,
+  ranges.unavailable, ranges.underreplicated (others are NULL). Like the real table it sums the
+  persisted status of every node, dead and decommissioned ones included (their last values).
+- `SHOW JOBS` (CockroachDB v20.1 columns; running jobs come from KwdbWorld.set_running_jobs)
+  and RUNNING_JOBS_QUERY;
+- `SELECT 1`.
+Anything else fails with a `kwdb-sim:` error saying the statement is not modelled. Results are
+printed per kwbase/pkg/cli/sql_util.go runQueryAndFormatResults in --format (tsv by default,
+since exec has no terminal); integer columns align right in tables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from tests.world.kwdb.client import Env, Fail, output_format, sql_session
+from tests.world.kwdb.flags import Invocation
+from tests.world.kwdb.model import LogicalCluster, StoreMetrics
+from tests.world.kwdb.render import cli_error, format_timestamp, render
+from tests.world.kwdb.state import ExecResult
+
+REPLICATION_HEALTH_QUERY = (
+    "SELECT sum((metrics->>'ranges.unavailable')::DECIMAL)::INT AS ranges_unavailable, "
+    "sum((metrics->>'ranges.underreplicated')::DECIMAL)::INT AS ranges_underreplicated "
+    "FROM kwdb_internal.kv_store_status"
+)
+"""The one replication-health query the admin adapter runs (`kwbase sql -e ... --format=csv`).
+
+Answers one row `ranges_unavailable,ranges_underreplicated`; healthy means both are 0.
+"""
+
+RUNNING_JOBS_QUERY = "SELECT count(*) FROM [SHOW JOBS] WHERE status = 'running'"
+"""The running-jobs query the admin adapter runs: one row, column `count`."""
+
+_SUM_ITEM = re.compile(
+    r"sum\(\s*\(\s*metrics\s*->>\s*'(?P<metric>[a-z0-9._-]+)'\s*\)\s*::\s*decimal\s*\)"
+    r"(?P<int>\s*::\s*int[48]?)?(?:\s+as\s+(?P<alias>[a-z_][a-z0-9_]*))?",
+    re.IGNORECASE,
+)
+_KV_STORE_STATUS = re.compile(
+    r"select\s+(?P<items>.+?)\s+from\s+kwdb_internal\.kv_store_status"
+    r"(?P<group>\s+group\s+by\s+node_id)?(?:\s+order\s+by\s+node_id)?",
+    re.IGNORECASE | re.DOTALL,
+)
+_RUNNING_JOBS = re.compile(
+    r"select\s+count\(\s*\*\s*\)\s+from\s+\[\s*show\s+jobs\s*\]\s+"
+    r"where\s+status\s*=\s*'running'",
+    re.IGNORECASE,
+)
+_JOB_HEADERS = (
+    "job_id",
+    "job_type",
+    "description",
+    "statement",
+    "user_name",
+    "status",
+    "running_status",
+    "created",
+    "started",
+    "finished",
+    "modified",
+    "fraction_completed",
+    "error",
+    "coordinator_id",
+)
+_METRIC_FIELDS: dict[str, Callable[[StoreMetrics], int]] = {
+    "replicas": lambda m: m.replicas,
+    "replicas.leaders": lambda m: m.leaders,
+    "replicas.leaseholders": lambda m: m.leaseholders,
+    "ranges.unavailable": lambda m: m.unavailable,
+    "ranges.underreplicated": lambda m: m.underreplicated,
+}
+
+
+def _metric_value(metric: str, m: StoreMetrics) -> int | None:
+    """`metrics->>'<metric>'`: NULL (None) for a metric the simulation does not keep."""
+    getter = _METRIC_FIELDS.get(metric)
+    return getter(m) if getter else None
+
+
+def _split_items(text: str) -> list[str]:
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    items.append(current.strip())
+    return items
+
+
+def _kv_store_status(
+    cluster: LogicalCluster, items_text: str, grouped: bool, t: float
+) -> tuple[list[str], list[list[str]]]:
+    headers: list[str] = []
+    columns: list[tuple[str, str, bool]] = []  # (kind, metric, as int)
+    for item in _split_items(items_text):
+        if item.lower() == "node_id":
+            if not grouped:
+                raise Fail(
+                    'column "node_id" must appear in the GROUP BY clause or be used in an '
+                    "aggregate function",
+                    sqlstate="42803",
+                )
+            headers.append("node_id")
+            columns.append(("node_id", "", True))
+            continue
+        m = _SUM_ITEM.fullmatch(item)
+        if m is None:
+            raise Fail(f"kwdb-sim: select item not modelled: {item}")
+        headers.append(m.group("alias") or "sum")
+        columns.append(("sum", m.group("metric"), m.group("int") is not None))
+    nodes = sorted(cluster.nodes.values(), key=lambda n: n.node_id)
+    groups = [[n] for n in nodes] if grouped else [nodes]
+    rows = []
+    for members in groups:
+        row = []
+        for kind, metric, _as_int in columns:
+            if kind == "node_id":
+                row.append(str(members[0].node_id))
+                continue
+            values = [_metric_value(metric, cluster.metrics(n, t)) for n in members]
+            present = [v for v in values if v is not None]
+            row.append(str(sum(present)) if present else "NULL")
+        rows.append(row)
+    return headers, rows
+
+
+def _statement(env: Env, cluster: LogicalCluster, stmt: str) -> tuple[list[str], list[list[str]]]:
+    text = " ".join(stmt.split())
+    m = _KV_STORE_STATUS.fullmatch(text)
+    if m is not None:
+        return _kv_store_status(cluster, m.group("items"), m.group("group") is not None, env.now)
+    if _RUNNING_JOBS.fullmatch(text):
+        return ["count"], [[str(cluster.running_jobs)]]
+    if text.lower() == "show jobs":
+        epoch = env.group.settings.epoch_unix_s
+        ts = format_timestamp(env.now, epoch)
+        rows = [
+            [
+                str(600000000000000000 + i),
+                "SCHEMA CHANGE",
+                f"simulated running job {i + 1}",
+                "",
+                "root",
+                "running",
+                "NULL",
+                ts,
+                ts,
+                "NULL",
+                ts,
+                "0.5",
+                "",
+                "1",
+            ]
+            for i in range(cluster.running_jobs)
+        ]
+        return list(_JOB_HEADERS), rows
+    if text.lower() == "select 1":
+        return ["?column?"], [["1"]]
+    raise Fail(f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")
+
+
+def run_sql(env: Env, inv: Invocation) -> ExecResult:
+    """kwbase/pkg/cli/sql.go with -e: each statement's result in --format (tsv by default)."""
+    fmt = output_format(inv)
+    statements = [s for e in inv.all("execute") for s in e.split(";") if s.strip()]
+    if not statements:
+        return ExecResult("", "", 0)  # no -e and no stdin: nothing to run
+    _, cluster = sql_session(env, inv)
+    out = ""
+    for stmt in statements:
+        try:
+            headers, rows = _statement(env, cluster, stmt)
+        except Fail as f:
+            # Results of the statements before the failing one were already printed.
+            err = cli_error(f.message, "sql", hint=f.hint, sqlstate=f.sqlstate)
+            return ExecResult(out, err, 1)
+        # The CLI aligns by column type: integers right, everything else left.
+        align = "".join(
+            "r" if rows and all(_is_int(r[i]) for r in rows) else "l" for i in range(len(headers))
+        )
+        out += render(fmt, headers, rows, align)
+    return ExecResult(out, "", 0)
+
+
+def _is_int(value: str) -> bool:
+    return bool(re.fullmatch(r"-?\d+", value))
