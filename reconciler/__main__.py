@@ -1,0 +1,9 @@
+"""`python -m reconciler`: the same as `kaiwu reconcile` (see reconciler.cli)."""
+
+from __future__ import annotations
+
+import sys
+
+from reconciler.cli import main
+
+sys.exit(main(sys.argv[1:]))

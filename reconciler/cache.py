@@ -1,0 +1,394 @@
+"""Watch caches: the reconciler's local copy of every object it reads, kept fresh by watches.
+
+`reconciler.runtime` starts one `Caches` per process (leader and standby alike, so a standby is
+warm when it takes over); the Controller reads through the `CacheView` protocol and makes no API
+reads in steady state. Each kind has an `Informer`: list, then watch from the list's
+resourceVersion, resume each new watch from the last resourceVersion seen (bookmarks included),
+relist when the server answers 410 Gone (the history it would need is gone), reconnect with capped
+exponential back-off when the API server is unreachable. Nothing is polled.
+
+What is watched: KaiwuClusters (all in scope); every kind the renderer emits, Pods, PVCs and
+Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A kind
+the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
+Prometheus operator) counts as synced and empty, and is looked for again at each resync.
+
+Every change is mapped to the cluster it belongs to (`ClusterKey`: the namespace and the
+app.kubernetes.io/instance label or the KaiwuCluster owner; a Node change to every cluster with
+a pod on that node) and handed to the runtime, which queues the key.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from reconciler import kube as k
+from reconciler.keys import ClusterKey
+from reconciler.kube import ApiError, Kind, Kube, Obj
+from reconciler.metrics import Metrics
+from reconciler.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=kaiwu-operator"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+# Kinds the renderer emits, plus what the Controller reads to judge health and failover.
+MANAGED_KINDS: tuple[Kind, ...] = (
+    k.SERVICE_ACCOUNT, k.SERVICE, k.STATEFUL_SET, k.PDB_V1, k.PDB_V1BETA1, k.NETWORK_POLICY,
+    k.SERVICE_MONITOR, k.POD, k.PVC, k.SECRET)
+
+EventHandler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, new, old)
+
+
+class CacheView(Protocol):
+    """Read access to the caches: what the Controller is given. Returns copies: callers may
+    change them freely. namespace '' means every namespace (and is the only choice for Nodes)."""
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None: ...
+
+    def list(self, kind: Kind, namespace: str,
+             labels: Mapping[str, str] = {}) -> list[Obj]: ...
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _store_key(obj: Obj) -> tuple[str, str]:
+    meta = _meta(obj)
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _matches(obj: Obj, labels: Mapping[str, str]) -> bool:
+    have = _meta(obj).get("labels") or {}
+    return all(have.get(key) == value for key, value in labels.items())
+
+
+class Informer:
+    """List+watch of one kind into a local store, on its own thread."""
+
+    def __init__(self, kube: Kube, kind: Kind, settings: Settings, *,
+                 namespace: str = "", label_selector: str = "",
+                 on_event: EventHandler | None = None, metrics: Metrics | None = None) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.settings = settings
+        self.namespace = namespace if kind.namespaced else ""
+        self.label_selector = label_selector
+        self.on_event = on_event
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._store: dict[tuple[str, str], Obj] = {}
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.resource_version = ""  # where the next watch resumes; "" = list first
+        self.served: bool | None = None  # None until the first list answered
+        self.relists = 0  # lists after a 410 Gone
+        self.reconnects = 0  # watches or lists that failed and were retried after a back-off
+        self.last_error = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind.kind}.{self.kind.api_version}"
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop at once. A watch blocked in a read is abandoned (its daemon thread ends when
+        the server closes the watch); nothing it receives afterwards is delivered."""
+        self._stop.set()
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return self._synced.wait(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        with self._lock:
+            found = self._store.get((namespace if self.kind.namespaced else "", name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def list(self, namespace: str = "", labels: Mapping[str, str] = {}) -> list[Obj]:
+        with self._lock:
+            found = [obj for (ns, _), obj in self._store.items()
+                     if (not namespace or ns == namespace) and _matches(obj, labels)]
+            return copy.deepcopy(found)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._store)
+
+    # ---- the list+watch loop ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = self.settings.reconnect_backoff_base_s
+        while not self._stop.is_set():
+            try:
+                if not self.resource_version and not self._list():
+                    return  # not served: looked for again by Caches.recheck_unserved
+                self._watch()
+                backoff = self.settings.reconnect_backoff_base_s
+                self._count_restart("expired")
+            except ApiError as error:
+                if error.gone:
+                    # The server no longer has the history from our resourceVersion on: list
+                    # again (the diff against the store delivers what we missed).
+                    log.info("watch history gone, relisting",
+                             extra={"kind": self.name, "error": error.message})
+                    self.resource_version = ""
+                    self.relists += 1
+                    self._count_restart("gone")
+                    continue
+                backoff = self._fail(error, backoff)
+            except Exception as error:  # connection refused, reset, timeouts, bad chunks
+                backoff = self._fail(error, backoff)
+
+    def _fail(self, error: Exception, backoff: float) -> float:
+        if self._stop.is_set():
+            return backoff
+        self.reconnects += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        self._count_restart("disconnected")
+        log.warning("watch failed, retrying", extra={
+            "kind": self.name, "error": self.last_error[:300], "retry_in_s": backoff})
+        self._stop.wait(backoff)
+        return min(backoff * 2, self.settings.reconnect_backoff_max_s)
+
+    def _count_restart(self, reason: str) -> None:
+        if self.metrics is not None and not self._stop.is_set():
+            self.metrics.watch_restarts_total.labels(kind=self.kind.kind, reason=reason).inc()
+
+    def _list(self) -> bool:
+        """Replace the store with a fresh list; False when the kind is not served."""
+        try:
+            items, version = self.kube.list_objects(
+                self.kind, self.namespace or None, self.label_selector or None)
+        except ApiError as error:
+            if error.not_found:
+                log.info("kind not served by the API server, not watched",
+                         extra={"kind": self.name})
+                self.served = False
+                with self._lock:
+                    self._store.clear()
+                self._synced.set()
+                return False
+            raise
+        if self._stop.is_set():
+            return True
+        fresh = {_store_key(obj): obj for obj in items}
+        with self._lock:
+            old = self._store
+            self._store = fresh
+        self.served = True
+        self.resource_version = version
+        self._update_gauge()
+        for key, obj in fresh.items():
+            before = old.get(key)
+            if before is None:
+                self._deliver("ADDED", obj, None)
+            elif _meta(before).get("resourceVersion") != _meta(obj).get("resourceVersion"):
+                self._deliver("MODIFIED", obj, before)
+        for key, before in old.items():
+            if key not in fresh:
+                self._deliver("DELETED", before, before)
+        self._synced.set()
+        return True
+
+    def _watch(self) -> None:
+        events = self.kube.watch(self.kind, self.resource_version, self.namespace or None,
+                                 self.label_selector or None,
+                                 timeout_seconds=self.settings.watch_timeout_s)
+        for kind, obj in events:
+            if self._stop.is_set():
+                return
+            version = _meta(obj).get("resourceVersion")
+            if kind == "BOOKMARK":
+                if version:
+                    self.resource_version = str(version)
+                continue
+            obj.setdefault("apiVersion", self.kind.api_version)
+            obj.setdefault("kind", self.kind.kind)
+            key = _store_key(obj)
+            with self._lock:
+                before = self._store.get(key)
+                if kind == "DELETED":
+                    self._store.pop(key, None)
+                else:
+                    self._store[key] = obj
+            if version:
+                self.resource_version = str(version)
+            self._update_gauge()
+            self._deliver(kind, obj, before)
+
+    def _deliver(self, kind: str, obj: Obj, before: Obj | None) -> None:
+        if self.on_event is None or self._stop.is_set():
+            return
+        try:
+            self.on_event(kind, obj, before)
+        except Exception:
+            log.exception("event handler failed", extra={"kind": self.name})
+
+    def _update_gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.cache_objects.labels(kind=self.kind.kind).set(len(self))
+
+
+# ---- from events to clusters -----------------------------------------------------------------
+
+def cluster_of(obj: Obj) -> ClusterKey | None:
+    """The KaiwuCluster an object belongs to: its instance label, else its KaiwuCluster owner."""
+    meta = _meta(obj)
+    namespace = str(meta.get("namespace") or "")
+    if not namespace:
+        return None
+    if obj.get("kind") == k.KAIWU_CLUSTER.kind:
+        return ClusterKey(namespace, str(meta.get("name")))
+    instance = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    if instance:
+        return ClusterKey(namespace, str(instance))
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == k.KAIWU_CLUSTER.kind:
+            return ClusterKey(namespace, str(owner.get("name")))
+    return None
+
+
+def _cluster_changed(new: Obj, old: Obj | None) -> bool:
+    """Whether a KaiwuCluster change needs a reconcile: its spec (generation) or metadata the
+    Controller reads changed. Status-only updates (mostly our own status writes) do not."""
+    if old is None:
+        return True
+    a, b = _meta(new), _meta(old)
+    return any(a.get(field) != b.get(field) for field in (
+        "generation", "labels", "annotations", "deletionTimestamp", "finalizers", "uid"))
+
+
+def _node_projection(node: Obj | None) -> Any:
+    """What matters about a Node for failover: taints, cordon, condition statuses (not the
+    heartbeat times, which change every few seconds)."""
+    if node is None:
+        return None
+    spec = node.get("spec") or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return (spec.get("unschedulable"), spec.get("taints"),
+            sorted((c.get("type"), c.get("status")) for c in conditions))
+
+
+class Caches:
+    """Every informer of the reconciler, and the `CacheView` over them."""
+
+    def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
+                 on_key: Callable[[ClusterKey], None],
+                 managed_kinds: Iterable[Kind] = MANAGED_KINDS) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics
+        self.on_key = on_key
+        ns = settings.watch_namespace
+        self.informers: dict[Kind, Informer] = {}
+
+        def add(kind: Kind, selector: str) -> None:
+            self.informers[kind] = Informer(kube, kind, settings, namespace=ns,
+                                            label_selector=selector, on_event=self._on_event,
+                                            metrics=metrics)
+
+        add(k.KAIWU_CLUSTER, "")
+        for kind in managed_kinds:
+            add(kind, MANAGED_SELECTOR)
+        add(k.NODE, "")
+        self._started = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for informer in self.informers.values():
+            informer.start()
+        self._started = True
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+        self._started = False
+
+    def synced(self) -> bool:
+        return all(informer.synced for informer in self.informers.values())
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for informer in self.informers.values():
+            if not informer.wait_synced(max(deadline - time.monotonic(), 0)):
+                return False
+        return True
+
+    def unsynced(self) -> list[str]:
+        return [i.name for i in self.informers.values() if not i.synced]
+
+    def dead(self) -> list[str]:
+        """Informers whose thread ended although they should be watching (for /healthz)."""
+        return [i.name for i in self.informers.values()
+                if self._started and not i.alive and i.served is not False]
+
+    def recheck_unserved(self) -> None:
+        """Look again for kinds that were not served (a CRD installed since)."""
+        for informer in self.informers.values():
+            if informer.served is False and not informer.alive and self._started:
+                informer.served = None
+                informer.start()
+
+    # ---- CacheView ----------------------------------------------------------------------------
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        informer = self.informers.get(kind)
+        if informer is None:
+            raise KeyError(f"{kind.kind} ({kind.api_version}) is not cached")
+        return informer.get(namespace, name)
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        informer = self.informers.get(kind)
+        if informer is None:
+            raise KeyError(f"{kind.kind} ({kind.api_version}) is not cached")
+        return informer.list(namespace, labels)
+
+    def cluster_keys(self) -> builtins.list[ClusterKey]:
+        """Every KaiwuCluster in the cache."""
+        return sorted(ClusterKey(str(_meta(obj).get("namespace")), str(_meta(obj).get("name")))
+                      for obj in self.informers[k.KAIWU_CLUSTER].list())
+
+    # ---- events -> keys -----------------------------------------------------------------------
+
+    def _on_event(self, kind: str, obj: Obj, old: Obj | None) -> None:
+        if obj.get("kind") == k.NODE.kind:
+            if kind == "MODIFIED" and _node_projection(obj) == _node_projection(old):
+                return
+            name = _meta(obj).get("name")
+            found = {cluster_of(pod) for pod in self.informers[k.POD].list()
+                     if (pod.get("spec") or {}).get("nodeName") == name}
+            for each in sorted(key for key in found if key is not None):
+                self.on_key(each)
+            return
+        if obj.get("kind") == k.KAIWU_CLUSTER.kind and kind == "MODIFIED" \
+                and not _cluster_changed(obj, old):
+            return
+        key = cluster_of(obj)
+        if key is not None:
+            self.on_key(key)

@@ -1,0 +1,329 @@
+"""The reconciler process: watch caches -> work queue -> workers calling Controller.reconcile.
+
+`reconciler.cli` builds a `Runtime` from the settings and runs it until SIGTERM; tests start
+several in one process. Every replica runs the caches (so a standby is warm), the HTTP endpoints
+and the leader election; only while this replica leads does it run the workers, the periodic
+resync and, in directory mode, the `DirectorySource`. A leadership term starts by waiting for the
+caches to sync and queueing every cluster; it ends (lost lease, or shutdown) by stopping the
+directory source and waiting up to `shutdown_grace_s` for reconciles in progress, and only then
+is the Lease released. All writes go through a `GuardedKube` that refuses them the moment this
+replica may no longer be leader.
+
+The Controller is made by a factory `(kube, view, settings, metrics) -> Reconciler`; the default
+is `reconciler.controller.Controller`. Each reconcile's outcome feeds the metrics and the queue:
+success forgets the key's failure back-off and honours `requeue_after_s`; an exception is
+logged, counted and retried with per-key exponential back-off.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes import client
+
+from reconciler.cache import Caches, CacheView
+from reconciler.events import EventRecorder
+from reconciler.http import HealthServer
+from reconciler.keys import ClusterKey
+from reconciler.kube import Kube, load_api_client
+from reconciler.leader import GuardedKube, LeaderElector, NotLeaderError
+from reconciler.metrics import Metrics
+from reconciler.settings import Settings
+from reconciler.source_dir import DirectorySource
+from reconciler.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+# Connections per API client: one long-lived watch per informer (about a dozen) plus the
+# workers' requests; the client's default (5 per CPU) would make urllib3 drop and reopen them.
+CONNECTION_POOL_SIZE = 48
+
+
+class Reconciler(Protocol):
+    """What the runtime needs of the Controller. The result may carry `requeue_after_s`."""
+
+    def reconcile(self, key: ClusterKey) -> Any: ...
+
+
+ControllerFactory = Callable[[Kube, CacheView, Settings, Metrics], Reconciler]
+
+
+def default_controller(kube: Kube, view: CacheView, settings: Settings,
+                       metrics: Metrics) -> Reconciler:
+    """The real Controller (imported here so the runtime's own tests need not load it)."""
+    from reconciler.controller import Controller
+
+    controller: Reconciler = Controller(kube, view, settings, metrics)
+    return controller
+
+
+def api_client_for(settings: Settings,
+                   base: client.ApiClient | None = None) -> client.ApiClient:
+    """An API client from the kubeconfig (or in-cluster), with a pool large enough for every
+    watch at once."""
+    api = base if base is not None else load_api_client(settings.kubeconfig, settings.context)
+    configuration = copy.deepcopy(api.configuration)
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(configuration)
+
+
+@dataclass
+class _Term:
+    """One spell of leadership: its workers and directory source, and how to end it."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    source: DirectorySource | None = None
+
+
+class Runtime:
+    """One reconciler replica. `start()`, then `stop()` (or `run(stop_event)`)."""
+
+    def __init__(self, settings: Settings, *,
+                 controller_factory: ControllerFactory = default_controller,
+                 api_client: client.ApiClient | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.controller_factory = controller_factory
+        self._base_api = api_client
+        self.metrics = metrics or Metrics()
+        self.queue: WorkQueue[ClusterKey] = WorkQueue(
+            min_interval_s=settings.min_reconcile_interval_s,
+            backoff_base_s=settings.error_backoff_base_s,
+            backoff_max_s=settings.error_backoff_max_s)
+        self.metrics.queue_depth.set_function(lambda: self.queue.depth)
+        self.elector: LeaderElector | None = None
+        self.http: HealthServer | None = None
+        self._term: _Term | None = None
+        self._term_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._resync: threading.Thread | None = None
+        self._started = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        settings = self.settings
+        self.api = api_client_for(settings, self._base_api)
+        self.kube = GuardedKube(self.api, settings.field_manager, settings.api_timeout_s,
+                                may_write=self.may_write)
+        self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add)
+        self.controller = self.controller_factory(self.kube, self.caches, settings,
+                                                  self.metrics)
+        self.events = EventRecorder(self.kube, self.metrics, instance=settings.identity)
+        host, port = settings.http_host_port
+        self.http = HealthServer(host, port, self.metrics, healthy=self.healthy,
+                                 ready=self.ready)
+        self.http.start()
+        self.caches.start()
+        self._started = True
+        if settings.leader_election:
+            # Lease calls get a short timeout so a hung request cannot outlast the deadline.
+            lease_kube = Kube(self.api, settings.field_manager,
+                              timeout=max(1.0, min(settings.api_timeout_s,
+                                                   settings.renew_deadline_s / 2)))
+            self.elector = LeaderElector(lease_kube, settings,
+                                         on_started_leading=self._start_term,
+                                         on_stopped_leading=self._end_term,
+                                         metrics=self.metrics)
+            self.elector.start()
+        else:
+            self.metrics.leader.set(1)
+            self._start_term()
+        self._resync = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
+        self._resync.start()
+        log.info("reconciler started", extra={
+            "identity": settings.identity, "http_port": self.http_port,
+            "namespace": settings.watch_namespace or "(all)", "source": settings.source,
+            "leader_election": settings.leader_election})
+
+    def stop(self) -> None:
+        """Stop workers (reconciles in progress may finish), release the Lease, stop the rest."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        started = time.monotonic()
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        else:
+            self._end_term()
+            self.metrics.leader.set(0)
+        if self._started:
+            self.caches.stop()
+        self.queue.shutdown()
+        if self.http is not None:
+            self.http.stop()
+        log.info("reconciler stopped", extra={
+            "identity": self.settings.identity,
+            "shutdown_s": round(time.monotonic() - started, 3)})
+
+    def run(self, stop: threading.Event) -> int:
+        """Start, wait for `stop` (set by the signal handler), stop. Returns the exit code."""
+        self.start()
+        stop.wait()
+        self.stop()
+        return 0
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def may_write(self) -> bool:
+        if self.elector is not None:
+            return self.elector.is_leader()
+        return self._term is not None
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader() if self.elector is not None else self._term is not None
+
+    @property
+    def http_port(self) -> int:
+        return self.http.port if self.http is not None else 0
+
+    @property
+    def source(self) -> DirectorySource | None:
+        term = self._term
+        return term.source if term is not None else None
+
+    def healthy(self) -> tuple[bool, list[str]]:
+        """Liveness: every thread that must run is running."""
+        if self._stopping.is_set():
+            return True, ["stopping"]
+        problems = [f"watch of {name} stopped" for name in self.caches.dead()]
+        if self.elector is not None and not self.elector.alive:
+            problems.append("leader election stopped")
+        if self._resync is not None and not self._resync.is_alive():
+            problems.append("resync stopped")
+        term = self._term
+        if term is not None and not term.stop.is_set() and \
+                any(not thread.is_alive() for thread in term.threads):
+            problems.append("a worker stopped")
+        return not problems, problems
+
+    def ready(self) -> tuple[bool, list[str]]:
+        """Readiness: caches synced; says whether this replica leads, and source problems."""
+        lines: list[str] = []
+        synced = self.caches.synced()
+        lines.append("caches: synced" if synced else
+                     f"caches: waiting for {', '.join(self.caches.unsynced())}")
+        if self.elector is None:
+            lines.append("leader: yes (leader election off)")
+        elif self.elector.is_leader():
+            lines.append(f"leader: yes ({self.settings.identity})")
+        else:
+            lines.append(f"leader: no, standby (lease held by {self.elector.holder or 'nobody'})")
+        lines.append(f"queue: {self.queue.depth} waiting, {self.queue.processing()} in progress")
+        source = self.source
+        if source is not None:
+            lines.extend(source.status())
+        return synced and not self._stopping.is_set(), lines
+
+    # ---- leadership terms -------------------------------------------------------------------
+
+    def _start_term(self) -> None:
+        with self._term_lock:
+            if self._term is not None or self._stopping.is_set():
+                return
+            term = self._term = _Term()
+        starter = threading.Thread(target=self._begin, args=(term,), name="term-start",
+                                   daemon=True)
+        term.threads.append(starter)
+        starter.start()
+
+    def _begin(self, term: _Term) -> None:
+        # A leader acting on half-filled caches would take missing objects for deleted ones.
+        while not self.caches.wait_synced(0.2):
+            if term.stop.is_set():
+                return
+        if term.stop.is_set():
+            return
+        for key in self.caches.cluster_keys():
+            self.queue.add(key)
+        directory = self.settings.source_dir
+        if directory is not None:
+            term.source = DirectorySource(directory, self.kube, self.caches, self.settings,
+                                          self.metrics, self.events)
+            term.source.start()
+        workers = [threading.Thread(target=self._work, args=(term,), name=f"worker-{i}",
+                                    daemon=True) for i in range(self.settings.workers)]
+        term.threads.extend(workers)
+        for worker in workers:
+            worker.start()
+        log.info("workers started", extra={"workers": self.settings.workers,
+                                           "clusters": self.queue.depth})
+
+    def _end_term(self) -> None:
+        with self._term_lock:
+            term, self._term = self._term, None
+        if term is None:
+            return
+        term.stop.set()
+        if term.source is not None:
+            term.source.stop()
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        for thread in term.threads:
+            if thread is not threading.current_thread():
+                thread.join(max(deadline - time.monotonic(), 0))
+        busy = [t.name for t in term.threads if t.is_alive()]
+        if busy:
+            log.warning("reconciles still running after the grace period; their writes are "
+                        "refused from now on", extra={"threads": busy})
+        log.info("workers stopped")
+
+    def _work(self, term: _Term) -> None:
+        while not term.stop.is_set():
+            key = self.queue.get(timeout_s=0.2)
+            if key is None:
+                continue
+            if term.stop.is_set():
+                # Not ours to do any more: leave it queued for the next term.
+                self.queue.done(key)
+                self.queue.add(key)
+                return
+            self._process(key)
+
+    def _process(self, key: ClusterKey) -> None:
+        started = time.monotonic()
+        try:
+            result = self.controller.reconcile(key)
+        except NotLeaderError as error:
+            # Leadership ended mid-reconcile; the next leader reconciles the cluster.
+            log.info("reconcile stopped: no longer leader",
+                     extra={"cluster": str(key), "error": str(error)})
+        except Exception as error:
+            self.metrics.reconcile_total.labels(result="error").inc()
+            self.metrics.errors_total.labels(stage="reconcile").inc()
+            retry = self.queue.add_rate_limited(key)
+            log.exception("reconcile failed", extra={
+                "cluster": str(key), "error": str(error)[:500], "retry_in_s": retry})
+        else:
+            self.metrics.reconcile_total.labels(result="success").inc()
+            self.queue.forget(key)
+            requeue = getattr(result, "requeue_after_s", None)
+            if requeue is not None:
+                self.queue.add_after(key, float(requeue))
+        finally:
+            elapsed = time.monotonic() - started
+            self.metrics.reconcile_duration_seconds.observe(elapsed)
+            self.queue.done(key)
+            log.debug("reconciled", extra={"cluster": str(key),
+                                           "duration_s": round(elapsed, 4)})
+
+    # ---- safety net -------------------------------------------------------------------------
+
+    def _resync_loop(self) -> None:
+        while not self._stopping.wait(self.settings.resync_period_s):
+            self.caches.recheck_unserved()
+            term = self._term
+            if term is None or term.stop.is_set():
+                continue
+            keys = self.caches.cluster_keys()
+            for key in keys:
+                self.queue.add(key)
+            if term.source is not None:
+                term.source.request_scan(force=True)
+            log.info("periodic resync", extra={"clusters": len(keys)})

@@ -1,0 +1,177 @@
+"""The work queue between the watch caches and the workers: one entry per cluster, never two.
+
+The runtime's event handlers `add` a cluster's key for every event of every object of that
+cluster; workers `get` a key, reconcile it and call `done`. What makes an event storm cost one
+reconcile per cluster:
+- de-duplication: a key already waiting is not queued twice;
+- a key being reconciled is not handed to a second worker; if it is added meanwhile it is
+  reconciled once more afterwards (the events may have come after the reconcile read the cache);
+- rate limiting: a key is handed out at most once per `min_interval_s`, so the events of a burst
+  collect behind the first reconcile and are all served by the next one.
+Failures back off per key (`add_rate_limited`, doubling up to a cap; `forget` resets), and
+`add_after` schedules a key for later (the Controller's requeue_after, the periodic resync).
+Thread-safe; the clock is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+_ADD, _RELEASE = 0, 1
+
+
+class WorkQueue(Generic[K]):
+    """A de-duplicating, rate-limited, delaying queue of keys."""
+
+    def __init__(self, *, min_interval_s: float = 0.0, backoff_base_s: float = 1.0,
+                 backoff_max_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.min_interval_s = min_interval_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._ready: deque[K] = deque()  # handed out in this order
+        self._dirty: set[K] = set()  # wanted: in _ready, or waiting for its turn or its worker
+        self._processing: set[K] = set()
+        # Heap of (due, seq, key, what): _ADD a key asked for later (add_after), or _RELEASE a
+        # wanted key held back by the rate limit.
+        self._delayed: list[tuple[float, int, K, int]] = []
+        self._due: dict[K, float] = {}  # earliest pending add_after of each key
+        self._held: dict[K, float] = {}  # wanted keys held back by the rate limit, until when
+        self._last_start: dict[K, float] = {}
+        self._failures: dict[K, int] = {}
+        self._seq = itertools.count()
+        self._shutdown = False
+
+    # ---- producers --------------------------------------------------------------------------
+
+    def add(self, key: K) -> None:
+        """Queue key (once, however often it is added before a worker takes it)."""
+        with self._cond:
+            self._add_locked(key)
+
+    def add_after(self, key: K, delay_s: float) -> None:
+        """Queue key once delay_s has passed (at the earliest of several such requests)."""
+        if delay_s <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            if self._shutdown:
+                return
+            due = self._clock() + delay_s
+            if key in self._due and self._due[key] <= due:
+                return
+            self._due[key] = due
+            heapq.heappush(self._delayed, (due, next(self._seq), key, _ADD))
+            self._cond.notify_all()
+
+    def add_rate_limited(self, key: K) -> float:
+        """Queue key after its failure back-off (base, 2x base, ... up to the cap); returns
+        the delay chosen."""
+        with self._cond:
+            failures = self._failures.get(key, 0)
+            self._failures[key] = failures + 1
+        delay = min(self.backoff_base_s * float(2 ** min(failures, 62)), self.backoff_max_s)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: K) -> None:
+        """The key succeeded: its next failure starts the back-off from the base again."""
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        with self._cond:
+            return self._failures.get(key, 0)
+
+    # ---- consumers --------------------------------------------------------------------------
+
+    def get(self, timeout_s: float | None = None) -> K | None:
+        """The next key to work on, marked as being processed; None on timeout or shutdown."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        with self._cond:
+            while True:
+                if self._shutdown:
+                    return None
+                now = self._clock()
+                self._promote_locked(now)
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._dirty.discard(key)
+                    self._processing.add(key)
+                    self._last_start[key] = now
+                    return key
+                wait = None if deadline is None else deadline - now
+                if wait is not None and wait <= 0:
+                    return None
+                if self._delayed:
+                    until_due = max(self._delayed[0][0] - now, 0.001)
+                    wait = until_due if wait is None else min(wait, until_due)
+                self._cond.wait(wait)
+
+    def done(self, key: K) -> None:
+        """The worker finished key; if it was added meanwhile, it is queued again."""
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty and not self._shutdown:
+                self._schedule_locked(key)
+
+    def shutdown(self) -> None:
+        """Wake every waiting worker; get returns None from now on, adds are dropped."""
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    @property
+    def depth(self) -> int:
+        """Keys waiting (queued, delayed or to be redone), each counted once."""
+        with self._cond:
+            return len(self._dirty | set(self._due))
+
+    def processing(self) -> int:
+        with self._cond:
+            return len(self._processing)
+
+    # ---- internals --------------------------------------------------------------------------
+
+    def _add_locked(self, key: K) -> None:
+        if self._shutdown or key in self._dirty:
+            return  # already wanted: merged with the pending request
+        self._dirty.add(key)
+        if key in self._processing:
+            return  # done() schedules it again
+        self._schedule_locked(key)
+
+    def _schedule_locked(self, key: K) -> None:
+        """Put a wanted key (not being processed) in line, no sooner than its rate allows."""
+        last = self._last_start.get(key)
+        now = self._clock()
+        if last is not None and now - last < self.min_interval_s:
+            # Too soon after its last reconcile: held back, still dirty, so further adds merge
+            # into this one.
+            due = last + self.min_interval_s
+            self._held[key] = due
+            heapq.heappush(self._delayed, (due, next(self._seq), key, _RELEASE))
+        else:
+            self._ready.append(key)
+        self._cond.notify_all()
+
+    def _promote_locked(self, now: float) -> None:
+        """Act on delayed entries whose time has come."""
+        while self._delayed and self._delayed[0][0] <= now:
+            due, _, key, what = heapq.heappop(self._delayed)
+            if what == _ADD:
+                if self._due.get(key) == due:  # else superseded by an earlier request
+                    del self._due[key]
+                    self._add_locked(key)
+            elif self._held.get(key) == due:
+                del self._held[key]
+                self._ready.append(key)
