@@ -90,9 +90,15 @@ def load_documents(paths: Iterable[Path], display_root: Path | None = None) -> l
     for path in paths:
         shown = str(path.relative_to(display_root)) if display_root else str(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
+            data = path.read_bytes()
+            text = data.decode("utf-8")
+        except OSError as error:
             problems.append(Problem(shown, 0, "", f"cannot read file: {error}",
+                                    "make it a readable UTF-8 text file"))
+            continue
+        except UnicodeDecodeError as error:
+            line = data.count(b"\n", 0, error.start) + 1  # where an editor shows the bad byte
+            problems.append(Problem(shown, line, "", f"cannot read file: {error}",
                                     "make it a readable UTF-8 text file"))
             continue
         try:
