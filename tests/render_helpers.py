@@ -22,6 +22,7 @@ from typing import Any
 
 import kubernetes_validate
 import yaml
+from ruamel.yaml import YAML
 
 from renderer import cli
 
@@ -87,10 +88,18 @@ def cluster(name: str, namespace: str | None = "default", **spec: Any) -> dict[s
 
 
 def to_text(*documents: Any) -> str:
-    """YAML text of one or more documents, in the key order given, block style."""
-    return "---\n".join(yaml.safe_dump(document, sort_keys=False, default_flow_style=False,
-                                       allow_unicode=True, width=4096)
-                        for document in documents)
+    """YAML text of one or more documents, in the key order given, block style.
+
+    Dumped by ruamel.yaml with YAML 1.2 quoting, which the renderer reads back as written:
+    PyYAML (YAML 1.1) would leave `1e3` unquoted, and YAML 1.2 reads that as a float."""
+    dumper = YAML(typ="safe", pure=True)
+    dumper.default_flow_style = False
+    dumper.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
+    dumper.width = 4096
+    dumper.allow_unicode = True
+    stream = io.StringIO()
+    dumper.dump_all(list(documents), stream)
+    return stream.getvalue()
 
 
 def write_yaml(path: Path, *documents: Any) -> Path:
