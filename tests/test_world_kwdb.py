@@ -455,3 +455,26 @@ def test_pod_ip_and_client_service_resolve_from_inside_a_pod() -> None:
     assert op.world.nodes(KEY, 1.0)[0].pod_name == "kw-2", "the init target bootstraps as n1"
     public = op.kwbase(0, 2.0, "node", "status", f"--host={STS}-public.{NS}", "--format=csv")
     assert len(rows(public)) == 3
+
+
+def test_a_node_of_another_start_mode_cannot_join() -> None:
+    op = Operator()
+    for i in range(3):
+        assert op.start(i, 0.0, mode="start-single-replica").ok
+    assert op.kwbase(0, 1.0, "init").exit_code == 0
+    assert op.world.replication(KEY, 1.0).replication_factor == 1
+    stranger = op.start(3, 2.0)  # `kwbase start` against a single-replica cluster
+    assert not stranger.ok and "start mode" in stranger.stderr
+    assert op.start(3, 3.0, mode="start-single-replica").node_id == 4
+
+
+def test_with_v20_1_rules_a_decommissioned_node_restarts_still_decommissioning() -> None:
+    op = Operator(KwdbWorld(KwdbSettings(reject_decommissioned_restart=False)))
+    t = op.healthy_cluster(4)
+    op.kwbase(0, t, "node", "decommission", "4", "--wait=none")
+    t += 60
+    op.world.stop_process(KEY, "kw-3", t)
+    assert op.start(3, t + 1).ok
+    fourth = op.status(t + 2, "4", "--decommission")[0]
+    assert (fourth["is_live"], fourth["is_decommissioning"]) == ("true", "true")
+    assert fourth["gossiped_replicas"] == "0"

@@ -26,6 +26,9 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   the real status records in kwdb_internal.kv_store_status do (summing that table over all nodes
   includes stale rows of dead nodes).
 
+Leases move only when their holder stops being live or drains (to the first live, non-draining
+replica); there is no lease rebalancing.
+
 Not modelled: data sizes, raft logs, zone configs other than the replication factor, localities
 in placement, lease preferences, time-series (kwdbts2) replication, clock offsets.
 """

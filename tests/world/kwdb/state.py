@@ -123,6 +123,7 @@ _ORDINAL = re.compile(r"-(\d+)$")
 
 
 def _ordinal(pod_name: str) -> tuple[int, str]:
+    """StatefulSet order; names without an ordinal sort last."""
     m = _ORDINAL.search(pod_name)
     return (int(m.group(1)) if m else 1 << 30, pod_name)
 
