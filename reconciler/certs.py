@@ -180,6 +180,21 @@ def ca_secret_name(cluster: Cluster) -> str:
     return f"{cluster.name}-ca"
 
 
+# X.509 caps a common name at 64 characters (RFC 5280 ub-common-name); namespace and cluster
+# names may each be 63.
+CN_MAX = 64
+
+
+def ca_common_name(cluster: Cluster) -> str:
+    """`KaiwuDB CA <namespace>/<cluster>`, shortened with a hash of the full text when it would
+    exceed the 64-character limit (so two long names still give different CAs)."""
+    full = f"KaiwuDB CA {cluster.namespace}/{cluster.name}"
+    if len(full) <= CN_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{full[:CN_MAX - 9]}~{digest}"
+
+
 def pod_dns_names(cluster: Cluster, cluster_domain: str = "cluster.local") -> tuple[str, ...]:
     """The names pods advertise (--advertise-addr): the node certificate must cover all."""
     return tuple(
@@ -749,7 +764,7 @@ def certs_action(cluster: Cluster, secrets: Mapping[str, Obj], now: datetime,
     if ca_live is None:
         if node_live is not None or client_live is not None:
             return _ca_lost(cluster, node_live, client_live, "the Secret does not exist")
-        ca = new_ca(f"KaiwuDB CA {cluster.namespace}/{cluster.name}", now, settings)
+        ca = new_ca(ca_common_name(cluster), now, settings)
         writes.append(SecretWrite("create", ca_secret(cluster, ca), "new cluster CA"))
     else:
         try:
@@ -757,7 +772,7 @@ def certs_action(cluster: Cluster, secrets: Mapping[str, Obj], now: datetime,
         except _Unusable as err:
             if node_live is not None or client_live is not None:
                 return _ca_lost(cluster, node_live, client_live, f"{err.key}: {err.message}")
-            ca = new_ca(f"KaiwuDB CA {cluster.namespace}/{cluster.name}", now, settings)
+            ca = new_ca(ca_common_name(cluster), now, settings)
             writes.append(SecretWrite("update", _with_resource_version(
                 ca_secret(cluster, ca), ca_live), f"{err.key}: {err.message}"))
         else:

@@ -115,6 +115,19 @@ def test_the_ca_is_a_ten_year_rsa_authority_named_after_the_cluster() -> None:
     assert key.public_key() == ca.public_key()
 
 
+def test_long_namespace_and_cluster_names_still_get_a_ca_within_the_cn_limit() -> None:
+    long_ns, long_name = "n" * 63, "c" * 40
+    cluster = make_cluster(name=long_name, namespace=long_ns)
+    other = make_cluster(name=long_name[:-1] + "d", namespace=long_ns)
+
+    ca = cert_of(fresh_cluster_secrets(cluster)[f"{long_name}-ca"], "ca.crt")
+
+    cn = str(ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+    assert len(cn) == 64 and cn.startswith("KaiwuDB CA nnn")
+    assert cn == certs.ca_common_name(cluster) != certs.ca_common_name(other)
+    assert certs.ca_common_name(make_cluster()) == "KaiwuDB CA shop/orders"
+
+
 def test_every_pod_name_and_service_name_verifies_against_the_node_certificate() -> None:
     cluster = make_cluster(replicas=5)
     secrets = fresh_cluster_secrets(cluster)
