@@ -48,6 +48,7 @@ DNS_1123_SUBDOMAIN = re.compile(
 LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+SECRET_KEY = re.compile(r"^(?!\.\.?\Z)[-._a-zA-Z0-9]+\Z")
 FLAG = re.compile(r"^--[a-z][a-z0-9-]*(=.*)?$", re.DOTALL)
 FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)\Z")
 # The time-series engine allocates well beyond --cache and --max-sql-memory (kaiwudb-facts.md).
@@ -118,16 +119,41 @@ def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
         yield Violation(("spec", "podDisruptionBudget", "maxUnavailable"),
                         "more than 1 node down at once loses quorum with 3 replicas",
                         "use maxUnavailable: 1")
+    spreads: set[tuple[str, str]] = set()
     for index, spread in enumerate(spec["scheduling"].get("topologySpread", [])):
         if not _is_qualified_name(spread["topologyKey"]):
             yield Violation(("spec", "scheduling", "topologySpread", index, "topologyKey"),
                             f"{spread['topologyKey']!r} is not a node label key",
                             "use a key such as topology.kubernetes.io/zone")
+        pair = (spread["topologyKey"], spread["whenUnsatisfiable"])
+        if pair in spreads:  # the API server refuses duplicate (key, whenUnsatisfiable) pairs
+            yield Violation(("spec", "scheduling", "topologySpread", index),
+                            f"{pair[0]} with {pair[1]} is given twice", "keep one")
+        spreads.add(pair)
     for index, toleration in enumerate(spec["scheduling"].get("tolerations", [])):
-        if toleration.get("operator") == "Exists" and toleration.get("value"):
-            yield Violation(("spec", "scheduling", "tolerations", index, "value"),
-                            "a toleration with operator Exists takes no value",
-                            "remove value, or use operator Equal")
+        yield from _check_toleration(("spec", "scheduling", "tolerations", index), toleration)
+
+
+def _check_toleration(path: Path, toleration: dict[str, Any]) -> Iterator[Violation]:
+    """The API server's rules for a pod's tolerations (core/v1 ValidateTolerations)."""
+    key, value = toleration.get("key", ""), toleration.get("value", "")
+    exists = toleration.get("operator") == "Exists"
+    if exists and value:
+        yield Violation((*path, "value"), "a toleration with operator Exists takes no value",
+                        "remove value, or use operator Equal")
+    if not key and not exists:
+        yield Violation(path, "a toleration without a key must use operator Exists",
+                        "set a key, or operator: Exists to tolerate every taint")
+    if key and not _is_qualified_name(key):
+        yield Violation((*path, "key"), f"{key!r} is not a taint key",
+                        "use [prefix/]name with letters, digits, '-', '_' and '.'")
+    if not exists and not (len(value) <= 63 and LABEL_VALUE.match(value)):
+        yield Violation((*path, "value"), f"{value!r} is not a valid taint value",
+                        "use at most 63 letters, digits, '-', '_' or '.'")
+    if "tolerationSeconds" in toleration and toleration.get("effect") != "NoExecute":
+        yield Violation((*path, "tolerationSeconds"),
+                        "tolerationSeconds applies only to effect NoExecute",
+                        "set effect: NoExecute, or remove tolerationSeconds")
 
 
 def _check_mode(spec: dict[str, Any]) -> Iterator[Violation]:
@@ -231,6 +257,11 @@ def _check_env(env: list[dict[str, Any]]) -> Iterator[Violation]:
         if ("value" in item) == ("secretKeyRef" in item):
             yield Violation(path, f"{name} needs exactly one of value and secretKeyRef",
                             "give either a value or a secretKeyRef")
+        key = item.get("secretKeyRef", {}).get("key")
+        if key is not None and not (len(key) <= 253 and SECRET_KEY.match(key)
+                                    and not key.startswith("..")):
+            yield Violation((*path, "secretKeyRef", "key"), f"{key!r} is not a Secret key",
+                            "use letters, digits, '-', '_' and '.'")
 
 
 def _check_metadata_map(path: Path, values: dict[str, str], labels: bool) -> Iterator[Violation]:
