@@ -288,6 +288,49 @@ def test_an_exists_toleration_takes_no_value() -> None:
         "a toleration with operator Exists takes no value")
 
 
+@pytest.mark.parametrize(("toleration", "path", "message"), [
+    ({"operator": "Equal", "value": "x"}, "spec.scheduling.tolerations[0]",
+     "a toleration without a key must use operator Exists"),
+    ({}, "spec.scheduling.tolerations[0]", "a toleration without a key must use operator Exists"),
+    ({"key": "bad key", "operator": "Exists"}, "spec.scheduling.tolerations[0].key",
+     "'bad key' is not a taint key"),
+    ({"key": "dedicated", "value": "kaiwu db"}, "spec.scheduling.tolerations[0].value",
+     "'kaiwu db' is not a valid taint value"),
+    ({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoSchedule",
+      "tolerationSeconds": 30}, "spec.scheduling.tolerations[0].tolerationSeconds",
+     "tolerationSeconds applies only to effect NoExecute"),
+])
+def test_tolerations_follow_the_api_servers_rules(toleration: dict[str, Any], path: str,
+                                                  message: str) -> None:
+    """A toleration the API server refuses would make the whole StatefulSet fail to apply."""
+    found = violations(with_spec(scheduling={"tolerations": [toleration]}))
+    assert found[path][0] == message
+
+
+def test_valid_tolerations_pass() -> None:
+    assert violations(with_spec(scheduling={"tolerations": [
+        {"operator": "Exists"},
+        {"key": "dedicated", "operator": "Equal", "value": "kaiwudb", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 30}]})) == {}
+
+
+def test_a_topology_spread_is_not_given_twice() -> None:
+    spread = {"topologyKey": "topology.kubernetes.io/zone"}
+    found = violations(with_spec(scheduling={"topologySpread": [spread, spread]}))
+    assert found["spec.scheduling.topologySpread[1]"][0] == (
+        "topology.kubernetes.io/zone with DoNotSchedule is given twice")
+    assert violations(with_spec(scheduling={"topologySpread": [
+        spread, {**spread, "whenUnsatisfiable": "ScheduleAnyway"}]})) == {}
+
+
+@pytest.mark.parametrize("key", ["my key", "..", ".", "..hidden", "a/b"])
+def test_a_secret_reference_names_a_valid_key(key: str) -> None:
+    found = violations(with_spec(extraEnv=[{"name": "DB_PASSWORD",
+                                            "secretKeyRef": {"name": "db", "key": key}}]))
+    assert found["spec.extraEnv[0].secretKeyRef.key"][0] == f"{key!r} is not a Secret key"
+
+
 # --- transitions -----------------------------------------------------------------------------
 
 def spec_of(**changes: Any) -> dict[str, Any]:
