@@ -16,6 +16,7 @@ from tests.world.fixtures import (
     mark_world_tests,
     namespace,
 )
+from tests.world.kubelet_fixtures import faults, sim_world  # noqa: F401 - fixtures
 
 __all__ = ["control_plane", "kube", "namespace"]
 

@@ -2,11 +2,12 @@
 
 Called by the simulated kubelet (tests/world/kubelet.py) for `pods/exec` requests and exec probes.
 A KaiwuDB container has the `kwbase` binary (bare, `/kaiwudb/bin/kwbase` or `./kwbase`, since the
-image's working directory is /kaiwudb/bin); its commands are answered by the simulated KaiwuDB.
-A few shell basics exist so that scripts written for a real image fail or succeed the same way:
-`sh -c`/`bash -c` with one simple command, `true`, `false`, `echo`, `hostname`. Anything else is
-a binary the image does not have, reported as containerd and a shell report it (exit 126 from
-the runtime when exec'd directly, 127 from `sh -c`).
+image's working directory is /kaiwudb/bin): its commands, and shells, go to the simulated
+KaiwuDB, which refuses shells on purpose (callers must run kwbase with its arguments, never
+through a shell). Every container has `true`, `false`, `echo` and `hostname`; other images also
+have `sh -c`/`bash -c` running one simple command. Anything else is a binary the image lacks,
+reported as containerd and a shell report it (exit 126 from the runtime when exec'd directly,
+127 from `sh -c`).
 
 Not modelled: pipes, redirections, `&&`, variables and globbing inside `sh -c` (reported as a
 simulation limit, exit 2), stdin, TTYs.
@@ -21,8 +22,7 @@ from collections.abc import Callable, Sequence
 from tests.world.exec_server import CommandResult
 from tests.world.kwdb_port import ExecOutput
 
-KWBASE_NAMES = frozenset({"kwbase", "/kaiwudb/bin/kwbase", "./kwbase"})
-SHELLS = frozenset({"sh", "/bin/sh", "bash", "/bin/bash", "/usr/bin/bash"})
+SHELLS = frozenset({"sh", "bash", "ash", "dash"})
 SHELL_SPECIALS = frozenset("|&;<>()$`\\\"'*?[]#~=%{}\n")
 
 KwbaseRunner = Callable[[Sequence[str]], ExecOutput]
@@ -41,13 +41,13 @@ def _simple(
     argv: Sequence[str], hostname: str, kwbase: KwbaseRunner | None
 ) -> CommandResult | None:
     """Commands every image here has; None when argv[0] is none of them."""
-    program = argv[0]
-    if program in KWBASE_NAMES or posixpath.basename(program) == "kwbase":
+    name = posixpath.basename(argv[0])
+    if name == "kwbase":
         if kwbase is None:
             return None
-        out = kwbase(["kwbase", *argv[1:]])
-        return CommandResult(out.stdout.encode(), out.stderr.encode(), out.exit_code)
-    name = posixpath.basename(program)
+        out = kwbase(argv)
+        return CommandResult(out.stdout.encode(), out.stderr.encode(), out.exit_code,
+                             out.duration_s)
     if name == "true":
         return CommandResult(b"", b"", 0)
     if name == "false":
@@ -65,7 +65,11 @@ def run_in_container(
     """Run argv in a container whose hostname is the pod name; kwbase None: not a KaiwuDB image."""
     if not argv:
         return _runtime_not_found("")
-    if argv[0] in SHELLS and len(argv) >= 3 and argv[1] == "-c":
+    shell = posixpath.basename(argv[0]) in SHELLS
+    if shell and kwbase is not None:
+        out = kwbase(argv)
+        return CommandResult(out.stdout.encode(), out.stderr.encode(), out.exit_code)
+    if shell and len(argv) >= 3 and argv[1] == "-c":
         script = argv[2]
         if any(ch in SHELL_SPECIALS for ch in script):
             return CommandResult(
@@ -78,9 +82,9 @@ def run_in_container(
             return CommandResult(b"", b"", 0)
         result = _simple(words, hostname, kwbase)
         if result is None:
-            shell = posixpath.basename(argv[0])
-            prefix = "sh: 1: " if shell == "sh" else f"{shell}: line 1: "
-            suffix = "not found" if shell == "sh" else "command not found"
+            name = posixpath.basename(argv[0])
+            prefix = "sh: 1: " if name in ("sh", "dash") else f"{name}: line 1: "
+            suffix = "not found" if name in ("sh", "dash") else "command not found"
             return CommandResult(b"", f"{prefix}{words[0]}: {suffix}\n".encode(), 127)
         return result
     result = _simple(argv, hostname, kwbase)

@@ -67,11 +67,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What a command run in a container produced."""
+    """What a command run in a container produced, and how long to wait before answering (the
+    real command's run time, which the simulation computes at once)."""
 
     stdout: bytes
     stderr: bytes
     exit_code: int
+    delay_s: float = 0.0
 
 
 class ExecRefused(Exception):
@@ -355,6 +357,8 @@ class KubeletServer:
             await send(ERROR_CHANNEL, _internal_error_json(err.message))
             await connection.close()
             return
+        if result.delay_s > 0:
+            await asyncio.sleep(result.delay_s)
         if want_out and result.stdout:
             await send(STDOUT_CHANNEL, result.stdout)
         if want_err and result.stderr:

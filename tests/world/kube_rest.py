@@ -221,7 +221,8 @@ class Reflector:
             # Unblock a read parked on an idle watch connection.
             with contextlib.suppress(Exception):
                 resp.shutdown()
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
     def _emit(self, kind: str, obj: JsonObj) -> None:
         try:

@@ -25,12 +25,11 @@ are addresses nobody listens on), CNI, port-forward, attach, SPDY, node-allocata
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import hashlib
 import itertools
 import logging
 import queue
-import re
 import secrets
 import threading
 import time
@@ -55,7 +54,19 @@ from tests.world.kube_rest import (
     Reflector,
     wait_for,
 )
-from tests.world.kwdb_port import ClusterKey, ExecOutput, KwdbPort, ProcessExit
+from tests.world.kwdb_port import ExecOutput, KwdbPort, ProcessExit
+from tests.world.pod_runtime import (
+    ContainerRuntime,
+    PodRuntime,
+    Terminated,
+    container_env,
+    expand,
+    micro_time,
+    pod_status,
+    prune,
+    rfc3339,
+    termination_message,
+)
 from tests.world.storage import Disks
 
 log = logging.getLogger(__name__)
@@ -108,6 +119,8 @@ class KubeletSettings:
     crash_backoff_initial_s / crash_backoff_max_s: CrashLoopBackOff doubling [10 / 300].
     termination_grace_cap_s: longest wait between stopping a deleted pod's containers and the
         final delete (the real kubelet waits for the process, up to the grace period).
+    exec_wait_cap_s: longest an exec answer is held back to match how long the real command
+        runs (e.g. a connect timeout); commands that would block until killed are held this long.
     kwdb_image_suffix: images whose repository ends with this are KaiwuDB (any registry).
     pod_cidr_prefix: node i gets <prefix>.<i>.0/24 for pod IPs.
     """
@@ -122,6 +135,7 @@ class KubeletSettings:
     crash_backoff_initial_s: float = 1.0
     crash_backoff_max_s: float = 8.0
     termination_grace_cap_s: float = 1.0
+    exec_wait_cap_s: float = 5.0
     kwdb_image_suffix: str = "kwdb/kwdb"
     pod_cidr_prefix: str = "10.244"
 
@@ -137,213 +151,6 @@ class NodeInfo:
     zone: str
 
 
-# ---- small helpers --------------------------------------------------------------------------
-
-
-def rfc3339(wall: float | None = None) -> str:
-    moment = datetime.datetime.fromtimestamp(
-        wall if wall is not None else time.time(), datetime.UTC
-    )
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(wall: float | None = None) -> str:
-    moment = datetime.datetime.fromtimestamp(
-        wall if wall is not None else time.time(), datetime.UTC
-    )
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def is_kwdb_image(image: str, suffix: str) -> bool:
-    """kwdb/kwdb:3.2.1, ghcr.io/kwdb/kwdb@sha256:..., a mirror's .../kwdb/kwdb:tag."""
-    repo = image.split("@", 1)[0]
-    last = repo.rsplit("/", 1)[-1]
-    if ":" in last:
-        repo = repo[: len(repo) - len(last)] + last.split(":", 1)[0]
-    return repo == suffix or repo.endswith("/" + suffix)
-
-
-_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes $(VAR) expansion in command/args: known vars replaced, $$ escapes a $."""
-
-    def sub(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return env.get(name, match.group(0))
-
-    return _VAR_REF.sub(sub, text)
-
-
-def _field_ref(pod: JsonObj, path: str, pod_ip: str, host_ip: str) -> str | None:
-    meta = pod["metadata"]
-    simple = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "metadata.uid": meta.get("uid"),
-        "spec.nodeName": pod["spec"].get("nodeName"),
-        "spec.serviceAccountName": pod["spec"].get("serviceAccountName"),
-        "status.podIP": pod_ip,
-        "status.hostIP": host_ip,
-    }
-    if path in simple:
-        known = simple[path]
-        return str(known) if known is not None else None
-    found = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
-    if found:
-        value = (meta.get(found.group(1)) or {}).get(found.group(2))
-        return str(value) if value is not None else None
-    return None
-
-
-def container_env(container: JsonObj, pod: JsonObj, pod_ip: str, host_ip: str) -> dict[str, str]:
-    """The env vars a container sees that can be known here (literals and fieldRefs)."""
-    env: dict[str, str] = {}
-    for var in container.get("env") or []:
-        if "value" in var:
-            env[var["name"]] = expand(str(var["value"]), env)
-        elif "fieldRef" in (var.get("valueFrom") or {}):
-            value = _field_ref(pod, var["valueFrom"]["fieldRef"]["fieldPath"], pod_ip, host_ip)
-            if value is not None:
-                env[var["name"]] = value
-    return env
-
-
-class _Backoff:
-    """The kubelet's per-container back-off (k8s.io/client-go/util/flowcontrol.Backoff)."""
-
-    def __init__(self, initial: float, maximum: float) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self.delay: float | None = None
-        self.last_update = 0.0
-
-    def _expired(self, event: float) -> bool:
-        return event - self.last_update > 2 * self.maximum
-
-    def in_backoff_since(self, event: float, now: float) -> bool:
-        if self.delay is None or self._expired(event):
-            return False
-        return now - event < self.delay
-
-    def next(self, now: float) -> None:
-        if self.delay is None or self._expired(now):
-            self.delay = self.initial
-        else:
-            self.delay = min(self.delay * 2, self.maximum)
-        self.last_update = now
-
-    def reset(self) -> None:
-        self.delay = None
-
-
-@dataclass(frozen=True)
-class _Terminated:
-    exit_code: int
-    reason: str
-    message: str
-    started_at: str
-    finished_at: str
-    container_id: str
-
-    def as_status(self) -> JsonObj:
-        status: JsonObj = {
-            "exitCode": self.exit_code,
-            "reason": self.reason,
-            "startedAt": self.started_at,
-            "finishedAt": self.finished_at,
-            "containerID": self.container_id,
-        }
-        if self.message:
-            status["message"] = self.message
-        return status
-
-
-class _Container:
-    """Mutable runtime state of one container (or init container) of a pod."""
-
-    def __init__(self, spec: JsonObj, kwdb: bool, backoff: _Backoff) -> None:
-        self.spec = spec
-        self.name: str = spec["name"]
-        self.image: str = spec.get("image", "")
-        self.kwdb = kwdb
-        self.state = "new"  # new | running | exited
-        self.started_wall = 0.0
-        self.started_mono = 0.0
-        self.finished_mono = 0.0
-        self.container_id = ""
-        self.current: _Terminated | None = None  # the exited instance
-        self.last: _Terminated | None = None  # the one before the running/waiting instance
-        self.restart_count = 0
-        self.ready = False
-        self.started_probe = False
-        self.successes = {"readiness": 0, "liveness": 0, "startup": 0}
-        self.failures = {"readiness": 0, "liveness": 0, "startup": 0}
-        self.next_probe = 0.0
-        self.backoff = backoff
-        self.backoff_event_sent = False
-        self.lost = False  # its machine went down while it ran
-
-    def image_id(self) -> str:
-        digest = hashlib.sha256(self.image.encode()).hexdigest()
-        repo = self.image.split("@", 1)[0].rsplit(":", 1)[0]
-        return f"docker.io/{repo}@sha256:{digest}"
-
-
-class _Pod:
-    """Mutable runtime state of one pod on one of our nodes."""
-
-    def __init__(self, pod: JsonObj, settings: KubeletSettings, now: float) -> None:
-        self.pod = pod
-        meta = pod["metadata"]
-        self.uid: str = meta["uid"]
-        self.namespace: str = meta["namespace"]
-        self.name: str = meta["name"]
-        self.node: str = pod["spec"]["nodeName"]
-        self.seen_at = now
-        self.sandbox = False
-        self.pod_ip = ""
-        self.start_time = ""
-        self.store_key: str | None = None
-        self.volume_error = ""
-        self.volume_event_sent = False
-        self.unready = False  # fault: readiness forced to fail
-        self.crash: tuple[int, str] | None = None  # fault: every start exits with this
-        self.terminating_since: float | None = None
-        self.delete_at = 0.0
-        self.delete_sent = False
-
-        def make(spec: JsonObj) -> _Container:
-            kwdb = is_kwdb_image(spec.get("image", ""), settings.kwdb_image_suffix)
-            backoff = _Backoff(settings.crash_backoff_initial_s, settings.crash_backoff_max_s)
-            return _Container(spec, kwdb, backoff)
-
-        self.init = [make(c) for c in pod["spec"].get("initContainers") or []]
-        self.containers = [make(c) for c in pod["spec"].get("containers") or []]
-
-    @property
-    def cluster(self) -> ClusterKey:
-        meta = self.pod["metadata"]
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("kind") == "StatefulSet":
-                return ClusterKey(self.namespace, ref["name"])
-        instance = (meta.get("labels") or {}).get("app.kubernetes.io/instance")
-        return ClusterKey(self.namespace, instance or self.name)
-
-    @property
-    def restart_policy(self) -> str:
-        return str(self.pod["spec"].get("restartPolicy", "Always"))
-
-    def container(self, name: str) -> _Container | None:
-        for c in itertools.chain(self.containers, self.init):
-            if c.name == name:
-                return c
-        return None
-
-
 class _Node:
     """Mutable runtime state of one simulated node."""
 
@@ -353,6 +160,7 @@ class _Node:
         self.address = address
         self.server = server
         self.alive = True
+        self.partitioned = False  # unreachable but running (False: powered off when not alive)
         self.uid = ""
         self.boot_id = secrets.token_hex(16)
         self.next_lease = 0.0
@@ -386,16 +194,6 @@ class _AddressPool:
             cls._used.discard(address)
 
 
-def _prune(value: Any) -> Any:
-    """Drop None, empty strings/lists/dicts, so our status and the server's compare equal."""
-    if isinstance(value, dict):
-        pruned = {k: _prune(v) for k, v in value.items()}
-        return {k: v for k, v in pruned.items() if v not in (None, "", [], {})}
-    if isinstance(value, list):
-        return [_prune(v) for v in value]
-    return value
-
-
 class SimKubelet:
     """All simulated nodes' kubelets. start() registers the nodes; stop() ends every thread."""
 
@@ -419,7 +217,10 @@ class SimKubelet:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._events: queue.SimpleQueue[tuple[str, JsonObj]] = queue.SimpleQueue()
-        self._pods: dict[str, _Pod] = {}
+        self._pods: dict[str, PodRuntime] = {}
+        # Faults by pod name, so they outlive a pod being recreated under the same name.
+        self._crash_faults: dict[tuple[str, str], ProcessExit] = {}
+        self._unready_faults: set[tuple[str, str]] = set()
         self._loop = ServerLoop()
         self._nodes: dict[str, _Node] = {}
         for index, spec in enumerate(nodes):
@@ -468,7 +269,7 @@ class SimKubelet:
                 thread.join(10)
         with self._lock:
             for pod in self._pods.values():
-                self._stop_processes(pod)
+                self._stop_processes(pod, graceful=False)
             self._pods.clear()
         for node in self._nodes.values():
             node.server.stop()
@@ -503,37 +304,49 @@ class SimKubelet:
 
     # ---- faults ------------------------------------------------------------------------
 
-    def lose_node(self, name: str) -> None:
-        """The machine stops: no heartbeats, no lease renewals, its endpoint refuses
-        connections, its processes end as far as KaiwuDB can tell. Pods stay as they are in the
-        API; what happens to them is up to the real controllers."""
+    def lose_node(self, name: str, *, partition: bool = False) -> None:
+        """The machine stops (or, with partition, drops off the network): no heartbeats, no
+        lease renewals, its endpoint refuses connections. Powered off, its KaiwuDB processes
+        end; partitioned, they run on but nobody reaches them. Pods stay as they are in the API;
+        what happens to them is up to the real controllers."""
         node = self._nodes[name]
         with self._lock:
             if not node.alive:
                 return
             node.alive = False
+            node.partitioned = partition
             for pod in self._pods.values():
                 if pod.node != name:
+                    continue
+                if partition:
+                    if any(c.kwdb and c.state == "running" for c in pod.containers):
+                        self._kwdb.set_host_alive(pod.cluster, pod.name, False)
                     continue
                 for c in itertools.chain(pod.init, pod.containers):
                     if c.state == "running":
                         c.lost = True
-                self._stop_processes(pod)
+                self._stop_processes(pod, graceful=False)
         node.server.stop()
-        log.info("node %s lost", name)
+        log.info("node %s %s", name, "partitioned" if partition else "lost")
 
     def restore_node(self, name: str) -> None:
-        """The machine boots again: heartbeats resume at once and containers that were running
-        when it went down restart (restartCount + 1, lastState terminated, reason Unknown)."""
+        """The machine is back: heartbeats resume at once. After a power-off, containers that
+        were running restart (restartCount + 1, lastState terminated, reason Unknown); after a
+        partition they simply run on."""
         node = self._nodes[name]
         with self._lock:
             if node.alive:
                 return
             node.server.start()
-            node.boot_id = secrets.token_hex(16)
+            if not node.partitioned:
+                node.boot_id = secrets.token_hex(16)
             now = time.monotonic()
             for pod in self._pods.values():
                 if pod.node != name:
+                    continue
+                if node.partitioned:
+                    if any(c.kwdb and c.state == "running" for c in pod.containers):
+                        self._kwdb.set_host_alive(pod.cluster, pod.name, True)
                     continue
                 for c in itertools.chain(pod.init, pod.containers):
                     if c.lost:
@@ -543,32 +356,39 @@ class SimKubelet:
             node.next_lease = 0.0
             node.next_status = 0.0
             node.alive = True
+            node.partitioned = False
         self._wake.set()
         log.info("node %s restored", name)
 
     def crash_loop(
         self, namespace: str, pod: str, *, exit_code: int = 1, message: str = "simulated crash"
     ) -> None:
-        """Every container of the pod exits with exit_code now and at each start, until
-        stop_crash_loop."""
+        """Every container of the pod (and of any pod later made under that name) exits with
+        exit_code now and at each start, until stop_crash_loop."""
+        crash = ProcessExit(exit_code, message)
         with self._lock:
-            runtime = self._find(namespace, pod)
-            runtime.crash = (exit_code, message)
+            self._crash_faults[(namespace, pod)] = crash
             now = time.monotonic()
-            for c in runtime.containers:
-                if c.state == "running":
-                    self._exited(runtime, c, ProcessExit(exit_code, message), now)
+            for runtime in self._pods.values():
+                if (runtime.namespace, runtime.name) == (namespace, pod):
+                    for c in runtime.containers:
+                        if c.state == "running":
+                            self._exited(runtime, c, crash, now)
         self._wake.set()
 
     def stop_crash_loop(self, namespace: str, pod: str) -> None:
         with self._lock:
-            self._find(namespace, pod).crash = None
+            self._crash_faults.pop((namespace, pod), None)
         self._wake.set()
 
     def set_unready(self, namespace: str, pod: str, unready: bool = True) -> None:
-        """Force the pod's readiness probes to fail (True) or answer normally again (False)."""
+        """Force the readiness probes of the pod named so to fail (True) or answer normally
+        again (False)."""
         with self._lock:
-            self._find(namespace, pod).unready = unready
+            if unready:
+                self._unready_faults.add((namespace, pod))
+            else:
+                self._unready_faults.discard((namespace, pod))
         self._wake.set()
 
     def volume_lost(self, claim_uid: str) -> None:
@@ -582,12 +402,6 @@ class SimKubelet:
                             self._exited(pod, c, ProcessExit(137, "volume lost"), now)
                     pod.sandbox = False
         self._wake.set()
-
-    def _find(self, namespace: str, name: str) -> _Pod:
-        for pod in self._pods.values():
-            if pod.namespace == namespace and pod.name == name:
-                return pod
-        raise KeyError(f"pod {namespace}/{name} is not on a simulated node")
 
     # ---- node registration and heartbeats ---------------------------------------------
 
@@ -772,11 +586,17 @@ class SimKubelet:
             if kind == "DELETED":
                 gone = self._pods.pop(uid, None)
                 if gone is not None and self._nodes[gone.node].alive:
-                    self._stop_processes(gone)
+                    self._stop_processes(gone, graceful=False)
                 continue
             known = self._pods.get(uid)
             if known is None:
-                self._pods[uid] = _Pod(obj, self.settings, now)
+                self._pods[uid] = PodRuntime(
+                    obj,
+                    now=now,
+                    kwdb_image_suffix=self.settings.kwdb_image_suffix,
+                    backoff_initial_s=self.settings.crash_backoff_initial_s,
+                    backoff_max_s=self.settings.crash_backoff_max_s,
+                )
             elif int(obj["metadata"]["resourceVersion"]) >= int(
                 known.pod["metadata"]["resourceVersion"]
             ):
@@ -800,7 +620,7 @@ class SimKubelet:
 
     # ---- one pod's state machine -------------------------------------------------------
 
-    def _sync(self, pod: _Pod, now: float) -> None:
+    def _sync(self, pod: PodRuntime, now: float) -> None:
         meta = pod.pod["metadata"]
         phase = pod.pod.get("status", {}).get("phase")
         if meta.get("deletionTimestamp"):
@@ -837,7 +657,7 @@ class SimKubelet:
             self._sync_container(pod, c, now)
         self._post_status(pod)
 
-    def _claim_uids(self, pod: _Pod) -> list[str]:
+    def _claim_uids(self, pod: PodRuntime) -> list[str]:
         uids = []
         for volume in pod.pod["spec"].get("volumes") or []:
             claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
@@ -849,7 +669,7 @@ class SimKubelet:
                     uids.append(str(live["metadata"]["uid"]))
         return uids
 
-    def _mount_volumes(self, pod: _Pod) -> str:
+    def _mount_volumes(self, pod: PodRuntime) -> str:
         """Resolve claims to volumes as the volume manager would; '' when all can mount.
 
         The KaiwuDB store key is the uid of the claim in the volume named `data` (the
@@ -887,11 +707,7 @@ class SimKubelet:
         pod.store_key = store_key if store_key is not None else f"emptydir-{pod.uid}"
         return ""
 
-    def _initialized(self, pod: _Pod) -> bool:
-        return all(c.state == "exited" and c.current and c.current.exit_code == 0
-                   for c in pod.init)
-
-    def _run_init_containers(self, pod: _Pod, now: float) -> bool:
+    def _run_init_containers(self, pod: PodRuntime, now: float) -> bool:
         """Advance init containers one at a time; True once all have completed."""
         for c in pod.init:
             if c.state == "exited" and c.current is not None and c.current.exit_code == 0:
@@ -903,7 +719,7 @@ class SimKubelet:
                 c.container_id = "containerd://" + secrets.token_hex(32)
                 return False
             if c.state == "running" and now - c.started_mono >= self.settings.init_container_run_s:
-                c.current = _Terminated(0, "Completed", "", rfc3339(c.started_wall), rfc3339(),
+                c.current = Terminated(0, "Completed", "", rfc3339(c.started_wall), rfc3339(),
                                         c.container_id)
                 c.state = "exited"
                 c.ready = True
@@ -911,7 +727,7 @@ class SimKubelet:
             return False
         return True
 
-    def _sync_container(self, pod: _Pod, c: _Container, now: float) -> None:
+    def _sync_container(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
         if c.state == "new":
             self._start(pod, c, now)
             return
@@ -940,13 +756,13 @@ class SimKubelet:
         c.restart_count += 1
         self._start(pod, c, now)
 
-    def _argv(self, pod: _Pod, c: _Container) -> list[str]:
+    def _argv(self, pod: PodRuntime, c: ContainerRuntime) -> list[str]:
         host_ip = self._nodes[pod.node].address
         env = container_env(c.spec, pod.pod, pod.pod_ip, host_ip)
         words = (c.spec.get("command") or []) + (c.spec.get("args") or [])
         return [expand(str(word), env) for word in words]
 
-    def _start(self, pod: _Pod, c: _Container, now: float) -> None:
+    def _start(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
         c.state = "running"
         c.started_wall = time.time()
         c.started_mono = now
@@ -958,26 +774,36 @@ class SimKubelet:
         c.next_probe = now  # first probes right away
         c.current = None
         c.backoff_event_sent = False
-        if pod.crash is not None:
-            self._exited(pod, c, ProcessExit(*pod.crash), now)
+        crash = self._crash_faults.get((pod.namespace, pod.name))
+        if crash is not None:
+            self._exited(pod, c, crash, now)
             return
         if c.kwdb:
             assert pod.store_key is not None  # set when the volumes mounted
-            outcome = self._kwdb.start(pod.cluster, pod.name, pod.store_key, self._argv(pod, c))
+            outcome = self._kwdb.start(
+                pod.cluster, pod.name, pod.store_key, self._argv(pod, c), c.image
+            )
             if not outcome.started:
                 self._exited(pod, c, ProcessExit(outcome.exit_code, outcome.message), now)
                 return
         self._event(pod, "Normal", "Started", f"Started container {c.name}")
 
     def _exited(
-        self, pod: _Pod, c: _Container, ended: ProcessExit, now: float, *, reason: str = ""
+        self,
+        pod: PodRuntime,
+        c: ContainerRuntime,
+        ended: ProcessExit,
+        now: float,
+        *,
+        reason: str = "",
+        graceful: bool = False,
     ) -> None:
         if c.kwdb:
-            self._kwdb.stop(pod.cluster, pod.name)
-        c.current = _Terminated(
+            self._kwdb.stop(pod.cluster, pod.name, graceful=graceful)
+        c.current = Terminated(
             exit_code=ended.exit_code,
             reason=reason or ("Completed" if ended.exit_code == 0 else "Error"),
-            message=ended.message,
+            message=termination_message(c.spec, ended),
             started_at=rfc3339(c.started_wall),
             finished_at=rfc3339(),
             container_id=c.container_id,
@@ -986,13 +812,13 @@ class SimKubelet:
         c.ready = False
         c.finished_mono = now
 
-    def _stop_processes(self, pod: _Pod) -> None:
+    def _stop_processes(self, pod: PodRuntime, *, graceful: bool) -> None:
         if any(c.kwdb and c.state == "running" for c in pod.containers):
-            self._kwdb.stop(pod.cluster, pod.name)
+            self._kwdb.stop(pod.cluster, pod.name, graceful=graceful)
 
     # ---- probes ------------------------------------------------------------------------
 
-    def _handler_ok(self, pod: _Pod, c: _Container, probe: JsonObj) -> bool:
+    def _handler_ok(self, pod: PodRuntime, c: ContainerRuntime, probe: JsonObj) -> bool:
         if not c.kwdb:
             return True
         if "httpGet" in probe:
@@ -1005,7 +831,7 @@ class SimKubelet:
             return self._run(pod, c, argv).exit_code == 0
         return self._kwdb.is_live(pod.cluster, pod.name)  # tcpSocket: the port answers
 
-    def _probe(self, pod: _Pod, c: _Container, now: float) -> None:
+    def _probe(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
         def outcome(kind: str, ok: bool) -> bool | None:
             """Count a result; True/False once a threshold is crossed, else None."""
             probe = c.spec[f"{kind}Probe"]
@@ -1032,10 +858,11 @@ class SimKubelet:
                             f"Container {c.name} failed liveness probe, will be restarted")
                 self._exited(pod, c, ProcessExit(137, "liveness probe failed"), now)
                 return
+        unready = (pod.namespace, pod.name) in self._unready_faults
         if "readinessProbe" not in c.spec:
-            c.ready = not pod.unready
+            c.ready = not unready
             return
-        ok = not pod.unready and self._handler_ok(pod, c, c.spec["readinessProbe"])
+        ok = not unready and self._handler_ok(pod, c, c.spec["readinessProbe"])
         result = outcome("readiness", ok)
         if result is not None:
             if c.ready and not result:
@@ -1044,7 +871,7 @@ class SimKubelet:
 
     # ---- termination -------------------------------------------------------------------
 
-    def _sync_terminating(self, pod: _Pod, now: float) -> None:
+    def _sync_terminating(self, pod: PodRuntime, now: float) -> None:
         if pod.terminating_since is None:
             pod.terminating_since = now
             grace = pod.pod["metadata"].get("deletionGracePeriodSeconds")
@@ -1053,7 +880,7 @@ class SimKubelet:
             for c in itertools.chain(pod.init, pod.containers):
                 if c.state == "running":
                     self._event(pod, "Normal", "Killing", f"Stopping container {c.name}")
-                    self._exited(pod, c, ProcessExit(0, ""), now)
+                    self._exited(pod, c, ProcessExit(0, ""), now, graceful=True)
             self._post_status(pod)
         if now >= pod.delete_at and not pod.delete_sent:
             pod.delete_sent = True
@@ -1070,124 +897,8 @@ class SimKubelet:
                     pod.delete_sent = False  # retry next sync
                     raise
 
-    # ---- status ------------------------------------------------------------------------
-
-    def _container_status(self, pod: _Pod, c: _Container, init: bool) -> JsonObj:
-        state: JsonObj
-        if pod.volume_error or (not pod.sandbox and c.state == "new"):
-            state = {"waiting": {"reason": "ContainerCreating"}}
-        elif c.state == "new":
-            state = {"waiting": {"reason": "PodInitializing" if not init else "ContainerCreating"}}
-        elif c.state == "running":
-            state = {"running": {"startedAt": rfc3339(c.started_wall)}}
-        else:
-            assert c.current is not None
-            restarting = not init and (
-                pod.restart_policy == "Always"
-                or (pod.restart_policy == "OnFailure" and c.current.exit_code != 0)
-            )
-            if restarting and pod.terminating_since is None:
-                delay = int(c.backoff.delay or 0)
-                state = {
-                    "waiting": {
-                        "reason": "CrashLoopBackOff",
-                        "message": (
-                            f"back-off {delay}s restarting failed container={c.name} "
-                            f"pod={pod.name}_{pod.namespace}({pod.uid})"
-                        ),
-                    }
-                }
-            else:
-                state = {"terminated": c.current.as_status()}
-        last = c.last
-        if c.state == "exited" and "waiting" in state and c.current is not None:
-            last = c.current  # waiting to restart: the instance that just died is the last state
-        status: JsonObj = {
-            "name": c.name,
-            "state": state,
-            "lastState": {"terminated": last.as_status()} if last else {},
-            "ready": c.ready,
-            "restartCount": c.restart_count,
-            "image": c.image,
-            "imageID": c.image_id() if c.container_id else "",
-            "started": c.state == "running" and c.started_probe,
-        }
-        if c.container_id:
-            status["containerID"] = c.container_id
-        if init:
-            status.pop("started")
-        return status
-
-    def _phase(self, pod: _Pod) -> str:
-        if not self._initialized(pod):
-            return "Pending"
-        if all(c.state == "new" for c in pod.containers):
-            return "Pending"
-        if all(c.state == "exited" for c in pod.containers) and (
-            pod.restart_policy == "Never"
-            or (pod.restart_policy == "OnFailure"
-                and all(c.current and c.current.exit_code == 0 for c in pod.containers))
-        ):
-            failed = any(c.current and c.current.exit_code != 0 for c in pod.containers)
-            return "Failed" if failed else "Succeeded"
-        return "Running"
-
-    def _conditions(self, pod: _Pod) -> list[JsonObj]:
-        live = {c["type"]: c for c in pod.pod.get("status", {}).get("conditions") or []}
-        now = rfc3339()
-
-        def condition(kind: str, ok: bool, reason: str = "", message: str = "") -> JsonObj:
-            status = "True" if ok else "False"
-            before = live.get(kind)
-            since = before["lastTransitionTime"] if before and before["status"] == status else now
-            cond: JsonObj = {"type": kind, "status": status, "lastProbeTime": None,
-                             "lastTransitionTime": since}
-            if not ok:
-                cond["reason"] = reason
-                if message:
-                    cond["message"] = message
-            return cond
-
-        pending_init = [c.name for c in pod.init if not (c.state == "exited" and c.current
-                                                          and c.current.exit_code == 0)]
-        unready = [c.name for c in pod.containers if not c.ready]
-        gates = [g["conditionType"] for g in pod.pod["spec"].get("readinessGates") or []]
-        gates_ok = all(live.get(g, {}).get("status") == "True" for g in gates)
-        names = ", ".join(unready)
-        ours = [
-            condition("Initialized", not pending_init, "ContainersNotInitialized",
-                      f"containers with incomplete status: [{' '.join(pending_init)}]"),
-            condition("Ready", not unready and gates_ok,
-                      "ContainersNotReady" if unready else "ReadinessGatesNotReady",
-                      f"containers with unready status: [{names}]" if unready
-                      else "corresponding condition of pod readiness gate is not true"),
-            condition("ContainersReady", not unready, "ContainersNotReady",
-                      f"containers with unready status: [{names}]"),
-        ]
-        mine = {c["type"] for c in ours}
-        # Conditions others own (PodScheduled, readiness gates) are carried over untouched.
-        return ours + [c for kind, c in live.items() if kind not in mine]
-
-    def _status(self, pod: _Pod) -> JsonObj:
-        status: JsonObj = {
-            "phase": self._phase(pod),
-            "conditions": self._conditions(pod),
-            "hostIP": self._nodes[pod.node].address,
-            "containerStatuses": [self._container_status(pod, c, False) for c in pod.containers],
-        }
-        if pod.init:
-            status["initContainerStatuses"] = [
-                self._container_status(pod, c, True) for c in pod.init
-            ]
-        if pod.pod_ip:
-            status["podIP"] = pod.pod_ip
-            status["podIPs"] = [{"ip": pod.pod_ip}]
-        if pod.start_time:
-            status["startTime"] = pod.start_time
-        return status
-
-    def _post_status(self, pod: _Pod) -> None:
-        status = self._status(pod)
+    def _post_status(self, pod: PodRuntime) -> None:
+        status = pod_status(pod, self._nodes[pod.node].address)
         live = pod.pod.get("status", {})
 
         def strip_times(value: Any) -> Any:
@@ -1198,7 +909,7 @@ class SimKubelet:
                 return [strip_times(v) for v in value]
             return value
 
-        if strip_times(_prune(status)) == strip_times(_prune({k: live.get(k) for k in status})):
+        if strip_times(prune(status)) == strip_times(prune({k: live.get(k) for k in status})):
             return
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         try:
@@ -1214,7 +925,7 @@ class SimKubelet:
         if updated.get("metadata", {}).get("uid") == pod.uid:
             pod.pod = updated
 
-    def _event(self, pod: _Pod, kind: str, reason: str, message: str) -> None:
+    def _event(self, pod: PodRuntime, kind: str, reason: str, message: str) -> None:
         now = rfc3339()
         body = {
             "apiVersion": "v1",
@@ -1246,7 +957,7 @@ class SimKubelet:
 
     def _exec_target(
         self, node: str, namespace: str, pod: str, container: str
-    ) -> tuple[_Pod, _Container]:
+    ) -> tuple[PodRuntime, ContainerRuntime]:
         with self._lock:
             self._drain_events()
             for runtime in self._pods.values():
@@ -1266,9 +977,12 @@ class SimKubelet:
         self, node: str, namespace: str, pod: str, container: str, argv: Sequence[str]
     ) -> CommandResult:
         runtime, c = self._exec_target(node, namespace, pod, container)
-        return self._run(runtime, c, argv)
+        result = self._run(runtime, c, argv)
+        return dataclasses.replace(
+            result, delay_s=min(result.delay_s, self.settings.exec_wait_cap_s)
+        )
 
-    def _run(self, pod: _Pod, c: _Container, argv: Sequence[str]) -> CommandResult:
+    def _run(self, pod: PodRuntime, c: ContainerRuntime, argv: Sequence[str]) -> CommandResult:
         cluster, name = pod.cluster, pod.name
 
         def kwbase(args: Sequence[str]) -> ExecOutput:

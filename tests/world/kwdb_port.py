@@ -1,18 +1,22 @@
 """The seam between the simulated kubelet and the simulated KaiwuDB.
 
 The kubelet (tests/world/kubelet.py), the exec endpoint and the faults API see KaiwuDB only
-through `KwdbPort`: start and stop a node process, probe it, run a command in it, lose a store.
-`KwdbAdapter` implements the port on tests/world/kwdb's `KwdbWorld`, feeding it simulated time
-from a SimClock and serialising calls (the kubelet worker, exec threads and tests call in
-concurrently; the model is not thread-safe). Keeping every KwdbWorld call in this one module makes
-API changes on either side cheap.
+through `KwdbPort`: start and stop a node process, cut its host off the network, probe it, run a
+command in it, lose a store. `KwdbAdapter` implements the port on tests/world/kwdb's `KwdbWorld`
+(thread-safe itself), feeding it simulated time from a SimClock and remembering server processes
+that a command made exit (`kwbase quit`) until the kubelet asks. Every KwdbWorld call is in this
+one module, so API changes on either side stay cheap.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from tests.world.kwdb import KwdbWorld
+from tests.world.simclock import SimClock
 
 
 @dataclass(frozen=True)
@@ -42,26 +46,31 @@ class ProcessExit:
 
 @dataclass(frozen=True)
 class ExecOutput:
-    """What a kwbase command printed and its exit code."""
+    """What a kwbase command printed, its exit code, and how long the real one would take in
+    real seconds (math.inf: until killed)."""
 
     stdout: str
     stderr: str
     exit_code: int
+    duration_s: float = 0.0
 
 
 class KwdbPort(Protocol):
     """Everything the kubelet needs from the simulated KaiwuDB."""
 
     def start(
-        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str]
+        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str], image: str
     ) -> StartOutcome:
         """Start `argv` (the container's expanded command line) as pod's process on a store."""
 
-    def stop(self, cluster: ClusterKey, pod: str) -> None:
-        """The process is gone (SIGTERM handled, SIGKILL, or its machine switched off)."""
+    def stop(self, cluster: ClusterKey, pod: str, *, graceful: bool) -> None:
+        """The process is gone: SIGTERM (graceful, the node drains) or SIGKILL/power off."""
+
+    def set_host_alive(self, cluster: ClusterKey, pod: str, alive: bool) -> None:
+        """The pod's machine left (False) or rejoined (True) the network; the process runs on."""
 
     def exited(self, cluster: ClusterKey, pod: str) -> ProcessExit | None:
-        """If the running process ended on its own since it started, how; else None."""
+        """If the process the kubelet started ended on its own, how (asked while it runs)."""
 
     def is_ready(self, cluster: ClusterKey, pod: str) -> bool:
         """What `GET :8080/health?ready=1` answers (serving, initialised, live, not draining)."""
@@ -70,10 +79,76 @@ class KwdbPort(Protocol):
         """What `GET :8080/health` answers (the process serves HTTP)."""
 
     def exec(self, cluster: ClusterKey, pod: str, argv: Sequence[str]) -> ExecOutput:
-        """Run a kwbase command line inside pod's container."""
+        """Run a command line inside pod's KaiwuDB container."""
 
-    def lose_store(self, store_key: str) -> None:
+    def lose_store(self, cluster: ClusterKey, store_key: str) -> None:
         """The disk holding this store is gone for good."""
 
     def log(self, cluster: ClusterKey, pod: str) -> str:
         """The process's log text (what `kubectl logs` would show)."""
+
+
+class KwdbAdapter:
+    """KwdbPort on a KwdbWorld, with simulated time from `clock`."""
+
+    def __init__(self, world: KwdbWorld, clock: SimClock) -> None:
+        self.world = world
+        self.clock = clock
+        self._lock = threading.Lock()
+        # Server processes a command made exit, until the kubelet notices: (ns, sts, pod) -> exit.
+        self._exits: dict[tuple[str, str, str], ProcessExit] = {}
+
+    @staticmethod
+    def _key(cluster: ClusterKey) -> tuple[str, str]:
+        return (cluster.namespace, cluster.name)
+
+    def start(
+        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str], image: str
+    ) -> StartOutcome:
+        with self._lock:
+            self._exits.pop((cluster.namespace, cluster.name, pod), None)
+        result = self.world.start_process(
+            self._key(cluster), pod, store_key, argv, self.clock.now(), image=image
+        )
+        if result.ok:
+            return StartOutcome(True)
+        code = result.exit_code if result.exit_code is not None else 1
+        return StartOutcome(False, code, result.stderr or result.stdout)
+
+    def stop(self, cluster: ClusterKey, pod: str, *, graceful: bool) -> None:
+        self.world.stop_process(self._key(cluster), pod, self.clock.now(), graceful=graceful)
+
+    def set_host_alive(self, cluster: ClusterKey, pod: str, alive: bool) -> None:
+        self.world.set_pod_host_alive(self._key(cluster), pod, alive, self.clock.now())
+
+    def exited(self, cluster: ClusterKey, pod: str) -> ProcessExit | None:
+        with self._lock:
+            recorded = self._exits.pop((cluster.namespace, cluster.name, pod), None)
+        if recorded is not None:
+            return recorded
+        if not self.world.process_running(self._key(cluster), pod):
+            # Ended without a command saying how (e.g. its store vanished): killed.
+            return ProcessExit(137, "")
+        return None
+
+    def is_ready(self, cluster: ClusterKey, pod: str) -> bool:
+        return self.world.is_ready(self._key(cluster), pod, self.clock.now())
+
+    def is_live(self, cluster: ClusterKey, pod: str) -> bool:
+        return self.world.is_live(self._key(cluster), pod, self.clock.now())
+
+    def exec(self, cluster: ClusterKey, pod: str, argv: Sequence[str]) -> ExecOutput:
+        result = self.world.exec(self._key(cluster), pod, argv, self.clock.now())
+        with self._lock:
+            for ended in result.exited:
+                key = (cluster.namespace, cluster.name, ended.pod_name)
+                self._exits[key] = ProcessExit(ended.exit_code, ended.reason)
+        # Simulated seconds to real ones (inf stays inf).
+        return ExecOutput(result.stdout, result.stderr, result.exit_code,
+                          result.duration_s / self.clock.speed)
+
+    def lose_store(self, cluster: ClusterKey, store_key: str) -> None:
+        self.world.delete_store(self._key(cluster), store_key, self.clock.now())
+
+    def log(self, cluster: ClusterKey, pod: str) -> str:
+        return self.world.logs(self._key(cluster), pod)
