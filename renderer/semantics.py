@@ -194,20 +194,34 @@ def _check_resources(spec: dict[str, Any]) -> Iterator[Violation]:
     requests, limits = resources.get("requests", {}), resources.get("limits", {})
     for section, values in (("requests", requests), ("limits", limits)):
         for name in values:
-            if not _is_qualified_name(name):
-                yield Violation(("spec", "resources", section, name),
-                                f"{name!r} is not a resource name", "use cpu, memory, ...")
+            path: Path = ("spec", "resources", section, name)
+            if not _is_container_resource(name):
+                yield Violation(path, f"{name!r} is not a resource name",
+                                "use cpu, memory, ephemeral-storage, hugepages-<size> or an "
+                                "extended resource such as example.com/gpu")
             try:
-                quantity.parse(values[name])
+                value = quantity.parse(values[name]).value
             except quantity.QuantityError as error:  # the schema's pattern admits 1e999999
-                yield Violation(("spec", "resources", section, name), str(error),
-                                "use a quantity such as 4 or 8Gi")
-    for name in sorted(set(requests) & set(limits)):
+                yield Violation(path, str(error), "use a quantity such as 4 or 8Gi")
+                continue
+            if value < 0:
+                yield Violation(path, f"{values[name]} is negative", "use 0 or more")
+            elif _is_extended_resource(name) and value != value.to_integral_value():
+                yield Violation(path, f"{values[name]} is not a whole number",
+                                f"{name} is counted in whole devices")
+    for name in sorted(set(requests) | set(limits)):
         try:
-            request, limit = quantity.parse(requests[name]), quantity.parse(limits[name])
+            request = quantity.parse(requests[name]) if name in requests else None
+            limit = quantity.parse(limits[name]) if name in limits else None
         except quantity.QuantityError:
             continue  # reported above
-        if request.value > limit.value:
+        extended = _is_extended_resource(name)
+        if extended and request is not None and (limit is None or limit.value != request.value):
+            # Devices cannot be overcommitted: the API server wants request == limit.
+            yield Violation(("spec", "resources", "requests", name),
+                            f"{name} needs a limit equal to its request",
+                            f"set limits.{name} to {requests[name]}")
+        elif request is not None and limit is not None and request.value > limit.value:
             yield Violation(("spec", "resources", "requests", name),
                             f"request {requests[name]} is above the limit {limits[name]}",
                             "raise the limit or lower the request")
@@ -301,6 +315,20 @@ def _check_names(spec: dict[str, Any]) -> Iterator[Violation]:
         if not DNS_1123_LABEL.match(namespace):
             yield Violation(("spec", "networkPolicy", "allowedNamespaces", index),
                             f"{namespace!r} is not a namespace name", "use a namespace name")
+
+
+def _is_container_resource(name: str) -> bool:
+    """What the API server accepts in a container's resources (validateContainerResourceName):
+    the standard names, hugepages-<size>, or a qualified name with a domain prefix."""
+    if "/" not in name:
+        return name in ("cpu", "memory", "ephemeral-storage") or (
+            name.startswith("hugepages-") and _is_qualified_name(name))
+    return _is_qualified_name(name)
+
+
+def _is_extended_resource(name: str) -> bool:
+    """A device or other extended resource: domain-prefixed, outside kubernetes.io."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
 def _is_qualified_name(key: str) -> bool:
