@@ -143,6 +143,31 @@ def test_a_resource_needs_a_resource_name() -> None:
     assert "is not a resource name" in violations(spec)["spec.resources.requests.cpu cores"][0]
 
 
+@pytest.mark.parametrize(("resources", "path", "message"), [
+    ({"requests": {"gpu": "1"}}, "spec.resources.requests.gpu", "'gpu' is not a resource name"),
+    ({"limits": {"storage": "1Gi"}}, "spec.resources.limits.storage",
+     "'storage' is not a resource name"),
+    ({"requests": {"cpu": "-1"}}, "spec.resources.requests.cpu", "-1 is negative"),
+    ({"requests": {"example.com/gpu": "1"}}, "spec.resources.requests.example.com/gpu",
+     "example.com/gpu needs a limit equal to its request"),
+    ({"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "2"}},
+     "spec.resources.requests.example.com/gpu",
+     "example.com/gpu needs a limit equal to its request"),
+    ({"limits": {"example.com/gpu": "500m"}}, "spec.resources.limits.example.com/gpu",
+     "500m is not a whole number"),
+])
+def test_container_resources_follow_the_api_servers_rules(resources: dict[str, Any], path: str,
+                                                          message: str) -> None:
+    assert violations(with_spec(resources=resources))[path][0] == message
+
+
+def test_devices_hugepages_and_ephemeral_storage_are_resources_too() -> None:
+    assert violations(with_spec(resources={
+        "requests": {"nvidia.com/gpu": 1, "hugepages-2Mi": "1Gi", "ephemeral-storage": "10Gi",
+                     "cpu": "2", "memory": "8Gi"},
+        "limits": {"nvidia.com/gpu": 1, "hugepages-2Mi": "1Gi", "memory": "8Gi"}})) == {}
+
+
 def test_an_absurd_quantity_is_reported_not_crashed_on() -> None:
     spec = with_spec(resources={"limits": {"memory": "1e999999"}})
     assert "too large" in violations(spec)["spec.resources.limits.memory"][0]
