@@ -453,10 +453,18 @@ def earliest_expiry(secret: Obj) -> datetime | None:
     return min(expiries) if expiries else None
 
 
+def _aware(now: datetime) -> datetime:
+    # Certificate times are UTC-aware; a naive `now` would fail deep inside a comparison.
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware, e.g. datetime.now(timezone.utc)")
+    return now
+
+
 def needs_renewal(secret: Obj | None, now: datetime,
                   renew_before: timedelta = timedelta(days=30)) -> bool:
     """True when the Secret's certificates must be (re)issued: the Secret is absent, a `*.crt` key
     does not parse, or the earliest certificate expires at or before now + renew_before."""
+    _aware(now)
     if secret is None:
         return True
     expiry = earliest_expiry(secret)
@@ -551,6 +559,7 @@ def validate_user_secrets(cluster: Cluster, node: Obj | None, client: Obj | None
     renew_before; the client Secret's ca.crt does not verify node.crt (clients outside the
     pods using that Secret would reject the nodes).
     """
+    _aware(now)
     problems: list[CertProblem] = []
     warnings: list[CertProblem] = []
     ns = cluster.namespace
@@ -748,6 +757,7 @@ def certs_action(cluster: Cluster, secrets: Mapping[str, Obj], now: datetime,
     CA: running pods trust the old one, so a new CA would need every pod restarted at once, which
     is the user's decision (the fix says how).
     """
+    _aware(now)
     if not cluster.tls:
         return CertsPlan()
     node_live = secrets.get(cluster.node_secret)

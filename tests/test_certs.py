@@ -223,6 +223,8 @@ def test_renewal_is_due_exactly_when_expiry_enters_the_window() -> None:
     assert needs_renewal(node_secret, expiry + timedelta(days=1))
     assert not needs_renewal(node_secret, expiry - timedelta(days=8), timedelta(days=7))
     assert needs_renewal(None, NOW)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        needs_renewal(node_secret, datetime(2026, 3, 1))
     broken = copy.deepcopy(node_secret)
     broken["data"]["node.crt"] = base64.b64encode(b"not a certificate").decode()
     assert needs_renewal(broken, NOW)
