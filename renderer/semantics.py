@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from renderer import quantity
+from renderer.spec import parse_duration
 
 # kwbase flags the renderer sets itself; a user override would break the cluster's wiring.
 MANAGED_FLAGS = {
@@ -50,6 +51,8 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 SECRET_KEY = re.compile(r"^(?!\.\.?\Z)[-._a-zA-Z0-9]+\Z")
 FLAG = re.compile(r"^--[a-z][a-z0-9-]*(=.*)?$", re.DOTALL)
+# prometheus-operator's Duration (the ServiceMonitor CRD): units in order, each at most once.
+PROMETHEUS_DURATION = re.compile(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?\Z")
 FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)\Z")
 # The time-series engine allocates well beyond --cache and --max-sql-memory (kaiwudb-facts.md).
 MAX_MEMORY_FRACTION = Decimal("0.8")
@@ -132,6 +135,21 @@ def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
         spreads.add(pair)
     for index, toleration in enumerate(spec["scheduling"].get("tolerations", [])):
         yield from _check_toleration(("spec", "scheduling", "tolerations", index), toleration)
+    yield from _check_durations(spec)
+
+
+def _check_durations(spec: dict[str, Any]) -> Iterator[Violation]:
+    for section, field in (("failover", "nodeLostTimeout"), ("failover", "podNotReadyTimeout"),
+                           ("monitoring", "interval")):
+        try:
+            parse_duration(spec[section][field])
+        except ValueError as error:
+            yield Violation(("spec", section, field), str(error), "use e.g. 30s, 5m or 1h30m")
+    interval = spec["monitoring"]["interval"]
+    if not PROMETHEUS_DURATION.match(interval):
+        yield Violation(("spec", "monitoring", "interval"),
+                        f"{interval!r} is not a Prometheus duration",
+                        "write each unit once, largest first, e.g. 1m30s")
 
 
 def _check_toleration(path: Path, toleration: dict[str, Any]) -> Iterator[Violation]:

@@ -37,7 +37,10 @@ def parse_duration(text: str) -> timedelta:
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(number + unit for number, unit in parts) != text:
         raise ValueError(f"{text!r} is not a duration such as 30s, 5m or 1h30m")
-    return sum((int(number) * _DURATION_UNIT[unit] for number, unit in parts), timedelta())
+    try:
+        return sum((int(number) * _DURATION_UNIT[unit] for number, unit in parts), timedelta())
+    except OverflowError as error:  # the CRD's pattern admits 99999999999h
+        raise ValueError(f"{text!r} is longer than a timedelta can hold") from error
 
 
 @dataclass(frozen=True)
