@@ -356,6 +356,21 @@ def test_a_secret_reference_names_a_valid_key(key: str) -> None:
     assert found["spec.extraEnv[0].secretKeyRef.key"][0] == f"{key!r} is not a Secret key"
 
 
+# --- durations -------------------------------------------------------------------------------
+
+def test_a_timeout_too_long_to_hold_is_reported_not_crashed_on() -> None:
+    found = violations(with_spec(failover={"nodeLostTimeout": "99999999999h"}))
+    assert "is longer than a timedelta can hold" in found["spec.failover.nodeLostTimeout"][0]
+
+
+@pytest.mark.parametrize("interval", ["30s5m", "1h1h", "500ms1s"])
+def test_the_scrape_interval_is_a_prometheus_duration(interval: str) -> None:
+    """The ServiceMonitor CRD wants units largest first, each once: 30s5m would not apply."""
+    found = violations(with_spec(monitoring={"serviceMonitor": True, "interval": interval}))
+    assert found["spec.monitoring.interval"][0] == f"{interval!r} is not a Prometheus duration"
+    assert violations(with_spec(monitoring={"interval": "1h5m30s500ms"})) == {}
+
+
 # --- transitions -----------------------------------------------------------------------------
 
 def spec_of(**changes: Any) -> dict[str, Any]:
