@@ -46,7 +46,7 @@ from reconciler.drift_schema import (
     root_type,
 )
 from reconciler.ignore import BUILTIN_IGNORE_RULES, WILDCARD, IgnoreRule
-from reconciler.managed_fields import FieldSet, parse_managed_fields
+from reconciler.managed_fields import FieldSet, ManagedFieldsEntry, parse_managed_fields
 from reconciler.masking import is_secret_name, mask, mask_base64, mask_flag
 from reconciler.quantity import canonical_quantity
 
@@ -231,7 +231,7 @@ class _Walker:
                     continue
                 live_value = live_map.get(key, ABSENT) if live_map is not None else ABSENT
                 child = self._field_ctx(ctx, key, ref_map, live_map)
-                if self._ignored(child, rendered=True):
+                if _ignored(child, rendered=True):
                     continue
                 if (
                     live_map is not None
@@ -254,7 +254,7 @@ class _Walker:
                 ):
                     continue
                 child = self._field_ctx(ctx, key, ref_map, live_map)
-                if self._ignored(child, rendered=False):
+                if _ignored(child, rendered=False):
                     continue
                 if spec is not None and self._is_default(spec, key, live_value, live_map):
                     continue
@@ -321,7 +321,7 @@ class _Walker:
             type=child_spec,
             list_spec=list_spec,
             owners=owners if live_map is not None and key in live_map else (),
-            cursors=self._advance(ctx.cursors, (key,)),
+            cursors=_advance(ctx.cursors, (key,)),
             mask=mask_mode,
             quantity=quantity,
         )
@@ -345,7 +345,7 @@ class _Walker:
         for key, (ref_index, ref_item) in (ref_items or {}).items():
             live_index, live_item = (live_items or {}).get(key, (None, ABSENT))
             child = self._item_ctx(ctx, spec, key, ref_index, live_index, ref_item, live_item)
-            if self._ignored(child, rendered=True):
+            if _ignored(child, rendered=True):
                 continue
             projected = self.walk(ref_item, live_item, child)
             if not _is_empty(projected[0]):
@@ -357,7 +357,7 @@ class _Walker:
                 continue
             # An item we do not render, in a list we do: always drift (kubectl set env).
             child = self._item_ctx(ctx, spec, key, None, live_index, ABSENT, live_item)
-            if self._ignored(child, rendered=False):
+            if _ignored(child, rendered=False):
                 continue
             projected_live = self.walk(ABSENT, live_item, child)[1]
             if not _is_empty(projected_live):
@@ -412,7 +412,7 @@ class _Walker:
             path=(*ctx.path, key),
             type=item_type(spec),
             owners=owners,
-            cursors=self._advance(ctx.cursors, tuple(aliases)),
+            cursors=_advance(ctx.cursors, tuple(aliases)),
             mask=ctx.mask,
         )
 
@@ -449,10 +449,10 @@ class _Walker:
                 path=(*ctx.path, str(index)),
                 type=item_type(spec),
                 owners=owners,
-                cursors=self._advance(ctx.cursors, (str(index),)),
+                cursors=_advance(ctx.cursors, (str(index),)),
                 mask=ctx.mask,
             )
-            if self._ignored(child, rendered=ref_item is not ABSENT):
+            if _ignored(child, rendered=ref_item is not ABSENT):
                 continue
             projected = self.walk(ref_item, live_item, child)
             # Positions matter here: an item that normalises to nothing keeps its place.
@@ -481,27 +481,28 @@ class _Walker:
             return mask(_canonical_json(value), self.settings.mask_key)
         return _canonical_number(value)
 
-    # --- ignore rules and owners ---
-
-    @staticmethod
-    def _advance(cursors: tuple[_Cursor, ...], aliases: tuple[str, ...]) -> tuple[_Cursor, ...]:
-        advanced = []
-        for cursor in cursors:
-            if cursor.rest and (cursor.rest[0] == WILDCARD or cursor.rest[0] in aliases):
-                advanced.append(_Cursor(cursor.rule, cursor.rest[1:]))
-        return tuple(advanced)
-
-    @staticmethod
-    def _ignored(ctx: _Ctx, *, rendered: bool) -> bool:
-        return any(
-            not cursor.rest and not (cursor.rule.unless_rendered and rendered)
-            for cursor in ctx.cursors
-        )
+    # --- owners ---
 
     def _record_owners(self, ctx: _Ctx) -> None:
         managers = tuple(sorted({owner.manager for owner in ctx.owners if owner.owns_here()}))
         if managers:
             self.owners[ctx.path] = managers
+
+
+def _advance(cursors: tuple[_Cursor, ...], aliases: tuple[str, ...]) -> tuple[_Cursor, ...]:
+    """The ignore-rule cursors that match one more step, named by any of ``aliases``."""
+    return tuple(
+        _Cursor(cursor.rule, cursor.rest[1:])
+        for cursor in cursors
+        if cursor.rest and (cursor.rest[0] == WILDCARD or cursor.rest[0] in aliases)
+    )
+
+
+def _ignored(ctx: _Ctx, *, rendered: bool) -> bool:
+    """Whether an ignore rule covers this node (``rendered``: we render a value here)."""
+    return any(
+        not cursor.rest and not (cursor.rule.unless_rendered and rendered) for cursor in ctx.cursors
+    )
 
 
 def _shape(value: Any) -> str:
@@ -561,12 +562,13 @@ def _overlay(desired: Any, dry_run: Any, spec: TypeSpec | None, list_spec: ListS
             child_spec, child_list = child_type(spec, key)
             out[key] = _overlay(value, dry_run[key], child_spec, child_list)
         return out
-    if (
-        isinstance(desired, list)
-        and isinstance(dry_run, list)
-        and list_spec is not None
-        and list_spec.semantics == "keyed"
-    ):
+    if isinstance(desired, list) and isinstance(dry_run, list) and list_spec is not None:
+        if list_spec.semantics == "set":
+            # Finalizers others added are theirs, not part of what we want.
+            present = {_canonical_json(_plain(value)) for value in dry_run}
+            return [value for value in desired if _canonical_json(_plain(value)) in present]
+        if list_spec.semantics != "keyed":
+            return dry_run
         by_key = _index_items(dry_run, list_spec)
         overlaid = []
         for key, (_, item) in _index_items(desired, list_spec).items():
@@ -619,24 +621,28 @@ def normalise(
         owners = tuple(_Owner(entry.manager, entry.fields) for entry in _counted(entries, settings))
     walker = _Walker(settings)
     root = _Ctx(path=(), type=spec, owners=owners, cursors=cursors)
-    if walker._ignored(root, rendered=True):
+    if _ignored(root, rendered=True):
         ref, live_prepared = {}, ({} if live is not None else ABSENT)
     projected_ref, projected_live = walker.walk(ref, live_prepared, root)
+    if live is None:
+        projected_live = None
+    elif not isinstance(projected_live, dict):
+        projected_live = {}  # everything live has is ignored or absent
     return Projection(
         kind=kind,
         namespace=namespace,
         name=name,
         desired=projected_ref if isinstance(projected_ref, dict) else {},
-        live=(projected_live if isinstance(projected_live, dict) else {})
-        if live is not None
-        else None,
+        live=projected_live,
         keyed_paths=frozenset(walker.keyed_paths),
         owners=dict(walker.owners),
         warnings=warnings,
     )
 
 
-def _counted(entries: Sequence[Any], settings: DriftSettings) -> list[Any]:
+def _counted(
+    entries: Sequence[ManagedFieldsEntry], settings: DriftSettings
+) -> list[ManagedFieldsEntry]:
     """managedFields entries whose fields count as deliberate: see DriftSettings."""
     counted = []
     for entry in entries:

@@ -11,6 +11,7 @@ Sub-nano precision is rounded up, as the API server does.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -114,6 +115,12 @@ def canonical_quantity(raw: object, *, round_to: Fraction | None = None) -> obje
     """
     if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
         return raw
+    return _canonical(raw, round_to)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _canonical(raw: str | int | float, round_to: Fraction | None) -> str | int | float:
+    # Cached: every comparison of every object meets the same few dozen quantities.
     try:
         value = parse_quantity(raw)
     except QuantityError:

@@ -575,6 +575,17 @@ def test_services_with_allocated_addresses_and_defaults_are_in_sync() -> None:
     assert not check(desired_client_service(), live_client_service()).drifted
 
 
+def test_a_headless_service_recreated_with_a_cluster_ip_is_drift() -> None:
+    # Allocated addresses are ignored, except where we render one: headless is "None".
+    live = live_headless_service()
+    live["spec"].update(clusterIP="10.96.40.7", clusterIPs=["10.96.40.7"])
+
+    report = check(desired_headless_service(), live)
+
+    change = change_at(report, "/spec/clusterIP")
+    assert (change.desired, change.live) == ("None", "10.96.40.7")
+
+
 def test_server_defaults_owned_by_a_client_side_apply_are_not_drift() -> None:
     report = check(desired_statefulset(), created_by_client_side_apply())
 
@@ -735,6 +746,65 @@ def test_a_field_nobody_owns_is_a_server_default_and_not_drift() -> None:
     assert not check(desired_statefulset(), live).drifted
 
 
+def _spread_over_zones(obj: Obj, fields: Obj | None) -> None:
+    """Add a topology spread constraint, and our apply's ownership of it when ``fields``."""
+    obj["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": dict(SELECTOR)},
+        }
+    ]
+    if fields is not None:
+        key = 'k:{"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}'
+        pod = fields["f:spec"]["f:template"]["f:spec"]
+        pod["f:topologySpreadConstraints"] = {
+            key: {
+                ".": {},
+                "f:labelSelector": {},
+                "f:maxSkew": {},
+                "f:topologyKey": {},
+                "f:whenUnsatisfiable": {},
+            }
+        }
+
+
+def test_inside_an_atomic_value_the_last_writer_owns_everything() -> None:
+    # A label selector is atomic: whoever writes any part of it owns all of it.
+    desired = desired_statefulset()
+    _spread_over_zones(desired, None)
+    live = live_statefulset()
+    ours = live["metadata"]["managedFields"][0]["fieldsV1"]
+    _spread_over_zones(live, ours)
+    selector = live["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"]
+    selector["matchExpressions"] = [{"key": "tier", "operator": "In", "values": ["db"]}]
+    # Under our apply's ownership, what we did not send came from the server.
+    assert not check(desired, live).drifted
+
+    # kubectl edit of the selector takes the whole selector over: its additions are drift.
+    key = 'k:{"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}'
+    del ours["f:spec"]["f:template"]["f:spec"]["f:topologySpreadConstraints"][key][
+        "f:labelSelector"
+    ]
+    edit: Obj = {
+        "f:spec": {
+            "f:template": {
+                "f:spec": {"f:topologySpreadConstraints": {key: {"f:labelSelector": {}}}}
+            }
+        }
+    }
+    live["metadata"]["managedFields"].append(entry("kubectl-edit", "Update", edit))
+    report = check(desired, live)
+
+    change = change_at(
+        report,
+        "/spec/template/spec/topologySpreadConstraints/topology.kubernetes.io~1zone~1DoNotSchedule"
+        "/labelSelector/matchExpressions",
+    )
+    assert (change.kind, change.managers) == ("added", ("kubectl-edit",))
+
+
 def test_a_field_our_earlier_apply_set_and_we_no_longer_render_is_drift() -> None:
     live = live_statefulset()
     live["spec"]["minReadySeconds"] = 10
@@ -771,6 +841,15 @@ def test_quantities_compare_by_value_wherever_kubernetes_has_quantities() -> Non
     live["spec"]["template"]["spec"]["volumes"] = [
         {"name": "scratch", "emptyDir": {"sizeLimit": "1024Mi"}}
     ]
+
+    assert not check(desired, live).drifted
+
+
+def test_a_request_below_a_millicpu_is_rounded_up_by_the_server_and_not_drift() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["resources"]["requests"]["cpu"] = "100u"
+    live = live_statefulset()
+    kwbase(live)["resources"]["requests"]["cpu"] = "1m"  # SetDefaults_ResourceList
 
     assert not check(desired, live).drifted
 
@@ -855,6 +934,23 @@ def test_labels_annotations_and_finalizers_added_by_others_are_not_drift() -> No
     live["metadata"]["managedFields"].append(entry("kubectl-label", "Update", others))
 
     assert not check(desired_statefulset(), live).drifted
+
+
+def test_a_finalizer_we_render_must_stay_but_others_may_add_theirs() -> None:
+    desired = desired_statefulset()
+    desired["metadata"]["finalizers"] = ["kaiwu.inspur.com/decommission"]
+    live = live_statefulset()
+    live["metadata"]["finalizers"] = ["example.com/backup", "kaiwu.inspur.com/decommission"]
+    assert not check(desired, live).drifted
+    assert not check(desired, live, dry_run=copy.deepcopy(live)).drifted
+
+    live["metadata"]["finalizers"] = ["example.com/backup"]
+    dry_run = copy.deepcopy(live)  # our apply would put ours back
+    dry_run["metadata"]["finalizers"].append("kaiwu.inspur.com/decommission")
+    report = check(desired, live, dry_run=dry_run)
+
+    change = change_at(report, "/metadata/finalizers")
+    assert (change.desired, change.live) == (["kaiwu.inspur.com/decommission"], None)
 
 
 def test_a_label_on_a_service_that_renders_none_is_not_drift() -> None:
@@ -1356,16 +1452,30 @@ def test_json_pointer_escapes() -> None:
 # --- against the real API server ---
 
 
-def _render_production() -> list[Obj]:
+CLUSTERS = Path(__file__).resolve().parent.parent / "clusters"
+
+
+def _render(file_name: str) -> list[Obj]:
+    """The renderer's objects for an example cluster, for the test world's Kubernetes 1.20."""
     from renderer.render import build_objects, load_clusters
     from renderer.settings import KubeVersion, RenderSettings
 
-    root = Path(__file__).resolve().parent.parent / "clusters" / "production.yaml"
-    source = load_clusters(root)[0]
     settings_1_20 = RenderSettings(kube_version=KubeVersion(1, 20))
-    objects = build_objects(source.cluster, settings_1_20)
+    objects = [
+        obj
+        for source in load_clusters(CLUSTERS / file_name)
+        for obj in build_objects(source.cluster, settings_1_20)
+    ]
     # The test world has no Prometheus operator, hence no ServiceMonitor kind.
     return [obj for obj in objects if obj["kind"] != "ServiceMonitor"]
+
+
+def _render_production() -> list[Obj]:
+    return _render("production.yaml")
+
+
+def _render_every_example() -> list[Obj]:
+    return [obj for path in sorted(CLUSTERS.glob("*.yaml")) for obj in _render(path.name)]
 
 
 def _in_namespace(objects: list[Obj], namespace: str) -> list[Obj]:
@@ -1385,7 +1495,7 @@ def test_rendered_objects_applied_to_a_real_apiserver_are_in_sync_until_someone_
     kube: k8s.ApiClient, namespace: str
 ) -> None:
     ours = Kube(kube, "kaiwu-reconciler")
-    objects = _in_namespace(_render_production(), namespace)
+    objects = _in_namespace(_render_every_example(), namespace)
     desired = {obj["kind"] + "/" + obj["metadata"]["name"]: obj for obj in objects}
     for obj in objects:
         report = check(obj, ours.apply(obj))
@@ -1431,7 +1541,7 @@ def test_objects_created_by_a_client_side_apply_on_a_real_apiserver_are_in_sync(
     kube: k8s.ApiClient, namespace: str
 ) -> None:
     creator = Kube(kube, "kubectl-client-side-apply")
-    for obj in _in_namespace(_render_production(), namespace):
+    for obj in _in_namespace(_render_every_example(), namespace):
         report = check(obj, creator.create(obj))
         assert not report.drifted, format_report(report)
     # The client Service is a LoadBalancer: the server allocated node ports and a cluster IP,
