@@ -38,6 +38,11 @@ _KINDS: Mapping[str, ChangeKind] = {
 class Change:
     """One difference. ``desired`` and ``live`` are None where that side has nothing.
 
+    ``kind``: ``changed`` (both sides have a value), ``added`` (live has something we do not
+    render: a hand-added field or list item), ``removed`` (we render something live lacks), or
+    ``reordered`` (a list whose order matters holds the same items in another order; the values
+    are the item keys in each side's order).
+
     ``pointer`` is an RFC 6901 pointer in which keyed-list items are named by key (it can be
     pasted into an ignore rule); ``path`` is the same place for people
     (``spec.template.spec.containers[kwbase].image``). ``managers`` are the managedFields

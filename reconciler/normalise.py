@@ -197,8 +197,8 @@ class _Walker:
 
     def walk(self, ref: Any, live: Any, ctx: _Ctx) -> tuple[Any, Any]:
         """Project ``ref`` (what we render) and ``live``; either may be ABSENT."""
-        ref = ABSENT if ref is None else ref
-        live = ABSENT if live is None else live
+        ref = ABSENT if ref is None else list(ref) if isinstance(ref, tuple) else ref
+        live = ABSENT if live is None else list(live) if isinstance(live, tuple) else live
         if live is not ABSENT:
             self._record_owners(ctx)
         if ref is not ABSENT and live is not ABSENT and _shape(ref) != _shape(live):
@@ -291,7 +291,8 @@ class _Walker:
             default = default.compute(holder)
         if default is NO_DEFAULT:
             return False
-        return bool(_plain(value) == _plain(default))
+        # As JSON, so that true is not 1 and "8080" is not 8080.
+        return _canonical_json(_plain(value)) == _canonical_json(_plain(default))
 
     def _field_ctx(
         self,
@@ -595,8 +596,10 @@ def normalise(
 ) -> Projection:
     """Project ``desired`` and ``live`` for comparison (see the module docstring).
 
-    ``desired`` is a rendered object; ``live`` the object as the API returns it (camelCase,
-    with managedFields), or None when it does not exist; ``dry_run`` the result of a forced
+    ``desired`` is a rendered object; ``live`` the object as the API returns it, or None when
+    it does not exist: plain JSON with camelCase keys and managedFields (a watch event, a
+    dynamic client's ``to_dict()``, or ``ApiClient.sanitize_for_serialization`` of a typed
+    model, never a typed model's snake_case ``to_dict()``); ``dry_run`` the result of a forced
     server-side-apply dry run of ``desired`` under ``settings.field_manager``.
     """
     kind = str(desired.get("kind") or "")
