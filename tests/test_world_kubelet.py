@@ -375,6 +375,55 @@ def test_a_node_that_stops_heartbeating_is_judged_by_the_real_controller(
     assert back["spec"]["nodeName"] == node_name
 
 
+def test_a_partitioned_node_comes_back_with_its_pod_still_running(
+    sim_world: SimWorld, kube: k8s.ApiClient, namespace: str, faults: Faults,
+    cluster: list[Obj],
+) -> None:
+    core = k8s.CoreV1Api(kube)
+    victim = cluster[0]
+    name, node_name = victim["metadata"]["name"], victim["spec"]["nodeName"]
+    faults.lose_node(node_name, partition=True)
+
+    def node_ready() -> str:
+        node = as_json(core.read_node, node_name)
+        return str(next(c for c in node["status"]["conditions"] if c["type"] == "Ready")["status"])
+
+    eventually(lambda: True if node_ready() == "Unknown" else None, NODE_GRACE_S + 12,
+               "the partitioned node to turn Unknown")
+    # Its peers cannot reach the process, so KaiwuDB counts it not live either.
+    eventually(lambda: True if sum(r["is_live"] == "true" for r in kwbase_status(
+        core, namespace, "kdb-1")) == 2 else None, 20, "KaiwuDB to lose sight of the node")
+
+    # Healed before the pod's 10 s unreachable toleration runs out: nothing was evicted, and
+    # the container never stopped.
+    faults.restore_node(node_name)
+    eventually(lambda: True if node_ready() == "True" else None, 15, "the node to be Ready")
+    pod = eventually(lambda: p if is_ready(p := read_pod(core, namespace, name)) else None, 30,
+                     "the pod to be Ready again")
+    assert pod["metadata"]["uid"] == victim["metadata"]["uid"]
+    assert container(pod)["restartCount"] == 0
+
+
+def test_a_node_back_from_a_power_cut_restarts_its_containers(
+    sim_world: SimWorld, kube: k8s.ApiClient, namespace: str, faults: Faults,
+    cluster: list[Obj],
+) -> None:
+    core = k8s.CoreV1Api(kube)
+    victim = cluster[1]
+    name, node_name = victim["metadata"]["name"], victim["spec"]["nodeName"]
+    faults.lose_node(node_name)
+    eventually(lambda: None if is_ready(read_pod(core, namespace, name)) else True,
+               NODE_GRACE_S + 12, "the controller to mark the pod not ready")
+    faults.restore_node(node_name)
+    pod = eventually(lambda: p if is_ready(p := read_pod(core, namespace, name)) else None, 30,
+                     "the pod to be Ready again")
+    assert pod["metadata"]["uid"] == victim["metadata"]["uid"], "restored before eviction"
+    status = container(pod)
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["reason"] == "Unknown"
+    assert status["lastState"]["terminated"]["exitCode"] == 255
+
+
 def test_a_container_that_cannot_start_crash_loops_with_growing_back_off(
     sim_world: SimWorld, kube: k8s.ApiClient, namespace: str
 ) -> None:

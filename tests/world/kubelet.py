@@ -161,6 +161,7 @@ class _Node:
         self.server = server
         self.alive = True
         self.partitioned = False  # unreachable but running (False: powered off when not alive)
+        self.orphans: list[PodRuntime] = []  # pods deleted from the API while partitioned
         self.uid = ""
         self.boot_id = secrets.token_hex(16)
         self.next_lease = 0.0
@@ -340,6 +341,13 @@ class SimKubelet:
             node.server.start()
             if not node.partitioned:
                 node.boot_id = secrets.token_hex(16)
+            for orphan in node.orphans:
+                # Kill what the API no longer has, unless a pod of that name runs again (then
+                # its process replaced the orphan's already).
+                if not any((p.namespace, p.name) == (orphan.namespace, orphan.name)
+                           for p in self._pods.values()):
+                    self._stop_processes(orphan, graceful=False)
+            node.orphans.clear()
             now = time.monotonic()
             for pod in self._pods.values():
                 if pod.node != name:
@@ -585,8 +593,13 @@ class SimKubelet:
             uid = obj["metadata"]["uid"]
             if kind == "DELETED":
                 gone = self._pods.pop(uid, None)
-                if gone is not None and self._nodes[gone.node].alive:
-                    self._stop_processes(gone, graceful=False)
+                if gone is not None:
+                    node = self._nodes[gone.node]
+                    if node.alive:
+                        self._stop_processes(gone, graceful=False)
+                    elif node.partitioned:
+                        # Its kubelet learns of the deletion only when the partition heals.
+                        node.orphans.append(gone)
                 continue
             known = self._pods.get(uid)
             if known is None:

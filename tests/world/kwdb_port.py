@@ -107,9 +107,13 @@ class KwdbAdapter:
     ) -> StartOutcome:
         with self._lock:
             self._exits.pop((cluster.namespace, cluster.name, pod), None)
-        result = self.world.start_process(
-            self._key(cluster), pod, store_key, argv, self.clock.now(), image=image
-        )
+        key, now = self._key(cluster), self.clock.now()
+        if self.world.process_running(key, pod):
+            # The model has one process per pod name. A predecessor still running is one left on
+            # a partitioned node while the pod was made again elsewhere: it is killed here, where
+            # a real cluster would have both until the partition heals.
+            self.world.stop_process(key, pod, now, graceful=False)
+        result = self.world.start_process(key, pod, store_key, argv, now, image=image)
         if result.ok:
             return StartOutcome(True)
         code = result.exit_code if result.exit_code is not None else 1
