@@ -32,7 +32,6 @@ import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Final, Literal
 
 from reconciler.drift_schema import (
@@ -48,13 +47,12 @@ from reconciler.drift_schema import (
 from reconciler.ignore import BUILTIN_IGNORE_RULES, WILDCARD, IgnoreRule
 from reconciler.managed_fields import FieldSet, ManagedFieldsEntry, parse_managed_fields
 from reconciler.masking import is_secret_name, mask, mask_base64, mask_flag
-from reconciler.quantity import canonical_quantity
+from renderer import quantity
 
 # The pseudo-key under which an ordered keyed list keeps the relative order of its items. Keys
 # of such lists are container names (DNS labels), which cannot contain "$".
 ORDER_KEY: Final = "$order"
 # The API server rounds resource list quantities up to whole millis (SetDefaults_ResourceList).
-_MILLI: Final = Fraction(1, 1000)
 _DEFAULT_SECRET_NAMES = r"(?i)(passw(or)?d|secret|token|api[_-]?key|private[_-]?key|credential)"
 # Top-level fields that are identity or server state, never content.
 _TOP_LEVEL_DROPPED = frozenset({"apiVersion", "kind", "status"})
@@ -469,7 +467,7 @@ class _Walker:
         if value is ABSENT or value is None:
             return ABSENT
         if ctx.quantity:
-            value = canonical_quantity(value, round_to=None if ctx.quantity == "plain" else _MILLI)
+            value = quantity.comparable(value, milli=ctx.quantity != "plain")
         if isinstance(value, str):
             key = self.settings.mask_key
             if ctx.mask == "base64":

@@ -132,3 +132,24 @@ def canonical(text: str | int | float) -> str:
 def same_value(left: str | int | float, right: str | int | float) -> bool:
     """True when two quantities are equal by value (`1000m` == `1`, `1Gi` != `1G`)."""
     return parse(left).value == parse(right).value
+
+
+def comparable(raw: object, *, milli: bool = False) -> object:
+    """A spelling that depends only on the value, for drift comparison (reconciler.normalise).
+
+    The shorter of the exact decimal-SI and binary-SI spellings (`1`, `500m`, `1Gi`, `1G`,
+    `1536Mi`), so a value the API server wrote back in another form compares equal and still
+    reads well in a report. `milli` applies the API server's rounding of resource requests and
+    limits up to whole millis. Anything that is not a quantity is returned unchanged, so a
+    malformed value still compares (and shows) as itself."""
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        return raw
+    try:
+        value = parse(raw).value
+    except QuantityError:
+        return raw
+    if milli:
+        value = (value * 1000).to_integral_value(rounding=ROUND_UP) / 1000
+    decimal = Quantity(value, QuantityFormat.DECIMAL_SI).canonical()
+    binary = Quantity(value, QuantityFormat.BINARY_SI).canonical()
+    return binary if len(binary) < len(decimal) else decimal
