@@ -46,14 +46,13 @@ from reconciler.drift_schema import (
 )
 from reconciler.ignore import BUILTIN_IGNORE_RULES, WILDCARD, IgnoreRule
 from reconciler.managed_fields import FieldSet, ManagedFieldsEntry, parse_managed_fields
-from reconciler.masking import is_secret_name, mask, mask_base64, mask_flag
 from renderer import quantity
+from renderer.redact import SECRET_NAMES, is_secret_name, mask, mask_base64, mask_flag
 
 # The pseudo-key under which an ordered keyed list keeps the relative order of its items. Keys
 # of such lists are container names (DNS labels), which cannot contain "$".
 ORDER_KEY: Final = "$order"
 # The API server rounds resource list quantities up to whole millis (SetDefaults_ResourceList).
-_DEFAULT_SECRET_NAMES = r"(?i)(passw(or)?d|secret|token|api[_-]?key|private[_-]?key|credential)"
 # Top-level fields that are identity or server state, never content.
 _TOP_LEVEL_DROPPED = frozenset({"apiVersion", "kind", "status"})
 
@@ -70,7 +69,7 @@ class DriftSettings:
     # Apply reconciler.ignore.BUILTIN_IGNORE_RULES (fields other controllers own by design).
     builtin_ignores: bool = True
     # Env vars and --flags whose names match have their values masked (Secret data always is).
-    secret_names: str = _DEFAULT_SECRET_NAMES
+    secret_names: str = SECRET_NAMES
     # HMAC key of the masks. Random per process by default: masks are comparable within one
     # process; pass a fixed key (e.g. derived from the KaiwuCluster uid) for masks that stay
     # the same across restarts.

@@ -1,49 +1,93 @@
 """Masking of secret values in everything we print: diffs, drift reports, logs, Events.
 
-Called by `renderer.diff` and by the reconciler's reports. Equal values mask equally (a short
-keyed hash), so a reader still sees whether a secret changed, never what it is.
+Called by `renderer.diff` (rendered objects), by the drift normaliser (reconciler.normalise),
+which masks while it projects so hashes and reports never carry a value, and by
+reconciler.certs for messages about Secrets.
+
+A mask is `***` plus the first 16 hex digits of an HMAC-SHA256 of the value: equal values mask
+equally under one key, so a reader still sees "changed" versus "unchanged", but without the key
+a mask cannot be used to test guesses of a low-entropy secret (a plain hash could). The default
+key is random per process.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import hashlib
+import hmac
 import re
+import secrets
 from typing import Any
 
-SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE|API_?KEY|_KEY$)",
-                         re.IGNORECASE)
-_SALT = b"kaiwu-redact-v1"
+MASK_PREFIX = "***"
+_MASK_HEX_DIGITS = 16
+PROCESS_KEY = secrets.token_bytes(32)
+SECRET_NAMES = r"(?i)(passw(or)?d|secret|token|api[_-]?key|private[_-]?key|credential)"
+_SECRET_NAME = re.compile(SECRET_NAMES)
+# `--name=value` or `-name=value`: the value of a flag whose name looks secret.
+_FLAG = re.compile(r"^(?P<flag>--?[A-Za-z0-9_.-]+=)(?P<value>.*)$", re.DOTALL)
 
 
-def mask(value: Any) -> str:
-    """A stable stand-in for a secret value: `***` and 8 hex digits of a salted hash."""
-    digest = hashlib.sha256(_SALT + repr(value).encode()).hexdigest()[:8]
-    return f"***{digest}"
+def mask(value: bytes | str, key: bytes = PROCESS_KEY) -> str:
+    """The mask of `value` under `key`."""
+    data = value.encode() if isinstance(value, str) else value
+    digest = hmac.new(key, data, hashlib.sha256).hexdigest()
+    return MASK_PREFIX + digest[:_MASK_HEX_DIGITS]
 
 
-def redact(obj: dict[str, Any]) -> dict[str, Any]:
+def mask_base64(value: str, key: bytes = PROCESS_KEY) -> str:
+    """The mask of a Secret `data` value: of its decoded bytes, so encodings do not matter."""
+    try:
+        return mask(base64.b64decode(value, validate=True), key)
+    except (binascii.Error, ValueError):
+        # Not valid base64 (a malformed desired object): mask the text itself.
+        return mask(value, key)
+
+
+def is_secret_name(name: str, pattern: re.Pattern[str] = _SECRET_NAME) -> bool:
+    """Whether an env var or flag name looks like it holds a secret (PASSWORD, TOKEN...)."""
+    return pattern.search(name) is not None
+
+
+def mask_flag(argument: str, pattern: re.Pattern[str] = _SECRET_NAME,
+              key: bytes = PROCESS_KEY) -> str:
+    """`--password=x` becomes `--password=***<mask>`; other arguments are unchanged."""
+    match = _FLAG.match(argument)
+    if match is None or not is_secret_name(match["flag"], pattern):
+        return argument
+    return match["flag"] + mask(match["value"], key)
+
+
+def redact(obj: dict[str, Any], key: bytes = PROCESS_KEY) -> dict[str, Any]:
     """A copy of one Kubernetes object with secret values masked: Secret data and stringData,
-    and env values whose names say they are secret (PASSWORD, TOKEN, ..._KEY)."""
+    env values whose names look secret, and secret-looking `--flag=value` arguments."""
     result = copy.deepcopy(obj)
     if result.get("kind") == "Secret":
-        for field in ("data", "stringData"):
-            if isinstance(result.get(field), dict):
-                result[field] = {key: mask(value) for key, value in result[field].items()}
-    _redact_env(result)
+        if isinstance(result.get("data"), dict):
+            result["data"] = {name: mask_base64(str(value), key)
+                              for name, value in result["data"].items()}
+        if isinstance(result.get("stringData"), dict):
+            result["stringData"] = {name: mask(str(value), key)
+                                    for name, value in result["stringData"].items()}
+    _redact_containers(result, key)
     return result
 
 
-def _redact_env(node: Any) -> None:
+def _redact_containers(node: Any, key: bytes) -> None:
     if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "env" and isinstance(value, list):
+        for name, value in node.items():
+            if name == "env" and isinstance(value, list):
                 for item in value:
                     if (isinstance(item, dict) and "value" in item
-                            and SECRET_NAME.search(str(item.get("name", "")))):
-                        item["value"] = mask(item["value"])
+                            and is_secret_name(str(item.get("name", "")))):
+                        item["value"] = mask(str(item["value"]), key)
+            elif name in ("command", "args") and isinstance(value, list):
+                node[name] = [mask_flag(arg, key=key) if isinstance(arg, str) else arg
+                              for arg in value]
             else:
-                _redact_env(value)
+                _redact_containers(value, key)
     elif isinstance(node, list):
         for item in node:
-            _redact_env(item)
+            _redact_containers(item, key)
