@@ -59,8 +59,8 @@ class TopologySpread:
 
 
 @dataclass(frozen=True)
-class IgnoreRule:
-    """A difference that is not drift: kind and name ("" matches any; name may be a glob)."""
+class DriftIgnore:
+    """A user rule from spec.drift.ignore, as written (reconciler.ignore turns it into a matcher)."""
 
     pointer: str
     kind: str = ""
@@ -114,7 +114,7 @@ class Cluster:
     pdb_max_unavailable: int
     failover: Failover
     drift_policy: str
-    drift_ignore: tuple[IgnoreRule, ...]
+    drift_ignore: tuple[DriftIgnore, ...]
     node_tuning: bool
     max_map_count: int
     network_policy: bool
@@ -196,7 +196,7 @@ class Cluster:
                 max_crash_restarts=failover["maxCrashRestarts"],
             ),
             drift_policy=spec["drift"]["policy"],
-            drift_ignore=tuple(IgnoreRule(item["pointer"], item.get("kind", ""),
+            drift_ignore=tuple(DriftIgnore(item["pointer"], item.get("kind", ""),
                                           item.get("name", ""))
                                for item in spec["drift"].get("ignore", ())),
             node_tuning=spec["nodeTuning"]["enabled"],
