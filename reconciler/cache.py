@@ -340,6 +340,11 @@ class Caches:
                 return False
         return True
 
+    def served(self, kind: Kind) -> bool | None:
+        """Whether the API server serves `kind` (None: not known yet, or not cached)."""
+        informer = self.informers.get(kind)
+        return informer.served if informer is not None else None
+
     def unsynced(self) -> list[str]:
         return [i.name for i in self.informers.values() if not i.synced]
 

@@ -71,8 +71,9 @@ class HealthServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http",
-                                        daemon=True)
+        # A short poll interval makes stop() quick (shutdown waits for the next poll).
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,),
+                                        name="http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

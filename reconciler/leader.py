@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from reconciler.kube import LEASE, ApiError, Kind, Kube, Obj
+from reconciler.kube import LEASE, ApiError, Kube, Obj
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 
@@ -38,8 +38,12 @@ class NotLeaderError(RuntimeError):
 
 
 class GuardedKube(Kube):
-    """A Kube whose writes (apply, create, patch, status, delete, exec) happen only while
-    `may_write()` says so. Reads and server-side dry runs are always allowed."""
+    """A Kube whose writes (every POST, PUT, PATCH and DELETE, and exec) happen only while
+    `may_write()` says so. Reads and server-side dry runs are always allowed. The check sits in
+    the one request helper every call goes through, so helpers built on it (a JSON patch) are
+    guarded too."""
+
+    WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
     def __init__(self, api: Any, field_manager: str, timeout: float,
                  may_write: Callable[[], bool]) -> None:
@@ -50,31 +54,14 @@ class GuardedKube(Kube):
         if not self.may_write():
             raise NotLeaderError(f"{what} refused: this replica is not the leader")
 
-    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
-        if not dry_run:
-            self._check("apply")
-        return super().apply(obj, dry_run=dry_run, force=force)
-
-    def create(self, obj: Obj) -> Obj:
-        self._check("create")
-        return super().create(obj)
-
-    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
-              subresource: str = "") -> Obj:
-        self._check("patch")
-        return super().patch(kind, namespace, name, patch, subresource)
-
-    def replace_status(self, obj: Obj) -> Obj:
-        self._check("status update")
-        return super().replace_status(obj)
-
-    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
-               grace_period_seconds: int | None = None,
-               propagation: str | None = None) -> bool:
-        self._check("delete")
-        return super().delete(kind, namespace, name, uid=uid,
-                              grace_period_seconds=grace_period_seconds,
-                              propagation=propagation)
+    def _request(self, method: str, path: str, *, body: Any = None,
+                 query: list[tuple[str, Any]] | None = None,
+                 content_type: str = "application/json",
+                 timeout: float | tuple[float, float] | None = None) -> Any:
+        if method.upper() in self.WRITE_METHODS and ("dryRun", "All") not in (query or []):
+            self._check(f"{method} {path}")
+        return super()._request(method, path, body=body, query=query,
+                                content_type=content_type, timeout=timeout)
 
     def exec(self, namespace: str, pod: str, container: str, command: list[str],
              timeout: float = 60.0) -> tuple[str, str, int]:

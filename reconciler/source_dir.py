@@ -108,6 +108,10 @@ class _Changes(FileSystemEventHandler):
             return
         if event.is_directory and event.event_type == "modified":
             return  # a file inside changed: that file's own event follows
+        if event.event_type in ("deleted", "moved") and \
+                os.fsdecode(event.src_path) in {str(p) for p in self.source.watched}:
+            # A watched directory itself went away: its watch is dead, set all up again.
+            self.source.watched = ()
         self.source.request_scan()
 
 
@@ -148,7 +152,7 @@ class DirectorySource:
         self._lock = threading.Lock()  # one scan at a time
         self._stop = threading.Event()
         self._observer: Any = None
-        self._watched: tuple[Path, ...] = ()
+        self.watched: tuple[Path, ...] = ()  # what inotify watches now
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -225,7 +229,7 @@ class DirectorySource:
                 wanted.append((real, True))
         except OSError as error:
             log.warning("cannot resolve the source directory", extra={"error": str(error)})
-        if tuple(path for path, _ in wanted) == self._watched:
+        if tuple(path for path, _ in wanted) == self.watched:
             return
         self._observer.unschedule_all()
         handler = _Changes(self)
@@ -234,9 +238,9 @@ class DirectorySource:
                 self._observer.schedule(handler, str(path), recursive=recursive)
             except OSError as error:  # vanished between resolve and watch: next scan retries
                 log.warning("cannot watch", extra={"path": str(path), "error": str(error)})
-        self._watched = tuple(path for path, _ in wanted)
+        self.watched = tuple(path for path, _ in wanted)
         log.info("watching the source directory", extra={
-            "path": str(self.path), "watched": [str(p) for p in self._watched]})
+            "path": str(self.path), "watched": [str(p) for p in self.watched]})
 
     # ---- one pass ---------------------------------------------------------------------------
 

@@ -1,0 +1,138 @@
+"""The work queue: however many events arrive for a cluster, it is reconciled once at a time,
+once more if something changed meanwhile, and no more often than the rate limit allows.
+
+A fake clock drives time; `get(timeout_s=0)` asks "is anything ready right now?".
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from reconciler.keys import ClusterKey
+from reconciler.workqueue import WorkQueue
+
+A = ClusterKey("shop", "orders")
+B = ClusterKey("shop", "payments")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def drain(queue: WorkQueue[ClusterKey]) -> list[ClusterKey]:
+    """Take and finish everything ready right now."""
+    taken = []
+    while (key := queue.get(timeout_s=0)) is not None:
+        taken.append(key)
+        queue.done(key)
+    return taken
+
+
+def test_a_burst_of_events_for_one_cluster_is_one_entry() -> None:
+    queue: WorkQueue[ClusterKey] = WorkQueue(clock=FakeClock())
+    for _ in range(50):
+        queue.add(A)
+    queue.add(B)
+
+    assert queue.depth == 2
+    assert drain(queue) == [A, B]
+    assert queue.depth == 0
+
+
+def test_a_cluster_changed_while_being_reconciled_is_reconciled_once_more_afterwards() -> None:
+    queue: WorkQueue[ClusterKey] = WorkQueue(clock=FakeClock())
+    queue.add(A)
+    first = queue.get(timeout_s=0)
+    assert first == A
+
+    # Events arrive while a worker holds A: no second worker may take it now...
+    queue.add(A)
+    queue.add(A)
+    assert queue.get(timeout_s=0) is None
+    assert queue.depth == 1
+
+    # ...but once the first reconcile is done, it runs once more (it may have missed them).
+    queue.done(A)
+    assert drain(queue) == [A]
+
+
+def test_the_rate_limit_merges_events_after_a_reconcile_into_the_next_one() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[ClusterKey] = WorkQueue(min_interval_s=1.0, clock=clock)
+    queue.add(A)
+    assert drain(queue) == [A]
+
+    for _ in range(20):  # a storm right after the reconcile
+        clock.advance(0.01)
+        queue.add(A)
+    assert queue.get(timeout_s=0) is None, "held back until a second has passed"
+    assert queue.depth == 1
+
+    clock.advance(1.0)
+    assert drain(queue) == [A]
+    assert drain(queue) == []
+
+
+def test_failures_back_off_exponentially_per_cluster_and_success_resets() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[ClusterKey] = WorkQueue(backoff_base_s=1.0, backoff_max_s=5.0, clock=clock)
+
+    delays = [queue.add_rate_limited(A) for _ in range(5)]
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert queue.get(timeout_s=0) is None
+    clock.advance(1.0)
+    assert drain(queue) == [A], "queued once, at the earliest of the requests"
+
+    queue.forget(A)
+    assert queue.add_rate_limited(A) == 1.0
+    assert queue.failures(B) == 0
+
+
+def test_a_later_request_does_not_postpone_an_earlier_one() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[ClusterKey] = WorkQueue(clock=clock)
+    queue.add_after(A, 10)
+    queue.add_after(A, 30)
+    queue.add_after(A, 5)
+
+    clock.advance(5)
+    assert drain(queue) == [A]
+    clock.advance(30)
+    assert drain(queue) == [], "the superseded requests left nothing behind"
+
+
+def test_a_waiting_worker_wakes_when_work_arrives_and_on_shutdown() -> None:
+    queue: WorkQueue[ClusterKey] = WorkQueue()
+    got: list[ClusterKey | None] = []
+    worker = threading.Thread(target=lambda: got.append(queue.get(timeout_s=10)))
+    worker.start()
+    time.sleep(0.05)
+    queue.add(A)
+    worker.join(2)
+    assert got == [A]
+
+    idle = threading.Thread(target=lambda: got.append(queue.get(timeout_s=10)))
+    idle.start()
+    time.sleep(0.05)
+    queue.shutdown()
+    idle.join(2)
+    assert got == [A, None]
+    queue.add(B)
+    assert queue.depth == 0, "a shut-down queue takes no more work"
+
+
+def test_delayed_work_is_handed_out_when_due_with_real_time() -> None:
+    queue: WorkQueue[ClusterKey] = WorkQueue()
+    started = time.monotonic()
+    queue.add_after(B, 0.2)
+
+    assert queue.get(timeout_s=2) == B
+    assert 0.15 <= time.monotonic() - started < 1.5
