@@ -11,6 +11,7 @@ container. Timings are printed (pytest -s) for docs/testworld.md.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import itertools
@@ -21,9 +22,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
+import websocket
 from kubernetes import client as k8s
 from kubernetes.stream import stream
 
+from tests.world.controlplane import ControlPlane
 from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
 
@@ -522,6 +525,45 @@ def test_exec_of_what_the_image_lacks_fails_as_in_a_real_container(
     failing = kubectl_exec(core, namespace, "kdb-0", ["kwbase", "node", "status", "--insecure",
                                                       "--host=nowhere:26257"])
     assert failing.exit_code == 1 and "ERROR" in failing.stderr
+
+
+def test_logs_and_every_exec_subprotocol_reach_the_kubelet_through_the_apiserver(
+    sim_world: SimWorld, control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
+    cluster: list[Obj],
+) -> None:
+    core = k8s.CoreV1Api(kube)
+    log = core.read_namespaced_pod_log("kdb-0", namespace, container="kwbase")
+    assert "nodeID:" in log
+    assert core.read_namespaced_pod_log("kdb-0", namespace, container="kwbase",
+                                        tail_lines=1) == log.splitlines(keepends=True)[-1]
+
+    # Older clients and browsers use the other channel protocols; the kubelet answers each in
+    # its own framing, and only v4 ends with a Status.
+    url = (control_plane.server.replace("https://", "wss://")
+           + f"/api/v1/namespaces/{namespace}/pods/kdb-0/exec"
+           + "?command=kwbase&command=version&stdout=1&stderr=1")
+    for protocol in ("v4.base64.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io"):
+        ws = websocket.create_connection(
+            url, header=[f"Authorization: Bearer {control_plane.admin_token}"],
+            subprotocols=[protocol], sslopt={"ca_certs": str(control_plane.ca_path)})
+        frames: list[bytes] = []
+        while True:
+            opcode, data = ws.recv_data()
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                break
+            frames.append(data)
+        ws.close()
+        assert ws.getsubprotocol() == protocol
+        if "base64" in protocol:
+            channels = [(int(chr(f[0])), base64.b64decode(f[1:])) for f in frames]
+        else:
+            channels = [(f[0], f[1:]) for f in frames]
+        assert channels[0] == (1, b""), "the hello on stdout comes first"
+        stdout = b"".join(d for ch, d in channels if ch == 1).decode()
+        assert "KaiwuDB Version" in stdout
+        status = [json.loads(d) for ch, d in channels if ch == 3]
+        assert status == ([{"metadata": {}, "status": "Success"}]
+                          if protocol.startswith("v4.") else [])
 
 
 def test_deleting_a_pod_honours_the_grace_period_and_the_store_comes_back(

@@ -229,6 +229,18 @@ def _internal_error_json(message: str) -> bytes:
     return json.dumps(status, separators=(",", ":")).encode()
 
 
+def _log_window(text: str, query: dict[str, list[str]]) -> str:
+    """The part of a log `kubectl logs --tail/--limit-bytes` asks for (follow is not streamed)."""
+    tail = query.get("tailLines", [""])[0]
+    if tail.isdigit():
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-int(tail):]) if int(tail) else ""
+    limit = query.get("limitBytes", [""])[0]
+    if limit.isdigit():
+        text = text.encode()[: int(limit)].decode(errors="ignore")
+    return text
+
+
 class KubeletServer:
     """The HTTPS server of one simulated node. start/stop from any thread via the ServerLoop."""
 
@@ -312,7 +324,7 @@ class KubeletServer:
                 )
             except ExecRefused as err:
                 return self._text(err.status, err.message)
-            return self._text(200, str(text))
+            return self._text(200, _log_window(str(text), parse_qs(url.query)))
         if len(parts) == 4 and parts[0] == "exec":
             upgrade = request.headers.get("Upgrade", "")
             if upgrade.lower() != "websocket":
