@@ -114,6 +114,8 @@ class KubeletSettings:
     sync_period_s: how often pod state machines advance (the real one reacts to PLEG events).
     container_create_s: pod sandbox + image pull + container create, before a container starts.
     init_container_run_s: how long each init container runs before exiting 0.
+    mount_retry_s: pause between attempts to mount the volumes of a pod that cannot mount yet
+        (claim unbound, disk lost) [the volume manager's exponential back-off].
     probe_period_s: every probe runs at this period, whatever its periodSeconds says; the
         success/failure thresholds are honoured.
     crash_backoff_initial_s / crash_backoff_max_s: CrashLoopBackOff doubling [10 / 300].
@@ -131,6 +133,7 @@ class KubeletSettings:
     sync_period_s: float = 0.2
     container_create_s: float = 0.3
     init_container_run_s: float = 0.3
+    mount_retry_s: float = 1.0
     probe_period_s: float = 0.5
     crash_backoff_initial_s: float = 1.0
     crash_backoff_max_s: float = 8.0
@@ -642,8 +645,10 @@ class SimKubelet:
         if phase in ("Succeeded", "Failed"):
             return
         if not pod.sandbox:
-            if now < pod.seen_at + self.settings.container_create_s:
+            if now < max(pod.seen_at + self.settings.container_create_s, pod.next_mount):
                 return
+            # The volume manager retries a failed mount, but not at every sync.
+            pod.next_mount = now + self.settings.mount_retry_s
             error = self._mount_volumes(pod)
             if error:
                 pod.volume_error = error
@@ -707,7 +712,7 @@ class SimKubelet:
             if self._disks.is_lost(uid):
                 return (
                     f'MountVolume.NewMounter initialization failed for volume "{volume}" : '
-                    f'path "/mnt/kaiwu-local/{volume}" does not exist'
+                    f'path "{self._disks.path_of(uid)}" does not exist'
                 )
             placed = self._disks.node_of(uid)
             if placed is not None and placed != pod.node:

@@ -216,6 +216,7 @@ class PodRuntime:
         self.start_time = ""
         self.store_key: str | None = None
         self.volume_error = ""
+        self.next_mount = 0.0
         self.volume_event_sent = False
         self.terminating_since: float | None = None
         self.delete_at = 0.0

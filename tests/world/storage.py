@@ -55,11 +55,17 @@ class Disks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._node_of: dict[str, str] = {}  # claim uid -> node
+        self._path_of: dict[str, str] = {}  # claim uid -> directory on that node
         self._lost: set[str] = set()  # claim uids whose disk is gone
 
-    def place(self, claim_uid: str, node: str) -> None:
+    def place(self, claim_uid: str, node: str, path: str) -> None:
         with self._lock:
             self._node_of[claim_uid] = node
+            self._path_of[claim_uid] = path
+
+    def path_of(self, claim_uid: str) -> str:
+        with self._lock:
+            return self._path_of.get(claim_uid, "")
 
     def node_of(self, claim_uid: str) -> str | None:
         with self._lock:
@@ -195,7 +201,7 @@ class SimStorage:
                 },
             },
         }
-        self.disks.place(uid, node)
+        self.disks.place(uid, node, volume["spec"]["local"]["path"])
         try:
             self._rest.create("/api/v1/persistentvolumes", volume)
             log.info("provisioned %s on %s for %s/%s", name, node, meta["namespace"], meta["name"])
@@ -228,7 +234,8 @@ class SimStorage:
         claim_uid = (spec.get("claimRef") or {}).get("uid")
         node = (meta.get("labels") or {}).get("kaiwu.test/node")
         if claim_uid and node:
-            self.disks.place(claim_uid, node)  # volumes made before this provisioner started
+            # Volumes made before this provisioner started.
+            self.disks.place(claim_uid, node, (spec.get("local") or {}).get("path", ""))
         if (
             volume.get("status", {}).get("phase") == "Released"
             and spec.get("persistentVolumeReclaimPolicy") == "Delete"
