@@ -21,7 +21,6 @@ reconciler.drift_schema.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,5 +153,7 @@ def json_patch(kube: Kube, kind: Kind, namespace: str | None, name: str,
                ops: list[dict[str, Any]]) -> Obj:
     """An RFC 6902 JSON patch under our field manager. Kube offers merge patches only (which
     cannot remove one item of a list), so this goes through its request helper."""
-    return kube._call("PATCH", kind.path(namespace, name), body=json.dumps(ops),
+    # A list body, not its JSON text: the client serialises it, and sends any non-list body
+    # under a json-patch content type as a strategic merge patch instead.
+    return kube._call("PATCH", kind.path(namespace, name), body=ops,
                       content_type=JSON_PATCH, query=[("fieldManager", kube.field_manager)])

@@ -87,6 +87,7 @@ class Observed:
     version: str | None
     inventory: tuple[str, ...]
     actions: tuple[Action, ...] = ()
+    fields: tuple[tuple[str, Any], ...] = ()  # lifecycle-owned fields; None removes one
 
 
 def condition(status: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
@@ -131,6 +132,11 @@ def build(previous: Mapping[str, Any] | None, observed: Observed, now: str) -> d
     if observed.version is not None:
         status["version"] = observed.version
     status["inventory"] = sorted(observed.inventory)
+    for key, value in observed.fields:
+        if value is None:
+            status.pop(key, None)
+        else:
+            status[key] = value
     actions = [action.to_dict() for action in observed.actions]
     history = [dict(item) for item in status.get("lastActions") or () if isinstance(item, Mapping)]
     # Newest first: `kubectl get -o yaml` readers look at the top.
