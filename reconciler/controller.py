@@ -11,6 +11,8 @@ before "report":
 
   render        the spec -> desired objects (renderer); an invalid spec stops here, Stalled
   certificates  TLS Secrets planned by reconciler.certs; written unless paused
+  lifecycle     KaiwuDB init once, node ids, scale-in by decommission (reconciler.lifecycle);
+                during a scale-in it sets the StatefulSet replicas "observe" compares with
   observe       each desired object against its live copy (reconciler.compare), confirmed by a
                 server-side-apply dry run when the offline comparison sees drift (the server's
                 own defaults settle false alarms); dry runs are cached per (desired, live) so an
@@ -23,6 +25,7 @@ before "report":
                 repair step of a later pass recreates it and it adopts the pods and claims
   prune         objects in status.inventory that are no longer rendered (never PVCs or Secrets,
                 never on an empty render), deleted with a uid precondition
+  failover      pods on lost Kubernetes nodes replaced (reconciler.failover)
   report        status per kstatus (written only when it changed), Events on transitions
 
 Writes are server-side applies under `Settings.field_manager`; every applied object gets an
@@ -47,9 +50,11 @@ from reconciler.cache import CacheView
 from reconciler.certs import CERTS_HASH_ANNOTATION, ca_secret_name, certs_action, format_problem
 from reconciler.compare import DriftReport, compare, format_report, projection_hash
 from reconciler.events import EventRecorder, EventType, rfc3339
+from reconciler.failover import Failover
 from reconciler.ignore import IgnoreRule
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.kube import ApiError, Kind, Kube, Obj
+from reconciler.lifecycle import Lifecycle, LifecycleSettings
 from reconciler.metrics import Metrics
 from reconciler.normalise import DriftSettings
 from reconciler.repair import Repairer
@@ -138,6 +143,11 @@ class Pass:
     inventory: set[str] = field(default_factory=set)
     requeue: list[float] = field(default_factory=list)
     halted: bool = False
+    # Lifecycle and failover steps: why the cluster is not Ready although its pods may be
+    # (reason, message), and the status fields they own (initialized, nodes, operation,
+    # failures; None removes one).
+    not_ready: list[tuple[str, str]] = field(default_factory=list)
+    status_fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def paused(self) -> bool:
@@ -225,6 +235,9 @@ class Controller:
         # The last drift reported per object (its live hash): Events and drift_detected_total
         # count a drift once, not once per pass.
         self._seen_drift: dict[tuple[ClusterKey, ObjectRef], str] = {}
+        self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
+            exec_timeout_s=settings.exec_timeout_s))
+        self.failover = Failover(kube, view, metrics, self.lifecycle)
         self.steps: list[Step] = self.default_steps()
 
     def default_steps(self) -> list[Step]:
@@ -236,11 +249,13 @@ class Controller:
             Step("render", lambda p: True, self.render),
             Step("certificates", lambda p: p.cluster is not None and p.cluster.tls,
                  self.certificates),
+            Step("lifecycle", self.lifecycle.wanted, self.lifecycle.run),
             Step("observe", lambda p: True, self.observe),
             Step("repair", writable, self.repair),
             Step("recreate", lambda p: writable(p) and any(
                 s.verdict == "immutable" for s in p.states), self.recreate),
             Step("prune", lambda p: writable(p) and bool(p.states), self.prune),
+            Step("failover", self.failover.wanted, self.failover.run),
             Step("report", lambda p: True, self.report, always=True),
         ]
 
@@ -262,6 +277,7 @@ class Controller:
 
     def forget(self, key: ClusterKey) -> None:
         self.fights.forget(key)
+        self.lifecycle.forget(key.namespace, key.name)
         for entry in [e for e in self._seen_drift if e[0] == key]:
             del self._seen_drift[entry]
 
@@ -746,6 +762,9 @@ class Controller:
                 s.ref.short for s in drifted)
         elif outstanding or not p.complete:
             ready_reason, ready_message = "Applying", "objects are being applied"
+        elif p.not_ready:
+            ready_reason = p.not_ready[0][0]
+            ready_message = "; ".join(message for _, message in p.not_ready)
         elif not pods_ready:
             ready_reason = "WaitingForPods"
             ready_message = f"{ready}/{want} pods ready" + ("" if rolled else
@@ -792,6 +811,7 @@ class Controller:
             version=cluster.version if cluster is not None and pods_ready else None,
             inventory=tuple(sorted(inventory)),
             actions=tuple(p.actions),
+            fields=tuple(sorted(p.status_fields.items())),
         )
 
 

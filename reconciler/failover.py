@@ -1,0 +1,289 @@
+"""Failover in the reconciler's pass: pods on lost Kubernetes nodes are replaced.
+
+The Controller (reconciler.controller) runs `Failover.run` as the pipeline step "failover",
+after "lifecycle" (whose node probe it reads from the pass) and before "report". Reads come from
+the cache view (pods, claims, Nodes); KaiwuDB is reached through reconciler.kwbase.
+
+A pod counts as failing once its Kubernetes node's Ready condition is Unknown or False (or the
+Node is gone). When that started is kept in `status.failures` (keyed by pod), so a restarted
+reconciler does not restart the clock; it is the Node condition's lastTransitionTime when there
+is one. After `spec.failover.nodeLostTimeout` the replacement goes through stages, one cluster
+action at a time, each with an Event and `lifecycle_actions_total{action}`:
+
+  NodeLost        -> force-delete the pod (grace 0, uid precondition): no kubelet will ever
+                     confirm its deletion, so the StatefulSet would never recreate it.
+  PodDeleted      -> the StatefulSet recreates the pod; if it cannot schedule because its claim's
+                     volume is pinned to the lost node (local disks), and spec.failover
+                     .replaceLostVolumes allows, the claim and the pending pod are deleted so a
+                     fresh volume is provisioned elsewhere (only while every other KaiwuDB node
+                     is live: the lost store's copy is given up). Without the policy the pod waits
+                     for its node, and the reason says how to let it go.
+  VolumeReplaced  -> the new, empty store joins as a new KaiwuDB node; once it is live, the lost
+                     store's node id is decommissioned so its ranges re-replicate and it stops
+                     counting as a dead node.
+
+Guards: never while a scale-in operation runs; at most one pod past NodeLost at a time; nothing
+at all while another node of the cluster is down too (a second lost node means quorum is at
+stake and a person should look).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from reconciler import kube as k
+from reconciler.cache import CacheView
+from reconciler.events import rfc3339
+from reconciler.kube import ApiError, Kube, Obj
+from reconciler.kwbase import KwbaseError
+from reconciler.lifecycle import CLAIM_TEMPLATE, Lifecycle, cluster_pods, exec_pod, pod_ready
+from reconciler.metrics import Metrics
+
+if TYPE_CHECKING:
+    from reconciler.controller import Pass
+
+log = logging.getLogger(__name__)
+
+NODE_LOST = "NodeLost"
+POD_DELETED = "PodDeleted"
+VOLUME_REPLACED = "VolumeReplaced"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+
+
+@dataclass(frozen=True)
+class FailoverSettings:
+    """poll_s: how soon a pass looks again while a replacement is under way (pods scheduling,
+    a new store joining)."""
+
+    poll_s: float = 1.0
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def parse_time(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return None
+
+
+def node_ready(node: Obj | None) -> tuple[bool, str, str]:
+    """(Ready, its status, since when) of a Node; a missing Node is not Ready."""
+    if node is None:
+        return False, "Missing", ""
+    for item in (node.get("status") or {}).get("conditions") or ():
+        if item.get("type") == "Ready":
+            status = str(item.get("status"))
+            return status == "True", status, str(item.get("lastTransitionTime") or "")
+    return False, "Unknown", ""
+
+
+class Failover:
+    """The "failover" step (see the module docstring)."""
+
+    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
+                 settings: FailoverSettings | None = None) -> None:
+        self.kube = kube
+        self.view = view
+        self.metrics = metrics
+        self.lifecycle = lifecycle
+        self.settings = settings or FailoverSettings()
+
+    def wanted(self, p: Pass) -> bool:
+        return (p.cluster is not None and not p.paused and not p.halted
+                and p.cluster.failover.enabled and bool(
+                    p.status_fields.get("initialized", p.previous.get("initialized"))))
+
+    def count(self, action: str) -> None:
+        self.metrics.lifecycle_actions_total.labels(action=action).inc()
+
+    def run(self, p: Pass) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        pods = cluster_pods(self.view, cluster)
+        previous: dict[str, dict[str, Any]] = {
+            str(name): dict(entry) for name, entry in
+            (p.previous.get("failures") or {}).items() if isinstance(entry, Mapping)}
+        failures: dict[str, dict[str, Any]] = {}
+        # Replacements under way stay until they finish, wherever the pod is now.
+        for name, entry in previous.items():
+            if entry.get("stage") in (POD_DELETED, VOLUME_REPLACED):
+                failures[name] = entry
+        for name, pod in pods.items():
+            node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+            if not node_name or name in failures:
+                continue
+            ready, status, since = node_ready(self.view.get(k.NODE, "", node_name))
+            if ready:
+                continue
+            before = previous.get(name)
+            if before is not None and before.get("node") == node_name:
+                failures[name] = before
+                continue
+            started = parse_time(since) if since else None
+            failures[name] = {"stage": NODE_LOST, "node": node_name, "nodeReady": status,
+                              "since": rfc3339(min(started or p.now, p.now)),
+                              "podUid": str(_meta(pod).get("uid"))}
+        for name, entry in sorted(failures.items(), key=lambda item: str(item[1]["since"])):
+            self.advance(p, name, entry, pods, failures)
+        p.status_fields["failures"] = failures or None
+
+    def advance(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
+                failures: dict[str, dict[str, Any]]) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        stage = entry.get("stage")
+        if stage == NODE_LOST:
+            since = parse_time(str(entry.get("since"))) or p.now
+            timeout = cluster.failover.node_lost_timeout.total_seconds()
+            left = since + timeout - p.now
+            p.not_ready.append(("NodeLost", f"pod {name}: Kubernetes node {entry['node']} "
+                                f"is {entry.get('nodeReady', 'not Ready')}"))
+            if left > 0:
+                p.requeue_in(left)
+                return
+            blocker = self.blocker(p, name, failures)
+            if blocker:
+                p.not_ready.append(("FailoverWaiting", f"pod {name}: {blocker}"))
+                p.requeue_in(self.settings.poll_s)
+                return
+            pod = pods.get(name)
+            if pod is not None and str(_meta(pod).get("uid")) == entry.get("podUid"):
+                self.force_delete(pod)
+                self.count("force-delete-pod")
+                p.act("PodForceDeleted", f"Pod/{name}", (
+                    f"its node {entry['node']} has been {entry.get('nodeReady')} since "
+                    f"{entry['since']} (longer than nodeLostTimeout "
+                    f"{timeout:g}s): force-deleted so the StatefulSet recreates it"),
+                    event="Warning")
+                p.wrote = True
+            entry["stage"] = POD_DELETED
+            p.requeue_in(self.settings.poll_s)
+            return
+        if stage == POD_DELETED:
+            self.after_delete(p, name, entry, pods, failures)
+            return
+        if stage == VOLUME_REPLACED:
+            self.after_volume(p, name, entry, pods, failures)
+
+    def blocker(self, p: Pass, name: str, failures: Mapping[str, Mapping[str, Any]]) -> str:
+        """Why the failover of `name` may not act now ("" when it may)."""
+        if p.status_fields.get("operation", p.previous.get("operation")):
+            return "a scale-in is in progress"
+        busy = [other for other, entry in failures.items()
+                if other != name and entry.get("stage") != NODE_LOST]
+        if busy:
+            return f"the replacement of {', '.join(busy)} is still in progress"
+        others = [other for other in failures if other != name]
+        if others:
+            return (f"other pods are failing too ({', '.join(sorted(others))}): one node at a "
+                    "time, and never below quorum; bring nodes back or replace pods by hand")
+        return ""
+
+    def force_delete(self, pod: Obj) -> None:
+        meta = _meta(pod)
+        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
+        try:
+            self.kube.delete(k.POD, str(meta.get("namespace")), str(meta.get("name")),
+                             uid=str(meta.get("uid")), grace_period_seconds=0)
+        except ApiError as error:
+            if not error.conflict:  # a successor with the same name is there already
+                raise
+
+    def after_delete(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
+                     failures: dict[str, dict[str, Any]]) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        pod = pods.get(name)
+        if pod is None or str(_meta(pod).get("uid")) == entry.get("podUid"):
+            p.not_ready.append(("Replacing", f"waiting for the StatefulSet to recreate {name}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        if node_name:
+            ready, _, _ = node_ready(self.view.get(k.NODE, "", node_name))
+            if ready:
+                del failures[name]  # scheduled on a healthy node: KaiwuDB readiness takes over
+                p.requeue_in(self.settings.poll_s)
+            return
+        claim_name = f"{CLAIM_TEMPLATE}-{name}"
+        claim = self.view.get(k.PVC, cluster.namespace, claim_name)
+        pinned = str((_meta(claim).get("annotations") or {}).get(SELECTED_NODE) or "")
+        if not claim or not pinned or node_ready(self.view.get(k.NODE, "", pinned))[0]:
+            p.not_ready.append(("Replacing", f"pod {name} is being scheduled"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        if not cluster.failover.replace_lost_volumes:
+            p.not_ready.append(("VolumeOnLostNode", (
+                f"pod {name} cannot start elsewhere: its volume ({claim_name}) is on the lost "
+                f"node {pinned}. Bring the node back, or set spec.failover.replaceLostVolumes "
+                "to give up that copy of the data and start a fresh store")))
+            return
+        dead = [e for e in p.status_fields.get("nodes", p.previous.get("nodes")) or ()
+                if e.get("pod") == name and e.get("state") != "live"]
+        live_others = [e for e in p.status_fields.get("nodes", p.previous.get("nodes")) or ()
+                       if e.get("pod") != name]
+        if not dead or any(e.get("state") != "live" for e in live_others):
+            p.not_ready.append(("FailoverWaiting", (
+                f"pod {name}: the volume is replaced only while every other KaiwuDB node is "
+                "live")))
+            p.requeue_in(self.settings.poll_s)
+            return
+        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+        try:
+            self.kube.delete(k.PVC, cluster.namespace, claim_name, uid=_meta(claim).get("uid"))
+        except ApiError as error:
+            if not error.conflict:
+                raise
+        # The pending pod holds on to the old claim's name: delete it too, so the StatefulSet
+        # creates a new claim (a fresh volume on a live node) with the next pod.
+        self.force_delete(pod)
+        self.count("replace-volume")
+        entry.update(stage=VOLUME_REPLACED, deadNodeIds=[int(e["nodeId"]) for e in dead],
+                     podUid=str(_meta(pod).get("uid")))
+        p.wrote = True
+        p.act("VolumeReplaced", f"PersistentVolumeClaim/{claim_name}", (
+            f"its volume is on the lost node {pinned}: deleted with pod {name}, so a fresh "
+            f"store starts on a live node; KaiwuDB node(s) "
+            f"{', '.join(str(e['nodeId']) for e in dead)} will be decommissioned"),
+            event="Warning")
+        p.requeue_in(self.settings.poll_s)
+
+    def after_volume(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
+                     failures: dict[str, dict[str, Any]]) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        dead_ids = [int(i) for i in entry.get("deadNodeIds") or ()]
+        nodes = p.status_fields.get("nodes", p.previous.get("nodes")) or ()
+        replacement = [e for e in nodes if e.get("pod") == name and e.get("state") == "live"
+                       and int(e["nodeId"]) not in dead_ids]
+        if not pod_ready(pods.get(name)) or not replacement:
+            p.not_ready.append(("Replacing", f"pod {name} starts a fresh KaiwuDB store"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        runner = exec_pod(pods)
+        admin = self.lifecycle.admin(cluster)
+        if dead_ids and runner is not None:
+            try:
+                admin.decommission(runner, dead_ids)
+            except KwbaseError as error:
+                self.metrics.errors_total.labels(stage="failover").inc()
+                p.not_ready.append(("Replacing", f"decommission of the lost node(s) "
+                                    f"{dead_ids} failed (retrying): {error}"))
+                p.requeue_in(self.settings.poll_s)
+                return
+            self.count("decommission-dead-node")
+            p.act("DeadNodeDecommissioned", f"Pod/{name}", (
+                f"KaiwuDB node(s) {', '.join(map(str, dead_ids))} lost with their volume: "
+                f"decommissioned (their ranges re-replicate); node "
+                f"{replacement[0]['nodeId']} replaces them"))
+        del failures[name]
+        # Look again at once: the decommissioned ids leave status.nodes with the next probe.
+        self.lifecycle.forget(cluster.namespace, cluster.name)
+        p.requeue_in(self.settings.poll_s)

@@ -1,0 +1,442 @@
+"""KaiwuDB lifecycle in the reconciler's pass: init exactly once, node bookkeeping, scale-in.
+
+The Controller (reconciler.controller) runs `Lifecycle.run` as the pipeline step "lifecycle",
+after "certificates" and before "observe", so that the StatefulSet replicas it decides (during a
+scale-in they come from the operation, not from spec.replicas) are what "observe" and "repair"
+compare and apply. KaiwuDB is reached through the admin adapter (reconciler.kwbase, exec into a
+pod); Kubernetes objects are read from the cache view only.
+
+What a pass does, in order:
+- init: a new multi-replica or single-replica cluster waits for `kwbase init` (its readiness
+  fails until then). Once every pod of the spec runs its kwbase container, `kwbase init` runs in
+  the first pod; "already initialised" counts as success, so a reconciler that dies between the
+  init and the status write simply inits again. `status.initialized` records it. A single-node
+  cluster initialises itself: it is recorded once its node answers.
+- nodes: `kwbase node status --decommission` maps node ids (they belong to stores, not pods) to
+  pods; `status.nodes` lists them. Probing costs one exec, so a steady cluster is probed again
+  only when its pods change, when something is pending, or once per `probe_every_s`.
+- readiness: Ready waits for init and for every KaiwuDB node to be live (`Pass.not_ready`).
+- scale-out needs nothing: new pods join through --join; their node ids show in status.nodes.
+- scale-in (multi-replica only; the renderer already refuses fewer than 3 nodes, and a
+  single-replica cluster is refused here, Stalled): the highest ordinal first, one at a time.
+  With every node live and replication healthy, its node id is decommissioned (--wait=none);
+  passes poll (requeue, never blocking a worker) until it holds no replicas, then the
+  StatefulSet shrinks by one and the claim of the removed ordinal is deleted (a decommissioned
+  store can never rejoin: a later scale-out must start with an empty volume). The operation is
+  kept in `status.operation`, so a restarted reconciler resumes it. A scale-out while a node is
+  still decommissioning recommissions it and cancels the operation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reconciler import kube as k
+from reconciler.cache import CacheView
+from reconciler.events import rfc3339
+from reconciler.kube import ApiError, Kube, Obj
+from reconciler.kwbase import (
+    InitOutcome,
+    KwbaseAdmin,
+    KwbaseError,
+    KwbaseSettings,
+    NodeStatus,
+)
+from reconciler.metrics import Metrics
+from renderer.builders import selector_labels
+from renderer.spec import Cluster, StartMode
+
+if TYPE_CHECKING:  # the controller imports this module: no import cycle at run time
+    from reconciler.controller import Pass
+
+log = logging.getLogger(__name__)
+
+SCALE_IN = "ScaleIn"
+DECOMMISSIONING = "Decommissioning"
+REMOVING = "Removing"
+CLAIM_TEMPLATE = "data"  # the renderer's volumeClaimTemplate: claims are data-<pod>
+
+
+@dataclass(frozen=True)
+class LifecycleSettings:
+    """Timings of the lifecycle steps.
+
+    poll_s: how soon a pass looks again while KaiwuDB is busy with something no watch announces
+        (init pending, nodes joining, a decommission draining replicas). Each look costs an exec.
+    probe_every_s: longest time between two node-status probes of a steady cluster.
+    exec_timeout_s: how long one kwbase command may take (Settings.exec_timeout_s).
+    """
+
+    poll_s: float = 1.0
+    probe_every_s: float = 300.0
+    exec_timeout_s: float = 60.0
+
+
+AdminFactory = Callable[[Kube, Cluster, KwbaseSettings], KwbaseAdmin]
+
+
+def _admin(kube: Kube, cluster: Cluster, settings: KwbaseSettings) -> KwbaseAdmin:
+    return KwbaseAdmin.for_cluster(kube, cluster, settings)
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def ordinal(pod_name: str) -> int:
+    """The StatefulSet ordinal at the end of a pod name (-1 when there is none)."""
+    tail = pod_name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def kwbase_running(pod: Obj | None) -> bool:
+    """The pod is not being deleted and its kwbase container runs (it may wait for init)."""
+    if pod is None or _meta(pod).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("name") == "kwbase" and "running" in (c.get("state") or {})
+        for c in status.get("containerStatuses") or ())
+
+
+def pod_ready(pod: Obj | None) -> bool:
+    return kwbase_running(pod) and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in ((pod or {}).get("status") or {}).get("conditions") or ())
+
+
+def node_state(node: NodeStatus) -> str:
+    if node.is_decommissioning:
+        return "decommissioning"
+    return "live" if node.healthy else "not-live"
+
+
+def node_entries(nodes: Sequence[NodeStatus]) -> list[dict[str, Any]]:
+    """status.nodes: every node id KaiwuDB still counts (a decommissioned node that stopped is
+    gone for good and left out)."""
+    entries = []
+    for node in sorted(nodes, key=lambda n: n.id):
+        if node.is_decommissioning and not node.is_live:
+            continue
+        entry: dict[str, Any] = {"nodeId": node.id, "address": node.address,
+                                 "state": node_state(node)}
+        if node.pod_name:
+            entry["pod"] = node.pod_name
+        entries.append(entry)
+    return entries
+
+
+def cluster_pods(view: CacheView, cluster: Cluster) -> dict[str, Obj]:
+    return {str(_meta(pod).get("name")): pod
+            for pod in view.list(k.POD, cluster.namespace, selector_labels(cluster))}
+
+
+def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
+    """The pod to run cluster-wide commands in: a Ready one (its node is live), lowest ordinal
+    first, else any whose kwbase runs; never `avoid` (the node being removed) if another will do.
+    """
+    names = sorted(pods, key=ordinal)
+    for check in (pod_ready, kwbase_running):
+        found = [name for name in names if check(pods[name])]
+        preferred = [name for name in found if name != avoid]
+        if preferred or found:
+            return (preferred or found)[0]
+    return None
+
+
+class Lifecycle:
+    """The "lifecycle" step (see the module docstring)."""
+
+    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics,
+                 settings: LifecycleSettings | None = None,
+                 admin_factory: AdminFactory = _admin) -> None:
+        self.kube = kube
+        self.view = view
+        self.metrics = metrics
+        self.settings = settings or LifecycleSettings()
+        self.admin_factory = admin_factory
+        # Per cluster: (pods fingerprint, when probed, all nodes live then). A pass whose pods
+        # look the same as at a probe that found all nodes live needs no new exec.
+        self._probes: dict[tuple[str, str], tuple[Any, float, bool]] = {}
+
+    def wanted(self, p: Pass) -> bool:
+        return p.cluster is not None and not p.paused and not p.halted
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._probes.pop((namespace, name), None)
+
+    def admin(self, cluster: Cluster) -> KwbaseAdmin:
+        return self.admin_factory(self.kube, cluster,
+                                  KwbaseSettings(timeout_s=self.settings.exec_timeout_s))
+
+    def count(self, action: str) -> None:
+        self.metrics.lifecycle_actions_total.labels(action=action).inc()
+
+    # ---- the step ---------------------------------------------------------------------------
+
+    def run(self, p: Pass) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        pods = cluster_pods(self.view, cluster)
+        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        live_replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
+            if sts is not None else None
+        admin = self.admin(cluster)
+        if not p.previous.get("initialized") and not self.initialise(p, cluster, pods, admin):
+            return
+        operation = p.previous.get("operation") or None
+        shrinking = operation is not None or (
+            live_replicas is not None and cluster.replicas < live_replicas)
+        nodes = self.probe(p, cluster, pods, admin, live_replicas, force=shrinking)
+        if operation is None and live_replicas is not None and cluster.replicas < live_replicas:
+            self.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
+        elif operation is not None:
+            self.continue_scale_in(p, cluster, pods, admin, nodes, dict(operation),
+                                   live_replicas)
+
+    # ---- init -------------------------------------------------------------------------------
+
+    def initialise(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                   admin: KwbaseAdmin) -> bool:
+        """Init once; True when the cluster is (now known to be) initialised."""
+        first = cluster.pod_name(0)
+        if cluster.start_mode is StartMode.SINGLE_NODE:
+            # start-single-node initialises itself: record it once the node answers.
+            if not kwbase_running(pods.get(first)):
+                p.not_ready.append(("WaitingForPods", f"waiting for pod {first} to run"))
+                return False
+            p.status_fields["initialized"] = True
+            return True
+        wanted = [cluster.pod_name(i) for i in range(cluster.replicas)]
+        waiting = [name for name in wanted if not kwbase_running(pods.get(name))]
+        if waiting:
+            # Pod changes come as watch events: nothing to poll.
+            p.not_ready.append(("WaitingForInit", "kwbase init waits for every pod to run; "
+                                f"not running yet: {', '.join(waiting)}"))
+            return False
+        try:
+            outcome = admin.init(first)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("WaitingForInit", f"kwbase init did not succeed yet "
+                                f"(retrying in {self.settings.poll_s:g}s): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return False
+        p.status_fields["initialized"] = True
+        if outcome is InitOutcome.INITIALIZED:
+            self.count("init")
+            p.act("Initialized", f"Pod/{first}", "kwbase init: cluster successfully initialized")
+        else:
+            p.act("Initialized", f"Pod/{first}", "kwbase init: the cluster was already "
+                  "initialized", event=None)
+        return True
+
+    # ---- nodes ------------------------------------------------------------------------------
+
+    def probe(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+              live_replicas: int | None, *, force: bool) -> list[NodeStatus] | None:
+        """Node status (with decommission columns), recorded in status.nodes, and readiness.
+        None when not probed (steady and unchanged) or when no pod could answer."""
+        key = (cluster.namespace, cluster.name)
+        fingerprint = (live_replicas, tuple(sorted(
+            (name, str(_meta(pod).get("uid")), pod_ready(pod)) for name, pod in pods.items())))
+        last = self._probes.get(key)
+        if not force and last is not None and last[0] == fingerprint and last[2] and \
+                p.now - last[1] < self.settings.probe_every_s and p.previous.get("nodes"):
+            return None
+        target = exec_pod(pods)
+        if target is None:
+            p.not_ready.append(("WaitingForPods", "no pod runs kwbase"))
+            return None
+        try:
+            nodes = list(admin.node_status(target, decommission=True))
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("NodeStatusUnknown", f"kwbase node status failed (retrying in "
+                                f"{self.settings.poll_s:g}s): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            self._probes.pop(key, None)
+            return None
+        entries = node_entries(nodes)
+        p.status_fields["nodes"] = entries
+        expected = live_replicas if live_replicas is not None else cluster.replicas
+        not_live = [e for e in entries if e["state"] == "not-live"]
+        live = [e for e in entries if e["state"] == "live"]
+        all_live = not not_live and len(live) >= expected
+        if not_live:
+            p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(
+                f"{e['nodeId']} ({e.get('pod', e['address'])})" for e in not_live)))
+        elif len(live) < expected:
+            p.not_ready.append(("NodesJoining", f"{len(live)}/{expected} KaiwuDB nodes live"))
+        if not all_live:
+            p.requeue_in(self.settings.poll_s)
+        self._probes[key] = (fingerprint, p.now, all_live)
+        return nodes
+
+    # ---- scale-in ---------------------------------------------------------------------------
+
+    @staticmethod
+    def override_replicas(p: Pass, replicas: int) -> None:
+        """The StatefulSet replicas this pass applies (the renderer renders spec.replicas)."""
+        for obj in p.desired:
+            if obj.get("kind") == "StatefulSet":
+                obj["spec"]["replicas"] = replicas
+
+    def start_scale_in(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                       admin: KwbaseAdmin, nodes: list[NodeStatus] | None,
+                       live_replicas: int) -> None:
+        self.override_replicas(p, live_replicas)
+        if cluster.start_mode is not StartMode.MULTI_REPLICA:
+            p.stalled.append(("ScaleInRefused", (
+                f"a {cluster.start_mode.value} cluster cannot scale in (its data has one copy: "
+                f"removing a node loses it); set spec.replicas back to {live_replicas}")))
+            return
+        if nodes is None:
+            return  # node status unknown: the probe said why and requeued
+        target = cluster.pod_name(live_replicas - 1)
+        waiting = self.scale_in_blocker(nodes, admin, pods, target)
+        if waiting:
+            p.not_ready.append(("ScaleInWaiting", f"scale-in to {cluster.replicas} waits: "
+                                f"{waiting}"))
+            p.progressing.append(("ScaleInWaiting", waiting))
+            p.requeue_in(self.settings.poll_s)
+            return
+        node = next((n for n in nodes if n.pod_name == target and not n.is_decommissioning),
+                    None)
+        operation: dict[str, Any] = {
+            "type": SCALE_IN, "replicas": live_replicas, "targetReplicas": cluster.replicas,
+            "pod": target, "startedAt": rfc3339(p.now)}
+        if node is None:
+            # The pod never joined (or its node is already gone): nothing to decommission.
+            operation["phase"] = REMOVING
+        else:
+            runner = exec_pod(pods, avoid=target)
+            assert runner is not None  # scale_in_blocker checked every node is live
+            try:
+                admin.decommission(runner, [node.id])
+            except KwbaseError as error:
+                self.metrics.errors_total.labels(stage="lifecycle").inc()
+                p.not_ready.append(("ScaleInWaiting", f"decommission of node {node.id} "
+                                    f"failed (retrying): {error}"))
+                p.requeue_in(self.settings.poll_s)
+                return
+            operation.update(phase=DECOMMISSIONING, nodeId=node.id)
+            self.count("decommission")
+            p.act("Decommissioning", f"Pod/{target}", (
+                f"scale-in {live_replicas} -> {cluster.replicas}: decommissioning KaiwuDB node "
+                f"{node.id}; the pod is removed once it holds no replicas"))
+        p.status_fields["operation"] = operation
+        self.scaling(p, operation)
+
+    def scale_in_blocker(self, nodes: Sequence[NodeStatus], admin: KwbaseAdmin,
+                         pods: Mapping[str, Obj], target: str) -> str:
+        """Why a scale-in step may not start now ("" when it may)."""
+        counted = [n for n in nodes if not (n.is_decommissioning and not n.is_live)]
+        not_live = [n for n in counted if not n.healthy]
+        if not_live:
+            return "KaiwuDB nodes not live: " + ", ".join(str(n.id) for n in not_live)
+        busy = [n for n in counted if n.is_decommissioning]
+        if busy:
+            return "KaiwuDB nodes decommissioning: " + ", ".join(str(n.id) for n in busy)
+        runner = exec_pod(pods, avoid=target)
+        if runner is None:
+            return "no pod runs kwbase"
+        try:
+            health = admin.replication_health(runner)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            return f"replication health unknown: {error}"
+        return "" if health.healthy else health.describe()
+
+    def scaling(self, p: Pass, operation: Mapping[str, Any]) -> None:
+        message = (f"scaling in {operation['replicas']} -> {operation['targetReplicas']}: "
+                   + (f"decommissioning KaiwuDB node {operation.get('nodeId')} "
+                      f"({operation['pod']})" if operation.get("phase") == DECOMMISSIONING
+                      else f"removing pod {operation['pod']}"))
+        p.not_ready.append(("ScalingIn", message))
+        p.progressing.append(("ScalingIn", message))
+        p.requeue_in(self.settings.poll_s)
+
+    def continue_scale_in(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                          admin: KwbaseAdmin, nodes: list[NodeStatus] | None,
+                          operation: dict[str, Any], live_replicas: int | None) -> None:
+        replicas = int(operation["replicas"])
+        pod = str(operation["pod"])
+        if operation.get("phase") == DECOMMISSIONING:
+            self.override_replicas(p, replicas)
+            node_id = int(operation["nodeId"])
+            if cluster.replicas >= replicas:
+                self.cancel(p, cluster, pods, admin, node_id, pod)
+                return
+            if nodes is None:
+                self.scaling(p, operation)
+                return
+            node = next((n for n in nodes if n.id == node_id), None)
+            if node is not None and not node.is_decommissioning:
+                # Someone recommissioned it: the scale-in starts again from its checks.
+                p.status_fields["operation"] = None
+                p.requeue_in(0)
+                return
+            if node is not None and (node.gossiped_replicas or 0) > 0:
+                self.scaling(p, operation)
+                return
+            operation["phase"] = REMOVING
+            p.status_fields["operation"] = operation
+            p.act("NodeDecommissioned", f"Pod/{pod}", f"KaiwuDB node {node_id} holds no "
+                  f"replicas: the StatefulSet shrinks to {replicas - 1}", event="Normal")
+        # REMOVING: the StatefulSet shrinks, the pod goes, then its claim.
+        self.override_replicas(p, replicas - 1)
+        if live_replicas is not None and live_replicas > replicas - 1:
+            p.sync = True  # the shrink is applied whatever the drift policy says
+            self.scaling(p, operation)
+            return
+        if pod in pods:
+            self.scaling(p, operation)  # the pod is terminating
+            return
+        claim_name = f"{CLAIM_TEMPLATE}-{pod}"
+        claim = self.view.get(k.PVC, cluster.namespace, claim_name)
+        if claim is not None and not _meta(claim).get("deletionTimestamp"):
+            try:
+                self.kube.delete(k.PVC, cluster.namespace, claim_name,
+                                 uid=_meta(claim).get("uid"))
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+            self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+            self.count("delete-claim")
+            p.act("ClaimDeleted", f"PersistentVolumeClaim/{claim_name}", (
+                "the store of a decommissioned node can never rejoin: its claim is deleted so "
+                "a later scale-out starts with an empty volume"))
+        p.status_fields["operation"] = None
+        self.count("scale-in-step")
+        p.act("ScaledIn", f"StatefulSet/{cluster.name}", f"{replicas} -> {replicas - 1} "
+              f"replicas ({pod} removed)")
+        if replicas - 1 > cluster.replicas:
+            p.requeue_in(0)  # the next node
+        self._probes.pop((cluster.namespace, cluster.name), None)
+
+    def cancel(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+               node_id: int, pod: str) -> None:
+        """A scale-out came while node_id decommissions: recommission it, drop the operation."""
+        runner = exec_pod(pods)
+        if runner is None:
+            p.not_ready.append(("ScalingIn", "recommission waits for a pod that runs kwbase"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        try:
+            admin.recommission(runner, [node_id])
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("ScalingIn", f"recommission of node {node_id} failed "
+                                f"(retrying): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        self.count("recommission")
+        p.status_fields["operation"] = None
+        self.override_replicas(p, cluster.replicas)
+        p.act("Recommissioned", f"Pod/{pod}", f"spec.replicas is {cluster.replicas} again: "
+              f"KaiwuDB node {node_id} recommissioned, scale-in cancelled")
+        p.requeue_in(self.settings.poll_s)
