@@ -1,6 +1,7 @@
 """Start the test world by hand: ``python -m tests.world up`` (for a developer or a demo).
 
-It starts the real control plane (tests/world/controlplane.py), writes an admin kubeconfig to
+It starts the real control plane (tests/world/controlplane.py) and the simulated nodes
+(tests/world/simworld.py: kubelet, storage, KaiwuDB), writes an admin kubeconfig to
 ``<repo>/.testworld/kubeconfig``, prints how to use it and runs until Ctrl-C (or SIGTERM), then
 stops every process it started. It starts no nodes yet: the simulated kubelet, storage and
 KaiwuDB are assembled by tests/world/simworld.py, which `up` is to start once it exists.
@@ -19,6 +20,8 @@ from types import FrameType
 import yaml
 
 from tests.world.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
+from tests.world.kube_rest import KubeAccess
+from tests.world.simworld import SimWorld
 
 DEFAULT_KUBECONFIG = REPO_ROOT / ".testworld" / "kubeconfig"
 
@@ -31,7 +34,7 @@ def _write_kubeconfig(plane: ControlPlane, path: Path) -> None:
     path.chmod(0o600)
 
 
-def _report(plane: ControlPlane, kubeconfig: Path) -> str:
+def _report(plane: ControlPlane, kubeconfig: Path, nodes: Sequence[str]) -> str:
     mib = sum(plane.rss_bytes().values()) / 2**20
     lines = [
         f"test world up in {plane.startup_seconds:.1f} s ({mib:.0f} MiB resident)",
@@ -42,7 +45,7 @@ def _report(plane: ControlPlane, kubeconfig: Path) -> str:
         f"  audit log:   {plane.audit_log_path}",
         f"  logs:        {plane.log_dir}",
         f"  processes:   {', '.join(f'{n}={p}' for n, p in plane.pids().items())}",
-        "  nodes:       none yet (the simulated kubelet is not wired into `up`)",
+        f"  nodes:       {', '.join(nodes)} (simulated: kubelet, storage, KaiwuDB)",
         "",
         "Use it:",
         f"  export KUBECONFIG={kubeconfig}",
@@ -69,9 +72,11 @@ def _up(args: argparse.Namespace) -> int:
     # Both explicitly: a shell script that starts us in the background ignores SIGINT for us.
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
+    world = SimWorld(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token))
     try:
+        world.start()
         _write_kubeconfig(plane, args.kubeconfig)
-        print(_report(plane, args.kubeconfig), flush=True)
+        print(_report(plane, args.kubeconfig, world.kubelet.node_names), flush=True)
         while not plane.exited():
             time.sleep(1)
         print(f"{', '.join(plane.exited())} exited on its own; logs: {plane.log_dir}",
@@ -81,6 +86,7 @@ def _up(args: argparse.Namespace) -> int:
         print("\nstopping the test world", flush=True)
         return 0
     finally:
+        world.stop()
         plane.stop(keep_logs=True)
         # A kubeconfig for a stopped apiserver only misleads whoever finds it next.
         args.kubeconfig.unlink(missing_ok=True)
