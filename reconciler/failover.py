@@ -40,7 +40,14 @@ from reconciler.cache import CacheView
 from reconciler.events import rfc3339
 from reconciler.kube import ApiError, Kube, Obj
 from reconciler.kwbase import KwbaseError
-from reconciler.lifecycle import CLAIM_TEMPLATE, Lifecycle, cluster_pods, exec_pod, pod_ready
+from reconciler.lifecycle import (
+    CLAIM_TEMPLATE,
+    Lifecycle,
+    claim_of,
+    cluster_pods,
+    exec_pod,
+    pod_ready,
+)
 from reconciler.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -213,7 +220,7 @@ class Failover:
                 p.requeue_in(self.settings.poll_s)
             return
         claim_name = f"{CLAIM_TEMPLATE}-{name}"
-        claim = self.view.get(k.PVC, cluster.namespace, claim_name)
+        claim = claim_of(self.view, self.kube, cluster.namespace, name)
         pinned = str((_meta(claim).get("annotations") or {}).get(SELECTED_NODE) or "")
         if not claim or not pinned or node_ready(self.view.get(k.NODE, "", pinned))[0]:
             p.not_ready.append(("Replacing", f"pod {name} is being scheduled"))

@@ -134,6 +134,14 @@ def cluster_pods(view: CacheView, cluster: Cluster) -> dict[str, Obj]:
             for pod in view.list(k.POD, cluster.namespace, selector_labels(cluster))}
 
 
+def claim_of(view: CacheView, kube: Kube, namespace: str, pod: str) -> Obj | None:
+    """The claim behind a pod's data volume. The claim template carries only the selector
+    labels, not the managed-by label the PVC cache selects on, so the cache may not hold it:
+    then one read (only while a lifecycle action is under way, never in a steady pass)."""
+    name = f"{CLAIM_TEMPLATE}-{pod}"
+    return view.get(k.PVC, namespace, name) or kube.get(k.PVC, namespace, name)
+
+
 def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
     """The pod to run cluster-wide commands in: a Ready one (its node is live), lowest ordinal
     first, else any whose kwbase runs; never `avoid` (the node being removed) if another will do.
@@ -397,7 +405,7 @@ class Lifecycle:
             self.scaling(p, operation)  # the pod is terminating
             return
         claim_name = f"{CLAIM_TEMPLATE}-{pod}"
-        claim = self.view.get(k.PVC, cluster.namespace, claim_name)
+        claim = claim_of(self.view, self.kube, cluster.namespace, pod)
         if claim is not None and not _meta(claim).get("deletionTimestamp"):
             try:
                 self.kube.delete(k.PVC, cluster.namespace, claim_name,

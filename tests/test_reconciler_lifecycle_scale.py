@@ -1,0 +1,124 @@
+"""Stories: a user scales a KaiwuCluster out and back in; the reconciler keeps KaiwuDB whole.
+
+Scale-out needs nothing from the reconciler but bookkeeping: the new pod joins through --join and
+its node id shows in status.nodes. Scale-in is KaiwuDB's documented procedure, driven by the
+reconciler one node at a time: with every node live and replication healthy it decommissions the
+node id of the highest ordinal, waits (requeueing, never blocking) until that node holds no
+replicas, and only then shrinks the StatefulSet and deletes the removed pod's claim (a
+decommissioned store can never rejoin). A single-replica cluster holds one copy of its data: its
+scale-in is refused, Stalled, and nothing is removed. Timings are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kubernetes import client as k8s
+
+from reconciler import kube as kk
+from reconciler.kube import Kube
+from reconciler.kwbase import KwbaseAdmin
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
+from tests.test_reconciler_drift_harness import Reconciler, condition, reconciler_factory, wait_for
+from tests.test_reconciler_lifecycle import (
+    NAME,
+    bring_up,
+    lifecycle_count,
+    live_nodes,
+    report,
+    small_cluster,
+    status,
+    wait_ready,
+)
+from tests.world.simworld import SimWorld
+
+__all__ = ["reconciler_factory"]  # the fixture, imported for pytest
+
+
+def scale(kube: k8s.ApiClient, namespace: str, replicas: int) -> None:
+    """What `kubectl patch kwc dev --type merge -p '{"spec":{"replicas":N}}'` does."""
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"replicas": replicas}})
+
+
+def statefulset_replicas(kube: k8s.ApiClient, namespace: str) -> int:
+    found = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
+    assert found is not None
+    return int(found["spec"]["replicas"])
+
+
+def test_scale_out_then_in_decommissions_exactly_the_removed_node(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    three = live_nodes(obj)
+
+    started = time.monotonic()
+    scale(kube, namespace, 4)
+    grown = wait_for("4 live KaiwuDB nodes and Ready", lambda: (
+        o := wait_ready(reconciler)) and len(live_nodes(o)) == 4 and o, 60, 0.1)
+    report("replicas 3 -> 4: new node live, Ready", time.monotonic() - started)
+    four = live_nodes(grown)
+    assert {pod: four[pod] for pod in three} == three, "existing pods keep their node ids"
+    added = four[f"{NAME}-3"]
+    assert added not in three.values()
+    assert lifecycle_count(reconciler, "init") == 1, "joining needs no init"
+
+    started = time.monotonic()
+    scale(kube, namespace, 3)
+    # The node is decommissioned while its pod still runs: the StatefulSet keeps 4 replicas.
+    operation = wait_for("the scale-in operation in status", lambda: status(reconciler).get(
+        "operation"), 20, 0.05)
+    assert operation["type"] == "ScaleIn" and operation["pod"] == f"{NAME}-3"
+    assert operation.get("nodeId") in (None, added)
+
+    def scaled_in() -> bool:
+        st = status(reconciler)
+        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
+                and "operation" not in st and st.get("replicas") == 3
+                and len(live_nodes({"status": st})) == 3)
+    wait_for("the cluster to be Ready with 3 nodes and no operation", scaled_in, 60, 0.1)
+    report("replicas 4 -> 3: decommission, shrink, Ready", time.monotonic() - started)
+
+    obj = wait_ready(reconciler)
+    assert live_nodes(obj) == three, "the three original nodes remain, with their ids"
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission") == 1
+    actions = [a["action"] for a in obj["status"]["lastActions"]]
+    assert actions.index("ScaledIn") < actions.index("NodeDecommissioned") < actions.index(
+        "Decommissioning"), "newest first: decommission, drained, then shrink"
+    wait_for("the removed pod's claim to go", lambda: Kube(kube, "test").get(
+        kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)
+
+    # KaiwuDB agrees: the removed node id is decommissioned and holds nothing; the rest are live.
+    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace)))
+    rows = {n.id: n for n in KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster).node_status(
+        f"{NAME}-0", decommission=True)}
+    assert rows[added].is_decommissioning and rows[added].gossiped_replicas == 0
+    assert all(rows[i].healthy and not rows[i].is_decommissioning for i in three.values())
+
+
+def test_a_single_replica_cluster_refuses_to_scale_in(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, startMode="single-replica"))
+    report("apply -> Ready (3 single-replica nodes)", took)
+    nodes = live_nodes(obj)
+
+    scale(kube, namespace, 2)
+    stalled = wait_for("Stalled", lambda: (c := condition(
+        reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 20, 0.1)
+    assert stalled["reason"] == "ScaleInRefused"
+    assert "set spec.replicas back to 3" in stalled["message"]
+    time.sleep(1.0)  # a few passes later, still nothing removed
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission") == 0
+    assert "operation" not in status(reconciler)
+
+    scale(kube, namespace, 3)
+    assert live_nodes(wait_ready(reconciler, 30)) == nodes
