@@ -219,11 +219,57 @@ def api_server_rules(obj: dict[str, Any]) -> list[str]:
             for flag in container.get("command", []):
                 if "\n" in flag or "\x00" in flag:
                     problems.append(f"command argument {flag!r} has a line break or NUL")
+            problems += _resource_problems(container.get("resources", {}))
+            for env in container.get("env", []):
+                key = env.get("valueFrom", {}).get("secretKeyRef", {}).get("key")
+                if key is not None and not (_CONFIG_KEY.fullmatch(key)
+                                            and not key.startswith("..")):
+                    problems.append(f"secretKeyRef key {key!r} is not valid")
+        problems += _toleration_problems(pod.get("tolerations", []))
+        pairs = [(c["topologyKey"], c["whenUnsatisfiable"])
+                 for c in pod.get("topologySpreadConstraints", [])]
+        if len(pairs) != len(set(pairs)):
+            problems.append(f"duplicate topology spread constraints {pairs}")
         for claim in obj["spec"]["volumeClaimTemplates"]:
             pvc = f"{claim['metadata']['name']}-{meta['name']}-99"
             if not (len(pvc) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(pvc)):
                 problems.append(f"claim name {pvc!r} is not valid")
     return problems
+
+
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def _toleration_problems(tolerations: list[dict[str, Any]]) -> Iterator[str]:
+    """core/v1 ValidateTolerations."""
+    for toleration in tolerations:
+        key, value = toleration.get("key", ""), toleration.get("value", "")
+        exists = toleration.get("operator") == "Exists"
+        if key and not _is_qualified_name(key):
+            yield f"toleration key {key!r} is not a qualified name"
+        if not key and not exists:
+            yield "a toleration without a key needs operator Exists"
+        if "tolerationSeconds" in toleration and toleration.get("effect") != "NoExecute":
+            yield "tolerationSeconds needs effect NoExecute"
+        if exists and value:
+            yield "operator Exists takes no value"
+        if not exists and not (len(value) <= 63 and _LABEL_VALUE.fullmatch(value)):
+            yield f"toleration value {value!r} is not a label value"
+
+
+def _resource_problems(resources: dict[str, Any]) -> Iterator[str]:
+    """core/v1 ValidateResourceRequirements for a container (quantities already canonical)."""
+    requests, limits = resources.get("requests", {}), resources.get("limits", {})
+    for name, value in {**requests, **limits}.items():
+        standard = name in ("cpu", "memory", "ephemeral-storage") or name.startswith("hugepages-")
+        if not (_is_qualified_name(name) and ("/" in name or standard)):
+            yield f"{name!r} is not a container resource"
+        if str(value).startswith("-"):
+            yield f"{name} {value} is negative"
+    for name in requests:
+        extended = "/" in name and "kubernetes.io/" not in name
+        if extended and requests[name] != limits.get(name):
+            yield f"extended resource {name} needs limit == request"
 
 
 def line_of(text: str, document: int, path: Sequence[str | int]) -> int:
