@@ -170,20 +170,36 @@ def _summary(result: TreeDiff) -> str:
 
 def format_markdown(result: TreeDiff, budget: int = MARKDOWN_BUDGET) -> str:
     """A pull-request comment: a summary table, then one collapsible diff per object, cut off
-    (with a note) before the comment would exceed `budget` characters."""
+    (with a note) so that the whole comment, note included, stays within `budget` characters.
+    The table gets at most half of the budget: thousands of objects must not crowd out every
+    diff, nor push the comment past the limit on their own."""
     if result.empty:
         return f"**KaiwuDB manifests:** no changes ({result.unchanged} objects unchanged).\n"
-    head = [f"### KaiwuDB manifests: {_summary(result)}", "",
-            "| change | object |", "| --- | --- |"]
-    head += [f"| {change.change} | `{change.key}` |" for change in result.changes]
-    text = "\n".join(head) + "\n\n"
+    total = len(result.changes)
+    text = "\n".join([f"### KaiwuDB manifests: {_summary(result)}", "",
+                      "| change | object |", "| --- | --- |"]) + "\n"
+    table_end = budget // 2 - len(_more_rows(total))
+    for index, change in enumerate(result.changes):
+        row = f"| {change.change} | `{change.key}` |\n"
+        if len(text) + len(row) > table_end:
+            text += _more_rows(total - index)
+            break
+        text += row
+    text += "\n"
     for index, change in enumerate(result.changes):
         block = (f"<details><summary>{change.change}: <code>{change.key}</code></summary>\n\n"
                  f"```diff\n{change.diff}```\n</details>\n\n")
-        if len(text) + len(block) > budget:
-            left = len(result.changes) - index
-            text += (f"_{left} more object diffs left out to fit the comment; "
-                     "run `kaiwu diff` locally for all of them._\n")
+        if len(text) + len(block) + len(_left_out(total)) > budget:
+            text += _left_out(total - index)
             break
         text += block
     return text
+
+
+def _more_rows(count: int) -> str:
+    return f"| ... | _{count} more objects: run `kaiwu diff` locally for the full list_ |\n"
+
+
+def _left_out(count: int) -> str:
+    return (f"_{count} more object diffs left out to fit the comment; "
+            "run `kaiwu diff` locally for all of them._\n")
