@@ -270,6 +270,19 @@ class Failover:
         nodes = p.status_fields.get("nodes", p.previous.get("nodes")) or ()
         replacement = [e for e in nodes if e.get("pod") == name and e.get("state") == "live"
                        and int(e["nodeId"]) not in dead_ids]
+        pod = pods.get(name)
+        if pod is not None and not (pod.get("spec") or {}).get("nodeName") and \
+                str(_meta(pod).get("uid")) != entry.get("podUid"):
+            claim = claim_of(self.view, self.kube, cluster.namespace, name)
+            if claim is None or _meta(claim).get("deletionTimestamp"):
+                # The StatefulSet recreated the pod while the old claim was still going: the
+                # pod names a claim that is gone and would wait forever. Deleted again, it comes
+                # back with a new claim.
+                self.force_delete(pod)
+                entry["podUid"] = str(_meta(pod).get("uid"))
+                p.wrote = True
+                p.requeue_in(self.settings.poll_s)
+                return
         if not pod_ready(pods.get(name)) or not replacement:
             p.not_ready.append(("Replacing", f"pod {name} starts a fresh KaiwuDB store"))
             p.requeue_in(self.settings.poll_s)

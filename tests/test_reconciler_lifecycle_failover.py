@@ -1,0 +1,129 @@
+"""Story: a Kubernetes node dies under a running KaiwuCluster; the reconciler replaces its pod.
+
+The cluster runs on node-local volumes (the test world's storage pins each volume to its node),
+with `spec.failover.nodeLostTimeout: 5s` and `replaceLostVolumes: true`. One Kubernetes node
+powers off. The real node lifecycle controller marks it Unknown; its pod would stay there for
+good (the StatefulSet never replaces a pod no kubelet confirms gone). Once the node has been lost
+for the timeout, the reconciler force-deletes the pod; the recreated pod cannot follow its volume
+to the dead node, so the claim is given up and a fresh store starts on the spare node; the new
+KaiwuDB node joins and the lost node id is decommissioned. The cluster is Ready again, and at no
+point was any other pod or claim touched. Timings are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client as k8s
+
+from reconciler import kube as kk
+from reconciler.kube import Kube, Obj
+from tests.test_reconciler_drift_harness import Reconciler, condition, reconciler_factory, wait_for
+from tests.test_reconciler_lifecycle import (
+    NAME,
+    bring_up,
+    lifecycle_count,
+    live_nodes,
+    report,
+    small_cluster,
+    status,
+)
+from tests.world.faults import Faults
+from tests.world.simworld import SimWorld
+
+__all__ = ["reconciler_factory"]  # the fixture, imported for pytest
+
+TIMEOUT_S = 5.0
+# The test control plane's node-monitor-grace-period (8 s) plus its monitor period and slack.
+NODE_GRACE_S = 8.0
+
+
+def pod(kube: k8s.ApiClient, namespace: str, name: str) -> Obj | None:
+    return Kube(kube, "test").get(kk.POD, namespace, name)
+
+
+def pod_ready(found: Obj | None) -> bool:
+    return found is not None and not found["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (found.get("status") or {}).get("conditions") or ())
+
+
+def node_lost_since(kube: k8s.ApiClient, node: str) -> float | None:
+    """When the node lifecycle controller marked the node's Ready condition not True."""
+    found = Kube(kube, "test").get(kk.NODE, None, node)
+    for item in ((found or {}).get("status") or {}).get("conditions") or ():
+        if item.get("type") == "Ready" and item.get("status") != "True":
+            return datetime.fromisoformat(
+                str(item["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s", "replaceLostVolumes": True}))
+    report("apply -> Ready (3 nodes)", took)
+    before = live_nodes(obj)
+    victim = f"{NAME}-1"
+    others = [f"{NAME}-0", f"{NAME}-2"]
+    old = pod(kube, namespace, victim)
+    assert old is not None
+    lost_node = old["spec"]["nodeName"]
+    uids = {name: (pod(kube, namespace, name) or {})["metadata"]["uid"] for name in others}
+    claims: dict[str, Any] = {name: Kube(kube, "test").get(kk.PVC, namespace, f"data-{name}")
+                              for name in others}
+
+    lost_at = time.monotonic()
+    faults.lose_node(lost_node)
+    unknown = wait_for("the node to leave Ready", lambda: node_lost_since(kube, lost_node),
+                       NODE_GRACE_S + 12, 0.1)
+    report("node powered off -> Node not Ready", time.monotonic() - lost_at)
+
+    worst_ready_others = 2
+
+    def replaced() -> Obj | None:
+        nonlocal worst_ready_others
+        worst_ready_others = min(worst_ready_others, sum(
+            pod_ready(pod(kube, namespace, name)) for name in others))
+        found = pod(kube, namespace, victim)
+        if pod_ready(found) and found is not None and found["spec"]["nodeName"] != lost_node:
+            return found
+        return None
+    new = wait_for("the pod to be Ready on another node", replaced, TIMEOUT_S + 30, 0.2)
+    replaced_after = time.time() - unknown
+    report("Node not Ready -> pod Ready on another node", replaced_after)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert replaced_after < TIMEOUT_S + 20, "the timeout plus a few seconds"
+
+    def ready_again() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        if condition(found, "Ready").get("status") == "True" and "failures" not in st:
+            return found
+        return None
+    obj = wait_for("the cluster to be Ready again", ready_again, 30, 0.2)
+    report("node powered off -> cluster Ready again", time.monotonic() - lost_at)
+
+    after = live_nodes(obj)
+    assert sorted(after) == sorted(before)
+    assert {name: after[name] for name in others} == {name: before[name] for name in others}
+    assert after[victim] not in before.values(), "a fresh store is a new KaiwuDB node"
+    # One disruption only: the other pods and claims were never touched, nor unready.
+    assert worst_ready_others == 2
+    for name in others:
+        assert (pod(kube, namespace, name) or {})["metadata"]["uid"] == uids[name]
+        current = Kube(kube, "test").get(kk.PVC, namespace, f"data-{name}")
+        assert current is not None and current["metadata"]["uid"] == claims[name][
+            "metadata"]["uid"]
+    deleted = {(w["objectRef"]["resource"], w["objectRef"]["name"])
+               for w in reconciler.writes() if w["verb"] == "delete"}
+    assert deleted <= {("pods", victim), ("persistentvolumeclaims", f"data-{victim}")}, deleted
+    assert lifecycle_count(reconciler, "force-delete-pod") == 1
+    assert lifecycle_count(reconciler, "replace-volume") == 1
+    assert lifecycle_count(reconciler, "decommission-dead-node") == 1
+    actions = [a["action"] for a in status(reconciler).get("lastActions") or ()]
+    assert {"PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"} <= set(actions)
