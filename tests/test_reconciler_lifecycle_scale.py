@@ -122,3 +122,34 @@ def test_a_single_replica_cluster_refuses_to_scale_in(
 
     scale(kube, namespace, 3)
     assert live_nodes(wait_ready(reconciler, 30)) == nodes
+
+
+def test_scaling_out_during_a_scale_in_recommissions_the_node(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    four = live_nodes(obj)
+
+    scale(kube, namespace, 3)
+    operation = wait_for("node 4's decommission to start", lambda: (
+        op := status(reconciler).get("operation")) and op.get("phase") == "Decommissioning"
+        and op, 20, 0.02)
+    # The user changes their mind while the node still drains (draining takes seconds).
+    started = time.monotonic()
+    scale(kube, namespace, 4)
+    wait_for("the operation to be cancelled", lambda: "operation" not in status(reconciler),
+             20, 0.02)
+    report("replicas back to 4 mid-decommission -> recommissioned", time.monotonic() - started)
+    obj = wait_ready(reconciler, 30)
+    assert live_nodes(obj) == four, "the same four nodes, none removed"
+    assert lifecycle_count(reconciler, "recommission") == 1
+    assert statefulset_replicas(kube, namespace) == 4
+    actions = [a["action"] for a in obj["status"]["lastActions"]]
+    assert "Recommissioned" in actions and "ScaledIn" not in actions
+
+    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace)))
+    node = KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster).node_status(
+        f"{NAME}-0", operation["nodeId"], decommission=True)[0]
+    assert node.healthy and not node.is_decommissioning
