@@ -168,6 +168,8 @@ def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
             "failureThreshold": 2,
         },
         "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_DIR}],
+        # kwbase never writes /dev/termination-log: the log tail is the crash reason we report.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if cluster.tls:
         container["volumeMounts"].append({"name": "certs", "mountPath": CERTS_DIR,
