@@ -195,8 +195,16 @@ def _content_key(live: Mapping[str, Any]) -> str:
     a StatefulSet's) must not cost a new dry run."""
     meta = dict(_meta(live))
     meta.pop("resourceVersion", None)
-    meta["managedFields"] = [{key: value for key, value in entry.items() if key != "time"}
-                             for entry in meta.get("managedFields") or ()]
+    managed = []
+    for entry in meta.get("managedFields") or ():
+        # Who owns which status fields changes with the status (omitempty counters come and
+        # go): not content either.
+        fields = {key: value for key, value in (entry.get("fieldsV1") or {}).items()
+                  if key != "f:status"}
+        if fields:
+            managed.append({**{key: value for key, value in entry.items()
+                               if key not in ("time", "fieldsV1")}, "fieldsV1": fields})
+    meta["managedFields"] = managed
     body = {key: value for key, value in live.items() if key not in ("status", "metadata")}
     return projection_hash({"metadata": meta, **body})
 
@@ -795,7 +803,8 @@ class Controller:
         # The generation is observed once all of it is applied (or we are stuck on it).
         done = p.complete and not any(s.verdict in ("missing", "terminating", "immutable")
                                       and s.outstanding for s in p.states)
-        generation = p.generation if (done or stalled) else None
+        # Paused counts as observed: unpausing is a new generation, which is applied then.
+        generation = p.generation if (done or stalled or p.paused) else None
         previous_phase = p.previous.get("phase")
         phase = ("Failed" if p.halted else "Running" if is_ready else
                  "Pending" if ready == 0 else

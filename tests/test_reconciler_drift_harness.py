@@ -80,11 +80,11 @@ def _service_account_token(core: k8s.CoreV1Api, namespace: str, name: str) -> st
     """The legacy token Secret Kubernetes 1.20's token controller makes for a ServiceAccount."""
     def token() -> str | None:
         for secret in core.list_namespaced_secret(namespace).items:
-            annotations = secret.metadata.annotations or {}
+            annotations = (secret.metadata.annotations if secret.metadata else None) or {}
+            data = secret.data or {}
             if secret.type == "kubernetes.io/service-account-token" and annotations.get(
-                    "kubernetes.io/service-account.name") == name and (secret.data or {}).get(
-                    "token"):
-                return base64.b64decode(secret.data["token"]).decode()
+                    "kubernetes.io/service-account.name") == name and data.get("token"):
+                return base64.b64decode(data["token"]).decode()
         return None
     found: str = wait_for(f"a token for ServiceAccount {name}", token, timeout_s=30)
     return found
@@ -96,25 +96,27 @@ def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: st
     everything in that namespace and to watch Nodes; and its audit user name."""
     core = k8s.CoreV1Api(admin)
     rbac = k8s.RbacAuthorizationV1Api(admin)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": RECONCILER_SA}})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": RECONCILER_SA},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": RECONCILER_SA,
-                      "namespace": namespace}]})
+    subject = k8s.RbacV1Subject(kind="ServiceAccount", name=RECONCILER_SA, namespace=namespace)
+
+    def role(kind: str, name: str) -> k8s.V1RoleRef:
+        return k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind=kind, name=name)
+
+    core.create_namespaced_service_account(
+        namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=RECONCILER_SA)))
+    rbac.create_namespaced_role_binding(namespace, k8s.V1RoleBinding(
+        metadata=k8s.V1ObjectMeta(name=RECONCILER_SA), role_ref=role("ClusterRole",
+                                                                      "cluster-admin"),
+        subjects=[subject]))
     try:
-        rbac.create_cluster_role({"metadata": {"name": NODE_READER}, "rules": [
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]})
+        rbac.create_cluster_role(k8s.V1ClusterRole(
+            metadata=k8s.V1ObjectMeta(name=NODE_READER), rules=[k8s.V1PolicyRule(
+                api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"])]))
     except k8s.ApiException as error:
         if error.status != 409:
             raise
-    rbac.create_cluster_role_binding({
-        "metadata": {"name": f"{NODE_READER}-{namespace}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": NODE_READER},
-        "subjects": [{"kind": "ServiceAccount", "name": RECONCILER_SA,
-                      "namespace": namespace}]})
+    rbac.create_cluster_role_binding(k8s.V1ClusterRoleBinding(
+        metadata=k8s.V1ObjectMeta(name=f"{NODE_READER}-{namespace}"),
+        role_ref=role("ClusterRole", NODE_READER), subjects=[subject]))
     token = _service_account_token(core, namespace, RECONCILER_SA)
     return plane.api_client(token=token), f"system:serviceaccount:{namespace}:{RECONCILER_SA}"
 
@@ -126,7 +128,8 @@ class _Due:
 
 
 class Reconciler:
-    """A Controller driven by watch events, as the runtime drives it (one worker)."""
+    """A Controller driven by watch events and a periodic resync (Settings.resync_period_s),
+    as the runtime drives it, with one worker."""
 
     def __init__(self, plane: ControlPlane, admin: k8s.ApiClient, namespace: str,
                  **settings: Any) -> None:
@@ -144,6 +147,7 @@ class Reconciler:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name=f"driver-{namespace}",
                                         daemon=True)
+        self._resynced = time.monotonic()
         self.passes = 0
         self.errors: list[str] = []
 
@@ -169,13 +173,21 @@ class Reconciler:
         with self._lock:
             while not self._stop:
                 now = time.monotonic()
+                if now - self._resynced >= self.settings.resync_period_s:
+                    # The runtime's safety net: every cluster again, events or not.
+                    self._resynced = now
+                    for key in self.caches.cluster_keys():
+                        heapq.heappush(self._heap, _Due(now, key))
                 if self._heap and self._heap[0].at <= now:
                     key = heapq.heappop(self._heap).key
                     # Events that queued the same key meanwhile are served by this one pass.
                     self._heap = [due for due in self._heap if due.key != key or due.at > now]
                     heapq.heapify(self._heap)
                     return key
-                self._lock.wait(self._heap[0].at - now if self._heap else 1.0)
+                wait = self._resynced + self.settings.resync_period_s - now
+                if self._heap:
+                    wait = min(wait, self._heap[0].at - now)
+                self._lock.wait(max(wait, 0.001))
             return None
 
     def _run(self) -> None:
@@ -243,6 +255,11 @@ def reconciler_factory(control_plane: ControlPlane, kube: k8s.ApiClient,
             raise
 
 
+def brief(writes: list[dict[str, Any]]) -> list[str]:
+    """Audit lines as `verb uri` (for assertion messages)."""
+    return [f"{w['verb']} {w['requestURI']}" for w in writes]
+
+
 def user(kube: k8s.ApiClient, manager: str) -> Kube:
     """The test playing a person or another tool, under that tool's field manager name."""
     return Kube(kube, manager)
@@ -255,7 +272,7 @@ def test_the_harness_counts_the_reconcilers_writes_and_nothing_else(
     since = now_stamp()
     # A read by the reconciler is not a write; one apply (even a dry run) is.
     reconciler.kube.list_objects(kk.SERVICE, namespace)
-    service = {"apiVersion": "v1", "kind": "Service",
+    service: Obj = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "probe", "namespace": namespace},
                "spec": {"ports": [{"port": 80, "protocol": "TCP"}]}}
     reconciler.kube.apply(copy.deepcopy(service), dry_run=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client as k8s
@@ -63,11 +63,13 @@ def container(obj: Obj) -> dict[str, Any]:
 
 def kubectl_edit(kube: k8s.ApiClient, namespace: str, edit: Callable[[Obj], None]) -> None:
     """What `kubectl edit statefulset dev` does: read, change, write the whole object back."""
-    apps = k8s.AppsV1Api(kube)
     obj = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
     assert obj is not None
     edit(obj)
-    apps.replace_namespaced_stateful_set(NAME, namespace, obj, field_manager="kubectl-edit")
+    # A PUT with the resourceVersion read, as kubectl edit sends (a conflict fails the test).
+    # The typed client takes the plain dict as it is (its annotation says a model).
+    k8s.AppsV1Api(kube).replace_namespaced_stateful_set(
+        NAME, namespace, cast(Any, obj), field_manager="kubectl-edit")
 
 
 def set_image(kube: k8s.ApiClient, namespace: str) -> None:
@@ -194,7 +196,7 @@ def test_drift_is_repaired_within_a_second(
     obj = wait_for("the repair in status.lastActions", reported, timeout_s=5)
     assert condition(obj, "Drifted")["status"] == "False"
     wait_for("a DriftRepaired Event", lambda: any(
-        e.reason == "DriftRepaired" and drift.target in e.message
+        e.reason == "DriftRepaired" and drift.target in (e.message or "")
         for e in k8s.CoreV1Api(kube).list_namespaced_event(namespace).items), timeout_s=5)
     # One repair, not a loop: a few writes, then quiet.
     time.sleep(1.5)
