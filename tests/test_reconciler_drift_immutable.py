@@ -1,0 +1,87 @@
+"""Story: the owner asks for a change Kubernetes cannot make in place, and nothing is lost.
+
+The volume claim template of a StatefulSet is immutable. When the owner of the dev cluster
+raises spec.storage.size, the reconciler deletes the StatefulSet with its pods and claims
+orphaned, recreates it with the new template, and the new StatefulSet adopts the very same pods
+and claims (their uids do not change). The story prints how long the swap took.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kubernetes import client as k8s
+
+from reconciler import kube as kk
+from reconciler.kube import Kube, Obj
+from tests.test_reconciler_drift_harness import (
+    Reconciler,
+    condition,
+    example,
+    reconciler_factory,
+    user,
+    wait_for,
+)
+
+__all__ = ["reconciler_factory"]
+
+NAME = "dev"
+
+
+def uids(objects: list[Obj]) -> dict[str, str]:
+    return {o["metadata"]["name"]: o["metadata"]["uid"] for o in objects}
+
+
+def owner_uids(objects: list[Obj]) -> set[str]:
+    return {ref["uid"] for o in objects for ref in o["metadata"].get("ownerReferences") or ()}
+
+
+def test_new_storage_size_recreates_the_statefulset_keeping_pods_and_claims(
+        reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
+        namespace: str) -> None:
+    reconciler = reconciler_factory()
+    cluster = example("dev", namespace)
+    user(kube, "kubectl").apply(cluster)
+    reconciler.settle(NAME)
+    admin = Kube(kube, "test")
+    selector = f"app.kubernetes.io/instance={NAME}"
+    pods = wait_for("three pods", lambda: len(
+        p := admin.list_objects(kk.POD, namespace, selector)[0]) == 3 and p)
+    claims = wait_for("three claims", lambda: len(
+        c := admin.list_objects(kk.PVC, namespace)[0]) == 3 and c)
+    old = admin.get(kk.STATEFUL_SET, namespace, NAME)
+    assert old is not None
+    assert owner_uids(pods) == {old["metadata"]["uid"]}
+
+    cluster["spec"]["storage"]["size"] = "6Gi"
+    user(kube, "kubectl").apply(cluster)
+    changed_at = time.monotonic()
+
+    def recreated() -> Obj | None:
+        new = admin.get(kk.STATEFUL_SET, namespace, NAME)
+        if new is None or new["metadata"]["uid"] == old["metadata"]["uid"]:
+            return None
+        return new
+    new = wait_for("a new StatefulSet", recreated, timeout_s=15, interval_s=0.01)
+    took = time.monotonic() - changed_at
+    template = new["spec"]["volumeClaimTemplates"][0]
+    assert template["spec"]["resources"]["requests"]["storage"] == "6Gi"
+
+    # The same pods and claims, now owned by the new StatefulSet.
+    adopted = wait_for("the pods to be adopted", lambda: owner_uids(
+        p := admin.list_objects(kk.POD, namespace, selector)[0]) == {new["metadata"]["uid"]}
+        and p, timeout_s=15)
+    print(f"\nstorage size change: StatefulSet recreated in {took * 1000:.0f} ms, pods adopted "
+          f"after {time.monotonic() - changed_at:.1f}s")
+    assert uids(adopted) == uids(pods)
+    assert uids(admin.list_objects(kk.PVC, namespace)[0]) == uids(claims)
+
+    obj = reconciler.settle(NAME)
+    actions = obj["status"]["lastActions"]
+    assert any(a["action"] == "Recreating" and a["target"] == "StatefulSet/dev" and
+               "volumeClaimTemplates" in a["message"] for a in actions), actions
+    assert condition(obj, "Stalled")["status"] == "False"
+    assert condition(obj, "Drifted")["status"] == "False"
+    events = [e.reason for e in k8s.CoreV1Api(kube).list_namespaced_event(namespace).items]
+    assert "Recreating" in events
