@@ -124,7 +124,7 @@ def has_empty_string(node: Any) -> bool:
         return any(has_empty_string(value) for value in node.values())
     if isinstance(node, list):
         return any(has_empty_string(item) for item in node)
-    return node == ""
+    return isinstance(node, str) and not node
 
 
 @settings(PROPERTY, max_examples=15)
