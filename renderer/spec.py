@@ -60,7 +60,7 @@ class TopologySpread:
 
 @dataclass(frozen=True)
 class DriftIgnore:
-    """A user rule from spec.drift.ignore, as written (reconciler.ignore turns it into a matcher)."""
+    """A user rule from spec.drift.ignore, as written (reconciler.ignore makes it a matcher)."""
 
     pointer: str
     kind: str = ""

@@ -21,6 +21,11 @@ from tests.world.kubelet_fixtures import faults, sim_world  # noqa: F401 - fixtu
 __all__ = ["control_plane", "kube", "namespace"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the golden render trees in tests/golden from the renderer")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_world_tests(items)
 

@@ -67,8 +67,9 @@ def _pod_spec(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": cluster.grace_period_seconds,
         "containers": [_container(cluster, settings)],
-        "volumes": _volumes(cluster),
     }
+    if cluster.tls:
+        spec["volumes"] = _volumes(cluster)
     affinity = _anti_affinity(cluster)
     if affinity:
         spec["affinity"] = affinity
@@ -186,8 +187,6 @@ def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
 
 
 def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
-    if not cluster.tls:
-        return []
     # kwbase refuses key files readable by group or others: project both Secrets read-only 0400.
     return [{"name": "certs", "projected": {"defaultMode": 0o400, "sources": [
         {"secret": {"name": cluster.node_secret, "items": [

@@ -2,19 +2,14 @@
 
     .venv/bin/pytest tests/golden --update-golden
 
-pytest registers options only from conftest files it loads at start-up, which includes this one
-when tests/golden (or a file in it) is named on the command line, as above. Review the rewritten
-files with `git diff tests/golden` before committing them.
+The option itself is registered in tests/conftest.py (pytest reads options only from conftest
+files it loads at start-up), so it works with any selection of tests. Review the rewritten files
+with `git diff tests/golden` before committing them.
 """
 
 from __future__ import annotations
 
 import pytest
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", default=False,
-                     help="rewrite the golden render trees in tests/golden from the renderer")
 
 
 @pytest.fixture
