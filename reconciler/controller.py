@@ -86,6 +86,12 @@ DRY_RUN_CACHE_SIZE = 4096
 # How soon to look again while the API server finishes something we started (an orphaning
 # delete) or after a write lost a race with another writer (409).
 SHORT_REQUEUE_S = 0.5
+# After a write, the watch cache shows the old object until the write's event arrives (usually
+# milliseconds). A pass in between would judge the old copy and write again (a duplicate repair,
+# a 409 on status). For this long at most, a cached object still at the version we overwrote is
+# taken as "our write is on its way": skipped, and looked at again shortly.
+STALE_GRACE_S = 5.0
+STALE_RECHECK_S = 0.1
 
 Verdict = Literal["in-sync", "missing", "drifted", "terminating", "immutable", "rejected",
                   "unserved"]
@@ -111,6 +117,7 @@ class ObjectState:
     report: DriftReport | None = None
     detail: str = ""  # the server's words for immutable/rejected, else the drift report
     repaired: bool = False  # written this pass and now as rendered
+    stale: bool = False  # the cache still shows the version our last write replaced
     blocked_s: float = 0.0  # a fight's back-off keeps it drifted this long
 
     @property
@@ -243,6 +250,11 @@ class Controller:
         # The last drift reported per object (its live hash): Events and drift_detected_total
         # count a drift once, not once per pass.
         self._seen_drift: dict[tuple[ClusterKey, ObjectRef], str] = {}
+        # What we last wrote, per cluster and object (or "status"): the resourceVersion it
+        # replaced ("" for a create) and when; see STALE_GRACE_S.
+        self._written: dict[tuple[ClusterKey, str], tuple[str, float]] = {}
+        # Actions of passes whose status write waited for the cache: reported with the next.
+        self._pending_actions: dict[ClusterKey, list[st.Action]] = {}
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
             exec_timeout_s=settings.exec_timeout_s))
         self.failover = Failover(kube, view, metrics, self.lifecycle)
@@ -285,9 +297,28 @@ class Controller:
 
     def forget(self, key: ClusterKey) -> None:
         self.fights.forget(key)
+        self._pending_actions.pop(key, None)
+        for written in [w for w in self._written if w[0] == key]:
+            del self._written[written]
         self.lifecycle.forget(key.namespace, key.name)
         for entry in [e for e in self._seen_drift if e[0] == key]:
             del self._seen_drift[entry]
+
+    def wrote(self, key: ClusterKey, name: str, before: Obj | None) -> None:
+        """Remember that we replaced `before` (None: created `name`) with a write."""
+        version = str(_meta(before).get("resourceVersion") or "")
+        self._written[(key, name)] = (version, time.monotonic())
+
+    def stale(self, key: ClusterKey, name: str, cached: Obj | None) -> bool:
+        """Whether the cache still shows what our last write to `name` replaced."""
+        mark = self._written.get((key, name))
+        if mark is None:
+            return False
+        version = str(_meta(cached).get("resourceVersion") or "")
+        if version == mark[0] and time.monotonic() - mark[1] < STALE_GRACE_S:
+            return True
+        del self._written[(key, name)]
+        return False
 
     # ---- render -----------------------------------------------------------------------------
 
@@ -325,7 +356,11 @@ class Controller:
             if found is not None:
                 secrets[name] = found
         plan = certs_action(cluster, secrets, datetime.fromtimestamp(p.now, UTC))
-        if not p.paused:
+        if any(self.stale(p.key, f"Secret/{name}", secrets.get(name)) for name in names):
+            # Planned from Secrets we have just written: wait for the cache to show ours.
+            p.requeue_in(STALE_RECHECK_S)
+            p.complete = False
+        elif not p.paused:
             for write in plan.writes:
                 body = with_owner(write.secret, p.obj)
                 target = f"Secret/{write.name}"
@@ -342,6 +377,7 @@ class Controller:
                         return
                     raise
                 p.wrote = True
+                self.wrote(p.key, target, secrets.get(write.name))
                 p.act("CertificateWritten", target, write.reason)
         for problem in plan.problems:
             p.stalled.append(("CertificatesUnusable", format_problem(problem)))
@@ -376,7 +412,10 @@ class Controller:
             live = self.view.get(kind, ref.namespace, ref.name)
             state = ObjectState(ref, kind, owned, live)
             p.states.append(state)
-            if live is None:
+            if self.stale(p.key, str(ref), live):
+                state.stale = True
+                p.requeue_in(STALE_RECHECK_S)
+            elif live is None:
                 state.verdict = "missing" if self.served(kind, ref.namespace) else "unserved"
             elif _meta(live).get("deletionTimestamp"):
                 state.verdict = "terminating"
@@ -479,6 +518,7 @@ class Controller:
                     state.blocked_s = wait
                     p.requeue_in(wait)
                     continue
+            before = state.live
             try:
                 self.write(state)
             except ApiError as error:
@@ -493,6 +533,7 @@ class Controller:
                     continue
                 raise
             p.wrote = True
+            self.wrote(p.key, str(state.ref), before)
             self._after_write(p, state, first, drift_repair)
 
     def write(self, state: ObjectState) -> None:
@@ -572,6 +613,7 @@ class Controller:
                 continue
             try:
                 self.repairer.delete(state.kind, state.live, propagation="Orphan")
+                self.wrote(p.key, str(state.ref), state.live)
             except ApiError as error:
                 if error.conflict:  # the uid precondition failed: a successor is there
                     p.requeue_in(SHORT_REQUEUE_S)
@@ -610,12 +652,17 @@ class Controller:
                 kind, ref.namespace) else None
             if live is None:
                 continue
+            if self.stale(p.key, str(ref), live):
+                p.inventory.add(str(ref))  # our delete is on its way
+                p.requeue_in(STALE_RECHECK_S)
+                continue
             labels = _meta(live).get("labels") or {}
             if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or \
                     labels.get(INSTANCE_LABEL) != p.key.name:
                 continue  # someone took it over: it is not ours to delete any more
             try:
                 self.repairer.delete(kind, live, propagation="Background")
+                self.wrote(p.key, str(ref), live)
             except ApiError as error:
                 if error.conflict:
                     p.inventory.add(str(ref))
@@ -628,23 +675,6 @@ class Controller:
     # ---- report -----------------------------------------------------------------------------
 
     def report(self, p: Pass) -> None:
-        observed = self.observed(p)
-        new = st.build(p.previous, observed, rfc3339(p.now))
-        self._drift_events(p)
-        if new != p.previous:
-            body = {**p.obj, "status": new}
-            try:
-                self.repairer.replace_status(body)
-            except ApiError as error:
-                self.metrics.errors_total.labels(stage="status").inc()
-                if error.conflict or error.not_found:
-                    p.requeue_in(SHORT_REQUEUE_S)  # a newer cluster object is on its way
-                    return
-                raise
-        for transition in st.transitions(p.previous, new):
-            event = self._transition_event(transition)
-            if event is not None:
-                p.events.append(event)
         # Actions taken together make one Event per kind of action, not one per object.
         created = [a.target for a in p.actions if a.action == "Created"]
         if created:
@@ -653,6 +683,39 @@ class Controller:
         if applied:
             p.events.append(("Normal", "Applied", f"applied generation {p.generation} to "
                              + ", ".join(applied)))
+        self._drift_events(p)
+        p.actions = self._pending_actions.pop(p.key, []) + p.actions
+        if self.stale(p.key, "status", p.obj):
+            # Our last status write is not in the cache yet: judging transitions against the
+            # old status would write and announce them twice. The next pass reports.
+            if p.actions:
+                self._pending_actions[p.key] = p.actions
+            p.requeue_in(STALE_RECHECK_S)
+            self._emit(p)
+            return
+        observed = self.observed(p)
+        new = st.build(p.previous, observed, rfc3339(p.now))
+        if new != p.previous:
+            body = {**p.obj, "status": new}
+            try:
+                self.repairer.replace_status(body)
+            except ApiError as error:
+                self.metrics.errors_total.labels(stage="status").inc()
+                if error.conflict or error.not_found:
+                    # A newer cluster object is on its way; its pass reports these actions.
+                    self._pending_actions[p.key] = p.actions
+                    p.requeue_in(SHORT_REQUEUE_S)
+                    self._emit(p)
+                    return
+                raise
+            self.wrote(p.key, "status", p.obj)
+        for transition in st.transitions(p.previous, new):
+            event = self._transition_event(transition)
+            if event is not None:
+                p.events.append(event)
+        self._emit(p)
+
+    def _emit(self, p: Pass) -> None:
         for type_, reason, message in p.events:
             self.events.emit(p.obj, type_, reason, message)
 
@@ -661,21 +724,24 @@ class Controller:
         and, when it stays (warn, paused, back-off), announced once."""
         for state in p.states:
             entry = (p.key, state.ref)
+            if state.stale:
+                continue  # our write is on its way: nothing new to say about it
             if state.verdict not in ("missing", "drifted") or p.policy == "off":
                 if state.verdict == "in-sync":
                     self._seen_drift.pop(entry, None)
                     self.fights.record_in_sync(p.key, state.ref)
                 continue
+            if p.sync or (state.verdict == "missing" and str(state.ref) not in set(
+                    p.previous.get("inventory") or ())):
+                continue  # a new spec being applied, or never created yet: not drift
             fingerprint = state.report.live_hash if state.report else "missing"
             if self._seen_drift.get(entry) == fingerprint:
                 continue
             self.metrics.drift_detected_total.labels(kind=state.ref.kind).inc()
+            log.info("drift detected: %s", state.detail or f"{state.ref.short} missing")
             if state.repaired:
                 continue  # the DriftRepaired event says it all
             self._seen_drift[entry] = fingerprint
-            if state.verdict == "missing" and str(state.ref) not in set(
-                    p.previous.get("inventory") or ()):
-                continue  # never created yet: not drift
             why = ("the cluster is paused" if p.paused else
                    "drift policy is warn" if p.policy == "warn" else
                    f"repairs are backing off for {state.blocked_s:.0f}s" if state.blocked_s
@@ -703,8 +769,8 @@ class Controller:
         cluster = p.cluster
         inventory = set(p.inventory)
         for state in p.states:
-            if state.live is not None and state.verdict not in ("terminating",) and not (
-                    state.verdict == "immutable" and state.repaired):
+            if (state.live is not None or state.stale) and state.verdict != "terminating" \
+                    and not (state.verdict == "immutable" and state.repaired):
                 inventory.add(str(state.ref))
         if p.halted and not p.states:
             # Nothing rendered (invalid spec): what we applied before is still there.

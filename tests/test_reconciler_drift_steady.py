@@ -23,7 +23,9 @@ from tests.test_reconciler_drift_harness import (
     now_stamp,
     reconciler_factory,
     user,
+    wait_for,
 )
+from tests.world.simworld import SimWorld
 
 __all__ = ["reconciler_factory"]
 
@@ -70,3 +72,31 @@ def test_examples_reconciled_then_thirty_quiet_seconds_without_a_write(
           f"{reconciler.passes - passes} reconcile passes")
     assert writes == [], [(w["verb"], w["requestURI"]) for w in writes]
     assert reconciler.passes - passes >= 3 * (STEADY_S // 2 - 1)
+
+
+def test_a_ready_cluster_costs_no_write_either(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    # With simulated kubelets the dev cluster's pods run, KaiwuDB is initialised and the
+    # cluster turns Ready; from then on, with a resync every 2 s, nothing is written.
+    reconciler = reconciler_factory(resync_period_s=2.0)
+    cluster = example("dev", namespace)
+    cluster["spec"]["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}}
+    cluster["spec"]["storage"] = {"size": "1Gi"}
+    started = time.monotonic()
+    user(kube, "kubectl").apply(cluster)
+    obj = wait_for("the dev cluster to be Ready", lambda: (
+        o := reconciler.cluster("dev")) and condition(o, "Ready").get("status") == "True"
+        and o, timeout_s=90, interval_s=0.2)
+    print(f"\ndev cluster Ready in {time.monotonic() - started:.1f}s: "
+          f"{condition(obj, 'Ready')['message']}")
+    reconciler.settle("dev", quiet_s=3.0)
+
+    since = now_stamp()
+    passes = reconciler.passes
+    time.sleep(STEADY_S)
+    writes = reconciler.writes(since)
+    print(f"steady state (Ready): {len(writes)} writes in {STEADY_S:.0f}s, "
+          f"{reconciler.passes - passes} reconcile passes")
+    assert writes == [], [(w["verb"], w["requestURI"]) for w in writes]
+    assert condition(reconciler.cluster("dev"), "Ready")["status"] == "True"
