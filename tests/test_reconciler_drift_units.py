@@ -86,8 +86,8 @@ def test_fights_belong_to_their_cluster() -> None:
     assert fights.fights(KEY) == {}
 
 
-def observed(ready: st.ConditionStatus = "False", actions: tuple[st.Action, ...] = (), **fields: Any,
-             ) -> st.Observed:
+def observed(ready: st.ConditionStatus = "False", actions: tuple[st.Action, ...] = (),
+             **fields: Any) -> st.Observed:
     return st.Observed(
         generation=3,
         conditions=(st.Condition(st.READY, ready, "Ready" if ready == "True" else "Waiting",
