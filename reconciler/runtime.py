@@ -78,7 +78,8 @@ class _Term:
     """One spell of leadership: its workers and directory source, and how to end it."""
 
     stop: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
+    starter: threading.Thread | None = None  # waits for the caches, then starts the rest
+    workers: list[threading.Thread] = field(default_factory=list)
     source: DirectorySource | None = None
 
 
@@ -200,7 +201,7 @@ class Runtime:
             problems.append("resync stopped")
         term = self._term
         if term is not None and not term.stop.is_set() and \
-                any(not thread.is_alive() for thread in term.threads):
+                any(not worker.is_alive() for worker in term.workers):
             problems.append("a worker stopped")
         return not problems, problems
 
@@ -229,10 +230,9 @@ class Runtime:
             if self._term is not None or self._stopping.is_set():
                 return
             term = self._term = _Term()
-        starter = threading.Thread(target=self._begin, args=(term,), name="term-start",
-                                   daemon=True)
-        term.threads.append(starter)
-        starter.start()
+        term.starter = threading.Thread(target=self._begin, args=(term,), name="term-start",
+                                        daemon=True)
+        term.starter.start()
 
     def _begin(self, term: _Term) -> None:
         # A leader acting on half-filled caches would take missing objects for deleted ones.
@@ -250,7 +250,7 @@ class Runtime:
             term.source.start()
         workers = [threading.Thread(target=self._work, args=(term,), name=f"worker-{i}",
                                     daemon=True) for i in range(self.settings.workers)]
-        term.threads.extend(workers)
+        term.workers = workers
         for worker in workers:
             worker.start()
         log.info("workers started", extra={"workers": self.settings.workers,
@@ -262,13 +262,15 @@ class Runtime:
         if term is None:
             return
         term.stop.set()
-        if term.source is not None:
-            term.source.stop()
         deadline = time.monotonic() + self.settings.shutdown_grace_s
-        for thread in term.threads:
-            if thread is not threading.current_thread():
-                thread.join(max(deadline - time.monotonic(), 0))
-        busy = [t.name for t in term.threads if t.is_alive()]
+        if term.starter is not None and term.starter is not threading.current_thread():
+            term.starter.join(max(deadline - time.monotonic(), 0))
+        if term.source is not None:
+            term.source.stop()  # the starter may have started it meanwhile
+        for worker in term.workers:
+            if worker is not threading.current_thread():
+                worker.join(max(deadline - time.monotonic(), 0))
+        busy = [worker.name for worker in term.workers if worker.is_alive()]
         if busy:
             log.warning("reconciles still running after the grace period; their writes are "
                         "refused from now on", extra={"threads": busy})

@@ -9,6 +9,7 @@ nothing. A stand-in controller records what each reconcile saw.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -84,6 +85,8 @@ def test_after_an_apiserver_restart_the_reconciler_sees_what_changed_after_it(
                    "a reconcile of the cluster created after the restart")
         recovered_s = time.monotonic() - down
         eventually(runtime.is_leader, 10, "leadership held again after the outage")
+        # The outage outlasted the renew deadline: the leader stepped down, then led again.
+        transitions = runtime.metrics.value("kaiwu_leader_transitions_total")
         restarts = {reason: runtime.metrics.value(
             "kaiwu_watch_restarts_total", {"kind": "KaiwuCluster", "reason": reason})
             for reason in ("gone", "disconnected", "expired")}
@@ -92,6 +95,8 @@ def test_after_an_apiserver_restart_the_reconciler_sees_what_changed_after_it(
           f"{recovered_s:.1f} s after the restart began; KaiwuCluster watch restarts "
           f"{restarts}")
     assert sum(restarts.values()) >= 1, "the watch noticed the server going away"
+    if restarted_s > settings.renew_deadline_s:
+        assert transitions >= 2, "stepped down when it could not renew, led again after"
 
 
 def test_a_watch_whose_history_is_gone_relists_and_misses_nothing(
@@ -104,7 +109,8 @@ def test_a_watch_whose_history_is_gone_relists_and_misses_nothing(
     try:
         assert caches.wait_synced(20), f"caches not synced: {caches.unsynced()}"
         create_cluster(kube, namespace, "kept")
-        eventually(lambda: caches.get(KAIWU_CLUSTER, namespace, "kept"), 10, "the cluster")
+        create_cluster(kube, namespace, "dropped")
+        eventually(lambda: caches.get(KAIWU_CLUSTER, namespace, "dropped"), 10, "the clusters")
         informer = caches.informers[KAIWU_CLUSTER]
         version_before = informer.resource_version
 
@@ -115,8 +121,10 @@ def test_a_watch_whose_history_is_gone_relists_and_misses_nothing(
             metadata=k8s.V1ObjectMeta(name="moves-the-revision")))
         control_plane.restart_apiserver()
         restarted = time.monotonic()
-        annotate_cluster(kube, namespace, "kept", "example.com/while-relisting", "seen")
         queued.clear()
+        annotate_cluster(kube, namespace, "kept", "example.com/while-relisting", "seen")
+        k8s.CustomObjectsApi(kube).delete_namespaced_custom_object(
+            "kaiwu.inspur.com", "v1", namespace, "kaiwuclusters", "dropped")
 
         eventually(lambda: ((caches.get(KAIWU_CLUSTER, namespace, "kept") or {})
                             .get("metadata", {}).get("annotations", {})
@@ -125,9 +133,25 @@ def test_a_watch_whose_history_is_gone_relists_and_misses_nothing(
         recovered_s = time.monotonic() - restarted
         assert informer.relists >= 1, "the informer relisted after 410 Gone"
         assert informer.resource_version != version_before
-        eventually(lambda: ClusterKey(namespace, "kept") in queued, 5,
-                   "the change to be queued for reconcile")
+        eventually(lambda: caches.get(KAIWU_CLUSTER, namespace, "dropped") is None, 5,
+                   "the deletion to be seen too")
+        eventually(lambda: {ClusterKey(namespace, "kept"), ClusterKey(namespace, "dropped")}
+                   <= set(queued), 5, "both changes to be queued for reconcile")
     finally:
         caches.stop()
     print(f"\n410 Gone -> relisted {informer.relists}x, edit seen {recovered_s:.2f} s after "
           f"the restart")
+
+
+def test_the_periodic_resync_reconciles_every_cluster_without_any_event(
+        control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
+    settings = runtime_settings(control_plane, namespace, resync_period_s=1.0,
+                                min_reconcile_interval_s=0.0)
+    with running(settings) as runtime:
+        controller = controller_of(runtime)
+        create_cluster(kube, namespace, "quiet")
+        eventually(lambda: len(controller.calls("quiet")) >= 3, 10,
+                   "reconciles of an unchanged cluster by the resync")
+        times = [s.at for s in controller.calls("quiet")]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(gap > 0.5 for gap in gaps[1:]), f"one per resync period, not a loop: {gaps}"
