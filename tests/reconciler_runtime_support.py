@@ -108,11 +108,12 @@ def running(settings: Settings) -> Iterator[Runtime]:
 
 def eventually(check: Callable[[], T | None], timeout: float, what: str,
                interval: float = 0.1) -> T:
-    """Poll check until it returns something other than None/False; fail naming what."""
+    """Poll check until it returns something truthy (a non-empty list, an object, True) and
+    return that; fail naming what was awaited."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
-        if result is not None and result is not False:
+        if result:
             return result
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
