@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -118,6 +118,7 @@ class ObjectState:
     detail: str = ""  # the server's words for immutable/rejected, else the drift report
     repaired: bool = False  # written this pass and now as rendered
     stale: bool = False  # the cache still shows the version our last write replaced
+    rules: tuple[IgnoreRule, ...] = ()  # the cluster's ignore rules (spec.drift.ignore)
     blocked_s: float = 0.0  # a fight's back-off keeps it drifted this long
 
     @property
@@ -356,7 +357,8 @@ class Controller:
             if found is not None:
                 secrets[name] = found
         plan = certs_action(cluster, secrets, datetime.fromtimestamp(p.now, UTC))
-        if any(self.stale(p.key, f"Secret/{name}", secrets.get(name)) for name in names):
+        stale = any(self.stale(p.key, f"Secret/{name}", secrets.get(name)) for name in names)
+        if stale:
             # Planned from Secrets we have just written: wait for the cache to show ours.
             p.requeue_in(STALE_RECHECK_S)
             p.complete = False
@@ -387,8 +389,9 @@ class Controller:
         for obj in p.desired:
             if obj["kind"] != "StatefulSet":
                 continue
-            if certs_hash is None or plan.problems:
-                # Keep what the pods run with: never roll them onto unusable certificates.
+            if certs_hash is None or plan.problems or stale:
+                # Keep what the pods run with: never roll them onto unusable certificates, nor
+                # onto a plan made from Secrets older than the ones we wrote.
                 live = self.view.get(k.STATEFUL_SET, cluster.namespace, obj["metadata"]["name"])
                 template = ((live or {}).get("spec") or {}).get("template") or {}
                 certs_hash = (_meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
@@ -410,7 +413,7 @@ class Controller:
             ref = ObjectRef.of(desired)
             owned = with_owner(desired, p.obj)
             live = self.view.get(kind, ref.namespace, ref.name)
-            state = ObjectState(ref, kind, owned, live)
+            state = ObjectState(ref, kind, owned, live, rules=rules)
             p.states.append(state)
             if self.stale(p.key, str(ref), live):
                 state.stale = True
@@ -420,11 +423,12 @@ class Controller:
             elif _meta(live).get("deletionTimestamp"):
                 state.verdict = "terminating"
             else:
-                self.judge(p, state, rules)
+                self.judge(p, state)
 
-    def judge(self, p: Pass, state: ObjectState, rules: Sequence[IgnoreRule]) -> None:
+    def judge(self, p: Pass, state: ObjectState) -> None:
         """In sync, drifted, immutable or rejected: offline first, then the server's word."""
         assert state.live is not None
+        rules = state.rules
         report = compare(state.desired, state.live, ignore_rules=rules, settings=self.drift)
         state.report = report
         if not report.drifted:
@@ -551,14 +555,21 @@ class Controller:
             # Applying the same object to what the server now has would change nothing.
             self._remember_dry_run(state.desired, live, live)
         assert live is not None
-        after = compare(state.desired, live, dry_run=dry or self._cached_dry_run(state, live),
-                        settings=self.drift)
+        after = compare(state.desired, live, ignore_rules=state.rules,
+                        dry_run=dry or self._cached_dry_run(state, live), settings=self.drift)
         added = [c.pointer for c in after.changes if c.kind == "added" and c.pointer]
         if added:
-            patched = self.repairer.remove_fields(live, added)
+            try:
+                patched = self.repairer.remove_fields(live, added)
+            except ApiError as error:
+                if error.status == 422:
+                    # A `test` failed: the object changed since we looked. Look again.
+                    raise ApiError(409, "Conflict", error.message) from error
+                raise
             if patched is not None:
                 live = patched
-                after = compare(state.desired, live, dry_run=dry, settings=self.drift)
+                after = compare(state.desired, live, ignore_rules=state.rules, dry_run=dry,
+                                settings=self.drift)
         state.live = live
         state.repaired = not after.drifted
         if after.drifted:
@@ -790,9 +801,11 @@ class Controller:
                                   f"{state.ref.short}: the API server refused it: {state.detail}"))
         unserved = [s.ref.short for s in p.states if s.verdict == "unserved"]
 
-        sts = next((s.live for s in p.states if s.kind == k.STATEFUL_SET), None)
+        sts_state = next((s for s in p.states if s.kind == k.STATEFUL_SET), None)
+        sts = sts_state.live if sts_state is not None else None
         sts_status = (sts or {}).get("status") or {}
-        want = cluster.replicas if cluster is not None else 0
+        # What we apply (a scale-in in progress applies fewer than spec.replicas).
+        want = int(sts_state.desired["spec"].get("replicas", 1)) if sts_state is not None else 0
         ready = int(sts_status.get("readyReplicas") or 0)
         updated = int(sts_status.get("updatedReplicas") or 0)
         current = int(sts_status.get("replicas") or 0)

@@ -5,8 +5,9 @@ into the next `status` object, carrying over what it does not decide (fields lat
 own, such as `nodes`, `operation` and `failures`) and keeping each condition's
 `lastTransitionTime` unless its status really changed. The Controller writes the result only when
 it differs from the live status (`build(...) != previous`), so a steady cluster costs no status
-writes, and raises Events for the `transitions` between the two. Empty strings are left out rather than written: the API server
-(seen on 1.20) reads "" in a custom resource's status as null and rejects it as not a string.
+writes, and raises Events for the `transitions` between the two. Empty strings are left out
+rather than written: the API server (seen on 1.20) reads "" in a custom resource's status as null
+and rejects it as not a string.
 
 Conditions (kstatus: https://github.com/kubernetes-sigs/cli-utils/tree/master/pkg/kstatus):
 - Ready: every rendered object is as rendered and the StatefulSet has all replicas ready.
