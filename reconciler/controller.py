@@ -480,10 +480,16 @@ class Controller:
             self._dry_runs.popitem(last=False)
 
     def served(self, kind: Kind, namespace: str) -> bool:
-        """Whether the API server serves `kind` (CRD-backed kinds may be missing); a read,
-        remembered for a resync period."""
+        """Whether the API server serves `kind` (CRD-backed kinds may be missing). The watch
+        caches know when they offer `served(kind)` (reconciler.cache.Caches does); otherwise a
+        read, remembered for a resync period."""
         if kind in ALWAYS_SERVED:
             return True
+        cached = getattr(self.view, "served", None)
+        if callable(cached):
+            answer = cached(kind)
+            if isinstance(answer, bool):
+                return answer
         now = time.monotonic()
         known = self._served.get((kind, namespace))
         if known is not None and now - known[1] < self.settings.resync_period_s:
