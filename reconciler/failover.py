@@ -22,6 +22,13 @@ action at a time, each with an Event and `lifecycle_actions_total{action}`:
                      store's node id is decommissioned so its ranges re-replicate and it stops
                      counting as a dead node.
 
+A crash-looping pod (its kwbase container waits in CrashLoopBackOff, or has exited after
+restarts) whose node is fine counts as failing once it has not been Ready for
+`spec.failover.podNotReadyTimeout`: the reconciler deletes it (a fresh pod, a fresh back-off) at
+most `spec.failover.maxCrashRestarts` times per pod template revision, then stops and reports
+Stalled with the container's last words (a configuration error is not fixed by deleting pods;
+a new revision of the spec starts the count again). A pod that turns Ready ends the story.
+
 Guards: never while a scale-in operation runs; at most one pod past NodeLost at a time; nothing
 at all while another node of the cluster is down too (a second lost node means quorum is at
 stake and a person should look).
@@ -30,6 +37,7 @@ stake and a person should look).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,6 +66,8 @@ log = logging.getLogger(__name__)
 NODE_LOST = "NodeLost"
 POD_DELETED = "PodDeleted"
 VOLUME_REPLACED = "VolumeReplaced"
+CRASH_LOOP = "CrashLoop"
+REVISION_LABEL = "controller-revision-hash"
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 
 
@@ -89,6 +99,22 @@ def node_ready(node: Obj | None) -> tuple[bool, str, str]:
             status = str(item.get("status"))
             return status == "True", status, str(item.get("lastTransitionTime") or "")
     return False, "Unknown", ""
+
+
+def crash_state(pod: Obj) -> tuple[bool, str]:
+    """(the kwbase container crash-loops, its last words: exit code and message)."""
+    for item in (pod.get("status") or {}).get("containerStatuses") or ():
+        if item.get("name") != "kwbase":
+            continue
+        state = item.get("state") or {}
+        waiting = (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        exited = "terminated" in state and int(item.get("restartCount") or 0) > 0
+        last = state.get("terminated") or (item.get("lastState") or {}).get("terminated") or {}
+        words = f"exit code {last.get('exitCode')}" if last else "no exit status yet"
+        if last.get("message") or last.get("reason"):
+            words += f": {str(last.get('message') or last.get('reason')).strip()[:200]}"
+        return waiting or exited, words
+    return False, ""
 
 
 class Failover:
@@ -128,6 +154,7 @@ class Failover:
                 continue
             ready, status, since = node_ready(self.view.get(k.NODE, "", node_name))
             if ready:
+                self.watch_crashes(p, name, pod, previous.get(name), failures)
                 continue
             before = previous.get(name)
             if before is not None and before.get("node") == node_name:
@@ -137,9 +164,15 @@ class Failover:
             failures[name] = {"stage": NODE_LOST, "node": node_name, "nodeReady": status,
                               "since": rfc3339(min(started or p.now, p.now)),
                               "podUid": str(_meta(pod).get("uid"))}
-        for name, entry in sorted(failures.items(), key=lambda item: str(item[1]["since"])):
+        for name, entry in previous.items():
+            found = pods.get(name)
+            if entry.get("stage") == CRASH_LOOP and name not in failures and (
+                    found is None or not (found.get("spec") or {}).get("nodeName")):
+                failures[name] = entry  # restarted by us, not back yet: keep the count
+        for name, entry in sorted(failures.items(), key=lambda item: str(item[1].get("since"))):
             self.advance(p, name, entry, pods, failures)
         p.status_fields["failures"] = failures or None
+        self.lifecycle.memory.save(p)
 
     def advance(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
                 failures: dict[str, dict[str, Any]]) -> None:
@@ -178,6 +211,82 @@ class Failover:
             return
         if stage == VOLUME_REPLACED:
             self.after_volume(p, name, entry, pods, failures)
+        if stage == CRASH_LOOP:
+            self.restart_crashing(p, name, entry, pods.get(name), failures)
+
+    def watch_crashes(self, p: Pass, name: str, pod: Obj, before: Mapping[str, Any] | None,
+                      failures: dict[str, dict[str, Any]]) -> None:
+        """Start, carry or end the crash-loop record of a pod on a healthy node."""
+        crashing, words = crash_state(pod)
+        uid = str(_meta(pod).get("uid"))
+        revision = str((_meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        if pod_ready(pod) or (before is None and not crashing):
+            return  # healthy (a record, if any, ends here)
+        if before is not None and before.get("stage") != CRASH_LOOP:
+            return
+        if _meta(pod).get("deletionTimestamp"):
+            # Going away (we restarted it): its crashes are not the next pod's.
+            if before is not None:
+                failures[name] = dict(before)
+            return
+        entry: dict[str, Any] = dict(before or {"stage": CRASH_LOOP, "restarts": 0})
+        if entry.get("revision") != revision:
+            entry["restarts"] = 0  # a new template: the count starts again
+        if entry.get("podUid") != uid:
+            entry.pop("since", None)  # a new pod: its own clock, once it crashes
+        entry.update(revision=revision, podUid=uid)
+        if crashing:
+            # Whole seconds, rounded up: the timeout is never cut short.
+            entry.setdefault("since", rfc3339(math.ceil(p.now)))
+            entry["lastWords"] = words
+        if "since" in entry:
+            failures[name] = entry
+        elif int(entry.get("restarts") or 0) > 0:
+            failures[name] = entry  # restarted by us and not Ready yet: keep the count
+
+    def restart_crashing(self, p: Pass, name: str, entry: dict[str, Any], pod: Obj | None,
+                         failures: dict[str, dict[str, Any]]) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        restarts = int(entry.get("restarts") or 0)
+        limit = cluster.failover.max_crash_restarts
+        words = entry.get("lastWords", "")
+        if pod is None or "since" not in entry:
+            p.not_ready.append(("CrashLoop", f"pod {name} was restarted after crashing "
+                                f"({words}); waiting for it to come up"))
+            return
+        if restarts >= limit:
+            p.stalled.append(("CrashLoop", (
+                f"pod {name} keeps crashing ({words}); the reconciler restarted it {restarts} "
+                f"times (spec.failover.maxCrashRestarts) and stops here: restarts do not fix "
+                f"a configuration error. See `kubectl logs {name} --previous`, fix the spec or "
+                "the cause (a new spec revision allows new restarts)")))
+            return
+        since = parse_time(str(entry["since"])) or p.now
+        timeout = cluster.failover.pod_not_ready_timeout.total_seconds()
+        p.not_ready.append(("CrashLoop", f"pod {name} is crash-looping ({words})"))
+        if since + timeout > p.now:
+            p.requeue_in(since + timeout - p.now)
+            return
+        blocker = self.blocker(p, name, failures)
+        if blocker:
+            p.not_ready.append(("FailoverWaiting", f"pod {name}: {blocker}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        meta = _meta(pod)
+        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
+        try:
+            self.kube.delete(k.POD, cluster.namespace, name, uid=str(meta.get("uid")))
+        except ApiError as error:
+            if not error.conflict:
+                raise
+        self.count("restart-crashing-pod")
+        entry["restarts"] = restarts + 1
+        entry.pop("since", None)
+        p.wrote = True
+        p.act("CrashLoopRestarted", f"Pod/{name}", (
+            f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({words}): deleted "
+            f"for a fresh start, restart {restarts + 1} of {limit}"), event="Warning")
 
     def blocker(self, p: Pass, name: str, failures: Mapping[str, Mapping[str, Any]]) -> str:
         """Why the failover of `name` may not act now ("" when it may)."""

@@ -155,6 +155,44 @@ def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
     return None
 
 
+OWNED_FIELDS = ("initialized", "nodes", "operation", "failures")
+
+
+class StatusMemory:
+    """The status fields the lifecycle and failover steps last decided, per cluster, with the
+    resourceVersion of the KaiwuCluster that pass read. A pass that starts before the watch
+    cache has seen our own status write reads the same resourceVersion again: it then takes
+    these fields over the cache's stale ones, so an action is not taken twice (an init, a
+    restart counted twice, an operation forgotten). Any newer object (our write arrived, or
+    someone else's change) wins over the memory."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+
+    def recall(self, p: Pass) -> None:
+        meta = _meta(p.obj)
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        remembered = self._last.get(key)
+        if remembered is None or remembered[0] != str(meta.get("resourceVersion")):
+            return
+        previous = dict(p.previous)
+        for name, value in remembered[1].items():
+            if value is None:
+                previous.pop(name, None)
+            else:
+                previous[name] = value
+        p.previous = previous
+
+    def save(self, p: Pass) -> None:
+        meta = _meta(p.obj)
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        self._last[key] = (str(meta.get("resourceVersion")), {
+            name: p.status_fields.get(name, p.previous.get(name)) for name in OWNED_FIELDS})
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._last.pop((namespace, name), None)
+
+
 class Lifecycle:
     """The "lifecycle" step (see the module docstring)."""
 
@@ -169,12 +207,22 @@ class Lifecycle:
         # Per cluster: (pods fingerprint, when probed, all nodes live then). A pass whose pods
         # look the same as at a probe that found all nodes live needs no new exec.
         self._probes: dict[tuple[str, str], tuple[Any, float, bool]] = {}
+        # Per cluster: the StatefulSet replicas the last pass applied. More live replicas than
+        # that is someone scaling the StatefulSet by hand (drift, put back by the repair step);
+        # a spec asking for fewer than that is a scale-in. (The managedFields cannot tell: on
+        # Kubernetes 1.20 a write through the scale subresource leaves our apply owning the
+        # field.) After a restart nothing is known, and fewer replicas in the spec than live
+        # counts as a scale-in: decommissioning is the safe side.
+        self._applied: dict[tuple[str, str], int] = {}
+        self.memory = StatusMemory()
 
     def wanted(self, p: Pass) -> bool:
         return p.cluster is not None and not p.paused and not p.halted
 
     def forget(self, namespace: str, name: str) -> None:
         self._probes.pop((namespace, name), None)
+        self._applied.pop((namespace, name), None)
+        self.memory.forget(namespace, name)
 
     def admin(self, cluster: Cluster) -> KwbaseAdmin:
         return self.admin_factory(self.kube, cluster,
@@ -188,6 +236,14 @@ class Lifecycle:
     def run(self, p: Pass) -> None:
         cluster = p.cluster
         assert cluster is not None
+        self.memory.recall(p)
+        self.step(p, cluster)
+        self.memory.save(p)
+        for obj in p.desired:
+            if obj.get("kind") == "StatefulSet":
+                self._applied[(cluster.namespace, cluster.name)] = int(obj["spec"]["replicas"])
+
+    def step(self, p: Pass, cluster: Cluster) -> None:
         pods = cluster_pods(self.view, cluster)
         sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
         live_replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
@@ -196,10 +252,15 @@ class Lifecycle:
         if not p.previous.get("initialized") and not self.initialise(p, cluster, pods, admin):
             return
         operation = p.previous.get("operation") or None
-        shrinking = operation is not None or (
-            live_replicas is not None and cluster.replicas < live_replicas)
-        nodes = self.probe(p, cluster, pods, admin, live_replicas, force=shrinking)
-        if operation is None and live_replicas is not None and cluster.replicas < live_replicas:
+        # A scale-in is the spec asking for fewer nodes than we applied; a StatefulSet someone
+        # scaled up by hand is drift, which the repair step puts back.
+        applied = self._applied.get((cluster.namespace, cluster.name))
+        scale_in = live_replicas is not None and cluster.replicas < live_replicas and (
+            applied is None or live_replicas <= applied)
+        nodes = self.probe(p, cluster, pods, admin, live_replicas,
+                           force=operation is not None or scale_in)
+        if operation is None and scale_in:
+            assert live_replicas is not None
             self.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
         elif operation is not None:
             self.continue_scale_in(p, cluster, pods, admin, nodes, dict(operation),

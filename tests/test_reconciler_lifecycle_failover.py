@@ -127,3 +127,44 @@ def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
     assert lifecycle_count(reconciler, "decommission-dead-node") == 1
     actions = [a["action"] for a in status(reconciler).get("lastActions") or ()]
     assert {"PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"} <= set(actions)
+
+
+def test_a_crash_looping_pod_is_restarted_a_bounded_number_of_times_then_stalled(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"podNotReadyTimeout": "1s", "maxCrashRestarts": 2}))
+    report("apply -> Ready (3 nodes)", took)
+    nodes = live_nodes(obj)
+    victim = f"{NAME}-2"
+
+    # A bad start: the container exits at once, every time (a configuration error).
+    started = time.monotonic()
+    faults.crash_loop(namespace, victim, exit_code=3, message="ERROR: invalid --cache value")
+    stalled = wait_for("the reconciler to give up (Stalled)", lambda: (c := condition(
+        reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 60, 0.1)
+    took = time.monotonic() - started
+    report("crash loop -> 2 restarts -> Stalled", took)
+    assert took >= 2 * 1.0, "each restart waits podNotReadyTimeout (1s) of crashing first"
+    assert stalled["reason"] == "CrashLoop"
+    assert f"pod {victim} keeps crashing (exit code 3" in stalled["message"]
+    assert "restarted it 2 times" in stalled["message"]
+    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
+    stuck = (pod(kube, namespace, victim) or {})["metadata"]["uid"]
+    time.sleep(3.0)  # several crashes later: no more restarts
+    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
+    assert (pod(kube, namespace, victim) or {})["metadata"]["uid"] == stuck
+    assert condition(reconciler.cluster(NAME), "Ready")["status"] == "False"
+
+    # The cause goes away (here: the fault); the kubelet's next restart comes up and joins.
+    started = time.monotonic()
+    faults.stop_crash_loop(namespace, victim)
+
+    def healed() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        return found if condition(found, "Ready").get("status") == "True" and condition(
+            found, "Stalled").get("status") == "False" and "failures" not in st else None
+    obj = wait_for("Ready again and no longer Stalled", healed, 30, 0.1)
+    report("crash loop ends -> Ready", time.monotonic() - started)
+    assert live_nodes(obj) == nodes, "the same store came back: the same node id"
