@@ -618,13 +618,7 @@ class Controller:
             recreatable = bool(fields) and all(
                 any(f == r or f.startswith(r + "/") for r in STS_RECREATABLE) for f in fields)
             if not recreatable:
-                which = ", ".join(fields) or "an immutable field"
-                p.stalled.append(("ImmutableField", (
-                    f"{state.ref.short}: {which} cannot be changed in place"
-                    f"{': ' + state.detail if state.detail and not fields else ''}. To apply "
-                    f"it, delete the StatefulSet keeping its pods (kubectl delete statefulset "
-                    f"{state.ref.name} --cascade=orphan); the reconciler recreates it and the "
-                    "new one adopts the pods")))
+                p.stalled.append(("ImmutableField", self._immutable_advice(state, fields)))
                 continue
             if not (p.sync or p.policy == "enforce"):
                 continue
@@ -646,6 +640,29 @@ class Controller:
                 f"{', '.join(fields)} cannot change in place: deleted with its pods and claims "
                 "orphaned (they keep running and keep their data); it is recreated at once and "
                 "adopts them"))
+
+    @staticmethod
+    def _immutable_advice(state: ObjectState, fields: list[str]) -> str:
+        """What a person can do about a change the reconciler will not make by itself."""
+        which = ", ".join(fields) or "an immutable field"
+        text = (f"{state.ref.short}: {which} cannot be changed in place"
+                f"{': ' + state.detail if state.detail and not fields else ''}")
+        orphan = f"kubectl delete statefulset {state.ref.name} --cascade=orphan"
+        selector = ((state.desired.get("spec") or {}).get("selector") or {}).get(
+            "matchLabels") or {}
+        old = (((state.live or {}).get("spec") or {}).get("selector") or {}).get(
+            "matchLabels") or {}
+        if any(f.startswith("/spec/selector") for f in fields) and selector and old:
+            # The recreated StatefulSet adopts only pods its new selector matches.
+            wanted = " ".join(f"{key}={value}" for key, value in sorted(selector.items())
+                              if old.get(key) != value)
+            current = ",".join(f"{key}={value}" for key, value in sorted(old.items()))
+            return (f"{text}: the running pods would not match the new selector. To apply it, "
+                    f"delete the StatefulSet keeping its pods ({orphan}), give them the new "
+                    f"labels (kubectl label pods -l {current} {wanted}); the reconciler then "
+                    "recreates it and the new one adopts them")
+        return (f"{text}. To apply it, delete the StatefulSet keeping its pods ({orphan}); the "
+                "reconciler recreates it and the new one adopts them")
 
     # ---- prune ------------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 The volume claim template of a StatefulSet is immutable. When the owner of the dev cluster
 raises spec.storage.size, the reconciler deletes the StatefulSet with its pods and claims
 orphaned, recreates it with the new template, and the new StatefulSet adopts the very same pods
-and claims (their uids do not change). The story prints how long the swap took.
+and claims (their uids do not change). The story prints how long the swap took. A change that
+cannot be made that way (a selector the running pods would not match) stalls the cluster with
+instructions, and nothing is touched.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from collections.abc import Callable
 from kubernetes import client as k8s
 
 from reconciler import kube as kk
+from reconciler.controller import Pass, Step
+from reconciler.keys import ClusterKey
 from reconciler.kube import Kube, Obj
 from tests.test_reconciler_drift_harness import (
     Reconciler,
     condition,
     example,
+    now_stamp,
     reconciler_factory,
     user,
     wait_for,
@@ -85,3 +90,43 @@ def test_new_storage_size_recreates_the_statefulset_keeping_pods_and_claims(
     assert condition(obj, "Drifted")["status"] == "False"
     events = [e.reason for e in k8s.CoreV1Api(kube).list_namespaced_event(namespace).items]
     assert "Recreating" in events
+
+
+def test_a_selector_change_cannot_be_made_safely_and_stalls_with_instructions(
+        reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
+        namespace: str) -> None:
+    reconciler = reconciler_factory()
+    cluster = example("dev", namespace)
+    user(kube, "kubectl").apply(cluster)
+    reconciler.settle(NAME)
+    old = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
+    assert old is not None
+    since = now_stamp()
+
+    # A later reconciler renders a narrower selector. A recreated StatefulSet with it would not
+    # own the running pods, so this one must not be recreated: the cluster stalls instead.
+    controller = reconciler.controller
+    render = next(step for step in controller.steps if step.name == "render")
+
+    def narrower(p: Pass) -> None:
+        render.run(p)
+        for obj in p.desired:
+            if obj["kind"] == "StatefulSet":
+                obj["spec"]["selector"]["matchLabels"]["example.com/generation"] = "2"
+                obj["spec"]["template"]["metadata"]["labels"]["example.com/generation"] = "2"
+    controller.steps = [Step("render", render.when, narrower) if step is render else step
+                        for step in controller.steps]
+    reconciler.enqueue(ClusterKey(namespace, NAME))
+
+    obj = wait_for("Stalled=True", lambda: (o := reconciler.cluster(NAME)) and condition(
+        o, "Stalled").get("status") == "True" and o, timeout_s=10)
+    stalled = condition(obj, "Stalled")
+    print(f"\nStalled {stalled['reason']}: {stalled['message']}")
+    assert stalled["reason"] == "ImmutableField"
+    assert "/spec/selector" in stalled["message"] and "--cascade=orphan" in stalled["message"]
+    assert "kubectl label pods -l app.kubernetes.io/instance=dev,app.kubernetes.io/name=kaiwudb" \
+        " example.com/generation=2" in stalled["message"]
+    time.sleep(1)
+    assert reconciler.writes(since, resource="statefulsets") == []
+    now = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
+    assert now is not None and now["metadata"]["uid"] == old["metadata"]["uid"]
