@@ -137,3 +137,14 @@ def test_a_tls_cluster_gets_certificates_then_init_then_ready(
     assert obj["status"]["initialized"] is True
     assert sorted(live_nodes(obj)) == [f"{NAME}-0", f"{NAME}-1", f"{NAME}-2"]
     assert lifecycle_count(reconciler, "init") == 1
+
+
+def test_a_single_node_cluster_initialises_itself(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, startMode="single-node", replicas=1))
+    report("apply -> Ready (single-node, self-initialising)", took)
+    assert obj["status"]["initialized"] is True
+    assert sorted(live_nodes(obj)) == [f"{NAME}-0"]
+    assert lifecycle_count(reconciler, "init") == 0, "kwbase start-single-node needs no init"

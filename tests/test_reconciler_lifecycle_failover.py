@@ -127,6 +127,11 @@ def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
     assert lifecycle_count(reconciler, "decommission-dead-node") == 1
     actions = [a["action"] for a in status(reconciler).get("lastActions") or ()]
     assert {"PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"} <= set(actions)
+    # Each action is announced on the cluster, as `kubectl describe kwc dev` shows.
+    events = k8s.CoreV1Api(kube).list_namespaced_event(namespace).items
+    reasons = [e.reason for e in events if e.involved_object.kind == "KaiwuCluster"]
+    for reason in ("PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"):
+        assert reasons.count(reason) == 1, (reason, reasons)
 
 
 def test_a_crash_looping_pod_is_restarted_a_bounded_number_of_times_then_stalled(
