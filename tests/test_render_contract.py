@@ -87,7 +87,8 @@ def test_insecure_mode_mounts_no_certificates(tmp_path: Path) -> None:
     kwbase = container(objects)
     assert "--insecure" in kwbase["command"]
     assert not any(arg.startswith("--certs-dir") for arg in kwbase["command"])
-    assert objects["StatefulSet/orders"]["spec"]["template"]["spec"]["volumes"] == []
+    assert "volumes" not in objects["StatefulSet/orders"]["spec"]["template"]["spec"]
+    assert [mount["name"] for mount in kwbase["volumeMounts"]] == ["data"]
     assert kwbase["livenessProbe"]["httpGet"]["scheme"] == "HTTP"
 
 
