@@ -15,6 +15,7 @@ a fake clock.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,15 +56,17 @@ class FightState:
 
 @dataclass
 class FightTracker:
-    """Per-object repair history of every cluster this reconciler handles. Safe without locks:
-    one cluster is never reconciled by two workers at once, and each entry belongs to one."""
+    """Per-object repair history of every cluster this reconciler handles, shared by the
+    workers (each reconciling other clusters): every method holds the lock."""
 
     policy: BackoffPolicy
     clock: Callable[[], float]
     _states: dict[tuple[ClusterKey, ObjectRef], FightState] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def state(self, key: ClusterKey, ref: ObjectRef) -> FightState:
-        return self._states.get((key, ref), FightState())
+        with self._lock:
+            return self._states.get((key, ref), FightState())
 
     def wait_s(self, key: ClusterKey, ref: ObjectRef) -> float:
         """Seconds until a repair of `ref` is allowed again (0: now)."""
@@ -81,34 +84,38 @@ class FightTracker:
             blocked_until = now + self.policy.delay(strikes)
         # Only the last `threshold` repairs can matter for the count.
         new = FightState(recent[-self.policy.threshold:], strikes, blocked_until, drift)
-        self._states[(key, ref)] = new
+        with self._lock:
+            self._states[(key, ref)] = new
         return new
 
     def record_in_sync(self, key: ClusterKey, ref: ObjectRef) -> FightState:
         """`ref` was found as rendered. A whole quiet window after the last repair ends a fight
         (and forgets the object); returns the state after that."""
-        old = self._states.get((key, ref))
-        if old is None:
-            return FightState()
-        last = old.repairs[-1] if old.repairs else 0.0
-        if self.clock() - last >= self.policy.window_s:
-            del self._states[(key, ref)]
-            return FightState()
-        return old
+        with self._lock:
+            old = self._states.get((key, ref))
+            if old is None:
+                return FightState()
+            last = old.repairs[-1] if old.repairs else 0.0
+            if self.clock() - last >= self.policy.window_s:
+                del self._states[(key, ref)]
+                return FightState()
+            return old
 
     def quiet_in_s(self, key: ClusterKey, ref: ObjectRef) -> float:
         """Seconds until a fight over `ref` ends if nobody changes it again (0: not fighting)."""
-        old = self._states.get((key, ref))
-        if old is None or not old.fighting or not old.repairs:
+        old = self.state(key, ref)
+        if not old.fighting or not old.repairs:
             return 0.0
         return max(0.0, old.repairs[-1] + self.policy.window_s - self.clock())
 
     def fights(self, key: ClusterKey) -> dict[ObjectRef, FightState]:
         """The objects of one cluster that are being fought over right now."""
-        return {ref: state for (owner, ref), state in self._states.items()
-                if owner == key and state.fighting}
+        with self._lock:
+            return {ref: state for (owner, ref), state in self._states.items()
+                    if owner == key and state.fighting}
 
     def forget(self, key: ClusterKey) -> None:
         """Drop everything about one cluster (it was deleted)."""
-        for entry in [entry for entry in self._states if entry[0] == key]:
-            del self._states[entry]
+        with self._lock:
+            for entry in [entry for entry in self._states if entry[0] == key]:
+                del self._states[entry]

@@ -36,6 +36,7 @@ them (the StatefulSet's claims have none and survive).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -245,6 +246,9 @@ class Controller:
             threshold=settings.fight_threshold, window_s=settings.fight_window_s,
             base_s=settings.drift_backoff_base_s, max_s=settings.drift_backoff_max_s), clock)
         self.drift = DriftSettings(field_manager=settings.field_manager)
+        # Workers reconcile different clusters at once; what they share is guarded by _lock
+        # (per-cluster entries are only touched by the one worker holding that cluster).
+        self._lock = threading.Lock()
         self._dry_runs: OrderedDict[tuple[str, str], Obj | ApiError] = OrderedDict()
         self._served: dict[tuple[Kind, str], tuple[bool, float]] = {}
         self._render_settings: tuple[RenderSettings, float] | None = None
@@ -298,28 +302,31 @@ class Controller:
 
     def forget(self, key: ClusterKey) -> None:
         self.fights.forget(key)
-        self._pending_actions.pop(key, None)
-        for written in [w for w in self._written if w[0] == key]:
-            del self._written[written]
         self.lifecycle.forget(key.namespace, key.name)
-        for entry in [e for e in self._seen_drift if e[0] == key]:
-            del self._seen_drift[entry]
+        with self._lock:
+            self._pending_actions.pop(key, None)
+            for written in [w for w in self._written if w[0] == key]:
+                del self._written[written]
+            for entry in [e for e in self._seen_drift if e[0] == key]:
+                del self._seen_drift[entry]
 
     def wrote(self, key: ClusterKey, name: str, before: Obj | None) -> None:
         """Remember that we replaced `before` (None: created `name`) with a write."""
         version = str(_meta(before).get("resourceVersion") or "")
-        self._written[(key, name)] = (version, time.monotonic())
+        with self._lock:
+            self._written[(key, name)] = (version, time.monotonic())
 
     def stale(self, key: ClusterKey, name: str, cached: Obj | None) -> bool:
         """Whether the cache still shows what our last write to `name` replaced."""
-        mark = self._written.get((key, name))
-        if mark is None:
-            return False
         version = str(_meta(cached).get("resourceVersion") or "")
-        if version == mark[0] and time.monotonic() - mark[1] < STALE_GRACE_S:
-            return True
-        del self._written[(key, name)]
-        return False
+        with self._lock:
+            mark = self._written.get((key, name))
+            if mark is None:
+                return False
+            if version == mark[0] and time.monotonic() - mark[1] < STALE_GRACE_S:
+                return True
+            del self._written[(key, name)]
+            return False
 
     # ---- render -----------------------------------------------------------------------------
 
@@ -462,9 +469,10 @@ class Controller:
     def dry_run(self, desired: Obj, live: Obj) -> Obj | ApiError:
         """The server's view of "desired applied to live", cached per (desired, live content)."""
         key = (projection_hash(desired), _content_key(live))
-        if key in self._dry_runs:
-            self._dry_runs.move_to_end(key)
-            return self._dry_runs[key]
+        with self._lock:
+            if key in self._dry_runs:
+                self._dry_runs.move_to_end(key)
+                return self._dry_runs[key]
         try:
             result: Obj | ApiError = self.repairer.dry_run(desired)
         except ApiError as error:
@@ -475,9 +483,11 @@ class Controller:
         return result
 
     def _remember_dry_run(self, desired: Obj, live: Obj, result: Obj | ApiError) -> None:
-        self._dry_runs[(projection_hash(desired), _content_key(live))] = result
-        while len(self._dry_runs) > DRY_RUN_CACHE_SIZE:
-            self._dry_runs.popitem(last=False)
+        key = (projection_hash(desired), _content_key(live))
+        with self._lock:
+            self._dry_runs[key] = result
+            while len(self._dry_runs) > DRY_RUN_CACHE_SIZE:
+                self._dry_runs.popitem(last=False)
 
     def served(self, kind: Kind, namespace: str) -> bool:
         """Whether the API server serves `kind` (CRD-backed kinds may be missing). The watch
@@ -584,7 +594,9 @@ class Controller:
             log.warning("object still differs after repair: %s", state.detail)
 
     def _cached_dry_run(self, state: ObjectState, live: Obj) -> Obj | None:
-        found = self._dry_runs.get((projection_hash(state.desired), _content_key(live)))
+        key = (projection_hash(state.desired), _content_key(live))
+        with self._lock:
+            found = self._dry_runs.get(key)
         return found if isinstance(found, dict) else None
 
     def _after_write(self, p: Pass, state: ObjectState, first: bool, drift_repair: bool) -> None:
@@ -599,7 +611,8 @@ class Controller:
         what = "recreated (it had been deleted)" if state.verdict == "missing" else \
             "repaired: " + _changes_text(state.report)
         p.act("DriftRepaired", target, what)
-        self._seen_drift.pop((p.key, state.ref), None)
+        with self._lock:
+            self._seen_drift.pop((p.key, state.ref), None)
         fight = self.fights.record_repair(p.key, state.ref, what)
         if fight.fighting:
             wait = max(0.0, fight.blocked_until - p.now)
@@ -718,12 +731,14 @@ class Controller:
             p.events.append(("Normal", "Applied", f"applied generation {p.generation} to "
                              + ", ".join(applied)))
         self._drift_events(p)
-        p.actions = self._pending_actions.pop(p.key, []) + p.actions
+        with self._lock:
+            p.actions = self._pending_actions.pop(p.key, []) + p.actions
         if self.stale(p.key, "status", p.obj):
             # Our last status write is not in the cache yet: judging transitions against the
             # old status would write and announce them twice. The next pass reports.
             if p.actions:
-                self._pending_actions[p.key] = p.actions
+                with self._lock:
+                    self._pending_actions[p.key] = p.actions
             p.requeue_in(STALE_RECHECK_S)
             self._emit(p)
             return
@@ -737,7 +752,8 @@ class Controller:
                 self.metrics.errors_total.labels(stage="status").inc()
                 if error.conflict or error.not_found:
                     # A newer cluster object is on its way; its pass reports these actions.
-                    self._pending_actions[p.key] = p.actions
+                    with self._lock:
+                        self._pending_actions[p.key] = p.actions
                     p.requeue_in(SHORT_REQUEUE_S)
                     self._emit(p)
                     return
@@ -762,20 +778,23 @@ class Controller:
                 continue  # our write is on its way: nothing new to say about it
             if state.verdict not in ("missing", "drifted") or p.policy == "off":
                 if state.verdict == "in-sync":
-                    self._seen_drift.pop(entry, None)
+                    with self._lock:
+                        self._seen_drift.pop(entry, None)
                     self.fights.record_in_sync(p.key, state.ref)
                 continue
             if p.sync or (state.verdict == "missing" and str(state.ref) not in set(
                     p.previous.get("inventory") or ())):
                 continue  # a new spec being applied, or never created yet: not drift
             fingerprint = state.report.live_hash if state.report else "missing"
-            if self._seen_drift.get(entry) == fingerprint:
-                continue
+            with self._lock:
+                if self._seen_drift.get(entry) == fingerprint:
+                    continue
             self.metrics.drift_detected_total.labels(kind=state.ref.kind).inc()
             log.info("drift detected: %s", state.detail or f"{state.ref.short} missing")
             if state.repaired:
                 continue  # the DriftRepaired event says it all
-            self._seen_drift[entry] = fingerprint
+            with self._lock:
+                self._seen_drift[entry] = fingerprint
             why = ("the cluster is paused" if p.paused else
                    "drift policy is warn" if p.policy == "warn" else
                    f"repairs are backing off for {state.blocked_s:.0f}s" if state.blocked_s
