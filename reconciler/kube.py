@@ -23,6 +23,7 @@ from kubernetes.stream import stream
 Obj = dict[str, Any]
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,14 @@ class Kube:
         path = kind.path(namespace, name) + (f"/{subresource}" if subresource else "")
         return self._call("PATCH", path, body=patch, content_type=MERGE_PATCH,
                           query=[("fieldManager", self.field_manager)])
+
+    def json_patch(self, kind: Kind, namespace: str | None, name: str,
+                   operations: list[Obj]) -> Obj:
+        """An RFC 6902 patch (a list of operations; `test` operations guard the others). The
+        body must stay a list: the client turns any other body under this content type into a
+        strategic merge patch."""
+        return self._call("PATCH", kind.path(namespace, name), body=list(operations),
+                          content_type=JSON_PATCH, query=[("fieldManager", self.field_manager)])
 
     def replace_status(self, obj: Obj) -> Obj:
         """PUT the status subresource (resourceVersion in obj guards against lost updates)."""

@@ -30,8 +30,6 @@ from reconciler.ignore import format_pointer, parse_pointer
 from reconciler.kube import Kind, Kube, Obj, kind_of
 from reconciler.metrics import Metrics
 
-JSON_PATCH = "application/json-patch+json"
-
 
 @dataclass(frozen=True)
 class LivePlace:
@@ -135,7 +133,7 @@ class Repairer:
         kind = kind_of(live)
         meta = live["metadata"]
         self._count("patch", kind.kind)
-        return json_patch(self.kube, kind, meta.get("namespace"), meta["name"], ops)
+        return self.kube.json_patch(kind, meta.get("namespace"), meta["name"], ops)
 
     def delete(self, kind: Kind, live: Obj, *, propagation: str) -> bool:
         """Delete the object we judged (uid precondition); False when it was already gone."""
@@ -147,13 +145,3 @@ class Repairer:
     def replace_status(self, obj: Obj) -> Obj:
         self._count("status", str(obj.get("kind")))
         return self.kube.replace_status(obj)
-
-
-def json_patch(kube: Kube, kind: Kind, namespace: str | None, name: str,
-               ops: list[dict[str, Any]]) -> Obj:
-    """An RFC 6902 JSON patch under our field manager. Kube offers merge patches only (which
-    cannot remove one item of a list), so this goes through its request helper."""
-    # A list body, not its JSON text: the client serialises it, and sends any non-list body
-    # under a json-patch content type as a strategic merge patch instead.
-    return kube._call("PATCH", kind.path(namespace, name), body=ops,
-                      content_type=JSON_PATCH, query=[("fieldManager", kube.field_manager)])
