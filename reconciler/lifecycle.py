@@ -16,6 +16,12 @@ What a pass does, in order:
   pods; `status.nodes` lists them. Probing costs one exec, so a steady cluster is probed again
   only when its pods change, when something is pending, or once per `probe_every_s`.
 - readiness: Ready waits for init and for every KaiwuDB node to be live (`Pass.not_ready`).
+- rolling updates (a new version, any template change): the StatefulSet's rollingUpdate
+  partition stays at its replica count, so a new template moves no pod by itself. Each pass of a
+  rollout lowers it by one (the highest ordinal first, as the StatefulSet updates) only when
+  the pods already moved run the new revision and are Ready, every KaiwuDB node is live and
+  replication is healthy, no other operation runs, and nobody else changed the template (drift
+  is repaired first, never rolled out). Once every pod runs it, the partition closes again.
 - scale-out needs nothing: new pods join through --join; their node ids show in status.nodes.
 - scale-in (multi-replica only; the renderer already refuses fewer than 3 nodes, and a
   single-replica cluster is refused here, Stalled): the highest ordinal first, one at a time.
@@ -58,6 +64,9 @@ SCALE_IN = "ScaleIn"
 DECOMMISSIONING = "Decommissioning"
 REMOVING = "Removing"
 CLAIM_TEMPLATE = "data"  # the renderer's volumeClaimTemplate: claims are data-<pod>
+REVISION_LABEL = "controller-revision-hash"
+# Managers whose writes to a StatefulSet are not someone else's drift.
+OWN_WRITERS = frozenset({"kube-controller-manager"})
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,34 @@ def node_entries(nodes: Sequence[NodeStatus]) -> list[dict[str, Any]]:
 def cluster_pods(view: CacheView, cluster: Cluster) -> dict[str, Obj]:
     return {str(_meta(pod).get("name")): pod
             for pod in view.list(k.POD, cluster.namespace, selector_labels(cluster))}
+
+
+def partition_of(sts: Obj | None) -> int | None:
+    update = ((sts or {}).get("spec") or {}).get("updateStrategy") or {}
+    value = (update.get("rollingUpdate") or {}).get("partition")
+    return int(value) if value is not None else None
+
+
+def rolling(sts: Obj | None) -> bool:
+    """A rollout is under way: pods run an older revision than the template's, and the
+    partition gates it (without one the StatefulSet rolls on its own)."""
+    status = (sts or {}).get("status") or {}
+    update, current = status.get("updateRevision"), status.get("currentRevision")
+    return bool(update and current and update != current) and partition_of(sts) is not None
+
+
+def template_changed_by_others(sts: Obj | None, manager: str) -> list[str]:
+    """Managers other than ours (and the StatefulSet controller) that own fields of the pod
+    template: someone edited it, and the repair step has yet to put it back."""
+    found = []
+    for entry in _meta(sts).get("managedFields") or ():
+        name = str(entry.get("manager"))
+        if name == manager or name in OWN_WRITERS:
+            continue
+        spec = ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        if "f:template" in spec:
+            found.append(name)
+    return found
 
 
 def claim_of(view: CacheView, kube: Kube, namespace: str, pod: str) -> Obj | None:
@@ -250,6 +287,7 @@ class Lifecycle:
             if sts is not None else None
         admin = self.admin(cluster)
         if not p.previous.get("initialized") and not self.initialise(p, cluster, pods, admin):
+            self.rollout(p, sts, pods, admin, None, busy="the cluster is not initialised")
             return
         operation = p.previous.get("operation") or None
         # A scale-in is the spec asking for fewer nodes than we applied; a StatefulSet someone
@@ -258,13 +296,94 @@ class Lifecycle:
         scale_in = live_replicas is not None and cluster.replicas < live_replicas and (
             applied is None or live_replicas <= applied)
         nodes = self.probe(p, cluster, pods, admin, live_replicas,
-                           force=operation is not None or scale_in)
+                           force=operation is not None or scale_in or rolling(sts))
         if operation is None and scale_in:
             assert live_replicas is not None
             self.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
         elif operation is not None:
             self.continue_scale_in(p, cluster, pods, admin, nodes, dict(operation),
                                    live_replicas)
+        busy = ("a scale-in is in progress" if operation is not None or scale_in else
+                "a failover is in progress" if p.previous.get("failures") else "")
+        self.rollout(p, sts, pods, admin, nodes, busy=busy)
+
+    # ---- rolling updates --------------------------------------------------------------------
+
+    def rollout(self, p: Pass, sts: Obj | None, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+                nodes: list[NodeStatus] | None, *, busy: str) -> None:
+        """Set the partition this pass applies (see the module docstring)."""
+        desired = next((obj for obj in p.desired if obj.get("kind") == "StatefulSet"), None)
+        if desired is None:
+            return
+        replicas = int(desired["spec"]["replicas"])
+        live = partition_of(sts)
+        partition = replicas
+        if rolling(sts):
+            assert live is not None and sts is not None
+            partition = min(live, replicas)
+            update = str(sts["status"]["updateRevision"])
+            moved = sum(1 for pod in pods.values()
+                        if (_meta(pod).get("labels") or {}).get(REVISION_LABEL) == update)
+            blocker = busy or self.rollout_blocker(p, sts, pods, admin, nodes, partition,
+                                                   update)
+            if not blocker and partition > 0:
+                partition -= 1
+                self.count("upgrade-step")
+                name = str(_meta(sts).get("name"))
+                p.act("Upgrading", f"Pod/{name}-{partition}", (
+                    f"every KaiwuDB node live and replication healthy: pod {name}-{partition} "
+                    f"moves to revision {update} ({moved}/{replicas} there before it)"))
+            message = f"rolling update to revision {update}: {moved}/{replicas} pods moved" + (
+                f"; next pod waits: {blocker}" if blocker else "")
+            p.not_ready.append(("Upgrading", message))
+            p.progressing.append(("Upgrading", message))
+            p.requeue_in(self.settings.poll_s)
+        desired["spec"]["updateStrategy"] = {"type": "RollingUpdate",
+                                             "rollingUpdate": {"partition": partition}}
+        if sts is not None and live != partition and not _meta(sts).get("deletionTimestamp"):
+            # The drift comparison ignores the partition (it is ours to move), so the repair
+            # step never writes it: set it here. Closing the gate after a rollout, opening it
+            # one pod further, or adding it to a StatefulSet made before it was rendered.
+            meta = _meta(sts)
+            self.metrics.writes_total.labels(verb="patch", kind="StatefulSet").inc()
+            try:
+                self.kube.patch(k.STATEFUL_SET, str(meta.get("namespace")),
+                                str(meta.get("name")), {"spec": {"updateStrategy": {
+                                    "rollingUpdate": {"partition": partition}}}})
+            except ApiError as error:
+                if not (error.conflict or error.not_found):
+                    raise
+                p.requeue_in(self.settings.poll_s)
+            p.wrote = True
+
+    def rollout_blocker(self, p: Pass, sts: Obj, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+                        nodes: list[NodeStatus] | None, partition: int, update: str) -> str:
+        """Why the rollout may not move the next pod now ("" when it may)."""
+        others = template_changed_by_others(sts, self.kube.field_manager)
+        if others:
+            return (f"the pod template was changed by {', '.join(others)}: that is drift, "
+                    "repaired rather than rolled out")
+        live_replicas = int((sts.get("spec") or {}).get("replicas") or 0)
+        name = str(_meta(sts).get("name"))
+        for ordinal_ in range(partition, live_replicas):
+            pod = pods.get(f"{name}-{ordinal_}")
+            if pod is None or (_meta(pod).get("labels") or {}).get(REVISION_LABEL) != update \
+                    or not pod_ready(pod):
+                return f"pod {name}-{ordinal_} is not Ready on the new revision yet"
+        if nodes is None:
+            return "KaiwuDB node status unknown"
+        not_live = [n for n in nodes if not n.healthy and not n.is_decommissioning]
+        if not_live:
+            return "KaiwuDB nodes not live: " + ", ".join(str(n.id) for n in not_live)
+        runner = exec_pod(pods)
+        if runner is None:
+            return "no pod runs kwbase"
+        try:
+            health = admin.replication_health(runner)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            return f"replication health unknown: {error}"
+        return "" if health.healthy else health.describe()
 
     # ---- init -------------------------------------------------------------------------------
 

@@ -117,6 +117,9 @@ def test_a_new_cluster_is_initialised_once_and_ready_only_then(
     assert record is not None
     record["status"].pop("initialized")
     Kube(kube, "test").replace_status(record)
+    wait_for("the reconciler's cache to see it", lambda: "initialized" not in (
+        (reconciler.caches.get(kk.KAIWU_CLUSTER, namespace, NAME) or {}).get("status") or {}),
+        10, 0.02)
     reconciler.enqueue(ClusterKey(namespace, NAME))
     wait_for("status.initialized again", lambda: status(reconciler).get("initialized"), 20,
              0.1)
