@@ -51,7 +51,8 @@ def test_an_invalid_spec_stalls_with_the_renderers_words_and_touches_nothing(
     # The stall is about this generation (kstatus: observed, and stuck).
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     # What runs keeps running: the StatefulSet still has 3 replicas and its inventory entry.
-    assert Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)["spec"]["replicas"] == 3
+    statefulset = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
+    assert statefulset is not None and statefulset["spec"]["replicas"] == 3
     assert any("StatefulSet" in entry for entry in obj["status"]["inventory"])
     time.sleep(1)
     touched = [w for w in reconciler.writes(since)
@@ -78,8 +79,7 @@ def test_events_are_v1_events_about_the_cluster_and_repeats_are_counted(
     # The same drift twice: one Event, counted twice.
     for _ in range(2):
         set_image(kube, namespace)
-        wait_for("the repair", lambda: Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)[
-            "spec"]["template"]["spec"]["containers"][0]["image"] == "kwdb/kwdb:3.2.1")
+        wait_for("the repair", lambda: image_of(kube, namespace) == "kwdb/kwdb:3.2.1")
     repaired = wait_for("a DriftRepaired Event counted twice", lambda: [
         e for e in k8s.CoreV1Api(kube).list_namespaced_event(namespace).items
         if e.reason == "DriftRepaired" and (e.count or 0) >= 2], timeout_s=5)
@@ -97,3 +97,12 @@ def test_events_are_v1_events_about_the_cluster_and_repeats_are_counted(
     assert metrics.value("kaiwu_drift_detected_total", {"kind": "StatefulSet"}) == 2
     assert metrics.value("kaiwu_drift_repaired_total", {"kind": "StatefulSet"}) == 2
     assert metrics.value("kaiwu_writes_total", {"verb": "apply", "kind": "StatefulSet"}) >= 3
+
+
+def image_of(kube: k8s.ApiClient, namespace: str) -> str | None:
+    """The StatefulSet's kwbase image as the API server has it (None while it is missing)."""
+    statefulset = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
+    if statefulset is None:
+        return None
+    image: str = statefulset["spec"]["template"]["spec"]["containers"][0]["image"]
+    return image
