@@ -118,7 +118,9 @@ def crash_state(pod: Obj) -> tuple[bool, str]:
 
 
 class Failover:
-    """The "failover" step (see the module docstring)."""
+    """The "failover" step (see the module docstring). Its reasons for not being Ready go
+    before the lifecycle's (a node not live is the symptom; a lost Kubernetes node the
+    cause)."""
 
     def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
                  settings: FailoverSettings | None = None) -> None:
@@ -183,14 +185,14 @@ class Failover:
             since = parse_time(str(entry.get("since"))) or p.now
             timeout = cluster.failover.node_lost_timeout.total_seconds()
             left = since + timeout - p.now
-            p.not_ready.append(("NodeLost", f"pod {name}: Kubernetes node {entry['node']} "
+            p.not_ready.insert(0, ("NodeLost", f"pod {name}: Kubernetes node {entry['node']} "
                                 f"is {entry.get('nodeReady', 'not Ready')}"))
             if left > 0:
                 p.requeue_in(left)
                 return
             blocker = self.blocker(p, name, failures)
             if blocker:
-                p.not_ready.append(("FailoverWaiting", f"pod {name}: {blocker}"))
+                p.not_ready.insert(0, ("FailoverWaiting", f"pod {name}: {blocker}"))
                 p.requeue_in(self.settings.poll_s)
                 return
             pod = pods.get(name)
@@ -252,7 +254,7 @@ class Failover:
         limit = cluster.failover.max_crash_restarts
         words = entry.get("lastWords", "")
         if pod is None or "since" not in entry:
-            p.not_ready.append(("CrashLoop", f"pod {name} was restarted after crashing "
+            p.not_ready.insert(0, ("CrashLoop", f"pod {name} was restarted after crashing "
                                 f"({words}); waiting for it to come up"))
             return
         if restarts >= limit:
@@ -264,13 +266,13 @@ class Failover:
             return
         since = parse_time(str(entry["since"])) or p.now
         timeout = cluster.failover.pod_not_ready_timeout.total_seconds()
-        p.not_ready.append(("CrashLoop", f"pod {name} is crash-looping ({words})"))
+        p.not_ready.insert(0, ("CrashLoop", f"pod {name} is crash-looping ({words})"))
         if since + timeout > p.now:
             p.requeue_in(since + timeout - p.now)
             return
         blocker = self.blocker(p, name, failures)
         if blocker:
-            p.not_ready.append(("FailoverWaiting", f"pod {name}: {blocker}"))
+            p.not_ready.insert(0, ("FailoverWaiting", f"pod {name}: {blocker}"))
             p.requeue_in(self.settings.poll_s)
             return
         meta = _meta(pod)
@@ -318,7 +320,7 @@ class Failover:
         assert cluster is not None
         pod = pods.get(name)
         if pod is None or str(_meta(pod).get("uid")) == entry.get("podUid"):
-            p.not_ready.append(("Replacing", f"waiting for the StatefulSet to recreate {name}"))
+            p.not_ready.insert(0, ("Replacing", f"waiting for the StatefulSet to recreate {name}"))
             p.requeue_in(self.settings.poll_s)
             return
         node_name = str((pod.get("spec") or {}).get("nodeName") or "")
@@ -332,11 +334,11 @@ class Failover:
         claim = claim_of(self.view, self.kube, cluster.namespace, name)
         pinned = str((_meta(claim).get("annotations") or {}).get(SELECTED_NODE) or "")
         if not claim or not pinned or node_ready(self.view.get(k.NODE, "", pinned))[0]:
-            p.not_ready.append(("Replacing", f"pod {name} is being scheduled"))
+            p.not_ready.insert(0, ("Replacing", f"pod {name} is being scheduled"))
             p.requeue_in(self.settings.poll_s)
             return
         if not cluster.failover.replace_lost_volumes:
-            p.not_ready.append(("VolumeOnLostNode", (
+            p.not_ready.insert(0, ("VolumeOnLostNode", (
                 f"pod {name} cannot start elsewhere: its volume ({claim_name}) is on the lost "
                 f"node {pinned}. Bring the node back, or set spec.failover.replaceLostVolumes "
                 "to give up that copy of the data and start a fresh store")))
@@ -346,7 +348,7 @@ class Failover:
         live_others = [e for e in p.status_fields.get("nodes", p.previous.get("nodes")) or ()
                        if e.get("pod") != name]
         if not dead or any(e.get("state") != "live" for e in live_others):
-            p.not_ready.append(("FailoverWaiting", (
+            p.not_ready.insert(0, ("FailoverWaiting", (
                 f"pod {name}: the volume is replaced only while every other KaiwuDB node is "
                 "live")))
             p.requeue_in(self.settings.poll_s)
@@ -393,7 +395,7 @@ class Failover:
                 p.requeue_in(self.settings.poll_s)
                 return
         if not pod_ready(pods.get(name)) or not replacement:
-            p.not_ready.append(("Replacing", f"pod {name} starts a fresh KaiwuDB store"))
+            p.not_ready.insert(0, ("Replacing", f"pod {name} starts a fresh KaiwuDB store"))
             p.requeue_in(self.settings.poll_s)
             return
         runner = exec_pod(pods)
@@ -403,7 +405,7 @@ class Failover:
                 admin.decommission(runner, dead_ids)
             except KwbaseError as error:
                 self.metrics.errors_total.labels(stage="failover").inc()
-                p.not_ready.append(("Replacing", f"decommission of the lost node(s) "
+                p.not_ready.insert(0, ("Replacing", f"decommission of the lost node(s) "
                                     f"{dead_ids} failed (retrying): {error}"))
                 p.requeue_in(self.settings.poll_s)
                 return

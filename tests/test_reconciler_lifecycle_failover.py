@@ -173,3 +173,44 @@ def test_a_crash_looping_pod_is_restarted_a_bounded_number_of_times_then_stalled
     obj = wait_for("Ready again and no longer Stalled", healed, 30, 0.1)
     report("crash loop ends -> Ready", time.monotonic() - started)
     assert live_nodes(obj) == nodes, "the same store came back: the same node id"
+
+
+def test_without_replace_lost_volumes_the_pod_waits_for_its_node(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s"}))
+    report("apply -> Ready (3 nodes, volumes are never given up)", took)
+    before = live_nodes(obj)
+    victim = f"{NAME}-0"
+    old = pod(kube, namespace, victim)
+    assert old is not None
+    lost_node = old["spec"]["nodeName"]
+    claim = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert claim is not None
+
+    lost_at = time.monotonic()
+    faults.lose_node(lost_node)
+    waiting = wait_for("the reason the pod cannot move", lambda: (c := condition(
+        reconciler.cluster(NAME), "Ready")).get("reason") == "VolumeOnLostNode" and c,
+        NODE_GRACE_S + TIMEOUT_S + 20, 0.2)
+    report("node powered off -> pod force-deleted, waiting for its volume's node",
+           time.monotonic() - lost_at)
+    assert "spec.failover.replaceLostVolumes" in waiting["message"]
+    assert lifecycle_count(reconciler, "force-delete-pod") == 1
+    assert lifecycle_count(reconciler, "replace-volume") == 0
+    current = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert current is not None and current["metadata"]["uid"] == claim["metadata"]["uid"]
+
+    restored_at = time.monotonic()
+    faults.restore_node(lost_node)
+
+    def ready_again() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        return found if condition(found, "Ready").get("status") == "True" and \
+            "failures" not in st else None
+    obj = wait_for("the cluster to be Ready again", ready_again, 40, 0.2)
+    report("node back -> pod back on it with its data, Ready", time.monotonic() - restored_at)
+    assert live_nodes(obj) == before, "the same store: the same node id"
+    assert (pod(kube, namespace, victim) or {})["spec"]["nodeName"] == lost_node
