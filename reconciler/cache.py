@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from reconciler import kube as k
 from reconciler.keys import ClusterKey
-from reconciler.kube import ApiError, Kind, Kube, Obj
+from reconciler.kube import ApiError, Kind, Kube, Obj, Watch
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 
@@ -86,6 +86,7 @@ class Informer:
         self._lock = threading.Lock()
         self._store: dict[tuple[str, str], Obj] = {}
         self._stop = threading.Event()
+        self._current_watch: Watch | None = None
         self._synced = threading.Event()
         self._thread: threading.Thread | None = None
         self.resource_version = ""  # where the next watch resumes; "" = list first
@@ -107,9 +108,10 @@ class Informer:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop at once. A watch blocked in a read is abandoned (its daemon thread ends when
-        the server closes the watch); nothing it receives afterwards is delivered."""
+        """Stop at once: a watch blocked in a read is closed; nothing is delivered after this."""
         self._stop.set()
+        if self._current_watch is not None:
+            self._current_watch.close()
 
     @property
     def synced(self) -> bool:
@@ -219,6 +221,9 @@ class Informer:
         events = self.kube.watch(self.kind, self.resource_version, self.namespace or None,
                                  self.label_selector or None,
                                  timeout_seconds=self.settings.watch_timeout_s)
+        self._current_watch = events
+        if self._stop.is_set():  # stopped while the request was on its way
+            events.close()
         for kind, obj in events:
             if self._stop.is_set():
                 return

@@ -119,6 +119,46 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     return client.ApiClient(configuration)
 
 
+class Watch:
+    """The events (type, object) of one watch request, until the server ends it.
+
+    An ERROR event with a 410 status raises ApiError(410): the caller must relist. `close()` may
+    be called from any thread (an informer being stopped): the blocked read returns at once and
+    the iteration ends quietly, instead of the thread lingering until the server's timeout."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        self._raw.shutdown()
+
+    def __iter__(self) -> Iterator[tuple[str, Obj]]:
+        buffer = b""
+        try:
+            for chunk in self._raw.stream(amt=65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if self._closed:
+                        return
+                    if line.strip():
+                        yield _watch_event(json.loads(line))
+        except Exception:
+            if not self._closed:
+                raise
+        finally:
+            self._raw.release_conn()
+
+
+def _watch_event(event: Obj) -> tuple[str, Obj]:
+    obj: Obj = event.get("object", {})
+    if event.get("type") == "ERROR":
+        raise ApiError(int(obj.get("code", 500)), obj.get("reason", ""), obj.get("message", ""))
+    return str(event["type"]), obj
+
+
 class Kube:
     """Plain-dict API calls. Thread-safe (the `kubernetes` ApiClient pools connections)."""
 
@@ -181,32 +221,15 @@ class Kube:
         return items, str(result.get("metadata", {}).get("resourceVersion", ""))
 
     def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
-              label_selector: str | None = None, timeout_seconds: int = 300,
-              ) -> Iterator[tuple[str, Obj]]:
-        """Events (type, object) from `resource_version` on, until the server ends the watch.
-        An ERROR event with a 410 status raises ApiError(410): the caller must relist."""
+              label_selector: str | None = None, timeout_seconds: int = 300) -> Watch:
+        """Start a watch from `resource_version`; iterate the result for its events."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout_seconds)]
         if label_selector:
             query.append(("labelSelector", label_selector))
-        raw = self._request("GET", kind.path(namespace), query=query,
-                            timeout=(self.timeout, timeout_seconds + 30))
-        try:
-            buffer = b""
-            for chunk in raw.stream(amt=65536, decode_content=True):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        event = json.loads(line)
-                        obj = event.get("object", {})
-                        if event.get("type") == "ERROR":
-                            raise ApiError(int(obj.get("code", 500)), obj.get("reason", ""),
-                                           obj.get("message", ""))
-                        yield event["type"], obj
-        finally:
-            raw.release_conn()
+        return Watch(self._request("GET", kind.path(namespace), query=query,
+                                   timeout=(self.timeout, timeout_seconds + 30)))
 
     def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
         """Server-side apply of a whole object under our field manager."""

@@ -15,7 +15,7 @@ import time
 
 from kubernetes import client as k8s
 
-from reconciler.cache import Caches
+from reconciler.cache import Caches, Informer
 from reconciler.keys import ClusterKey
 from reconciler.kube import KAIWU_CLUSTER, Kube
 from reconciler.metrics import Metrics
@@ -156,3 +156,19 @@ def test_the_periodic_resync_reconciles_every_cluster_without_any_event(
         times = [s.at for s in controller.calls("quiet")]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(gap > 0.5 for gap in gaps[1:]), f"one per resync period, not a loop: {gaps}"
+
+
+def test_a_stopped_informer_lets_go_of_its_watch_at_once(
+        control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
+    # A runtime that loses leadership or shuts down stops its caches; a watch blocked in a read
+    # must not keep a thread (and a connection to the API server) until the server's timeout.
+    settings = runtime_settings(control_plane, namespace, watch_timeout_s=300)
+    informer = Informer(Kube(api_client_for(settings), "test"), KAIWU_CLUSTER, settings,
+                        namespace=namespace)
+    informer.start()
+    assert informer.wait_synced(10)
+    time.sleep(0.5)  # the watch request is now blocked waiting for events
+    started = time.monotonic()
+    informer.stop()
+    eventually(lambda: not informer.alive or None, 5, "the informer's thread to end")
+    print(f"informer thread ended {time.monotonic() - started:.2f} s after stop")
