@@ -17,8 +17,12 @@ from collections.abc import Callable
 from kubernetes import client as k8s
 
 from reconciler import kube as kk
+from reconciler.cache import Caches
+from reconciler.controller import Controller
+from reconciler.keys import ClusterKey
 from reconciler.kube import Kube
 from reconciler.kwbase import KwbaseAdmin
+from reconciler.metrics import Metrics
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 from tests.test_reconciler_drift_harness import Reconciler, condition, reconciler_factory, wait_for
@@ -153,3 +157,49 @@ def test_scaling_out_during_a_scale_in_recommissions_the_node(
     node = KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster).node_status(
         f"{NAME}-0", operation["nodeId"], decommission=True)[0]
     assert node.healthy and not node.is_decommissioning
+
+
+def test_a_restarted_reconciler_resumes_the_scale_in_from_status(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    four = live_nodes(obj)
+
+    scale(kube, namespace, 3)
+    operation = wait_for("node 4's decommission to start", lambda: (
+        op := status(reconciler).get("operation")) and op.get("phase") == "Decommissioning"
+        and op, 20, 0.02)
+    # The reconciler's process ends mid-operation (a new version is deployed, its node
+    # drains): all it knew in memory is gone; status.operation is what remains.
+    reconciler.stop()
+    setattr(reconciler, "stop", lambda: None)  # noqa: B010 - the fixture would stop it again
+    assert lifecycle_count(reconciler, "decommission") == 1
+
+    started = time.monotonic()
+    metrics = Metrics()
+    caches = Caches(reconciler.kube, reconciler.settings, metrics, lambda key: None)
+    caches.start()
+    try:
+        assert caches.wait_synced(30)
+        successor = Controller(reconciler.kube, caches, reconciler.settings, metrics)
+        key = ClusterKey(namespace, NAME)
+        deadline = time.monotonic() + 60
+        while True:
+            result = successor.reconcile(key)
+            st = status(reconciler)
+            if "operation" not in st and condition(reconciler.cluster(NAME), "Ready").get(
+                    "status") == "True" and len(live_nodes({"status": st})) == 3:
+                break
+            assert time.monotonic() < deadline, f"no progress: {st.get('conditions')}"
+            time.sleep(min(result.requeue_after_s or 0.2, 0.5))
+    finally:
+        caches.stop()
+    report("restart mid-decommission -> resumed, scaled in, Ready", time.monotonic() - started)
+    assert metrics.value("kaiwu_lifecycle_actions_total", {"action": "decommission"}) == 0, \
+        "the successor did not decommission again"
+    assert metrics.value("kaiwu_lifecycle_actions_total", {"action": "scale-in-step"}) == 1
+    remaining = {pod: four[pod] for pod in four if pod != operation["pod"]}
+    assert live_nodes(reconciler.cluster(NAME) or {}) == remaining
+    assert statefulset_replicas(kube, namespace) == 3
