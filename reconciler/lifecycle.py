@@ -21,7 +21,10 @@ What a pass does, in order:
   rollout lowers it by one (the highest ordinal first, as the StatefulSet updates) only when
   the pods already moved run the new revision and are Ready, every KaiwuDB node is live and
   replication is healthy, no other operation runs, and nobody else changed the template (drift
-  is repaired first, never rolled out). Once every pod runs it, the partition closes again.
+  is repaired first, never rolled out), and no job (schema change, import) runs. Once every
+  pod runs it, the partition closes again. KaiwuDB documents no downgrade and no in-place
+  change of major version (2.x to 3.x needs export and import): such a version change is
+  refused, Stalled, with no pod moved.
 - scale-out needs nothing: new pods join through --join; their node ids show in status.nodes.
 - scale-in (multi-replica only; the renderer already refuses fewer than 3 nodes, and a
   single-replica cluster is refused here, Stalled): the highest ordinal first, one at a time.
@@ -155,6 +158,46 @@ def rolling(sts: Obj | None) -> bool:
     status = (sts or {}).get("status") or {}
     update, current = status.get("updateRevision"), status.get("currentRevision")
     return bool(update and current and update != current) and partition_of(sts) is not None
+
+
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    """3.2.1 -> (3, 2, 1); None for a tag that is not a plain version."""
+    head = text.split("-", 1)[0].lstrip("vV")
+    parts = head.split(".")
+    return tuple(int(part) for part in parts) if parts and all(
+        part.isdigit() for part in parts) else None
+
+
+def running_versions(pods: Mapping[str, Obj]) -> list[tuple[int, ...]]:
+    """The versions the pods' kwbase containers run (from their image tags)."""
+    found = []
+    for pod in pods.values():
+        for item in (pod.get("spec") or {}).get("containers") or ():
+            if item.get("name") == "kwbase":
+                image = str(item.get("image") or "")
+                tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+                version = version_tuple(tag)
+                if version is not None:
+                    found.append(version)
+    return found
+
+
+def version_change_problem(wanted: str, pods: Mapping[str, Obj]) -> str:
+    """Why moving the pods to version `wanted` is refused ("" when it is not)."""
+    target = version_tuple(wanted)
+    running = running_versions(pods)
+    if target is None or not running:
+        return ""
+    oldest = min(running)
+    shown = ".".join(map(str, oldest))
+    if target < oldest:
+        return (f"spec.version {wanted} is older than the {shown} the nodes run: KaiwuDB "
+                f"cannot be downgraded. Set spec.version back to {shown} or later")
+    if target[0] != oldest[0]:
+        return (f"spec.version {wanted} changes the major version of the {shown} the nodes "
+                "run: KaiwuDB needs an export and import into a new cluster for that. Set "
+                f"spec.version back to {shown}")
+    return ""
 
 
 def template_changed_by_others(sts: Obj | None, manager: str) -> list[str]:
@@ -324,8 +367,13 @@ class Lifecycle:
             update = str(sts["status"]["updateRevision"])
             moved = sum(1 for pod in pods.values()
                         if (_meta(pod).get("labels") or {}).get(REVISION_LABEL) == update)
-            blocker = busy or self.rollout_blocker(p, sts, pods, admin, nodes, partition,
-                                                   update)
+            cluster = p.cluster
+            assert cluster is not None
+            refused = version_change_problem(cluster.version, pods)
+            if refused:
+                p.stalled.append(("VersionChangeRefused", refused))
+            blocker = refused or busy or self.rollout_blocker(p, sts, pods, admin, nodes,
+                                                              partition, update)
             if not blocker and partition > 0:
                 partition -= 1
                 self.count("upgrade-step")
@@ -534,10 +582,13 @@ class Lifecycle:
             return "no pod runs kwbase"
         try:
             health = admin.replication_health(runner)
+            jobs = admin.running_jobs(runner) if health.healthy else 0
         except KwbaseError as error:
             self.metrics.errors_total.labels(stage="lifecycle").inc()
             return f"replication health unknown: {error}"
-        return "" if health.healthy else health.describe()
+        if not health.healthy:
+            return health.describe()
+        return f"{jobs} jobs running (SHOW JOBS)" if jobs else ""
 
     def scaling(self, p: Pass, operation: Mapping[str, Any]) -> None:
         message = (f"scaling in {operation['replicas']} -> {operation['targetReplicas']}: "

@@ -84,3 +84,34 @@ def test_a_version_change_rolls_one_pod_at_a_time_gated_on_kaiwudb_health(
     assert sts is not None
     assert sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3, \
         "the gate is closed again for the next change"
+
+
+def test_a_downgrade_is_refused_and_no_pod_moves(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, _, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace))
+    report("apply -> Ready (3 nodes on 3.2.1)", took)
+    uids = sorted(pod["metadata"]["uid"] for pod in pods(kube, namespace))
+
+    started = time.monotonic()
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"version": "3.2.0"}})
+    stalled = wait_for("the downgrade to be refused", lambda: (c := condition(
+        reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 30, 0.1)
+    report("version 3.2.1 -> 3.2.0: refused", time.monotonic() - started)
+    assert stalled["reason"] == "VersionChangeRefused"
+    assert "cannot be downgraded" in stalled["message"]
+    assert "back to 3.2.1" in stalled["message"]
+    time.sleep(2.0)  # passes go by: still nothing moves
+    current = pods(kube, namespace)
+    assert sorted(pod["metadata"]["uid"] for pod in current) == uids
+    assert all(image(pod).endswith(":3.2.1") and ready(pod) for pod in current)
+    assert lifecycle_count(reconciler, "upgrade-step") == 0
+
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"version": "3.2.1"}})
+    wait_for("Ready and no longer Stalled", lambda: (
+        found := reconciler.cluster(NAME)) and condition(found, "Ready").get(
+        "status") == "True" and condition(found, "Stalled").get("status") == "False", 30, 0.1)
+    assert sorted(pod["metadata"]["uid"] for pod in pods(kube, namespace)) == uids
