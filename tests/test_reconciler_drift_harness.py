@@ -51,6 +51,17 @@ def example(name: str, namespace: str) -> Obj:
     return obj
 
 
+def parked(obj: Obj) -> Obj:
+    """The cluster with a node selector no node matches: its pods stay Pending.
+
+    Drift stories are about objects. Whether an earlier test of the session started the
+    simulated kubelet (a session fixture) must not change them: a cluster coming to life (init,
+    Ready, their Events) makes writes of its own that these stories do not count."""
+    scheduling = obj["spec"].setdefault("scheduling", {})
+    scheduling.setdefault("nodeSelector", {})["kaiwu.test/parked"] = "true"
+    return obj
+
+
 def now_stamp() -> str:
     """The audit log's timestamp format (microseconds, UTC), for 'since' filters."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

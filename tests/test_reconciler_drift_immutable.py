@@ -24,6 +24,7 @@ from tests.test_reconciler_drift_harness import (
     condition,
     example,
     now_stamp,
+    parked,
     reconciler_factory,
     user,
     wait_for,
@@ -46,7 +47,7 @@ def test_new_storage_size_recreates_the_statefulset_keeping_pods_and_claims(
         reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
         namespace: str) -> None:
     reconciler = reconciler_factory()
-    cluster = example("dev", namespace)
+    cluster = parked(example("dev", namespace))
     user(kube, "kubectl").apply(cluster)
     reconciler.settle(NAME)
     admin = Kube(kube, "test")
@@ -96,7 +97,7 @@ def test_a_selector_change_cannot_be_made_safely_and_stalls_with_instructions(
         reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
         namespace: str) -> None:
     reconciler = reconciler_factory()
-    cluster = example("dev", namespace)
+    cluster = parked(example("dev", namespace))
     user(kube, "kubectl").apply(cluster)
     reconciler.settle(NAME)
     old = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)

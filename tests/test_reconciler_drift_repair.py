@@ -26,6 +26,7 @@ from tests.test_reconciler_drift_harness import (
     condition,
     example,
     now_stamp,
+    parked,
     reconciler_factory,
     reconciler_identity,
     user,
@@ -40,7 +41,7 @@ RENDERED_IMAGE = "kwdb/kwdb:3.2.1"
 
 
 def dev_with_pdb(namespace: str, **spec: Any) -> Obj:
-    obj = example("dev", namespace)
+    obj = parked(example("dev", namespace))
     obj["spec"]["podDisruptionBudget"] = {"enabled": True}
     obj["spec"].update(spec)
     return obj

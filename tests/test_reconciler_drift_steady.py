@@ -21,6 +21,7 @@ from tests.test_reconciler_drift_harness import (
     condition,
     example,
     now_stamp,
+    parked,
     reconciler_factory,
     user,
     wait_for,
@@ -41,7 +42,7 @@ def test_examples_reconciled_then_thirty_quiet_seconds_without_a_write(
     reconciler = reconciler_factory(resync_period_s=2.0)
     started = time.monotonic()
     for file in EXAMPLES:
-        user(kube, "kubectl").apply(example(file, namespace))
+        user(kube, "kubectl").apply(parked(example(file, namespace)))
     clusters = {name: reconciler.settle(name, quiet_s=3.0) for name in EXAMPLES.values()}
     setup_writes = Counter(f"{w['verb']} {w['objectRef']['resource']}"
                            for w in reconciler.writes())
@@ -53,7 +54,7 @@ def test_examples_reconciled_then_thirty_quiet_seconds_without_a_write(
         assert status["observedGeneration"] == obj["metadata"]["generation"], name
         assert condition(obj, "Stalled")["status"] == "False", (name, status)
         assert condition(obj, "Drifted")["status"] == "False", (name, status)
-        # No simulated kubelet runs here: pods stay Pending, so nobody is Ready yet.
+        # Parked: pods stay Pending, so nobody is Ready (the next story covers a Ready one).
         assert condition(obj, "Ready")["status"] == "False", (name, status)
         assert any(entry.endswith(f"/StatefulSet/{namespace}/{name}")
                    for entry in status["inventory"])
