@@ -25,6 +25,10 @@ What a pass does, in order:
   pod runs it, the partition closes again. KaiwuDB documents no downgrade and no in-place
   change of major version (2.x to 3.x needs export and import): such a version change is
   refused, Stalled, with no pod moved.
+- stray nodes: a KaiwuDB node that is not live and whose pod's ordinal is beyond the
+  StatefulSet (its pod was removed without a decommission: someone scaled the StatefulSet up
+  by hand and the repair step put it back) is decommissioned, so its ranges re-replicate and
+  it stops counting as a node; its claim is deleted (that store can never rejoin).
 - scale-out needs nothing: new pods join through --join; their node ids show in status.nodes.
 - scale-in (multi-replica only; the renderer already refuses fewer than 3 nodes, and a
   single-replica cluster is refused here, Stalled): the highest ordinal first, one at a time.
@@ -348,7 +352,52 @@ class Lifecycle:
                                    live_replicas)
         busy = ("a scale-in is in progress" if operation is not None or scale_in else
                 "a failover is in progress" if p.previous.get("failures") else "")
+        if not busy and nodes is not None and live_replicas is not None:
+            self.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
         self.rollout(p, sts, pods, admin, nodes, busy=busy)
+
+    # ---- stray nodes ------------------------------------------------------------------------
+
+    def remove_strays(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                      admin: KwbaseAdmin, nodes: Sequence[NodeStatus],
+                      live_replicas: int) -> None:
+        strays = [n for n in nodes if not n.is_live and not n.is_decommissioning
+                  and n.pod_name and n.pod_name not in pods
+                  and ordinal(n.pod_name) >= live_replicas]
+        others = [n for n in nodes if n not in strays and not n.is_decommissioning]
+        if not strays or any(not n.healthy for n in others):
+            return  # nothing to do, or the cluster is busy healing something else first
+        runner = exec_pod(pods)
+        if runner is None:
+            return
+        ids = [n.id for n in strays]
+        try:
+            admin.decommission(runner, ids)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("StrayNodes", f"decommission of nodes {ids} whose pods are "
+                                f"gone failed (retrying): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        self.count("decommission-stray-node")
+        p.act("StrayNodeDecommissioned", f"StatefulSet/{cluster.name}", (
+            f"KaiwuDB node(s) {', '.join(map(str, ids))} of pods beyond the StatefulSet's "
+            f"{live_replicas} replicas ({', '.join(str(n.pod_name) for n in strays)}) are gone "
+            "without a decommission: decommissioned so their ranges re-replicate"),
+            event="Warning")
+        for node in strays:
+            claim = claim_of(self.view, self.kube, cluster.namespace, str(node.pod_name))
+            if claim is None or _meta(claim).get("deletionTimestamp"):
+                continue
+            self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+            try:
+                self.kube.delete(k.PVC, cluster.namespace, str(_meta(claim).get("name")),
+                                 uid=_meta(claim).get("uid"))
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+        self._probes.pop((cluster.namespace, cluster.name), None)
+        p.requeue_in(self.settings.poll_s)
 
     # ---- rolling updates --------------------------------------------------------------------
 
@@ -501,10 +550,16 @@ class Lifecycle:
         expected = live_replicas if live_replicas is not None else cluster.replicas
         not_live = [e for e in entries if e["state"] == "not-live"]
         live = [e for e in entries if e["state"] == "live"]
-        all_live = not not_live and len(live) >= expected
+        # Live nodes whose pod is gone (removed without a decommission) stop being live within
+        # the liveness TTL: keep looking until they do (see remove_strays).
+        podless = [e for e in live if e.get("pod") not in pods]
+        all_live = not not_live and not podless and len(live) >= expected
         if not_live:
             p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(
                 f"{e['nodeId']} ({e.get('pod', e['address'])})" for e in not_live)))
+        elif podless:
+            p.not_ready.append(("NodesWithoutPods", "KaiwuDB nodes whose pod is gone: " +
+                                ", ".join(f"{e['nodeId']} ({e.get('pod')})" for e in podless)))
         elif len(live) < expected:
             p.not_ready.append(("NodesJoining", f"{len(live)}/{expected} KaiwuDB nodes live"))
         if not all_live:

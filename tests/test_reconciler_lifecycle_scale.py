@@ -203,3 +203,43 @@ def test_a_restarted_reconciler_resumes_the_scale_in_from_status(
     remaining = {pod: four[pod] for pod in four if pod != operation["pod"]}
     assert live_nodes(reconciler.cluster(NAME) or {}) == remaining
     assert statefulset_replicas(kube, namespace) == 3
+
+
+def test_a_node_added_by_hand_and_removed_as_drift_is_decommissioned(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    three = live_nodes(obj)
+    api = Kube(kube, "kubectl-patch")
+
+    # While the reconciler is paused, someone scales the StatefulSet by hand; the new pod
+    # joins KaiwuDB as a fourth node.
+    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": True}})
+    wait_for("the pause to be seen", lambda: condition(
+        reconciler.cluster(NAME), "Reconciling").get("reason") == "Paused", 20, 0.1)
+    k8s.AppsV1Api(kube).patch_namespaced_stateful_set_scale(
+        NAME, namespace, {"spec": {"replicas": 4}}, field_manager="kubectl-scale")
+    wait_for("the extra pod to join and be Ready", lambda: (
+        found := Kube(kube, "test").get(kk.POD, namespace, f"{NAME}-3")) and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (found.get("status") or {}).get("conditions") or ()), 30, 0.1)
+
+    # Unpaused, the reconciler puts the StatefulSet back (drift) and the extra pod goes
+    # without a decommission; its node id stops being live and is then decommissioned.
+    started = time.monotonic()
+    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": False}})
+
+    def clean() -> bool:
+        st = status(reconciler)
+        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
+                and live_nodes({"status": st}) == three and len(st.get("nodes") or ()) == 3)
+    wait_for("Ready with the original three nodes only", clean, 45, 0.2)
+    report("unpaused: drift repaired, stray node decommissioned, Ready",
+           time.monotonic() - started)
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission-stray-node") == 1
+    assert lifecycle_count(reconciler, "decommission") == 0, "drift is not a scale-in"
+    wait_for("the stray store's claim to go", lambda: Kube(kube, "test").get(
+        kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)
