@@ -219,9 +219,9 @@ def template_changed_by_others(sts: Obj | None, manager: str) -> list[str]:
 
 
 def claim_of(view: CacheView, kube: Kube, namespace: str, pod: str) -> Obj | None:
-    """The claim behind a pod's data volume. The claim template carries only the selector
-    labels, not the managed-by label the PVC cache selects on, so the cache may not hold it:
-    then one read (only while a lifecycle action is under way, never in a steady pass)."""
+    """The claim behind a pod's data volume. Claims made from the rendered template carry the
+    managed-by label the PVC cache selects on; a claim made before the template had it is read
+    once from the API (only while a lifecycle action is under way, never in a steady pass)."""
     name = f"{CLAIM_TEMPLATE}-{pod}"
     return view.get(k.PVC, namespace, name) or kube.get(k.PVC, namespace, name)
 

@@ -18,6 +18,7 @@ from renderer.builders import (
     DATA_VOLUME,
     HTTP_PORT,
     KWBASE,
+    MANAGED_BY,
     SQL_PORT,
     metadata,
     selector_labels,
@@ -38,8 +39,11 @@ def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
     pod_meta = metadata(cluster, cluster.name)
     pod_meta.pop("name")
     pod_meta.pop("namespace")
+    # Claims carry the managed-by label so the reconciler's watch cache sees them; not the
+    # user's labels: the template is immutable, a label change would force a recreate.
     claim: dict[str, Any] = {
-        "metadata": {"name": DATA_VOLUME, "labels": labels},
+        "metadata": {"name": DATA_VOLUME,
+                     "labels": {**labels, "app.kubernetes.io/managed-by": MANAGED_BY}},
         "spec": {"accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": quantity.canonical(cluster.storage_size)}}},
     }
