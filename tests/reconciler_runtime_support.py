@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import pytest
 from kubernetes import client as k8s
 
 from reconciler.cache import CacheView
@@ -28,7 +27,6 @@ from reconciler.settings import Settings
 from tests.world.controlplane import ControlPlane
 
 GROUP, VERSION, PLURAL = "kaiwu.inspur.com", "v1", "kaiwuclusters"
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -105,19 +103,6 @@ def running(settings: Settings) -> Iterator[Runtime]:
     finally:
         runtime.stop()
 
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str,
-               interval: float = 0.1) -> T:
-    """Poll check until it returns something truthy (a non-empty list, an object, True) and
-    return that; fail naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def create_cluster(kube: k8s.ApiClient, namespace: str, name: str,

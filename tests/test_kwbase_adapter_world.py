@@ -9,10 +9,8 @@ mapped to its pod, the pods turn Ready, and a pod that does not exist is an Exec
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -24,21 +22,11 @@ from renderer.render import desired_objects
 from renderer.schema import apply_defaults
 from renderer.settings import KubeVersion, RenderSettings
 from renderer.spec import Cluster
+from tests.waiting import eventually
 from tests.world.simworld import SimWorld
 
-T = TypeVar("T")
 NAME = "orders"
 
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def kaiwu_cluster(namespace: str) -> dict[str, Any]:

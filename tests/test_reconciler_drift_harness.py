@@ -36,6 +36,7 @@ from reconciler.keys import ClusterKey
 from reconciler.kube import Kube, Obj
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
+from tests.waiting import eventually
 from tests.world.controlplane import WRITE_VERBS, ControlPlane
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,8 @@ def now_stamp() -> str:
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0,
              interval_s: float = 0.02) -> Any:
-    """Poll until check() returns something truthy; fail the test naming `what` otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(interval_s)
+    """`tests.waiting.eventually`, with the question first (as these stories read)."""
+    return eventually(check, timeout_s, what, interval_s)
 
 
 def condition(obj: Obj | None, type_: str) -> dict[str, Any]:

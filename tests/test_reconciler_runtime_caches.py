@@ -24,10 +24,10 @@ from tests.reconciler_runtime_support import (
     annotate_cluster,
     controller_of,
     create_cluster,
-    eventually,
     running,
     runtime_settings,
 )
+from tests.waiting import eventually
 from tests.world.controlplane import ControlPlane
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from tests.reconciler_runtime_support import eventually, lease_holder
+from tests.reconciler_runtime_support import lease_holder
+from tests.waiting import eventually
 from tests.world.controlplane import REPO_ROOT, ControlPlane, free_port
 
 LEASE_S = 15

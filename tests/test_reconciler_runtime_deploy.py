@@ -20,7 +20,8 @@ from kubernetes import utils as k8s_utils
 
 from reconciler.runtime import Runtime
 from reconciler.settings import Settings
-from tests.reconciler_runtime_support import create_cluster, eventually, runtime_settings
+from tests.reconciler_runtime_support import create_cluster, runtime_settings
+from tests.waiting import eventually
 from tests.world.controlplane import REPO_ROOT, ControlPlane
 
 DEPLOY = REPO_ROOT / "deploy"

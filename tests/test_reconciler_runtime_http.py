@@ -25,10 +25,10 @@ from tests.reconciler_runtime_support import (
     Done,
     RecordingController,
     create_cluster,
-    eventually,
     running,
     runtime_settings,
 )
+from tests.waiting import eventually
 from tests.world.controlplane import ControlPlane, free_port
 
 

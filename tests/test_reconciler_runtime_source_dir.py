@@ -21,11 +21,11 @@ from tests.reconciler_runtime_support import (
     RecordingController,
     controller_of,
     create_cluster,
-    eventually,
     get_cluster,
     running,
     runtime_settings,
 )
+from tests.waiting import eventually
 from tests.world.controlplane import ControlPlane
 
 

@@ -11,15 +11,14 @@ from __future__ import annotations
 import base64
 import copy
 import secrets
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 
+from tests.waiting import eventually
 from tests.world.controlplane import (
     REPO_ROOT,
     ControlPlane,
@@ -30,19 +29,7 @@ from tests.world.controlplane import (
 CRD_PATH = REPO_ROOT / "crd" / "kaiwuclusters.yaml"
 GROUP, VERSION, PLURAL = "kaiwu.inspur.com", "v1", "kaiwuclusters"
 
-T = TypeVar("T")
 
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll check until it returns something other than None; fail naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def crd_spec_schema() -> dict[str, Any]:

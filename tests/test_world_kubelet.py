@@ -19,34 +19,22 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import websocket
 from kubernetes import client as k8s
 from kubernetes.stream import stream
 
+from tests.waiting import eventually
 from tests.world.controlplane import ControlPlane
 from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
-
-T = TypeVar("T")
 
 IMAGE = "kwdb/kwdb:3.2.1"
 # The real control plane's node-monitor-grace-period (8 s) plus its monitor period and slack.
 NODE_GRACE_S = 8.0
 
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll check until it returns something other than None; fail naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def report(what: str, seconds: float) -> None:
