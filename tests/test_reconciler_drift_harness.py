@@ -163,7 +163,10 @@ class Reconciler:
         return self
 
     def stop(self) -> None:
+        """Stop the worker and the caches; stopping again does nothing."""
         with self._lock:
+            if self._stop:
+                return
             self._stop = True
             self._lock.notify_all()
         self._thread.join(10)

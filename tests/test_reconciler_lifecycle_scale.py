@@ -174,7 +174,6 @@ def test_a_restarted_reconciler_resumes_the_scale_in_from_status(
     # The reconciler's process ends mid-operation (a new version is deployed, its node
     # drains): all it knew in memory is gone; status.operation is what remains.
     reconciler.stop()
-    setattr(reconciler, "stop", lambda: None)  # noqa: B010 - the fixture would stop it again
     assert lifecycle_count(reconciler, "decommission") == 1
 
     started = time.monotonic()
