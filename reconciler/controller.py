@@ -261,6 +261,7 @@ class Controller:
         # Actions of passes whose status write waited for the cache: reported with the next.
         self._pending_actions: dict[ClusterKey, list[st.Action]] = {}
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
+            poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s))
         self.failover = Failover(kube, view, metrics, self.lifecycle)
         self.steps: list[Step] = self.default_steps()

@@ -82,7 +82,9 @@ class LifecycleSettings:
 
     poll_s: how soon a pass looks again while KaiwuDB is busy with something no watch announces
         (init pending, nodes joining, a decommission draining replicas). Each look costs an exec.
+        (Settings.lifecycle_poll_s)
     probe_every_s: longest time between two node-status probes of a steady cluster.
+        (Settings.node_probe_every_s)
     exec_timeout_s: how long one kwbase command may take (Settings.exec_timeout_s).
     """
 
@@ -247,20 +249,39 @@ class StatusMemory:
     resourceVersion of the KaiwuCluster that pass read. A pass that starts before the watch
     cache has seen our own status write reads the same resourceVersion again: it then takes
     these fields over the cache's stale ones, so an action is not taken twice (an init, a
-    restart counted twice, an operation forgotten). Any newer object (our write arrived, or
-    someone else's change) wins over the memory."""
+    restart counted twice, an operation forgotten).
 
-    def __init__(self) -> None:
-        self._last: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    A pass may also read an older write of our own arriving late: a pass that read a cached
+    copy still at the version our previous write replaced does not write status (the
+    controller postpones its report), and the copy that arrives next is that previous write,
+    without the newer decision. So a decision that changed the fields is remembered, for up to
+    `grace_s`, over any copy whose fields differ from it; a copy that shows it (our write
+    arrived) or the grace running out ends that. A pass that decided nothing new leaves
+    nothing pending: then any newer object (someone else's change) wins over the memory."""
+
+    def __init__(self, grace_s: float = 5.0) -> None:
+        self.grace_s = grace_s
+        # (namespace, name) -> (resourceVersion read, fields decided, pending since or None)
+        self._last: dict[tuple[str, str], tuple[str, dict[str, Any], float | None]] = {}
+
+    @staticmethod
+    def _fields(status: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: status.get(name) for name in OWNED_FIELDS}
 
     def recall(self, p: Pass) -> None:
         meta = _meta(p.obj)
         key = (str(meta.get("namespace")), str(meta.get("name")))
         remembered = self._last.get(key)
-        if remembered is None or remembered[0] != str(meta.get("resourceVersion")):
+        if remembered is None:
             return
+        version, fields, pending = remembered
+        if version != str(meta.get("resourceVersion")):
+            shown = self._fields(p.obj.get("status") or {})
+            if pending is None or p.now - pending > self.grace_s or shown == fields:
+                del self._last[key]
+                return
         previous = dict(p.previous)
-        for name, value in remembered[1].items():
+        for name, value in fields.items():
             if value is None:
                 previous.pop(name, None)
             else:
@@ -270,8 +291,11 @@ class StatusMemory:
     def save(self, p: Pass) -> None:
         meta = _meta(p.obj)
         key = (str(meta.get("namespace")), str(meta.get("name")))
-        self._last[key] = (str(meta.get("resourceVersion")), {
-            name: p.status_fields.get(name, p.previous.get(name)) for name in OWNED_FIELDS})
+        fields = {name: p.status_fields.get(name, p.previous.get(name))
+                  for name in OWNED_FIELDS}
+        read = self._fields(p.obj.get("status") or {})
+        pending = p.now if fields != read else None
+        self._last[key] = (str(meta.get("resourceVersion")), fields, pending)
 
     def forget(self, namespace: str, name: str) -> None:
         self._last.pop((namespace, name), None)

@@ -119,6 +119,11 @@ class Settings:
         "the window fight_threshold counts repairs in"))
     exec_timeout_s: float = field(default=60.0, metadata=_help(
         "timeout of one command run in a KaiwuDB container (kwbase node status, ...)"))
+    lifecycle_poll_s: float = field(default=1.0, metadata=_help(
+        "while KaiwuDB is busy (init pending, nodes joining, a decommission draining), a "
+        "cluster is looked at again this soon; each look costs one exec"))
+    node_probe_every_s: float = field(default=300.0, metadata=_help(
+        "longest time between two `kwbase node status` probes of a steady cluster"))
 
     # ---- logs -------------------------------------------------------------------------------
     log_format: str = field(default="json", metadata=_help(
@@ -142,6 +147,7 @@ class Settings:
         for name in ("resync_period_s", "lease_duration_s", "renew_deadline_s",
                      "retry_period_s", "reconnect_backoff_base_s", "error_backoff_base_s",
                      "api_timeout_s", "exec_timeout_s", "fight_window_s",
+                     "lifecycle_poll_s", "node_probe_every_s",
                      "drift_backoff_base_s"):
             check(getattr(self, name) > 0, name, "must be greater than 0")
         for name in ("min_reconcile_interval_s", "shutdown_grace_s", "source_debounce_s"):
