@@ -1,4 +1,5 @@
-"""Stories from issue 5's "done means": a double scale-in, a bad upgrade, a lost volume replaced.
+"""Stories from issue 5's "done means": a double scale-in, a bad upgrade, a bad flag, a lost
+volume replaced.
 
 - Scale 3 -> 5 -> 3: the reconciler removes two nodes strictly one at a time (the second
   decommission starts only after the first node holds no replicas and its pod is gone), KaiwuDB
@@ -10,6 +11,10 @@
   cluster says which pod fails and why (Stalled, after its bounded crash-loop restarts), the
   other pods stay Ready on the old image; setting the version back lets the StatefulSet put the
   broken pod back on the old image (the partition still stands at it) and the cluster is Ready.
+- A bad kwbase flag in spec.extraArgs: the simulated kwbase refuses it with the real message, the
+  first pod of the rollout crash-loops, the reconciler restarts it maxCrashRestarts times and
+  then reports Stalled (naming the pod and the error); no other pod is touched; removing the
+  flag brings the cluster back with the same node ids.
 - A Kubernetes node powers off and takes its pod's local volume with it; with
   spec.failover.replaceLostVolumes the claim is replaced after nodeLostTimeout, a fresh store
   joins as a new KaiwuDB node id, and the lost id is decommissioned: KaiwuDB itself reports it
@@ -290,6 +295,51 @@ def test_an_upgrade_to_a_crashing_image_stops_after_one_pod_and_setting_it_back_
     sts = statefulset(kube, namespace)
     assert sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3
     assert sts["status"]["updateRevision"] == sts["status"]["currentRevision"]
+
+
+def test_a_bad_flag_crash_loops_one_pod_a_bounded_number_of_times_then_stalls(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    # No fault injected: the simulated kwbase itself refuses the flag, with the real message,
+    # as `kwbase start` would. The new template rolls out like any change, so only the first
+    # pod ever gets it; the reconciler restarts it a bounded number of times, then gives up.
+    spec = small_cluster(namespace, failover={"podNotReadyTimeout": "1s",
+                                              "maxCrashRestarts": 2})
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, spec)
+    report("apply -> Ready (3 nodes)", took)
+    nodes = live_nodes(obj)
+    first, others = f"{NAME}-2", [f"{NAME}-0", f"{NAME}-1"]
+    uids = {name: pods(kube, namespace)[name]["metadata"]["uid"] for name in others}
+
+    started = time.monotonic()
+    patch_spec(kube, namespace, {"extraArgs": ["--no-such-flag=1"]})
+    halted = wait_for("the cluster to give up on the crashing pod (Stalled)", lambda: (
+        c := condition(reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c,
+        90, 0.1)
+    report("bad flag -> bounded restarts -> Stalled", time.monotonic() - started)
+    assert halted["reason"] == "CrashLoop", halted
+    assert f"pod {first} keeps crashing" in halted["message"]
+    assert "unknown flag: --no-such-flag" in halted["message"]
+    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
+
+    time.sleep(2.0)  # passes go by: no more restarts, and no other pod is touched
+    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
+    current = pods(kube, namespace)
+    for name in others:
+        assert current[name]["metadata"]["uid"] == uids[name], f"{name} was never restarted"
+        assert pod_ready(current[name]), name
+    deleted = [w["objectRef"]["name"] for w in reconciler.writes(resource="pods")
+               if w["verb"] == "delete"]
+    assert deleted == [first, first], "only the crashing pod, twice"
+
+    # The user removes the flag: the pod comes back with its store.
+    started = time.monotonic()
+    patch_spec(kube, namespace, {"extraArgs": []})
+    obj = wait_for("Ready again and no longer Stalled", lambda: (
+        found := reconciler.cluster(NAME)) and condition(found, "Ready").get("status") == "True"
+        and condition(found, "Stalled").get("status") == "False" and found, 60, 0.1)
+    report("flag removed -> Ready", time.monotonic() - started)
+    assert live_nodes(obj) == nodes, "the same stores: the same node ids"
 
 
 # ---- a volume lost with its node, replaced ------------------------------------------------------
