@@ -20,6 +20,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
+from renderer import schema
+
 Obj = dict[str, Any]
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
@@ -48,7 +50,7 @@ class Kind:
 
 
 # Every kind the reconciler reads or writes. Rendered kinds are looked up by (apiVersion, kind).
-KAIWU_CLUSTER = Kind("kaiwu.inspur.com/v1", "KaiwuCluster", "kaiwuclusters")
+KAIWU_CLUSTER = Kind(schema.API_VERSION, schema.KIND, schema.PLURAL)  # as the CRD names it
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
 SERVICE = Kind("v1", "Service", "services")
 SECRET = Kind("v1", "Secret", "secrets")

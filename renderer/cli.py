@@ -112,12 +112,12 @@ def _validate(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     if args.base is None:
         if args.head is not None or len(args.paths) != 2:
-            raise _usage("diff takes two directories, or one path with --base REV")
+            raise _UsageError("diff takes two directories, or one path with --base REV")
         old_docs = tree_diff.documents_in(Path(args.paths[0]))
         new_docs = tree_diff.documents_in(Path(args.paths[1]))
     else:
         if len(args.paths) != 1:
-            raise _usage("with --base, diff takes exactly one path")
+            raise _UsageError("with --base, diff takes exactly one path")
         path = args.paths[0]
         old_docs = tree_diff.documents_at_revision(path, args.base, args.repo)
         new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo) if args.head
@@ -129,11 +129,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 class _UsageError(Exception):
-    pass
-
-
-def _usage(message: str) -> _UsageError:
-    return _UsageError(message)
+    """Arguments that argparse accepts but that do not go together."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

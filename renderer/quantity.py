@@ -1,10 +1,10 @@
 """Kubernetes resource quantities: parse, compare by value, print in canonical form.
 
 The renderer calls `canonical` so that `1000m` and `1` render as the same bytes; the reconciler's
-drift comparison calls `parse` so that a value the API server wrote back in another spelling is
-not mistaken for drift. The rules follow k8s.io/apimachinery/pkg/api/resource (Quantity.String):
-binary suffixes (Ki..Ei) stay binary when the value is a whole multiple of 1024, decimal
-suffixes (n, u, m, k..E) otherwise, and exponent forms (1e3) stay exponent forms.
+drift comparison calls `comparable` so that a value the API server wrote back in another
+spelling is not mistaken for drift. The rules follow k8s.io/apimachinery/pkg/api/resource
+(Quantity.String): binary suffixes (Ki..Ei) stay binary when the value is a whole multiple of
+1024, decimal suffixes (n, u, m, k..E) otherwise, and exponent forms (1e3) stay exponent forms.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the spec's field names, so a renamed field changes one place.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -122,7 +122,6 @@ class Cluster:
     service_monitor: bool
     scrape_interval: str
     paused: bool
-    uid: str | None = field(default=None, compare=False)
 
     @property
     def image(self) -> str:
@@ -150,7 +149,6 @@ class Cluster:
         return cls(
             name=name,
             namespace=meta.get("namespace") or "default",
-            uid=meta.get("uid"),
             version=spec["version"],
             repository=spec["image"]["repository"],
             pull_policy=spec["image"]["pullPolicy"],
