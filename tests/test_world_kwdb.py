@@ -218,7 +218,21 @@ def test_a_bad_flag_makes_the_container_exit_with_the_real_message() -> None:
     missing = op.world.start_process(KEY, "kw-0", "pvc-0", no_brpc, 0.0)
     assert "ERROR: failed to start server: --brpc-addr not specified" in missing.stderr
     no_port = op.world.start_process(KEY, "kw-0", "pvc-0", [*no_brpc, "--brpc-addr=kw-0"], 0.0)
-    assert "--brpc-addr's port not specified" in no_port.stderr
+    assert "invalid --brpc-addr: address kw-0: missing port in address" in no_port.stderr
+
+
+def test_a_memory_fraction_below_one_percent_is_refused_as_kwbase_refuses_it() -> None:
+    op = Operator()
+    tiny = op.start(0, 0.0, "--cache=.005")
+    assert (tiny.ok, tiny.exit_code) == (False, 1)
+    assert (
+        'ERROR: invalid argument ".005" for "--cache" flag: percentage 0% out of range 1% - 99%\n'
+    ) in tiny.stderr
+    # kwbase reads the fraction as a float32 and truncates: .01 is 0.99999...% -> 0%.
+    edge = op.start(0, 0.0, "--max-sql-memory=.01")
+    assert "percentage 0% out of range 1% - 99%" in edge.stderr
+    assert "percentage 100% out of range" in op.start(0, 0.0, "--cache=100%").stderr
+    assert op.start(0, 0.0, "--cache=1%", "--max-sql-memory=2Gi").ok
 
 
 def test_single_node_mode_rejects_join_and_initialises_itself() -> None:
@@ -269,15 +283,20 @@ def test_a_store_keeps_its_start_mode() -> None:
     assert op.start(1, 102.0).ok
 
 
-def test_a_decommissioned_store_cannot_come_back() -> None:
+def test_a_decommissioned_store_comes_back_live_and_still_decommissioning() -> None:
+    # KWDB V3.2.1 has no "permanently removed" check (CockroachDB 20.2 added it).
     op = Operator()
     t = op.healthy_cluster(4)
     assert op.kwbase(0, t, "node", "decommission", "4", "--wait=none").exit_code == 0
     t += 60
     op.world.stop_process(KEY, "kw-3", t)
     back = op.start(3, t + 1)
-    assert not back.ok
-    assert "n4 was permanently removed from the cluster" in back.stderr
+    assert back.ok and back.node_id == 4
+    fourth = op.status(t + 2, "4", "--decommission")[0]
+    assert (fourth["is_live"], fourth["is_decommissioning"]) == ("true", "true")
+    assert fourth["gossiped_replicas"] == "0"
+    again = rows(op.kwbase(0, t + 2, "node", "recommission", "4", "--format=csv"))
+    assert again[0]["is_decommissioning"] == "false"
 
 
 def test_decommissioning_an_unknown_node_id_fails_like_kwbase() -> None:
@@ -468,13 +487,55 @@ def test_a_node_of_another_start_mode_cannot_join() -> None:
     assert op.start(3, 3.0, mode="start-single-replica").node_id == 4
 
 
-def test_with_v20_1_rules_a_decommissioned_node_restarts_still_decommissioning() -> None:
-    op = Operator(KwdbWorld(KwdbSettings(reject_decommissioned_restart=False)))
+def test_gossiped_replicas_of_a_dead_node_expire_to_zero_while_replicas_remain() -> None:
+    # A slow drain (big ranges): the node being decommissioned dies before it is empty.
+    op = Operator(KwdbWorld(KwdbSettings(time_until_store_dead_s=1800.0)))
     t = op.healthy_cluster(4)
-    op.kwbase(0, t, "node", "decommission", "4", "--wait=none")
-    t += 60
-    op.world.stop_process(KEY, "kw-3", t)
-    assert op.start(3, t + 1).ok
-    fourth = op.status(t + 2, "4", "--decommission")[0]
-    assert (fourth["is_live"], fourth["is_decommissioning"]) == ("true", "true")
-    assert fourth["gossiped_replicas"] == "0"
+    op.world.tune(KEY, t, snapshot_rate_per_s=0.05)
+    marked = rows(op.kwbase(0, t, "node", "decommission", "4", "--wait=none", "--format=csv"))
+    before = int(marked[0]["replicas"])
+    assert before > 20
+    assert int(op.status(t, "4", "--decommission")[0]["gossiped_replicas"]) == before
+
+    op.world.stop_process(KEY, "kw-3", t, graceful=False)
+    ttl = op.world.settings.store_gossip_ttl_s
+    frozen = int(op.status(t + ttl - 1, "4", "--decommission")[0]["gossiped_replicas"])
+    assert frozen == before, "a stopped store gossips nothing: the last count stays"
+    t += ttl + 1
+    gossiped = op.status(t, "4", "--decommission")[0]
+    assert (gossiped["is_live"], gossiped["gossiped_replicas"]) == ("false", "0")
+
+    # The meta scan behind `node decommission` still counts what descriptors list there.
+    exact = rows(op.kwbase(0, t, "node", "decommission", "4", "--wait=none", "--format=csv"))
+    assert 0 < int(exact[0]["replicas"]) == op.world.nodes(KEY, t)[3].replicas < before
+
+    op.world.tune(KEY, t, snapshot_rate_per_s=10.0)
+    t += 30
+    done = op.kwbase(0, t, "node", "decommission", "4", "--wait=none", "--format=csv")
+    assert rows(done)[0]["replicas"] == "0" and done.stdout.endswith(NO_MORE_DATA + "\n")
+
+
+def test_a_live_node_gossips_its_replica_count_on_changes_and_every_interval() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    assert [n["gossiped_replicas"] for n in op.status(t, "--decommission")] == ["40"] * 3
+    assert op.start(3, t).ok
+    t += 60  # rebalancing onto the new node, gossiped as it changes
+    exact = [n.replicas for n in op.world.nodes(KEY, t)]
+    assert [int(n["gossiped_replicas"]) for n in op.status(t, "--decommission")] == exact
+    assert exact[3] > 0
+
+
+@pytest.mark.parametrize("command", ["decommission", "recommission"])
+def test_a_single_replica_cluster_refuses_to_decommission_like_kwdb(command: str) -> None:
+    op = Operator()
+    for i in range(3):
+        assert op.start(i, 0.0, mode="start-single-replica").ok
+    assert op.kwbase(0, 1.0, "init").exit_code == 0
+    got = op.kwbase(0, 2.0, "node", command, "3")
+    assert got.exit_code == 1 and got.stdout == ""
+    refusal = "rpc error: code = Unknown desc = node cannot be decommissioned in mpp mode"
+    prefix = "while trying to mark as decommissioning: " if command == "decommission" else ""
+    assert f"ERROR: {prefix}{refusal}\n" in got.stderr
+    assert got.stderr.endswith(f'Failed running "node {command}"\n')
+    assert not any(n.decommissioning for n in op.world.nodes(KEY, 2.0))

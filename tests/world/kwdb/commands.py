@@ -26,12 +26,13 @@ from tests.world.kwdb.model import (
     DECOMMISSIONED,
     DECOMMISSIONING,
     LIVE,
+    MODE_SINGLE_REPLICA,
     LogicalCluster,
     NodeRecord,
 )
 from tests.world.kwdb.render import cli_error, format_timestamp, render
 from tests.world.kwdb.sql import run_sql
-from tests.world.kwdb.state import ExecResult, ProcessExit
+from tests.world.kwdb.state import ExecResult, Proc, ProcessExit
 
 NO_MORE_DATA = (
     "No more data reported on target nodes. Please verify cluster health before removing the nodes."
@@ -91,7 +92,9 @@ def run_node_status(env: Env, inv: Invocation) -> ExecResult:
 
     Without --decommission/--all, nodes that are decommissioning and no longer live are hidden
     (the `decommissioning = false OR expiration > now` filter). --stats values are synthetic
-    (proportional to the replica count).
+    (proportional to the replica count). gossiped_replicas is the gossiped store descriptor's
+    range count (kwdb_internal.gossip_nodes `ranges`): 0 once the node has not gossiped for the
+    store TTL (see model.py), whatever replicas range descriptors still list on it.
     """
     fmt = output_format(inv)
     _, cluster = sql_session(env, inv)
@@ -145,7 +148,7 @@ def run_node_status(env: Env, inv: Invocation) -> ExecResult:
         if show_stats:
             row += [str(m.replicas * k) for k in (262144, 32768, 229376, 0, 4096)]
         if show_decom:
-            row += [str(cluster.replica_count(n.node_id)), bool_text(n.decommissioning)]
+            row += [str(cluster.gossiped_replicas(n, t)), bool_text(n.decommissioning)]
             row.append(bool_text(n.draining))
         rows.append(row)
     return ExecResult(render(fmt, headers, rows, align), "", 0)
@@ -176,6 +179,15 @@ def _parse_node_ids(args: Sequence[str]) -> list[int]:
     return ids
 
 
+# server/admin.go Decommission: the server refuses both directions in start-single-replica mode
+# ("mpp mode"); the RPC's plain error reaches the CLI as gRPC code Unknown.
+MPP_REFUSAL = "rpc error: code = Unknown desc = node cannot be decommissioned in mpp mode"
+
+
+def _mpp_mode(target: Proc) -> bool:
+    return target.opts.mode == MODE_SINGLE_REPLICA
+
+
 def _decommission_table(
     fmt: str, cluster: LogicalCluster, ids: Sequence[int], t: float
 ) -> tuple[str, bool]:
@@ -203,11 +215,14 @@ def run_decommission(env: Env, inv: Invocation) -> ExecResult:
     Warnings for unknown or already decommissioning ids go to stderr, the status table to
     stdout, then the `No more data reported...` line once every target has 0 replicas.
     --wait=none returns after one table; --wait=all (the default) keeps polling, so while
-    replicas remain the result has duration_s=inf (the real command blocks).
+    replicas remain the result has duration_s=inf (the real command blocks). The replicas
+    column is the meta scan of admin.go DecommissionStatus: the exact count. A single-replica
+    ("mpp mode") server refuses after the warnings: `ERROR: while trying to mark as
+    decommissioning: rpc error: code = Unknown desc = node cannot be decommissioned in mpp mode`.
     """
     fmt = output_format(inv)
     ids = _parse_node_ids(inv.args)
-    _, cluster, _ = rpc_node(env, inv, "Status/Nodes")
+    target, cluster, _ = rpc_node(env, inv, "Status/Nodes")
     t = env.now
     stderr = ""
     for node_id in ids:
@@ -219,6 +234,10 @@ def run_decommission(env: Env, inv: Invocation) -> ExecResult:
     wait = inv.get("wait", "all")
     if wait == "live":
         stderr += "\n--wait=live is deprecated and is treated as --wait=all\n"
+    if _mpp_mode(target):
+        raise Fail(
+            f"while trying to mark as decommissioning: {MPP_REFUSAL}", stderr_before=stderr + "\n"
+        )
     for node_id in ids:
         if node_id not in cluster.nodes:
             raise Fail(
@@ -235,10 +254,12 @@ def run_decommission(env: Env, inv: Invocation) -> ExecResult:
 
 
 def run_recommission(env: Env, inv: Invocation) -> ExecResult:
-    """node.go runRecommissionNode: warnings, clear the flag, print the status table."""
+    """node.go runRecommissionNode: warnings, clear the flag, print the status table. The same
+    Decommission RPC refuses in single-replica mode: `ERROR: rpc error: code = Unknown desc =
+    node cannot be decommissioned in mpp mode`."""
     fmt = output_format(inv)
     ids = _parse_node_ids(inv.args)
-    _, cluster, _ = rpc_node(env, inv, "Status/Nodes")
+    target, cluster, _ = rpc_node(env, inv, "Status/Nodes")
     t = env.now
     stderr = ""
     for node_id in ids:
@@ -251,6 +272,8 @@ def run_recommission(env: Env, inv: Invocation) -> ExecResult:
             stderr += f"warning: node {node_id} is not decommissioned\n"
         elif status not in (DECOMMISSIONING, DECOMMISSIONED):
             stderr += f"warning: node {node_id} is in unexpected state {status}\n"
+    if _mpp_mode(target):
+        raise Fail(MPP_REFUSAL, stderr_before=stderr)
     for node_id in ids:
         if node_id not in cluster.nodes:
             raise Fail(

@@ -18,13 +18,17 @@ spf13/pflag's and spf13/cobra's as kwbase uses them:
   only the `Usage:` line of that text, not cobra's flag list.
 
 Value checks that are modelled: booleans (strconv.ParseBool), Go durations, `--format`
-(context.go tableDisplayFormat), `--wait` (nodeDecommissionWaitType). Cobra's "Did you mean"
-suggestions are not.
+(context.go tableDisplayFormat), `--wait` (nodeDecommissionWaitType), and the percentage form
+of `--cache` / `--max-sql-memory` (flags_util.go bytesOrPercentageValue: `.25` or `25%`, read
+as a float32, truncated to a whole percent, refused outside 1 - 99 with `percentage 0% out of
+range 1% - 99%`; so `.005` and even `.01` are refused). Byte sizes are accepted unchecked.
+Cobra's "Did you mean" suggestions are not modelled.
 """
 
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -43,7 +47,7 @@ class CliError(Exception):
 
 @dataclass(frozen=True)
 class FlagSpec:
-    """One flag: `kind` is bool, string, duration or choice; `repeat` keeps every value."""
+    """One flag: `kind` is bool, string, duration, choice or bytes_or_percent."""
 
     name: str
     kind: str = "string"
@@ -141,6 +145,10 @@ CLIENT_FLAGS = (
     _bool("disable-cluster-name-verification"),
 )
 
+def _memory(name: str) -> FlagSpec:
+    return FlagSpec(name, "bytes_or_percent")
+
+
 # String-valued flags of the start commands (flags.go StartCmds loop, cliflags names).
 _START_STRING_FLAGS = (
     "listen-addr",
@@ -179,8 +187,6 @@ _START_STRING_FLAGS = (
     "certs-dir",
     "cert-principal-map",
     "cluster-name",
-    "cache",
-    "max-sql-memory",
     "max-disk-temp-storage",
     "temp-dir",
     "external-io-dir",
@@ -193,6 +199,8 @@ _START_STRING_FLAGS = (
 
 START_FLAGS = (
     *(_str(n) for n in _START_STRING_FLAGS),
+    _memory("cache"),
+    _memory("max-sql-memory"),
     _str("store", "s"),
     _str("join", "j"),
     _bool("insecure"),
@@ -289,6 +297,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
 _BY_PATH = {c.path: c for c in COMMANDS}
 ROOT = CommandSpec((), "kwbase [command]", group=True)
 
+_FRACTION = re.compile(r"^0?\.[0-9]+$")  # flags_util.go fractionRE
 _DURATION = re.compile(r"[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+")
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 
@@ -301,8 +310,29 @@ def _parse_bool(value: str) -> bool | None:
     return None
 
 
+def _percent(value: str) -> int | None:
+    """bytesOrPercentageValue.Set's whole percent for `25%` / `.25`; None for other forms.
+
+    Go parses with strconv.ParseFloat(s, 32) (a float32 value in a float64) and truncates
+    frac * multiplier to an int: `.01` is 0.0099999997..., so 0%.
+    """
+    if not (value.endswith("%") or _FRACTION.match(value)):
+        return None
+    text, multiplier = (value[:-1], 1.0) if value.endswith("%") else (value, 100.0)
+    try:
+        as_float32 = struct.unpack("f", struct.pack("f", float(text)))[0]
+        return int(as_float32 * multiplier)
+    except (ValueError, OverflowError):
+        return None  # the real message (a ParseFloat error) is not modelled
+
+
 def _check_value(spec: FlagSpec, value: str) -> str | None:
     """The reason a value is rejected, or None when it is accepted."""
+    if spec.kind == "bytes_or_percent":
+        percent = _percent(value)
+        if percent is not None and not 1 <= percent <= 99:
+            return f"percentage {percent}% out of range 1% - 99%"
+        return None
     if spec.kind == "bool" and _parse_bool(value) is None:
         return f'strconv.ParseBool: parsing "{value}": invalid syntax'
     if (

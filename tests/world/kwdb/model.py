@@ -25,6 +25,13 @@ What it models (after CockroachDB v20.1, which kwbase forks):
 - persisted node status: a node that stops keeps the metrics it had when it stopped, forever, as
   the real status records in kwdb_internal.kv_store_status do (summing that table over all nodes
   includes stale rows of dead nodes).
+- gossiped store descriptors (gossip/gossip.go StoresInterval and StoreTTL, kvserver/store.go):
+  a running node gossips its replica count when it starts, every `gossip_stores_interval_s`, and
+  at once after `gossip_capacity_delta_fraction` of its count (at least 1) in replica changes.
+  Others see the last gossiped count until `store_gossip_ttl_s` after it was gossiped; then
+  nothing, which `node status --decommission` shows as gossiped_replicas 0. So a node that dies
+  or is cut off mid-decommission shows 0 two minutes later while range descriptors still list
+  replicas on it: only the meta scan of `node decommission` (replica_count) is authoritative.
 
 Leases move only when their holder stops being live or drains (to the first live, non-draining
 replica); there is no lease rebalancing.
@@ -86,6 +93,11 @@ class NodeRecord:
     decommissioning_since: float | None = None
     draining: bool = False
     stale_metrics: StoreMetrics = field(default_factory=StoreMetrics)
+    # The store descriptor last gossiped: its replica count, when, and how many replica changes
+    # until the store gossips again without waiting for the interval.
+    gossiped_ranges: int = 0
+    gossiped_at: float = -math.inf
+    gossip_countdown: int = 1
 
 
 @dataclass
@@ -139,6 +151,8 @@ class LogicalCluster:
             RangeState(range_id=i, replicas=[first_node], leaseholder=first_node)
             for i in range(1, self.settings.range_count + 1)
         ]
+        if self.nodes[first_node].heartbeating:
+            self._gossip(self.nodes[first_node], self.clock)
 
     def is_live(self, node: NodeRecord, t: float) -> bool:
         return node.heartbeating or t < node.last_heartbeat + self.settings.liveness_ttl_s
@@ -172,6 +186,7 @@ class LogicalCluster:
             node.heartbeating = True
             node.draining = False  # a restart takes a new liveness epoch, clearing draining
             node.last_heartbeat = t
+            self._gossip(node, t)  # a store gossips its descriptor as soon as it starts
         else:
             # The last status record the node persisted is what kv_store_status keeps showing.
             node.stale_metrics = self.metrics(node, t)
@@ -203,8 +218,37 @@ class LogicalCluster:
     def last_heartbeat(self, node: NodeRecord, t: float) -> float:
         return t if node.heartbeating else node.last_heartbeat
 
+    # ----- gossip -------------------------------------------------------------------------------
+    def _gossip(self, node: NodeRecord, t: float) -> None:
+        count = self.replica_count(node.node_id)
+        node.gossiped_ranges, node.gossiped_at = count, t
+        fraction = self.settings.gossip_capacity_delta_fraction
+        node.gossip_countdown = max(math.ceil(count * fraction), 1)
+
+    def _gossip_due(self, t: float) -> None:
+        """Periodic store gossip of every running node whose interval has passed."""
+        interval = self.settings.gossip_stores_interval_s
+        for node in self.nodes.values():
+            if node.heartbeating and t >= node.gossiped_at + interval:
+                self._gossip(node, t)
+
+    def _capacity_changed(self, node_id: int, t: float) -> None:
+        node = self.nodes[node_id]
+        if not node.heartbeating:
+            return  # a stopped or cut-off store gossips nothing
+        node.gossip_countdown -= 1
+        if node.gossip_countdown <= 0:
+            self._gossip(node, t)
+
+    def gossiped_replicas(self, node: NodeRecord, t: float) -> int:
+        """What others see of the node's gossiped range count: 0 once it has expired."""
+        if t >= node.gossiped_at + self.settings.store_gossip_ttl_s:
+            return 0
+        return node.gossiped_ranges
+
     # ----- ranges and metrics ---------------------------------------------------------------
     def replica_count(self, node_id: int) -> int:
+        """Replicas range descriptors list on the node: what a meta scan counts."""
         return sum(1 for r in self.ranges if node_id in r.replicas)
 
     def _live_replicas(self, r: RangeState, t: float) -> list[int]:
@@ -326,7 +370,9 @@ class LogicalCluster:
         r = self.ranges[move.range_id - 1]
         if move.remove is not None:
             r.replicas.remove(move.remove)
+            self._capacity_changed(move.remove, t)
         r.replicas.append(move.add)
+        self._capacity_changed(move.add, t)
         self._fix_leases(t)
 
     def _boundaries(self) -> Iterator[float]:
@@ -334,6 +380,7 @@ class LogicalCluster:
         for n in self.nodes.values():
             if n.heartbeating:
                 yield n.back_since + self.settings.suspect_after_restart_s
+                yield n.gossiped_at + self.settings.gossip_stores_interval_s
             else:
                 yield n.last_heartbeat + ttl
                 yield n.last_heartbeat + ttl + self.settings.time_until_store_dead_s
@@ -342,6 +389,7 @@ class LogicalCluster:
         """Run the replicate queue from the cluster's clock up to `now` (never backwards)."""
         rate = self.settings.snapshot_rate_per_s
         while self.clock < now:
+            self._gossip_due(self.clock)
             boundary = min([b for b in self._boundaries() if b > self.clock] + [now])
             self._fix_leases(self.clock)
             move = self._next_move(self.clock)
@@ -357,4 +405,5 @@ class LogicalCluster:
             else:
                 self._budget += (boundary - self.clock) * rate
                 self.clock = boundary
+        self._gossip_due(self.clock)
         self._fix_leases(max(self.clock, now))

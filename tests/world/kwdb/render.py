@@ -16,7 +16,10 @@ Called by tests/world/kwdb/commands.py. Each format follows the kwbase source it
   `ERROR: <message>`, then `DETAIL:` / `HINT:` lines) and `Failed running "<command>"`; exit 1.
 - timestamps: kwbase/pkg/cli/sql_util.go `formatVal` prints TIMESTAMP columns with
   `tree.DateTimeOutputFormat`; modelled as Go's "2006-01-02 15:04:05.999999" (fraction trimmed).
-  The exact constant was not found in the sources; CockroachDB v20.1 printed a `+00:00` suffix.
+  The sources do hold the layouts (that constant, and node.go's localTimeFormat
+  "2006-01-02 15:04:05.999999-07:00"), but which one V3.2.1 prints for these columns was not
+  checked against a running node: consumers must read both, with or without an offset (the
+  reconciler's adapter does). docs/testworld.md lists this among the known differences.
 
 Not modelled: the `sql` and `html` formats (rejected with a clear simulation error by the
 caller), tab expansion inside table cells, and the glog-style log lines the real CLI also writes

@@ -35,11 +35,19 @@ class KwdbSettings:
         `KaiwuDB Version:  V2.0.3.2_RC3-...`); image tag 3.2.1 becomes V3.2.1.
     epoch_unix_s: wall-clock instant (UNIX seconds, UTC) that simulated time 0 stands for; used
         only to print timestamps (started_at, updated_at). Default 2026-01-01T00:00:00Z.
-    reject_decommissioned_restart: what a store whose node was decommissioned (flag set and no
-        replicas left) does when its process starts again. True: the process exits with the
-        error CockroachDB >= 20.2 gives ("...permanently removed from the cluster...") and the
-        KaiwuDB docs' rule that such a node can only come back with a wiped store. False: the
-        v20.1 behaviour, the node starts and stays decommissioning.
+    gossip_stores_interval_s: how often a running node gossips its store descriptor, whose range
+        count is what `node status --decommission` shows as gossiped_replicas
+        (kwdb_internal.gossip_nodes `ranges`). KWDB gossip.StoresInterval: 60 s.
+    store_gossip_ttl_s: how long a gossiped store descriptor stays visible after the node last
+        gossiped it; then gossiped_replicas reads 0 (gossip.StoreTTL = 2 x StoresInterval).
+    gossip_capacity_delta_fraction: a running store also gossips at once after this fraction of
+        its last gossiped range count (at least 1) in replica additions or removals
+        (kvserver defaultGossipWhenCapacityDeltaExceedsFraction, 0.01). So a live node's
+        gossiped count is close to the truth; a dead or cut-off node's is frozen, then 0.
+
+    A store whose node was decommissioned starts again when its process does: KWDB V3.2.1 has no
+    "permanently removed" check (CockroachDB added one in 20.2); the node rejoins live and still
+    decommissioning.
     """
 
     range_count: int = 40
@@ -52,7 +60,9 @@ class KwdbSettings:
     connect_timeout_s: float = 15.0
     default_build: str = "V3.2.1"
     epoch_unix_s: float = 1_767_225_600.0
-    reject_decommissioned_restart: bool = True
+    gossip_stores_interval_s: float = 60.0
+    store_gossip_ttl_s: float = 120.0
+    gossip_capacity_delta_fraction: float = 0.01
 
     def __post_init__(self) -> None:
         if self.range_count < 1:
@@ -63,3 +73,5 @@ class KwdbSettings:
             raise ValueError("snapshot_rate_per_s must be positive")
         if self.liveness_ttl_s <= 0 or self.time_until_store_dead_s <= self.liveness_ttl_s:
             raise ValueError("need 0 < liveness_ttl_s < time_until_store_dead_s")
+        if not 0 < self.gossip_stores_interval_s < self.store_gossip_ttl_s:
+            raise ValueError("need 0 < gossip_stores_interval_s < store_gossip_ttl_s")
