@@ -12,9 +12,10 @@ kwbase/pkg/cli/node.go (see kaiwudb-facts.md "Cluster operations").
 
 Failures become typed errors: `ExecFailed` (the command could not be run or gave no exit status:
 pod gone, container not running, exec transport error, time-out), and `CommandFailed` (kwbase
-ran and exited non-zero) with the subclasses `NodeUnreachable`, `NotInitialized` and
-`UnknownNode` for the answers the lifecycle code acts upon. Messages carry the command line and
-the CLI's `ERROR:` text; neither ever holds secrets (certificates stay files in the pod).
+ran and exited non-zero) with the subclasses `NodeUnreachable`, `NotInitialized`, `UnknownNode`
+and `DecommissionRefused` for the answers the lifecycle code acts upon. Messages carry the
+command line and the CLI's `ERROR:` text; neither ever holds secrets (certificates stay files
+in the pod).
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ class UnknownNode(CommandFailed):
     """A node id the cluster does not know."""
 
 
+class DecommissionRefused(CommandFailed):
+    """The cluster refuses `node decommission` and `node recommission` for good: KWDB's
+    start-single-replica ("mpp") mode cannot move a range's only replica (server/admin.go:
+    `node cannot be decommissioned in mpp mode`). Retrying never helps."""
+
+
 class UnexpectedOutput(KwbaseError):
     """kwbase succeeded but printed something this adapter cannot read (a format change)."""
 
@@ -132,6 +139,7 @@ def error_text(stderr: str) -> str:
     return " ".join(kept)
 
 
+_DECOMMISSION_REFUSED = ("cannot be decommissioned in mpp mode",)
 # Substrings of kwbase's decorated errors (kwbase/pkg/cli/error.go MaybeDecorateGRPCError and
 # the server's gRPC statuses), checked in this order.
 _NOT_INITIALIZED = ("node waiting for init", "before it has been initialized")
@@ -145,6 +153,8 @@ def classify_failure(pod: str, argv: Sequence[str], exit_code: int, stderr: str
                      ) -> CommandFailed:
     """The typed error for a non-zero exit (never ExecFailed: the command did run)."""
     text = stderr.lower()
+    if any(marker in text for marker in _DECOMMISSION_REFUSED):
+        return DecommissionRefused(pod, argv, exit_code, stderr)
     if any(marker in text for marker in _NOT_INITIALIZED):
         return NotInitialized(pod, argv, exit_code, stderr)
     if any(marker in text for marker in _UNKNOWN_NODE):
@@ -169,7 +179,8 @@ class NodeStatus:
     """One row of `kwbase node status`. Optional groups are None unless their flag was given:
     --ranges (replica and range counts), --stats (byte counts; --all gives both and the rest),
     --decommission (gossiped_replicas, is_decommissioning, is_draining). A count the node does
-    not report (NULL) is None too."""
+    not report (NULL) is None too. gossiped_replicas is a gossip estimate (expires to 0 two
+    minutes after a node stops gossiping): never evidence that a node is empty."""
 
     id: int
     address: str
@@ -494,14 +505,18 @@ class KwbaseAdmin:
 
     def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
         """`kwbase node decommission <ids> --wait=none`: mark the nodes decommissioning and
-        return at once with their status; poll node_status(decommission=True) (or call again)
-        until every one is drained_of_replicas."""
+        return at once with their status. Its `replicas` column is a meta scan of the range
+        descriptors (server/admin.go DecommissionStatus), the authoritative count; call it
+        again (idempotent while decommissioning) until every node is drained_of_replicas.
+        Never poll node_status's gossiped_replicas for that: it reads 0 once a dead node's
+        gossip expires, replicas or not. DecommissionRefused in single-replica mode."""
         argv = self.argv(pod, "node", "decommission", *map(str, node_ids), "--wait=none",
                          "--format=csv")
         return self._parsed(pod, argv, parse_decommission)
 
     def recommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
-        """`kwbase node recommission <ids>`: clear the decommissioning flag."""
+        """`kwbase node recommission <ids>`: clear the decommissioning flag
+        (DecommissionRefused in single-replica mode)."""
         argv = self.argv(pod, "node", "recommission", *map(str, node_ids), "--format=csv")
         return self._parsed(pod, argv, parse_decommission)
 

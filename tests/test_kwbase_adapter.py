@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from reconciler import kwbase
 from reconciler.kwbase import (
     CommandFailed,
+    DecommissionRefused,
     DecommissionStatus,
     ExecFailed,
     InitOutcome,
@@ -59,10 +60,11 @@ class ModelExec:
         return result.stdout, result.stderr, code
 
 
-def rendered_command(replicas: int, tls: bool) -> list[str]:
+def rendered_command(replicas: int, tls: bool, mode: str = "multi-replica") -> list[str]:
     spec = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
             "metadata": {"name": NAME, "namespace": NAMESPACE},
-            "spec": {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": tls}}}
+            "spec": {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": tls},
+                     "startMode": mode}}
     sts = next(o for o in desired_objects(spec, RenderSettings()) if o["kind"] == "StatefulSet")
     command: list[str] = sts["spec"]["template"]["spec"]["containers"][0]["command"]
     return command
@@ -79,11 +81,12 @@ class Deployment:
 
 
 def start_pods(replicas: int = 3, tls: bool = True,
-               localities: dict[int, str] | None = None) -> Deployment:
+               localities: dict[int, str] | None = None,
+               mode: str = "multi-replica") -> Deployment:
     """Pods of the rendered StatefulSet running kwbase, waiting for init (as the kubelet starts
     them: $(POD_NAME) expanded, one store per claim)."""
     world = KwdbWorld()
-    command = rendered_command(replicas, tls)
+    command = rendered_command(replicas, tls, mode)
     for ordinal in range(replicas):
         pod = f"{NAME}-{ordinal}"
         argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
@@ -231,6 +234,37 @@ def test_a_decommissioned_node_drains_its_replicas_and_can_be_recommissioned() -
     (back,) = admin.recommission("orders-0", [4])
     assert back == DecommissionStatus(id=4, is_live=True, replicas=0, is_decommissioning=False,
                                       is_draining=False)
+
+
+def test_a_dead_nodes_gossiped_count_expires_but_the_decommission_count_does_not() -> None:
+    deployment = start_pods(replicas=4)
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(30.0)
+    world, admin = deployment.world, deployment.admin
+    world.tune((NAMESPACE, NAME), 30.0, snapshot_rate_per_s=0.01)  # a drain of big ranges
+    (marked,) = admin.decommission("orders-0", [4])
+    assert marked.replicas > 0
+    world.stop_process((NAMESPACE, NAME), "orders-3", 30.0, graceful=False)
+
+    deployment.at(30.0 + world.settings.store_gossip_ttl_s + 1)
+    (gossiped,) = admin.node_status("orders-0", node_id=4, decommission=True)
+    assert not gossiped.is_live and gossiped.gossiped_replicas == 0
+    (exact,) = admin.decommission("orders-0", [4])
+    assert exact.replicas > 0 and not exact.drained_of_replicas, \
+        "the meta scan still counts the replicas descriptors list on node 4"
+
+
+def test_a_single_replica_cluster_refuses_decommission_for_good() -> None:
+    deployment = start_pods(mode="single-replica")
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(5.0)
+    for verb in (deployment.admin.decommission, deployment.admin.recommission):
+        with pytest.raises(DecommissionRefused) as refused:
+            verb("orders-0", [3])
+        assert "node cannot be decommissioned in mpp mode" in str(refused.value)
+        assert not isinstance(refused.value, (NodeUnreachable, UnknownNode))
 
 
 def test_a_drained_node_reports_draining(cluster: Deployment) -> None:
