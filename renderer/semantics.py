@@ -9,6 +9,7 @@ scales in), used by `kaiwu diff` and by the reconciler.
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -185,15 +186,27 @@ def _check_mode(spec: dict[str, Any]) -> Iterator[Violation]:
                         "set replicas: 1, or use startMode multi-replica for a cluster")
 
 
+def kwbase_percent(text: str) -> int:
+    """The whole percent kwbase makes of a FRACTION (cli/flags_util.go bytesOrPercentageValue):
+    strconv.ParseFloat(s, 32), times 100 for `.25` or 1 for `25%`, truncated. A float32 .01 is
+    0.0099999998, so `.01` is 0%: kwbase accepts only 1..99."""
+    number, multiplier = (text[:-1], 1.0) if text.endswith("%") else (text, 100.0)
+    as_float32: float = struct.unpack("f", struct.pack("f", float(number)))[0]
+    return int(as_float32 * multiplier)
+
+
 def _check_memory(spec: dict[str, Any]) -> Iterator[Violation]:
     fractions = Decimal(0)
     for field in ("cache", "maxSQLMemory"):
         text = spec[field]
         if FRACTION.match(text):
             value = Decimal(text[:-1]) / 100 if text.endswith("%") else Decimal(text)
-            if not 0 < value < 1:
-                yield Violation(("spec", field), f"{text!r} is not a fraction between 0 and 1",
-                                "use e.g. .25 or 25%")
+            percent = kwbase_percent(text)
+            if not 1 <= percent <= 99:
+                yield Violation(("spec", field), (
+                    f"{text!r} is {percent}% to kwbase, which refuses it (percentage {percent}% "
+                    "out of range 1% - 99%) and the pod would crash-loop"),
+                                "use a whole percentage from 1% to 99%, e.g. .25 or 25%")
             fractions += value
             continue
         try:

@@ -176,6 +176,23 @@ def test_the_same_name_in_two_namespaces_is_two_clusters(tmp_path: Path) -> None
     assert {name.split("/")[0] for name in objects} == {"shop", "shop-staging"}
 
 
+def test_a_memory_fraction_kwbase_would_refuse_is_refused_at_its_line(tmp_path: Path) -> None:
+    source = tmp_path / "clusters"
+    source.mkdir()
+    (source / "a.yaml").write_text(HEADER + """\
+metadata:
+  name: alpha
+spec:
+  cache: ".005"
+""")
+    out = tmp_path / "out"
+    run = kaiwu("render", source, "-o", out)
+    assert_refused(run, out)
+    assert problems(run) == [(str(source / "a.yaml"), 6, "spec.cache", (
+        "'.005' is 0% to kwbase, which refuses it (percentage 0% out of range 1% - 99%) and "
+        "the pod would crash-loop"), "use a whole percentage from 1% to 99%, e.g. .25 or 25%")]
+
+
 def test_names_are_reported_alongside_type_errors(tmp_path: Path) -> None:
     write_yaml(tmp_path / "src" / "a.yaml", cluster("Orders", "shop", replicas="3"))
     run = kaiwu("validate", tmp_path / "src")

@@ -103,15 +103,19 @@ def test_a_multi_replica_budget_never_allows_two_nodes_down() -> None:
 
 # --- memory flags ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", [".25", "25%", "0.3", "2Gi", "512Mi"])
+@pytest.mark.parametrize("value", [".25", "25%", "0.3", "2Gi", "512Mi", "1%", ".011"])
 def test_cache_is_a_fraction_or_a_size(value: str) -> None:
     assert violations(with_spec(cache=value)) == {}
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("100%", "is not a fraction between 0 and 1"),
-    ("150%", "is not a fraction between 0 and 1"),
-    ("0.0", "is not a fraction between 0 and 1"),
+    ("100%", "'100%' is 100% to kwbase, which refuses it (percentage 100% out of range 1% - 99%)"),
+    ("150%", "percentage 150% out of range 1% - 99%"),
+    ("0.0", "percentage 0% out of range 1% - 99%"),
+    (".005", "'.005' is 0% to kwbase, which refuses it (percentage 0% out of range 1% - 99%)"),
+    ("0.5%", "percentage 0% out of range 1% - 99%"),
+    # kwbase parses a float32: .01 is 0.0099999998, truncated to 0%.
+    (".01", "percentage 0% out of range 1% - 99%"),
     ("lots", "is neither a fraction nor a quantity"),
     (".25\n", "is neither a fraction nor a quantity"),
 ])
