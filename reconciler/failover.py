@@ -1,48 +1,63 @@
 """Failover in the reconciler's pass: pods on lost Kubernetes nodes are replaced.
 
 The Controller (reconciler.controller) runs `Failover.run` as the pipeline step "failover",
-after "lifecycle" (whose node probe it reads from the pass) and before "report". Reads come from
-the cache view (pods, claims, Nodes); KaiwuDB is reached through reconciler.kwbase.
+after "lifecycle" (whose KaiwuDB node probe it reads from the pass) and before "report". Facts
+come from the cache view through reconciler.loss (Nodes, pods, claims and the nodes their
+volumes are pinned to) and from KaiwuDB through reconciler.kwbase.
 
-A pod counts as failing once its Kubernetes node's Ready condition is Unknown or False (or the
-Node is gone). When that started is kept in `status.failures` (keyed by pod), so a restarted
-reconciler does not restart the clock; it is the Node condition's lastTransitionTime when there
-is one. After `spec.failover.nodeLostTimeout` the replacement goes through stages, one cluster
-action at a time, each with an Event and `lifecycle_actions_total{action}`:
+Level-triggered: every pass looks at each pod ordinal of the StatefulSet and decides its next
+step from what the cluster shows now, never from what an earlier pass remembered. A pod
+force-deleted by an administrator, a reconciler killed between a write and its status write, or
+`status.failures` deleted by hand all lead to the same next step. `status.failures` lists what
+is failing and since when, for people; nothing reads it back to decide. Every write is guarded
+by the uid it was decided on, so repeating a step after a crash is harmless.
 
-  NodeLost        -> force-delete the pod (grace 0, uid precondition): no kubelet will ever
-                     confirm its deletion, so the StatefulSet would never recreate it.
-  PodDeleted      -> the StatefulSet recreates the pod; if it cannot schedule because its claim's
-                     volume is pinned to the lost node (local disks), and spec.failover
-                     .replaceLostVolumes allows, the claim and the pending pod are deleted so a
-                     fresh volume is provisioned elsewhere (only while every other KaiwuDB node
-                     is live: the lost store's copy is given up). Without the policy the pod waits
-                     for its node, and the reason says how to let it go.
-  VolumeReplaced  -> the new, empty store joins as a new KaiwuDB node; once it is live, the lost
-                     store's node id is decommissioned so its ranges re-replicate and it stops
-                     counting as a dead node.
+What a pod can show, and the step it gets (each with an Event and
+`lifecycle_actions_total{action}`):
 
-A crash-looping pod (its kwbase container waits in CrashLoopBackOff, or has exited after
-restarts) whose node is fine counts as failing once it has not been Ready for
-`spec.failover.podNotReadyTimeout`: the reconciler deletes it (a fresh pod, a fresh back-off) at
-most `spec.failover.maxCrashRestarts` times per pod template revision, then stops and reports
-Stalled with the container's last words (a configuration error is not fixed by deleting pods;
-a new revision of the spec starts the count again). A pod that turns Ready ends the story.
+  NodeLost          the pod is bound to a node whose Ready condition has been False or Unknown
+                    (or that is gone) for spec.failover.nodeLostTimeout: force-delete it (grace
+                    0; no kubelet will ever confirm the deletion, so the StatefulSet would never
+                    recreate it). When its claim's volume is pinned to that node and
+                    spec.failover.replaceLostVolumes allows, the claim is deleted in the same
+                    step (only while KaiwuDB shows every other node live and this pod's node not
+                    live: the lost store's copy of the data is given up).
+  VolumeOnLostNode  the pod is unscheduled or absent (however it came to be gone) and its claim's
+                    volume is pinned to a node lost for nodeLostTimeout: with the policy, delete
+                    the claim and the pending pod so a fresh volume is provisioned on a live
+                    node; without it, wait for the node, and say in Ready how to let it go.
+  ClaimGone         the pod is unscheduled and its claim is gone (it was deleted while the
+                    StatefulSet recreated the pod against it): delete the pod, and the
+                    StatefulSet makes a new claim with the next one. A claim still terminating
+                    is waited for.
+  StoreReplaced     KaiwuDB lists a pod's address under a live node id and an older one that is
+                    not live: the older store was lost with its volume. Decommission the old id
+                    so its ranges re-replicate now rather than after KWDB's 30-minute dead-store
+                    timeout. A single-replica cluster cannot decommission (KWDB refuses in that
+                    mode) and its data had one copy: Stalled, with what to do.
+  CrashLoop         the kwbase container crash-loops on a healthy node and the pod has not been
+                    Ready for spec.failover.podNotReadyTimeout: delete it for a fresh start, at
+                    most spec.failover.maxCrashRestarts times per pod template revision, then
+                    Stalled with its last words (a configuration error is not fixed by deleting
+                    pods). The count lives on the pod's claim (annotation CRASH_RESTARTS, written
+                    before the delete), the one object that outlives the pods; it is cleared
+                    once the pod is Ready.
 
-Guards: never while a scale-in operation runs; at most one pod past NodeLost at a time; nothing
-at all while another node of the cluster is down too (a second lost node means quorum is at
-stake and a person should look).
+Guards: nothing new is disrupted while a scale-in runs, or while another pod of the cluster is
+down (a second lost node means quorum is at stake and a person should look). A step that
+finishes a disruption already made (ClaimGone, StoreReplaced) needs no such guard.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from reconciler import failpoints
 from reconciler import kube as k
 from reconciler.cache import CacheView
 from reconciler.events import rfc3339
@@ -54,9 +69,20 @@ from reconciler.lifecycle import (
     claim_of,
     cluster_pods,
     exec_pod,
+    node_entries,
     pod_ready,
 )
+from reconciler.loss import (
+    NodeLoss,
+    disrupted,
+    node_loss,
+    parse_time,
+    pod_node,
+    ready_condition,
+    volume_node,
+)
 from reconciler.metrics import Metrics
+from renderer.spec import Cluster, StartMode
 
 if TYPE_CHECKING:
     from reconciler.controller import Pass
@@ -64,41 +90,53 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NODE_LOST = "NodeLost"
-POD_DELETED = "PodDeleted"
-VOLUME_REPLACED = "VolumeReplaced"
+VOLUME_ON_LOST_NODE = "VolumeOnLostNode"
+CLAIM_GONE = "ClaimGone"
+STORE_REPLACED = "StoreReplaced"
 CRASH_LOOP = "CrashLoop"
 REVISION_LABEL = "controller-revision-hash"
-SELECTED_NODE = "volume.kubernetes.io/selected-node"
+# On a pod's claim: "<template revision>:<restarts>", the crash restarts made for that revision.
+CRASH_RESTARTS = "kaiwu.inspur.com/crash-restarts"
 
 
 @dataclass(frozen=True)
 class FailoverSettings:
     """poll_s: how soon a pass looks again while a replacement is under way (pods scheduling,
-    a new store joining)."""
+    a claim going away, a new store joining)."""
 
     poll_s: float = 1.0
 
 
+@dataclass(frozen=True)
+class Finding:
+    """What one pod shows (see the module docstring for each stage)."""
+
+    pod: str
+    stage: str
+    node: str = ""  # the lost Kubernetes node (NodeLost, VolumeOnLostNode)
+    node_ready: str = ""  # its Ready status: False, Unknown or Missing
+    since: float | None = None  # lost / not Ready since
+    dead_ids: tuple[int, ...] = ()  # StoreReplaced: the lost stores' node ids
+    claim: Obj | None = field(default=None, compare=False)
+    words: str = ""  # CrashLoop: exit code and message
+    restarts: int = 0  # CrashLoop: restarts made for the pod's revision
+
+    def record(self) -> dict[str, Any]:
+        """The finding as status.failures shows it (information for people)."""
+        entry: dict[str, Any] = {"stage": self.stage}
+        if self.node:
+            entry.update(node=self.node, nodeReady=self.node_ready)
+        if self.since is not None:
+            entry["since"] = rfc3339(self.since)
+        if self.dead_ids:
+            entry["deadNodeIds"] = list(self.dead_ids)
+        if self.stage == CRASH_LOOP:
+            entry.update(restarts=self.restarts, lastWords=self.words)
+        return entry
+
+
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
-
-
-def parse_time(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except (ValueError, AttributeError):
-        return None
-
-
-def node_ready(node: Obj | None) -> tuple[bool, str, str]:
-    """(Ready, its status, since when) of a Node; a missing Node is not Ready."""
-    if node is None:
-        return False, "Missing", ""
-    for item in (node.get("status") or {}).get("conditions") or ():
-        if item.get("type") == "Ready":
-            status = str(item.get("status"))
-            return status == "True", status, str(item.get("lastTransitionTime") or "")
-    return False, "Unknown", ""
 
 
 def crash_state(pod: Obj) -> tuple[bool, str]:
@@ -117,6 +155,28 @@ def crash_state(pod: Obj) -> tuple[bool, str]:
     return False, ""
 
 
+def crash_restarts(claim: Obj | None, revision: str) -> int:
+    """Crash restarts recorded on the claim for this template revision (0 for another)."""
+    value = str((_meta(claim).get("annotations") or {}).get(CRASH_RESTARTS) or "")
+    recorded, _, count = value.rpartition(":")
+    return int(count) if recorded == revision and count.isdigit() else 0
+
+
+def replaced_stores(nodes: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:
+    """pod -> node ids KaiwuDB lists for the pod's address that are not live while another id
+    there is: stores lost with their volume and replaced by a fresh one (entries as in
+    status.nodes; a decommissioned node that stopped is already left out of them)."""
+    found: dict[str, tuple[int, ...]] = {}
+    pods = {str(e["pod"]) for e in nodes if e.get("pod")}
+    for pod in sorted(pods):
+        mine = [e for e in nodes if e.get("pod") == pod]
+        if any(e.get("state") == "live" for e in mine):
+            dead = tuple(sorted(int(e["nodeId"]) for e in mine if e.get("state") == "not-live"))
+            if dead:
+                found[pod] = dead
+    return found
+
+
 class Failover:
     """The "failover" step (see the module docstring). Its reasons for not being Ready go
     before the lifecycle's (a node not live is the symptom; a lost Kubernetes node the
@@ -129,6 +189,10 @@ class Failover:
         self.metrics = metrics
         self.lifecycle = lifecycle
         self.settings = settings or FailoverSettings()
+        # A Node that is gone has no condition to date its loss from: when a pass first found
+        # it missing (shared by the workers, hence the lock).
+        self._lock = threading.Lock()
+        self._missing_since: dict[str, float] = {}
 
     def wanted(self, p: Pass) -> bool:
         return (p.cluster is not None and not p.paused and not p.halted
@@ -138,171 +202,355 @@ class Failover:
     def count(self, action: str) -> None:
         self.metrics.lifecycle_actions_total.labels(action=action).inc()
 
+    # ---- what the cluster shows ------------------------------------------------------------
+
     def run(self, p: Pass) -> None:
         cluster = p.cluster
         assert cluster is not None
         pods = cluster_pods(self.view, cluster)
-        previous: dict[str, dict[str, Any]] = {
-            str(name): dict(entry) for name, entry in
-            (p.previous.get("failures") or {}).items() if isinstance(entry, Mapping)}
-        failures: dict[str, dict[str, Any]] = {}
-        # Replacements under way stay until they finish, wherever the pod is now.
-        for name, entry in previous.items():
-            if entry.get("stage") in (POD_DELETED, VOLUME_REPLACED):
-                failures[name] = entry
-        for name, pod in pods.items():
-            node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-            if not node_name or name in failures:
-                continue
-            ready, status, since = node_ready(self.view.get(k.NODE, "", node_name))
-            if ready:
-                self.watch_crashes(p, name, pod, previous.get(name), failures)
-                continue
-            before = previous.get(name)
-            if before is not None and before.get("node") == node_name:
-                failures[name] = before
-                continue
-            started = parse_time(since) if since else None
-            failures[name] = {"stage": NODE_LOST, "node": node_name, "nodeReady": status,
-                              "since": rfc3339(min(started or p.now, p.now)),
-                              "podUid": str(_meta(pod).get("uid"))}
-        for name, entry in previous.items():
-            found = pods.get(name)
-            if entry.get("stage") == CRASH_LOOP and name not in failures and (
-                    found is None or not (found.get("spec") or {}).get("nodeName")):
-                failures[name] = entry  # restarted by us, not back yet: keep the count
-        for name, entry in sorted(failures.items(), key=lambda item: str(item[1].get("since"))):
-            self.advance(p, name, entry, pods, failures)
-        p.status_fields["failures"] = failures or None
+        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
+            if sts is not None else cluster.replicas
+        names = [cluster.pod_name(i) for i in range(replicas)]
+        findings = self.look(p, cluster, pods, names)
+        p.status_fields["failures"] = {f.pod: f.record() for f in findings} or None
+        for finding in sorted(findings, key=lambda f: (f.since or p.now, f.pod)):
+            self.advance(p, cluster, finding, findings, pods, names)
         self.lifecycle.memory.save(p)
 
-    def advance(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
-                failures: dict[str, dict[str, Any]]) -> None:
-        cluster = p.cluster
-        assert cluster is not None
-        stage = entry.get("stage")
-        if stage == NODE_LOST:
-            since = parse_time(str(entry.get("since"))) or p.now
+    def look(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+             names: list[str]) -> list[Finding]:
+        findings: list[Finding] = []
+        for name in names:
+            pod = pods.get(name)
+            node = pod_node(pod)
+            if node:
+                loss = node_loss(self.view, node)
+                if loss is not None:
+                    findings.append(Finding(name, NODE_LOST, node, loss.status,
+                                            self.lost_since(p, loss, name)))
+                    continue
+                assert pod is not None
+                crash = self.crash_finding(p, cluster, name, pod)
+                if crash is not None:
+                    findings.append(crash)
+                continue
+            if pod is not None and _meta(pod).get("deletionTimestamp"):
+                continue  # going away: the StatefulSet recreates it
+            claim = claim_of(self.view, self.kube, cluster.namespace, name)
+            if claim is None or _meta(claim).get("deletionTimestamp"):
+                if pod is not None:
+                    findings.append(Finding(name, CLAIM_GONE, claim=claim))
+                continue
+            pinned = volume_node(self.kube, claim)
+            loss = node_loss(self.view, pinned) if pinned else None
+            if loss is not None:
+                findings.append(Finding(name, VOLUME_ON_LOST_NODE, pinned, loss.status,
+                                        self.lost_since(p, loss, name), claim=claim))
+        nodes = p.status_fields.get("nodes", p.previous.get("nodes")) or ()
+        for pod_name, dead in replaced_stores(nodes).items():
+            if pod_name in names and not any(f.pod == pod_name for f in findings):
+                findings.append(Finding(pod_name, STORE_REPLACED, dead_ids=dead))
+        with self._lock:
+            for gone in [n for n in self._missing_since if self.view.get(k.NODE, "", n)]:
+                del self._missing_since[gone]
+        return findings
+
+    def lost_since(self, p: Pass, loss: NodeLoss, pod: str) -> float:
+        """When the node was lost: its Ready condition's transition; for a Node that is gone,
+        when a pass first found it missing (after a restart, the time status.failures shows,
+        which only people otherwise read: without it the wait starts again, never shorter)."""
+        if loss.since is not None:
+            return min(loss.since, p.now)
+        shown = ((p.previous.get("failures") or {}).get(pod) or {})
+        recorded = parse_time(str(shown.get("since"))) if shown.get("node") == loss.name else None
+        with self._lock:
+            first = self._missing_since.setdefault(loss.name, p.now)
+        return min(first, recorded) if recorded is not None else first
+
+    def crash_finding(self, p: Pass, cluster: Cluster, name: str, pod: Obj) -> Finding | None:
+        """A pod on a healthy node that crash-loops (or was restarted by us and is not back);
+        clears the claim's restart count once the pod is Ready."""
+        ready, changed = ready_condition(pod)
+        if _meta(pod).get("deletionTimestamp"):
+            return None
+        revision = str((_meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{name}")
+        if ready and pod_ready(pod):
+            if claim is not None and CRASH_RESTARTS in (_meta(claim).get("annotations") or {}):
+                self.write_restarts(cluster, claim, None)  # the story ends: a fresh count
+                p.wrote = True
+            return None
+        crashing, words = crash_state(pod)
+        restarts = crash_restarts(claim, revision)
+        if not crashing and not restarts:
+            return None
+        created = parse_time(str(_meta(pod).get("creationTimestamp") or ""))
+        since = changed if changed is not None else created
+        return Finding(name, CRASH_LOOP, since=min(since or p.now, p.now) if crashing else None,
+                       claim=claim, words=words, restarts=restarts)
+
+    # ---- what to do about it ---------------------------------------------------------------
+
+    def advance(self, p: Pass, cluster: Cluster, f: Finding, findings: Sequence[Finding],
+                pods: Mapping[str, Obj], names: list[str]) -> None:
+        if f.stage in (NODE_LOST, VOLUME_ON_LOST_NODE):
             timeout = cluster.failover.node_lost_timeout.total_seconds()
-            left = since + timeout - p.now
-            p.not_ready.insert(0, ("NodeLost", f"pod {name}: Kubernetes node {entry['node']} "
-                                f"is {entry.get('nodeReady', 'not Ready')}"))
-            if left > 0:
-                p.requeue_in(left)
+            since = f.since if f.since is not None else p.now
+            p.not_ready.insert(0, (NODE_LOST, f"pod {f.pod}: Kubernetes node {f.node} is "
+                                   f"{f.node_ready}" + (" (the pod's volume is there)"
+                                                        if f.stage == VOLUME_ON_LOST_NODE
+                                                        else "")))
+            if since + timeout > p.now:
+                p.requeue_in(since + timeout - p.now)
                 return
-            blocker = self.blocker(p, name, failures)
+            if f.stage == VOLUME_ON_LOST_NODE and not cluster.failover.replace_lost_volumes:
+                p.not_ready.insert(0, (VOLUME_ON_LOST_NODE, (
+                    f"pod {f.pod} cannot start elsewhere: its volume "
+                    f"({CLAIM_TEMPLATE}-{f.pod}) is on the lost node {f.node}. Bring the node "
+                    "back, or set spec.failover.replaceLostVolumes to give up that copy of the "
+                    "data and start a fresh store")))
+                return
+            blocker = self.blocker(p, f, findings, pods, names)
             if blocker:
-                p.not_ready.insert(0, ("FailoverWaiting", f"pod {name}: {blocker}"))
+                p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: {blocker}"))
                 p.requeue_in(self.settings.poll_s)
                 return
-            pod = pods.get(name)
-            if pod is not None and str(_meta(pod).get("uid")) == entry.get("podUid"):
-                self.force_delete(pod)
-                self.count("force-delete-pod")
-                p.act("PodForceDeleted", f"Pod/{name}", (
-                    f"its node {entry['node']} has been {entry.get('nodeReady')} since "
-                    f"{entry['since']} (longer than nodeLostTimeout "
-                    f"{timeout:g}s): force-deleted so the StatefulSet recreates it"),
-                    event="Warning")
-                p.wrote = True
-            entry["stage"] = POD_DELETED
+            if f.stage == NODE_LOST:
+                self.evict(p, cluster, f, pods, names, timeout)
+            else:
+                self.replace_volume(p, cluster, f, pods, names)
+        elif f.stage == CLAIM_GONE:
+            self.recreate_pending(p, cluster, f, pods)
+        elif f.stage == STORE_REPLACED:
+            self.decommission_replaced(p, cluster, f, pods)
+        elif f.stage == CRASH_LOOP:
+            self.restart_crashing(p, cluster, f, findings, pods, names)
+
+    def blocker(self, p: Pass, f: Finding, findings: Sequence[Finding], pods: Mapping[str, Obj],
+                names: list[str]) -> str:
+        """Why a new disruption of pod f.pod may not happen now ("" when it may)."""
+        if p.status_fields.get("operation", p.previous.get("operation")):
+            return "a scale-in is in progress"
+        lost = sorted({other.pod for other in findings if other.pod != f.pod
+                       and other.stage in (NODE_LOST, VOLUME_ON_LOST_NODE)})
+        if lost:
+            return (f"other pods are failing too ({', '.join(lost)}): one node at a time, and "
+                    "never below quorum; bring nodes back or replace pods by hand")
+        down = sorted((set(disrupted(self.view, pods, names)) | {
+            name for name in names if not pod_ready(pods.get(name))}) - {f.pod})
+        if down:
+            return f"pods {', '.join(down)} are not Ready yet: one pod at a time"
+        return ""
+
+    def kaiwudb_allows_replacing(self, p: Pass, cluster: Cluster, pod: str,
+                                 pods: Mapping[str, Obj]) -> str:
+        """Why the store of `pod` may not be given up now, from a fresh node status ("" when it
+        may): every other KaiwuDB node must be live (they hold the other copies) and the pod's
+        own node must not be (else it is not lost at all)."""
+        runner = exec_pod({name: obj for name, obj in pods.items() if name != pod})
+        if runner is None:
+            return "no other pod runs kwbase to ask KaiwuDB"
+        try:
+            nodes = self.lifecycle.admin(cluster).node_status(runner, decommission=True)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="failover").inc()
+            return f"KaiwuDB node status unknown: {error}"
+        entries = node_entries(nodes)
+        p.status_fields["nodes"] = entries
+        replaced = {i for ids in replaced_stores(entries).values() for i in ids}
+        others = [n for n in nodes if n.pod_name != pod and n.id not in replaced
+                  and not (n.is_decommissioning and not n.is_live)]
+        not_live = [n for n in others if not n.healthy]
+        if not_live:
+            return "KaiwuDB nodes not live: " + ", ".join(
+                f"{n.id} ({n.pod_name or n.address})" for n in not_live)
+        own_live = [n.id for n in nodes if n.pod_name == pod and n.is_live]
+        if own_live:
+            return (f"KaiwuDB still counts node(s) {', '.join(map(str, own_live))} of this pod "
+                    "live; its store is not given up while it is")
+        return ""
+
+    def evict(self, p: Pass, cluster: Cluster, f: Finding, pods: Mapping[str, Obj],
+              names: list[str], timeout: float) -> None:
+        """Force-delete the pod on the lost node, and its claim with it when the policy allows
+        and its volume is on that node (one step: the new pod then needs no second pass)."""
+        pod = pods[f.pod]
+        claim = claim_of(self.view, self.kube, cluster.namespace, f.pod)
+        replace = ""
+        if cluster.failover.replace_lost_volumes and claim is not None and \
+                not _meta(claim).get("deletionTimestamp") and \
+                volume_node(self.kube, claim) == f.node:
+            refused = self.kaiwudb_allows_replacing(p, cluster, f.pod, pods)
+            if refused:
+                p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: force-deleted; its "
+                                       f"volume is replaced later: {refused}"))
+            else:
+                replace = self.delete_claim(cluster, claim)
+        self.force_delete(pod)
+        failpoints.reached("failover.pod-force-deleted")
+        self.count("force-delete-pod")
+        p.wrote = True
+        p.act("PodForceDeleted", f"Pod/{f.pod}", (
+            f"its node {f.node} has been {f.node_ready} since {rfc3339(f.since or p.now)} "
+            f"(longer than nodeLostTimeout {timeout:g}s): force-deleted so the StatefulSet "
+            "recreates it"), event="Warning")
+        if replace:
+            self.announce_volume(p, f, replace)
+        p.requeue_in(self.settings.poll_s)
+
+    def replace_volume(self, p: Pass, cluster: Cluster, f: Finding, pods: Mapping[str, Obj],
+                       names: list[str]) -> None:
+        """The pod is gone or pending; its volume is on the lost node: give it up."""
+        refused = self.kaiwudb_allows_replacing(p, cluster, f.pod, pods)
+        if refused:
+            p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: the volume is replaced "
+                                   f"only when KaiwuDB allows: {refused}"))
             p.requeue_in(self.settings.poll_s)
             return
-        if stage == POD_DELETED:
-            self.after_delete(p, name, entry, pods, failures)
-            return
-        if stage == VOLUME_REPLACED:
-            self.after_volume(p, name, entry, pods, failures)
-        if stage == CRASH_LOOP:
-            self.restart_crashing(p, name, entry, pods.get(name), failures)
+        assert f.claim is not None
+        name = self.delete_claim(cluster, f.claim)
+        pending = pods.get(f.pod)
+        if pending is not None:
+            # The pending pod holds on to the old claim's name: delete it too, so the
+            # StatefulSet creates a new claim (a fresh volume on a live node) with the next pod.
+            self.force_delete(pending)
+        failpoints.reached("failover.claim-deleted")
+        p.wrote = True
+        self.announce_volume(p, f, name)
+        p.requeue_in(self.settings.poll_s)
 
-    def watch_crashes(self, p: Pass, name: str, pod: Obj, before: Mapping[str, Any] | None,
-                      failures: dict[str, dict[str, Any]]) -> None:
-        """Start, carry or end the crash-loop record of a pod on a healthy node."""
-        crashing, words = crash_state(pod)
-        uid = str(_meta(pod).get("uid"))
-        revision = str((_meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
-        if pod_ready(pod) or (before is None and not crashing):
-            return  # healthy (a record, if any, ends here)
-        if before is not None and before.get("stage") != CRASH_LOOP:
-            return
-        if _meta(pod).get("deletionTimestamp"):
-            # Going away (we restarted it): its crashes are not the next pod's.
-            if before is not None:
-                failures[name] = dict(before)
-            return
-        entry: dict[str, Any] = dict(before or {"stage": CRASH_LOOP, "restarts": 0})
-        if entry.get("revision") != revision:
-            entry["restarts"] = 0  # a new template: the count starts again
-        if entry.get("podUid") != uid:
-            entry.pop("since", None)  # a new pod: its own clock, once it crashes
-        entry.update(revision=revision, podUid=uid)
-        if crashing:
-            # Whole seconds, rounded up: the timeout is never cut short.
-            entry.setdefault("since", rfc3339(math.ceil(p.now)))
-            entry["lastWords"] = words
-        if "since" in entry:
-            failures[name] = entry
-        elif int(entry.get("restarts") or 0) > 0:
-            failures[name] = entry  # restarted by us and not Ready yet: keep the count
+    def announce_volume(self, p: Pass, f: Finding, claim_name: str) -> None:
+        self.count("replace-volume")
+        p.act("VolumeReplaced", f"PersistentVolumeClaim/{claim_name}", (
+            f"its volume is on the lost node {f.node}: deleted with pod {f.pod}, so a fresh "
+            "store starts on a live node; the lost store's KaiwuDB node is decommissioned once "
+            "the new one is live"), event="Warning")
 
-    def restart_crashing(self, p: Pass, name: str, entry: dict[str, Any], pod: Obj | None,
-                         failures: dict[str, dict[str, Any]]) -> None:
-        cluster = p.cluster
-        assert cluster is not None
-        restarts = int(entry.get("restarts") or 0)
+    def recreate_pending(self, p: Pass, cluster: Cluster, f: Finding,
+                         pods: Mapping[str, Obj]) -> None:
+        if f.claim is not None:
+            p.not_ready.insert(0, ("Replacing", f"pod {f.pod} waits for its old claim to go"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        # The StatefulSet recreated the pod while the old claim was still going: the pod names
+        # a claim that is gone and would wait forever. Deleted, it comes back with a new claim.
+        self.force_delete(pods[f.pod])
+        failpoints.reached("failover.pending-pod-deleted")
+        p.wrote = True
+        p.not_ready.insert(0, ("Replacing", f"pod {f.pod} is recreated with a new claim"))
+        p.requeue_in(self.settings.poll_s)
+
+    def decommission_replaced(self, p: Pass, cluster: Cluster, f: Finding,
+                              pods: Mapping[str, Obj]) -> None:
+        ids = ", ".join(map(str, f.dead_ids))
+        if cluster.start_mode is not StartMode.MULTI_REPLICA:
+            # KWDB refuses `node decommission` outside multi-replica mode ("node cannot be
+            # decommissioned in mpp mode"), and the lost store held the only copy of its ranges.
+            p.stalled.append((STORE_REPLACED, (
+                f"KaiwuDB node(s) {ids} of pod {f.pod} lost their store with its volume; a "
+                f"{cluster.start_mode.value} cluster keeps one copy of each range, so their "
+                "data is gone, and KaiwuDB cannot decommission a node in this mode. Restore the "
+                "lost data from a backup; the dead node id stays listed by KaiwuDB. Other "
+                "failovers of this cluster go on")))
+            return
+        runner = exec_pod(pods)
+        if runner is None:
+            p.not_ready.insert(0, ("Replacing", "no pod runs kwbase to decommission the lost "
+                                   f"node(s) {ids}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        admin = self.lifecycle.admin(cluster)
+        try:
+            # Decided on a fresh look, never on a remembered one: only ids KaiwuDB shows not
+            # live now, beside a live id at the same address.
+            entries = node_entries(admin.node_status(runner, decommission=True))
+            dead = list(replaced_stores(entries).get(f.pod, ()))
+            if dead:
+                admin.decommission(runner, dead)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="failover").inc()
+            p.not_ready.insert(0, ("Replacing", f"decommission of the lost node(s) {ids} "
+                                   f"failed (retrying): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        if not dead:
+            return
+        failpoints.reached("failover.dead-node-decommissioned")
+        live = [e["nodeId"] for e in entries if e.get("pod") == f.pod and e["state"] == "live"]
+        self.count("decommission-dead-node")
+        p.act("DeadNodeDecommissioned", f"Pod/{f.pod}", (
+            f"KaiwuDB node(s) {', '.join(map(str, dead))} lost with their volume: "
+            f"decommissioned (their ranges re-replicate); node "
+            f"{', '.join(map(str, live))} replaces them"))
+        # Look again at once: the decommissioned ids leave status.nodes with the next probe.
+        self.lifecycle.forget(cluster.namespace, cluster.name)
+        p.requeue_in(self.settings.poll_s)
+
+    def restart_crashing(self, p: Pass, cluster: Cluster, f: Finding,
+                         findings: Sequence[Finding], pods: Mapping[str, Obj],
+                         names: list[str]) -> None:
         limit = cluster.failover.max_crash_restarts
-        words = entry.get("lastWords", "")
-        if pod is None or "since" not in entry:
-            p.not_ready.insert(0, ("CrashLoop", f"pod {name} was restarted after crashing "
-                                f"({words}); waiting for it to come up"))
+        if f.since is None:
+            p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} was restarted after crashing; "
+                                   "waiting for it to come up"))
             return
-        if restarts >= limit:
-            p.stalled.append(("CrashLoop", (
-                f"pod {name} keeps crashing ({words}); the reconciler restarted it {restarts} "
-                f"times (spec.failover.maxCrashRestarts) and stops here: restarts do not fix "
-                f"a configuration error. See `kubectl logs {name} --previous`, fix the spec or "
-                "the cause (a new spec revision allows new restarts)")))
+        if f.restarts >= limit:
+            p.stalled.append((CRASH_LOOP, (
+                f"pod {f.pod} keeps crashing ({f.words}); the reconciler restarted it "
+                f"{f.restarts} times (spec.failover.maxCrashRestarts) and stops here: restarts "
+                f"do not fix a configuration error. See `kubectl logs {f.pod} --previous`, fix "
+                "the spec or the cause (a new spec revision allows new restarts)")))
             return
-        since = parse_time(str(entry["since"])) or p.now
         timeout = cluster.failover.pod_not_ready_timeout.total_seconds()
-        p.not_ready.insert(0, ("CrashLoop", f"pod {name} is crash-looping ({words})"))
-        if since + timeout > p.now:
-            p.requeue_in(since + timeout - p.now)
+        p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} is crash-looping ({f.words})"))
+        # Whole seconds, rounded up: the timeout is never cut short.
+        due = math.ceil(f.since) + timeout
+        if due > p.now:
+            p.requeue_in(due - p.now)
             return
-        blocker = self.blocker(p, name, failures)
+        blocker = self.blocker(p, f, findings, pods, names)
         if blocker:
-            p.not_ready.insert(0, ("FailoverWaiting", f"pod {name}: {blocker}"))
+            p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: {blocker}"))
             p.requeue_in(self.settings.poll_s)
             return
-        meta = _meta(pod)
+        pod = pods[f.pod]
+        if f.claim is None:
+            p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} has no claim to count restarts "
+                                   "on; not restarted"))
+            return
+        revision = str((_meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        # Counted before the delete: a crash in between costs a restart, never adds one.
+        self.write_restarts(cluster, f.claim, f"{revision}:{f.restarts + 1}")
         self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
         try:
-            self.kube.delete(k.POD, cluster.namespace, name, uid=str(meta.get("uid")))
+            self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(_meta(pod).get("uid")))
         except ApiError as error:
             if not error.conflict:
                 raise
+        failpoints.reached("failover.crash-restart")
         self.count("restart-crashing-pod")
-        entry["restarts"] = restarts + 1
-        entry.pop("since", None)
         p.wrote = True
-        p.act("CrashLoopRestarted", f"Pod/{name}", (
-            f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({words}): deleted "
-            f"for a fresh start, restart {restarts + 1} of {limit}"), event="Warning")
+        p.act("CrashLoopRestarted", f"Pod/{f.pod}", (
+            f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({f.words}): deleted "
+            f"for a fresh start, restart {f.restarts + 1} of {limit}"), event="Warning")
 
-    def blocker(self, p: Pass, name: str, failures: Mapping[str, Mapping[str, Any]]) -> str:
-        """Why the failover of `name` may not act now ("" when it may)."""
-        if p.status_fields.get("operation", p.previous.get("operation")):
-            return "a scale-in is in progress"
-        busy = [other for other, entry in failures.items()
-                if other != name and entry.get("stage") != NODE_LOST]
-        if busy:
-            return f"the replacement of {', '.join(busy)} is still in progress"
-        others = [other for other in failures if other != name]
-        if others:
-            return (f"other pods are failing too ({', '.join(sorted(others))}): one node at a "
-                    "time, and never below quorum; bring nodes back or replace pods by hand")
-        return ""
+    # ---- writes -----------------------------------------------------------------------------
+
+    def write_restarts(self, cluster: Cluster, claim: Obj, value: str | None) -> None:
+        self.metrics.writes_total.labels(verb="patch", kind="PersistentVolumeClaim").inc()
+        self.kube.patch(k.PVC, cluster.namespace, str(_meta(claim).get("name")),
+                        {"metadata": {"annotations": {CRASH_RESTARTS: value}}})
+
+    def delete_claim(self, cluster: Cluster, claim: Obj) -> str:
+        name = str(_meta(claim).get("name"))
+        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+        try:
+            self.kube.delete(k.PVC, cluster.namespace, name, uid=str(_meta(claim).get("uid")))
+        except ApiError as error:
+            if not error.conflict:  # a newer claim of that name: not the one we judged
+                raise
+        return name
 
     def force_delete(self, pod: Obj) -> None:
         meta = _meta(pod)
@@ -314,107 +562,3 @@ class Failover:
             if not error.conflict:  # a successor with the same name is there already
                 raise
 
-    def after_delete(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
-                     failures: dict[str, dict[str, Any]]) -> None:
-        cluster = p.cluster
-        assert cluster is not None
-        pod = pods.get(name)
-        if pod is None or str(_meta(pod).get("uid")) == entry.get("podUid"):
-            p.not_ready.insert(0, ("Replacing", f"waiting for the StatefulSet to recreate {name}"))
-            p.requeue_in(self.settings.poll_s)
-            return
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        if node_name:
-            ready, _, _ = node_ready(self.view.get(k.NODE, "", node_name))
-            if ready:
-                del failures[name]  # scheduled on a healthy node: KaiwuDB readiness takes over
-                p.requeue_in(self.settings.poll_s)
-            return
-        claim_name = f"{CLAIM_TEMPLATE}-{name}"
-        claim = claim_of(self.view, self.kube, cluster.namespace, name)
-        pinned = str((_meta(claim).get("annotations") or {}).get(SELECTED_NODE) or "")
-        if not claim or not pinned or node_ready(self.view.get(k.NODE, "", pinned))[0]:
-            p.not_ready.insert(0, ("Replacing", f"pod {name} is being scheduled"))
-            p.requeue_in(self.settings.poll_s)
-            return
-        if not cluster.failover.replace_lost_volumes:
-            p.not_ready.insert(0, ("VolumeOnLostNode", (
-                f"pod {name} cannot start elsewhere: its volume ({claim_name}) is on the lost "
-                f"node {pinned}. Bring the node back, or set spec.failover.replaceLostVolumes "
-                "to give up that copy of the data and start a fresh store")))
-            return
-        dead = [e for e in p.status_fields.get("nodes", p.previous.get("nodes")) or ()
-                if e.get("pod") == name and e.get("state") != "live"]
-        live_others = [e for e in p.status_fields.get("nodes", p.previous.get("nodes")) or ()
-                       if e.get("pod") != name]
-        if not dead or any(e.get("state") != "live" for e in live_others):
-            p.not_ready.insert(0, ("FailoverWaiting", (
-                f"pod {name}: the volume is replaced only while every other KaiwuDB node is "
-                "live")))
-            p.requeue_in(self.settings.poll_s)
-            return
-        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
-        try:
-            self.kube.delete(k.PVC, cluster.namespace, claim_name, uid=_meta(claim).get("uid"))
-        except ApiError as error:
-            if not error.conflict:
-                raise
-        # The pending pod holds on to the old claim's name: delete it too, so the StatefulSet
-        # creates a new claim (a fresh volume on a live node) with the next pod.
-        self.force_delete(pod)
-        self.count("replace-volume")
-        entry.update(stage=VOLUME_REPLACED, deadNodeIds=[int(e["nodeId"]) for e in dead],
-                     podUid=str(_meta(pod).get("uid")))
-        p.wrote = True
-        p.act("VolumeReplaced", f"PersistentVolumeClaim/{claim_name}", (
-            f"its volume is on the lost node {pinned}: deleted with pod {name}, so a fresh "
-            f"store starts on a live node; KaiwuDB node(s) "
-            f"{', '.join(str(e['nodeId']) for e in dead)} will be decommissioned"),
-            event="Warning")
-        p.requeue_in(self.settings.poll_s)
-
-    def after_volume(self, p: Pass, name: str, entry: dict[str, Any], pods: Mapping[str, Obj],
-                     failures: dict[str, dict[str, Any]]) -> None:
-        cluster = p.cluster
-        assert cluster is not None
-        dead_ids = [int(i) for i in entry.get("deadNodeIds") or ()]
-        nodes = p.status_fields.get("nodes", p.previous.get("nodes")) or ()
-        replacement = [e for e in nodes if e.get("pod") == name and e.get("state") == "live"
-                       and int(e["nodeId"]) not in dead_ids]
-        pod = pods.get(name)
-        if pod is not None and not (pod.get("spec") or {}).get("nodeName") and \
-                str(_meta(pod).get("uid")) != entry.get("podUid"):
-            claim = claim_of(self.view, self.kube, cluster.namespace, name)
-            if claim is None or _meta(claim).get("deletionTimestamp"):
-                # The StatefulSet recreated the pod while the old claim was still going: the
-                # pod names a claim that is gone and would wait forever. Deleted again, it comes
-                # back with a new claim.
-                self.force_delete(pod)
-                entry["podUid"] = str(_meta(pod).get("uid"))
-                p.wrote = True
-                p.requeue_in(self.settings.poll_s)
-                return
-        if not pod_ready(pods.get(name)) or not replacement:
-            p.not_ready.insert(0, ("Replacing", f"pod {name} starts a fresh KaiwuDB store"))
-            p.requeue_in(self.settings.poll_s)
-            return
-        runner = exec_pod(pods)
-        admin = self.lifecycle.admin(cluster)
-        if dead_ids and runner is not None:
-            try:
-                admin.decommission(runner, dead_ids)
-            except KwbaseError as error:
-                self.metrics.errors_total.labels(stage="failover").inc()
-                p.not_ready.insert(0, ("Replacing", f"decommission of the lost node(s) "
-                                    f"{dead_ids} failed (retrying): {error}"))
-                p.requeue_in(self.settings.poll_s)
-                return
-            self.count("decommission-dead-node")
-            p.act("DeadNodeDecommissioned", f"Pod/{name}", (
-                f"KaiwuDB node(s) {', '.join(map(str, dead_ids))} lost with their volume: "
-                f"decommissioned (their ranges re-replicate); node "
-                f"{replacement[0]['nodeId']} replaces them"))
-        del failures[name]
-        # Look again at once: the decommissioned ids leave status.nodes with the next probe.
-        self.lifecycle.forget(cluster.namespace, cluster.name)
-        p.requeue_in(self.settings.poll_s)

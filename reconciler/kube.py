@@ -56,6 +56,7 @@ SERVICE = Kind("v1", "Service", "services")
 SECRET = Kind("v1", "Secret", "secrets")
 POD = Kind("v1", "Pod", "pods")
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
 EVENT = Kind("v1", "Event", "events")
 NODE = Kind("v1", "Node", "nodes", namespaced=False)
 STATEFUL_SET = Kind("apps/v1", "StatefulSet", "statefulsets")
@@ -65,7 +66,7 @@ NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"
 SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 KINDS = {(k.api_version, k.kind): k for k in (
-    KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, EVENT, NODE, STATEFUL_SET,
+    KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, PV, EVENT, NODE, STATEFUL_SET,
     PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE)}
 
 
@@ -96,6 +97,10 @@ class ApiError(Exception):
     @property
     def not_found(self) -> bool:
         return self.status == 404
+
+    @property
+    def forbidden(self) -> bool:
+        return self.status == 403
 
     @property
     def conflict(self) -> bool:
@@ -162,7 +167,8 @@ def _watch_event(event: Obj) -> tuple[str, Obj]:
 
 
 class Kube:
-    """Plain-dict API calls. Thread-safe (the `kubernetes` ApiClient pools connections)."""
+    """Plain-dict API calls. Thread-safe: the `kubernetes` ApiClient pools connections, and
+    exec never touches it (see `exec`)."""
 
     def __init__(self, api: client.ApiClient, field_manager: str, timeout: float = 30.0) -> None:
         self.api = api
@@ -296,19 +302,28 @@ class Kube:
 
     def exec(self, namespace: str, pod: str, container: str, command: list[str],
              timeout: float = 60.0) -> tuple[str, str, int]:
-        """Run a command in a container (no shell); returns (stdout, stderr, exit code)."""
-        core = client.CoreV1Api(self.api)
-        response = stream(core.connect_get_namespaced_pod_exec, pod, namespace,
-                          container=container, command=command, stdout=True, stderr=True,
-                          stdin=False, tty=False, _preload_content=False,
-                          _request_timeout=timeout)
+        """Run a command in a container (no shell); returns (stdout, stderr, exit code).
+
+        The client's `stream` helper swaps the request function of the ApiClient it is given
+        for a websocket one while it runs. On the shared client every other thread's request
+        made meanwhile (a Lease renewal, a write) would go out as a websocket GET and be lost,
+        so each exec gets an ApiClient of its own over the same configuration (credentials,
+        CA, token refresh), closed when the command ends."""
+        own = client.ApiClient(self.api.configuration)
         stdout: list[str] = []
         stderr: list[str] = []
         try:
-            response.run_forever(timeout=timeout)
-            stdout.append(response.read_stdout() or "")
-            stderr.append(response.read_stderr() or "")
-            code = response.returncode
+            response = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod,
+                              namespace, container=container, command=command, stdout=True,
+                              stderr=True, stdin=False, tty=False, _preload_content=False,
+                              _request_timeout=timeout)
+            try:
+                response.run_forever(timeout=timeout)
+                stdout.append(response.read_stdout() or "")
+                stderr.append(response.read_stderr() or "")
+                code = response.returncode
+            finally:
+                response.close()
         finally:
-            response.close()
+            own.close()  # type: ignore[no-untyped-call]  # the client leaves close() unannotated
         return "".join(stdout), "".join(stderr), int(code if code is not None else -1)

@@ -98,7 +98,8 @@ def _service_account_token(core: k8s.CoreV1Api, namespace: str, name: str) -> st
 def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: str) -> tuple[
         k8s.ApiClient, str]:
     """An API client acting as the reconciler's own ServiceAccount in `namespace`, allowed
-    everything in that namespace and to watch Nodes; and its audit user name."""
+    everything in that namespace, to watch Nodes and read PersistentVolumes (as
+    deploy/rbac.yaml allows); and its audit user name."""
     core = k8s.CoreV1Api(admin)
     rbac = k8s.RbacAuthorizationV1Api(admin)
     subject = k8s.RbacV1Subject(kind="ServiceAccount", name=RECONCILER_SA, namespace=namespace)
@@ -115,7 +116,9 @@ def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: st
     try:
         rbac.create_cluster_role(k8s.V1ClusterRole(
             metadata=k8s.V1ObjectMeta(name=NODE_READER), rules=[k8s.V1PolicyRule(
-                api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"])]))
+                api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"]),
+                k8s.V1PolicyRule(api_groups=[""], resources=["persistentvolumes"],
+                                 verbs=["get"])]))
     except k8s.ApiException as error:
         if error.status != 409:
             raise
