@@ -314,6 +314,22 @@ def test_a_pod_recreated_against_a_deleted_claim_is_deleted_once_the_claim_is_go
     assert world.writes == [("delete", "Pod", "dev-1")]
 
 
+def test_after_a_crash_the_pod_recreated_with_a_fresh_claim_is_left_alone() -> None:
+    """The reconciler died right after deleting the pending pod; the StatefulSet made a new
+    claim and pod (not yet scheduled: the new volume is not provisioned). A new reconciler,
+    knowing nothing, must not delete anything again."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 30)
+    world.put(k.POD, pod(1, uid="third"))
+    fresh = claim(1, "", uid="fresh")
+    del fresh["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+    del fresh["spec"]["volumeName"]
+    world.put(k.PVC, fresh)
+    p = run_pass(world, previous={}, replaceLostVolumes=True)
+    assert world.writes == []
+    assert p.status_fields["failures"] is None, "Kubernetes is scheduling it: nothing failing"
+
+
 def test_two_lost_nodes_at_once_touch_nothing() -> None:
     world = healthy_world()
     lose(world, 0, since=NOW - TIMEOUT - 5)
