@@ -39,6 +39,7 @@ from tests.test_reconciler_drift_harness import (
     wait_for,
 )
 from tests.test_reconciler_lifecycle import NAME, live_nodes, report, small_cluster
+from tests.test_reconciler_lifecycle_failover import node_lost_since, pod_ready
 from tests.world.controlplane import WRITE_VERBS, ControlPlane
 from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
@@ -132,24 +133,12 @@ def get(kube: k8s.ApiClient, kind: kk.Kind, namespace: str, name: str) -> Obj | 
     return Kube(kube, "test").get(kind, namespace, name)
 
 
-def pod_ready(found: Obj | None) -> bool:
-    return found is not None and not found["metadata"].get("deletionTimestamp") and any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (found.get("status") or {}).get("conditions") or ())
-
-
 def ready_cluster(reconcilers: Reconcilers) -> Obj | None:
     found = reconcilers.cluster()
     status = (found or {}).get("status") or {}
     if condition(found, "Ready").get("status") == "True" and "failures" not in status:
         return found
     return None
-
-
-def node_not_ready(kube: k8s.ApiClient, name: str) -> bool:
-    found = get(kube, kk.NODE, "", name)
-    return any(c.get("type") == "Ready" and c.get("status") != "True"
-               for c in ((found or {}).get("status") or {}).get("conditions") or ())
 
 
 def crashed(process: ReconcilerProcess, point: str, timeout_s: float) -> None:
@@ -191,7 +180,7 @@ def test_a_lost_node_is_replaced_whoever_deleted_the_pod_and_whenever_the_reconc
 
     lost_at = time.monotonic()
     faults.lose_node(lost_node)
-    wait_for("the node to leave Ready", lambda: node_not_ready(kube, lost_node),
+    wait_for("the node to leave Ready", lambda: node_lost_since(kube, lost_node),
              NODE_GRACE_S + 12, 0.1)
     if admin_deletes_pod:
         # The StatefulSet runbook: force-delete the pod on the dead node, before the
