@@ -69,6 +69,7 @@ from reconciler.kwbase import (
     KwbaseSettings,
     NodeStatus,
 )
+from reconciler.loss import disrupted
 from reconciler.metrics import Metrics
 from renderer.builders import selector_labels
 from renderer.spec import Cluster, StartMode
@@ -387,8 +388,10 @@ class Lifecycle:
         elif operation is not None:
             self.continue_scale_in(p, cluster, pods, admin, nodes, dict(operation),
                                    live_replicas)
+        down = disrupted(self.view, pods, [cluster.pod_name(i) for i in range(
+            live_replicas if live_replicas is not None else cluster.replicas)])
         busy = ("a scale-in is in progress" if operation is not None or scale_in else
-                "a failover is in progress" if p.previous.get("failures") else "")
+                f"pods are down: {', '.join(down)}" if down else "")
         if not busy and nodes is not None and live_replicas is not None:
             self.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
         self.rollout(p, sts, pods, admin, nodes, busy=busy)
