@@ -113,13 +113,16 @@ def test_a_node_that_dies_mid_drain_keeps_its_claim_until_no_replica_is_left(
         time.sleep(0.05)
     assert replicas_on(sim_world, namespace, leaving) == 0, "claim deleted before drained"
 
-    # Ready is not asserted: the crash of the removed pod is the failover step's to forget.
+    # The removed pod's crash loop ends with the pod: nothing is remembered about it.
     def scaled_in() -> bool:
         st = status(reconciler)
         return "operation" not in st and len(live_nodes({"status": st})) == 3 and any(
             a["action"] == "ScaledIn" for a in st.get("lastActions") or ())
     wait_for("the scale-in to end with 3 live nodes", scaled_in, 60, 0.1)
     report("drain finishes -> claim deleted, scaled in", time.monotonic() - started)
+    assert "failures" not in status(reconciler)
+    wait_ready(reconciler, 30)
+    report("drain finishes -> Ready with 3 nodes", time.monotonic() - started)
     assert statefulset_replicas(kube, namespace) == 3
     assert lifecycle_count(reconciler, "decommission") == 1
 
