@@ -28,6 +28,7 @@ world: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: world lint
 	$(BIN)/pytest

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from reconciler.compare import compare
+from reconciler.drift.compare import compare
 from renderer.emit import to_yaml
 from renderer.render import build_objects, load_clusters
 from renderer.settings import RenderSettings

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from reconciler.cli import main
+from reconciler.cli import reconcile
 
-sys.exit(main(sys.argv[1:]))
+sys.exit(reconcile(sys.argv[1:]))

@@ -1,6 +1,9 @@
-"""`kaiwu reconcile` (and `python -m reconciler`): run the reconciler until SIGTERM.
+"""The `kaiwu` command (the console script's entry point), and `kaiwu reconcile`: run the
+reconciler until SIGTERM.
 
-`renderer.cli` hands `kaiwu reconcile ...` to `main`. Settings come from flags and KAIWU_*
+`main` hands `kaiwu render|validate|diff` to the renderer's CLI (renderer.cli, which knows
+nothing of the reconciler) and `kaiwu reconcile ...` (also `python -m reconciler`) to
+`reconcile`. Settings come from flags and KAIWU_*
 variables (`reconciler.settings`); logs are structured (one JSON object per line by default,
 with the fields each call passes as `extra`, e.g. cluster, kind, error). SIGTERM and SIGINT
 start a clean shutdown: workers stop, the leader Lease is released so a standby takes over at
@@ -20,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from reconciler.settings import Settings, SettingsError, from_args
+from renderer import cli as renderer_cli
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
@@ -73,6 +77,16 @@ def configure_logging(settings: Settings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """`kaiwu ...`: the reconciler for `reconcile`, the renderer for everything else."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["reconcile"]:
+        return reconcile(arguments[1:])
+    code: int = renderer_cli.main(arguments)
+    return code
+
+
+def reconcile(argv: Sequence[str] | None = None) -> int:
+    """`kaiwu reconcile ...`: run the reconciler until SIGTERM or SIGINT."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
         settings = from_args(arguments)
@@ -80,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kaiwu reconcile: {error}", file=sys.stderr)
         return EXIT_INVALID
     configure_logging(settings)
-    from reconciler.runtime import Runtime  # after logging is set up
+    from reconciler.runtime.process import Runtime  # after logging is set up
 
     stop = threading.Event()
 

@@ -1,7 +1,7 @@
 """Crash points: named places where a test can make the reconciler die at once, like SIGKILL.
 
-The failover step (reconciler.failover) calls `reached(name)` right after each write it makes,
-before the pass writes status. A process started with `KAIWU_FAILPOINTS=name[,name...]` kills
+The failover step (reconciler.kaiwudb.failover) calls `reached(name)` right after each write it
+makes, before the pass writes status. A process started with `KAIWU_FAILPOINTS=name[,name...]` kills
 itself there with SIGKILL (no clean-up, no status write, no Lease release), exactly as an OOM kill
 or a node drain would; the crash-safety stories (tests/test_reconciler_failover_crash.py) start
 a new reconciler after it and check that it carries on from what the cluster shows, with no step

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the reconciler, served on /metrics by `reconciler.http`.
+"""Prometheus metrics of the reconciler, served on /metrics by `reconciler.runtime.http`.
 
 The runtime counts reconciles, their durations, queue depth, leadership, watch trouble and
 directory-source errors; the Controller counts drift found and repaired, writes and lifecycle

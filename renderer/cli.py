@@ -2,7 +2,9 @@
 
 Entry point of the console script. Exit codes: 0 success (or no difference), 1 differences found
 (`diff` only), 2 invalid input, with one `file:line: path: problem (fix)` line per mistake on
-stderr and nothing written. `kaiwu reconcile` hands over to `reconciler.cli`.
+stderr and nothing written. The `kaiwu` console script starts in reconciler.cli, which runs
+`kaiwu reconcile` itself and hands every other subcommand here: the renderer imports nothing
+from the reconciler.
 """
 
 from __future__ import annotations
@@ -134,12 +136,10 @@ class _UsageError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["reconcile"]:
-        from reconciler.cli import main as reconcile  # the reconciler's own dependencies
-
-        code: int = reconcile(arguments[1:])
-        return code
     args = _parser().parse_args(arguments)
+    if args.command == "reconcile":  # listed for `kaiwu --help`; run by reconciler.cli
+        print("kaiwu reconcile: run it through the kaiwu command", file=sys.stderr)
+        return EXIT_INVALID
     handlers = {"render": _render, "validate": _validate, "diff": _diff}
     try:
         return handlers[args.command](args)

@@ -135,7 +135,7 @@ def same_value(left: str | int | float, right: str | int | float) -> bool:
 
 
 def comparable(raw: object, *, milli: bool = False) -> object:
-    """A spelling that depends only on the value, for drift comparison (reconciler.normalise).
+    """A spelling that depends only on the value, for drift comparison (reconciler.drift.normalise).
 
     The shorter of the exact decimal-SI and binary-SI spellings (`1`, `500m`, `1Gi`, `1G`,
     `1536Mi`), so a value the API server wrote back in another form compares equal and still

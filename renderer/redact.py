@@ -1,8 +1,8 @@
 """Masking of secret values in everything we print: diffs, drift reports, logs, Events.
 
-Called by `renderer.diff` (rendered objects), by the drift normaliser (reconciler.normalise),
+Called by `renderer.diff` (rendered objects), by the drift normaliser (reconciler.drift.normalise),
 which masks while it projects so hashes and reports never carry a value, and by
-reconciler.certs for messages about Secrets.
+reconciler.kaiwudb.certs for messages about Secrets.
 
 A mask is `***` plus the first 16 hex digits of an HMAC-SHA256 of the value: equal values mask
 equally under one key, so a reader still sees "changed" versus "unchanged", but without the key

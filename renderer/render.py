@@ -135,8 +135,17 @@ def build_objects(cluster: Cluster, settings: RenderSettings) -> list[dict[str, 
                                             obj["metadata"]["name"]))
 
 
-def desired_objects(live: dict[str, Any], settings: RenderSettings) -> list[dict[str, Any]]:
-    """The objects a live KaiwuCluster should have (the reconciler's entry point).
+@dataclass(frozen=True)
+class Rendered:
+    """A live KaiwuCluster as the renderer reads it: the parsed spec and its desired objects."""
+
+    cluster: Cluster
+    objects: list[dict[str, Any]]
+
+
+def render_live(live: dict[str, Any], settings: RenderSettings) -> Rendered:
+    """The parsed cluster and the objects it should have (the reconciler's entry point: the
+    spec is parsed once per pass).
 
     Raises RenderError naming the object (`namespace/name`) when the spec breaks a rule."""
     obj = {key: value for key, value in live.items() if key != "status"}
@@ -146,7 +155,8 @@ def desired_objects(live: dict[str, Any], settings: RenderSettings) -> list[dict
         where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
         raise RenderError(Problem(f"KaiwuCluster {where}", 0, _dotted(path), message, fix)
                           for path, message, fix in found)
-    return build_objects(Cluster.from_object(defaulted), settings)
+    cluster = Cluster.from_object(defaulted)
+    return Rendered(cluster, build_objects(cluster, settings))
 
 
 def load_clusters(root: Path, display_root: Path | None = None) -> list[SourceCluster]:

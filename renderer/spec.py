@@ -60,7 +60,8 @@ class TopologySpread:
 
 @dataclass(frozen=True)
 class DriftIgnore:
-    """A user rule from spec.drift.ignore, as written (reconciler.ignore makes it a matcher)."""
+    """A user rule from spec.drift.ignore, as written (reconciler.drift.ignore makes it a
+    matcher)."""
 
     pointer: str
     kind: str = ""

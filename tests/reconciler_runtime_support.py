@@ -18,11 +18,12 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from reconciler.cache import CacheView
 from reconciler.keys import ClusterKey
-from reconciler.kube import KAIWU_CLUSTER, Kube
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import Kube
+from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
-from reconciler.runtime import Runtime
+from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
 from tests.world.controlplane import ControlPlane
 

@@ -26,8 +26,8 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
-from reconciler import certs
-from reconciler.certs import CertProblem, CertSettings, certs_action, needs_renewal
+from reconciler.kaiwudb import certs as certs
+from reconciler.kaiwudb.certs import CertProblem, CertSettings, certs_action, needs_renewal
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 

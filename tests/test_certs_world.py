@@ -1,10 +1,10 @@
 """The certificate plan's write contract holds against the real kube-apiserver.
 
-Story (reconciler.certs module docstring, step 1): the controller creates missing certificate
-Secrets with a plain create, so a second reconcile working from a stale cache cannot overwrite a
-CA (409 AlreadyExists); renewals go out as server-side apply carrying the live resourceVersion,
-so a renewal planned from an out-of-date view is refused (409 Conflict) instead of silently
-replacing certificates someone else just wrote.
+Story (reconciler.kaiwudb.certs module docstring, step 1): the controller creates missing
+certificate Secrets with a plain create, so a second reconcile working from a stale cache cannot
+overwrite a CA (409 AlreadyExists); renewals go out as server-side apply carrying the live
+resourceVersion, so a renewal planned from an out-of-date view is refused (409 Conflict) instead of
+silently replacing certificates someone else just wrote.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client as k8s
 
-from reconciler import certs
-from reconciler.kube import SECRET, ApiError, Kube
+from reconciler.kaiwudb import certs as certs
+from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.kinds import SECRET
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 

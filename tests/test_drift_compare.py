@@ -20,21 +20,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
 
-from reconciler.compare import Change, DriftReport, compare, format_report, projection_hash
-from reconciler.ignore import (
-    IgnoreRule,
-    format_pointer,
-    parse_ignore_rules,
-    parse_pointer,
-)
-from reconciler.kube import SERVICE, STATEFUL_SET, Kind, Kube
-from reconciler.managed_fields import (
+from reconciler.drift.compare import Change, DriftReport, compare, format_report, projection_hash
+from reconciler.drift.ignore import IgnoreRule, format_pointer, parse_ignore_rules, parse_pointer
+from reconciler.drift.managed_fields import (
     FieldsV1Error,
     PathElement,
     parse_fields_v1,
     parse_managed_fields,
 )
-from reconciler.normalise import DriftSettings, normalise
+from reconciler.drift.normalise import DriftSettings, normalise
+from reconciler.kube.client import Kube
+from reconciler.kube.kinds import SERVICE, STATEFUL_SET, Kind
 from renderer.quantity import comparable, parse
 
 Obj = dict[str, Any]

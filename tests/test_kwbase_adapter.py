@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from reconciler import kwbase
-from reconciler.kwbase import (
+from reconciler.kaiwudb import kwbase as kwbase
+from reconciler.kaiwudb.kwbase import (
     CommandFailed,
     DecommissionRefused,
     DecommissionStatus,
@@ -31,7 +31,7 @@ from reconciler.kwbase import (
     UnexpectedOutput,
     UnknownNode,
 )
-from renderer.render import desired_objects
+from renderer.render import render_live
 from renderer.settings import RenderSettings
 from tests.world.kwdb.world import KwdbWorld
 
@@ -65,7 +65,7 @@ def rendered_command(replicas: int, tls: bool, mode: str = "multi-replica") -> l
             "metadata": {"name": NAME, "namespace": NAMESPACE},
             "spec": {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": tls},
                      "startMode": mode}}
-    sts = next(o for o in desired_objects(spec, RenderSettings()) if o["kind"] == "StatefulSet")
+    sts = next(o for o in render_live(spec, RenderSettings()).objects if o["kind"] == "StatefulSet")
     command: list[str] = sts["spec"]["template"]["spec"]["containers"][0]["command"]
     return command
 

@@ -1,10 +1,11 @@
 """The kwbase admin adapter through the real apiserver's exec, into pods of a rendered cluster.
 
-Story: a user's secure KaiwuCluster is rendered, its certificate Secrets made by reconciler.certs,
-and everything created in the test world; the simulated kubelet starts the pods, which wait for
-init. The adapter, exec'ing through the real kube-apiserver (reconciler.kube.Kube.exec), initialises
-the cluster once (a second init is success), reads node status until every node is live and
-mapped to its pod, the pods turn Ready, and a pod that does not exist is an ExecFailed.
+Story: a user's secure KaiwuCluster is rendered, its certificate Secrets made by
+reconciler.kaiwudb.certs, and everything created in the test world; the simulated kubelet starts
+the pods, which wait for init. The adapter, exec'ing through the real kube-apiserver
+(reconciler.kube.Kube.exec), initialises the cluster once (a second init is success), reads node
+status until every node is live and mapped to its pod, the pods turn Ready, and a pod that does not
+exist is an ExecFailed.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from reconciler import certs
-from reconciler.kube import POD, Kube
-from reconciler.kwbase import ExecFailed, InitOutcome, KwbaseAdmin, NodeStatus
-from renderer.render import desired_objects
+from reconciler.kaiwudb import certs as certs
+from reconciler.kaiwudb.kwbase import ExecFailed, InitOutcome, KwbaseAdmin, NodeStatus
+from reconciler.kube.client import Kube
+from reconciler.kube.kinds import POD
+from renderer.render import render_live
 from renderer.schema import apply_defaults
 from renderer.settings import KubeVersion, RenderSettings
 from renderer.spec import Cluster
@@ -57,7 +59,7 @@ def test_init_and_node_status_through_the_real_exec_path(
     for write in plan.writes:
         api.create(write.secret)
     settings = RenderSettings(kube_version=KubeVersion.parse(api.server_version()))
-    for rendered in desired_objects(obj, settings):
+    for rendered in render_live(obj, settings).objects:
         api.create(rendered)
 
     def pods(want_ready: bool) -> list[str] | None:

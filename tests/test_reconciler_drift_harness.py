@@ -29,12 +29,13 @@ import pytest
 from kubernetes import client as k8s
 from ruamel.yaml import YAML
 
-from reconciler import kube as kk
-from reconciler.cache import Caches
-from reconciler.controller import Controller
+from reconciler.controller.controller import Controller
 from reconciler.keys import ClusterKey
-from reconciler.kube import Kube, Obj
+from reconciler.kube import kinds as kk
+from reconciler.kube.cache import Caches
+from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
+from reconciler.model import Obj
 from reconciler.settings import Settings
 from tests.waiting import eventually
 from tests.world.controlplane import WRITE_VERBS, ControlPlane

@@ -15,10 +15,11 @@ from collections.abc import Callable
 
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.controller import Pass, Step
+from reconciler.controller.objects import ObjectPass
 from reconciler.keys import ClusterKey
-from reconciler.kube import Kube, Obj
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
 from tests.test_reconciler_drift_harness import (
     Reconciler,
     condition,
@@ -109,13 +110,22 @@ def test_a_selector_change_cannot_be_made_safely_and_stalls_with_instructions(
     controller = reconciler.controller
     render = next(step for step in controller.steps if step.name == "render")
 
-    def narrower(p: Pass) -> None:
-        render.run(p)
-        for obj in p.desired:
-            if obj["kind"] == "StatefulSet":
-                obj["spec"]["selector"]["matchLabels"]["example.com/generation"] = "2"
-                obj["spec"]["template"]["metadata"]["labels"]["example.com/generation"] = "2"
-    controller.steps = [Step("render", render.when, narrower) if step is render else step
+    class NarrowerRender:
+        """The render step of a reconciler built from a later spec: a narrower selector."""
+
+        name, always = "render", False
+
+        def wanted(self, p: ObjectPass) -> bool:
+            return render.wanted(p)
+
+        def run(self, p: ObjectPass) -> None:
+            render.run(p)
+            for obj in p.desired:
+                if obj["kind"] == "StatefulSet":
+                    obj["spec"]["selector"]["matchLabels"]["example.com/generation"] = "2"
+                    obj["spec"]["template"]["metadata"]["labels"][
+                        "example.com/generation"] = "2"
+    controller.steps = [NarrowerRender() if step is render else step
                         for step in controller.steps]
     reconciler.enqueue(ClusterKey(namespace, NAME))
 

@@ -17,9 +17,10 @@ from typing import Any, cast
 import pytest
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.kube import Kube, Obj
-from reconciler.runtime import Runtime
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
+from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
 from tests.test_reconciler_drift_harness import (
     Reconciler,

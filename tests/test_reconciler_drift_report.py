@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.kube import Kube
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
 from tests.test_reconciler_drift_harness import (
     Reconciler,
     brief,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler import status as st
-from reconciler.backoff import BackoffPolicy, FightTracker
+from reconciler.drift.backoff import BackoffPolicy, FightTracker
+from reconciler.drift.repair import live_pointer, removal_patch
 from reconciler.keys import ClusterKey, ObjectRef
-from reconciler.repair import live_pointer, removal_patch
 
 
 class FakeClock:

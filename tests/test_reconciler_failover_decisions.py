@@ -15,14 +15,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler import kube as k
-from reconciler.controller import Pass
-from reconciler.failover import CRASH_RESTARTS, Failover
+from reconciler.kaiwudb.failover import CRASH_RESTARTS, Failover
+from reconciler.kaiwudb.kwbase import NodeStatus
+from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.keys import ClusterKey
-from reconciler.kube import ApiError, Kind, Obj
-from reconciler.kwbase import NodeStatus
-from reconciler.lifecycle import Lifecycle
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
+from reconciler.model import Obj, Pass
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 import time
 
-from reconciler import kube as kk
-from reconciler.kube import Kube, Obj
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
 from tests.test_world_kubelet import cluster
 from tests.world.controlplane import ControlPlane
 from tests.world.simworld import SimWorld

@@ -20,8 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.certs import (
+from reconciler.kaiwudb.certs import (
     CERTS_HASH_ANNOTATION,
     CertKey,
     CertSettings,
@@ -30,7 +29,9 @@ from reconciler.certs import (
     node_hosts,
     node_secret,
 )
-from reconciler.kube import Kube, Obj
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 from tests.test_reconciler_drift_harness import Reconciler, reconciler_factory, user, wait_for

@@ -18,9 +18,10 @@ from collections.abc import Callable
 
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.kube import Kube, Obj
-from reconciler.kwbase import KwbaseAdmin
+from reconciler.kaiwudb.kwbase import KwbaseAdmin
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 from tests.test_reconciler_drift_harness import Reconciler, condition, reconciler_factory, wait_for

@@ -19,8 +19,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.kube import Kube, Obj
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
 from tests.test_reconciler_drift_harness import Reconciler, condition, reconciler_factory, wait_for
 from tests.test_reconciler_lifecycle import (
     NAME,

@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from kubernetes import client as k8s
 
-from reconciler import kube as kk
-from reconciler.cache import Caches
-from reconciler.controller import Controller
+from reconciler.controller.controller import Controller
+from reconciler.kaiwudb.kwbase import KwbaseAdmin
 from reconciler.keys import ClusterKey
-from reconciler.kube import Kube
-from reconciler.kwbase import KwbaseAdmin
+from reconciler.kube import kinds as kk
+from reconciler.kube.cache import Caches
+from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster

@@ -15,11 +15,12 @@ import time
 
 from kubernetes import client as k8s
 
-from reconciler.cache import Caches, Informer
 from reconciler.keys import ClusterKey
-from reconciler.kube import KAIWU_CLUSTER, Kube
+from reconciler.kube.cache import Caches, Informer
+from reconciler.kube.client import Kube
+from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
-from reconciler.runtime import api_client_for
+from reconciler.runtime.process import api_client_for
 from tests.reconciler_runtime_support import (
     annotate_cluster,
     controller_of,

@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils as k8s_utils
 
-from reconciler.runtime import Runtime
+from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
 from tests.reconciler_runtime_support import create_cluster, runtime_settings
 from tests.waiting import eventually

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client as k8s
 
 from reconciler.keys import ClusterKey
-from reconciler.runtime import Runtime
+from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
 from tests.reconciler_runtime_support import (
     Done,

@@ -13,9 +13,9 @@ import time
 import pytest
 from kubernetes import client as k8s
 
-from reconciler.kube import KAIWU_CLUSTER
-from reconciler.leader import NotLeaderError
-from reconciler.runtime import Runtime
+from reconciler.kube.kinds import KAIWU_CLUSTER
+from reconciler.kube.leader import NotLeaderError
+from reconciler.runtime.process import Runtime
 from tests.reconciler_runtime_support import (
     RecordingController,
     annotate_cluster,

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from reconciler.cli import main
+from reconciler.cli import reconcile
 from reconciler.settings import Settings, SettingsError, env_name, flag_name, from_args, parser
 
 
@@ -58,5 +58,5 @@ def test_settings_the_reconciler_cannot_run_with_are_refused_by_name(
 
 
 def test_kaiwu_reconcile_exits_2_on_invalid_settings(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--retry-period-s", "30"]) == 2
+    assert reconcile(["--retry-period-s", "30"]) == 2
     assert "--retry-period-s: must be shorter than --renew-deadline-s" in capsys.readouterr().err

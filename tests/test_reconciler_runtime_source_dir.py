@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from reconciler.runtime import Runtime
-from reconciler.source_dir import SOURCE_ANNOTATION
+from reconciler.runtime.process import Runtime
+from reconciler.runtime.source_dir import SOURCE_ANNOTATION
 from tests.reconciler_runtime_support import (
     RecordingController,
     controller_of,

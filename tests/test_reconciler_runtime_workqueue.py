@@ -10,7 +10,7 @@ import threading
 import time
 
 from reconciler.keys import ClusterKey
-from reconciler.workqueue import WorkQueue
+from reconciler.kube.workqueue import WorkQueue
 
 A = ClusterKey("shop", "orders")
 B = ClusterKey("shop", "payments")

@@ -1,7 +1,7 @@
 """Project a desired and a live Kubernetes object onto what we render, so that they compare fairly.
 
-reconciler.compare calls :func:`normalise` (the watch/repair loop calls compare). The result is
-a :class:`Projection`: two plain JSON-like dicts that are equal exactly when the live object has
+reconciler.drift.compare calls :func:`normalise` (the watch/repair loop calls compare). The result
+is a :class:`Projection`: two plain JSON-like dicts that are equal exactly when the live object has
 not drifted, by the rules of "Drift without false positives" in the design notes:
 
 1. only what we render counts: server-set metadata, ``status``, ``apiVersion`` and ``kind`` go;
@@ -34,7 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from reconciler.drift_schema import (
+from reconciler.drift.ignore import BUILTIN_IGNORE_RULES, WILDCARD, IgnoreRule
+from reconciler.drift.managed_fields import FieldSet, ManagedFieldsEntry, parse_managed_fields
+from reconciler.drift.schema import (
     NO_DEFAULT,
     ZERO_IS_A_VALUE,
     Derived,
@@ -44,8 +46,6 @@ from reconciler.drift_schema import (
     item_type,
     root_type,
 )
-from reconciler.ignore import BUILTIN_IGNORE_RULES, WILDCARD, IgnoreRule
-from reconciler.managed_fields import FieldSet, ManagedFieldsEntry, parse_managed_fields
 from renderer import quantity
 from renderer.redact import SECRET_NAMES, is_secret_name, mask, mask_base64, mask_flag
 

@@ -2,7 +2,7 @@
 
 The Controller (reconciler.controller) runs `Failover.run` as the pipeline step "failover",
 after "lifecycle" (whose KaiwuDB node probe it reads from the pass) and before "report". Facts
-come from the cache view through reconciler.loss (Nodes, pods, claims and the nodes their
+come from the cache view through reconciler.kaiwudb.loss (Nodes, pods, claims and the nodes their
 volumes are pinned to) and from KaiwuDB through reconciler.kwbase.
 
 Level-triggered: every pass looks at each pod ordinal of the StatefulSet and decides its next
@@ -58,12 +58,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reconciler import failpoints
-from reconciler import kube as k
-from reconciler.cache import CacheView
-from reconciler.events import rfc3339
-from reconciler.kube import ApiError, Kube, Obj
-from reconciler.kwbase import KwbaseError
-from reconciler.lifecycle import (
+from reconciler.kaiwudb.kwbase import KwbaseError
+from reconciler.kaiwudb.lifecycle import (
     CLAIM_TEMPLATE,
     Lifecycle,
     claim_of,
@@ -72,7 +68,7 @@ from reconciler.lifecycle import (
     node_entries,
     pod_ready,
 )
-from reconciler.loss import (
+from reconciler.kaiwudb.loss import (
     NodeLoss,
     disrupted,
     node_loss,
@@ -81,11 +77,15 @@ from reconciler.loss import (
     ready_condition,
     volume_node,
 )
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
+from reconciler.model import Obj, rfc3339
 from renderer.spec import Cluster, StartMode
 
 if TYPE_CHECKING:
-    from reconciler.controller import Pass
+    from reconciler.model import Pass
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,9 @@ class Failover:
     """The "failover" step (see the module docstring). Its reasons for not being Ready go
     before the lifecycle's (a node not live is the symptom; a lost Kubernetes node the
     cause)."""
+
+    name = "failover"
+    always = False
 
     def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
                  settings: FailoverSettings | None = None) -> None:

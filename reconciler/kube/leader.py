@@ -1,9 +1,9 @@
 """Leader election on a coordination.k8s.io/v1 Lease, so two replicas never both write.
 
-`reconciler.runtime` runs one `LeaderElector` per process: a standby tries to acquire the Lease
-every retry period, the leader renews it; the runtime starts its workers when this replica starts
-leading and stops them when it stops. The algorithm is client-go's: a Lease held by someone else
-counts as valid until leaseDurationSeconds have passed since *we saw it change* (our own clock,
+`reconciler.runtime.process` runs one `LeaderElector` per process: a standby tries to acquire the
+Lease every retry period, the leader renews it; the runtime starts its workers when this replica
+starts leading and stops them when it stops. The algorithm is client-go's: a Lease held by someone
+else counts as valid until leaseDurationSeconds have passed since *we saw it change* (our own clock,
 so clock skew between nodes does not matter); every write carries the resourceVersion read, so
 two candidates cannot both win. A leader that could not renew within the renew deadline, or
 that sees another holder, stops leading at once; on shutdown it releases the Lease (empty
@@ -26,8 +26,10 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from reconciler.kube import LEASE, ApiError, Kube, Obj
+from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.kinds import LEASE
 from reconciler.metrics import Metrics
+from reconciler.model import Obj
 from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)

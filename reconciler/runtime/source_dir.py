@@ -2,8 +2,8 @@
 
 The pure GitOps pull model: a git-sync sidecar keeps PATH fresh (it checks out each commit into a
 new worktree and swaps a symlink onto it), and the leader's `DirectorySource`, started by
-`reconciler.runtime`, applies what it finds there. It watches PATH with watchdog (inotify): the
-checkout recursively, plus the directory holding each symlink on the way to it, so a swapped
+`reconciler.runtime.process`, applies what it finds there. It watches PATH with watchdog (inotify):
+the checkout recursively, plus the directory holding each symlink on the way to it, so a swapped
 link is noticed and the watch moves to the new worktree. After a short quiet spell
 (`source_debounce_s`) it reads every YAML file with the renderer's loader and checks, each file
 on its own, and server-side applies each cluster (annotated kaiwu.inspur.com/source: dir) that
@@ -32,11 +32,13 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from reconciler.cache import CacheView
-from reconciler.events import EventRecorder
 from reconciler.keys import ClusterKey
-from reconciler.kube import KAIWU_CLUSTER, ApiError, Kube, Obj
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.events import EventRecorder
+from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
+from reconciler.model import Obj
 from reconciler.settings import Settings
 from renderer.errors import RenderError
 from renderer.loader import find_files, load_documents, to_plain

@@ -17,24 +17,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from reconciler.kube import EVENT, ApiError, Kube, Obj
+from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.kinds import EVENT
 from reconciler.metrics import Metrics
+from reconciler.model import EventType, Obj, rfc3339
 
 log = logging.getLogger(__name__)
 
-EventType = Literal["Normal", "Warning"]
 COMPONENT = "kaiwu-reconciler"
 # The API server accepts longer messages, but Events are for people: the full drift report goes
 # to the log and the status; an Event says what happened in a screenful at most.
 MESSAGE_LIMIT = 1024
-
-
-def rfc3339(seconds: float) -> str:
-    """Seconds since the epoch as the API's timestamp format (whole seconds, UTC)."""
-    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def truncate(text: str, limit: int = MESSAGE_LIMIT) -> str:

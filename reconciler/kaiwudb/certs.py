@@ -1,6 +1,6 @@
 """TLS certificates for secure KaiwuDB clusters: issue, check, renew, and plan the Secrets.
 
-Called by the controller (reconciler/controller.py) once per reconcile of a cluster with
+Called by the controller (reconciler/controller/controller.py) once per reconcile of a cluster with
 `spec.tls.enabled`, through `certs_action`; the lower-level functions (issuing, validation,
 `needs_renewal`) are public for tests and tools. Everything is done in-process with the
 `cryptography` package, never by shelling out to `kwbase cert` or openssl. Files and their

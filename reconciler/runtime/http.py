@@ -1,6 +1,6 @@
 """The reconciler's HTTP endpoints: /metrics (Prometheus), /healthz (liveness), /readyz.
 
-Started by `reconciler.runtime` on `Settings.http_address`; the Deployment's probes and the
+Started by `reconciler.runtime.process` on `Settings.http_address`; the Deployment's probes and the
 Prometheus scraper call it. The runtime supplies the two checks, each returning (ok, detail
 lines): /healthz fails only when the process is wedged (a thread that must run has died), so the
 kubelet restarts it; /readyz fails until the watch caches are synced, and lists what the replica

@@ -3,8 +3,8 @@
 The Controller (reconciler.controller) runs `Lifecycle.run` as the pipeline step "lifecycle",
 after "certificates" and before "observe", so that the StatefulSet replicas it decides (during a
 scale-in they come from the operation, not from spec.replicas) are what "observe" and "repair"
-compare and apply. KaiwuDB is reached through the admin adapter (reconciler.kwbase, exec into a
-pod); Kubernetes objects are read from the cache view only.
+compare and apply. KaiwuDB is reached through the admin adapter (reconciler.kaiwudb.kwbase, exec
+into a pod); Kubernetes objects are read from the cache view only.
 
 What a pass does, in order:
 - init: a new multi-replica or single-replica cluster waits for `kwbase init` (its readiness
@@ -58,24 +58,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reconciler import kube as k
-from reconciler.cache import CacheView
-from reconciler.events import rfc3339
-from reconciler.kube import ApiError, Kube, Obj
-from reconciler.kwbase import (
+from reconciler.kaiwudb.kwbase import (
     InitOutcome,
     KwbaseAdmin,
     KwbaseError,
     KwbaseSettings,
     NodeStatus,
 )
-from reconciler.loss import disrupted
+from reconciler.kaiwudb.loss import disrupted
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
+from reconciler.model import Obj, rfc3339
 from renderer.builders import selector_labels
 from renderer.spec import Cluster, StartMode
 
 if TYPE_CHECKING:  # the controller imports this module: no import cycle at run time
-    from reconciler.controller import Pass
+    from reconciler.model import Pass
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +315,9 @@ class StatusMemory:
 
 class Lifecycle:
     """The "lifecycle" step (see the module docstring)."""
+
+    name = "lifecycle"
+    always = False
 
     def __init__(self, kube: Kube, view: CacheView, metrics: Metrics,
                  settings: LifecycleSettings | None = None,

@@ -1,6 +1,6 @@
 """What the drift normaliser needs to know about Kubernetes object shapes, and nothing more.
 
-reconciler.normalise walks desired and live objects with these type descriptions: which lists
+reconciler.drift.normalise walks desired and live objects with these type descriptions: which lists
 match items by key (and whether their order counts), which maps hold resource quantities, which
 map keys only count when we render them (labels, annotations), and which values the API server
 fills in by default. Types not described here are walked generically (maps by key, lists by

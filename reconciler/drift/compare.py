@@ -2,8 +2,8 @@
 
 The watch/repair loop calls :func:`compare` for each desired object and its live counterpart
 (from the watch cache), and :func:`format_report` for logs and Events. The fast path hashes the
-normalised projections (reconciler.normalise); only when the hashes differ does deepdiff run, to
-list the changes as JSON pointers with desired and live values. Secret values in a report are
+normalised projections (reconciler.drift.normalise); only when the hashes differ does deepdiff run,
+to list the changes as JSON pointers with desired and live values. Secret values in a report are
 masked already, by the projection.
 """
 
@@ -18,8 +18,14 @@ from typing import Any, Literal
 
 from deepdiff import DeepDiff
 
-from reconciler.ignore import IgnoreRule, format_pointer
-from reconciler.normalise import DEFAULT_SETTINGS, ORDER_KEY, DriftSettings, Projection, normalise
+from reconciler.drift.ignore import IgnoreRule, format_pointer
+from reconciler.drift.normalise import (
+    DEFAULT_SETTINGS,
+    ORDER_KEY,
+    DriftSettings,
+    Projection,
+    normalise,
+)
 
 ChangeKind = Literal["changed", "added", "removed", "reordered"]
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -91,7 +97,7 @@ def compare(
     """Compare a rendered object with the live one (None: it does not exist).
 
     ``dry_run`` is the result of a forced server-side-apply dry run of ``desired`` (optional;
-    see reconciler.normalise). ``ignore_rules`` come from the KaiwuCluster's drift settings.
+    see reconciler.drift.normalise). ``ignore_rules`` come from the KaiwuCluster's drift settings.
     """
     projection = normalise(
         desired, live, ignore_rules=ignore_rules, dry_run=dry_run, settings=settings

@@ -1,7 +1,7 @@
 """Parse ``metadata.managedFields`` (the ``FieldsV1`` format) and answer "who owns this field?".
 
-The drift normaliser (reconciler.normalise) walks a live object together with the field sets of
-its managers: a field present in the live object but absent from what we render is a server
+The drift normaliser (reconciler.drift.normalise) walks a live object together with the field sets
+of its managers: a field present in the live object but absent from what we render is a server
 default when nobody owns it, and a hand-made change when a manager (``kubectl-edit``,
 ``kubectl-set``...) does.
 

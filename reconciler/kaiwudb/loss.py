@@ -1,10 +1,11 @@
 """What the cluster shows about lost Kubernetes nodes, their pods and the volumes pinned there.
 
 Pure reads of the watch caches (and, for a claim's volume, one API read), no decisions: the
-failover step (reconciler.failover) decides from these facts on every pass, and the lifecycle
-step (reconciler.lifecycle) asks `disrupted` whether a pod is down before it moves another one.
-Nothing here is remembered between passes, so whatever happened before (a pod force-deleted by
-an administrator, a reconciler killed between two writes), the same world gives the same facts.
+failover step (reconciler.kaiwudb.failover) decides from these facts on every pass, and the
+lifecycle step (reconciler.kaiwudb.lifecycle) asks `disrupted` whether a pod is down before it
+moves another one. Nothing here is remembered between passes, so whatever happened before (a pod
+force-deleted by an administrator, a reconciler killed between two writes), the same world gives
+the same facts.
 
 A Kubernetes node is lost when its Ready condition is False or Unknown (the node lifecycle
 controller's verdict once the kubelet stops reporting), or when the Node object is gone. How long
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reconciler import kube as k
-from reconciler.cache import CacheView
-from reconciler.kube import ApiError, Kube, Obj
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
+from reconciler.model import Obj
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 HOSTNAME_LABEL = "kubernetes.io/hostname"

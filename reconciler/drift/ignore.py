@@ -2,8 +2,8 @@
 
 Users write rules in a KaiwuCluster under ``spec.drift.ignore`` (kind, name glob, RFC 6901
 pointer); :func:`parse_ignore_rules` turns them into :class:`IgnoreRule` values. The drift
-normaliser (reconciler.normalise) applies them, plus :data:`BUILTIN_IGNORE_RULES`: fields another
-controller owns by design.
+normaliser (reconciler.drift.normalise) applies them, plus :data:`BUILTIN_IGNORE_RULES`: fields
+another controller owns by design.
 
 Pointers address the object as Kubernetes returns it, with two conveniences for lists: an item of
 a list matched by key (containers, env, ports...) may be named by its key (``containers/kwbase``,

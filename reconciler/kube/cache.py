@@ -1,8 +1,8 @@
 """Watch caches: the reconciler's local copy of every object it reads, kept fresh by watches.
 
-`reconciler.runtime` starts one `Caches` per process (leader and standby alike, so a standby is
-warm when it takes over); the Controller reads through the `CacheView` protocol and makes no API
-reads in steady state. Each kind has an `Informer`: list, then watch from the list's
+`reconciler.runtime.process` starts one `Caches` per process (leader and standby alike, so a
+standby is warm when it takes over); the Controller reads through the `CacheView` protocol and
+makes no API reads in steady state. Each kind has an `Informer`: list, then watch from the list's
 resourceVersion, resume each new watch from the last resourceVersion seen (bookmarks included),
 relist when the server answers 410 Gone (the history it would need is gone), reconnect with capped
 exponential back-off when the API server is unreachable. Nothing is polled.
@@ -27,21 +27,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from reconciler import kube as k
 from reconciler.keys import ClusterKey
-from reconciler.kube import ApiError, Kind, Kube, Obj, Watch
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError, Kube, Watch
+from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
+from reconciler.model import Obj
 from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=kaiwu-operator"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
-# Kinds the renderer emits, plus what the Controller reads to judge health and failover.
-MANAGED_KINDS: tuple[Kind, ...] = (
-    k.SERVICE_ACCOUNT, k.SERVICE, k.STATEFUL_SET, k.PDB_V1, k.PDB_V1BETA1, k.NETWORK_POLICY,
-    k.SERVICE_MONITOR, k.POD, k.PVC, k.SECRET)
-
 EventHandler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, new, old)
 
 
@@ -304,7 +301,7 @@ class Caches:
 
     def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
                  on_key: Callable[[ClusterKey], None],
-                 managed_kinds: Iterable[Kind] = MANAGED_KINDS) -> None:
+                 managed_kinds: Iterable[Kind] = k.CACHED_KINDS) -> None:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics

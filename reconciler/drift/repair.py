@@ -25,10 +25,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.drift_schema import ListSpec, TypeSpec, child_type, item_type, root_type
-from reconciler.ignore import format_pointer, parse_pointer
-from reconciler.kube import Kind, Kube, Obj, kind_of
+from reconciler.drift.ignore import format_pointer, parse_pointer
+from reconciler.drift.schema import ListSpec, TypeSpec, child_type, item_type, root_type
+from reconciler.kube.client import Kube
+from reconciler.kube.kinds import Kind, kind_of
 from reconciler.metrics import Metrics
+from reconciler.model import Obj
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def live_pointer(live: Mapping[str, Any], report_pointer: str) -> LivePlace | No
 
 def _list_index(items: list[Any], token: str, spec: ListSpec | None) -> int | None:
     """The position of the item a report names: by key in keyed lists (keyless items are
-    `#<position>`, as reconciler.normalise names them), by position elsewhere."""
+    `#<position>`, as reconciler.drift.normalise names them), by position elsewhere."""
     if spec is not None and spec.semantics == "keyed":
         for index, item in enumerate(items):
             key = spec.key_text(item)

@@ -27,16 +27,16 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
-from reconciler.cache import Caches, CacheView
-from reconciler.events import EventRecorder
-from reconciler.http import HealthServer
 from reconciler.keys import ClusterKey
-from reconciler.kube import Kube, load_api_client
-from reconciler.leader import GuardedKube, LeaderElector, NotLeaderError
+from reconciler.kube.cache import Caches, CacheView
+from reconciler.kube.client import Kube, load_api_client
+from reconciler.kube.events import EventRecorder
+from reconciler.kube.leader import GuardedKube, LeaderElector, NotLeaderError
+from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
+from reconciler.runtime.http import HealthServer
+from reconciler.runtime.source_dir import DirectorySource
 from reconciler.settings import Settings
-from reconciler.source_dir import DirectorySource
-from reconciler.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ ControllerFactory = Callable[[Kube, CacheView, Settings, Metrics], Reconciler]
 def default_controller(kube: Kube, view: CacheView, settings: Settings,
                        metrics: Metrics) -> Reconciler:
     """The real Controller (imported here so the runtime's own tests need not load it)."""
-    from reconciler.controller import Controller
+    from reconciler.controller.controller import Controller
 
     controller: Reconciler = Controller(kube, view, settings, metrics)
     return controller

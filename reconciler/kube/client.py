@@ -12,67 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
-from renderer import schema
+from reconciler.kube.kinds import Kind, kind_of
+from reconciler.model import Obj
 
-Obj = dict[str, Any]
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-
-
-@dataclass(frozen=True)
-class Kind:
-    """Where a kind lives in the REST API."""
-
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        prefix = f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
-        if self.namespaced and namespace:
-            prefix += f"/namespaces/{quote(namespace)}"
-        prefix += f"/{self.plural}"
-        return f"{prefix}/{quote(name)}" if name else prefix
-
-
-# Every kind the reconciler reads or writes. Rendered kinds are looked up by (apiVersion, kind).
-KAIWU_CLUSTER = Kind(schema.API_VERSION, schema.KIND, schema.PLURAL)  # as the CRD names it
-SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts")
-SERVICE = Kind("v1", "Service", "services")
-SECRET = Kind("v1", "Secret", "secrets")
-POD = Kind("v1", "Pod", "pods")
-PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
-PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
-EVENT = Kind("v1", "Event", "events")
-NODE = Kind("v1", "Node", "nodes", namespaced=False)
-STATEFUL_SET = Kind("apps/v1", "StatefulSet", "statefulsets")
-PDB_V1 = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets")
-PDB_V1BETA1 = Kind("policy/v1beta1", "PodDisruptionBudget", "poddisruptionbudgets")
-NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
-SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors")
-LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
-KINDS = {(k.api_version, k.kind): k for k in (
-    KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, PV, EVENT, NODE, STATEFUL_SET,
-    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE)}
-
-
-def kind_of(obj: Obj) -> Kind:
-    """The Kind of a plain object (KeyError for a kind the reconciler does not manage)."""
-    return KINDS[(obj["apiVersion"], obj["kind"])]
 
 
 class ApiError(Exception):

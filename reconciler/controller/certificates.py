@@ -1,0 +1,91 @@
+"""The "certificates" step: TLS Secrets planned by reconciler.kaiwudb.certs, written unless
+paused, and the certificates' hash put on the pod template (a renewal rolls the pods).
+
+Run by the Controller (reconciler.controller.controller) after "render", for TLS clusters.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from reconciler.controller.objects import ObjectPass
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared, _meta, with_owner
+from reconciler.kaiwudb.certs import (
+    CERTS_HASH_ANNOTATION,
+    ca_secret_name,
+    certs_action,
+    format_problem,
+)
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from reconciler.model import Obj
+
+
+class CertificatesStep:
+    """See the module docstring."""
+
+    name = "certificates"
+    always = False
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+
+    def wanted(self, p: ObjectPass) -> bool:
+        return p.cluster is not None and p.cluster.tls
+
+    def run(self, p: ObjectPass) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        names = {cluster.node_secret, cluster.client_secret, ca_secret_name(cluster)}
+        secrets: dict[str, Obj] = {}
+        for name in names:
+            found = self.shared.view.get(k.SECRET, cluster.namespace, name)
+            if found is None and cluster.user_provided_certs:
+                # A user's own Secrets need not carry our label, so the cache may not hold them.
+                found = self.shared.kube.get(k.SECRET, cluster.namespace, name)
+            if found is not None:
+                secrets[name] = found
+        plan = certs_action(cluster, secrets, datetime.fromtimestamp(p.now, UTC))
+        stale = any(self.shared.marks.stale(p.key, f"Secret/{name}", secrets.get(name))
+                    for name in names)
+        if stale:
+            # Planned from Secrets we have just written: wait for the cache to show ours.
+            p.requeue_in(STALE_RECHECK_S)
+            p.complete = False
+        elif not p.paused:
+            for write in plan.writes:
+                body = with_owner(write.secret, p.obj)
+                target = f"Secret/{write.name}"
+                try:
+                    if write.verb == "create":
+                        self.shared.repairer.create(body)
+                    else:
+                        self.shared.repairer.apply(body)
+                except ApiError as error:
+                    if error.conflict:
+                        # The cache was stale: never overwrite a CA we have not seen.
+                        p.requeue_in(SHORT_REQUEUE_S)
+                        p.complete = False
+                        return
+                    raise
+                p.wrote = True
+                self.shared.marks.wrote(p.key, target, secrets.get(write.name))
+                p.act("CertificateWritten", target, write.reason)
+        for problem in plan.problems:
+            p.stalled.append(("CertificatesUnusable", format_problem(problem)))
+        for warning in plan.warnings:
+            p.events.append(("Warning", "CertificateWarning", format_problem(warning)))
+        certs_hash = plan.certs_hash
+        for obj in p.desired:
+            if obj["kind"] != "StatefulSet":
+                continue
+            if certs_hash is None or plan.problems or stale:
+                # Keep what the pods run with: never roll them onto unusable certificates, nor
+                # onto a plan made from Secrets older than the ones we wrote.
+                live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace,
+                                            obj["metadata"]["name"])
+                template = ((live or {}).get("spec") or {}).get("template") or {}
+                certs_hash = (_meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
+            if certs_hash:
+                meta = obj["spec"]["template"].setdefault("metadata", {})
+                meta.setdefault("annotations", {})[CERTS_HASH_ANNOTATION] = certs_hash

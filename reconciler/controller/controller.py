@@ -1,0 +1,119 @@
+"""The reconciler's controller: one pass over one KaiwuCluster, from cache to status.
+
+The runtime (reconciler.runtime.process) calls `Controller.reconcile(key)` from its workers
+whenever the watch caches report a change to a cluster or one of its objects, and again after
+the delay a pass asks for (`Result.requeue_after_s`). A pass reads only the caches
+(`CacheView`), so a cluster where nothing changed costs no API request at all, and writes only
+what differs.
+
+A pass is the ordered list of steps below, each a small class that says when it is wanted and
+runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
+
+  render        the spec -> the cluster and its desired objects; an invalid spec stops here
+  certificates  TLS Secrets made, checked and renewed (reconciler.kaiwudb.certs)
+  lifecycle     KaiwuDB init, node ids, rolling updates, scale-in (reconciler.kaiwudb.lifecycle);
+                it sets the StatefulSet replicas and partition "observe" compares
+  observe       each desired object against its live copy (reconciler.controller.observe)
+  repair        missing and drifted objects written as rendered, per drift policy
+  recreate      a StatefulSet whose immutable fields must change: orphaning delete
+  prune         objects no longer rendered, deleted (never claims or Secrets)
+  failover      lost nodes, lost volumes, crash loops (reconciler.kaiwudb.failover)
+  report        status (kstatus), Events, the requeue delay
+
+Writes are server-side applies under `Settings.field_manager`; every applied object gets an
+ownerReference to its KaiwuCluster (controller: true), so deleting the cluster garbage-collects
+them (the StatefulSet's claims have none and survive).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from reconciler.controller.certificates import CertificatesStep
+from reconciler.controller.objects import ObjectPass, Result, Step
+from reconciler.controller.observe import ObserveStep
+from reconciler.controller.prune import PruneStep
+from reconciler.controller.render import RenderStep
+from reconciler.controller.repair import RecreateStep, RepairStep
+from reconciler.controller.report import ReportStep
+from reconciler.controller.shared import (
+    DriftNotices,
+    DryRuns,
+    PendingActions,
+    ServedKinds,
+    Shared,
+    WriteMarks,
+    _meta,
+)
+from reconciler.drift.backoff import BackoffPolicy, FightTracker
+from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.repair import Repairer
+from reconciler.kaiwudb.failover import Failover
+from reconciler.kaiwudb.lifecycle import Lifecycle, LifecycleSettings
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import Kube
+from reconciler.kube.events import EventRecorder
+from reconciler.metrics import Metrics
+from reconciler.settings import Settings
+
+
+class Controller:
+    """Reconciles KaiwuClusters: `reconcile(key)` runs one pass (see the module docstring)."""
+
+    def __init__(self, kube: Kube, view: CacheView, settings: Settings, metrics: Metrics,
+                 clock: Callable[[], float] = time.time,
+                 events: EventRecorder | None = None) -> None:
+        self.view = view
+        self.clock = clock
+        repairer = Repairer(kube, metrics)
+        self.shared = Shared(
+            kube=kube, view=view, settings=settings, metrics=metrics, clock=clock,
+            repairer=repairer,
+            events=events or EventRecorder(kube, metrics, clock=clock,
+                                           instance=settings.identity),
+            fights=FightTracker(BackoffPolicy(
+                threshold=settings.fight_threshold, window_s=settings.fight_window_s,
+                base_s=settings.drift_backoff_base_s, max_s=settings.drift_backoff_max_s),
+                clock),
+            drift=DriftSettings(field_manager=settings.field_manager),
+            marks=WriteMarks(), dry_runs=DryRuns(repairer),
+            served=ServedKinds(kube, view, settings), notices=DriftNotices(),
+            pending=PendingActions())
+        self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
+            poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
+            exec_timeout_s=settings.exec_timeout_s))
+        self.steps: list[Step] = [
+            RenderStep(self.shared),
+            CertificatesStep(self.shared),
+            self.lifecycle,
+            ObserveStep(self.shared),
+            RepairStep(self.shared),
+            RecreateStep(self.shared),
+            PruneStep(self.shared),
+            Failover(kube, view, metrics, self.lifecycle),
+            ReportStep(self.shared),
+        ]
+
+    def reconcile(self, key: ClusterKey) -> Result:
+        obj = self.view.get(k.KAIWU_CLUSTER, key.namespace, key.name)
+        if obj is None or _meta(obj).get("deletionTimestamp"):
+            # Its objects go with it (ownerReferences); forget what we knew.
+            self.forget(key)
+            return Result()
+        p = ObjectPass(key, obj, self.clock(), dict(obj.get("status") or {}))
+        p.sync = p.generation != p.previous.get("observedGeneration")
+        for step in self.steps:
+            if (p.halted and not step.always) or not step.wanted(p):
+                continue
+            step.run(p)
+        return Result(min(p.requeue) if p.requeue else None)
+
+    def forget(self, key: ClusterKey) -> None:
+        self.shared.fights.forget(key)
+        self.lifecycle.forget(key.namespace, key.name)
+        self.shared.pending.forget(key)
+        self.shared.marks.forget(key)
+        self.shared.notices.forget(key)

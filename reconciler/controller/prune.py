@@ -1,0 +1,75 @@
+"""The "prune" step: objects we applied once and no longer render (status.inventory) are
+deleted with a uid precondition; never claims or Secrets (reconciler.kube.kinds), never on an
+empty render, never an object someone else has taken over.
+
+Run by the Controller (reconciler.controller.controller) after "recreate", unless paused.
+"""
+
+from __future__ import annotations
+
+from reconciler.controller.objects import ObjectPass
+from reconciler.controller.shared import (
+    INSTANCE_LABEL,
+    MANAGED_BY_LABEL,
+    SHORT_REQUEUE_S,
+    STALE_RECHECK_S,
+    Shared,
+    _meta,
+)
+from reconciler.keys import ObjectRef
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from renderer.builders import MANAGED_BY
+
+
+class PruneStep:
+    """See the module docstring."""
+
+    name = "prune"
+    always = False
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+
+    def wanted(self, p: ObjectPass) -> bool:
+        return not p.paused and bool(p.states)
+
+    def run(self, p: ObjectPass) -> None:
+        """Delete objects we applied once and no longer render (status.inventory)."""
+        rendered = {(s.ref.kind, s.ref.namespace, s.ref.name) for s in p.states}
+        for entry in p.previous.get("inventory") or ():
+            try:
+                ref = ObjectRef.parse(str(entry))
+            except ValueError:
+                continue
+            if (ref.kind, ref.namespace, ref.name) in rendered or ref.kind in k.NEVER_PRUNED:
+                continue  # still rendered (perhaps under a newer apiVersion), or never pruned
+            kind = k.KINDS.get((ref.api_version, ref.kind))
+            if kind is None:
+                continue
+            if not (p.sync or p.policy == "enforce"):
+                p.inventory.add(str(ref))  # warn/off: keep it listed, do not delete
+                continue
+            live = self.shared.view.get(kind, ref.namespace, ref.name) if self.shared.served.served(
+                kind, ref.namespace) else None
+            if live is None:
+                continue
+            if self.shared.marks.stale(p.key, str(ref), live):
+                p.inventory.add(str(ref))  # our delete is on its way
+                p.requeue_in(STALE_RECHECK_S)
+                continue
+            labels = _meta(live).get("labels") or {}
+            if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or \
+                    labels.get(INSTANCE_LABEL) != p.key.name:
+                continue  # someone took it over: it is not ours to delete any more
+            try:
+                self.shared.repairer.delete(kind, live, propagation="Background")
+                self.shared.marks.wrote(p.key, str(ref), live)
+            except ApiError as error:
+                if error.conflict:
+                    p.inventory.add(str(ref))
+                    p.requeue_in(SHORT_REQUEUE_S)
+                    continue
+                raise
+            p.wrote = True
+            p.act("Pruned", ref.short, "deleted: the spec no longer renders it")

@@ -1,0 +1,259 @@
+"""What the controller's steps share across passes: the API, the caches, and short memories.
+
+Built once per Controller (reconciler.controller.controller) and handed to every step. The
+memories are about our own writes and what we already said, never about what the cluster
+needs (that is always read from the cluster): which writes the watch cache has yet to show
+(`WriteMarks`), the server's answers to dry runs (`DryRuns`), which optional kinds the API
+serves (`ServedKinds`), which drift was already announced (`DriftNotices`), and actions whose
+status write had to wait (`PendingActions`). Workers reconcile different clusters at once: each
+memory guards itself with a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler import status as st
+from reconciler.drift.backoff import FightTracker
+from reconciler.drift.compare import projection_hash
+from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.repair import Repairer
+from reconciler.keys import ClusterKey, ObjectRef
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.events import EventRecorder
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj
+from reconciler.settings import Settings
+from renderer.builders import MANAGED_BY
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+# Bound on remembered dry runs (each is one object): enough for hundreds of clusters.
+DRY_RUN_CACHE_SIZE = 4096
+# How soon to look again while the API server finishes something we started (an orphaning
+# delete) or after a write lost a race with another writer (409).
+SHORT_REQUEUE_S = 0.5
+# After a write, the watch cache shows the old object until the write's event arrives (usually
+# milliseconds). A pass in between would judge the old copy and write again (a duplicate repair,
+# a 409 on status). For this long at most, a cached object still at the version we overwrote is
+# taken as "our write is on its way": skipped, and looked at again shortly.
+STALE_GRACE_S = 5.0
+STALE_RECHECK_S = 0.1
+
+
+def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def _content_key(live: Mapping[str, Any]) -> str:
+    """What identifies a live object's content for the dry-run cache: everything but status and
+    bookkeeping that changes without the content changing (resourceVersion, managedFields times).
+    Coarser than the resourceVersion on purpose: status updates (every pod readiness change bumps
+    a StatefulSet's) must not cost a new dry run."""
+    meta = dict(_meta(live))
+    meta.pop("resourceVersion", None)
+    managed = []
+    for entry in meta.get("managedFields") or ():
+        # Who owns which status fields changes with the status (omitempty counters come and
+        # go): not content either.
+        fields = {key: value for key, value in (entry.get("fieldsV1") or {}).items()
+                  if key != "f:status"}
+        if fields:
+            managed.append({**{key: value for key, value in entry.items()
+                               if key not in ("time", "fieldsV1")}, "fieldsV1": fields})
+    meta["managedFields"] = managed
+    body = {key: value for key, value in live.items() if key not in ("status", "metadata")}
+    return projection_hash({"metadata": meta, **body})
+
+
+def with_owner(obj: Obj, cluster: Obj) -> Obj:
+    """A copy of `obj` owned by the KaiwuCluster (garbage-collected with it)."""
+    meta = _meta(cluster)
+    owned = dict(obj)
+    owned["metadata"] = {**obj["metadata"], "ownerReferences": [{
+        "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "name": meta["name"],
+        "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]}
+    return owned
+
+
+class WriteMarks:
+    """What we last wrote, per cluster and object (or "status"): the resourceVersion it
+    replaced ("" for a create) and when; see STALE_GRACE_S."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._written: dict[tuple[ClusterKey, str], tuple[str, float]] = {}
+
+    def wrote(self, key: ClusterKey, name: str, before: Obj | None) -> None:
+        """Remember that we replaced `before` (None: created `name`) with a write."""
+        version = str(_meta(before).get("resourceVersion") or "")
+        with self._lock:
+            self._written[(key, name)] = (version, time.monotonic())
+
+    def stale(self, key: ClusterKey, name: str, cached: Obj | None) -> bool:
+        """Whether the cache still shows what our last write to `name` replaced."""
+        version = str(_meta(cached).get("resourceVersion") or "")
+        with self._lock:
+            mark = self._written.get((key, name))
+            if mark is None:
+                return False
+            if version == mark[0] and time.monotonic() - mark[1] < STALE_GRACE_S:
+                return True
+            del self._written[(key, name)]
+            return False
+
+    def forget(self, key: ClusterKey) -> None:
+        with self._lock:
+            for written in [w for w in self._written if w[0] == key]:
+                del self._written[written]
+
+
+class DryRuns:
+    """The server's view of "desired applied to live", remembered per (desired, live content)
+    so an unchanged object never costs a second dry run (bounded: DRY_RUN_CACHE_SIZE)."""
+
+    def __init__(self, repairer: Repairer) -> None:
+        self.repairer = repairer
+        self._lock = threading.Lock()
+        self._results: OrderedDict[tuple[str, str], Obj | ApiError] = OrderedDict()
+
+    def run(self, desired: Obj, live: Obj) -> Obj | ApiError:
+        """The dry run's answer (an ApiError when the server refuses the object)."""
+        key = (projection_hash(desired), _content_key(live))
+        with self._lock:
+            if key in self._results:
+                self._results.move_to_end(key)
+                return self._results[key]
+        try:
+            result: Obj | ApiError = self.repairer.dry_run(desired)
+        except ApiError as error:
+            if error.status not in (400, 403, 409, 422):
+                raise
+            result = error
+        self.remember(desired, live, result)
+        return result
+
+    def remember(self, desired: Obj, live: Obj, result: Obj | ApiError) -> None:
+        key = (projection_hash(desired), _content_key(live))
+        with self._lock:
+            self._results[key] = result
+            while len(self._results) > DRY_RUN_CACHE_SIZE:
+                self._results.popitem(last=False)
+
+    def cached(self, desired: Obj, live: Obj) -> Obj | None:
+        """A remembered successful dry run, without asking the server."""
+        key = (projection_hash(desired), _content_key(live))
+        with self._lock:
+            found = self._results.get(key)
+        return found if isinstance(found, dict) else None
+
+
+class ServedKinds:
+    """Whether the API server serves a kind (CRD-backed kinds may be missing)."""
+
+    def __init__(self, kube: Kube, view: CacheView, settings: Settings) -> None:
+        self.kube = kube
+        self.view = view
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._served: dict[tuple[Kind, str], tuple[bool, float]] = {}
+
+    def served(self, kind: Kind, namespace: str) -> bool:
+        """Whether the API server serves `kind` (CRD-backed kinds may be missing). The watch
+        caches know when they offer `served(kind)` (reconciler.kube.cache.Caches does); otherwise a
+        read, remembered for a resync period."""
+        if kind in k.ALWAYS_SERVED:
+            return True
+        cached = getattr(self.view, "served", None)
+        if callable(cached):
+            answer = cached(kind)
+            if isinstance(answer, bool):
+                return answer
+        now = time.monotonic()
+        with self._lock:
+            known = self._served.get((kind, namespace))
+        if known is not None and now - known[1] < self.settings.resync_period_s:
+            return known[0]
+        try:
+            self.kube.list_objects(kind, namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+            found = True
+        except ApiError as error:
+            if not error.not_found:
+                raise
+            found = False
+        with self._lock:
+            self._served[(kind, namespace)] = (found, now)
+        return found
+
+
+class DriftNotices:
+    """The last drift reported per object (its live hash): Events and drift_detected_total
+    count a drift once, not once per pass."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[ClusterKey, ObjectRef], str] = {}
+
+    def seen(self, key: ClusterKey, ref: ObjectRef, fingerprint: str) -> bool:
+        with self._lock:
+            return self._seen.get((key, ref)) == fingerprint
+
+    def note(self, key: ClusterKey, ref: ObjectRef, fingerprint: str) -> None:
+        with self._lock:
+            self._seen[(key, ref)] = fingerprint
+
+    def clear(self, key: ClusterKey, ref: ObjectRef) -> None:
+        with self._lock:
+            self._seen.pop((key, ref), None)
+
+    def forget(self, key: ClusterKey) -> None:
+        with self._lock:
+            for entry in [e for e in self._seen if e[0] == key]:
+                del self._seen[entry]
+
+
+class PendingActions:
+    """Actions of passes whose status write waited for the cache: reported with the next."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._actions: dict[ClusterKey, list[st.Action]] = {}
+
+    def take(self, key: ClusterKey) -> list[st.Action]:
+        with self._lock:
+            return self._actions.pop(key, [])
+
+    def keep(self, key: ClusterKey, actions: list[st.Action]) -> None:
+        with self._lock:
+            self._actions[key] = actions
+
+    def forget(self, key: ClusterKey) -> None:
+        self.take(key)
+
+
+@dataclass
+class Shared:
+    """Everything the controller's steps share (see the module docstring)."""
+
+    kube: Kube
+    view: CacheView
+    settings: Settings
+    metrics: Metrics
+    clock: Callable[[], float]
+    repairer: Repairer
+    events: EventRecorder
+    fights: FightTracker
+    drift: DriftSettings
+    marks: WriteMarks
+    dry_runs: DryRuns
+    served: ServedKinds
+    notices: DriftNotices
+    pending: PendingActions

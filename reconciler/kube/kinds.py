@@ -1,0 +1,83 @@
+"""Every Kubernetes kind the reconciler reads or writes: where it lives in the REST API.
+
+One registry (`KINDS`) from which the other modules derive what they need: the API client
+(reconciler.kube.client) builds request paths from a `Kind`, the watch caches
+(reconciler.kube.cache) list which kinds they cache, and the controller looks rendered objects up
+by (apiVersion, kind). Imports only the leaf model and the renderer's schema names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from reconciler.model import Obj
+from renderer import schema
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind lives in the REST API, and how the reconciler treats it.
+
+    cached: kept in a watch cache selected by the managed-by label (reconciler.kube.cache): the
+        kinds the renderer emits, and the pods and claims health and failover read.
+    always_served: every Kubernetes the renderer targets serves it; others (a CRD's kind, an
+        API version newer than 1.20) are looked up before they are read or written.
+    prunable: may be deleted once no longer rendered; claims hold the data and Secrets the CA
+        (losing it breaks every certificate), so those never are.
+    """
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+    cached: bool = False
+    always_served: bool = True
+    prunable: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        prefix = f"/apis/{self.api_version}" if self.group else f"/api/{self.api_version}"
+        if self.namespaced and namespace:
+            prefix += f"/namespaces/{quote(namespace)}"
+        prefix += f"/{self.plural}"
+        return f"{prefix}/{quote(name)}" if name else prefix
+
+
+# Every kind the reconciler reads or writes. Rendered kinds are looked up by (apiVersion, kind).
+KAIWU_CLUSTER = Kind(schema.API_VERSION, schema.KIND, schema.PLURAL,  # as the CRD names it
+                     always_served=False)
+SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", cached=True)
+SERVICE = Kind("v1", "Service", "services", cached=True)
+SECRET = Kind("v1", "Secret", "secrets", cached=True, prunable=False)
+POD = Kind("v1", "Pod", "pods", cached=True)
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", cached=True,
+           prunable=False)
+PV = Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+EVENT = Kind("v1", "Event", "events")
+NODE = Kind("v1", "Node", "nodes", namespaced=False)
+STATEFUL_SET = Kind("apps/v1", "StatefulSet", "statefulsets", cached=True)
+PDB_V1 = Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", cached=True,
+              always_served=False)
+PDB_V1BETA1 = Kind("policy/v1beta1", "PodDisruptionBudget", "poddisruptionbudgets", cached=True)
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", cached=True)
+SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors",
+                       cached=True, always_served=False)
+LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
+KINDS = {(k.api_version, k.kind): k for k in (
+    KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, PV, EVENT, NODE, STATEFUL_SET,
+    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE)}
+
+
+def kind_of(obj: Obj) -> Kind:
+    """The Kind of a plain object (KeyError for a kind the reconciler does not manage)."""
+    return KINDS[(obj["apiVersion"], obj["kind"])]
+
+
+# Every list of kinds is derived from the registry above.
+CACHED_KINDS: tuple[Kind, ...] = tuple(kind for kind in KINDS.values() if kind.cached)
+ALWAYS_SERVED = frozenset(kind for kind in KINDS.values() if kind.always_served)
+NEVER_PRUNED = frozenset(kind.kind for kind in KINDS.values() if not kind.prunable)
