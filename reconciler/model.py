@@ -9,6 +9,7 @@ and the requeue delay. Imports only the other leaves (keys, status) and the rend
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -24,6 +25,99 @@ EventType = Literal["Normal", "Warning"]
 def rfc3339(seconds: float) -> str:
     """Seconds since the epoch as the API's timestamp format (whole seconds, UTC)."""
     return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """One KaiwuDB node id as status.nodes lists it: its address, its state (live, not-live or
+    decommissioning) and the pod its address names (None for an address that names none)."""
+
+    node_id: int
+    address: str
+    state: str
+    pod: str | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"nodeId": self.node_id, "address": self.address,
+                                 "state": self.state}
+        if self.pod:
+            entry["pod"] = self.pod
+        return entry
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any]) -> NodeEntry | None:
+        try:
+            return cls(int(raw["nodeId"]), str(raw.get("address") or ""),
+                       str(raw.get("state") or ""), str(raw["pod"]) if raw.get("pod") else None)
+        except (KeyError, TypeError, ValueError):
+            return None  # not written by us: ignored, the next probe lists the nodes again
+
+
+@dataclass(frozen=True)
+class ScaleIn:
+    """status.operation while a scale-in runs: one node at a time, so a restarted reconciler
+    resumes it. phase is Decommissioning (node_id draining) or Removing (the StatefulSet
+    shrinks, then the claim of `pod` goes)."""
+
+    replicas: int
+    target_replicas: int
+    pod: str
+    started_at: str
+    phase: str
+    node_id: int | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"type": "ScaleIn", "replicas": self.replicas,
+                                 "targetReplicas": self.target_replicas, "pod": self.pod,
+                                 "startedAt": self.started_at, "phase": self.phase}
+        if self.node_id is not None:
+            entry["nodeId"] = self.node_id
+        return entry
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any] | None) -> ScaleIn | None:
+        if not raw:
+            return None
+        try:
+            node_id = raw.get("nodeId")
+            return cls(int(raw["replicas"]), int(raw["targetReplicas"]), str(raw["pod"]),
+                       str(raw.get("startedAt") or ""), str(raw.get("phase") or ""),
+                       int(node_id) if node_id is not None else None)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass
+class KaiwuStatus:
+    """The status fields the KaiwuDB steps (reconciler.kaiwudb) own, read from status at the
+    start of a pass and written back by the report step: whether `kwbase init` ran, the node ids
+    KaiwuDB counts, the scale-in in progress, and what is failing (for people only: failover
+    decides from the cluster, never from it)."""
+
+    initialized: bool = False
+    nodes: tuple[NodeEntry, ...] | None = None  # None: never probed
+    operation: ScaleIn | None = None
+    failures: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def read(cls, status: Mapping[str, Any]) -> KaiwuStatus:
+        nodes = status.get("nodes")
+        entries = None if nodes is None else tuple(
+            entry for raw in nodes if isinstance(raw, Mapping)
+            and (entry := NodeEntry.from_status(raw)) is not None)
+        failures = status.get("failures")
+        return cls(bool(status.get("initialized")), entries,
+                   ScaleIn.from_status(status.get("operation")),
+                   {str(k): dict(v) for k, v in failures.items() if isinstance(v, Mapping)}
+                   if isinstance(failures, Mapping) and failures else None)
+
+    def to_fields(self) -> tuple[tuple[str, Any], ...]:
+        """The fields for reconciler.status.build (None removes one)."""
+        return (("failures", self.failures or None),
+                ("initialized", True if self.initialized else None),
+                ("nodes", [n.to_status() for n in self.nodes] if self.nodes is not None
+                 else None),
+                ("operation", self.operation.to_status() if self.operation else None))
 
 
 @dataclass
@@ -49,10 +143,12 @@ class Pass:
     requeue: list[float] = field(default_factory=list)
     halted: bool = False
     # Lifecycle and failover steps: why the cluster is not Ready although its pods may be
-    # (reason, message), and the status fields they own (initialized, nodes, operation,
-    # failures; None removes one).
+    # (reason, message), and the status fields they own, read from `previous`.
     not_ready: list[tuple[str, str]] = field(default_factory=list)
-    status_fields: dict[str, Any] = field(default_factory=dict)
+    kaiwu: KaiwuStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kaiwu = KaiwuStatus.read(self.previous)
 
     @property
     def paused(self) -> bool:

@@ -240,7 +240,7 @@ def test_nothing_happens_before_node_lost_timeout_then_pod_and_claim_go_in_one_s
     assert world.writes == []
     assert reasons(early)[0] == "NodeLost"
     assert min(early.requeue) == 1.0, "looks again when the timeout runs out"
-    assert early.status_fields["failures"]["dev-1"]["stage"] == "NodeLost"
+    assert (early.kaiwu.failures or {})["dev-1"]["stage"] == "NodeLost"
 
     done = run_pass(world, now=NOW + 1, replaceLostVolumes=True)
     assert world.writes == [("delete", "PersistentVolumeClaim", "data-dev-1"),
@@ -328,7 +328,7 @@ def test_after_a_crash_the_pod_recreated_with_a_fresh_claim_is_left_alone() -> N
     world.put(k.PVC, fresh)
     p = run_pass(world, previous={}, replaceLostVolumes=True)
     assert world.writes == []
-    assert p.status_fields["failures"] is None, "Kubernetes is scheduling it: nothing failing"
+    assert p.kaiwu.failures is None, "Kubernetes is scheduling it: nothing failing"
 
 
 def test_two_lost_nodes_at_once_touch_nothing() -> None:
@@ -353,7 +353,10 @@ def test_a_second_loss_waits_until_the_first_replacement_is_ready() -> None:
 def test_no_failover_step_while_a_scale_in_runs() -> None:
     world = healthy_world()
     lose(world, 1, since=NOW - TIMEOUT - 5)
-    p = run_pass(world, previous={"operation": {"type": "ScaleIn"}}, replaceLostVolumes=True)
+    p = run_pass(world, previous={"operation": {
+        "type": "ScaleIn", "replicas": 3, "targetReplicas": 2, "pod": "dev-2",
+        "startedAt": stamp(NOW - 5), "phase": "Decommissioning", "nodeId": 3}},
+        replaceLostVolumes=True)
     assert world.writes == []
     assert "a scale-in is in progress" in " ".join(m for _, m in p.not_ready)
 
@@ -457,4 +460,4 @@ def test_a_pod_that_turns_ready_clears_its_restart_count() -> None:
 def test_a_healthy_cluster_makes_no_write_and_reports_nothing() -> None:
     world = healthy_world()
     p = run_pass(world, replaceLostVolumes=True)
-    assert world.writes == [] and p.not_ready == [] and p.status_fields["failures"] is None
+    assert world.writes == [] and p.not_ready == [] and p.kaiwu.failures is None

@@ -126,7 +126,7 @@ def observed(p: ObjectPass) -> st.Observed:
         version=cluster.version if cluster is not None and pods_ready else None,
         inventory=tuple(sorted(inventory)),
         actions=tuple(p.actions),
-        fields=tuple(sorted(p.status_fields.items())),
+        fields=p.kaiwu.to_fields(),
     )
 
 

@@ -81,7 +81,7 @@ from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
-from reconciler.model import Obj, rfc3339
+from reconciler.model import NodeEntry, Obj, rfc3339
 from renderer.spec import Cluster, StartMode
 
 if TYPE_CHECKING:
@@ -162,16 +162,15 @@ def crash_restarts(claim: Obj | None, revision: str) -> int:
     return int(count) if recorded == revision and count.isdigit() else 0
 
 
-def replaced_stores(nodes: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, ...]]:
+def replaced_stores(nodes: Sequence[NodeEntry]) -> dict[str, tuple[int, ...]]:
     """pod -> node ids KaiwuDB lists for the pod's address that are not live while another id
-    there is: stores lost with their volume and replaced by a fresh one (entries as in
-    status.nodes; a decommissioned node that stopped is already left out of them)."""
+    there is: stores lost with their volume and replaced by a fresh one (a decommissioned node
+    that stopped is already left out of status.nodes)."""
     found: dict[str, tuple[int, ...]] = {}
-    pods = {str(e["pod"]) for e in nodes if e.get("pod")}
-    for pod in sorted(pods):
-        mine = [e for e in nodes if e.get("pod") == pod]
-        if any(e.get("state") == "live" for e in mine):
-            dead = tuple(sorted(int(e["nodeId"]) for e in mine if e.get("state") == "not-live"))
+    for pod in sorted({e.pod for e in nodes if e.pod}):
+        mine = [e for e in nodes if e.pod == pod]
+        if any(e.state == "live" for e in mine):
+            dead = tuple(sorted(e.node_id for e in mine if e.state == "not-live"))
             if dead:
                 found[pod] = dead
     return found
@@ -200,7 +199,7 @@ class Failover:
     def wanted(self, p: Pass) -> bool:
         return (p.cluster is not None and not p.paused and not p.halted
                 and p.cluster.failover.enabled and bool(
-                    p.status_fields.get("initialized", p.previous.get("initialized"))))
+                    p.kaiwu.initialized))
 
     def count(self, action: str) -> None:
         self.metrics.lifecycle_actions_total.labels(action=action).inc()
@@ -216,7 +215,7 @@ class Failover:
             if sts is not None else cluster.replicas
         names = [cluster.pod_name(i) for i in range(replicas)]
         findings = self.look(p, cluster, pods, names)
-        p.status_fields["failures"] = {f.pod: f.record() for f in findings} or None
+        p.kaiwu.failures = {f.pod: f.record() for f in findings} or None
         for finding in sorted(findings, key=lambda f: (f.since or p.now, f.pod)):
             self.advance(p, cluster, finding, findings, pods, names)
         self.lifecycle.memory.save(p)
@@ -250,7 +249,7 @@ class Failover:
             if loss is not None:
                 findings.append(Finding(name, VOLUME_ON_LOST_NODE, pinned, loss.status,
                                         self.lost_since(p, loss, name), claim=claim))
-        nodes = p.status_fields.get("nodes", p.previous.get("nodes")) or ()
+        nodes = p.kaiwu.nodes or ()
         for pod_name, dead in replaced_stores(nodes).items():
             if pod_name in names and not any(f.pod == pod_name for f in findings):
                 findings.append(Finding(pod_name, STORE_REPLACED, dead_ids=dead))
@@ -265,7 +264,7 @@ class Failover:
         which only people otherwise read: without it the wait starts again, never shorter)."""
         if loss.since is not None:
             return min(loss.since, p.now)
-        shown = ((p.previous.get("failures") or {}).get(pod) or {})
+        shown = (p.kaiwu.failures or {}).get(pod) or {}
         recorded = parse_time(str(shown.get("since"))) if shown.get("node") == loss.name else None
         with self._lock:
             first = self._missing_since.setdefault(loss.name, p.now)
@@ -333,7 +332,7 @@ class Failover:
     def blocker(self, p: Pass, f: Finding, findings: Sequence[Finding], pods: Mapping[str, Obj],
                 names: list[str]) -> str:
         """Why a new disruption of pod f.pod may not happen now ("" when it may)."""
-        if p.status_fields.get("operation", p.previous.get("operation")):
+        if p.kaiwu.operation is not None:
             return "a scale-in is in progress"
         lost = sorted({other.pod for other in findings if other.pod != f.pod
                        and other.stage in (NODE_LOST, VOLUME_ON_LOST_NODE)})
@@ -360,7 +359,7 @@ class Failover:
             self.metrics.errors_total.labels(stage="failover").inc()
             return f"KaiwuDB node status unknown: {error}"
         entries = node_entries(nodes)
-        p.status_fields["nodes"] = entries
+        p.kaiwu.nodes = entries
         replaced = {i for ids in replaced_stores(entries).values() for i in ids}
         others = [n for n in nodes if n.pod_name != pod and n.id not in replaced
                   and not (n.is_decommissioning and not n.is_live)]
@@ -480,7 +479,7 @@ class Failover:
         if not dead:
             return
         failpoints.reached("failover.dead-node-decommissioned")
-        live = [e["nodeId"] for e in entries if e.get("pod") == f.pod and e["state"] == "live"]
+        live = [e.node_id for e in entries if e.pod == f.pod and e.state == "live"]
         self.count("decommission-dead-node")
         p.act("DeadNodeDecommissioned", f"Pod/{f.pod}", (
             f"KaiwuDB node(s) {', '.join(map(str, dead))} lost with their volume: "

@@ -53,9 +53,10 @@ What a pass does, in order:
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from reconciler.kaiwudb.kwbase import (
@@ -70,7 +71,7 @@ from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
-from reconciler.model import Obj, rfc3339
+from reconciler.model import KaiwuStatus, NodeEntry, Obj, ScaleIn, rfc3339
 from renderer.builders import selector_labels
 from renderer.spec import Cluster, StartMode
 
@@ -79,7 +80,6 @@ if TYPE_CHECKING:  # the controller imports this module: no import cycle at run 
 
 log = logging.getLogger(__name__)
 
-SCALE_IN = "ScaleIn"
 DECOMMISSIONING = "Decommissioning"
 REMOVING = "Removing"
 CLAIM_TEMPLATE = "data"  # the renderer's volumeClaimTemplate: claims are data-<pod>
@@ -144,19 +144,12 @@ def node_state(node: NodeStatus) -> str:
     return "live" if node.healthy else "not-live"
 
 
-def node_entries(nodes: Sequence[NodeStatus]) -> list[dict[str, Any]]:
+def node_entries(nodes: Sequence[NodeStatus]) -> tuple[NodeEntry, ...]:
     """status.nodes: every node id KaiwuDB still counts (a decommissioned node that stopped is
     gone for good and left out)."""
-    entries = []
-    for node in sorted(nodes, key=lambda n: n.id):
-        if node.is_decommissioning and not node.is_live:
-            continue
-        entry: dict[str, Any] = {"nodeId": node.id, "address": node.address,
-                                 "state": node_state(node)}
-        if node.pod_name:
-            entry["pod"] = node.pod_name
-        entries.append(entry)
-    return entries
+    return tuple(NodeEntry(node.id, node.address, node_state(node), node.pod_name)
+                 for node in sorted(nodes, key=lambda n: n.id)
+                 if not (node.is_decommissioning and not node.is_live))
 
 
 def cluster_pods(view: CacheView, cluster: Cluster) -> dict[str, Obj]:
@@ -253,9 +246,6 @@ def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
     return None
 
 
-OWNED_FIELDS = ("initialized", "nodes", "operation", "failures")
-
-
 class StatusMemory:
     """The status fields the lifecycle and failover steps last decided, per cluster, with the
     resourceVersion of the KaiwuCluster that pass read. A pass that starts before the watch
@@ -274,11 +264,7 @@ class StatusMemory:
     def __init__(self, grace_s: float = 5.0) -> None:
         self.grace_s = grace_s
         # (namespace, name) -> (resourceVersion read, fields decided, pending since or None)
-        self._last: dict[tuple[str, str], tuple[str, dict[str, Any], float | None]] = {}
-
-    @staticmethod
-    def _fields(status: Mapping[str, Any]) -> dict[str, Any]:
-        return {name: status.get(name) for name in OWNED_FIELDS}
+        self._last: dict[tuple[str, str], tuple[str, KaiwuStatus, float | None]] = {}
 
     def recall(self, p: Pass) -> None:
         meta = _meta(p.obj)
@@ -288,24 +274,17 @@ class StatusMemory:
             return
         version, fields, pending = remembered
         if version != str(meta.get("resourceVersion")):
-            shown = self._fields(p.obj.get("status") or {})
+            shown = KaiwuStatus.read(p.obj.get("status") or {})
             if pending is None or p.now - pending > self.grace_s or shown == fields:
                 del self._last[key]
                 return
-        previous = dict(p.previous)
-        for name, value in fields.items():
-            if value is None:
-                previous.pop(name, None)
-            else:
-                previous[name] = value
-        p.previous = previous
+        p.kaiwu = copy.deepcopy(fields)
 
     def save(self, p: Pass) -> None:
         meta = _meta(p.obj)
         key = (str(meta.get("namespace")), str(meta.get("name")))
-        fields = {name: p.status_fields.get(name, p.previous.get(name))
-                  for name in OWNED_FIELDS}
-        read = self._fields(p.obj.get("status") or {})
+        fields = copy.deepcopy(p.kaiwu)
+        read = KaiwuStatus.read(p.obj.get("status") or {})
         pending = p.now if fields != read else None
         self._last[key] = (str(meta.get("resourceVersion")), fields, pending)
 
@@ -372,10 +351,10 @@ class Lifecycle:
         live_replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
             if sts is not None else None
         admin = self.admin(cluster)
-        if not p.previous.get("initialized") and not self.initialise(p, cluster, pods, admin):
+        if not p.kaiwu.initialized and not self.initialise(p, cluster, pods, admin):
             self.rollout(p, sts, pods, admin, None, busy="the cluster is not initialised")
             return
-        operation = p.previous.get("operation") or None
+        operation = p.kaiwu.operation
         # A scale-in is the spec asking for fewer nodes than we applied; a StatefulSet someone
         # scaled up by hand is drift, which the repair step puts back.
         applied = self._applied.get((cluster.namespace, cluster.name))
@@ -389,8 +368,7 @@ class Lifecycle:
             assert live_replicas is not None
             self.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
         elif operation is not None:
-            self.continue_scale_in(p, cluster, pods, admin, nodes, dict(operation),
-                                   live_replicas)
+            self.continue_scale_in(p, cluster, pods, admin, nodes, operation, live_replicas)
         down = disrupted(self.view, pods, [cluster.pod_name(i) for i in range(
             live_replicas if live_replicas is not None else cluster.replicas)])
         busy = ("a scale-in is in progress" if operation is not None or scale_in else
@@ -610,7 +588,7 @@ class Lifecycle:
             if not kwbase_running(pods.get(first)):
                 p.not_ready.append(("WaitingForPods", f"waiting for pod {first} to run"))
                 return False
-            p.status_fields["initialized"] = True
+            p.kaiwu.initialized = True
             return True
         wanted = [cluster.pod_name(i) for i in range(cluster.replicas)]
         waiting = [name for name in wanted if not kwbase_running(pods.get(name))]
@@ -627,7 +605,7 @@ class Lifecycle:
                                 f"(retrying in {self.settings.poll_s:g}s): {error}"))
             p.requeue_in(self.settings.poll_s)
             return False
-        p.status_fields["initialized"] = True
+        p.kaiwu.initialized = True
         if outcome is InitOutcome.INITIALIZED:
             self.count("init")
             p.act("Initialized", f"Pod/{first}", "kwbase init: cluster successfully initialized")
@@ -647,7 +625,7 @@ class Lifecycle:
             (name, str(_meta(pod).get("uid")), pod_ready(pod)) for name, pod in pods.items())))
         last = self._probes.get(key)
         if not force and last is not None and last[0] == fingerprint and last[2] and \
-                p.now - last[1] < self.settings.probe_every_s and p.previous.get("nodes"):
+                p.now - last[1] < self.settings.probe_every_s and p.kaiwu.nodes:
             return None
         target = exec_pod(pods)
         if target is None:
@@ -663,20 +641,20 @@ class Lifecycle:
             self._probes.pop(key, None)
             return None
         entries = node_entries(nodes)
-        p.status_fields["nodes"] = entries
+        p.kaiwu.nodes = entries
         expected = live_replicas if live_replicas is not None else cluster.replicas
-        not_live = [e for e in entries if e["state"] == "not-live"]
-        live = [e for e in entries if e["state"] == "live"]
+        not_live = [e for e in entries if e.state == "not-live"]
+        live = [e for e in entries if e.state == "live"]
         # Live nodes whose pod is gone (removed without a decommission) stop being live within
         # the liveness TTL: keep looking until they do (see remove_strays).
-        podless = [e for e in live if e.get("pod") not in pods]
+        podless = [e for e in live if e.pod not in pods]
         all_live = not not_live and not podless and len(live) >= expected
         if not_live:
             p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(
-                f"{e['nodeId']} ({e.get('pod', e['address'])})" for e in not_live)))
+                f"{e.node_id} ({e.pod or e.address})" for e in not_live)))
         elif podless:
             p.not_ready.append(("NodesWithoutPods", "KaiwuDB nodes whose pod is gone: " +
-                                ", ".join(f"{e['nodeId']} ({e.get('pod')})" for e in podless)))
+                                ", ".join(f"{e.node_id} ({e.pod})" for e in podless)))
         elif len(live) < expected:
             p.not_ready.append(("NodesJoining", f"{len(live)}/{expected} KaiwuDB nodes live"))
         if not all_live:
@@ -716,12 +694,10 @@ class Lifecycle:
         # It may already be decommissioning (by hand, or restarted after a decommission):
         # decommissioning it again is harmless, and gives the authoritative replica count.
         node = next((n for n in nodes if n.pod_name == target and n.is_live), None)
-        operation: dict[str, Any] = {
-            "type": SCALE_IN, "replicas": live_replicas, "targetReplicas": cluster.replicas,
-            "pod": target, "startedAt": rfc3339(p.now)}
+        operation = ScaleIn(replicas=live_replicas, target_replicas=cluster.replicas,
+                            pod=target, started_at=rfc3339(p.now), phase=REMOVING)
         if node is None:
-            # The pod never joined (or its node is already gone): nothing to decommission.
-            operation["phase"] = REMOVING
+            pass  # the pod never joined (or its node is already gone): nothing to decommission
         else:
             runner = exec_pod(pods, avoid=target)
             assert runner is not None  # scale_in_blocker checked every node is live
@@ -733,12 +709,12 @@ class Lifecycle:
                                     f"failed (retrying): {error}"))
                 p.requeue_in(self.settings.poll_s)
                 return
-            operation.update(phase=DECOMMISSIONING, nodeId=node.id)
+            operation = replace(operation, phase=DECOMMISSIONING, node_id=node.id)
             self.count("decommission")
             p.act("Decommissioning", f"Pod/{target}", (
                 f"scale-in {live_replicas} -> {cluster.replicas}: decommissioning KaiwuDB node "
                 f"{node.id}; the pod is removed once it holds no replicas"))
-        p.status_fields["operation"] = operation
+        p.kaiwu.operation = operation
         self.scaling(p, operation)
 
     def scale_in_blocker(self, nodes: Sequence[NodeStatus], admin: KwbaseAdmin,
@@ -764,12 +740,11 @@ class Lifecycle:
             return health.describe()
         return f"{jobs} jobs running (SHOW JOBS)" if jobs else ""
 
-    def scaling(self, p: Pass, operation: Mapping[str, Any], left: int | str | None = None
-                ) -> None:
-        message = (f"scaling in {operation['replicas']} -> {operation['targetReplicas']}: "
-                   + (f"decommissioning KaiwuDB node {operation.get('nodeId')} "
-                      f"({operation['pod']})" if operation.get("phase") == DECOMMISSIONING
-                      else f"removing pod {operation['pod']}"))
+    def scaling(self, p: Pass, operation: ScaleIn, left: int | str | None = None) -> None:
+        message = (f"scaling in {operation.replicas} -> {operation.target_replicas}: "
+                   + (f"decommissioning KaiwuDB node {operation.node_id} "
+                      f"({operation.pod})" if operation.phase == DECOMMISSIONING
+                      else f"removing pod {operation.pod}"))
         if isinstance(left, int):
             message += f", {left} replicas left on it"
         elif left:
@@ -780,12 +755,12 @@ class Lifecycle:
 
     def continue_scale_in(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
                           admin: KwbaseAdmin, nodes: list[NodeStatus] | None,
-                          operation: dict[str, Any], live_replicas: int | None) -> None:
-        replicas = int(operation["replicas"])
-        pod = str(operation["pod"])
-        if operation.get("phase") == DECOMMISSIONING:
+                          operation: ScaleIn, live_replicas: int | None) -> None:
+        replicas = operation.replicas
+        pod = operation.pod
+        if operation.phase == DECOMMISSIONING and operation.node_id is not None:
             self.override_replicas(p, replicas)
-            node_id = int(operation["nodeId"])
+            node_id = operation.node_id
             if cluster.replicas >= replicas:
                 self.cancel(p, cluster, pods, admin, node_id, pod)
                 return
@@ -795,15 +770,15 @@ class Lifecycle:
             node = next((n for n in nodes if n.id == node_id), None)
             if node is not None and not node.is_decommissioning:
                 # Someone recommissioned it: the scale-in starts again from its checks.
-                p.status_fields["operation"] = None
+                p.kaiwu.operation = None
                 p.requeue_in(0)
                 return
             remaining = self.replicas_left(p, pods, admin, node_id, pod)
             if remaining != 0:
                 self.scaling(p, operation, remaining)
                 return
-            operation["phase"] = REMOVING
-            p.status_fields["operation"] = operation
+            operation = replace(operation, phase=REMOVING)
+            p.kaiwu.operation = operation
             p.act("NodeDecommissioned", f"Pod/{pod}", f"KaiwuDB node {node_id} holds no "
                   f"replicas (range descriptors list none): the StatefulSet shrinks to "
                   f"{replicas - 1}", event="Normal")
@@ -830,7 +805,7 @@ class Lifecycle:
             p.act("ClaimDeleted", f"PersistentVolumeClaim/{claim_name}", (
                 "the store of a decommissioned node can never rejoin: its claim is deleted so "
                 "a later scale-out starts with an empty volume"))
-        p.status_fields["operation"] = None
+        p.kaiwu.operation = None
         self.count("scale-in-step")
         p.act("ScaledIn", f"StatefulSet/{cluster.name}", f"{replicas} -> {replicas - 1} "
               f"replicas ({pod} removed)")
@@ -873,7 +848,7 @@ class Lifecycle:
             p.requeue_in(self.settings.poll_s)
             return
         self.count("recommission")
-        p.status_fields["operation"] = None
+        p.kaiwu.operation = None
         self.override_replicas(p, cluster.replicas)
         p.act("Recommissioned", f"Pod/{pod}", f"spec.replicas is {cluster.replicas} again: "
               f"KaiwuDB node {node_id} recommissioned, scale-in cancelled")
