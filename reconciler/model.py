@@ -22,6 +22,11 @@ Obj = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 
 
+def meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """An object's metadata ({} when it has none, or for no object)."""
+    return (obj or {}).get("metadata") or {}
+
+
 def rfc3339(seconds: float) -> str:
     """Seconds since the epoch as the API's timestamp format (whole seconds, UTC)."""
     return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -183,6 +183,9 @@ def test_a_lost_node_is_replaced_whoever_deleted_the_pod_and_whenever_the_reconc
     faults.lose_node(lost_node)
     wait_for("the node to leave Ready", lambda: node_lost_since(kube, lost_node),
              NODE_GRACE_S + 12, 0.1)
+    # Until the reconciler has seen the loss, status still says Ready from before.
+    wait_for("the reconciler to report the lost node", lambda: condition(
+        reconcilers.cluster(), "Ready").get("status") == "False", 20, 0.1)
     if admin_deletes_pod:
         # The StatefulSet runbook: force-delete the pod on the dead node, before the
         # reconciler's timeout. Its successor is Pending for good: its volume is on that node.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared, _meta, with_owner
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared, with_owner
 from reconciler.kaiwudb.certs import (
     CERTS_HASH_ANNOTATION,
     ca_secret_name,
@@ -18,7 +18,7 @@ from reconciler.kaiwudb.certs import (
 )
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from reconciler.model import Obj
+from reconciler.model import Obj, meta
 
 
 class CertificatesStep:
@@ -85,7 +85,7 @@ class CertificatesStep:
                 live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace,
                                             obj["metadata"]["name"])
                 template = ((live or {}).get("spec") or {}).get("template") or {}
-                certs_hash = (_meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
+                certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
             if certs_hash:
-                meta = obj["spec"]["template"].setdefault("metadata", {})
-                meta.setdefault("annotations", {})[CERTS_HASH_ANNOTATION] = certs_hash
+                template_meta = obj["spec"]["template"].setdefault("metadata", {})
+                template_meta.setdefault("annotations", {})[CERTS_HASH_ANNOTATION] = certs_hash

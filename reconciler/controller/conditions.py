@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from reconciler import status as st
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import _meta
 from reconciler.drift.compare import DriftReport, format_report
 from reconciler.kube import kinds as k
+from reconciler.model import meta
 from renderer.builders import selector_labels
 
 
@@ -37,7 +37,7 @@ def observed(p: ObjectPass) -> st.Observed:
     updated = int(sts_status.get("updatedReplicas") or 0)
     current = int(sts_status.get("replicas") or 0)
     rolled = sts is not None and int(sts_status.get("observedGeneration") or 0) >= int(
-        _meta(sts).get("generation") or 0) and updated == want and current == want
+        meta(sts).get("generation") or 0) and updated == want and current == want
     pods_ready = rolled and ready == want
 
     drifted = [s for s in p.states if s.outstanding and s.verdict in ("missing", "drifted")

@@ -44,19 +44,20 @@ from reconciler.controller.shared import (
     ServedKinds,
     Shared,
     WriteMarks,
-    _meta,
 )
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
 from reconciler.drift.normalise import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.kaiwudb.failover import Failover
-from reconciler.kaiwudb.lifecycle import Lifecycle, LifecycleSettings
+from reconciler.kaiwudb.lifecycle import Lifecycle
+from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.kube.events import EventRecorder
 from reconciler.metrics import Metrics
+from reconciler.model import meta
 from reconciler.settings import Settings
 
 
@@ -99,7 +100,7 @@ class Controller:
 
     def reconcile(self, key: ClusterKey) -> Result:
         obj = self.view.get(k.KAIWU_CLUSTER, key.namespace, key.name)
-        if obj is None or _meta(obj).get("deletionTimestamp"):
+        if obj is None or meta(obj).get("deletionTimestamp"):
             # Its objects go with it (ownerReferences); forget what we knew.
             self.forget(key)
             return Result()

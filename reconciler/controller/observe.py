@@ -10,12 +10,13 @@ StatefulSet replicas and partition this pass applies). The comparison is offline
 from __future__ import annotations
 
 from reconciler.controller.objects import ObjectPass, ObjectState
-from reconciler.controller.shared import STALE_RECHECK_S, Shared, _meta, with_owner
+from reconciler.controller.shared import STALE_RECHECK_S, Shared, with_owner
 from reconciler.drift.compare import DriftReport, compare, format_report
 from reconciler.drift.ignore import IgnoreRule
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
+from reconciler.model import meta
 
 # StatefulSet fields the API server refuses to change, and which of them an orphaning delete and
 # recreate can change without touching pods or data. A new selector would not match the
@@ -62,7 +63,7 @@ class ObserveStep:
             elif live is None:
                 served = self.shared.served.served(kind, ref.namespace)
                 state.verdict = "missing" if served else "unserved"
-            elif _meta(live).get("deletionTimestamp"):
+            elif meta(live).get("deletionTimestamp"):
                 state.verdict = "terminating"
             else:
                 self.judge(p, state)

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import (
-    INSTANCE_LABEL,
-    MANAGED_BY_LABEL,
     SHORT_REQUEUE_S,
     STALE_RECHECK_S,
     Shared,
-    _meta,
 )
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from renderer.builders import MANAGED_BY
+from reconciler.model import meta
+from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 
 class PruneStep:
@@ -58,7 +56,7 @@ class PruneStep:
                 p.inventory.add(str(ref))  # our delete is on its way
                 p.requeue_in(STALE_RECHECK_S)
                 continue
-            labels = _meta(live).get("labels") or {}
+            labels = meta(live).get("labels") or {}
             if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or \
                     labels.get(INSTANCE_LABEL) != p.key.name:
                 continue  # someone took it over: it is not ours to delete any more

@@ -30,12 +30,10 @@ from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.events import EventRecorder
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
-from reconciler.model import Obj
+from reconciler.model import Obj, meta
 from reconciler.settings import Settings
-from renderer.builders import MANAGED_BY
+from renderer.builders import MANAGED_SELECTOR
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 # Bound on remembered dry runs (each is one object): enough for hundreds of clusters.
 DRY_RUN_CACHE_SIZE = 4096
 # How soon to look again while the API server finishes something we started (an orphaning
@@ -49,19 +47,16 @@ STALE_GRACE_S = 5.0
 STALE_RECHECK_S = 0.1
 
 
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
 
 def _content_key(live: Mapping[str, Any]) -> str:
     """What identifies a live object's content for the dry-run cache: everything but status and
     bookkeeping that changes without the content changing (resourceVersion, managedFields times).
     Coarser than the resourceVersion on purpose: status updates (every pod readiness change bumps
     a StatefulSet's) must not cost a new dry run."""
-    meta = dict(_meta(live))
-    meta.pop("resourceVersion", None)
+    md = dict(meta(live))
+    md.pop("resourceVersion", None)
     managed = []
-    for entry in meta.get("managedFields") or ():
+    for entry in md.get("managedFields") or ():
         # Who owns which status fields changes with the status (omitempty counters come and
         # go): not content either.
         fields = {key: value for key, value in (entry.get("fieldsV1") or {}).items()
@@ -69,18 +64,18 @@ def _content_key(live: Mapping[str, Any]) -> str:
         if fields:
             managed.append({**{key: value for key, value in entry.items()
                                if key not in ("time", "fieldsV1")}, "fieldsV1": fields})
-    meta["managedFields"] = managed
+    md["managedFields"] = managed
     body = {key: value for key, value in live.items() if key not in ("status", "metadata")}
-    return projection_hash({"metadata": meta, **body})
+    return projection_hash({"metadata": md, **body})
 
 
 def with_owner(obj: Obj, cluster: Obj) -> Obj:
     """A copy of `obj` owned by the KaiwuCluster (garbage-collected with it)."""
-    meta = _meta(cluster)
+    md = meta(cluster)
     owned = dict(obj)
     owned["metadata"] = {**obj["metadata"], "ownerReferences": [{
-        "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "name": meta["name"],
-        "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]}
+        "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "name": md["name"],
+        "uid": md["uid"], "controller": True, "blockOwnerDeletion": True}]}
     return owned
 
 
@@ -94,13 +89,13 @@ class WriteMarks:
 
     def wrote(self, key: ClusterKey, name: str, before: Obj | None) -> None:
         """Remember that we replaced `before` (None: created `name`) with a write."""
-        version = str(_meta(before).get("resourceVersion") or "")
+        version = str(meta(before).get("resourceVersion") or "")
         with self._lock:
             self._written[(key, name)] = (version, time.monotonic())
 
     def stale(self, key: ClusterKey, name: str, cached: Obj | None) -> bool:
         """Whether the cache still shows what our last write to `name` replaced."""
-        version = str(_meta(cached).get("resourceVersion") or "")
+        version = str(meta(cached).get("resourceVersion") or "")
         with self._lock:
             mark = self._written.get((key, name))
             if mark is None:
@@ -183,7 +178,7 @@ class ServedKinds:
         if known is not None and now - known[1] < self.settings.resync_period_s:
             return known[0]
         try:
-            self.kube.list_objects(kind, namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+            self.kube.list_objects(kind, namespace, MANAGED_SELECTOR)
             found = True
         except ApiError as error:
             if not error.not_found:

@@ -60,14 +60,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from renderer.redact import mask
 from renderer.spec import Cluster
 
 Obj = dict[str, Any]
 
 CERTS_HASH_ANNOTATION = "kaiwu.inspur.com/certs-hash"
-MANAGED_BY = ("app.kubernetes.io/managed-by", "kaiwu-operator")
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 CA_CRT, CA_KEY = "ca.crt", "ca.key"
 NODE_CRT, NODE_KEY = "node.crt", "node.key"
@@ -317,7 +316,7 @@ def _secret(cluster: Cluster, name: str, data: Mapping[str, bytes]) -> Obj:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": cluster.namespace,
-                     "labels": {MANAGED_BY[0]: MANAGED_BY[1], INSTANCE_LABEL: cluster.name}},
+                     "labels": {MANAGED_BY_LABEL: MANAGED_BY, INSTANCE_LABEL: cluster.name}},
         "type": "Opaque",
         "data": {key: base64.b64encode(value).decode() for key, value in sorted(data.items())},
     }

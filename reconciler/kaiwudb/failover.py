@@ -59,15 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconciler import failpoints
 from reconciler.kaiwudb.kwbase import KwbaseError
-from reconciler.kaiwudb.lifecycle import (
-    CLAIM_TEMPLATE,
-    Lifecycle,
-    claim_of,
-    cluster_pods,
-    exec_pod,
-    node_entries,
-    pod_ready,
-)
+from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.loss import (
     NodeLoss,
     disrupted,
@@ -77,11 +69,13 @@ from reconciler.kaiwudb.loss import (
     ready_condition,
     volume_node,
 )
+from reconciler.kaiwudb.nodes import node_entries
+from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, claim_of, cluster_pods, exec_pod, pod_ready
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
-from reconciler.model import NodeEntry, Obj, rfc3339
+from reconciler.model import NodeEntry, Obj, meta, rfc3339
 from renderer.spec import Cluster, StartMode
 
 if TYPE_CHECKING:
@@ -135,9 +129,6 @@ class Finding:
         return entry
 
 
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
-
 
 def crash_state(pod: Obj) -> tuple[bool, str]:
     """(the kwbase container crash-loops, its last words: exit code and message)."""
@@ -157,7 +148,7 @@ def crash_state(pod: Obj) -> tuple[bool, str]:
 
 def crash_restarts(claim: Obj | None, revision: str) -> int:
     """Crash restarts recorded on the claim for this template revision (0 for another)."""
-    value = str((_meta(claim).get("annotations") or {}).get(CRASH_RESTARTS) or "")
+    value = str((meta(claim).get("annotations") or {}).get(CRASH_RESTARTS) or "")
     recorded, _, count = value.rpartition(":")
     return int(count) if recorded == revision and count.isdigit() else 0
 
@@ -237,10 +228,10 @@ class Failover:
                 if crash is not None:
                     findings.append(crash)
                 continue
-            if pod is not None and _meta(pod).get("deletionTimestamp"):
+            if pod is not None and meta(pod).get("deletionTimestamp"):
                 continue  # going away: the StatefulSet recreates it
             claim = claim_of(self.view, self.kube, cluster.namespace, name)
-            if claim is None or _meta(claim).get("deletionTimestamp"):
+            if claim is None or meta(claim).get("deletionTimestamp"):
                 if pod is not None:
                     findings.append(Finding(name, CLAIM_GONE, claim=claim))
                 continue
@@ -274,12 +265,12 @@ class Failover:
         """A pod on a healthy node that crash-loops (or was restarted by us and is not back);
         clears the claim's restart count once the pod is Ready."""
         ready, changed = ready_condition(pod)
-        if _meta(pod).get("deletionTimestamp"):
+        if meta(pod).get("deletionTimestamp"):
             return None
-        revision = str((_meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
         claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{name}")
         if ready and pod_ready(pod):
-            if claim is not None and CRASH_RESTARTS in (_meta(claim).get("annotations") or {}):
+            if claim is not None and CRASH_RESTARTS in (meta(claim).get("annotations") or {}):
                 self.write_restarts(cluster, claim, None)  # the story ends: a fresh count
                 p.wrote = True
             return None
@@ -287,7 +278,7 @@ class Failover:
         restarts = crash_restarts(claim, revision)
         if not crashing and not restarts:
             return None
-        created = parse_time(str(_meta(pod).get("creationTimestamp") or ""))
+        created = parse_time(str(meta(pod).get("creationTimestamp") or ""))
         since = changed if changed is not None else created
         return Finding(name, CRASH_LOOP, since=min(since or p.now, p.now) if crashing else None,
                        claim=claim, words=words, restarts=restarts)
@@ -381,7 +372,7 @@ class Failover:
         claim = claim_of(self.view, self.kube, cluster.namespace, f.pod)
         replace = ""
         if cluster.failover.replace_lost_volumes and claim is not None and \
-                not _meta(claim).get("deletionTimestamp") and \
+                not meta(claim).get("deletionTimestamp") and \
                 volume_node(self.kube, claim) == f.node:
             refused = self.kaiwudb_allows_replacing(p, cluster, f.pod, pods)
             if refused:
@@ -521,12 +512,12 @@ class Failover:
             p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} has no claim to count restarts "
                                    "on; not restarted"))
             return
-        revision = str((_meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
         # Counted before the delete: a crash in between costs a restart, never adds one.
         self.write_restarts(cluster, f.claim, f"{revision}:{f.restarts + 1}")
         self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
         try:
-            self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(_meta(pod).get("uid")))
+            self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(meta(pod).get("uid")))
         except ApiError as error:
             if not error.conflict:
                 raise
@@ -541,25 +532,25 @@ class Failover:
 
     def write_restarts(self, cluster: Cluster, claim: Obj, value: str | None) -> None:
         self.metrics.writes_total.labels(verb="patch", kind="PersistentVolumeClaim").inc()
-        self.kube.patch(k.PVC, cluster.namespace, str(_meta(claim).get("name")),
+        self.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")),
                         {"metadata": {"annotations": {CRASH_RESTARTS: value}}})
 
     def delete_claim(self, cluster: Cluster, claim: Obj) -> str:
-        name = str(_meta(claim).get("name"))
+        name = str(meta(claim).get("name"))
         self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
         try:
-            self.kube.delete(k.PVC, cluster.namespace, name, uid=str(_meta(claim).get("uid")))
+            self.kube.delete(k.PVC, cluster.namespace, name, uid=str(meta(claim).get("uid")))
         except ApiError as error:
             if not error.conflict:  # a newer claim of that name: not the one we judged
                 raise
         return name
 
     def force_delete(self, pod: Obj) -> None:
-        meta = _meta(pod)
+        md = meta(pod)
         self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
         try:
-            self.kube.delete(k.POD, str(meta.get("namespace")), str(meta.get("name")),
-                             uid=str(meta.get("uid")), grace_period_seconds=0)
+            self.kube.delete(k.POD, str(md.get("namespace")), str(md.get("name")),
+                             uid=str(md.get("uid")), grace_period_seconds=0)
         except ApiError as error:
             if not error.conflict:  # a successor with the same name is there already
                 raise

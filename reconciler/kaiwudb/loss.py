@@ -18,19 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
-from reconciler.model import Obj
+from reconciler.model import Obj, meta
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
-
-def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return (obj or {}).get("metadata") or {}
 
 
 def parse_time(text: str) -> float | None:
@@ -87,7 +83,7 @@ def volume_node(kube: Kube, claim: Obj | None) -> str:
     (one API read, made only for a pod that is down; skipped when RBAC forbids it)."""
     if claim is None:
         return ""
-    selected = str((_meta(claim).get("annotations") or {}).get(SELECTED_NODE) or "")
+    selected = str((meta(claim).get("annotations") or {}).get(SELECTED_NODE) or "")
     volume = str((claim.get("spec") or {}).get("volumeName") or "")
     if selected or not volume:
         return selected
@@ -121,7 +117,7 @@ def disrupted(view: CacheView, pods: Mapping[str, Obj], names: list[str]) -> lis
     for name in names:
         pod = pods.get(name)
         node = pod_node(pod)
-        if pod is None or _meta(pod).get("deletionTimestamp") or not node or \
+        if pod is None or meta(pod).get("deletionTimestamp") or not node or \
                 node_loss(view, node) is not None:
             down.append(name)
     return down

@@ -34,11 +34,10 @@ from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
+from renderer.builders import INSTANCE_LABEL, MANAGED_SELECTOR
 
 log = logging.getLogger(__name__)
 
-MANAGED_SELECTOR = "app.kubernetes.io/managed-by=kaiwu-operator"
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 EventHandler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, new, old)
 
 

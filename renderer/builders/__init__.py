@@ -20,18 +20,22 @@ KWBASE = "/kaiwudb/bin/kwbase"
 CONTAINER = "kwbase"
 DATA_VOLUME = "data"
 MANAGED_BY = "kaiwu-operator"
+# The label keys the reconciler selects and recognises our objects by.
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 def selector_labels(cluster: Cluster) -> dict[str, str]:
     """The labels that select a cluster's pods (immutable in a StatefulSet: keep them few)."""
-    return {"app.kubernetes.io/instance": cluster.name, "app.kubernetes.io/name": "kaiwudb"}
+    return {INSTANCE_LABEL: cluster.name, "app.kubernetes.io/name": "kaiwudb"}
 
 
 def common_labels(cluster: Cluster) -> dict[str, str]:
     """Labels on every rendered object: the user's, then ours (ours win)."""
     return {**dict(cluster.labels), **selector_labels(cluster),
             "app.kubernetes.io/component": "database",
-            "app.kubernetes.io/managed-by": MANAGED_BY}
+            MANAGED_BY_LABEL: MANAGED_BY}
 
 
 def metadata(cluster: Cluster, name: str, **extra_annotations: str) -> dict[str, Any]:

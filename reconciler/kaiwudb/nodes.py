@@ -1,0 +1,141 @@
+"""The nodes KaiwuDB counts, and the one-time `kwbase init`.
+
+init: a new multi-replica or single-replica cluster waits for `kwbase init` (its readiness fails
+until then). Once every pod of the spec runs its kwbase container, `kwbase init` runs in the
+first pod; "already initialised" counts as success, so a reconciler that dies between the init
+and the status write simply inits again. `status.initialized` records it. A single-node cluster
+initialises itself: it is recorded once its node answers.
+
+nodes: `kwbase node status --decommission` maps node ids (they belong to stores, not pods) to
+pods; `status.nodes` lists them, and Ready waits for every node to be live. Probing costs one
+exec, so a steady cluster is probed again only when its pods change, when something is pending,
+or once per `probe_every_s`. Used by the lifecycle step (reconciler.kaiwudb.lifecycle).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reconciler.kaiwudb.kwbase import (
+    InitOutcome,
+    KwbaseAdmin,
+    KwbaseError,
+    NodeStatus,
+)
+from reconciler.kaiwudb.pods import exec_pod, kwbase_running, pod_ready
+from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.model import NodeEntry, Obj, Pass, meta
+from renderer.spec import Cluster, StartMode
+
+log = logging.getLogger(__name__)
+
+
+def node_state(node: NodeStatus) -> str:
+    if node.is_decommissioning:
+        return "decommissioning"
+    return "live" if node.healthy else "not-live"
+
+
+def node_entries(nodes: Sequence[NodeStatus]) -> tuple[NodeEntry, ...]:
+    """status.nodes: every node id KaiwuDB still counts (a decommissioned node that stopped is
+    gone for good and left out)."""
+    return tuple(NodeEntry(node.id, node.address, node_state(node), node.pod_name)
+                 for node in sorted(nodes, key=lambda n: n.id)
+                 if not (node.is_decommissioning and not node.is_live))
+
+
+class Nodes(Part):
+    """Init once, and node status probes (see the module docstring)."""
+
+    def __init__(self, tools: Tools) -> None:
+        super().__init__(tools)
+        # Per cluster: (pods fingerprint, when probed, all nodes live then). A pass whose pods
+        # look the same as at a probe that found all nodes live needs no new exec.
+        self._probes: dict[tuple[str, str], tuple[Any, float, bool]] = {}
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Probe again at the next pass (the nodes changed, or the cluster is gone)."""
+        self._probes.pop((namespace, name), None)
+
+    def initialise(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                   admin: KwbaseAdmin) -> bool:
+        """Init once; True when the cluster is (now known to be) initialised."""
+        first = cluster.pod_name(0)
+        if cluster.start_mode is StartMode.SINGLE_NODE:
+            # start-single-node initialises itself: record it once the node answers.
+            if not kwbase_running(pods.get(first)):
+                p.not_ready.append(("WaitingForPods", f"waiting for pod {first} to run"))
+                return False
+            p.kaiwu.initialized = True
+            return True
+        wanted = [cluster.pod_name(i) for i in range(cluster.replicas)]
+        waiting = [name for name in wanted if not kwbase_running(pods.get(name))]
+        if waiting:
+            # Pod changes come as watch events: nothing to poll.
+            p.not_ready.append(("WaitingForInit", "kwbase init waits for every pod to run; "
+                                f"not running yet: {', '.join(waiting)}"))
+            return False
+        try:
+            outcome = admin.init(first)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("WaitingForInit", f"kwbase init did not succeed yet "
+                                f"(retrying in {self.settings.poll_s:g}s): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return False
+        p.kaiwu.initialized = True
+        if outcome is InitOutcome.INITIALIZED:
+            self.count("init")
+            p.act("Initialized", f"Pod/{first}", "kwbase init: cluster successfully initialized")
+        else:
+            p.act("Initialized", f"Pod/{first}", "kwbase init: the cluster was already "
+                  "initialized", event=None)
+        return True
+
+    def probe(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+              live_replicas: int | None, *, force: bool) -> list[NodeStatus] | None:
+        """Node status (with decommission columns), recorded in status.nodes, and readiness.
+        None when not probed (steady and unchanged) or when no pod could answer."""
+        key = (cluster.namespace, cluster.name)
+        fingerprint = (live_replicas, tuple(sorted(
+            (name, str(meta(pod).get("uid")), pod_ready(pod)) for name, pod in pods.items())))
+        last = self._probes.get(key)
+        if not force and last is not None and last[0] == fingerprint and last[2] and \
+                p.now - last[1] < self.settings.probe_every_s and p.kaiwu.nodes:
+            return None
+        target = exec_pod(pods)
+        if target is None:
+            p.not_ready.append(("WaitingForPods", "no pod runs kwbase"))
+            return None
+        try:
+            nodes = list(admin.node_status(target, decommission=True))
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("NodeStatusUnknown", f"kwbase node status failed (retrying in "
+                                f"{self.settings.poll_s:g}s): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            self._probes.pop(key, None)
+            return None
+        entries = node_entries(nodes)
+        p.kaiwu.nodes = entries
+        expected = live_replicas if live_replicas is not None else cluster.replicas
+        not_live = [e for e in entries if e.state == "not-live"]
+        live = [e for e in entries if e.state == "live"]
+        # Live nodes whose pod is gone (removed without a decommission) stop being live within
+        # the liveness TTL: keep looking until they do (see remove_strays).
+        podless = [e for e in live if e.pod not in pods]
+        all_live = not not_live and not podless and len(live) >= expected
+        if not_live:
+            p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(
+                f"{e.node_id} ({e.pod or e.address})" for e in not_live)))
+        elif podless:
+            p.not_ready.append(("NodesWithoutPods", "KaiwuDB nodes whose pod is gone: " +
+                                ", ".join(f"{e.node_id} ({e.pod})" for e in podless)))
+        elif len(live) < expected:
+            p.not_ready.append(("NodesJoining", f"{len(live)}/{expected} KaiwuDB nodes live"))
+        if not all_live:
+            p.requeue_in(self.settings.poll_s)
+        self._probes[key] = (fingerprint, p.now, all_live)
+        return nodes

@@ -1,0 +1,88 @@
+"""Pods and claims of a KaiwuDB cluster, as the lifecycle and failover steps read them.
+
+Pure helpers over cached objects (and one API read for a claim the cache lacks): which pods the
+cluster has, whether kwbase runs and the pod is Ready, which pod to exec cluster-wide commands
+in, a pod's claim, and the StatefulSet's rollout partition. Used by every module of
+reconciler.kaiwudb.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import Kube
+from reconciler.model import Obj, meta
+from renderer.builders import selector_labels
+from renderer.spec import Cluster
+
+log = logging.getLogger(__name__)
+
+
+CLAIM_TEMPLATE = "data"  # the renderer's volumeClaimTemplate: claims are data-<pod>
+REVISION_LABEL = "controller-revision-hash"
+
+
+
+def ordinal(pod_name: str) -> int:
+    """The StatefulSet ordinal at the end of a pod name (-1 when there is none)."""
+    tail = pod_name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def kwbase_running(pod: Obj | None) -> bool:
+    """The pod is not being deleted and its kwbase container runs (it may wait for init)."""
+    if pod is None or meta(pod).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("name") == "kwbase" and "running" in (c.get("state") or {})
+        for c in status.get("containerStatuses") or ())
+
+
+def pod_ready(pod: Obj | None) -> bool:
+    return kwbase_running(pod) and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in ((pod or {}).get("status") or {}).get("conditions") or ())
+
+
+def cluster_pods(view: CacheView, cluster: Cluster) -> dict[str, Obj]:
+    return {str(meta(pod).get("name")): pod
+            for pod in view.list(k.POD, cluster.namespace, selector_labels(cluster))}
+
+
+def partition_of(sts: Obj | None) -> int | None:
+    update = ((sts or {}).get("spec") or {}).get("updateStrategy") or {}
+    value = (update.get("rollingUpdate") or {}).get("partition")
+    return int(value) if value is not None else None
+
+
+def rolling(sts: Obj | None) -> bool:
+    """A rollout is under way: pods run an older revision than the template's, and the
+    partition gates it (without one the StatefulSet rolls on its own)."""
+    status = (sts or {}).get("status") or {}
+    update, current = status.get("updateRevision"), status.get("currentRevision")
+    return bool(update and current and update != current) and partition_of(sts) is not None
+
+
+def claim_of(view: CacheView, kube: Kube, namespace: str, pod: str) -> Obj | None:
+    """The claim behind a pod's data volume. Claims made from the rendered template carry the
+    managed-by label the PVC cache selects on; a claim made before the template had it is read
+    once from the API (only while a lifecycle action is under way, never in a steady pass)."""
+    name = f"{CLAIM_TEMPLATE}-{pod}"
+    return view.get(k.PVC, namespace, name) or kube.get(k.PVC, namespace, name)
+
+
+def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
+    """The pod to run cluster-wide commands in: a Ready one (its node is live), lowest ordinal
+    first, else any whose kwbase runs; never `avoid` (the node being removed) if another will do.
+    """
+    names = sorted(pods, key=ordinal)
+    for check in (pod_ready, kwbase_running):
+        found = [name for name in names if check(pods[name])]
+        preferred = [name for name in found if name != avoid]
+        if preferred or found:
+            return (preferred or found)[0]
+    return None

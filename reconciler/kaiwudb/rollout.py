@@ -1,0 +1,178 @@
+"""Rolling updates, gated on KaiwuDB's health, one pod at a time.
+
+A new version or any template change: the StatefulSet's rollingUpdate partition stays at its
+replica count, so a new template moves no pod by itself. Each pass of a rollout lowers it by one
+(the highest ordinal first, as the StatefulSet updates) only when the pods already moved run the
+new revision and are Ready, every KaiwuDB node is live and replication is healthy, no other
+operation runs, nobody else changed the template (drift is repaired first, never rolled out),
+and no job (schema change, import) runs. Once every pod runs it, the partition closes again.
+KaiwuDB documents no downgrade and no in-place change of major version (2.x to 3.x needs export
+and import): such a version change is refused, Stalled, with no pod moved. Used by the
+lifecycle step (reconciler.kaiwudb.lifecycle).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from reconciler.kaiwudb.kwbase import (
+    KwbaseAdmin,
+    KwbaseError,
+    NodeStatus,
+)
+from reconciler.kaiwudb.pods import (
+    REVISION_LABEL,
+    exec_pod,
+    partition_of,
+    pod_ready,
+    rolling,
+)
+from reconciler.kaiwudb.tools import Part
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from reconciler.model import Obj, Pass, meta
+
+log = logging.getLogger(__name__)
+
+# Managers whose writes to a StatefulSet are not someone else's drift.
+OWN_WRITERS = frozenset({"kube-controller-manager"})
+
+
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    """3.2.1 -> (3, 2, 1); None for a tag that is not a plain version."""
+    head = text.split("-", 1)[0].lstrip("vV")
+    parts = head.split(".")
+    return tuple(int(part) for part in parts) if parts and all(
+        part.isdigit() for part in parts) else None
+
+
+def running_versions(pods: Mapping[str, Obj]) -> list[tuple[int, ...]]:
+    """The versions the pods' kwbase containers run (from their image tags)."""
+    found = []
+    for pod in pods.values():
+        for item in (pod.get("spec") or {}).get("containers") or ():
+            if item.get("name") == "kwbase":
+                image = str(item.get("image") or "")
+                tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+                version = version_tuple(tag)
+                if version is not None:
+                    found.append(version)
+    return found
+
+
+def version_change_problem(wanted: str, pods: Mapping[str, Obj]) -> str:
+    """Why moving the pods to version `wanted` is refused ("" when it is not)."""
+    target = version_tuple(wanted)
+    running = running_versions(pods)
+    if target is None or not running:
+        return ""
+    oldest = min(running)
+    shown = ".".join(map(str, oldest))
+    if target < oldest:
+        return (f"spec.version {wanted} is older than the {shown} the nodes run: KaiwuDB "
+                f"cannot be downgraded. Set spec.version back to {shown} or later")
+    if target[0] != oldest[0]:
+        return (f"spec.version {wanted} changes the major version of the {shown} the nodes "
+                "run: KaiwuDB needs an export and import into a new cluster for that. Set "
+                f"spec.version back to {shown}")
+    return ""
+
+
+def template_changed_by_others(sts: Obj | None, manager: str) -> list[str]:
+    """Managers other than ours (and the StatefulSet controller) that own fields of the pod
+    template: someone edited it, and the repair step has yet to put it back."""
+    found = []
+    for entry in meta(sts).get("managedFields") or ():
+        name = str(entry.get("manager"))
+        if name == manager or name in OWN_WRITERS:
+            continue
+        spec = ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        if "f:template" in spec:
+            found.append(name)
+    return found
+
+
+class Rollout(Part):
+    """The partition a pass applies (see the module docstring)."""
+
+    def rollout(self, p: Pass, sts: Obj | None, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+                nodes: list[NodeStatus] | None, *, busy: str) -> None:
+        """Set the partition this pass applies (see the module docstring)."""
+        desired = next((obj for obj in p.desired if obj.get("kind") == "StatefulSet"), None)
+        if desired is None:
+            return
+        replicas = int(desired["spec"]["replicas"])
+        live = partition_of(sts)
+        partition = replicas
+        if rolling(sts):
+            assert live is not None and sts is not None
+            partition = min(live, replicas)
+            update = str(sts["status"]["updateRevision"])
+            moved = sum(1 for pod in pods.values()
+                        if (meta(pod).get("labels") or {}).get(REVISION_LABEL) == update)
+            cluster = p.cluster
+            assert cluster is not None
+            refused = version_change_problem(cluster.version, pods)
+            if refused:
+                p.stalled.append(("VersionChangeRefused", refused))
+            blocker = refused or busy or self.rollout_blocker(p, sts, pods, admin, nodes,
+                                                              partition, update)
+            if not blocker and partition > 0:
+                partition -= 1
+                self.count("upgrade-step")
+                name = str(meta(sts).get("name"))
+                p.act("Upgrading", f"Pod/{name}-{partition}", (
+                    f"every KaiwuDB node live and replication healthy: pod {name}-{partition} "
+                    f"moves to revision {update} ({moved}/{replicas} there before it)"))
+            message = f"rolling update to revision {update}: {moved}/{replicas} pods moved" + (
+                f"; next pod waits: {blocker}" if blocker else "")
+            p.not_ready.append(("Upgrading", message))
+            p.progressing.append(("Upgrading", message))
+            p.requeue_in(self.settings.poll_s)
+        desired["spec"]["updateStrategy"] = {"type": "RollingUpdate",
+                                             "rollingUpdate": {"partition": partition}}
+        if sts is not None and live != partition and not meta(sts).get("deletionTimestamp"):
+            # The drift comparison ignores the partition (it is ours to move), so the repair
+            # step never writes it: set it here. Closing the gate after a rollout, opening it
+            # one pod further, or adding it to a StatefulSet made before it was rendered.
+            md = meta(sts)
+            self.metrics.writes_total.labels(verb="patch", kind="StatefulSet").inc()
+            try:
+                self.kube.patch(k.STATEFUL_SET, str(md.get("namespace")),
+                                str(md.get("name")), {"spec": {"updateStrategy": {
+                                    "rollingUpdate": {"partition": partition}}}})
+            except ApiError as error:
+                if not (error.conflict or error.not_found):
+                    raise
+                p.requeue_in(self.settings.poll_s)
+            p.wrote = True
+
+    def rollout_blocker(self, p: Pass, sts: Obj, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+                        nodes: list[NodeStatus] | None, partition: int, update: str) -> str:
+        """Why the rollout may not move the next pod now ("" when it may)."""
+        others = template_changed_by_others(sts, self.kube.field_manager)
+        if others:
+            return (f"the pod template was changed by {', '.join(others)}: that is drift, "
+                    "repaired rather than rolled out")
+        live_replicas = int((sts.get("spec") or {}).get("replicas") or 0)
+        name = str(meta(sts).get("name"))
+        for ordinal_ in range(partition, live_replicas):
+            pod = pods.get(f"{name}-{ordinal_}")
+            if pod is None or (meta(pod).get("labels") or {}).get(REVISION_LABEL) != update \
+                    or not pod_ready(pod):
+                return f"pod {name}-{ordinal_} is not Ready on the new revision yet"
+        if nodes is None:
+            return "KaiwuDB node status unknown"
+        not_live = [n for n in nodes if not n.healthy and not n.is_decommissioning]
+        if not_live:
+            return "KaiwuDB nodes not live: " + ", ".join(str(n.id) for n in not_live)
+        runner = exec_pod(pods)
+        if runner is None:
+            return "no pod runs kwbase"
+        try:
+            health = admin.replication_health(runner)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            return f"replication health unknown: {error}"
+        return "" if health.healthy else health.describe()

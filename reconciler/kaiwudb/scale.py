@@ -1,0 +1,372 @@
+"""Scale-in through decommission, stray nodes, and nodes that come back decommissioning.
+
+- stray nodes: a KaiwuDB node that is not live and whose pod's ordinal is beyond the
+  StatefulSet (its pod was removed without a decommission: someone scaled the StatefulSet up
+  by hand and the repair step put it back) is decommissioned, so its ranges re-replicate and
+  it stops counting as a node; its claim is deleted once KWDB's meta scan counts no replica on
+  it. A single-replica cluster cannot decommission (KWDB refuses in "mpp mode") and the stray
+  store holds the only copy of its ranges: nothing is removed, Stalled says how to bring the
+  pod back (raise spec.replicas past its ordinal).
+- a node that is live and decommissioning while its pod is one the spec wants (decommissioned
+  by hand, or a decommissioned store restarted: KWDB V3.2.1 lets it rejoin) is recommissioned,
+  so it holds replicas again and stops blocking scale-ins; one the spec does not want is the
+  scale-in's target and is finished removing.
+- scale-out needs nothing: new pods join through --join; their node ids show in status.nodes.
+- scale-in (multi-replica only; the renderer already refuses fewer than 3 nodes, and a
+  single-replica cluster is refused here, Stalled): the highest ordinal first, one at a time.
+  With every node live and replication healthy, its node id is decommissioned (--wait=none);
+  passes poll (requeue, never blocking a worker) until it holds no replicas, then the
+  StatefulSet shrinks by one and the claim of the removed ordinal is deleted. "No replicas" is
+  the `replicas` column of `node decommission <id> --wait=none`, asked again on every poll: a
+  meta scan of the range descriptors. Never the gossiped_replicas of `node status`: that
+  expires to 0 two minutes after a node stops gossiping, so a node that dies mid-drain would
+  look empty while descriptors still list replicas on it (a decommissioned
+  store can never rejoin: a later scale-out must start with an empty volume). The operation is
+  kept in `status.operation`, so a restarted reconciler resumes it. A scale-out while a node is
+  still decommissioning recommissions it and cancels the operation.
+
+Used by the lifecycle step (reconciler.kaiwudb.lifecycle).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from reconciler.kaiwudb.kwbase import (
+    KwbaseAdmin,
+    KwbaseError,
+    NodeStatus,
+)
+from reconciler.kaiwudb.nodes import Nodes
+from reconciler.kaiwudb.pods import (
+    CLAIM_TEMPLATE,
+    claim_of,
+    exec_pod,
+    kwbase_running,
+    ordinal,
+)
+from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from reconciler.model import Obj, Pass, ScaleIn, meta, rfc3339
+from renderer.spec import Cluster, StartMode
+
+log = logging.getLogger(__name__)
+
+DECOMMISSIONING = "Decommissioning"
+REMOVING = "Removing"
+
+
+class Scaling(Part):
+    """Scale-in, strays and recommissioning (see the module docstring)."""
+
+    def __init__(self, tools: Tools, nodes: Nodes) -> None:
+        super().__init__(tools)
+        self.nodes = nodes
+
+    def remove_strays(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                      admin: KwbaseAdmin, nodes: Sequence[NodeStatus],
+                      live_replicas: int) -> None:
+        """Nodes of pods beyond the StatefulSet, gone without a decommission (see the module
+        docstring): decommission them, then delete each one's claim once KWDB counts no
+        replica on it."""
+        beyond = [n for n in nodes if not n.is_live and n.pod_name and n.pod_name not in pods
+                  and ordinal(n.pod_name) >= live_replicas]
+        strays = [n for n in beyond if not n.is_decommissioning]
+        if strays and cluster.start_mode is StartMode.SINGLE_REPLICA:
+            # KWDB refuses to decommission in single-replica ("mpp") mode, and each range has
+            # one replica: the stray store holds the only copy of its ranges. Keep its claim.
+            names = sorted({str(n.pod_name) for n in strays}, key=ordinal)
+            p.stalled.append(("StrayNodeNotRemovable", (
+                f"KaiwuDB node(s) {', '.join(str(n.id) for n in strays)} of pod(s) "
+                f"{', '.join(names)} beyond the StatefulSet's {live_replicas} replicas are gone "
+                "without a decommission; a single-replica cluster cannot decommission and these "
+                "stores hold the only copy of their ranges, so their claims are kept. Set "
+                f"spec.replicas to {ordinal(names[-1]) + 1} to bring the pods back")))
+            return
+        others = [n for n in nodes if n not in beyond and not n.is_decommissioning]
+        if strays and all(n.healthy for n in others):
+            runner = exec_pod(pods)
+            if runner is None:
+                return
+            ids = [n.id for n in strays]
+            try:
+                admin.decommission(runner, ids)
+            except KwbaseError as error:
+                self.metrics.errors_total.labels(stage="lifecycle").inc()
+                p.not_ready.append(("StrayNodes", f"decommission of nodes {ids} whose pods are "
+                                    f"gone failed (retrying): {error}"))
+                p.requeue_in(self.settings.poll_s)
+                return
+            self.count("decommission-stray-node")
+            p.act("StrayNodeDecommissioned", f"StatefulSet/{cluster.name}", (
+                f"KaiwuDB node(s) {', '.join(map(str, ids))} of pods beyond the StatefulSet's "
+                f"{live_replicas} replicas ({', '.join(str(n.pod_name) for n in strays)}) are "
+                "gone without a decommission: decommissioned so their ranges re-replicate; "
+                "their claims go once no replica is left on them"), event="Warning")
+            self.nodes.forget(cluster.namespace, cluster.name)
+            p.requeue_in(self.settings.poll_s)
+            return
+        # Decommissioned strays whose claims are still there: delete each claim once range
+        # descriptors list no replica on its node (only the cache is read: a claim without
+        # the managed-by label was read from the API when its node was decommissioned).
+        for node in beyond:
+            if not node.is_decommissioning:
+                continue
+            claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{node.pod_name}")
+            if claim is None or meta(claim).get("deletionTimestamp"):
+                continue
+            left = self.replicas_left(p, pods, admin, node.id, str(node.pod_name))
+            if left != 0:
+                p.not_ready.append(("StrayNodes", (
+                    f"KaiwuDB node {node.id} ({node.pod_name}) is decommissioning; its claim is "
+                    "deleted once no replica is left on it: " + (
+                        f"{left} left" if isinstance(left, int) else f"count unknown ({left})"))))
+                self.nodes.forget(cluster.namespace, cluster.name)
+                p.requeue_in(self.settings.poll_s)
+                continue
+            self.delete_claim(p, cluster, claim, node.id)
+
+    def delete_claim(self, p: Pass, cluster: Cluster, claim: Obj, node_id: int) -> None:
+        name = str(meta(claim).get("name"))
+        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+        try:
+            self.kube.delete(k.PVC, cluster.namespace, name, uid=meta(claim).get("uid"))
+        except ApiError as error:
+            if not (error.conflict or error.not_found):
+                raise
+        self.count("delete-claim")
+        p.act("ClaimDeleted", f"PersistentVolumeClaim/{name}", (
+            f"KaiwuDB node {node_id} is decommissioned and range descriptors list no replica "
+            "on it: its store can never rejoin, so its claim is deleted"))
+
+    def recommission_wanted(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                            admin: KwbaseAdmin, nodes: Sequence[NodeStatus]) -> None:
+        """Recommission live, decommissioning nodes of pods the spec wants (see the module
+        docstring). Only the one node id that pod runs now: never an older id of the same pod
+        (a replaced store that came back for a moment, still decommissioning)."""
+        if cluster.start_mode is not StartMode.MULTI_REPLICA:
+            return  # nothing decommissions there (KWDB refuses it)
+        wanted = []
+        for node in nodes:
+            pod = node.pod_name
+            if not (node.is_decommissioning and node.is_live and pod and pod in pods
+                    and ordinal(pod) < cluster.replicas and kwbase_running(pods[pod])):
+                continue
+            if any(n.id != node.id and n.pod_name == pod and not n.is_decommissioning
+                   for n in nodes):
+                continue  # another node id is that pod's store now
+            wanted.append(node)
+        if not wanted:
+            return
+        runner = exec_pod(pods)
+        if runner is None:
+            return
+        ids = [n.id for n in wanted]
+        try:
+            admin.recommission(runner, ids)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("NodesDecommissioning", f"recommission of nodes {ids}, whose "
+                                f"pods the spec wants, failed (retrying): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        self.count("recommission")
+        p.act("Recommissioned", f"StatefulSet/{cluster.name}", (
+            f"KaiwuDB node(s) {', '.join(map(str, ids))} of wanted pods "
+            f"({', '.join(str(n.pod_name) for n in wanted)}) were decommissioning: "
+            "recommissioned so they hold replicas again"), event="Warning")
+        self.nodes.forget(cluster.namespace, cluster.name)
+        p.requeue_in(self.settings.poll_s)
+
+    @staticmethod
+    def override_replicas(p: Pass, replicas: int) -> None:
+        """The StatefulSet replicas this pass applies (the renderer renders spec.replicas)."""
+        for obj in p.desired:
+            if obj.get("kind") == "StatefulSet":
+                obj["spec"]["replicas"] = replicas
+
+    def start_scale_in(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                       admin: KwbaseAdmin, nodes: list[NodeStatus] | None,
+                       live_replicas: int) -> None:
+        self.override_replicas(p, live_replicas)
+        if cluster.start_mode is not StartMode.MULTI_REPLICA:
+            p.stalled.append(("ScaleInRefused", (
+                f"a {cluster.start_mode.value} cluster cannot scale in (its data has one copy: "
+                f"removing a node loses it); set spec.replicas back to {live_replicas}")))
+            return
+        if nodes is None:
+            return  # node status unknown: the probe said why and requeued
+        target = cluster.pod_name(live_replicas - 1)
+        waiting = self.scale_in_blocker(nodes, admin, pods, target)
+        if waiting:
+            p.not_ready.append(("ScaleInWaiting", f"scale-in to {cluster.replicas} waits: "
+                                f"{waiting}"))
+            p.progressing.append(("ScaleInWaiting", waiting))
+            p.requeue_in(self.settings.poll_s)
+            return
+        # The store the target pod runs now: live (an older, dead id of the same pod is not it).
+        # It may already be decommissioning (by hand, or restarted after a decommission):
+        # decommissioning it again is harmless, and gives the authoritative replica count.
+        node = next((n for n in nodes if n.pod_name == target and n.is_live), None)
+        operation = ScaleIn(replicas=live_replicas, target_replicas=cluster.replicas,
+                            pod=target, started_at=rfc3339(p.now), phase=REMOVING)
+        if node is None:
+            pass  # the pod never joined (or its node is already gone): nothing to decommission
+        else:
+            runner = exec_pod(pods, avoid=target)
+            assert runner is not None  # scale_in_blocker checked every node is live
+            try:
+                admin.decommission(runner, [node.id])
+            except KwbaseError as error:
+                self.metrics.errors_total.labels(stage="lifecycle").inc()
+                p.not_ready.append(("ScaleInWaiting", f"decommission of node {node.id} "
+                                    f"failed (retrying): {error}"))
+                p.requeue_in(self.settings.poll_s)
+                return
+            operation = replace(operation, phase=DECOMMISSIONING, node_id=node.id)
+            self.count("decommission")
+            p.act("Decommissioning", f"Pod/{target}", (
+                f"scale-in {live_replicas} -> {cluster.replicas}: decommissioning KaiwuDB node "
+                f"{node.id}; the pod is removed once it holds no replicas"))
+        p.kaiwu.operation = operation
+        self.scaling(p, operation)
+
+    def scale_in_blocker(self, nodes: Sequence[NodeStatus], admin: KwbaseAdmin,
+                         pods: Mapping[str, Obj], target: str) -> str:
+        """Why a scale-in step may not start now ("" when it may)."""
+        counted = [n for n in nodes if not (n.is_decommissioning and not n.is_live)]
+        not_live = [n for n in counted if not n.healthy]
+        if not_live:
+            return "KaiwuDB nodes not live: " + ", ".join(str(n.id) for n in not_live)
+        busy = [n for n in counted if n.is_decommissioning and n.pod_name != target]
+        if busy:
+            return "KaiwuDB nodes decommissioning: " + ", ".join(str(n.id) for n in busy)
+        runner = exec_pod(pods, avoid=target)
+        if runner is None:
+            return "no pod runs kwbase"
+        try:
+            health = admin.replication_health(runner)
+            jobs = admin.running_jobs(runner) if health.healthy else 0
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            return f"replication health unknown: {error}"
+        if not health.healthy:
+            return health.describe()
+        return f"{jobs} jobs running (SHOW JOBS)" if jobs else ""
+
+    def scaling(self, p: Pass, operation: ScaleIn, left: int | str | None = None) -> None:
+        message = (f"scaling in {operation.replicas} -> {operation.target_replicas}: "
+                   + (f"decommissioning KaiwuDB node {operation.node_id} "
+                      f"({operation.pod})" if operation.phase == DECOMMISSIONING
+                      else f"removing pod {operation.pod}"))
+        if isinstance(left, int):
+            message += f", {left} replicas left on it"
+        elif left:
+            message += f"; replica count unknown ({left})"
+        p.not_ready.append(("ScalingIn", message))
+        p.progressing.append(("ScalingIn", message))
+        p.requeue_in(self.settings.poll_s)
+
+    def continue_scale_in(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                          admin: KwbaseAdmin, nodes: list[NodeStatus] | None,
+                          operation: ScaleIn, live_replicas: int | None) -> None:
+        replicas = operation.replicas
+        pod = operation.pod
+        if operation.phase == DECOMMISSIONING and operation.node_id is not None:
+            self.override_replicas(p, replicas)
+            node_id = operation.node_id
+            if cluster.replicas >= replicas:
+                self.cancel(p, cluster, pods, admin, node_id, pod)
+                return
+            if nodes is None:
+                self.scaling(p, operation)
+                return
+            node = next((n for n in nodes if n.id == node_id), None)
+            if node is not None and not node.is_decommissioning:
+                # Someone recommissioned it: the scale-in starts again from its checks.
+                p.kaiwu.operation = None
+                p.requeue_in(0)
+                return
+            remaining = self.replicas_left(p, pods, admin, node_id, pod)
+            if remaining != 0:
+                self.scaling(p, operation, remaining)
+                return
+            operation = replace(operation, phase=REMOVING)
+            p.kaiwu.operation = operation
+            p.act("NodeDecommissioned", f"Pod/{pod}", f"KaiwuDB node {node_id} holds no "
+                  f"replicas (range descriptors list none): the StatefulSet shrinks to "
+                  f"{replicas - 1}", event="Normal")
+        # REMOVING: the StatefulSet shrinks, the pod goes, then its claim.
+        self.override_replicas(p, replicas - 1)
+        if live_replicas is not None and live_replicas > replicas - 1:
+            p.sync = True  # the shrink is applied whatever the drift policy says
+            self.scaling(p, operation)
+            return
+        if pod in pods:
+            self.scaling(p, operation)  # the pod is terminating
+            return
+        claim_name = f"{CLAIM_TEMPLATE}-{pod}"
+        claim = claim_of(self.view, self.kube, cluster.namespace, pod)
+        if claim is not None and not meta(claim).get("deletionTimestamp"):
+            try:
+                self.kube.delete(k.PVC, cluster.namespace, claim_name,
+                                 uid=meta(claim).get("uid"))
+            except ApiError as error:
+                if not error.conflict:
+                    raise
+            self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+            self.count("delete-claim")
+            p.act("ClaimDeleted", f"PersistentVolumeClaim/{claim_name}", (
+                "the store of a decommissioned node can never rejoin: its claim is deleted so "
+                "a later scale-out starts with an empty volume"))
+        p.kaiwu.operation = None
+        self.count("scale-in-step")
+        p.act("ScaledIn", f"StatefulSet/{cluster.name}", f"{replicas} -> {replicas - 1} "
+              f"replicas ({pod} removed)")
+        if replicas - 1 > cluster.replicas:
+            p.requeue_in(0)  # the next node
+        self.nodes.forget(cluster.namespace, cluster.name)
+
+    def replicas_left(self, p: Pass, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+                      node_id: int, pod: str) -> int | str:
+        """The replicas range descriptors still list on node_id: the `replicas` column of
+        `node decommission <id> --wait=none` (a meta scan; asking again is idempotent while
+        the node decommissions). Why it is unknown, as text, when no pod could answer."""
+        runner = exec_pod(pods, avoid=pod)
+        if runner is None or runner == pod:
+            # Never ask the node being removed: it may be gone or cut off.
+            return "no other pod runs kwbase"
+        try:
+            found = [s for s in admin.decommission(runner, [node_id]) if s.id == node_id]
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            return str(error)
+        if not found:
+            return f"node {node_id} missing from the decommission status"
+        return 0 if found[0].drained_of_replicas else max(found[0].replicas, 1)
+
+    def cancel(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+               node_id: int, pod: str) -> None:
+        """A scale-out came while node_id decommissions: recommission it, drop the operation."""
+        runner = exec_pod(pods)
+        if runner is None:
+            p.not_ready.append(("ScalingIn", "recommission waits for a pod that runs kwbase"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        try:
+            admin.recommission(runner, [node_id])
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("ScalingIn", f"recommission of node {node_id} failed "
+                                f"(retrying): {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        self.count("recommission")
+        p.kaiwu.operation = None
+        self.override_replicas(p, cluster.replicas)
+        p.act("Recommissioned", f"Pod/{pod}", f"spec.replicas is {cluster.replicas} again: "
+              f"KaiwuDB node {node_id} recommissioned, scale-in cancelled")
+        p.requeue_in(self.settings.poll_s)
