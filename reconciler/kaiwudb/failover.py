@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -167,49 +167,108 @@ def replaced_stores(nodes: Sequence[NodeEntry]) -> dict[str, tuple[int, ...]]:
     return found
 
 
-class Failover:
-    """The "failover" step (see the module docstring). Its reasons for not being Ready go
-    before the lifecycle's (a node not live is the symptom; a lost Kubernetes node the
-    cause)."""
+class CrashLoops:
+    """Crash-looping pods on healthy nodes: found, restarted a bounded number of times per
+    template revision (counted on the pod's claim), then Stalled (see the module docstring).
+    Part of the failover step."""
 
-    name = "failover"
-    always = False
-
-    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
-                 settings: FailoverSettings | None = None) -> None:
+    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics,
+                 settings: FailoverSettings) -> None:
         self.kube = kube
         self.view = view
         self.metrics = metrics
-        self.lifecycle = lifecycle
-        self.settings = settings or FailoverSettings()
+        self.settings = settings
+
+    def finding(self, p: Pass, cluster: Cluster, name: str, pod: Obj) -> Finding | None:
+        """A pod on a healthy node that crash-loops (or was restarted by us and is not back);
+        clears the claim's restart count once the pod is Ready."""
+        ready, changed = ready_condition(pod)
+        if meta(pod).get("deletionTimestamp"):
+            return None
+        revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{name}")
+        if ready and pod_ready(pod):
+            if claim is not None and CRASH_RESTARTS in (meta(claim).get("annotations") or {}):
+                self.write_restarts(cluster, claim, None)  # the story ends: a fresh count
+                p.wrote = True
+            return None
+        crashing, words = crash_state(pod)
+        restarts = crash_restarts(claim, revision)
+        if not crashing and not restarts:
+            return None
+        created = parse_time(str(meta(pod).get("creationTimestamp") or ""))
+        since = changed if changed is not None else created
+        return Finding(name, CRASH_LOOP, since=min(since or p.now, p.now) if crashing else None,
+                       claim=claim, words=words, restarts=restarts)
+
+    def restart(self, p: Pass, cluster: Cluster, f: Finding, pods: Mapping[str, Obj],
+                blocker: Callable[[], str]) -> None:
+        """Restart the pod once it has crash-looped for podNotReadyTimeout, unless `blocker`
+        says why not now; Stalled at the limit."""
+        limit = cluster.failover.max_crash_restarts
+        if f.since is None:
+            p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} was restarted after crashing; "
+                                   "waiting for it to come up"))
+            return
+        if f.restarts >= limit:
+            p.stalled.append((CRASH_LOOP, (
+                f"pod {f.pod} keeps crashing ({f.words}); the reconciler restarted it "
+                f"{f.restarts} times (spec.failover.maxCrashRestarts) and stops here: restarts "
+                f"do not fix a configuration error. See `kubectl logs {f.pod} --previous`, fix "
+                "the spec or the cause (a new spec revision allows new restarts)")))
+            return
+        timeout = cluster.failover.pod_not_ready_timeout.total_seconds()
+        p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} is crash-looping ({f.words})"))
+        # Whole seconds, rounded up: the timeout is never cut short.
+        due = math.ceil(f.since) + timeout
+        if due > p.now:
+            p.requeue_in(due - p.now)
+            return
+        waiting = blocker()
+        if waiting:
+            p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: {waiting}"))
+            p.requeue_in(self.settings.poll_s)
+            return
+        pod = pods[f.pod]
+        if f.claim is None:
+            p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} has no claim to count restarts "
+                                   "on; not restarted"))
+            return
+        revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
+        # Counted before the delete: a crash in between costs a restart, never adds one.
+        self.write_restarts(cluster, f.claim, f"{revision}:{f.restarts + 1}")
+        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
+        try:
+            self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(meta(pod).get("uid")))
+        except ApiError as error:
+            if not error.conflict:
+                raise
+        failpoints.reached("failover.crash-restart")
+        self.metrics.lifecycle_actions_total.labels(action="restart-crashing-pod").inc()
+        p.wrote = True
+        p.act("CrashLoopRestarted", f"Pod/{f.pod}", (
+            f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({f.words}): deleted "
+            f"for a fresh start, restart {f.restarts + 1} of {limit}"), event="Warning")
+
+    def write_restarts(self, cluster: Cluster, claim: Obj, value: str | None) -> None:
+        self.metrics.writes_total.labels(verb="patch", kind="PersistentVolumeClaim").inc()
+        self.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")),
+                        {"metadata": {"annotations": {CRASH_RESTARTS: value}}})
+
+
+class Lookout:
+    """What each pod of the cluster shows, as Findings: read anew on every pass (see the module
+    docstring); the only thing kept between passes is when a Node that is gone was first seen
+    missing. Part of the failover step."""
+
+    def __init__(self, kube: Kube, view: CacheView, crashes: CrashLoops) -> None:
+        self.kube = kube
+        self.view = view
+        self.crashes = crashes
         # A Node that is gone has no condition to date its loss from: when a pass first found
         # it missing (shared by the workers, hence the lock).
         self._lock = threading.Lock()
         self._missing_since: dict[str, float] = {}
-
-    def wanted(self, p: Pass) -> bool:
-        return (p.cluster is not None and not p.paused and not p.halted
-                and p.cluster.failover.enabled and bool(
-                    p.kaiwu.initialized))
-
-    def count(self, action: str) -> None:
-        self.metrics.lifecycle_actions_total.labels(action=action).inc()
-
-    # ---- what the cluster shows ------------------------------------------------------------
-
-    def run(self, p: Pass) -> None:
-        cluster = p.cluster
-        assert cluster is not None
-        pods = cluster_pods(self.view, cluster)
-        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
-        replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
-            if sts is not None else cluster.replicas
-        names = [cluster.pod_name(i) for i in range(replicas)]
-        findings = self.look(p, cluster, pods, names)
-        p.kaiwu.failures = {f.pod: f.record() for f in findings} or None
-        for finding in sorted(findings, key=lambda f: (f.since or p.now, f.pod)):
-            self.advance(p, cluster, finding, findings, pods, names)
-        self.lifecycle.memory.save(p)
 
     def look(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
              names: list[str]) -> list[Finding]:
@@ -224,7 +283,7 @@ class Failover:
                                             self.lost_since(p, loss, name)))
                     continue
                 assert pod is not None
-                crash = self.crash_finding(p, cluster, name, pod)
+                crash = self.crashes.finding(p, cluster, name, pod)
                 if crash is not None:
                     findings.append(crash)
                 continue
@@ -261,27 +320,50 @@ class Failover:
             first = self._missing_since.setdefault(loss.name, p.now)
         return min(first, recorded) if recorded is not None else first
 
-    def crash_finding(self, p: Pass, cluster: Cluster, name: str, pod: Obj) -> Finding | None:
-        """A pod on a healthy node that crash-loops (or was restarted by us and is not back);
-        clears the claim's restart count once the pod is Ready."""
-        ready, changed = ready_condition(pod)
-        if meta(pod).get("deletionTimestamp"):
-            return None
-        revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
-        claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{name}")
-        if ready and pod_ready(pod):
-            if claim is not None and CRASH_RESTARTS in (meta(claim).get("annotations") or {}):
-                self.write_restarts(cluster, claim, None)  # the story ends: a fresh count
-                p.wrote = True
-            return None
-        crashing, words = crash_state(pod)
-        restarts = crash_restarts(claim, revision)
-        if not crashing and not restarts:
-            return None
-        created = parse_time(str(meta(pod).get("creationTimestamp") or ""))
-        since = changed if changed is not None else created
-        return Finding(name, CRASH_LOOP, since=min(since or p.now, p.now) if crashing else None,
-                       claim=claim, words=words, restarts=restarts)
+
+class Failover:
+    """The "failover" step (see the module docstring). Its reasons for not being Ready go
+    before the lifecycle's (a node not live is the symptom; a lost Kubernetes node the
+    cause)."""
+
+    name = "failover"
+    always = False
+
+    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
+                 settings: FailoverSettings | None = None) -> None:
+        self.kube = kube
+        self.view = view
+        self.metrics = metrics
+        self.lifecycle = lifecycle
+        self.settings = settings or FailoverSettings()
+        self.crashes = CrashLoops(kube, view, metrics, self.settings)
+        self.lookout = Lookout(kube, view, self.crashes)
+
+    def wanted(self, p: Pass) -> bool:
+        return (p.cluster is not None and not p.paused and not p.halted
+                and p.cluster.failover.enabled and bool(
+                    p.kaiwu.initialized))
+
+    def count(self, action: str) -> None:
+        self.metrics.lifecycle_actions_total.labels(action=action).inc()
+
+    # ---- what the cluster shows ------------------------------------------------------------
+
+    def run(self, p: Pass) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        pods = cluster_pods(self.view, cluster)
+        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
+            if sts is not None else cluster.replicas
+        names = [cluster.pod_name(i) for i in range(replicas)]
+        findings = self.lookout.look(p, cluster, pods, names)
+        p.kaiwu.failures = {f.pod: f.record() for f in findings} or None
+        for finding in sorted(findings, key=lambda f: (f.since or p.now, f.pod)):
+            self.advance(p, cluster, finding, findings, pods, names)
+        self.lifecycle.memory.save(p)
+
+
 
     # ---- what to do about it ---------------------------------------------------------------
 
@@ -318,7 +400,8 @@ class Failover:
         elif f.stage == STORE_REPLACED:
             self.decommission_replaced(p, cluster, f, pods)
         elif f.stage == CRASH_LOOP:
-            self.restart_crashing(p, cluster, f, findings, pods, names)
+            self.crashes.restart(p, cluster, f, pods,
+                                 lambda: self.blocker(p, f, findings, pods, names))
 
     def blocker(self, p: Pass, f: Finding, findings: Sequence[Finding], pods: Mapping[str, Obj],
                 names: list[str]) -> str:
@@ -480,60 +563,9 @@ class Failover:
         self.lifecycle.forget(cluster.namespace, cluster.name)
         p.requeue_in(self.settings.poll_s)
 
-    def restart_crashing(self, p: Pass, cluster: Cluster, f: Finding,
-                         findings: Sequence[Finding], pods: Mapping[str, Obj],
-                         names: list[str]) -> None:
-        limit = cluster.failover.max_crash_restarts
-        if f.since is None:
-            p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} was restarted after crashing; "
-                                   "waiting for it to come up"))
-            return
-        if f.restarts >= limit:
-            p.stalled.append((CRASH_LOOP, (
-                f"pod {f.pod} keeps crashing ({f.words}); the reconciler restarted it "
-                f"{f.restarts} times (spec.failover.maxCrashRestarts) and stops here: restarts "
-                f"do not fix a configuration error. See `kubectl logs {f.pod} --previous`, fix "
-                "the spec or the cause (a new spec revision allows new restarts)")))
-            return
-        timeout = cluster.failover.pod_not_ready_timeout.total_seconds()
-        p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} is crash-looping ({f.words})"))
-        # Whole seconds, rounded up: the timeout is never cut short.
-        due = math.ceil(f.since) + timeout
-        if due > p.now:
-            p.requeue_in(due - p.now)
-            return
-        blocker = self.blocker(p, f, findings, pods, names)
-        if blocker:
-            p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: {blocker}"))
-            p.requeue_in(self.settings.poll_s)
-            return
-        pod = pods[f.pod]
-        if f.claim is None:
-            p.not_ready.insert(0, (CRASH_LOOP, f"pod {f.pod} has no claim to count restarts "
-                                   "on; not restarted"))
-            return
-        revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
-        # Counted before the delete: a crash in between costs a restart, never adds one.
-        self.write_restarts(cluster, f.claim, f"{revision}:{f.restarts + 1}")
-        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
-        try:
-            self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(meta(pod).get("uid")))
-        except ApiError as error:
-            if not error.conflict:
-                raise
-        failpoints.reached("failover.crash-restart")
-        self.count("restart-crashing-pod")
-        p.wrote = True
-        p.act("CrashLoopRestarted", f"Pod/{f.pod}", (
-            f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({f.words}): deleted "
-            f"for a fresh start, restart {f.restarts + 1} of {limit}"), event="Warning")
 
     # ---- writes -----------------------------------------------------------------------------
 
-    def write_restarts(self, cluster: Cluster, claim: Obj, value: str | None) -> None:
-        self.metrics.writes_total.labels(verb="patch", kind="PersistentVolumeClaim").inc()
-        self.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")),
-                        {"metadata": {"annotations": {CRASH_RESTARTS: value}}})
 
     def delete_claim(self, cluster: Cluster, claim: Obj) -> str:
         name = str(meta(claim).get("name"))

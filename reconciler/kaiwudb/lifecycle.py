@@ -28,7 +28,7 @@ from reconciler.kaiwudb.loss import disrupted
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import cluster_pods, rolling
 from reconciler.kaiwudb.rollout import Rollout
-from reconciler.kaiwudb.scale import Scaling
+from reconciler.kaiwudb.scale import Scaling, Strays
 from reconciler.kaiwudb.tools import AdminFactory, LifecycleSettings, Tools, _admin
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
@@ -100,6 +100,7 @@ class Lifecycle:
         self.nodes = Nodes(self.tools)
         self.rollouts = Rollout(self.tools)
         self.scaling = Scaling(self.tools, self.nodes)
+        self.strays = Strays(self.tools, self.nodes, self.scaling)
         # Per cluster: the StatefulSet replicas the last pass applied. More live replicas than
         # that is someone scaling the StatefulSet by hand (drift, put back by the repair step);
         # a spec asking for fewer than that is a scale-in. (The managedFields cannot tell: on
@@ -148,7 +149,7 @@ class Lifecycle:
         nodes = self.nodes.probe(p, cluster, pods, admin, live_replicas,
                            force=operation is not None or scale_in or rolling(sts))
         if operation is None and nodes is not None:
-            self.scaling.recommission_wanted(p, cluster, pods, admin, nodes)
+            self.strays.recommission_wanted(p, cluster, pods, admin, nodes)
         if operation is None and scale_in:
             assert live_replicas is not None
             self.scaling.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
@@ -159,5 +160,5 @@ class Lifecycle:
         busy = ("a scale-in is in progress" if operation is not None or scale_in else
                 f"pods are down: {', '.join(down)}" if down else "")
         if not busy and nodes is not None and live_replicas is not None:
-            self.scaling.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
+            self.strays.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
         self.rollouts.rollout(p, sts, pods, admin, nodes, busy=busy)
