@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from reconciler import status as st
 from reconciler.keys import ClusterKey
+from renderer.settings import LiveState
 from renderer.spec import Cluster
 
 Obj = dict[str, Any]
@@ -151,6 +152,9 @@ class Pass:
     # (reason, message), and the status fields they own, read from `previous`.
     not_ready: list[tuple[str, str]] = field(default_factory=list)
     kaiwu: KaiwuStatus = field(init=False)
+    # What the certificates and lifecycle steps decide for the StatefulSet (replicas during a
+    # scale-in, the rollout partition, the certificates' hash): rendered by the render step.
+    live: LiveState = field(default_factory=LiveState)
 
     def __post_init__(self) -> None:
         self.kaiwu = KaiwuStatus.read(self.previous)

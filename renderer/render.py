@@ -135,17 +135,9 @@ def build_objects(cluster: Cluster, settings: RenderSettings) -> list[dict[str, 
                                             obj["metadata"]["name"]))
 
 
-@dataclass(frozen=True)
-class Rendered:
-    """A live KaiwuCluster as the renderer reads it: the parsed spec and its desired objects."""
-
-    cluster: Cluster
-    objects: list[dict[str, Any]]
-
-
-def render_live(live: dict[str, Any], settings: RenderSettings) -> Rendered:
-    """The parsed cluster and the objects it should have (the reconciler's entry point: the
-    spec is parsed once per pass).
+def read_live(live: dict[str, Any]) -> Cluster:
+    """A live KaiwuCluster read as the renderer reads a file (the reconciler's entry point: the
+    spec is parsed once per pass; `build_objects` renders it).
 
     Raises RenderError naming the object (`namespace/name`) when the spec breaks a rule."""
     obj = {key: value for key, value in live.items() if key != "status"}
@@ -155,8 +147,7 @@ def render_live(live: dict[str, Any], settings: RenderSettings) -> Rendered:
         where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
         raise RenderError(Problem(f"KaiwuCluster {where}", 0, _dotted(path), message, fix)
                           for path, message, fix in found)
-    cluster = Cluster.from_object(defaulted)
-    return Rendered(cluster, build_objects(cluster, settings))
+    return Cluster.from_object(defaulted)
 
 
 def load_clusters(root: Path, display_root: Path | None = None) -> list[SourceCluster]:

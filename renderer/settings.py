@@ -36,6 +36,24 @@ OLDEST_SUPPORTED = KubeVersion(1, 20)
 
 
 @dataclass(frozen=True)
+class LiveState:
+    """What the reconciler decides for a running cluster that its spec cannot say, handed to the
+    renderer so that rendering stays the only producer of desired objects. Rendering for CI and
+    previews leaves it empty: the spec alone.
+
+    replicas: the StatefulSet's replicas during a scale-in (one node at a time, each
+        decommissioned first), instead of spec.replicas.
+    partition: the rolling-update partition that gates a rollout on KaiwuDB's health (None:
+        none rendered).
+    certs_hash: the certificates' hash on the pod template, so a renewal rolls the pods.
+    """
+
+    replicas: int | None = None
+    partition: int | None = None
+    certs_hash: str | None = None
+
+
+@dataclass(frozen=True)
 class RenderSettings:
     """How to render. The defaults suit a current Kubernetes release with the usual DNS domain."""
 
@@ -44,3 +62,6 @@ class RenderSettings:
 
     cluster_domain: str = "cluster.local"
     """The cluster's DNS domain: pods advertise <pod>.<headless service>.<ns>.svc.<domain>."""
+
+    live: LiveState = field(default_factory=LiveState)
+    """The reconciler's decisions for a running cluster (empty when rendering for CI)."""

@@ -31,7 +31,7 @@ from reconciler.kaiwudb.kwbase import (
     UnexpectedOutput,
     UnknownNode,
 )
-from renderer.render import render_live
+from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from tests.world.kwdb.world import KwdbWorld
 
@@ -65,7 +65,8 @@ def rendered_command(replicas: int, tls: bool, mode: str = "multi-replica") -> l
             "metadata": {"name": NAME, "namespace": NAMESPACE},
             "spec": {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": tls},
                      "startMode": mode}}
-    sts = next(o for o in render_live(spec, RenderSettings()).objects if o["kind"] == "StatefulSet")
+    sts = next(o for o in build_objects(read_live(spec), RenderSettings())
+               if o["kind"] == "StatefulSet")
     command: list[str] = sts["spec"]["template"]["spec"]["containers"][0]["command"]
     return command
 

@@ -20,7 +20,7 @@ from reconciler.kaiwudb import certs as certs
 from reconciler.kaiwudb.kwbase import ExecFailed, InitOutcome, KwbaseAdmin, NodeStatus
 from reconciler.kube.client import Kube
 from reconciler.kube.kinds import POD
-from renderer.render import render_live
+from renderer.render import build_objects, read_live
 from renderer.schema import apply_defaults
 from renderer.settings import KubeVersion, RenderSettings
 from renderer.spec import Cluster
@@ -59,7 +59,7 @@ def test_init_and_node_status_through_the_real_exec_path(
     for write in plan.writes:
         api.create(write.secret)
     settings = RenderSettings(kube_version=KubeVersion.parse(api.server_version()))
-    for rendered in render_live(obj, settings).objects:
+    for rendered in build_objects(read_live(obj), settings):
         api.create(rendered)
 
     def pods(want_ready: bool) -> list[str] | None:

@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client as k8s
 
 from reconciler.kaiwudb.certs import (
-    CERTS_HASH_ANNOTATION,
     CertKey,
     CertSettings,
     earliest_expiry,
@@ -32,6 +31,7 @@ from reconciler.kaiwudb.certs import (
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from renderer.builders import CERTS_HASH_ANNOTATION
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 from tests.test_reconciler_drift_harness import Reconciler, reconciler_factory, user, wait_for

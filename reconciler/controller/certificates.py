@@ -6,12 +6,12 @@ Run by the Controller (reconciler.controller.controller) after "render", for TLS
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared, with_owner
 from reconciler.kaiwudb.certs import (
-    CERTS_HASH_ANNOTATION,
     ca_secret_name,
     certs_action,
     format_problem,
@@ -19,6 +19,7 @@ from reconciler.kaiwudb.certs import (
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj, meta
+from renderer.builders import CERTS_HASH_ANNOTATION
 
 
 class CertificatesStep:
@@ -76,16 +77,11 @@ class CertificatesStep:
         for warning in plan.warnings:
             p.events.append(("Warning", "CertificateWarning", format_problem(warning)))
         certs_hash = plan.certs_hash
-        for obj in p.desired:
-            if obj["kind"] != "StatefulSet":
-                continue
-            if certs_hash is None or plan.problems or stale:
-                # Keep what the pods run with: never roll them onto unusable certificates, nor
-                # onto a plan made from Secrets older than the ones we wrote.
-                live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace,
-                                            obj["metadata"]["name"])
-                template = ((live or {}).get("spec") or {}).get("template") or {}
-                certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
-            if certs_hash:
-                template_meta = obj["spec"]["template"].setdefault("metadata", {})
-                template_meta.setdefault("annotations", {})[CERTS_HASH_ANNOTATION] = certs_hash
+        if certs_hash is None or plan.problems or stale:
+            # Keep what the pods run with: never roll them onto unusable certificates, nor
+            # onto a plan made from Secrets older than the ones we wrote.
+            live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+            template = ((live or {}).get("spec") or {}).get("template") or {}
+            certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
+        if certs_hash:
+            p.live = replace(p.live, certs_hash=certs_hash)

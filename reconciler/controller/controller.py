@@ -9,10 +9,12 @@ what differs.
 A pass is the ordered list of steps below, each a small class that says when it is wanted and
 runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
 
-  render        the spec -> the cluster and its desired objects; an invalid spec stops here
-  certificates  TLS Secrets made, checked and renewed (reconciler.kaiwudb.certs)
-  lifecycle     KaiwuDB init, node ids, rolling updates, scale-in (reconciler.kaiwudb.lifecycle);
-                it sets the StatefulSet replicas and partition "observe" compares
+  spec          the KaiwuCluster read by the renderer; an invalid spec stops here
+  certificates  TLS Secrets made, checked and renewed (reconciler.kaiwudb.certs); the
+                certificates' hash for the pod template
+  lifecycle     KaiwuDB init, node ids, rolling updates, scale-in (reconciler.kaiwudb.lifecycle):
+                the StatefulSet replicas and partition this pass applies
+  render        the desired objects, rendered from the spec and those decisions
   observe       each desired object against its live copy (reconciler.controller.observe)
   repair        missing and drifted objects written as rendered, per drift policy
   recreate      a StatefulSet whose immutable fields must change: orphaning delete
@@ -34,7 +36,7 @@ from reconciler.controller.certificates import CertificatesStep
 from reconciler.controller.objects import ObjectPass, Result, Step
 from reconciler.controller.observe import ObserveStep
 from reconciler.controller.prune import PruneStep
-from reconciler.controller.render import RenderStep
+from reconciler.controller.render import RenderStep, SpecStep
 from reconciler.controller.repair import RecreateStep, RepairStep
 from reconciler.controller.report import ReportStep
 from reconciler.controller.shared import (
@@ -87,9 +89,10 @@ class Controller:
             poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s))
         self.steps: list[Step] = [
-            RenderStep(self.shared),
+            SpecStep(self.shared),
             CertificatesStep(self.shared),
             self.lifecycle,
+            RenderStep(self.shared),
             ObserveStep(self.shared),
             RepairStep(self.shared),
             RecreateStep(self.shared),

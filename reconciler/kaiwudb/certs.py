@@ -66,7 +66,6 @@ from renderer.spec import Cluster
 
 Obj = dict[str, Any]
 
-CERTS_HASH_ANNOTATION = "kaiwu.inspur.com/certs-hash"
 
 CA_CRT, CA_KEY = "ca.crt", "ca.key"
 NODE_CRT, NODE_KEY = "node.crt", "node.key"

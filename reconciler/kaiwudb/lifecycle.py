@@ -127,9 +127,8 @@ class Lifecycle:
         self.memory.recall(p)
         self.step(p, cluster)
         self.memory.save(p)
-        for obj in p.desired:
-            if obj.get("kind") == "StatefulSet":
-                self._applied[(cluster.namespace, cluster.name)] = int(obj["spec"]["replicas"])
+        self._applied[(cluster.namespace, cluster.name)] = (
+            p.live.replicas if p.live.replicas is not None else cluster.replicas)
 
     def step(self, p: Pass, cluster: Cluster) -> None:
         pods = cluster_pods(self.view, cluster)

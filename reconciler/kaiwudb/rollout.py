@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 from reconciler.kaiwudb.kwbase import (
     KwbaseAdmin,
@@ -99,10 +100,9 @@ class Rollout(Part):
     def rollout(self, p: Pass, sts: Obj | None, pods: Mapping[str, Obj], admin: KwbaseAdmin,
                 nodes: list[NodeStatus] | None, *, busy: str) -> None:
         """Set the partition this pass applies (see the module docstring)."""
-        desired = next((obj for obj in p.desired if obj.get("kind") == "StatefulSet"), None)
-        if desired is None:
-            return
-        replicas = int(desired["spec"]["replicas"])
+        cluster = p.cluster
+        assert cluster is not None
+        replicas = p.live.replicas if p.live.replicas is not None else cluster.replicas
         live = partition_of(sts)
         partition = replicas
         if rolling(sts):
@@ -111,8 +111,6 @@ class Rollout(Part):
             update = str(sts["status"]["updateRevision"])
             moved = sum(1 for pod in pods.values()
                         if (meta(pod).get("labels") or {}).get(REVISION_LABEL) == update)
-            cluster = p.cluster
-            assert cluster is not None
             refused = version_change_problem(cluster.version, pods)
             if refused:
                 p.stalled.append(("VersionChangeRefused", refused))
@@ -130,8 +128,7 @@ class Rollout(Part):
             p.not_ready.append(("Upgrading", message))
             p.progressing.append(("Upgrading", message))
             p.requeue_in(self.settings.poll_s)
-        desired["spec"]["updateStrategy"] = {"type": "RollingUpdate",
-                                             "rollingUpdate": {"partition": partition}}
+        p.live = replace(p.live, partition=partition)
         if sts is not None and live != partition and not meta(sts).get("deletionTimestamp"):
             # The drift comparison ignores the partition (it is ours to move), so the repair
             # step never writes it: set it here. Closing the gate after a rollout, opening it

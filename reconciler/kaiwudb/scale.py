@@ -68,10 +68,8 @@ class Scaling(Part):
 
     @staticmethod
     def override_replicas(p: Pass, replicas: int) -> None:
-        """The StatefulSet replicas this pass applies (the renderer renders spec.replicas)."""
-        for obj in p.desired:
-            if obj.get("kind") == "StatefulSet":
-                obj["spec"]["replicas"] = replicas
+        """The StatefulSet replicas this pass renders (else spec.replicas)."""
+        p.live = replace(p.live, replicas=replicas)
 
     def start_scale_in(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
                        admin: KwbaseAdmin, nodes: list[NodeStatus] | None,

@@ -24,6 +24,8 @@ MANAGED_BY = "kaiwu-operator"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+# On the pod template: a hash of the certificates the pods run with (a renewal rolls them).
+CERTS_HASH_ANNOTATION = "kaiwu.inspur.com/certs-hash"
 
 
 def selector_labels(cluster: Cluster) -> dict[str, str]:

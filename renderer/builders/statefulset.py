@@ -13,12 +13,14 @@ from renderer import quantity
 from renderer.builders import (
     BRPC_PORT,
     CERTS_DIR,
+    CERTS_HASH_ANNOTATION,
     CONTAINER,
     DATA_DIR,
     DATA_VOLUME,
     HTTP_PORT,
     KWBASE,
     MANAGED_BY,
+    MANAGED_BY_LABEL,
     SQL_PORT,
     metadata,
     selector_labels,
@@ -43,21 +45,27 @@ def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
     # user's labels: the template is immutable, a label change would force a recreate.
     claim: dict[str, Any] = {
         "metadata": {"name": DATA_VOLUME,
-                     "labels": {**labels, "app.kubernetes.io/managed-by": MANAGED_BY}},
+                     "labels": {**labels, MANAGED_BY_LABEL: MANAGED_BY}},
         "spec": {"accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": quantity.canonical(cluster.storage_size)}}},
     }
     if cluster.storage_class:
         claim["spec"]["storageClassName"] = cluster.storage_class
+    live = settings.live
+    if live.certs_hash:
+        pod_meta.setdefault("annotations", {})[CERTS_HASH_ANNOTATION] = live.certs_hash
+    update: dict[str, Any] = {"type": "RollingUpdate"}
+    if live.partition is not None:
+        update["rollingUpdate"] = {"partition": live.partition}
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": metadata(cluster, cluster.name),
         "spec": {
             "serviceName": cluster.headless_service,
-            "replicas": cluster.replicas,
+            "replicas": live.replicas if live.replicas is not None else cluster.replicas,
             # Nodes must all be up to init the cluster; ordering buys nothing for kwbase.
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "updateStrategy": update,
             "selector": {"matchLabels": labels},
             "template": {"metadata": pod_meta, "spec": _pod_spec(cluster, settings)},
             "volumeClaimTemplates": [claim],
