@@ -1,0 +1,239 @@
+"""Stories about the controller's pass on small fakes (no test world): which steps run, and what
+the conditions say. The fakes stand in for the watch caches (a dict of objects) and the API
+(answers applies with the object applied, records every write), so a pass costs milliseconds.
+The same pass against the real apiserver: the drift and lifecycle stories.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler import status as st
+from reconciler.controller.conditions import observed
+from reconciler.controller.controller import Controller
+from reconciler.controller.objects import ObjectPass, ObjectState
+from reconciler.keys import ClusterKey, ObjectRef
+from reconciler.kube import kinds as k
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj
+from reconciler.settings import Settings
+from renderer.render import read_live
+
+NS, NAME = "db", "dev"
+NOW = 1_800_000_000.0
+
+
+class FakeView:
+    """The watch caches: what the API holds, read back as copies."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        self.objects = objects
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = self.objects.get((kind.kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        return [copy.deepcopy(obj) for (kind_, ns, _), obj in self.objects.items()
+                if kind_ == kind.kind and ns == namespace and all(
+                    (obj["metadata"].get("labels") or {}).get(key) == value
+                    for key, value in labels.items())]
+
+    def served(self, kind: Kind) -> bool:
+        return kind.always_served
+
+
+class FakeKube:
+    """The API: applies store the object (with a resourceVersion), writes are recorded."""
+
+    field_manager = "kaiwu-reconciler"
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        self.objects = objects
+        self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
+        self.version = 100
+
+    def server_version(self) -> str:
+        return "v1.20.2"
+
+    def _store(self, obj: Obj) -> Obj:
+        self.version += 1
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        stored["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+        meta = stored["metadata"]
+        self.objects[(obj["kind"], str(meta.get("namespace") or ""), meta["name"])] = stored
+        return copy.deepcopy(stored)
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        if dry_run:
+            return copy.deepcopy(obj)
+        self.writes.append(("apply", obj["kind"], obj["metadata"]["name"]))
+        return self._store(obj)
+
+    def create(self, obj: Obj) -> Obj:
+        self.writes.append(("create", obj["kind"], obj["metadata"].get("name")
+                            or obj["metadata"].get("generateName", "")))
+        return copy.deepcopy(obj)
+
+    def replace_status(self, obj: Obj) -> Obj:
+        self.writes.append(("status", obj["kind"], obj["metadata"]["name"]))
+        return self._store(obj)
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
+        self.writes.append(("patch", kind.kind, name))
+        return {}
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        return self.objects.get((kind.kind, namespace or "", name))
+
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+                     label_selector: str | None = None) -> tuple[list[Obj], str]:
+        return [], "1"
+
+
+def cluster(**spec: Any) -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": NAME, "namespace": NS, "uid": "cluster-uid",
+                         "generation": 1, "resourceVersion": "7"},
+            "spec": {"replicas": 3, "tls": {"enabled": False}, **spec}}
+
+
+class Recording:
+    """Wraps a step and notes when it runs."""
+
+    def __init__(self, step: Any, ran: list[str]) -> None:
+        self.step, self.ran = step, ran
+        self.name, self.always = step.name, step.always
+
+    def wanted(self, p: ObjectPass) -> bool:
+        return bool(self.step.wanted(p))
+
+    def run(self, p: ObjectPass) -> None:
+        self.ran.append(self.name)
+        self.step.run(p)
+
+
+def reconcile(obj: Obj) -> tuple[list[str], FakeKube, dict[str, Any]]:
+    """One pass over `obj`: the steps that ran, the API's record, the status written."""
+    objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME): obj}
+    kube = FakeKube(objects)
+    controller = Controller(kube, FakeView(objects), Settings(watch_namespace=NS,  # type: ignore[arg-type]
+                                                              leader_election=False),
+                            Metrics(), clock=lambda: NOW)
+    ran: list[str] = []
+    controller.steps = [Recording(step, ran) for step in controller.steps]
+    controller.reconcile(ClusterKey(NS, NAME))
+    status: dict[str, Any] = objects[("KaiwuCluster", NS, NAME)].get("status") or {}
+    return ran, kube, status
+
+
+def condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any]:
+    found = st.condition(status, type_)
+    assert found is not None, (type_, status)
+    return found
+
+
+def test_the_steps_run_in_order_and_a_new_cluster_gets_every_object_in_one_pass() -> None:
+    ran, kube, status = reconcile(cluster())
+    assert ran == ["spec", "lifecycle", "render", "observe", "repair", "prune", "report"], \
+        "certificates only with TLS; recreate only for immutable changes; failover only " \
+        "once initialised"
+    applied = sorted(kind for verb, kind, _ in kube.writes if verb == "apply")
+    assert applied == ["PodDisruptionBudget", "Service", "Service", "ServiceAccount",
+                       "StatefulSet"]
+    assert ("status", "KaiwuCluster", NAME) in kube.writes
+    assert condition(status, "Ready")["status"] == "False"
+    assert status["observedGeneration"] == 1
+
+
+def test_an_invalid_spec_stops_after_reading_it_and_only_the_report_runs() -> None:
+    ran, kube, status = reconcile(cluster(replicas=2))
+    assert ran == ["spec", "report"]
+    assert [w for w in kube.writes if w[0] != "status" and w[1] != "Event"] == []
+    stalled = condition(status, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "InvalidSpec"
+    assert "multi-replica needs at least 3 nodes" in stalled["message"]
+    assert condition(status, "Ready")["reason"] == "InvalidSpec"
+
+
+def test_a_paused_cluster_is_looked_at_and_reported_but_nothing_is_written() -> None:
+    ran, kube, status = reconcile(cluster(paused=True))
+    assert "repair" not in ran and "prune" not in ran and "lifecycle" not in ran
+    assert "observe" in ran and "report" in ran
+    assert [w for w in kube.writes if w[0] != "status" and w[1] != "Event"] == []
+    assert condition(status, "Reconciling")["reason"] == "Paused"
+
+
+def test_a_tls_cluster_makes_its_certificates_before_anything_is_rendered() -> None:
+    ran, kube, _ = reconcile(cluster(tls={"enabled": True}))
+    assert ran[:4] == ["spec", "certificates", "lifecycle", "render"]
+    created = [name for verb, kind, name in kube.writes if verb == "create" and kind == "Secret"]
+    assert sorted(created) == [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
+
+
+# ---- conditions: pure functions of the pass ------------------------------------------------
+
+def a_pass(**spec: Any) -> ObjectPass:
+    p = ObjectPass(ClusterKey(NS, NAME), cluster(**spec), NOW, {})
+    p.cluster = read_live(p.obj)
+    return p
+
+
+def sts_state(ready: int, verdict: str = "in-sync") -> ObjectState:
+    live = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": NAME, "namespace": NS, "generation": 1},
+            "spec": {"replicas": 3},
+            "status": {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3,
+                       "readyReplicas": ready}}
+    return ObjectState(ObjectRef("apps/v1", "StatefulSet", NS, NAME), k.STATEFUL_SET,
+                       live, live, verdict=verdict)  # type: ignore[arg-type]
+
+
+def conditions_of(p: ObjectPass) -> dict[str, st.Condition]:
+    return {c.type: c for c in observed(p).conditions}
+
+
+def test_ready_needs_every_pod_ready_and_no_kaiwudb_reason_left() -> None:
+    p = a_pass()
+    p.states.append(sts_state(ready=3))
+    assert conditions_of(p)["Ready"].status == "True"
+    p.not_ready.append(("NodesJoining", "2/3 KaiwuDB nodes live"))
+    ready = conditions_of(p)["Ready"]
+    assert (ready.status, ready.reason) == ("False", "NodesJoining")
+    short = a_pass()
+    short.states.append(sts_state(ready=2))
+    assert conditions_of(short)["Ready"].reason == "WaitingForPods"
+
+
+def test_a_stall_wins_over_every_other_reason_and_the_first_cause_names_it() -> None:
+    p = a_pass()
+    p.states.append(sts_state(ready=3))
+    p.not_ready.append(("NodeLost", "pod dev-1: Kubernetes node n1 is Unknown"))
+    p.stalled.append(("CrashLoop", "pod dev-2 keeps crashing"))
+    p.stalled.append(("StoreReplaced", "KaiwuDB node 2 lost its store"))
+    found = conditions_of(p)
+    assert (found["Stalled"].status, found["Stalled"].reason) == ("True", "CrashLoop")
+    assert "KaiwuDB node 2 lost its store" in found["Stalled"].message
+    assert found["Ready"].reason == "Stalled"
+
+
+def test_drift_in_warn_mode_is_reported_not_repaired() -> None:
+    p = a_pass(drift={"policy": "warn"})
+    p.states.append(sts_state(ready=3, verdict="drifted"))
+    found = conditions_of(p)
+    assert (found["Drifted"].status, found["Drifted"].reason) == ("True", "WarnOnly")
+    assert found["Ready"].reason == "Drifted"
+    assert found["Reconciling"].reason == "WarnOnly"
+
+
+def test_observing_a_pass_changes_nothing_in_it() -> None:
+    p = a_pass()
+    p.states.append(sts_state(ready=3, verdict="rejected"))
+    before = (list(p.stalled), list(p.not_ready), list(p.requeue))
+    observed(p)
+    assert (p.stalled, p.not_ready, p.requeue) == before
