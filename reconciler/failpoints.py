@@ -3,7 +3,7 @@
 The failover step (reconciler.kaiwudb.failover) calls `reached(name)` right after each write it
 makes, before the pass writes status. A process started with `KAIWU_FAILPOINTS=name[,name...]` kills
 itself there with SIGKILL (no clean-up, no status write, no Lease release), exactly as an OOM kill
-or a node drain would; the crash-safety stories (tests/test_reconciler_failover_crash.py) start
+or a node drain would; the crash-safety stories (tests/world_stories/failover/test_crash.py) start
 a new reconciler after it and check that it carries on from what the cluster shows, with no step
 done twice. Without the variable (always, in production) `reached` does nothing.
 

@@ -1,6 +1,11 @@
-"""Shared pytest setup: the test world's fixtures (a real control plane) and their hooks.
+"""Shared pytest setup for every tier: the test world's fixtures, their hooks, the golden flag.
 
-Fixtures live in tests/world/fixtures.py: ``control_plane``, ``kube``, ``namespace``.
+The tiers (docs/testworld.md): tests/unit needs nothing built (`pytest tests/unit`);
+tests/world_stories and tests/world/selftest need the test world; tests/golden compares renders.
+World fixtures live in tests/world/fixtures.py (``control_plane``, ``kube``, ``namespace``) and
+tests/world/kubelet_fixtures.py (``sim_world``, ``faults``); ``cluster`` (a plain three-node
+KaiwuDB, used by the simulator's self-tests and the adapter stories) in tests/support/pods.py.
+Tests that use a world fixture are marked ``world``.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from collections.abc import Generator
 
 import pytest
 
+from tests.support.pods import cluster
 from tests.world.fixtures import (
     add_log_paths,
     control_plane,
@@ -18,7 +24,7 @@ from tests.world.fixtures import (
 )
 from tests.world.kubelet_fixtures import faults, sim_world  # noqa: F401 - fixtures
 
-__all__ = ["control_plane", "kube", "namespace"]
+__all__ = ["cluster", "control_plane", "kube", "namespace"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

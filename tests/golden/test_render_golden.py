@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.render_helpers import EXAMPLES, kaiwu, read_tree
+from tests.support.render import EXAMPLES, kaiwu, read_tree
 
 GOLDEN = Path(__file__).resolve().parent
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))

@@ -82,10 +82,23 @@ def namespace(kube: k8s.ApiClient, request: pytest.FixtureRequest) -> Iterator[s
             raise
 
 
+def world_fixtures_of(item: pytest.Item) -> frozenset[str]:
+    """The world fixtures a test uses, itself or through other fixtures.
+
+    A test argument parametrized directly (``@pytest.mark.parametrize("namespace", ...)``) takes
+    its values from the parametrization, not from the fixture of that name: it does not count.
+    """
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        names -= set(callspec.params)
+    return WORLD_FIXTURES & names
+
+
 def mark_world_tests(items: list[pytest.Item]) -> None:
     """Mark every test that uses a world fixture as ``world``."""
     for item in items:
-        if WORLD_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if world_fixtures_of(item):
             item.add_marker(pytest.mark.world)
 
 
@@ -94,7 +107,7 @@ def add_log_paths(item: pytest.Item, report: pytest.TestReport) -> None:
     plane = item.config.stash.get(PLANE_KEY, None)
     if not report.failed or plane is None:
         return
-    if not WORLD_FIXTURES & set(getattr(item, "fixturenames", ())):
+    if not world_fixtures_of(item):
         return
     lines = [f"{name}: {path}" for name, path in plane.log_paths.items()]
     report.sections.append(("test world logs", "\n".join(lines)))

@@ -1,0 +1,98 @@
+"""Helpers of the cluster stories (tests/world_stories/lifecycle/ and failover/): bring a small
+KaiwuCluster up under the drift harness's reconciler, read its status, scale it as a user does,
+and tell when a pod is ready or a node was lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client as k8s
+
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
+from tests.support.harness import Reconciler, condition, example, user, wait_for
+
+NAME = "dev"
+
+
+def report(what: str, seconds: float) -> None:
+    print(f"[timing] {what}: {seconds:.2f} s")
+
+
+def small_cluster(namespace: str, **spec: Any) -> Obj:
+    """The dev example (3 nodes, insecure) with small pods, one pod per Kubernetes node."""
+    obj = example("dev", namespace)
+    obj["spec"]["resources"] = {"requests": {"cpu": "100m", "memory": "256Mi"}}
+    obj["spec"]["storage"] = {"size": "1Gi"}
+    obj["spec"]["scheduling"] = {"antiAffinity": "required"}
+    obj["spec"].update(spec)
+    return obj
+
+
+def status(reconciler: Reconciler) -> dict[str, Any]:
+    found: dict[str, Any] = (reconciler.cluster(NAME) or {}).get("status") or {}
+    return found
+
+
+def ready(reconciler: Reconciler) -> Obj | None:
+    obj = reconciler.cluster(NAME)
+    return obj if condition(obj, "Ready").get("status") == "True" else None
+
+
+def wait_ready(reconciler: Reconciler, timeout_s: float = 60.0) -> Obj:
+    found: Obj = wait_for(f"cluster {NAME} to be Ready", lambda: ready(reconciler), timeout_s,
+                          0.1)
+    return found
+
+
+def live_nodes(obj: Obj) -> dict[str, int]:
+    """pod -> KaiwuDB node id of every live node in the cluster's status."""
+    return {entry["pod"]: entry["nodeId"] for entry in obj["status"].get("nodes") or ()
+            if entry.get("state") == "live"}
+
+
+def lifecycle_count(reconciler: Reconciler, action: str) -> float:
+    return reconciler.metrics.value("kaiwu_lifecycle_actions_total", {"action": action})
+
+
+def bring_up(reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
+             namespace: str, cluster: Obj) -> tuple[Reconciler, Obj, float]:
+    """Start the reconciler, apply the cluster as a user would, wait for Ready."""
+    reconciler = reconciler_factory()
+    started = time.monotonic()
+    user(kube, "kubectl").apply(cluster)
+    obj = wait_ready(reconciler, 75)
+    return reconciler, obj, time.monotonic() - started
+
+
+def scale(kube: k8s.ApiClient, namespace: str, replicas: int) -> None:
+    """What `kubectl patch kwc dev --type merge -p '{"spec":{"replicas":N}}'` does."""
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"replicas": replicas}})
+
+
+def statefulset_replicas(kube: k8s.ApiClient, namespace: str) -> int:
+    found = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
+    assert found is not None
+    return int(found["spec"]["replicas"])
+
+
+def pod_ready(found: Obj | None) -> bool:
+    return found is not None and not found["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (found.get("status") or {}).get("conditions") or ())
+
+
+def node_lost_since(kube: k8s.ApiClient, node: str) -> float | None:
+    """When the node lifecycle controller marked the node's Ready condition not True."""
+    found = Kube(kube, "test").get(kk.NODE, None, node)
+    for item in ((found or {}).get("status") or {}).get("conditions") or ():
+        if item.get("type") == "Ready" and item.get("status") != "True":
+            return datetime.fromisoformat(
+                str(item["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+    return None

@@ -1,0 +1,1 @@
+"""Unit tests of reconciler/drift/: comparison, ignore rules, back-off, removal patches."""

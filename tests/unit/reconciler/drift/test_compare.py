@@ -1,0 +1,1442 @@
+"""Stories of drift detection: what a user or another tool does to live objects, and whether the
+reconciler calls it drift.
+
+The live objects are written out by hand as a Kubernetes 1.20 API server returns them (defaults,
+allocated addresses, status, managedFields in FieldsV1 form), modelled on objects read back from
+the test world's real apiserver. The same against that real apiserver:
+tests/world_stories/drift/test_compare.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.drift.compare import Change, DriftReport, compare, format_report, projection_hash
+from reconciler.drift.ignore import IgnoreRule, format_pointer, parse_ignore_rules, parse_pointer
+from reconciler.drift.managed_fields import (
+    FieldsV1Error,
+    PathElement,
+    parse_fields_v1,
+    parse_managed_fields,
+)
+from reconciler.drift.normalise import DriftSettings, normalise
+from renderer.quantity import comparable, parse
+
+Obj = dict[str, Any]
+SETTINGS = DriftSettings(mask_key=b"test-key")
+LABELS = {
+    "app.kubernetes.io/name": "kaiwudb",
+    "app.kubernetes.io/instance": "kwdb",
+    "app.kubernetes.io/managed-by": "kaiwu-operator",
+    "app.kubernetes.io/component": "database",
+}
+SELECTOR = {"app.kubernetes.io/name": "kaiwudb", "app.kubernetes.io/instance": "kwdb"}
+JOIN = ",".join(f"kwdb-{i}.kwdb.kaiwu.svc.cluster.local:26257" for i in range(3))
+COMMAND = [
+    "/kaiwudb/bin/kwbase",
+    "start",
+    "--insecure",
+    "--listen-addr=0.0.0.0:26257",
+    "--advertise-addr=$(POD_NAME).kwdb.kaiwu.svc.cluster.local:26257",
+    "--brpc-addr=:27257",
+    "--http-addr=0.0.0.0:8080",
+    "--store=/kaiwudb/deploy/data",
+    f"--join={JOIN}",
+    "--cache=.25",
+    "--max-sql-memory=.25",
+    "--logtostderr",
+]
+KWBASE = 'k:{"name":"kwbase"}'
+
+
+def check(desired: Obj, live: Obj | None, **kwargs: Any) -> DriftReport:
+    return compare(desired, live, settings=SETTINGS, **kwargs)
+
+
+def change_at(report: DriftReport, pointer: str) -> Change:
+    found = [change for change in report.changes if change.pointer == pointer]
+    assert found, f"no change at {pointer}; report:\n{format_report(report)}"
+    return found[0]
+
+
+def desired_statefulset() -> Obj:
+    """The StatefulSet as the renderer emits it for a three-node insecure cluster."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "kwdb", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "spec": {
+            "serviceName": "kwdb",
+            "replicas": 3,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": dict(SELECTOR)},
+            "template": {
+                "metadata": {"labels": dict(LABELS)},
+                "spec": {
+                    "serviceAccountName": "kwdb",
+                    "terminationGracePeriodSeconds": 60,
+                    "containers": [
+                        {
+                            "name": "kwbase",
+                            "image": "kwdb/kwdb:2.1.0",
+                            "command": list(COMMAND),
+                            "env": [
+                                {
+                                    "name": "POD_NAME",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                                },
+                                {"name": "LD_LIBRARY_PATH", "value": "/kaiwudb/lib"},
+                            ],
+                            "ports": [
+                                {"name": "sql", "containerPort": 26257},
+                                {"name": "http", "containerPort": 8080},
+                                {"name": "brpc", "containerPort": 27257},
+                            ],
+                            "livenessProbe": {
+                                "httpGet": {"path": "/health", "port": "http"},
+                                "initialDelaySeconds": 30,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"path": "/health?ready=1", "port": "http"},
+                                "periodSeconds": 5,
+                            },
+                            "resources": {
+                                "requests": {"cpu": "1000m", "memory": "2Gi"},
+                                "limits": {"memory": "4Gi"},
+                            },
+                            "volumeMounts": [{"name": "data", "mountPath": "/kaiwudb/deploy/data"}],
+                        }
+                    ],
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data", "labels": dict(SELECTOR)},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "10Gi"}},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _labels_fields() -> Obj:
+    return {f"f:{key}": {} for key in LABELS}
+
+
+def applied_fields() -> Obj:
+    """FieldsV1 of our server-side apply of desired_statefulset(): exactly what we sent."""
+    probe: Obj = {"f:httpGet": {"f:path": {}, "f:port": {}}}
+    return {
+        "f:metadata": {"f:labels": _labels_fields()},
+        "f:spec": {
+            "f:podManagementPolicy": {},
+            "f:replicas": {},
+            "f:selector": {},
+            "f:serviceName": {},
+            "f:template": {
+                "f:metadata": {"f:labels": _labels_fields()},
+                "f:spec": {
+                    "f:containers": {
+                        KWBASE: {
+                            ".": {},
+                            "f:command": {},
+                            "f:env": {
+                                'k:{"name":"POD_NAME"}': {
+                                    ".": {},
+                                    "f:name": {},
+                                    "f:valueFrom": {"f:fieldRef": {"f:fieldPath": {}}},
+                                },
+                                'k:{"name":"LD_LIBRARY_PATH"}': {
+                                    ".": {},
+                                    "f:name": {},
+                                    "f:value": {},
+                                },
+                            },
+                            "f:image": {},
+                            "f:livenessProbe": {**probe, "f:initialDelaySeconds": {}},
+                            "f:name": {},
+                            "f:ports": {
+                                f'k:{{"containerPort":{port},"protocol":"TCP"}}': {
+                                    ".": {},
+                                    "f:containerPort": {},
+                                    "f:name": {},
+                                }
+                                for port in (26257, 8080, 27257)
+                            },
+                            "f:readinessProbe": {**probe, "f:periodSeconds": {}},
+                            "f:resources": {
+                                "f:limits": {"f:memory": {}},
+                                "f:requests": {"f:cpu": {}, "f:memory": {}},
+                            },
+                            "f:volumeMounts": {
+                                'k:{"mountPath":"/kaiwudb/deploy/data"}': {
+                                    ".": {},
+                                    "f:mountPath": {},
+                                    "f:name": {},
+                                }
+                            },
+                        }
+                    },
+                    "f:serviceAccountName": {},
+                    "f:terminationGracePeriodSeconds": {},
+                },
+            },
+            "f:updateStrategy": {"f:type": {}},
+            "f:volumeClaimTemplates": {},
+        },
+    }
+
+
+def status_fields() -> Obj:
+    return {
+        "f:status": {
+            f"f:{name}": {}
+            for name in (
+                "collisionCount",
+                "currentReplicas",
+                "currentRevision",
+                "observedGeneration",
+                "readyReplicas",
+                "replicas",
+                "updateRevision",
+                "updatedReplicas",
+            )
+        }
+    }
+
+
+def entry(manager: str, operation: str, fields: Obj, api_version: str = "apps/v1") -> Obj:
+    return {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": api_version,
+        "time": "2021-03-04T10:15:00Z",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
+
+
+def live_statefulset() -> Obj:
+    """What a 1.20 API server returns for desired_statefulset() after our apply and a rollout."""
+    probe_defaults = {"successThreshold": 1, "timeoutSeconds": 1, "failureThreshold": 3}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": "kwdb",
+            "namespace": "kaiwu",
+            "uid": "b2e83eaf-2de7-498e-85e2-e3a96d644d9b",
+            "resourceVersion": "48211",
+            "generation": 1,
+            "creationTimestamp": "2021-03-04T10:15:00Z",
+            "labels": dict(LABELS),
+            "managedFields": [
+                entry("kaiwu-reconciler", "Apply", applied_fields()),
+                entry("kube-controller-manager", "Update", status_fields()),
+            ],
+        },
+        "spec": {
+            "podManagementPolicy": "Parallel",
+            "replicas": 3,
+            "revisionHistoryLimit": 10,
+            "selector": {"matchLabels": dict(SELECTOR)},
+            "serviceName": "kwdb",
+            "template": {
+                "metadata": {"creationTimestamp": None, "labels": dict(LABELS)},
+                "spec": {
+                    "containers": [
+                        {
+                            "command": list(COMMAND),
+                            "env": [
+                                {
+                                    "name": "POD_NAME",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "apiVersion": "v1",
+                                            "fieldPath": "metadata.name",
+                                        }
+                                    },
+                                },
+                                {"name": "LD_LIBRARY_PATH", "value": "/kaiwudb/lib"},
+                            ],
+                            "image": "kwdb/kwdb:2.1.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "livenessProbe": {
+                                "httpGet": {"path": "/health", "port": "http", "scheme": "HTTP"},
+                                "initialDelaySeconds": 30,
+                                "periodSeconds": 10,
+                                **probe_defaults,
+                            },
+                            "name": "kwbase",
+                            "ports": [
+                                {"containerPort": 26257, "name": "sql", "protocol": "TCP"},
+                                {"containerPort": 8080, "name": "http", "protocol": "TCP"},
+                                {"containerPort": 27257, "name": "brpc", "protocol": "TCP"},
+                            ],
+                            "readinessProbe": {
+                                "httpGet": {
+                                    "path": "/health?ready=1",
+                                    "port": "http",
+                                    "scheme": "HTTP",
+                                },
+                                "periodSeconds": 5,
+                                **probe_defaults,
+                            },
+                            "resources": {
+                                "limits": {"memory": "4Gi"},
+                                "requests": {"cpu": "1", "memory": "2Gi"},
+                            },
+                            "terminationMessagePath": "/dev/termination-log",
+                            "terminationMessagePolicy": "File",
+                            "volumeMounts": [{"mountPath": "/kaiwudb/deploy/data", "name": "data"}],
+                        }
+                    ],
+                    "dnsPolicy": "ClusterFirst",
+                    "restartPolicy": "Always",
+                    "schedulerName": "default-scheduler",
+                    "securityContext": {},
+                    "serviceAccount": "kwdb",
+                    "serviceAccountName": "kwdb",
+                    "terminationGracePeriodSeconds": 60,
+                },
+            },
+            "updateStrategy": {"type": "RollingUpdate"},
+            "volumeClaimTemplates": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {
+                        "creationTimestamp": None,
+                        "labels": dict(SELECTOR),
+                        "name": "data",
+                    },
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "10Gi"}},
+                        "volumeMode": "Filesystem",
+                    },
+                    "status": {"phase": "Pending"},
+                }
+            ],
+        },
+        "status": {
+            "collisionCount": 0,
+            "currentReplicas": 3,
+            "currentRevision": "kwdb-7c9f6d5b8",
+            "observedGeneration": 1,
+            "readyReplicas": 3,
+            "replicas": 3,
+            "updateRevision": "kwdb-7c9f6d5b8",
+            "updatedReplicas": 3,
+        },
+    }
+
+
+def created_by_client_side_apply() -> Obj:
+    """The same object made by `kubectl apply` (client side): an Update that owns the defaults.
+
+    An Update records every field of the object it sent after the server defaulted it, so this
+    manager owns terminationMessagePath, dnsPolicy, revisionHistoryLimit and friends.
+    """
+    live = live_statefulset()
+    probe: Obj = {
+        ".": {},
+        "f:failureThreshold": {},
+        "f:httpGet": {".": {}, "f:path": {}, "f:port": {}, "f:scheme": {}},
+        "f:initialDelaySeconds": {},
+        "f:periodSeconds": {},
+        "f:successThreshold": {},
+        "f:timeoutSeconds": {},
+    }
+    fields = applied_fields()
+    container = fields["f:spec"]["f:template"]["f:spec"]["f:containers"][KWBASE]
+    container.update(
+        {
+            "f:imagePullPolicy": {},
+            "f:livenessProbe": probe,
+            "f:readinessProbe": probe,
+            "f:terminationMessagePath": {},
+            "f:terminationMessagePolicy": {},
+        }
+    )
+    container["f:env"]['k:{"name":"POD_NAME"}']["f:valueFrom"] = {
+        ".": {},
+        "f:fieldRef": {".": {}, "f:apiVersion": {}, "f:fieldPath": {}},
+    }
+    for port in container["f:ports"].values():
+        port["f:protocol"] = {}
+    pod = fields["f:spec"]["f:template"]["f:spec"]
+    for name in ("dnsPolicy", "restartPolicy", "schedulerName", "securityContext"):
+        pod[f"f:{name}"] = {}
+    pod["f:serviceAccount"] = {}
+    fields["f:spec"]["f:revisionHistoryLimit"] = {}
+    live["metadata"]["managedFields"] = [
+        entry("kubectl-client-side-apply", "Update", fields),
+        entry("kube-controller-manager", "Update", status_fields()),
+    ]
+    live["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(desired_statefulset())
+    }
+    return live
+
+
+def kwbase(obj: Obj) -> Obj:
+    container: Obj = obj["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def our_container_fields(live: Obj) -> Obj:
+    fields: Obj = live["metadata"]["managedFields"][0]["fieldsV1"]
+    container: Obj = fields["f:spec"]["f:template"]["f:spec"]["f:containers"][KWBASE]
+    return container
+
+
+def desired_headless_service() -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kwdb", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": "sql", "port": 26257, "targetPort": "sql"},
+                {"name": "http", "port": 8080, "targetPort": "http"},
+                {"name": "brpc", "port": 27257, "targetPort": "brpc"},
+            ],
+            "selector": dict(SELECTOR),
+        },
+    }
+
+
+def live_headless_service() -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kwdb",
+            "namespace": "kaiwu",
+            "uid": "b603619d-a613-4c34-86ca-35c0ae4fc526",
+            "resourceVersion": "48190",
+            "creationTimestamp": "2021-03-04T10:15:00Z",
+            "labels": dict(LABELS),
+            "managedFields": [
+                entry(
+                    "kaiwu-reconciler",
+                    "Apply",
+                    {
+                        "f:metadata": {"f:labels": _labels_fields()},
+                        "f:spec": {
+                            "f:clusterIP": {},
+                            "f:ports": {
+                                f'k:{{"port":{port},"protocol":"TCP"}}': {
+                                    ".": {},
+                                    "f:name": {},
+                                    "f:port": {},
+                                    "f:targetPort": {},
+                                }
+                                for port in (26257, 8080, 27257)
+                            },
+                            "f:publishNotReadyAddresses": {},
+                            "f:selector": {f"f:{key}": {} for key in SELECTOR},
+                        },
+                    },
+                    api_version="v1",
+                )
+            ],
+        },
+        "spec": {
+            "ports": [
+                {"name": "sql", "protocol": "TCP", "port": 26257, "targetPort": "sql"},
+                {"name": "http", "protocol": "TCP", "port": 8080, "targetPort": "http"},
+                {"name": "brpc", "protocol": "TCP", "port": 27257, "targetPort": "brpc"},
+            ],
+            "selector": dict(SELECTOR),
+            "clusterIP": "None",
+            "clusterIPs": ["None"],
+            "type": "ClusterIP",
+            "sessionAffinity": "None",
+            "publishNotReadyAddresses": True,
+        },
+        "status": {"loadBalancer": {}},
+    }
+
+
+def desired_client_service() -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kwdb-public", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "spec": {
+            "ports": [
+                {"name": "sql", "port": 26257, "targetPort": 26257},
+                {"name": "http", "port": 8080},
+            ],
+            "selector": dict(SELECTOR),
+        },
+    }
+
+
+def live_client_service() -> Obj:
+    """Created by a client-side `kubectl apply`: an Update owning defaults and allocations."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kwdb-public",
+            "namespace": "kaiwu",
+            "uid": "27aac868-e08b-407e-a1e8-8208da71b5a3",
+            "resourceVersion": "48192",
+            "creationTimestamp": "2021-03-04T10:15:00Z",
+            "labels": dict(LABELS),
+            "managedFields": [
+                entry(
+                    "kubectl-client-side-apply",
+                    "Update",
+                    {
+                        "f:metadata": {"f:labels": {".": {}, **_labels_fields()}},
+                        "f:spec": {
+                            "f:ports": {
+                                ".": {},
+                                'k:{"port":26257,"protocol":"TCP"}': {
+                                    ".": {},
+                                    "f:name": {},
+                                    "f:port": {},
+                                    "f:protocol": {},
+                                    "f:targetPort": {},
+                                },
+                                'k:{"port":8080,"protocol":"TCP"}': {
+                                    ".": {},
+                                    "f:name": {},
+                                    "f:port": {},
+                                    "f:protocol": {},
+                                    "f:targetPort": {},
+                                },
+                            },
+                            "f:selector": {".": {}, **{f"f:{key}": {} for key in SELECTOR}},
+                            "f:sessionAffinity": {},
+                            "f:type": {},
+                        },
+                    },
+                    api_version="v1",
+                )
+            ],
+        },
+        "spec": {
+            "ports": [
+                {"name": "sql", "protocol": "TCP", "port": 26257, "targetPort": 26257},
+                {"name": "http", "protocol": "TCP", "port": 8080, "targetPort": 8080},
+            ],
+            "selector": dict(SELECTOR),
+            "clusterIP": "10.96.122.139",
+            "clusterIPs": ["10.96.122.139"],
+            "type": "ClusterIP",
+            "sessionAffinity": "None",
+        },
+        "status": {"loadBalancer": {}},
+    }
+
+
+# --- a freshly applied cluster is in sync ---
+
+
+def test_a_freshly_applied_statefulset_is_in_sync() -> None:
+    report = check(desired_statefulset(), live_statefulset())
+
+    assert not report.drifted
+    assert report.changes == ()
+    assert report.desired_hash == report.live_hash
+    assert format_report(report) == "StatefulSet kaiwu/kwdb: in sync"
+
+
+def test_services_with_allocated_addresses_and_defaults_are_in_sync() -> None:
+    # The headless Service keeps the clusterIP: None we render; the client Service gets an
+    # allocated address, a default type, session affinity, protocol and targetPort.
+    assert not check(desired_headless_service(), live_headless_service()).drifted
+    assert not check(desired_client_service(), live_client_service()).drifted
+
+
+def test_a_headless_service_recreated_with_a_cluster_ip_is_drift() -> None:
+    # Allocated addresses are ignored, except where we render one: headless is "None".
+    live = live_headless_service()
+    live["spec"].update(clusterIP="10.96.40.7", clusterIPs=["10.96.40.7"])
+
+    report = check(desired_headless_service(), live)
+
+    change = change_at(report, "/spec/clusterIP")
+    assert (change.desired, change.live) == ("None", "10.96.40.7")
+
+
+def test_server_defaults_owned_by_a_client_side_apply_are_not_drift() -> None:
+    report = check(desired_statefulset(), created_by_client_side_apply())
+
+    assert not report.drifted, format_report(report)
+
+
+def test_an_object_that_does_not_exist_is_reported_missing() -> None:
+    report = check(desired_statefulset(), None)
+
+    assert report.drifted
+    assert report.live_hash == ""
+    assert [(c.kind, c.pointer) for c in report.changes] == [("removed", "")]
+    assert format_report(report) == "StatefulSet kaiwu/kwdb: missing"
+
+
+# --- hand edits are drift ---
+
+
+def test_an_image_changed_with_kubectl_set_image_is_drift_with_path_and_values() -> None:
+    live = live_statefulset()
+    kwbase(live)["image"] = "kwdb/kwdb:2.0.0"
+    # The Update takes the field over from our apply.
+    del our_container_fields(live)["f:image"]
+    set_image: Obj = {
+        "f:spec": {"f:template": {"f:spec": {"f:containers": {KWBASE: {"f:image": {}}}}}}
+    }
+    live["metadata"]["managedFields"].append(entry("kubectl-set", "Update", set_image))
+
+    report = check(desired_statefulset(), live)
+
+    assert report.drifted
+    assert report.desired_hash != report.live_hash
+    assert report.changes == (
+        Change(
+            kind="changed",
+            pointer="/spec/template/spec/containers/kwbase/image",
+            path="spec.template.spec.containers[kwbase].image",
+            desired="kwdb/kwdb:2.1.0",
+            live="kwdb/kwdb:2.0.0",
+            managers=("kubectl-set",),
+        ),
+    )
+    assert format_report(report).splitlines() == [
+        "StatefulSet kaiwu/kwdb: drifted (1 change)",
+        '  spec.template.spec.containers[kwbase].image: "kwdb/kwdb:2.1.0" -> "kwdb/kwdb:2.0.0"'
+        " [changed] (by kubectl-set)",
+    ]
+
+
+def test_scaling_the_statefulset_by_hand_is_drift() -> None:
+    live = live_statefulset()
+    live["spec"]["replicas"] = 5
+
+    report = check(desired_statefulset(), live)
+
+    change = change_at(report, "/spec/replicas")
+    assert (change.kind, change.desired, change.live) == ("changed", 3, 5)
+
+
+def test_an_env_var_added_with_kubectl_set_env_is_drift() -> None:
+    live = live_statefulset()
+    # kubectl set env (a strategic merge patch) puts the new variable first.
+    kwbase(live)["env"].insert(0, {"name": "KWBASE_DEBUG", "value": "1"})
+    set_env: Obj = {
+        "f:spec": {
+            "f:template": {
+                "f:spec": {
+                    "f:containers": {
+                        KWBASE: {
+                            "f:env": {
+                                'k:{"name":"KWBASE_DEBUG"}': {".": {}, "f:name": {}, "f:value": {}}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    live["metadata"]["managedFields"].append(entry("kubectl-set", "Update", set_env))
+
+    report = check(desired_statefulset(), live)
+
+    assert report.changes == (
+        Change(
+            "added",
+            "/spec/template/spec/containers/kwbase/env/KWBASE_DEBUG",
+            "spec.template.spec.containers[kwbase].env[KWBASE_DEBUG]",
+            None,
+            {"name": "KWBASE_DEBUG", "value": "1"},
+            ("kubectl-set",),
+        ),
+    )
+
+
+def test_an_extra_item_in_a_list_we_render_is_drift_even_without_managed_fields() -> None:
+    live = live_statefulset()
+    del live["metadata"]["managedFields"]
+    kwbase(live)["env"].append({"name": "KWBASE_DEBUG", "value": "1"})
+    kwbase(live)["ports"].append({"containerPort": 9090, "name": "metrics", "protocol": "TCP"})
+
+    report = check(desired_statefulset(), live)
+
+    assert {(c.kind, c.pointer) for c in report.changes} == {
+        ("added", "/spec/template/spec/containers/kwbase/env/KWBASE_DEBUG"),
+        ("added", "/spec/template/spec/containers/kwbase/ports/9090~1TCP"),
+    }
+
+
+def test_a_changed_container_port_is_drift() -> None:
+    live = live_statefulset()
+    kwbase(live)["ports"][0]["containerPort"] = 26258
+
+    report = check(desired_statefulset(), live)
+
+    ports = "/spec/template/spec/containers/kwbase/ports/"
+    assert {(c.kind, c.pointer) for c in report.changes} == {
+        ("removed", ports + "26257~1TCP"),
+        ("added", ports + "26258~1TCP"),
+    }
+    assert change_at(report, ports + "26257~1TCP").desired == {
+        "containerPort": 26257,
+        "name": "sql",
+    }
+
+
+def test_a_field_added_inside_our_container_with_kubectl_edit_is_drift() -> None:
+    live = live_statefulset()
+    kwbase(live)["stdin"] = True
+    kwbase(live)["imagePullPolicy"] = "Always"
+    edit: Obj = {
+        "f:spec": {
+            "f:template": {
+                "f:spec": {"f:containers": {KWBASE: {"f:stdin": {}, "f:imagePullPolicy": {}}}}
+            }
+        }
+    }
+    live["metadata"]["managedFields"].append(entry("kubectl-edit", "Update", edit))
+
+    report = check(desired_statefulset(), live)
+
+    assert [(c.kind, c.path, c.live, c.managers) for c in report.changes] == [
+        (
+            "added",
+            "spec.template.spec.containers[kwbase].imagePullPolicy",
+            "Always",
+            ("kubectl-edit",),
+        ),
+        ("added", "spec.template.spec.containers[kwbase].stdin", True, ("kubectl-edit",)),
+    ]
+
+
+def test_a_field_nobody_owns_is_a_server_default_and_not_drift() -> None:
+    # The same values without a managedFields entry: the server put them there.
+    live = live_statefulset()
+    kwbase(live)["stdin"] = True
+    live["spec"]["minReadySeconds"] = 10
+
+    assert not check(desired_statefulset(), live).drifted
+
+
+def _spread_over_zones(obj: Obj, fields: Obj | None) -> None:
+    """Add a topology spread constraint, and our apply's ownership of it when ``fields``."""
+    obj["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": dict(SELECTOR)},
+        }
+    ]
+    if fields is not None:
+        key = 'k:{"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}'
+        pod = fields["f:spec"]["f:template"]["f:spec"]
+        pod["f:topologySpreadConstraints"] = {
+            key: {
+                ".": {},
+                "f:labelSelector": {},
+                "f:maxSkew": {},
+                "f:topologyKey": {},
+                "f:whenUnsatisfiable": {},
+            }
+        }
+
+
+def test_inside_an_atomic_value_the_last_writer_owns_everything() -> None:
+    # A label selector is atomic: whoever writes any part of it owns all of it.
+    desired = desired_statefulset()
+    _spread_over_zones(desired, None)
+    live = live_statefulset()
+    ours = live["metadata"]["managedFields"][0]["fieldsV1"]
+    _spread_over_zones(live, ours)
+    selector = live["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"]
+    selector["matchExpressions"] = [{"key": "tier", "operator": "In", "values": ["db"]}]
+    # Under our apply's ownership, what we did not send came from the server.
+    assert not check(desired, live).drifted
+
+    # kubectl edit of the selector takes the whole selector over: its additions are drift.
+    key = 'k:{"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule"}'
+    del ours["f:spec"]["f:template"]["f:spec"]["f:topologySpreadConstraints"][key][
+        "f:labelSelector"
+    ]
+    edit: Obj = {
+        "f:spec": {
+            "f:template": {
+                "f:spec": {"f:topologySpreadConstraints": {key: {"f:labelSelector": {}}}}
+            }
+        }
+    }
+    live["metadata"]["managedFields"].append(entry("kubectl-edit", "Update", edit))
+    report = check(desired, live)
+
+    change = change_at(
+        report,
+        "/spec/template/spec/topologySpreadConstraints/topology.kubernetes.io~1zone~1DoNotSchedule"
+        "/labelSelector/matchExpressions",
+    )
+    assert (change.kind, change.managers) == ("added", ("kubectl-edit",))
+
+
+def test_a_field_our_earlier_apply_set_and_we_no_longer_render_is_drift() -> None:
+    live = live_statefulset()
+    live["spec"]["minReadySeconds"] = 10
+    live["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:minReadySeconds"] = {}
+
+    report = check(desired_statefulset(), live)
+
+    change = change_at(report, "/spec/minReadySeconds")
+    assert (change.kind, change.live, change.managers) == ("added", 10, ("kaiwu-reconciler",))
+
+
+def test_a_memory_limit_rewritten_in_other_units_is_drift_only_when_the_value_changes() -> None:
+    live = live_statefulset()
+    limits = kwbase(live)["resources"]["limits"]
+    limits["memory"] = "4096Mi"  # the same 4Gi
+    assert not check(desired_statefulset(), live).drifted
+
+    limits["memory"] = "4G"  # 4 * 10^9 bytes, not 4 * 2^30
+    report = check(desired_statefulset(), live)
+
+    change = change_at(report, "/spec/template/spec/containers/kwbase/resources/limits/memory")
+    assert (change.desired, change.live) == ("4Gi", "4G")
+
+
+def test_quantities_compare_by_value_wherever_kubernetes_has_quantities() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["resources"]["requests"]["cpu"] = 0.5  # a YAML number
+    desired["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
+    ]
+    live = live_statefulset()
+    kwbase(live)["resources"]["requests"]["cpu"] = "500m"
+    live["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = "10240Mi"
+    live["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "scratch", "emptyDir": {"sizeLimit": "1024Mi"}}
+    ]
+
+    assert not check(desired, live).drifted
+
+
+def test_a_request_below_a_millicpu_is_rounded_up_by_the_server_and_not_drift() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["resources"]["requests"]["cpu"] = "100u"
+    live = live_statefulset()
+    kwbase(live)["resources"]["requests"]["cpu"] = "1m"  # SetDefaults_ResourceList
+
+    assert not check(desired, live).drifted
+
+
+def test_an_empty_dir_volume_keeps_its_type_although_it_is_an_empty_map() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["template"]["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    live = live_statefulset()
+    live["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "scratch", "hostPath": {"path": "/tmp", "type": ""}}
+    ]
+
+    report = check(desired, live)
+
+    change = change_at(report, "/spec/template/spec/volumes/scratch/emptyDir")
+    assert (change.kind, change.desired) == ("removed", {})
+
+
+def test_a_named_port_is_not_a_number() -> None:
+    desired = desired_client_service()
+    live = live_client_service()
+    live["spec"]["ports"][0]["targetPort"] = "26257"
+
+    report = check(desired, live)
+
+    change = change_at(report, "/spec/ports/26257~1TCP/targetPort")
+    assert (change.kind, change.desired, change.live) == ("changed", 26257, "26257")
+
+
+def test_ints_and_floats_compare_by_value() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["replicas"] = 3.0
+
+    assert not check(desired, live_statefulset()).drifted
+
+
+# --- labels and annotations ---
+
+
+def test_a_rendered_label_removed_is_drift() -> None:
+    live = live_statefulset()
+    del live["metadata"]["labels"]["app.kubernetes.io/component"]
+
+    report = check(desired_statefulset(), live)
+
+    change = change_at(report, "/metadata/labels/app.kubernetes.io~1component")
+    assert (change.kind, change.path) == (
+        "removed",
+        'metadata.labels["app.kubernetes.io/component"]',
+    )
+
+
+def test_a_rendered_label_changed_is_drift() -> None:
+    live = live_statefulset()
+    live["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] = "db"
+
+    assert check(desired_statefulset(), live).drifted
+
+
+def test_labels_annotations_and_finalizers_added_by_others_are_not_drift() -> None:
+    live = live_statefulset()
+    live["metadata"]["labels"]["team"] = "orders"
+    live["metadata"]["annotations"] = {"backup.example.com/schedule": "daily"}
+    live["metadata"]["finalizers"] = ["example.com/protect"]
+    live["spec"]["template"]["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/restartedAt": "2021-03-05T08:00:00Z"
+    }
+    others = {
+        "f:metadata": {
+            "f:labels": {"f:team": {}},
+            "f:annotations": {".": {}, "f:backup.example.com/schedule": {}},
+            "f:finalizers": {".": {}, 'v:"example.com/protect"': {}},
+        },
+        "f:spec": {
+            "f:template": {
+                "f:metadata": {
+                    "f:annotations": {".": {}, "f:kubectl.kubernetes.io/restartedAt": {}}
+                }
+            }
+        },
+    }
+    live["metadata"]["managedFields"].append(entry("kubectl-label", "Update", others))
+
+    assert not check(desired_statefulset(), live).drifted
+
+
+def test_a_finalizer_we_render_must_stay_but_others_may_add_theirs() -> None:
+    desired = desired_statefulset()
+    desired["metadata"]["finalizers"] = ["kaiwu.inspur.com/decommission"]
+    live = live_statefulset()
+    live["metadata"]["finalizers"] = ["example.com/backup", "kaiwu.inspur.com/decommission"]
+    assert not check(desired, live).drifted
+    assert not check(desired, live, dry_run=copy.deepcopy(live)).drifted
+
+    live["metadata"]["finalizers"] = ["example.com/backup"]
+    dry_run = copy.deepcopy(live)  # our apply would put ours back
+    dry_run["metadata"]["finalizers"].append("kaiwu.inspur.com/decommission")
+    report = check(desired, live, dry_run=dry_run)
+
+    change = change_at(report, "/metadata/finalizers")
+    assert (change.desired, change.live) == (["kaiwu.inspur.com/decommission"], None)
+
+
+def test_a_label_on_a_service_that_renders_none_is_not_drift() -> None:
+    desired = desired_headless_service()
+    del desired["metadata"]["labels"]
+    live = live_headless_service()
+    live["metadata"]["labels"]["team"] = "orders"
+
+    assert not check(desired, live).drifted
+
+
+# --- order ---
+
+
+def test_reordering_env_is_not_drift_but_reordering_arguments_is() -> None:
+    live = live_statefulset()
+    kwbase(live)["env"].reverse()
+    assert not check(desired_statefulset(), live).drifted
+
+    command = kwbase(live)["command"]
+    command[2], command[3] = command[3], command[2]
+    report = check(desired_statefulset(), live)
+
+    assert report.drifted
+    assert {c.pointer for c in report.changes} <= {
+        "/spec/template/spec/containers/kwbase/command/2",
+        "/spec/template/spec/containers/kwbase/command/3",
+    }
+
+
+def test_env_order_matters_once_one_variable_refers_to_another() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["env"].append({"name": "ADVERTISE", "value": "$(POD_NAME).kwdb"})
+    live = live_statefulset()
+    kwbase(live)["env"].insert(0, {"name": "ADVERTISE", "value": "$(POD_NAME).kwdb"})
+
+    report = check(desired, live)
+
+    change = change_at(report, "/spec/template/spec/containers/kwbase/env")
+    assert change.kind == "reordered"
+    assert change.desired == ["POD_NAME", "LD_LIBRARY_PATH", "ADVERTISE"]
+    assert change.live == ["ADVERTISE", "POD_NAME", "LD_LIBRARY_PATH"]
+
+
+def test_container_order_is_kept_but_containers_match_by_name() -> None:
+    desired = desired_statefulset()
+    sidecar = {"name": "exporter", "image": "kwdb/exporter:1.0"}
+    desired["spec"]["template"]["spec"]["containers"].append(dict(sidecar))
+    live = live_statefulset()
+    live_sidecar = {
+        **sidecar,
+        "imagePullPolicy": "IfNotPresent",
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "resources": {},
+    }
+    live["spec"]["template"]["spec"]["containers"].append(live_sidecar)
+    assert not check(desired, live).drifted
+
+    live["spec"]["template"]["spec"]["containers"].reverse()
+    report = check(desired, live)
+
+    assert [(c.kind, c.pointer, c.desired, c.live) for c in report.changes] == [
+        (
+            "reordered",
+            "/spec/template/spec/containers",
+            ["kwbase", "exporter"],
+            ["exporter", "kwbase"],
+        )
+    ]
+
+
+# --- ignore rules ---
+
+
+def test_an_ignore_rule_by_json_pointer_suppresses_a_change() -> None:
+    live = live_statefulset()
+    live["spec"]["replicas"] = 5
+    kwbase(live)["image"] = "kwdb/kwdb:2.0.0"
+    rules = parse_ignore_rules(
+        [
+            {"kind": "StatefulSet", "name": "kw*", "pointer": "/spec/replicas"},
+            {"pointer": "/spec/template/spec/containers/0/image"},
+        ]
+    )
+
+    assert not check(desired_statefulset(), live, ignore_rules=rules).drifted
+
+
+def test_an_ignore_rule_for_another_object_changes_nothing() -> None:
+    live = live_statefulset()
+    live["spec"]["replicas"] = 5
+    rules = (
+        IgnoreRule.parse({"kind": "StatefulSet", "name": "other", "pointer": "/spec/replicas"}),
+        IgnoreRule.parse({"kind": "Service", "pointer": "/spec/replicas"}),
+    )
+
+    assert check(desired_statefulset(), live, ignore_rules=rules).drifted
+
+
+def test_a_pointer_from_a_report_can_be_pasted_into_an_ignore_rule() -> None:
+    live = live_statefulset()
+    kwbase(live)["env"].append({"name": "KWBASE_DEBUG", "value": "1"})
+    report = check(desired_statefulset(), live)
+    rule = IgnoreRule.parse({"pointer": report.changes[0].pointer})
+
+    assert not check(desired_statefulset(), live, ignore_rules=[rule]).drifted
+
+
+def test_the_rollout_partition_the_reconciler_drives_is_not_drift() -> None:
+    live = live_statefulset()
+    live["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}
+    rollout: Obj = {
+        "f:spec": {"f:updateStrategy": {"f:rollingUpdate": {".": {}, "f:partition": {}}}}
+    }
+    live["metadata"]["managedFields"].append(entry("kaiwu-rollout", "Update", rollout))
+
+    assert not check(desired_statefulset(), live).drifted
+    # Without the built-in list it would be.
+    unguarded = DriftSettings(mask_key=b"test-key", builtin_ignores=False)
+    assert compare(desired_statefulset(), live, settings=unguarded).drifted
+
+
+def test_a_service_account_token_reference_from_the_token_controller_is_not_drift() -> None:
+    desired: Obj = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "kwdb", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "automountServiceAccountToken": False,
+    }
+    live = copy.deepcopy(desired)
+    live["secrets"] = [{"name": "kwdb-token-x7k2p"}]
+    live["metadata"]["managedFields"] = [
+        entry("kaiwu-reconciler", "Apply", {"f:automountServiceAccountToken": {}}, "v1"),
+        entry(
+            "kube-controller-manager",
+            "Update",
+            {"f:secrets": {".": {}, 'k:{"name":"kwdb-token-x7k2p"}': {".": {}, "f:name": {}}}},
+            "v1",
+        ),
+    ]
+
+    assert not check(desired, live).drifted
+
+
+# --- absent values ---
+
+
+def test_none_empty_maps_and_empty_lists_mean_absent() -> None:
+    desired = desired_statefulset()
+    pod = desired["spec"]["template"]["spec"]
+    pod["tolerations"] = []
+    pod["nodeSelector"] = {}
+    pod["affinity"] = None
+    kwbase(desired)["args"] = []
+    kwbase(desired)["securityContext"] = {}
+
+    assert not check(desired, live_statefulset()).drifted
+
+
+def test_zero_values_the_server_drops_are_not_drift_but_kept_ones_are_compared() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["volumeMounts"][0]["readOnly"] = False  # omitted by the server
+    assert not check(desired, live_statefulset()).drifted
+
+    desired["spec"]["replicas"] = 0  # a pointer: the server keeps 0
+    assert check(desired, live_statefulset()).drifted
+
+
+# --- secrets ---
+
+
+def desired_secret() -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "kwdb-users", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "type": "Opaque",
+        "stringData": {"root-password": "hunter2-hunter2", "app-password": "correct horse"},
+    }
+
+
+def live_secret(**data: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "kwdb-users",
+            "namespace": "kaiwu",
+            "uid": "0c1d2e3f-4a5b-6c7d-8e9f-a0b1c2d3e4f5",
+            "resourceVersion": "48300",
+            "creationTimestamp": "2021-03-04T10:15:00Z",
+            "labels": dict(LABELS),
+        },
+        "type": "Opaque",
+        "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()},
+    }
+
+
+def test_secret_values_are_masked_equally_and_never_shown() -> None:
+    same = live_secret(**{"root-password": "hunter2-hunter2", "app-password": "correct horse"})
+    assert not check(desired_secret(), same).drifted
+
+    changed = live_secret(**{"root-password": "hunter2-hunter2", "app-password": "battery staple"})
+    report = check(desired_secret(), changed)
+    text = format_report(report) + repr(report)
+
+    change = change_at(report, "/data/app-password")
+    assert change.kind == "changed"
+    assert change.desired.startswith("***") and change.live.startswith("***")
+    assert change.desired != change.live
+    for secret in ("correct horse", "battery staple", "hunter2", "Y29ycmVjdCBob3JzZQ=="):
+        assert secret not in text
+    # Equal values mask equally: a reviewer sees which key changed and which did not.
+    projection = normalise(desired_secret(), changed, settings=SETTINGS)
+    assert projection.live is not None
+    assert projection.desired["data"]["root-password"] == projection.live["data"]["root-password"]
+    assert projection.desired["data"]["app-password"] != projection.live["data"]["app-password"]
+
+
+def test_secret_looking_env_values_and_flags_are_masked() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["env"].append({"name": "KWDB_ROOT_PASSWORD", "value": "s3cr3t-one"})
+    kwbase(desired)["command"].append("--password=s3cr3t-two")
+    live = live_statefulset()
+    kwbase(live)["env"].append({"name": "KWDB_ROOT_PASSWORD", "value": "s3cr3t-changed"})
+    kwbase(live)["command"].append("--password=s3cr3t-two")
+
+    report = check(desired, live)
+    text = format_report(report)
+
+    assert "s3cr3t" not in text and "s3cr3t" not in json.dumps(normalise(desired, live).desired)
+    change = change_at(report, "/spec/template/spec/containers/kwbase/env/KWDB_ROOT_PASSWORD/value")
+    assert change.desired.startswith("***") and change.desired != change.live
+
+
+def test_masks_differ_between_keys_so_they_cannot_be_looked_up() -> None:
+    a = normalise(desired_secret(), None, settings=DriftSettings(mask_key=b"a"))
+    b = normalise(desired_secret(), None, settings=DriftSettings(mask_key=b"b"))
+
+    assert a.desired["data"] != b.desired["data"]
+
+
+# --- server-side apply dry run ---
+
+
+def test_a_dry_run_shows_what_admission_changed_so_it_is_not_drift() -> None:
+    # A mutating webhook rewrites images to a registry mirror.
+    live = live_statefulset()
+    kwbase(live)["image"] = "mirror.example.com/kwdb/kwdb:2.1.0"
+    assert check(desired_statefulset(), live).drifted
+
+    dry_run = copy.deepcopy(live)
+    assert not check(desired_statefulset(), live, dry_run=dry_run).drifted
+
+
+def test_a_dry_run_still_sees_an_env_var_someone_added() -> None:
+    live = live_statefulset()
+    kwbase(live)["env"].append({"name": "KWBASE_DEBUG", "value": "1"})
+    dry_run = copy.deepcopy(live)  # an apply keeps fields others own
+
+    report = check(desired_statefulset(), live, dry_run=dry_run)
+
+    assert [c.pointer for c in report.changes] == [
+        "/spec/template/spec/containers/kwbase/env/KWBASE_DEBUG"
+    ]
+
+
+def test_a_field_the_server_drops_is_not_drift_with_a_dry_run() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["persistentVolumeClaimRetentionPolicy"] = {"whenScaled": "Delete"}  # 1.27+
+    live = live_statefulset()
+    assert check(desired, live).drifted
+
+    assert not check(desired, live, dry_run=copy.deepcopy(live)).drifted
+
+
+# --- the hash: equal exactly when nothing drifted ---
+
+
+def _server_variations() -> list[Callable[[Obj], None]]:
+    """Things an API server or a harmless neighbour does to an object: never drift."""
+
+    def pod(obj: Obj) -> Obj:
+        spec: Obj = obj["spec"]["template"]["spec"]
+        return spec
+
+    def default_protocols(obj: Obj) -> None:
+        for port in kwbase(obj)["ports"]:
+            port["protocol"] = "TCP"
+
+    def respell(obj: Obj) -> None:
+        kwbase(obj)["resources"]["requests"].update(cpu="1", memory="2048Mi")
+        storage = obj["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]
+        storage["storage"] = "10737418240"
+
+    return [
+        lambda obj: kwbase(obj).update(terminationMessagePath="/dev/termination-log"),
+        lambda obj: kwbase(obj).update(terminationMessagePolicy="File", securityContext={}),
+        lambda obj: kwbase(obj).update(imagePullPolicy="IfNotPresent"),
+        lambda obj: pod(obj).update(dnsPolicy="ClusterFirst", restartPolicy="Always"),
+        lambda obj: pod(obj).update(schedulerName="default-scheduler", securityContext={}),
+        lambda obj: pod(obj).update(serviceAccount="kwdb", enableServiceLinks=True),
+        lambda obj: obj["spec"].update(revisionHistoryLimit=10),
+        lambda obj: obj["spec"]["updateStrategy"].update(rollingUpdate={"partition": 0}),
+        lambda obj: kwbase(obj)["livenessProbe"].update(timeoutSeconds=1, successThreshold=1),
+        lambda obj: kwbase(obj)["livenessProbe"].update(periodSeconds=10, failureThreshold=3),
+        lambda obj: kwbase(obj)["livenessProbe"]["httpGet"].update(scheme="HTTP"),
+        default_protocols,
+        lambda obj: kwbase(obj)["env"][0]["valueFrom"]["fieldRef"].update(apiVersion="v1"),
+        lambda obj: obj["spec"]["volumeClaimTemplates"][0].update(
+            apiVersion="v1", kind="PersistentVolumeClaim", status={"phase": "Pending"}
+        ),
+        lambda obj: obj["spec"]["volumeClaimTemplates"][0]["spec"].update(volumeMode="Filesystem"),
+        lambda obj: obj["spec"]["template"]["metadata"].update(creationTimestamp=None),
+        lambda obj: obj["metadata"]["labels"].update(team="orders"),
+        lambda obj: obj["metadata"].update(annotations={"note": "x"}, generation=4, uid="u-1"),
+        lambda obj: obj.update(status={"replicas": 3, "readyReplicas": 2}),
+        respell,
+    ]
+
+
+def _owned_by_an_update(obj: Obj) -> Obj:
+    """FieldsV1 of an Update that sent every field of ``obj`` (a client-side apply or create)."""
+    keys = {"containers": ("name",), "env": ("name",), "volumeMounts": ("mountPath",)}
+
+    def fields(value: Any, field_name: str = "") -> Obj:
+        if isinstance(value, dict):
+            return {f"f:{k}": fields(v, k) for k, v in value.items() if k != "status"}
+        if isinstance(value, list) and field_name in keys | {"ports": ()}:
+            owned: Obj = {".": {}}
+            for item in value:
+                if field_name == "ports":
+                    key = {"containerPort": item["containerPort"], "protocol": "TCP"}
+                else:
+                    key = {name: item[name] for name in keys[field_name]}
+                owned["k:" + json.dumps(key, separators=(",", ":"))] = {".": {}, **fields(item)}
+            return owned
+        return {}
+
+    return fields({k: v for k, v in obj.items() if k not in ("metadata", "status")})
+
+
+variations = st.lists(st.sampled_from(_server_variations()), unique=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), changes=variations, owned=st.booleans())
+def test_permuted_keyed_lists_and_server_defaults_never_change_the_hash(
+    data: st.DataObject, changes: list[Callable[[Obj], None]], owned: bool
+) -> None:
+    desired = desired_statefulset()
+    live = copy.deepcopy(desired)
+    for change in changes:
+        change(live)
+    container = kwbase(live)
+    for name in ("env", "ports", "volumeMounts"):
+        container[name] = data.draw(st.permutations(container[name]))
+    if owned:
+        live["metadata"]["managedFields"] = [
+            entry("kubectl-client-side-apply", "Update", _owned_by_an_update(live))
+        ]
+
+    report = check(desired, live)
+
+    assert report.desired_hash == report.live_hash, format_report(report)
+    assert not report.drifted
+    assert report.desired_hash == check(desired, live_statefulset()).desired_hash
+
+
+def _real_drift() -> list[Callable[[Obj], None]]:
+    return [
+        lambda obj: kwbase(obj).update(image="kwdb/kwdb:2.2.0"),
+        lambda obj: obj["spec"].update(replicas=4),
+        lambda obj: kwbase(obj)["env"].append({"name": "X", "value": "1"}),
+        lambda obj: kwbase(obj)["ports"].pop(),
+        lambda obj: kwbase(obj)["command"].append("--max-offset=250ms"),
+        lambda obj: kwbase(obj)["resources"]["limits"].update(memory="4G"),
+        lambda obj: obj["metadata"]["labels"].pop("app.kubernetes.io/name"),
+        lambda obj: kwbase(obj)["volumeMounts"][0].update(mountPath="/data"),
+        lambda obj: kwbase(obj)["readinessProbe"].update(periodSeconds=6),
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    noise=variations,
+    drift=st.lists(st.sampled_from(_real_drift()), min_size=1, unique=True),
+)
+def test_any_real_change_changes_the_hash_and_is_reported(
+    noise: list[Callable[[Obj], None]], drift: list[Callable[[Obj], None]]
+) -> None:
+    desired = desired_statefulset()
+    live = copy.deepcopy(desired)
+    for change in noise + drift:
+        change(live)
+
+    report = check(desired, live)
+
+    assert report.drifted and report.desired_hash != report.live_hash
+    assert report.changes
+
+
+def test_the_projection_hash_is_canonical_json() -> None:
+    assert projection_hash({"b": [1, 2], "a": "é"}) == projection_hash({"a": "é", "b": [1, 2]})
+    assert projection_hash({"a": 1}) != projection_hash({"a": "1"})
+    assert projection_hash({}).startswith("sha256:")
+
+
+# --- the building blocks ---
+
+
+@given(
+    st.fractions(min_value=0, max_value=10**12, max_denominator=1000),
+    st.sampled_from(["", "m", "k", "M", "Ki", "Mi"]),
+)
+def test_a_quantity_written_any_way_has_one_canonical_spelling(value: Any, suffix: str) -> None:
+    from fractions import Fraction
+
+    scale: dict[str, Fraction | int] = {
+        "": 1,
+        "m": Fraction(1, 1000),
+        "k": 1000,
+        "M": 10**6,
+        "Ki": 1024,
+        "Mi": 2**20,
+    }
+    mantissa = Fraction(value) / scale[suffix]
+    if mantissa.denominator not in (1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 125, 200, 250, 500):
+        return  # not writable as a finite decimal with this suffix
+    from decimal import Decimal
+
+    spelled = f"{Decimal(mantissa.numerator) / Decimal(mantissa.denominator)}{suffix}"
+    spelling = comparable(spelled)
+    assert isinstance(spelling, str)
+    assert parse(spelling).value == parse(spelled).value
+
+
+def test_quantity_examples() -> None:
+    assert comparable("1000m") == comparable("1") == "1"
+    assert comparable("0.5") == comparable("500m") == "500m"
+    assert comparable("1Gi") == comparable("1024Mi") == "1Gi"
+    assert comparable("1G") == "1G" != comparable("1Gi")
+    assert comparable("1e3") == "1k"
+    assert comparable("not a quantity") == "not a quantity"
+
+
+def test_fields_v1_is_parsed_into_typed_path_elements() -> None:
+    fields = parse_fields_v1(applied_fields())
+    containers = fields.field_child("spec").field_child("template")  # type: ignore[union-attr]
+    containers = containers.field_child("spec").field_child("containers")  # type: ignore[union-attr]
+    assert containers is not None
+    kwbase_fields = containers.item_child({"name": "kwbase", "image": "x"})
+    assert kwbase_fields is not None and kwbase_fields.owns_self
+    ports = kwbase_fields.field_child("ports")
+    assert ports is not None
+    assert ports.item_child({"containerPort": 8080, "protocol": "TCP", "name": "http"})
+    assert ports.item_child({"containerPort": "8080", "protocol": "TCP"}) is None  # typed
+    assert PathElement.parse('v:"example.com/protect"').matches_item("example.com/protect")
+    assert PathElement.parse("i:3") == PathElement("i", 3)
+    paths = {"/".join(str(e) for e in path) for path in fields.paths()}
+    assert "f:spec/f:replicas" in paths
+    assert 'f:spec/f:template/f:spec/f:containers/k:{"name":"kwbase"}' in paths
+
+
+@pytest.mark.parametrize("bad", ["x:1", "k:[1]", "k:{", "i:one", "nocolon"])
+def test_malformed_fields_v1_is_rejected(bad: str) -> None:
+    with pytest.raises(FieldsV1Error):
+        parse_fields_v1({"f:spec": {bad: {}}})
+
+
+def test_a_malformed_managed_fields_entry_is_skipped_with_a_warning() -> None:
+    live = live_statefulset()
+    live["metadata"]["managedFields"].append(entry("broken", "Update", {"f:spec": {"q:x": {}}}))
+
+    entries, warnings = parse_managed_fields(live["metadata"]["managedFields"])
+    report = check(desired_statefulset(), live)
+
+    assert [e.manager for e in entries] == ["kaiwu-reconciler", "kube-controller-manager"]
+    assert len(warnings) == 1 and "broken" in warnings[0]
+    assert report.warnings == warnings and not report.drifted
+
+
+@given(st.lists(st.text(max_size=6), max_size=5))
+def test_json_pointers_round_trip(tokens: list[str]) -> None:
+    assert parse_pointer(format_pointer(tokens)) == tuple(tokens)
+
+
+def test_json_pointer_escapes() -> None:
+    assert parse_pointer("/metadata/annotations/a~1b~0c") == ("metadata", "annotations", "a/b~c")
+    assert parse_pointer("/~01") == ("~1",)
+    for bad in ("spec", "/a~2b", "/a~"):
+        with pytest.raises(ValueError):
+            parse_pointer(bad)
+    with pytest.raises(ValueError):
+        IgnoreRule.parse({"kind": "StatefulSet"})

@@ -1,0 +1,1 @@
+"""Unit tests of reconciler/kube/: the work queue. No test world."""

@@ -1,0 +1,1 @@
+"""Unit tests of reconciler/runtime/ and the image it ships in. No test world."""

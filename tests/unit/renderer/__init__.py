@@ -1,0 +1,1 @@
+"""Unit tests of renderer/: rendering, the CLI, quantities, semantics, diffs. No test world."""

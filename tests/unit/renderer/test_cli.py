@@ -1,0 +1,143 @@
+"""The `kaiwu` command as a user meets it: help, defaults, options, and what each run prints.
+
+Most stories call the console script in a fresh process (the installed entry point, exit codes
+as a shell sees them); the rest call `renderer.cli.main` in-process for speed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.render import (
+    EXAMPLES,
+    KUSTOMIZATION,
+    clean_env,
+    cluster,
+    kaiwu,
+    kaiwu_process,
+    read_tree,
+    render_tree,
+    write_yaml,
+)
+
+
+def words(text: str) -> str:
+    """Help text with argparse's wrapping (it follows the terminal width) undone."""
+    return " ".join(text.split())
+
+
+def test_help_names_every_command_and_the_exit_codes() -> None:
+    run = kaiwu_process("--help")
+    assert run.code == 0
+    for command in ("render", "validate", "diff", "reconcile"):
+        assert f" {command} " in words(run.stdout)
+    assert "(exit 0 none, 1 changes, 2 error)" in words(run.stdout)
+    diff_help = words(kaiwu_process("diff", "--help").stdout)
+    assert "--base BASE" in diff_help and "--format {text,markdown}" in diff_help
+
+
+def test_render_help_documents_the_defaults() -> None:
+    run = kaiwu_process("render", "--help")
+    assert run.code == 0
+    for default in ("(default 1.35)", "(default cluster.local)", "(default clusters)",
+                    "(default out)"):
+        assert default in words(run.stdout)
+
+
+def test_no_command_is_a_usage_error() -> None:
+    run = kaiwu_process()
+    assert run.code == 2
+    assert "usage: kaiwu" in run.stderr
+
+
+def test_an_unknown_option_is_a_usage_error() -> None:
+    run = kaiwu_process("render", "--colour")
+    assert run.code == 2
+    assert "unrecognized arguments: --colour" in run.stderr
+
+
+@pytest.mark.parametrize("version", ["latest", "1", "one.two", "1.x"])
+def test_a_kube_version_that_is_not_a_version_is_refused(version: str) -> None:
+    run = kaiwu("render", EXAMPLES, "--stdout", "--kube-version", version)
+    assert run.code == 2
+    assert "is not a Kubernetes version" in run.stderr
+
+
+def test_render_and_validate_default_to_clusters_and_out_in_the_working_directory(
+        tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "clusters")
+
+    validated = kaiwu_process("validate", cwd=tmp_path)
+    assert (validated.code, validated.stdout) == (0, "3 KaiwuCluster specs are valid\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["clusters"]
+
+    rendered = kaiwu_process("render", cwd=tmp_path)
+    assert rendered.code == 0, rendered.stderr
+    assert rendered.stdout == ("rendered 16 objects of 3 clusters into out/ (Kubernetes 1.35); "
+                               "apply with: kubectl apply -k out\n")
+    assert (tmp_path / "out" / KUSTOMIZATION).is_file()
+
+
+def test_a_single_file_can_be_rendered(tmp_path: Path) -> None:
+    objects = render_tree(EXAMPLES / "dev.yaml", tmp_path / "out")
+    assert {name.split("/")[0] for name in objects} == {"kaiwu-dev"}
+
+
+def test_only_yaml_files_outside_hidden_directories_are_read(tmp_path: Path) -> None:
+    """Notes, drafts in .drafts/ and editor leftovers do not break a render."""
+    source = tmp_path / "clusters"
+    write_yaml(source / "a.yaml", cluster("alpha", "shop"))
+    write_yaml(source / "team" / "b.yml", cluster("beta", "shop"))
+    write_yaml(source / ".drafts" / "c.yaml", {"kind": "NotACluster"})
+    (source / "README.md").write_text("# our clusters\n")
+    (source / "a.yaml.orig").write_text("garbage: [\n")
+    objects = render_tree(source, tmp_path / "out")
+    assert {name.split("/")[1] for name in objects} == {"alpha", "beta"}
+
+
+def test_validate_writes_nothing_even_when_all_is_well(tmp_path: Path) -> None:
+    source = tmp_path / "clusters"
+    write_yaml(source / "a.yaml", cluster("alpha", "shop"))
+    before = read_tree(tmp_path)
+    run = kaiwu("validate", source, EXAMPLES)
+    assert (run.code, run.stdout) == (0, "4 KaiwuCluster specs are valid\n")
+    assert read_tree(tmp_path) == before
+
+
+def test_an_empty_directory_renders_an_empty_kustomization(tmp_path: Path) -> None:
+    (tmp_path / "clusters").mkdir()
+    run = kaiwu("render", tmp_path / "clusters", "-o", tmp_path / "out")
+    assert run.code == 0
+    assert read_tree(tmp_path / "out") == {KUSTOMIZATION: (
+        b"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n")}
+
+
+def test_out_and_stdout_cannot_be_combined(tmp_path: Path) -> None:
+    run = kaiwu("render", EXAMPLES, "--stdout", "-o", tmp_path / "out")
+    assert run.code == 2
+    assert "not allowed with argument" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_diff_can_name_the_repository_from_outside_it(tmp_path: Path) -> None:
+    """Run from the repository's parent: paths are relative to where the user stands."""
+    env = clean_env(tmp_path)
+    repo = tmp_path / "infra"
+    write_yaml(repo / "clusters" / "a.yaml", cluster("alpha", "shop"))
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", *command], cwd=repo, env=env, check=True)
+    write_yaml(repo / "clusters" / "a.yaml", cluster("alpha", "shop", replicas=4))
+
+    run = kaiwu_process("diff", "infra/clusters", "--base", "HEAD", "--repo", "infra",
+                        cwd=tmp_path, env=env)
+
+    assert run.code == 1, run.stderr
+    assert "+  replicas: 4" in run.stdout
+    outside = kaiwu_process("diff", str(tmp_path / "elsewhere"), "--base", "HEAD", "--repo",
+                            "infra", cwd=tmp_path, env=env)
+    assert outside.code == 2
+    assert "is not inside the git repository" in outside.stderr

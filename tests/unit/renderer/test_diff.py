@@ -1,0 +1,352 @@
+"""`kaiwu diff`: a reviewer sees what a change to cluster files does to the rendered objects.
+
+Every story runs on a real git repository with a real history (git init, commit the cluster
+files, change replicas or the version, add or remove a cluster, commit again) and compares
+revisions (`--base HEAD~1`, `--base X --head Y`), the working tree, or two directories.
+Exit codes: 0 no change, 1 changes, 2 an error (a bad revision, an invalid spec on either side,
+a change the transition rules refuse). Secrets never appear in the output.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from renderer import diff
+from tests.support.render import (
+    Run,
+    clean_env,
+    cluster,
+    kaiwu,
+    kaiwu_process,
+    line_of,
+    to_text,
+    write_yaml,
+)
+
+MASK = re.compile(r"\*\*\*[0-9a-f]{16}")
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A git repository of cluster files; `kaiwu diff` runs with it as working directory."""
+
+    root: Path
+    env: dict[str, str]
+
+    def git(self, *args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=self.root, env=self.env, check=True,
+                                capture_output=True, text=True)
+        return result.stdout.strip()
+
+    def write(self, name: str, *documents: dict[str, Any]) -> None:
+        write_yaml(self.root / "clusters" / name, *documents)
+
+    def remove(self, name: str) -> None:
+        (self.root / "clusters" / name).unlink()
+
+    def commit(self, message: str) -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+    def diff(self, *args: str) -> Run:
+        return kaiwu("diff", *args)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repo]:
+    """Two clusters committed once: dev (insecure, 3 nodes) and orders (TLS, 5 nodes)."""
+    root = tmp_path / "infra"
+    root.mkdir()
+    env = clean_env(tmp_path)
+    for key in ("HOME", "GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
+                "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(key, env[key])
+    repo = Repo(root, env)
+    repo.git("init", "-q", "-b", "main")
+    repo.write("dev.yaml", dev())
+    repo.write("orders.yaml", orders())
+    repo.commit("two clusters")
+    monkeypatch.chdir(root)
+    yield repo
+
+
+def dev(**changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"replicas": 3, "tls": {"enabled": False},
+                            "storage": {"size": "5Gi"}}
+    spec.update(changes)
+    return cluster("dev", "kaiwu-dev", **spec)
+
+
+def orders(**changes: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"version": "3.2.1", "replicas": 5, "storage": {"size": "100Gi"},
+                            "extraEnv": [{"name": "DB_PASSWORD", "value": "hunter2"},
+                                         {"name": "TZ", "value": "UTC"}]}
+    spec.update(changes)
+    return cluster("orders", "shop", **spec)
+
+
+def listed(run: Run) -> list[tuple[str, str]]:
+    """The `  changed  Kind ns/name` lines at the top of the text output."""
+    return [(m[1], m[2]) for m in re.finditer(r"^ *(added|changed|removed)  (\S+ \S+)$",
+                                              run.stdout, re.MULTILINE)]
+
+
+def test_a_replica_change_is_one_changed_statefulset(repo: Repo) -> None:
+    repo.write("dev.yaml", dev(replicas=5))
+    repo.commit("dev: five nodes")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 1, run.stderr
+    assert listed(run) == [("changed", "StatefulSet kaiwu-dev/dev")]
+    assert "-  replicas: 3\n" in run.stdout and "+  replicas: 5\n" in run.stdout
+    assert "--- a/kaiwu-dev/dev/statefulset-dev.yaml" in run.stdout
+    assert re.search(r"^0 added, 1 changed, 0 removed, 9 unchanged$", run.stdout, re.MULTILINE)
+
+
+def test_the_working_tree_is_compared_with_a_revision(repo: Repo) -> None:
+    repo.write("orders.yaml", orders(version="3.2.2"))
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert run.code == 1
+    assert listed(run) == [("changed", "StatefulSet shop/orders")]
+    assert "-        image: kwdb/kwdb:3.2.1\n" in run.stdout
+    assert "+        image: kwdb/kwdb:3.2.2\n" in run.stdout
+
+    repo.commit("orders: 3.2.2")
+    unchanged = repo.diff("clusters", "--base", "HEAD")
+    assert unchanged.code == 0
+    assert unchanged.stdout == "No changes (10 objects unchanged).\n"
+
+
+def test_two_named_revisions_are_compared(repo: Repo) -> None:
+    first = repo.git("rev-parse", "HEAD")
+    repo.write("dev.yaml", dev(replicas=4))
+    second = repo.commit("dev: four")
+    repo.write("dev.yaml", dev(replicas=6))
+    repo.commit("dev: six")
+
+    run = repo.diff("clusters", "--base", first, "--head", second)
+    assert run.code == 1
+    assert "+  replicas: 4\n" in run.stdout and "replicas: 6" not in run.stdout
+    assert repo.diff("clusters", "--base", second, "--head", second).code == 0
+
+
+def test_adding_and_removing_a_cluster(repo: Repo) -> None:
+    repo.write("edge.yaml", cluster("edge", "kaiwu-edge", startMode="single-node", replicas=1))
+    repo.commit("edge site")
+    added = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+    assert added.code == 1
+    assert listed(added) == [("added", "PodDisruptionBudget kaiwu-edge/edge"),
+                             ("added", "Service kaiwu-edge/edge"),
+                             ("added", "Service kaiwu-edge/edge-public"),
+                             ("added", "ServiceAccount kaiwu-edge/edge"),
+                             ("added", "StatefulSet kaiwu-edge/edge")]
+    assert "--- /dev/null\n+++ b/kaiwu-edge/edge/statefulset-edge.yaml" in added.stdout
+
+    repo.remove("dev.yaml")
+    repo.commit("dev is gone")
+    removed = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+    assert removed.code == 1
+    assert {change for change, _ in listed(removed)} == {"removed"}
+    assert len(listed(removed)) == 5
+    assert "--- a/kaiwu-dev/dev/statefulset-dev.yaml\n+++ /dev/null" in removed.stdout
+
+
+def test_two_directories_are_compared(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "old" / "dev.yaml", dev())
+    write_yaml(tmp_path / "same" / "dev.yaml", dev())
+    write_yaml(tmp_path / "new" / "dev.yaml", dev(storage={"size": "8Gi"}))
+
+    assert kaiwu("diff", tmp_path / "old", tmp_path / "same").code == 0
+    run = kaiwu("diff", tmp_path / "old", tmp_path / "new")
+    assert run.code == 1
+    assert "-          storage: 5Gi\n+          storage: 8Gi\n" in run.stdout
+
+
+def test_a_respelt_quantity_is_no_change(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "old" / "dev.yaml", dev(storage={"size": "1Gi"}))
+    write_yaml(tmp_path / "new" / "dev.yaml", dev(storage={"size": "1024Mi"}))
+    assert kaiwu("diff", tmp_path / "old", tmp_path / "new").code == 0
+
+
+def test_a_bad_revision_is_an_error_not_a_traceback(repo: Repo) -> None:
+    run = kaiwu_process("diff", "clusters", "--base", "no-such-branch", cwd=repo.root,
+                        env=repo.env)
+    assert run.code == 2
+    assert "Traceback" not in run.stderr
+    assert "no-such-branch" in run.stderr
+    assert "check the revision name" in run.stderr
+    assert run.stdout == ""
+
+
+def test_an_invalid_spec_on_the_base_side_is_named_with_its_revision(repo: Repo) -> None:
+    broken = dev(replicas=2)
+    repo.write("dev.yaml", broken)
+    repo.commit("oops")
+    repo.write("dev.yaml", dev())
+    repo.commit("fixed")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 2
+    line = line_of(to_text(broken), 0, ("spec", "replicas"))
+    assert run.stderr.splitlines()[0].startswith(
+        f"HEAD~1:clusters/dev.yaml:{line}: spec.replicas: multi-replica needs at least 3 nodes")
+
+
+def test_an_invalid_spec_in_the_working_tree_is_named_with_its_path(repo: Repo) -> None:
+    repo.write("dev.yaml", dev(extraArgs=["--join=elsewhere:26257"]))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 2
+    assert re.match(r"^clusters/dev\.yaml:[0-9]+: spec\.extraArgs\[0\]: --join is managed",
+                    run.stderr)
+
+
+def test_changing_the_start_mode_is_refused(repo: Repo) -> None:
+    changed = dev(startMode="single-replica")
+    repo.write("dev.yaml", changed)
+    repo.commit("dev: single replica")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 2
+    line = line_of(to_text(changed), 0, ("spec", "startMode"))
+    assert run.stderr.splitlines()[0] == (
+        f"HEAD:clusters/dev.yaml:{line}: spec.startMode: the start mode cannot change "
+        "(multi-replica -> single-replica): it is written into every store (keep the old "
+        "start mode, or create a new cluster and migrate the data)")
+    assert run.stdout == ""
+
+
+def test_shrinking_volumes_is_refused(repo: Repo) -> None:
+    repo.write("orders.yaml", orders(storage={"size": "50Gi"}))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 2
+    assert "spec.storage.size: volumes cannot shrink (100Gi -> 50Gi) (keep 100Gi or more)" in (
+        run.stderr)
+
+
+def test_scaling_in_a_single_replica_cluster_is_refused(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "old" / "c.yaml", dev(startMode="single-replica", replicas=2))
+    write_yaml(tmp_path / "new" / "c.yaml", dev(startMode="single-replica", replicas=1))
+    run = kaiwu("diff", tmp_path / "old", tmp_path / "new")
+    assert run.code == 2
+    assert "a single-replica cluster cannot scale in" in run.stderr
+
+
+def test_diff_usage_mistakes_exit_2(tmp_path: Path) -> None:
+    assert kaiwu("diff", tmp_path).code == 2
+    assert kaiwu("diff", tmp_path, tmp_path, "--base", "HEAD").code == 2
+    assert kaiwu("diff", tmp_path, tmp_path, "--head", "HEAD").code == 2
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+def test_secret_looking_env_values_are_masked_and_equal_values_mask_equally(repo: Repo) -> None:
+    repo.write("orders.yaml", orders(extraEnv=[{"name": "DB_PASSWORD", "value": "s3cret"},
+                                               {"name": "TZ", "value": "Asia/Shanghai"}]))
+    repo.write("billing.yaml", cluster("billing", "shop", extraEnv=[
+        {"name": "DB_PASSWORD", "value": "s3cret"},
+        {"name": "API_TOKEN", "value": "hunter2"}]))
+    repo.commit("rotate the password, add billing")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 1
+    for secret in ("hunter2", "s3cret"):
+        assert secret not in run.stdout
+    assert "+          value: Asia/Shanghai\n" in run.stdout, "other values stay readable"
+    masks = {line.split()[0][0] + name: MASK.findall(line)[0]
+             for line, name in _masked_lines(run.stdout)}
+    # orders: hunter2 -> s3cret is visibly a change; billing's s3cret masks like orders' new one,
+    # and billing's token hunter2 like orders' old password.
+    assert masks["-orders:DB_PASSWORD"] != masks["+orders:DB_PASSWORD"]
+    assert masks["+orders:DB_PASSWORD"] == masks["+billing:DB_PASSWORD"]
+    assert masks["-orders:DB_PASSWORD"] == masks["+billing:API_TOKEN"]
+
+
+def _masked_lines(text: str) -> Iterator[tuple[str, str]]:
+    """(diff line, "cluster:VAR") for every masked env value in a unified diff."""
+    cluster_name, variable = "", ""
+    for line in text.splitlines():
+        if line.startswith("+++ ") or line.startswith("--- "):
+            found = re.search(r"/([a-z-]+)/statefulset-", line)
+            cluster_name = found[1] if found else cluster_name
+        elif "- name: " in line:
+            variable = line.split("- name: ")[1]
+        elif MASK.search(line) and line.startswith(("+", "-")):
+            yield line, f"{cluster_name}:{variable}"
+
+
+def test_a_secret_changed_alone_shows_as_a_change_of_masks(repo: Repo) -> None:
+    repo.write("orders.yaml", orders(extraEnv=[{"name": "DB_PASSWORD", "value": "hunter3"},
+                                               {"name": "TZ", "value": "UTC"}]))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 1
+    changed = [line for line in run.stdout.splitlines() if line.startswith(("+", "-"))
+               and not line.startswith(("+++", "---"))]
+    assert len(changed) == 2 and all(MASK.search(line) for line in changed)
+
+
+# --- markdown for pull-request comments ------------------------------------------------------
+
+def test_markdown_has_a_summary_table_and_one_collapsible_diff_per_object(repo: Repo) -> None:
+    repo.write("dev.yaml", dev(replicas=4))
+    repo.write("edge.yaml", cluster("edge", "kaiwu-edge", startMode="single-node", replicas=1))
+    repo.commit("scale dev, add edge")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD", "--format", "markdown")
+
+    assert run.code == 1
+    lines = run.stdout.splitlines()
+    assert lines[0] == "### KaiwuDB manifests: 5 added, 1 changed, 0 removed, 9 unchanged"
+    assert lines[2:4] == ["| change | object |", "| --- | --- |"]
+    assert "| changed | `StatefulSet kaiwu-dev/dev` |" in lines
+    assert run.stdout.count("<details><summary>") == 6
+    assert run.stdout.count("```diff\n") == run.stdout.count("</details>") == 6
+
+
+def test_markdown_says_so_when_nothing_changes(repo: Repo) -> None:
+    run = repo.diff("clusters", "--base", "HEAD", "--format", "markdown")
+    assert run.code == 0
+    assert run.stdout == "**KaiwuDB manifests:** no changes (10 objects unchanged).\n"
+
+
+def test_a_huge_change_stays_within_the_comment_budget(repo: Repo) -> None:
+    """Forty new clusters with long environments: far more diff than a comment can hold."""
+    env = [{"name": f"SETTING_{index:03d}", "value": "x" * 60} for index in range(60)]
+    for index in range(40):
+        repo.write(f"tenant-{index:02d}.yaml",
+                   cluster(f"tenant-{index:02d}", "tenants", extraEnv=env))
+    repo.commit("forty tenants")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD", "--format", "markdown")
+
+    assert run.code == 1
+    assert len(run.stdout) <= diff.MARKDOWN_BUDGET
+    assert run.stdout.count("| added |") == 200, "the table lists every object"
+    assert re.search(r"^_[0-9]+ more object diffs left out to fit the comment; run `kaiwu diff` "
+                     r"locally for all of them\._$", run.stdout, re.MULTILINE)
+    assert run.stdout.count("<details>") == run.stdout.count("</details>") >= 1
+
+
+def test_a_table_too_long_for_the_comment_is_cut_too() -> None:
+    """Thousands of changed objects: even the summary table must not break the budget."""
+    changes = tuple(diff.ObjectChange(f"StatefulSet tenants-with-a-long-namespace/tenant-{i:05d}",
+                                      "added", "+x\n") for i in range(5000))
+    text = diff.format_markdown(diff.TreeDiff(changes, unchanged=0))
+    assert len(text) <= diff.MARKDOWN_BUDGET
+    assert text.startswith("### KaiwuDB manifests: 5000 added, 0 changed, 0 removed")
+    assert "| added | `StatefulSet tenants-with-a-long-namespace/tenant-00000` |" in text
+    assert "| ... | _" in text and "more objects" in text
+    assert text.rstrip().endswith("run `kaiwu diff` locally for all of them._")

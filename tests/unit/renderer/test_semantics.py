@@ -1,0 +1,424 @@
+"""The rules a schema cannot express, one story per rule of renderer/semantics.py.
+
+Each story starts from a spec the schema accepts (asserted, so the rule under test is the one that
+speaks), breaks one rule the way a user would, and checks the complaint names the field and says
+what to do. `check_transition` stories change a spec the way a pull request does.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from renderer import schema, semantics
+from tests.support.render import cluster, dotted
+
+GOOD_SPEC: dict[str, Any] = {
+    "version": "3.2.1",
+    "replicas": 3,
+    "resources": {"requests": {"cpu": "2", "memory": "4Gi"},
+                  "limits": {"cpu": "4", "memory": "8Gi"}},
+    "storage": {"size": "100Gi"},
+}
+
+
+def violations(spec: dict[str, Any] | None = None, name: str = "orders",
+               namespace: str | None = "shop") -> dict[str, tuple[str, str]]:
+    """Semantic violations of a spec the schema accepts, by dotted path: (message, fix)."""
+    obj = cluster(name, namespace, **(GOOD_SPEC if spec is None else spec))
+    assert schema.validate(obj) == [], "the story must start from a schema-valid spec"
+    found = semantics.check(schema.apply_defaults(obj))
+    return {dotted(v.path): (v.message, v.fix) for v in found}
+
+
+def with_spec(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(GOOD_SPEC)
+    spec.update(changes)
+    return spec
+
+
+def test_a_sensible_cluster_breaks_no_rule() -> None:
+    assert violations() == {}
+
+
+# --- names -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["Orders", "1orders", "orders_db", "orders-", "orders.db",
+                                  "orders\n"])
+def test_a_cluster_name_must_be_a_dns_label_starting_with_a_letter(name: str) -> None:
+    found = violations(name=name)
+    message, fix = found["metadata.name"]
+    assert "is not a valid cluster name" in message
+    assert "starting with a letter" in fix
+
+
+def test_a_cluster_name_leaves_room_for_pod_volume_and_service_names() -> None:
+    assert violations(name="a" * semantics.MAX_NAME_LENGTH) == {}
+    message, _ = violations(name="a" * (semantics.MAX_NAME_LENGTH + 1))["metadata.name"]
+    assert f"is {semantics.MAX_NAME_LENGTH + 1} characters long" in message
+
+
+def test_a_cluster_needs_a_name() -> None:
+    assert semantics.check_metadata({})[0].message == "the cluster has no name"
+
+
+@pytest.mark.parametrize("namespace", ["Shop", "shop_1", "-shop", "shop\n"])
+def test_the_namespace_must_be_a_dns_label(namespace: str) -> None:
+    assert "is not a valid namespace" in violations(namespace=namespace)["metadata.namespace"][0]
+
+
+def test_metadata_labels_must_be_a_mapping() -> None:
+    found = semantics.check_metadata({"name": "orders", "labels": ["team=orders"]})
+    assert [(dotted(v.path), v.message) for v in found] == [
+        ("metadata.labels", "metadata.labels must be a mapping")]
+
+
+# --- start mode and replicas -----------------------------------------------------------------
+
+def test_a_multi_replica_cluster_needs_three_nodes() -> None:
+    message, fix = violations(with_spec(replicas=2))["spec.replicas"]
+    assert message == "multi-replica needs at least 3 nodes, got 2"
+    assert "single-replica" in fix
+
+
+def test_single_replica_mode_may_run_one_or_two_nodes() -> None:
+    assert violations(with_spec(startMode="single-replica", replicas=2)) == {}
+    assert violations(with_spec(startMode="single-replica", replicas=1)) == {}
+
+
+def test_a_single_node_cluster_runs_exactly_one_node() -> None:
+    message, _ = violations(with_spec(startMode="single-node", replicas=3))["spec.replicas"]
+    assert message == "single-node runs exactly 1 node, got 3"
+    assert violations(with_spec(startMode="single-node", replicas=1)) == {}
+
+
+def test_a_multi_replica_budget_never_allows_two_nodes_down() -> None:
+    found = violations(with_spec(podDisruptionBudget={"maxUnavailable": 2}))
+    assert "loses quorum" in found["spec.podDisruptionBudget.maxUnavailable"][0]
+    assert violations(with_spec(startMode="single-replica", replicas=2,
+                                podDisruptionBudget={"maxUnavailable": 2})) == {}
+
+
+# --- memory flags ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [".25", "25%", "0.3", "2Gi", "512Mi", "1%", ".011"])
+def test_cache_is_a_fraction_or_a_size(value: str) -> None:
+    assert violations(with_spec(cache=value)) == {}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("100%", "'100%' is 100% to kwbase, which refuses it (percentage 100% out of range 1% - 99%)"),
+    ("150%", "percentage 150% out of range 1% - 99%"),
+    ("0.0", "percentage 0% out of range 1% - 99%"),
+    (".005", "'.005' is 0% to kwbase, which refuses it (percentage 0% out of range 1% - 99%)"),
+    ("0.5%", "percentage 0% out of range 1% - 99%"),
+    # kwbase parses a float32: .01 is 0.0099999998, truncated to 0%.
+    (".01", "percentage 0% out of range 1% - 99%"),
+    ("lots", "is neither a fraction nor a quantity"),
+    (".25\n", "is neither a fraction nor a quantity"),
+])
+def test_a_cache_that_is_neither_a_fraction_nor_a_size_is_refused(value: str,
+                                                                  message: str) -> None:
+    assert message in violations(with_spec(cache=value))["spec.cache"][0]
+
+
+def test_cache_and_sql_memory_leave_room_for_the_time_series_engine() -> None:
+    message, fix = violations(with_spec(cache=".5", maxSQLMemory="40%"))["spec.maxSQLMemory"]
+    assert message == "cache and maxSQLMemory add up to 90% of the memory limit"
+    assert "80%" in fix
+    assert violations(with_spec(cache=".4", maxSQLMemory="40%")) == {}
+
+
+# --- resources and storage -------------------------------------------------------------------
+
+def test_a_request_above_its_limit_is_refused_by_value() -> None:
+    spec = with_spec(resources={"requests": {"cpu": "4500m"}, "limits": {"cpu": "4"}})
+    message, _ = violations(spec)["spec.resources.requests.cpu"]
+    assert message == "request 4500m is above the limit 4"
+    # Equal by value in other spellings is fine.
+    spec = with_spec(resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "1024Mi"}})
+    assert violations(spec) == {}
+
+
+def test_a_resource_needs_a_resource_name() -> None:
+    spec = with_spec(resources={"requests": {"cpu cores": "2"}})
+    assert "is not a resource name" in violations(spec)["spec.resources.requests.cpu cores"][0]
+
+
+@pytest.mark.parametrize(("resources", "path", "message"), [
+    ({"requests": {"gpu": "1"}}, "spec.resources.requests.gpu", "'gpu' is not a resource name"),
+    ({"limits": {"storage": "1Gi"}}, "spec.resources.limits.storage",
+     "'storage' is not a resource name"),
+    ({"requests": {"cpu": "-1"}}, "spec.resources.requests.cpu", "-1 is negative"),
+    ({"requests": {"example.com/gpu": "1"}}, "spec.resources.requests.example.com/gpu",
+     "example.com/gpu needs a limit equal to its request"),
+    ({"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "2"}},
+     "spec.resources.requests.example.com/gpu",
+     "example.com/gpu needs a limit equal to its request"),
+    ({"limits": {"example.com/gpu": "500m"}}, "spec.resources.limits.example.com/gpu",
+     "500m is not a whole number"),
+])
+def test_container_resources_follow_the_api_servers_rules(resources: dict[str, Any], path: str,
+                                                          message: str) -> None:
+    assert violations(with_spec(resources=resources))[path][0] == message
+
+
+def test_devices_hugepages_and_ephemeral_storage_are_resources_too() -> None:
+    assert violations(with_spec(resources={
+        "requests": {"nvidia.com/gpu": 1, "hugepages-2Mi": "1Gi", "ephemeral-storage": "10Gi",
+                     "cpu": "2", "memory": "8Gi"},
+        "limits": {"nvidia.com/gpu": 1, "hugepages-2Mi": "1Gi", "memory": "8Gi"}})) == {}
+
+
+def test_an_absurd_quantity_is_reported_not_crashed_on() -> None:
+    spec = with_spec(resources={"limits": {"memory": "1e999999"}})
+    assert "too large" in violations(spec)["spec.resources.limits.memory"][0]
+    assert "too large" in violations(with_spec(storage={"size": "1e99"}))["spec.storage.size"][0]
+
+
+@pytest.mark.parametrize("size", ["0", "-10Gi", "0Gi"])
+def test_a_volume_must_have_a_positive_size(size: str) -> None:
+    found = violations(with_spec(storage={"size": size}))
+    assert found["spec.storage.size"][0] == "the volume size must be positive"
+
+
+# --- extra kwbase flags ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", sorted(semantics.MANAGED_FLAGS))
+def test_flags_the_operator_manages_cannot_be_passed_through(flag: str) -> None:
+    message, fix = violations(with_spec(extraArgs=[f"{flag}=x"]))["spec.extraArgs[0]"]
+    assert message == f"{flag} is managed by the operator"
+    assert fix == semantics.MANAGED_FLAGS[flag]
+
+
+def test_a_join_list_smuggled_in_extra_args_is_refused() -> None:
+    found = violations(with_spec(extraArgs=["--max-offset=500ms", "--join=evil:26257"]))
+    assert list(found) == ["spec.extraArgs[1]"]
+    assert found["spec.extraArgs[1]"][0] == "--join is managed by the operator"
+
+
+@pytest.mark.parametrize("arg", ["max-offset=1s", "-vv", "--Max=1", "start", "--max offset"])
+def test_extra_args_are_flags_one_per_item(arg: str) -> None:
+    assert "is not a kwbase flag" in violations(with_spec(extraArgs=[arg]))["spec.extraArgs[0]"][0]
+
+
+def test_a_flag_with_a_line_break_is_refused() -> None:
+    found = violations(with_spec(extraArgs=["--locality=region=a\n--join=x"]))
+    assert "contains a line break or NUL" in found["spec.extraArgs[0]"][0]
+
+
+def test_a_flag_given_twice_is_refused() -> None:
+    found = violations(with_spec(extraArgs=["--max-offset=1s", "--max-offset=2s"]))
+    assert found["spec.extraArgs[1]"][0] == "--max-offset is given twice (also item 0)"
+
+
+# --- extra environment -----------------------------------------------------------------------
+
+def test_an_env_var_needs_a_valid_name() -> None:
+    found = violations(with_spec(extraEnv=[{"name": "1ST", "value": "x"}]))
+    assert "is not an environment variable name" in found["spec.extraEnv[0].name"][0]
+
+
+@pytest.mark.parametrize("name", sorted(semantics.RESERVED_ENV))
+def test_env_vars_the_operator_sets_are_reserved(name: str) -> None:
+    found = violations(with_spec(extraEnv=[{"name": name, "value": "x"}]))
+    assert found["spec.extraEnv[0].name"][0] == f"{name} is set by the operator"
+
+
+def test_an_env_var_defined_twice_is_refused() -> None:
+    found = violations(with_spec(extraEnv=[{"name": "TZ", "value": "UTC"},
+                                           {"name": "TZ", "value": "Asia/Shanghai"}]))
+    assert found["spec.extraEnv[1].name"][0] == "TZ is defined twice"
+
+
+@pytest.mark.parametrize("item", [
+    {"name": "DB_PASSWORD"},
+    {"name": "DB_PASSWORD", "value": "x", "secretKeyRef": {"name": "db", "key": "password"}},
+])
+def test_an_env_var_has_either_a_value_or_a_secret_reference(item: dict[str, Any]) -> None:
+    found = violations(with_spec(extraEnv=[item]))
+    assert found["spec.extraEnv[0]"][0] == "DB_PASSWORD needs exactly one of value and secretKeyRef"
+
+
+def test_a_secret_reference_names_a_valid_secret() -> None:
+    found = violations(with_spec(extraEnv=[{"name": "DB_PASSWORD",
+                                            "secretKeyRef": {"name": "DB", "key": "pw"}}]))
+    assert "is not a valid object name" in found["spec.extraEnv[0].secretKeyRef.name"][0]
+
+
+# --- labels, annotations, selectors ----------------------------------------------------------
+
+def test_labels_need_qualified_keys_and_short_plain_values() -> None:
+    found = violations(with_spec(labels={"team orders": "a", "tier": "x" * 64,
+                                         "cost-centre": "b c"}))
+    assert "is not a valid key" in found["spec.labels.team orders"][0]
+    assert "is not a valid label value" in found["spec.labels.tier"][0]
+    assert "is not a valid label value" in found["spec.labels.cost-centre"][0]
+
+
+def test_annotation_values_may_be_anything_but_keys_must_be_qualified() -> None:
+    assert violations(with_spec(annotations={"example.com/note": "any text: at all\n"})) == {}
+    found = violations(with_spec(annotations={"/note": "x"}))
+    assert "is not a valid key" in found["spec.annotations./note"][0]
+
+
+@pytest.mark.parametrize("key", semantics.SELECTOR_LABELS)
+def test_labels_that_select_the_pods_are_the_operators(key: str) -> None:
+    found = violations(with_spec(labels={key: "mine"}))
+    assert found[f"spec.labels.{key}"][0] == f"label {key!r} is set by the operator"
+
+
+def test_a_node_selector_uses_label_rules_and_service_annotations_use_key_rules() -> None:
+    found = violations(with_spec(scheduling={"nodeSelector": {"disk": "fast ssd"}},
+                                 service={"annotations": {"bad key": "x"}}))
+    assert "is not a valid label value" in found["spec.scheduling.nodeSelector.disk"][0]
+    assert "is not a valid key" in found["spec.service.annotations.bad key"][0]
+
+
+# --- object names the spec refers to ---------------------------------------------------------
+
+@pytest.mark.parametrize(("spec", "path"), [
+    ({"storage": {"storageClassName": "Fast_SSD"}}, "spec.storage.storageClassName"),
+    ({"scheduling": {"priorityClassName": "High"}}, "spec.scheduling.priorityClassName"),
+    ({"image": {"pullSecrets": ["Registry"]}}, "spec.image.pullSecrets[0]"),
+    ({"tls": {"nodeSecretName": "Node", "clientSecretName": "client"}},
+     "spec.tls.nodeSecretName"),
+])
+def test_names_of_other_objects_must_be_valid_object_names(spec: dict[str, Any],
+                                                           path: str) -> None:
+    assert "is not a valid object name" in violations(with_spec(**spec))[path][0]
+
+
+def test_your_own_certificates_need_both_secrets() -> None:
+    found = violations(with_spec(tls={"nodeSecretName": "orders-node"}))
+    assert found["spec.tls"][0] == "name both nodeSecretName and clientSecretName, or neither"
+    assert violations(with_spec(tls={"nodeSecretName": "n", "clientSecretName": "c"})) == {}
+
+
+def test_network_policy_namespaces_must_be_namespace_names() -> None:
+    found = violations(with_spec(networkPolicy={"enabled": True,
+                                                "allowedNamespaces": ["apps", "Apps"]}))
+    assert list(found) == ["spec.networkPolicy.allowedNamespaces[1]"]
+
+
+# --- scheduling ------------------------------------------------------------------------------
+
+def test_a_topology_spread_key_must_be_a_node_label_key() -> None:
+    found = violations(with_spec(scheduling={"topologySpread": [{"topologyKey": "zone name"}]}))
+    assert "is not a node label key" in found["spec.scheduling.topologySpread[0].topologyKey"][0]
+
+
+def test_an_exists_toleration_takes_no_value() -> None:
+    found = violations(with_spec(scheduling={"tolerations": [
+        {"key": "dedicated", "operator": "Exists", "value": "kaiwudb"}]}))
+    assert found["spec.scheduling.tolerations[0].value"][0] == (
+        "a toleration with operator Exists takes no value")
+
+
+@pytest.mark.parametrize(("toleration", "path", "message"), [
+    ({"operator": "Equal", "value": "x"}, "spec.scheduling.tolerations[0]",
+     "a toleration without a key must use operator Exists"),
+    ({}, "spec.scheduling.tolerations[0]", "a toleration without a key must use operator Exists"),
+    ({"key": "bad key", "operator": "Exists"}, "spec.scheduling.tolerations[0].key",
+     "'bad key' is not a taint key"),
+    ({"key": "dedicated", "value": "kaiwu db"}, "spec.scheduling.tolerations[0].value",
+     "'kaiwu db' is not a valid taint value"),
+    ({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoSchedule",
+      "tolerationSeconds": 30}, "spec.scheduling.tolerations[0].tolerationSeconds",
+     "tolerationSeconds applies only to effect NoExecute"),
+])
+def test_tolerations_follow_the_api_servers_rules(toleration: dict[str, Any], path: str,
+                                                  message: str) -> None:
+    """A toleration the API server refuses would make the whole StatefulSet fail to apply."""
+    found = violations(with_spec(scheduling={"tolerations": [toleration]}))
+    assert found[path][0] == message
+
+
+def test_valid_tolerations_pass() -> None:
+    assert violations(with_spec(scheduling={"tolerations": [
+        {"operator": "Exists"},
+        {"key": "dedicated", "operator": "Equal", "value": "kaiwudb", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 30}]})) == {}
+
+
+def test_a_topology_spread_is_not_given_twice() -> None:
+    spread = {"topologyKey": "topology.kubernetes.io/zone"}
+    found = violations(with_spec(scheduling={"topologySpread": [spread, spread]}))
+    assert found["spec.scheduling.topologySpread[1]"][0] == (
+        "topology.kubernetes.io/zone with DoNotSchedule is given twice")
+    assert violations(with_spec(scheduling={"topologySpread": [
+        spread, {**spread, "whenUnsatisfiable": "ScheduleAnyway"}]})) == {}
+
+
+@pytest.mark.parametrize("key", ["my key", "..", ".", "..hidden", "a/b"])
+def test_a_secret_reference_names_a_valid_key(key: str) -> None:
+    found = violations(with_spec(extraEnv=[{"name": "DB_PASSWORD",
+                                            "secretKeyRef": {"name": "db", "key": key}}]))
+    assert found["spec.extraEnv[0].secretKeyRef.key"][0] == f"{key!r} is not a Secret key"
+
+
+# --- durations -------------------------------------------------------------------------------
+
+def test_a_timeout_too_long_to_hold_is_reported_not_crashed_on() -> None:
+    found = violations(with_spec(failover={"nodeLostTimeout": "99999999999h"}))
+    assert "is longer than a timedelta can hold" in found["spec.failover.nodeLostTimeout"][0]
+
+
+@pytest.mark.parametrize("interval", ["30s5m", "1h1h", "500ms1s"])
+def test_the_scrape_interval_is_a_prometheus_duration(interval: str) -> None:
+    """The ServiceMonitor CRD wants units largest first, each once: 30s5m would not apply."""
+    found = violations(with_spec(monitoring={"serviceMonitor": True, "interval": interval}))
+    assert found["spec.monitoring.interval"][0] == f"{interval!r} is not a Prometheus duration"
+    assert violations(with_spec(monitoring={"interval": "1h5m30s500ms"})) == {}
+
+
+# --- transitions -----------------------------------------------------------------------------
+
+def spec_of(**changes: Any) -> dict[str, Any]:
+    """A defaulted spec, as `kaiwu diff` and the reconciler compare them."""
+    obj = schema.apply_defaults(cluster("orders", "shop", **with_spec(**changes)))
+    spec: dict[str, Any] = obj["spec"]
+    return spec
+
+
+def transition(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
+    return {dotted(v.path): v.message for v in semantics.check_transition(old, new)}
+
+
+def test_ordinary_changes_are_allowed() -> None:
+    old = spec_of()
+    assert transition(old, spec_of(replicas=5)) == {}
+    assert transition(old, spec_of(version="3.2.2")) == {}
+    assert transition(old, spec_of(storage={"size": "200Gi"})) == {}
+    assert transition(spec_of(replicas=5), old) == {}, "multi-replica scales in by decommission"
+
+
+def test_the_start_mode_can_never_change() -> None:
+    found = transition(spec_of(), spec_of(startMode="single-replica"))
+    assert found["spec.startMode"] == ("the start mode cannot change (multi-replica -> "
+                                       "single-replica): it is written into every store")
+
+
+def test_a_single_replica_cluster_cannot_scale_in() -> None:
+    old = spec_of(startMode="single-replica", replicas=2)
+    found = transition(old, spec_of(startMode="single-replica", replicas=1))
+    assert "cannot scale in" in found["spec.replicas"]
+    assert transition(old, spec_of(startMode="single-replica", replicas=3)) == {}
+
+
+def test_volumes_never_shrink_compared_by_value() -> None:
+    found = transition(spec_of(storage={"size": "100Gi"}), spec_of(storage={"size": "99Gi"}))
+    assert found["spec.storage.size"] == "volumes cannot shrink (100Gi -> 99Gi)"
+    assert transition(spec_of(storage={"size": "1Gi"}), spec_of(storage={"size": "1024Mi"})) == {}
+    assert "spec.storage.size" in transition(spec_of(storage={"size": "1Gi"}),
+                                             spec_of(storage={"size": "1G"}))
+
+
+def test_the_storage_class_of_existing_volumes_cannot_change() -> None:
+    found = transition(spec_of(storage={"size": "100Gi", "storageClassName": "standard"}),
+                       spec_of(storage={"size": "100Gi", "storageClassName": "fast-ssd"}))
+    assert found == {"spec.storage.storageClassName":
+                     "the storage class of existing volumes cannot change"}

@@ -1,0 +1,1 @@
+"""Stories: the reconciler's certificate, kwbase and exec adapters against the test world."""

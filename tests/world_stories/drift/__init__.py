@@ -1,0 +1,1 @@
+"""Stories: drift on a real apiserver is detected, reported, repaired or left alone as told."""

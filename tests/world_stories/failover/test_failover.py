@@ -1,0 +1,202 @@
+"""Story: a Kubernetes node dies under a running KaiwuCluster; the reconciler replaces its pod.
+
+The cluster runs on node-local volumes (the test world's storage pins each volume to its node),
+with `spec.failover.nodeLostTimeout: 5s` and `replaceLostVolumes: true`. One Kubernetes node
+powers off. The real node lifecycle controller marks it Unknown; its pod would stay there for
+good (the StatefulSet never replaces a pod no kubelet confirms gone). Once the node has been lost
+for the timeout, the reconciler force-deletes the pod and gives up its claim in the same step
+(its volume is on the dead node), so a fresh store starts on the spare node; the new
+KaiwuDB node joins and the lost node id is decommissioned. The cluster is Ready again, and at no
+point was any other pod or claim touched. Timings are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
+from tests.support.harness import Reconciler, condition, wait_for
+from tests.support.lifecycle import (
+    NAME,
+    bring_up,
+    lifecycle_count,
+    live_nodes,
+    node_lost_since,
+    pod_ready,
+    report,
+    small_cluster,
+    status,
+)
+from tests.world.faults import Faults
+from tests.world.simworld import SimWorld
+
+TIMEOUT_S = 5.0
+# The test control plane's node-monitor-grace-period (8 s) plus its monitor period and slack.
+NODE_GRACE_S = 8.0
+
+
+def pod(kube: k8s.ApiClient, namespace: str, name: str) -> Obj | None:
+    return Kube(kube, "test").get(kk.POD, namespace, name)
+
+
+def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s", "replaceLostVolumes": True}))
+    report("apply -> Ready (3 nodes)", took)
+    before = live_nodes(obj)
+    victim = f"{NAME}-1"
+    others = [f"{NAME}-0", f"{NAME}-2"]
+    old = pod(kube, namespace, victim)
+    assert old is not None
+    lost_node = old["spec"]["nodeName"]
+    uids = {name: (pod(kube, namespace, name) or {})["metadata"]["uid"] for name in others}
+    claims: dict[str, Any] = {name: Kube(kube, "test").get(kk.PVC, namespace, f"data-{name}")
+                              for name in others}
+
+    lost_at = time.monotonic()
+    faults.lose_node(lost_node)
+    unknown = wait_for("the node to leave Ready", lambda: node_lost_since(kube, lost_node),
+                       NODE_GRACE_S + 12, 0.1)
+    report("node powered off -> Node not Ready", time.monotonic() - lost_at)
+
+    worst_ready_others = 2
+
+    def replaced() -> Obj | None:
+        nonlocal worst_ready_others
+        worst_ready_others = min(worst_ready_others, sum(
+            pod_ready(pod(kube, namespace, name)) for name in others))
+        found = pod(kube, namespace, victim)
+        if pod_ready(found) and found is not None and found["spec"]["nodeName"] != lost_node:
+            return found
+        return None
+    new = wait_for("the pod to be Ready on another node", replaced, TIMEOUT_S + 30, 0.2)
+    replaced_after = time.time() - unknown
+    report("Node not Ready -> pod Ready on another node", replaced_after)
+    # The pod and its claim go in one step once the timeout runs out (target: within 2 s).
+    report("nodeLostTimeout ran out -> pod Ready on another node", replaced_after - TIMEOUT_S)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert replaced_after < TIMEOUT_S + 20, "the timeout plus a few seconds"
+
+    def ready_again() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        if condition(found, "Ready").get("status") == "True" and "failures" not in st:
+            return found
+        return None
+    obj = wait_for("the cluster to be Ready again", ready_again, 30, 0.2)
+    report("node powered off -> cluster Ready again", time.monotonic() - lost_at)
+
+    after = live_nodes(obj)
+    assert sorted(after) == sorted(before)
+    assert {name: after[name] for name in others} == {name: before[name] for name in others}
+    assert after[victim] not in before.values(), "a fresh store is a new KaiwuDB node"
+    # One disruption only: the other pods and claims were never touched, nor unready.
+    assert worst_ready_others == 2
+    for name in others:
+        assert (pod(kube, namespace, name) or {})["metadata"]["uid"] == uids[name]
+        current = Kube(kube, "test").get(kk.PVC, namespace, f"data-{name}")
+        assert current is not None and current["metadata"]["uid"] == claims[name][
+            "metadata"]["uid"]
+    deleted = {(w["objectRef"]["resource"], w["objectRef"]["name"])
+               for w in reconciler.writes() if w["verb"] == "delete"}
+    assert deleted <= {("pods", victim), ("persistentvolumeclaims", f"data-{victim}")}, deleted
+    assert lifecycle_count(reconciler, "force-delete-pod") == 1
+    assert lifecycle_count(reconciler, "replace-volume") == 1
+    assert lifecycle_count(reconciler, "decommission-dead-node") == 1
+    actions = [a["action"] for a in status(reconciler).get("lastActions") or ()]
+    assert {"PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"} <= set(actions)
+    # Each action is announced on the cluster, as `kubectl describe kwc dev` shows.
+    events = k8s.CoreV1Api(kube).list_namespaced_event(namespace).items
+    reasons = [e.reason for e in events if e.involved_object.kind == "KaiwuCluster"]
+    for reason in ("PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"):
+        assert reasons.count(reason) == 1, (reason, reasons)
+
+
+def test_a_crash_looping_pod_is_restarted_a_bounded_number_of_times_then_stalled(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"podNotReadyTimeout": "1s", "maxCrashRestarts": 2}))
+    report("apply -> Ready (3 nodes)", took)
+    nodes = live_nodes(obj)
+    victim = f"{NAME}-2"
+
+    # A bad start: the container exits at once, every time (a configuration error).
+    started = time.monotonic()
+    faults.crash_loop(namespace, victim, exit_code=3, message="ERROR: invalid --cache value")
+    stalled = wait_for("the reconciler to give up (Stalled)", lambda: (c := condition(
+        reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 60, 0.1)
+    took = time.monotonic() - started
+    report("crash loop -> 2 restarts -> Stalled", took)
+    assert took >= 2 * 1.0, "each restart waits podNotReadyTimeout (1s) of crashing first"
+    assert stalled["reason"] == "CrashLoop"
+    assert f"pod {victim} keeps crashing (exit code 3" in stalled["message"]
+    assert "restarted it 2 times" in stalled["message"]
+    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
+    stuck = (pod(kube, namespace, victim) or {})["metadata"]["uid"]
+    time.sleep(3.0)  # several crashes later: no more restarts
+    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
+    assert (pod(kube, namespace, victim) or {})["metadata"]["uid"] == stuck
+    assert condition(reconciler.cluster(NAME), "Ready")["status"] == "False"
+
+    # The cause goes away (here: the fault); the kubelet's next restart comes up and joins.
+    started = time.monotonic()
+    faults.stop_crash_loop(namespace, victim)
+
+    def healed() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        return found if condition(found, "Ready").get("status") == "True" and condition(
+            found, "Stalled").get("status") == "False" and "failures" not in st else None
+    obj = wait_for("Ready again and no longer Stalled", healed, 30, 0.1)
+    report("crash loop ends -> Ready", time.monotonic() - started)
+    assert live_nodes(obj) == nodes, "the same store came back: the same node id"
+
+
+def test_without_replace_lost_volumes_the_pod_waits_for_its_node(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s"}))
+    report("apply -> Ready (3 nodes, volumes are never given up)", took)
+    before = live_nodes(obj)
+    victim = f"{NAME}-0"
+    old = pod(kube, namespace, victim)
+    assert old is not None
+    lost_node = old["spec"]["nodeName"]
+    claim = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert claim is not None
+
+    lost_at = time.monotonic()
+    faults.lose_node(lost_node)
+    waiting = wait_for("the reason the pod cannot move", lambda: (c := condition(
+        reconciler.cluster(NAME), "Ready")).get("reason") == "VolumeOnLostNode" and c,
+        NODE_GRACE_S + TIMEOUT_S + 20, 0.2)
+    report("node powered off -> pod force-deleted, waiting for its volume's node",
+           time.monotonic() - lost_at)
+    assert "spec.failover.replaceLostVolumes" in waiting["message"]
+    assert lifecycle_count(reconciler, "force-delete-pod") == 1
+    assert lifecycle_count(reconciler, "replace-volume") == 0
+    current = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert current is not None and current["metadata"]["uid"] == claim["metadata"]["uid"]
+
+    restored_at = time.monotonic()
+    faults.restore_node(lost_node)
+
+    def ready_again() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        return found if condition(found, "Ready").get("status") == "True" and \
+            "failures" not in st else None
+    obj = wait_for("the cluster to be Ready again", ready_again, 40, 0.2)
+    report("node back -> pod back on it with its data, Ready", time.monotonic() - restored_at)
+    assert live_nodes(obj) == before, "the same store: the same node id"
+    assert (pod(kube, namespace, victim) or {})["spec"]["nodeName"] == lost_node

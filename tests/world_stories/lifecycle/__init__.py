@@ -1,0 +1,1 @@
+"""Stories: a KaiwuCluster is initialised, scaled, drained, upgraded and given certificates."""

@@ -1,0 +1,232 @@
+"""Stories: a user scales a KaiwuCluster out and back in; the reconciler keeps KaiwuDB whole.
+
+Scale-out needs nothing from the reconciler but bookkeeping: the new pod joins through --join and
+its node id shows in status.nodes. Scale-in is KaiwuDB's documented procedure, driven by the
+reconciler one node at a time: with every node live and replication healthy it decommissions the
+node id of the highest ordinal, waits (requeueing, never blocking) until that node holds no
+replicas, and only then shrinks the StatefulSet and deletes the removed pod's claim (a
+decommissioned store can never rejoin). A single-replica cluster holds one copy of its data: its
+scale-in is refused, Stalled, and nothing is removed. Timings are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kubernetes import client as k8s
+
+from reconciler.controller.controller import Controller
+from reconciler.kaiwudb.kwbase import KwbaseAdmin
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as kk
+from reconciler.kube.cache import Caches
+from reconciler.kube.client import Kube
+from reconciler.metrics import Metrics
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
+from tests.support.harness import Reconciler, condition, wait_for
+from tests.support.lifecycle import (
+    NAME,
+    bring_up,
+    lifecycle_count,
+    live_nodes,
+    report,
+    scale,
+    small_cluster,
+    statefulset_replicas,
+    status,
+    wait_ready,
+)
+from tests.world.simworld import SimWorld
+
+
+def test_scale_out_then_in_decommissions_exactly_the_removed_node(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    three = live_nodes(obj)
+
+    started = time.monotonic()
+    scale(kube, namespace, 4)
+    grown = wait_for("4 live KaiwuDB nodes and Ready", lambda: (
+        o := wait_ready(reconciler)) and len(live_nodes(o)) == 4 and o, 60, 0.1)
+    report("replicas 3 -> 4: new node live, Ready", time.monotonic() - started)
+    four = live_nodes(grown)
+    assert {pod: four[pod] for pod in three} == three, "existing pods keep their node ids"
+    added = four[f"{NAME}-3"]
+    assert added not in three.values()
+    assert lifecycle_count(reconciler, "init") == 1, "joining needs no init"
+
+    started = time.monotonic()
+    scale(kube, namespace, 3)
+    # The node is decommissioned while its pod still runs: the StatefulSet keeps 4 replicas.
+    operation = wait_for("the scale-in operation in status", lambda: status(reconciler).get(
+        "operation"), 20, 0.05)
+    assert operation["type"] == "ScaleIn" and operation["pod"] == f"{NAME}-3"
+    assert operation.get("nodeId") in (None, added)
+
+    def scaled_in() -> bool:
+        st = status(reconciler)
+        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
+                and "operation" not in st and st.get("replicas") == 3
+                and len(live_nodes({"status": st})) == 3)
+    wait_for("the cluster to be Ready with 3 nodes and no operation", scaled_in, 60, 0.1)
+    report("replicas 4 -> 3: decommission, shrink, Ready", time.monotonic() - started)
+
+    obj = wait_ready(reconciler)
+    assert live_nodes(obj) == three, "the three original nodes remain, with their ids"
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission") == 1
+    actions = [a["action"] for a in obj["status"]["lastActions"]]
+    assert actions.index("ScaledIn") < actions.index("NodeDecommissioned") < actions.index(
+        "Decommissioning"), "newest first: decommission, drained, then shrink"
+    wait_for("the removed pod's claim to go", lambda: Kube(kube, "test").get(
+        kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)
+
+    # KaiwuDB agrees: the removed node id is decommissioned and holds nothing; the rest are live.
+    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace)))
+    rows = {n.id: n for n in KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster).node_status(
+        f"{NAME}-0", decommission=True)}
+    assert rows[added].is_decommissioning and rows[added].gossiped_replicas == 0
+    assert all(rows[i].healthy and not rows[i].is_decommissioning for i in three.values())
+
+
+def test_a_single_replica_cluster_refuses_to_scale_in(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, startMode="single-replica"))
+    report("apply -> Ready (3 single-replica nodes)", took)
+    nodes = live_nodes(obj)
+
+    scale(kube, namespace, 2)
+    stalled = wait_for("Stalled", lambda: (c := condition(
+        reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 20, 0.1)
+    assert stalled["reason"] == "ScaleInRefused"
+    assert "set spec.replicas back to 3" in stalled["message"]
+    time.sleep(1.0)  # a few passes later, still nothing removed
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission") == 0
+    assert "operation" not in status(reconciler)
+
+    scale(kube, namespace, 3)
+    assert live_nodes(wait_ready(reconciler, 30)) == nodes
+
+
+def test_scaling_out_during_a_scale_in_recommissions_the_node(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    four = live_nodes(obj)
+
+    scale(kube, namespace, 3)
+    operation = wait_for("node 4's decommission to start", lambda: (
+        op := status(reconciler).get("operation")) and op.get("phase") == "Decommissioning"
+        and op, 20, 0.02)
+    # The user changes their mind while the node still drains (draining takes seconds).
+    started = time.monotonic()
+    scale(kube, namespace, 4)
+    wait_for("the operation to be cancelled", lambda: "operation" not in status(reconciler),
+             20, 0.02)
+    report("replicas back to 4 mid-decommission -> recommissioned", time.monotonic() - started)
+    obj = wait_ready(reconciler, 30)
+    assert live_nodes(obj) == four, "the same four nodes, none removed"
+    assert lifecycle_count(reconciler, "recommission") == 1
+    assert statefulset_replicas(kube, namespace) == 4
+    actions = [a["action"] for a in obj["status"]["lastActions"]]
+    assert "Recommissioned" in actions and "ScaledIn" not in actions
+
+    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace)))
+    node = KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster).node_status(
+        f"{NAME}-0", operation["nodeId"], decommission=True)[0]
+    assert node.healthy and not node.is_decommissioning
+
+
+def test_a_restarted_reconciler_resumes_the_scale_in_from_status(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    four = live_nodes(obj)
+
+    scale(kube, namespace, 3)
+    operation = wait_for("node 4's decommission to start", lambda: (
+        op := status(reconciler).get("operation")) and op.get("phase") == "Decommissioning"
+        and op, 20, 0.02)
+    # The reconciler's process ends mid-operation (a new version is deployed, its node
+    # drains): all it knew in memory is gone; status.operation is what remains.
+    reconciler.stop()
+    assert lifecycle_count(reconciler, "decommission") == 1
+
+    started = time.monotonic()
+    metrics = Metrics()
+    caches = Caches(reconciler.kube, reconciler.settings, metrics, lambda key: None)
+    caches.start()
+    try:
+        assert caches.wait_synced(30)
+        successor = Controller(reconciler.kube, caches, reconciler.settings, metrics)
+        key = ClusterKey(namespace, NAME)
+        deadline = time.monotonic() + 60
+        while True:
+            result = successor.reconcile(key)
+            st = status(reconciler)
+            if "operation" not in st and condition(reconciler.cluster(NAME), "Ready").get(
+                    "status") == "True" and len(live_nodes({"status": st})) == 3:
+                break
+            assert time.monotonic() < deadline, f"no progress: {st.get('conditions')}"
+            time.sleep(min(result.requeue_after_s or 0.2, 0.5))
+    finally:
+        caches.stop()
+    report("restart mid-decommission -> resumed, scaled in, Ready", time.monotonic() - started)
+    assert metrics.value("kaiwu_lifecycle_actions_total", {"action": "decommission"}) == 0, \
+        "the successor did not decommission again"
+    assert metrics.value("kaiwu_lifecycle_actions_total", {"action": "scale-in-step"}) == 1
+    remaining = {pod: four[pod] for pod in four if pod != operation["pod"]}
+    assert live_nodes(reconciler.cluster(NAME) or {}) == remaining
+    assert statefulset_replicas(kube, namespace) == 3
+
+
+def test_a_node_added_by_hand_and_removed_as_drift_is_decommissioned(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    three = live_nodes(obj)
+    api = Kube(kube, "kubectl-patch")
+
+    # While the reconciler is paused, someone scales the StatefulSet by hand; the new pod
+    # joins KaiwuDB as a fourth node.
+    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": True}})
+    wait_for("the pause to be seen", lambda: condition(
+        reconciler.cluster(NAME), "Reconciling").get("reason") == "Paused", 20, 0.1)
+    k8s.AppsV1Api(kube).patch_namespaced_stateful_set_scale(
+        NAME, namespace, {"spec": {"replicas": 4}}, field_manager="kubectl-scale")
+    wait_for("the extra pod to join and be Ready", lambda: (
+        found := Kube(kube, "test").get(kk.POD, namespace, f"{NAME}-3")) and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (found.get("status") or {}).get("conditions") or ()), 30, 0.1)
+
+    # Unpaused, the reconciler puts the StatefulSet back (drift) and the extra pod goes
+    # without a decommission; its node id stops being live and is then decommissioned.
+    started = time.monotonic()
+    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": False}})
+
+    def clean() -> bool:
+        st = status(reconciler)
+        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
+                and live_nodes({"status": st}) == three and len(st.get("nodes") or ()) == 3)
+    wait_for("Ready with the original three nodes only", clean, 45, 0.2)
+    report("unpaused: drift repaired, stray node decommissioned, Ready",
+           time.monotonic() - started)
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission-stray-node") == 1
+    assert lifecycle_count(reconciler, "decommission") == 0, "drift is not a scale-in"
+    wait_for("the stray store's claim to go", lambda: Kube(kube, "test").get(
+        kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)

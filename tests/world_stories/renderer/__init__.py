@@ -1,0 +1,1 @@
+"""Stories: the test world's real apiserver accepts what the renderer emits and accepts."""

@@ -1,0 +1,1 @@
+"""Stories: the reconciler process (caches, leader election, HTTP, CLI, source dir, deploy/)."""
