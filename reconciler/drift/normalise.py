@@ -181,7 +181,146 @@ def _canonical_number(value: Any) -> Any:
     return value
 
 
-class _Walker:
+class _Lists:
+    """How `_Walker` walks lists: keyed (matched by key, order kept where Kubernetes gives it
+    meaning), set (order ignored) and atomic (compared whole). Split out of `_Walker`, which
+    provides `walk` and `keyed_paths`."""
+
+    keyed_paths: set[tuple[str, ...]]
+
+    def walk(self, ref: Any, live: Any, ctx: _Ctx) -> tuple[Any, Any]:
+        raise NotImplementedError  # _Walker.walk
+
+    def _keyed_list(self, ref: Any, live: Any, ctx: _Ctx, spec: ListSpec) -> tuple[Any, Any]:
+        self.keyed_paths.add(ctx.path)
+        ref_items = _index_items(ref, spec) if isinstance(ref, list) else None
+        live_items = _index_items(live, spec) if isinstance(live, list) else None
+        out_ref: dict[str, Any] = {}
+        out_live: dict[str, Any] = {}
+        for key, (ref_index, ref_item) in (ref_items or {}).items():
+            live_index, live_item = (live_items or {}).get(key, (None, ABSENT))
+            child = self._item_ctx(ctx, spec, key, ref_index, live_index, ref_item, live_item)
+            if _ignored(child, rendered=True):
+                continue
+            projected = self.walk(ref_item, live_item, child)
+            if not _is_empty(projected[0]):
+                out_ref[key] = projected[0]
+            if not _is_empty(projected[1]):
+                out_live[key] = projected[1]
+        for key, (live_index, live_item) in (live_items or {}).items():
+            if ref_items is not None and key in ref_items:
+                continue
+            # An item we do not render, in a list we do: always drift (kubectl set env).
+            child = self._item_ctx(ctx, spec, key, None, live_index, ABSENT, live_item)
+            if _ignored(child, rendered=False):
+                continue
+            projected_live = self.walk(ABSENT, live_item, child)[1]
+            if not _is_empty(projected_live):
+                out_live[key] = projected_live
+        if ref_items and live_items and self._order_matters(spec, ref):
+            common = [key for key in ref_items if key in out_ref and key in out_live]
+            if len(common) >= 2:
+                out_ref[ORDER_KEY] = common
+                out_live[ORDER_KEY] = [key for key in live_items if key in common]
+        return out_ref or ABSENT, out_live or ABSENT
+
+    @staticmethod
+    def _order_matters(spec: ListSpec, ref: Any) -> bool:
+        if spec.ordered:
+            return True
+        if not spec.ordered_when_referenced or not isinstance(ref, list):
+            return False
+        names = {item.get("name") for item in ref if isinstance(item, Mapping)}
+        return any(
+            isinstance(item, Mapping)
+            and isinstance(item.get("value"), str)
+            and any(f"$({name})" in item["value"] for name in names if isinstance(name, str))
+            for item in ref
+        )
+
+    def _item_ctx(
+        self,
+        ctx: _Ctx,
+        spec: ListSpec,
+        key: str,
+        ref_index: int | None,
+        live_index: int | None,
+        ref_item: Any,
+        live_item: Any,
+    ) -> _Ctx:
+        aliases = {key}
+        for index in (ref_index, live_index):
+            if index is not None:
+                aliases.add(str(index))
+                break  # a rendered item is addressed by its rendered position
+        for item in (ref_item, live_item):
+            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                aliases.add(item["name"])
+        owners: tuple[_Owner, ...] = ()
+        if live_item is not ABSENT:
+            owners = tuple(
+                child
+                for owner in ctx.owners
+                if (child := owner.at_item(live_item, live_index)) is not None
+            )
+        return _Ctx(
+            path=(*ctx.path, key),
+            type=item_type(spec),
+            owners=owners,
+            cursors=_advance(ctx.cursors, tuple(aliases)),
+            mask=ctx.mask,
+        )
+
+    @staticmethod
+    def _set_list(ref: Any, live: Any) -> tuple[Any, Any]:
+        if not isinstance(ref, list):
+            return ABSENT, ABSENT  # values others add to a set we do not render never count
+        rendered = list(dict.fromkeys(_plain(item) for item in ref))
+        if not isinstance(live, list):
+            return rendered or ABSENT, ABSENT
+        present = {_canonical_json(_plain(item)) for item in live}
+        kept = [item for item in rendered if _canonical_json(item) in present]
+        return rendered or ABSENT, kept or ABSENT
+
+    def _atomic_list(self, ref: Any, live: Any, ctx: _Ctx, spec: ListSpec) -> tuple[Any, Any]:
+        ref_list = ref if isinstance(ref, list) else None
+        live_list = live if isinstance(live, list) else None
+        out_ref: list[Any] = []
+        out_live: list[Any] = []
+        length = max(len(ref_list or ()), len(live_list or ()))
+        for index in range(length):
+            ref_item = ref_list[index] if ref_list is not None and index < len(ref_list) else ABSENT
+            live_item = (
+                live_list[index] if live_list is not None and index < len(live_list) else ABSENT
+            )
+            owners: tuple[_Owner, ...] = ()
+            if live_item is not ABSENT:
+                owners = tuple(
+                    sub
+                    for owner in ctx.owners
+                    if (sub := owner.at_item(live_item, index)) is not None
+                )
+            child = _Ctx(
+                path=(*ctx.path, str(index)),
+                type=item_type(spec),
+                owners=owners,
+                cursors=_advance(ctx.cursors, (str(index),)),
+                mask=ctx.mask,
+            )
+            if _ignored(child, rendered=ref_item is not ABSENT):
+                continue
+            projected = self.walk(ref_item, live_item, child)
+            # Positions matter here: an item that normalises to nothing keeps its place.
+            if ref_item is not ABSENT:
+                out_ref.append(None if projected[0] is ABSENT else projected[0])
+            if live_item is not ABSENT:
+                out_live.append(None if projected[1] is ABSENT else projected[1])
+        return out_ref or ABSENT, out_live or ABSENT
+
+    # --- scalars ---
+
+
+class _Walker(_Lists):
     """One normalisation: walks desired (or its dry run) and live together."""
 
     def __init__(self, settings: DriftSettings) -> None:
@@ -333,134 +472,6 @@ class _Walker:
         return False
 
     # --- lists ---
-
-    def _keyed_list(self, ref: Any, live: Any, ctx: _Ctx, spec: ListSpec) -> tuple[Any, Any]:
-        self.keyed_paths.add(ctx.path)
-        ref_items = _index_items(ref, spec) if isinstance(ref, list) else None
-        live_items = _index_items(live, spec) if isinstance(live, list) else None
-        out_ref: dict[str, Any] = {}
-        out_live: dict[str, Any] = {}
-        for key, (ref_index, ref_item) in (ref_items or {}).items():
-            live_index, live_item = (live_items or {}).get(key, (None, ABSENT))
-            child = self._item_ctx(ctx, spec, key, ref_index, live_index, ref_item, live_item)
-            if _ignored(child, rendered=True):
-                continue
-            projected = self.walk(ref_item, live_item, child)
-            if not _is_empty(projected[0]):
-                out_ref[key] = projected[0]
-            if not _is_empty(projected[1]):
-                out_live[key] = projected[1]
-        for key, (live_index, live_item) in (live_items or {}).items():
-            if ref_items is not None and key in ref_items:
-                continue
-            # An item we do not render, in a list we do: always drift (kubectl set env).
-            child = self._item_ctx(ctx, spec, key, None, live_index, ABSENT, live_item)
-            if _ignored(child, rendered=False):
-                continue
-            projected_live = self.walk(ABSENT, live_item, child)[1]
-            if not _is_empty(projected_live):
-                out_live[key] = projected_live
-        if ref_items and live_items and self._order_matters(spec, ref):
-            common = [key for key in ref_items if key in out_ref and key in out_live]
-            if len(common) >= 2:
-                out_ref[ORDER_KEY] = common
-                out_live[ORDER_KEY] = [key for key in live_items if key in common]
-        return out_ref or ABSENT, out_live or ABSENT
-
-    @staticmethod
-    def _order_matters(spec: ListSpec, ref: Any) -> bool:
-        if spec.ordered:
-            return True
-        if not spec.ordered_when_referenced or not isinstance(ref, list):
-            return False
-        names = {item.get("name") for item in ref if isinstance(item, Mapping)}
-        return any(
-            isinstance(item, Mapping)
-            and isinstance(item.get("value"), str)
-            and any(f"$({name})" in item["value"] for name in names if isinstance(name, str))
-            for item in ref
-        )
-
-    def _item_ctx(
-        self,
-        ctx: _Ctx,
-        spec: ListSpec,
-        key: str,
-        ref_index: int | None,
-        live_index: int | None,
-        ref_item: Any,
-        live_item: Any,
-    ) -> _Ctx:
-        aliases = {key}
-        for index in (ref_index, live_index):
-            if index is not None:
-                aliases.add(str(index))
-                break  # a rendered item is addressed by its rendered position
-        for item in (ref_item, live_item):
-            if isinstance(item, Mapping) and isinstance(item.get("name"), str):
-                aliases.add(item["name"])
-        owners: tuple[_Owner, ...] = ()
-        if live_item is not ABSENT:
-            owners = tuple(
-                child
-                for owner in ctx.owners
-                if (child := owner.at_item(live_item, live_index)) is not None
-            )
-        return _Ctx(
-            path=(*ctx.path, key),
-            type=item_type(spec),
-            owners=owners,
-            cursors=_advance(ctx.cursors, tuple(aliases)),
-            mask=ctx.mask,
-        )
-
-    @staticmethod
-    def _set_list(ref: Any, live: Any) -> tuple[Any, Any]:
-        if not isinstance(ref, list):
-            return ABSENT, ABSENT  # values others add to a set we do not render never count
-        rendered = list(dict.fromkeys(_plain(item) for item in ref))
-        if not isinstance(live, list):
-            return rendered or ABSENT, ABSENT
-        present = {_canonical_json(_plain(item)) for item in live}
-        kept = [item for item in rendered if _canonical_json(item) in present]
-        return rendered or ABSENT, kept or ABSENT
-
-    def _atomic_list(self, ref: Any, live: Any, ctx: _Ctx, spec: ListSpec) -> tuple[Any, Any]:
-        ref_list = ref if isinstance(ref, list) else None
-        live_list = live if isinstance(live, list) else None
-        out_ref: list[Any] = []
-        out_live: list[Any] = []
-        length = max(len(ref_list or ()), len(live_list or ()))
-        for index in range(length):
-            ref_item = ref_list[index] if ref_list is not None and index < len(ref_list) else ABSENT
-            live_item = (
-                live_list[index] if live_list is not None and index < len(live_list) else ABSENT
-            )
-            owners: tuple[_Owner, ...] = ()
-            if live_item is not ABSENT:
-                owners = tuple(
-                    sub
-                    for owner in ctx.owners
-                    if (sub := owner.at_item(live_item, index)) is not None
-                )
-            child = _Ctx(
-                path=(*ctx.path, str(index)),
-                type=item_type(spec),
-                owners=owners,
-                cursors=_advance(ctx.cursors, (str(index),)),
-                mask=ctx.mask,
-            )
-            if _ignored(child, rendered=ref_item is not ABSENT):
-                continue
-            projected = self.walk(ref_item, live_item, child)
-            # Positions matter here: an item that normalises to nothing keeps its place.
-            if ref_item is not ABSENT:
-                out_ref.append(None if projected[0] is ABSENT else projected[0])
-            if live_item is not ABSENT:
-                out_live.append(None if projected[1] is ABSENT else projected[1])
-        return out_ref or ABSENT, out_live or ABSENT
-
-    # --- scalars ---
 
     def _scalar(self, value: Any, ctx: _Ctx) -> Any:
         if value is ABSENT or value is None:
