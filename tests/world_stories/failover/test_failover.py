@@ -200,3 +200,52 @@ def test_without_replace_lost_volumes_the_pod_waits_for_its_node(
     report("node back -> pod back on it with its data, Ready", time.monotonic() - restored_at)
     assert live_nodes(obj) == before, "the same store: the same node id"
     assert (pod(kube, namespace, victim) or {})["spec"]["nodeName"] == lost_node
+
+
+def test_a_single_replica_cluster_replaces_a_lost_store_without_a_decommission_and_goes_on(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    """In single-replica mode each range has one copy: a store lost with its node loses data,
+    and KaiwuDB refuses `node decommission` ("node cannot be decommissioned in mpp mode"). With
+    replaceLostVolumes the pod still gets a fresh store; the reconciler never asks KaiwuDB for
+    the decommission it would refuse, says Stalled and what to do, and a later lost node of the
+    same cluster is still replaced."""
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, startMode="single-replica",
+        failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s", "replaceLostVolumes": True}))
+    report("apply -> Ready (3 single-replica nodes)", took)
+    before = live_nodes(obj)
+
+    def lose_and_replace(victim: str) -> str:
+        old = pod(kube, namespace, victim)
+        assert old is not None
+        lost_node = str(old["spec"]["nodeName"])
+        started = time.monotonic()
+        faults.lose_node(lost_node)
+
+        def replaced() -> Obj | None:
+            found = pod(kube, namespace, victim)
+            return found if pod_ready(found) and found is not None and \
+                found["spec"]["nodeName"] != lost_node else None
+        wait_for(f"{victim} to be Ready on another node", replaced, NODE_GRACE_S + 40, 0.2)
+        report(f"node of {victim} powered off -> pod Ready elsewhere, fresh store",
+               time.monotonic() - started)
+        return lost_node
+
+    first_lost = lose_and_replace(f"{NAME}-1")
+    stalled = wait_for("Stalled: the lost store cannot be decommissioned", lambda: (
+        c := condition(reconciler.cluster(NAME), "Stalled")).get("reason") == "StoreReplaced"
+        and c, 30, 0.2)
+    assert f"KaiwuDB node(s) {before[f'{NAME}-1']} of pod {NAME}-1" in stalled["message"]
+    assert "cannot decommission" in stalled["message"]
+    # Never asked: KWDB would refuse, and a refused command must not be retried for ever.
+    assert lifecycle_count(reconciler, "decommission-dead-node") == 0
+    assert reconciler.metrics.value("kaiwu_errors_total", {"stage": "failover"}) == 0
+    views = sim_world.kwdb.nodes((namespace, NAME), sim_world.clock.now())
+    assert not any(v.decommissioning for v in views), "no decommission reached KaiwuDB"
+
+    # Later, another node is lost (the first came back as the spare): replaced all the same.
+    faults.restore_node(first_lost)
+    lose_and_replace(f"{NAME}-2")
+    assert lifecycle_count(reconciler, "replace-volume") == 2
+    assert lifecycle_count(reconciler, "decommission-dead-node") == 0
