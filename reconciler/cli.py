@@ -81,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["reconcile"]:
         return reconcile(arguments[1:])
+    if arguments[:1] == ["install"]:
+        from reconciler import install  # only `kaiwu install` needs it
+        return install.main(arguments[1:])
     code: int = renderer_cli.main(arguments)
     return code
 

@@ -100,7 +100,7 @@ def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: st
         k8s.ApiClient, str]:
     """An API client acting as the reconciler's own ServiceAccount in `namespace`, allowed
     everything in that namespace, to watch Nodes and read PersistentVolumes (as
-    deploy/rbac.yaml allows); and its audit user name."""
+    `kaiwu install` grants); and its audit user name."""
     core = k8s.CoreV1Api(admin)
     rbac = k8s.RbacAuthorizationV1Api(admin)
     subject = k8s.RbacV1Subject(kind="ServiceAccount", name=RECONCILER_SA, namespace=namespace)

@@ -1,6 +1,7 @@
-"""The manifests users install the reconciler with (deploy/), checked against a real API server.
+"""The manifests users install the reconciler with (deploy/install.yaml, `kaiwu install`'s
+output), checked against a real API server.
 
-Stories: an administrator applies deploy/rbac.yaml and the reconciler, running with nothing but
+Stories: an administrator applies the bundle's RBAC and the reconciler, running with nothing but
 that service account's token, reconciles a KaiwuCluster with the real Controller without a
 single request refused (RBAC is enforced by the test world's apiserver); the Deployment is
 accepted by the API server and its probes and port match the reconciler's own defaults.
@@ -26,13 +27,18 @@ from tests.world.controlplane import REPO_ROOT, ControlPlane
 DEPLOY = REPO_ROOT / "deploy"
 
 
-def manifests(name: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all((DEPLOY / name).read_text()) if doc]
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def manifests(*kinds: str) -> list[dict[str, Any]]:
+    """The objects of deploy/install.yaml of these kinds, in file order."""
+    return [doc for doc in yaml.safe_load_all((DEPLOY / "install.yaml").read_text())
+            if doc and doc["kind"] in kinds]
 
 
 def rbac_for(namespace: str) -> list[dict[str, Any]]:
-    """deploy/rbac.yaml moved into the test's namespace (cluster-wide names made unique)."""
-    docs = copy.deepcopy(manifests("rbac.yaml"))
+    """The bundle's RBAC moved into the test's namespace (cluster-wide names made unique)."""
+    docs = copy.deepcopy(manifests(*RBAC_KINDS))
     for doc in docs:
         meta = doc["metadata"]
         if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
@@ -61,7 +67,7 @@ def service_account_token(kube: k8s.ApiClient, namespace: str, name: str) -> str
     return eventually(token, 20, f"a token for service account {name}")
 
 
-def test_the_reconciler_needs_no_more_than_deploy_rbac(
+def test_the_reconciler_needs_no_more_than_the_bundles_rbac(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     docs = rbac_for(namespace)
     for doc in docs:
@@ -105,13 +111,13 @@ def test_the_reconciler_needs_no_more_than_deploy_rbac(
     assert refused == [], "requests RBAC refused:\n" + "\n".join(refused)
     writes = control_plane.audit_events(user=user, verbs={"create", "patch", "update"})
     assert any("statefulsets" in e.get("requestURI", "") for e in writes)
-    print(f"\nreconciled with deploy/rbac.yaml only: {len(writes)} writes, 0 refused, "
+    print(f"\nreconciled with deploy/install.yaml RBAC only: {len(writes)} writes, 0 refused, "
           f"{time.monotonic() - started:.1f} s")
 
 
 def test_the_deployment_is_accepted_and_matches_the_reconcilers_defaults(
         kube: k8s.ApiClient, namespace: str) -> None:
-    deployment, service = manifests("deployment.yaml")
+    service, deployment = manifests("Service", "Deployment")
     defaults = Settings()
     _, port = defaults.http_host_port
     container = deployment["spec"]["template"]["spec"]["containers"][0]

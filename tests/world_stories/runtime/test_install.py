@@ -1,0 +1,174 @@
+"""Stories: `kaiwu install`'s bundle on a real authorizer (the test world's apiserver enforces
+RBAC), cluster-wide and namespace-scoped.
+
+An administrator applies the bundle's ServiceAccount and RBAC (the CRD is already installed and
+the namespace exists); the reconciler runs as it would in the bundle's Deployment: `python -m
+reconciler` in its own process, its KAIWU_* variables taken from the Deployment, with nothing but
+the ServiceAccount's token. It brings a small KaiwuCluster to Ready (the simulated kubelets run
+the pods) without a single request refused in the audit log. The namespace-scoped reconciler's
+token cannot read Secrets or delete claims outside its namespace (403), nor write
+cluster-wide. Each variant's Deployment passes a server-side dry run. Timings are printed
+(pytest -s).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import utils as k8s_utils
+
+from reconciler import install
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
+from tests.support.harness import REPO, condition, service_account_token, user, wait_for
+from tests.support.lifecycle import NAME, report, small_cluster
+from tests.world.controlplane import ControlPlane
+from tests.world.simworld import SimWorld
+
+# Applied by the test world itself (the CRD) and the namespace fixture (the Namespace).
+PREINSTALLED = ("CustomResourceDefinition", "Namespace")
+
+
+def options(scope: str, namespace: str, **more: Any) -> install.Options:
+    return install.Options(namespace=namespace, scope=scope, image="kaiwu-reconciler:test",
+                           watch_namespace=namespace if scope == "namespaced" else "", **more)
+
+
+@pytest.fixture
+def installed(kube: k8s.ApiClient, namespace: str) -> Iterator[Callable[[install.Options],
+                                                                          list[Obj]]]:
+    """Apply a bundle's RBAC (kubectl create -f); remove its cluster-wide objects after."""
+    cluster_wide: list[tuple[str, str]] = []
+
+    def apply(opts: install.Options) -> list[Obj]:
+        docs = [d.obj for d in install.bundle(opts)]
+        for doc in docs:
+            if doc["kind"] in PREINSTALLED or doc["kind"] in ("Deployment", "Service"):
+                continue
+            k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call]
+            if doc["kind"].startswith("Cluster"):
+                cluster_wide.append((doc["kind"], doc["metadata"]["name"]))
+        return docs
+
+    yield apply
+    rbac = k8s.RbacAuthorizationV1Api(kube)
+    for kind, name in cluster_wide:
+        (rbac.delete_cluster_role if kind == "ClusterRole"
+         else rbac.delete_cluster_role_binding)(name)
+
+
+def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
+                    docs: list[Obj], tmp: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
+    """`python -m reconciler` with the Deployment's variables and the ServiceAccount's token."""
+    token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
+    kubeconfig = tmp / "reconciler.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig(token=token, user="reconciler")))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": "installed-0",
+           **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
+    log = tmp / "reconciler.log"
+    argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
+            "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
+            "--http-address", "127.0.0.1:0", "--log-format", "text"]
+    with log.open("wb") as out:
+        popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return popen, log, f"system:serviceaccount:{namespace}:{install.NAME}"
+
+
+def stop(popen: subprocess.Popen[bytes]) -> None:
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(15)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+
+
+def refused(plane: ControlPlane, who: str, namespace: str, scope: str) -> list[str]:
+    # A cluster-wide reconciler also sees earlier stories' clusters, whose namespaces may be
+    # terminating (answered 403): judge requests about this namespace and cluster-wide ones.
+    def ours(uri: str) -> bool:
+        return scope == "namespaced" or "/namespaces/" not in uri \
+            or f"/namespaces/{namespace}/" in uri
+    return [f"{e.get('verb')} {e.get('requestURI')}" for e in plane.audit_events(user=who)
+            if e.get("responseStatus", {}).get("code") == 403
+            and ours(str(e.get("requestURI", "")))]
+
+
+def forbidden(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except k8s.ApiException as error:
+        return bool(error.status == 403)
+    return False
+
+
+@pytest.mark.parametrize("scope", ["cluster", "namespaced"])
+def test_the_bundle_is_all_the_reconciler_needs_to_bring_a_cluster_to_ready(
+        scope: str, control_plane: ControlPlane, sim_world: SimWorld, kube: k8s.ApiClient,
+        namespace: str, installed: Callable[[install.Options], list[Obj]],
+        tmp_path: Path) -> None:
+    started = time.monotonic()
+    docs = installed(options(scope, namespace))
+    popen, log, who = run_as_deployed(control_plane, kube, namespace, docs, tmp_path)
+    try:
+        user(kube, "kubectl").apply(small_cluster(namespace))
+
+        def ready() -> Obj | None:
+            assert popen.poll() is None, log.read_text(errors="replace")[-3000:]
+            found = Kube(kube, "test").get(kk.KAIWU_CLUSTER, namespace, NAME)
+            return found if condition(found, "Ready").get("status") == "True" else None
+        wait_for("the cluster to be Ready", ready, 90, 0.2)
+        report(f"{scope} bundle: RBAC applied -> cluster Ready", time.monotonic() - started)
+        time.sleep(1.0)  # a few more requests (status, caches) into the audit log
+    finally:
+        stop(popen)
+    assert refused(control_plane, who, namespace, scope) == [], \
+        "requests RBAC refused:\n" + "\n".join(refused(control_plane, who, namespace, scope))
+    writes = control_plane.audit_events(user=who, verbs={"create", "patch", "update"})
+    assert any("statefulsets" in e.get("requestURI", "") for e in writes)
+
+    # Without directory mode the reconciler cannot delete a cluster, in either scope.
+    token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
+    as_reconciler = control_plane.api_client(token=token)
+    custom = k8s.CustomObjectsApi(as_reconciler)
+    assert forbidden(lambda: custom.delete_namespaced_custom_object(
+        "kaiwu.inspur.com", "v1", namespace, "kaiwuclusters", NAME))
+    if scope == "namespaced":
+        core = k8s.CoreV1Api(as_reconciler)
+        assert forbidden(lambda: core.list_namespaced_secret("kube-system"))
+        assert forbidden(lambda: core.read_namespaced_secret("anything", "default"))
+        assert forbidden(lambda: core.list_secret_for_all_namespaces())
+        assert forbidden(lambda: core.delete_namespaced_persistent_volume_claim(
+            "data-dev-0", "default"))
+        assert forbidden(lambda: core.list_persistent_volume_claim_for_all_namespaces())
+        assert not forbidden(lambda: core.list_node())  # the one ClusterRole: read Nodes
+
+
+@pytest.mark.parametrize("variant", [
+    {"scope": "cluster"}, {"scope": "namespaced"},
+    {"scope": "cluster", "directory_mode": True, "git_repo": "https://git.example/c.git"}],
+    ids=["cluster", "namespaced", "directory-mode"])
+def test_every_variants_deployment_and_service_pass_the_api_servers_dry_run(
+        variant: dict[str, Any], kube: k8s.ApiClient, namespace: str) -> None:
+    scope = variant.pop("scope")
+    docs = [d.obj for d in install.bundle(options(scope, namespace, **variant))]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    service = next(d for d in docs if d["kind"] == "Service")
+    # The client sends plain dicts as they are; its annotations only know its model classes.
+    k8s.AppsV1Api(kube).create_namespaced_deployment(
+        namespace, deployment, dry_run="All")  # type: ignore[arg-type]
+    k8s.CoreV1Api(kube).create_namespaced_service(
+        namespace, service, dry_run="All")  # type: ignore[arg-type]
