@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint world clean
+.PHONY: demo test lint world lock image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ demo: $(STAMP)
 world: $(STAMP)
 	bash tests/world/install_deps.sh
 	$(BIN)/python -m tests.world.build
+
+# requirements.lock: the runtime dependencies pinned with hashes (the image installs exactly
+# these). Refresh it after changing pyproject.toml's dependencies; pip-tools lives in a scratch
+# venv outside the work tree.
+PIP_TOOLS := $(HOME)/.cache/kaiwu-testworld/pip-tools
+lock:
+	test -x $(PIP_TOOLS)/bin/pip-compile || ($(PYTHON) -m venv $(PIP_TOOLS) && $(PIP_TOOLS)/bin/pip install --quiet pip-tools)
+	CUSTOM_COMPILE_COMMAND="make lock" $(PIP_TOOLS)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
+	    --no-emit-find-links --output-file requirements.lock pyproject.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
