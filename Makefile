@@ -1,6 +1,7 @@
 # Two commands for a newcomer (see README.md):
 #   make demo   set up, then render the example clusters in clusters/ into out/
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
+#   make image  build the reconciler's image (podman; see docs/reconciler.md)
 # Everything else here is what those two need.
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint world clean
+.PHONY: demo test lint world lock image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +25,21 @@ demo: $(STAMP)
 world: $(STAMP)
 	bash tests/world/install_deps.sh
 	$(BIN)/python -m tests.world.build
+
+# requirements.lock: the runtime dependencies pinned with hashes (the image installs exactly
+# these). Refresh it after changing pyproject.toml's dependencies; pip-tools lives in a scratch
+# venv outside the work tree.
+PIP_TOOLS := $(HOME)/.cache/kaiwu-testworld/pip-tools
+lock:
+	test -x $(PIP_TOOLS)/bin/pip-compile || ($(PYTHON) -m venv $(PIP_TOOLS) && $(PIP_TOOLS)/bin/pip install --quiet pip-tools)
+	CUSTOM_COMPILE_COMMAND="make lock" $(PIP_TOOLS)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
+	    --no-emit-find-links --output-file requirements.lock pyproject.toml
+
+# The reconciler's image, localhost/kaiwu-reconciler:<version>, built with podman FROM a Debian
+# base debootstrapped once into the test world's cache (tests/world/image.py; needs root and the
+# packages .ci/run installs). BASE=python:3.11-slim builds FROM the public base instead.
+image: $(STAMP)
+	$(BIN)/python -m tests.world.image $(if $(BASE),--base $(BASE))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

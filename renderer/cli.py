@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from renderer import diff as tree_diff
@@ -36,8 +37,18 @@ def _kube_version(text: str) -> KubeVersion:
     return version
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's), so the image and a wheel say
+    which release they are."""
+    try:
+        return metadata.version("kaiwu-operator")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kaiwu", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kaiwu {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     defaults = RenderSettings()
 

@@ -1,4 +1,4 @@
-"""The KaiwuCluster schema from `crd/`: validation and defaulting, as the API server does them.
+"""The KaiwuCluster schema from the CRD: validation and defaulting, as the API server does them.
 
 Called by `renderer.render` for every spec and by the reconciler for every live object, so that
 CI, the API server and the reconciler agree on what a spec means. The CRD's structural OpenAPI
@@ -6,6 +6,10 @@ schema is turned into JSON Schema once (int-or-string, and unknown fields refuse
 would silently prune them, which hides typos, so the renderer is stricter). Defaults are applied
 top-down exactly like the API server: a field's default applies when the field is absent, and
 nested defaults apply only inside objects that exist (the CRD gives objects `default: {}`).
+
+The CRD ships inside this package (renderer/crd/kaiwuclusters.yaml, package data) and is read
+with importlib.resources, so a plain `pip install` or a wheel works from any directory; the
+repository's crd/kaiwuclusters.yaml is a symlink to it, for `kubectl apply -f crd/`.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import jsonschema
 from ruamel.yaml import YAML
 
-CRD_FILE = Path(__file__).resolve().parent.parent / "crd" / "kaiwuclusters.yaml"
+# One copy of the CRD: package data beside this module (crd/ in the repository links here).
+CRD_FILE: Traversable = resources.files("renderer") / "crd" / "kaiwuclusters.yaml"
 GROUP = "kaiwu.inspur.com"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -40,9 +46,9 @@ class SchemaViolation:
 
 
 @cache
-def crd_manifest(crd_file: Path = CRD_FILE) -> dict[str, Any]:
+def crd_manifest(crd_file: Traversable = CRD_FILE) -> dict[str, Any]:
     """The CRD as a plain dict (cached: it is read once per process)."""
-    with crd_file.open(encoding="utf-8") as handle:
+    with crd_file.open("r", encoding="utf-8") as handle:
         loaded: dict[str, Any] = YAML(typ="safe").load(handle)
     return loaded
 

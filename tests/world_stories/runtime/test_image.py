@@ -1,0 +1,155 @@
+"""Story: the image as shipped reconciles a cluster. The Dockerfile is built for real (podman,
+FROM a base debootstrapped from Debian's packages, tests/world/image.py) and run the way
+deploy/ runs it: as uid 10001, with a read-only root filesystem (only a tmpfs at /tmp, which the
+Kubernetes client uses for the CA it is handed inline), host networking to reach the test
+world's apiserver, and a kubeconfig for the reconciler's own ServiceAccount (RBAC enforced).
+A user applies a small cluster; the containerised reconciler brings it to Ready, then stops
+cleanly on SIGTERM.
+
+Missing podman/buildah/runc/debootstrap fail the story with what .ci/run installs (never a
+skip). Timings are printed (pytest -s): the base (a no-op once cached outside the work tree),
+the build, and the run to Ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
+from tests.support.harness import (
+    condition,
+    reconciler_identity,
+    service_account_token,
+    user,
+    wait_for,
+)
+from tests.support.lifecycle import NAME, report, small_cluster
+from tests.world import image
+from tests.world.controlplane import WRITE_VERBS, ControlPlane
+from tests.world.simworld import SimWorld
+
+UID = "10001"
+
+
+@pytest.fixture(scope="module")
+def reconciler_image() -> str:
+    """The image, built once per run (podman's layer cache makes a rebuild of unchanged
+    sources quick)."""
+    missing = image.missing_tools()
+    if missing:
+        pytest.fail(f"the image story needs {', '.join(missing)}: .ci/run installs them "
+                    f"(apt-get install -y {' '.join(image.TOOLS)})", pytrace=False)
+    started = time.monotonic()
+    tag = image.build()
+    report("image: base (cached) + wheelhouse + build", time.monotonic() - started)
+    return tag
+
+
+class Container:
+    """One `podman run` of the image, its log in a file."""
+
+    def __init__(self, tag: str, name: str, config_dir: Path, namespace: str,
+                 log: Path) -> None:
+        self.name, self.log = name, log
+        argv = image.podman_argv(
+            "run", "--rm", "--name", name, "--network", "host", "--user", f"{UID}:{UID}",
+            "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp",
+            "--volume", f"{config_dir}:/config:ro", tag,
+            "--kubeconfig", "/config/kubeconfig", "--watch-namespace", namespace,
+            "--lease-namespace", namespace, "--lease-duration-s", "3",
+            "--renew-deadline-s", "2", "--retry-period-s", "0.5",
+            "--http-address", "127.0.0.1:0", "--log-format", "text", "--identity", name)
+        with log.open("wb") as out:
+            self.popen = subprocess.Popen(argv, env=image.podman_env(), stdout=out,
+                                          stderr=subprocess.STDOUT)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def inspect(self) -> dict[str, object]:
+        found: list[dict[str, object]] = json.loads(image.podman("inspect", self.name,
+                                                                 capture=True))
+        return found[0]
+
+    def stop(self, timeout_s: float = 30) -> int:
+        """SIGTERM (podman stop); the exit code of `podman run`."""
+        if self.popen.poll() is None:
+            subprocess.run(image.podman_argv("stop", "--time", "20", self.name),
+                           env=image.podman_env(), check=False, capture_output=True)
+        try:
+            return self.popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            subprocess.run(image.podman_argv("rm", "--force", self.name),
+                           env=image.podman_env(), check=False, capture_output=True)
+            self.popen.kill()
+            self.popen.wait(5)
+            raise
+
+
+@pytest.fixture
+def container(reconciler_image: str, control_plane: ControlPlane, kube: k8s.ApiClient,
+              namespace: str, tmp_path: Path) -> Iterator[Container]:
+    reconciler_identity(control_plane, kube, namespace)
+    token = service_account_token(k8s.CoreV1Api(kube), namespace, "kaiwu-reconciler")
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "kubeconfig").write_text(
+        yaml.safe_dump(control_plane.kubeconfig(token=token, user="reconciler")))
+    # Mounted into the container, where uid 10001 must be able to read it.
+    os.chmod(config_dir, 0o755)
+    os.chmod(config_dir / "kubeconfig", 0o644)
+    started = Container(reconciler_image, f"kaiwu-image-{namespace}", config_dir, namespace,
+                        tmp_path / "container.log")
+    yield started
+    if started.popen.poll() is None:
+        started.stop()
+    try:
+        k8s.RbacAuthorizationV1Api(kube).delete_cluster_role_binding(
+            f"kaiwu-test-node-reader-{namespace}")
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def test_the_image_run_read_only_as_uid_10001_brings_a_cluster_to_ready(
+        sim_world: SimWorld, container: Container, control_plane: ControlPlane,
+        kube: k8s.ApiClient, namespace: str) -> None:
+    started = time.monotonic()
+    user(kube, "kubectl").apply(small_cluster(namespace))
+
+    def ready() -> Obj | None:
+        assert container.popen.poll() is None, f"the container exited:\n{container.text()}"
+        found = Kube(kube, "test").get(kk.KAIWU_CLUSTER, namespace, NAME)
+        return found if condition(found, "Ready").get("status") == "True" else None
+    wait_for("the cluster to be Ready", ready, 120, 0.2)
+    report("image run: apply -> Ready (3 nodes, reconciler in the container)",
+           time.monotonic() - started)
+
+    # It ran as the Dockerfile says and as deploy/ runs it.
+    inspected = container.inspect()
+    config, host = inspected["Config"], inspected["HostConfig"]
+    assert isinstance(config, dict) and isinstance(host, dict)
+    assert config["User"] == f"{UID}:{UID}"
+    assert host["ReadonlyRootfs"] is True
+    uid = image.podman("exec", container.name, "id", "-u", capture=True)
+    assert uid.strip() == UID
+    # The writes came from the container, under the reconciler's ServiceAccount.
+    sa_user = f"system:serviceaccount:{namespace}:kaiwu-reconciler"
+    writes = control_plane.audit_events(user=sa_user, verbs=WRITE_VERBS)
+    assert any(w["objectRef"]["resource"] == "statefulsets" for w in writes), writes[:5]
+
+    assert container.stop() == 0, container.text()[-3000:]
+    log = container.text()
+    assert "Traceback" not in log, log[-3000:]
+    assert "Read-only file system" not in log, log[-3000:]
