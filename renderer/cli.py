@@ -122,8 +122,6 @@ def _diff(args: argparse.Namespace) -> int:
         if len(args.paths) != 1:
             raise _UsageError("with --base, diff takes exactly one path")
         path = args.paths[0]
-        new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo) if args.head
-                    else tree_diff.documents_in(Path(path)))
         try:
             old_docs = tree_diff.documents_at_revision(path, args.base, args.repo)
         except RenderError as error:
@@ -131,6 +129,8 @@ def _diff(args: argparse.Namespace) -> int:
             if not all(problem.file.startswith(f"{args.base}:") for problem in error.problems):
                 raise
             old_docs, base_problems = [], list(error.problems)
+        new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo) if args.head
+                    else tree_diff.documents_in(Path(path)))
     result = tree_diff.compare(old_docs, new_docs, _settings(args), base_problems)
     formatter = tree_diff.format_markdown if args.format == "markdown" else tree_diff.format_text
     sys.stdout.write(formatter(result))
@@ -159,9 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kaiwu {args.command}: {error}", file=sys.stderr)
     except OSError as error:
         # A directory that cannot be written or read: say which, and no traceback.
-        where = f" {error.filename}" if error.filename else ""
-        print(f"kaiwu {args.command}: cannot use{where}: {error.strerror or error} (choose a "
-              "path you can read and write, e.g. -o out)", file=sys.stderr)
+        where = f": {error.filename}" if error.filename else ""
+        print(f"kaiwu {args.command}: {error.strerror or error}{where}, nothing written (use a "
+              "path that exists, that you may write, on a disk with space)", file=sys.stderr)
     return EXIT_INVALID
 
 
