@@ -7,7 +7,9 @@ nothing of the reconciler) and `kaiwu reconcile ...` (also `python -m reconciler
 variables (`reconciler.settings`); logs are structured (one JSON object per line by default,
 with the fields each call passes as `extra`, e.g. cluster, kind, error). SIGTERM and SIGINT
 start a clean shutdown: workers stop, the leader Lease is released so a standby takes over at
-once, and the process exits 0. Exit code 2: invalid settings.
+once, and the process exits 0. Exit code 2: invalid settings or no usable kubeconfig; 1: the API
+server did not answer at start, or the reconciler failed. Each is one line on stderr, no
+traceback.
 """
 
 from __future__ import annotations
@@ -97,7 +99,17 @@ def reconcile(argv: Sequence[str] | None = None) -> int:
         print(f"kaiwu reconcile: {error}", file=sys.stderr)
         return EXIT_INVALID
     configure_logging(settings)
+    from reconciler.kube.client import ConnectionSetupError, check_reachable, load_api_client
     from reconciler.runtime.process import Runtime  # after logging is set up
+
+    # Connect once before anything starts: a missing kubeconfig or a server that does not answer
+    # is one line naming the cause and the fix, not a traceback or endless watch retries.
+    try:
+        api = load_api_client(settings.kubeconfig, settings.context)
+        check_reachable(api, settings.api_timeout_s)
+    except ConnectionSetupError as error:
+        print(f"kaiwu reconcile: {error}", file=sys.stderr)
+        return EXIT_INVALID if error.invalid else EXIT_FAILED
 
     stop = threading.Event()
 
@@ -109,7 +121,10 @@ def reconcile(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        return Runtime(settings).run(stop)
-    except Exception:
-        logging.getLogger(__name__).exception("the reconciler failed")
+        return Runtime(settings, api_client=api).run(stop)
+    except Exception as error:
+        # One log line with the cause; the traceback only when asked for (--log-level debug).
+        log = logging.getLogger(__name__)
+        log.error("the reconciler failed", extra={"error": f"{type(error).__name__}: {error}"},
+                  exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED

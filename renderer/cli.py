@@ -123,6 +123,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    base_problems: list[Problem] = []
     if args.base is None:
         if args.head is not None or len(args.paths) != 2:
             raise _UsageError("diff takes two directories, or one path with --base REV")
@@ -132,10 +133,16 @@ def _diff(args: argparse.Namespace) -> int:
         if len(args.paths) != 1:
             raise _UsageError("with --base, diff takes exactly one path")
         path = args.paths[0]
-        old_docs = tree_diff.documents_at_revision(path, args.base, args.repo)
+        try:
+            old_docs = tree_diff.documents_at_revision(path, args.base, args.repo)
+        except RenderError as error:
+            # A base that does not parse is still a base: the change may be its fix.
+            if not all(problem.file.startswith(f"{args.base}:") for problem in error.problems):
+                raise
+            old_docs, base_problems = [], list(error.problems)
         new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo) if args.head
                     else tree_diff.documents_in(Path(path)))
-    result = tree_diff.compare(old_docs, new_docs, _settings(args))
+    result = tree_diff.compare(old_docs, new_docs, _settings(args), base_problems)
     formatter = tree_diff.format_markdown if args.format == "markdown" else tree_diff.format_text
     sys.stdout.write(formatter(result))
     return EXIT_OK if result.empty else EXIT_CHANGES
@@ -161,6 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
     except (OutputDirectoryError, _UsageError) as error:
         print(f"kaiwu {args.command}: {error}", file=sys.stderr)
+    except OSError as error:
+        # A directory that cannot be written or read: say which, and no traceback.
+        where = f": {error.filename}" if error.filename else ""
+        print(f"kaiwu {args.command}: {error.strerror or error}{where}, nothing written (use a "
+              "path that exists, that you may write, on a disk with space)", file=sys.stderr)
     return EXIT_INVALID
 
 

@@ -37,8 +37,14 @@ class ObjectChange:
 
 @dataclass(frozen=True)
 class TreeDiff:
+    """The object changes, and what a reviewer must read before them: why the base could not be
+    rendered (`base_problems`: the head is then shown in full, as added) and version changes the
+    reconciler will refuse (`refusals`)."""
+
     changes: tuple[ObjectChange, ...]
     unchanged: int
+    base_problems: tuple[Problem, ...] = ()
+    refusals: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -47,6 +53,7 @@ class TreeDiff:
 
 def documents_at_revision(path: str, revision: str, repo: Path) -> list[Document]:
     """The YAML documents under `path` as they were at git `revision` (no checkout needed)."""
+    _check_revision(revision, repo)
     listed = _git(repo, "ls-tree", "-r", "--name-only", "--full-tree", revision, "--",
                   _repo_relative(path, repo))
     files = [name for name in listed.splitlines()
@@ -63,6 +70,26 @@ def documents_at_revision(path: str, revision: str, repo: Path) -> list[Document
     if problems:
         raise RenderError(problems)
     return documents
+
+
+def _check_revision(revision: str, repo: Path) -> None:
+    """A missing revision, said with its likely cause: CI checkouts are shallow by default and
+    hold neither the base branch nor the history to find it."""
+    _git(repo, "rev-parse", "--show-toplevel")  # not a repository: its own message
+    found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
+                            f"{revision}^{{commit}}"], capture_output=True, text=True,
+                           check=False)
+    if found.returncode == 0:
+        return
+    shallow = _git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
+    if shallow:
+        raise RenderError([Problem(
+            revision, 0, "", "is not in this clone, which is shallow",
+            "check out the full history (actions/checkout with fetch-depth: 0, GitLab "
+            "GIT_DEPTH: 0) or run git fetch --unshallow origin")])
+    raise RenderError([Problem(
+        revision, 0, "", "is not a revision of this repository",
+        "check the revision name (e.g. origin/main), or fetch it first (git fetch origin main)")])
 
 
 def _repo_relative(path: str, repo: Path) -> str:
@@ -84,6 +111,10 @@ def _git(repo: Path, *args: str) -> str:
                                    "install git, or compare two directories")]) from error
     if result.returncode != 0:
         detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
+        if "not a git repository" in result.stderr or "cannot change to" in result.stderr:
+            raise RenderError([Problem(str(repo), 0, "", "is not a git repository",
+                                       "run kaiwu diff inside the repository, name it with "
+                                       "--repo DIR, or compare two directories")])
         raise RenderError([Problem(f"git {' '.join(args[:2])}", 0, "", detail,
                                    "check the revision name (e.g. origin/main) and the path")])
     return result.stdout
@@ -115,23 +146,56 @@ def transition_problems(old: Sequence[SourceCluster],
     return problems
 
 
+def version_refusals(old: Sequence[SourceCluster], new: Sequence[SourceCluster]) -> list[str]:
+    """Version changes the reconciler refuses (KaiwuDB documents no downgrade and no in-place
+    major upgrade): not errors here, the spec is valid, but the change would stall the cluster."""
+    before = {(c.cluster.namespace, c.cluster.name): c.cluster.version for c in old}
+    refusals = []
+    for after in new:
+        cluster = after.cluster
+        previous = before.get((cluster.namespace, cluster.name))
+        was, wanted = _version(previous or ""), _version(cluster.version)
+        if previous is None or was is None or wanted is None:
+            continue
+        where = f"{cluster.namespace}/{cluster.name}: spec.version {previous} -> {cluster.version}"
+        if wanted < was:
+            refusals.append(f"{where} is a downgrade, which the reconciler refuses (KaiwuDB "
+                            f"cannot be downgraded): no pod will move; keep {previous} or later")
+        elif wanted[0] != was[0]:
+            refusals.append(f"{where} changes the major version, which the reconciler refuses "
+                            "(KaiwuDB needs an export and import into a new cluster): no pod "
+                            f"will move; keep {was[0]}.x")
+    return refusals
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    """3.2.1 -> (3, 2, 1), as the reconciler reads image tags; None for anything else."""
+    parts = text.split("-", 1)[0].split(".")
+    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
+
+
 def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
-            settings: RenderSettings) -> TreeDiff:
-    """Render both sides and compare them object by object."""
-    problems: list[Problem] = []
-    sides = []
-    for docs in (old_docs, new_docs):
+            settings: RenderSettings, base_problems: Sequence[Problem] = ()) -> TreeDiff:
+    """Render both sides and compare them object by object.
+
+    An invalid head is an error. An invalid base is not: the change under review may be the one
+    that fixes it, so the head is rendered in full (every object added) and the base's problems
+    are reported beside it; `base_problems` carries those found while reading the base."""
+    base_problems = list(base_problems)
+    try:
+        new_clusters = read_clusters(new_docs)
+    except RenderError as error:
+        raise RenderError(error.problems) from error
+    old_clusters: list[SourceCluster] = []
+    if not base_problems:
         try:
-            sides.append(read_clusters(docs))
+            old_clusters = read_clusters(old_docs)
         except RenderError as error:
-            problems.extend(error.problems)
-            sides.append([])
-    if problems:
-        raise RenderError(problems)
-    old_clusters, new_clusters = sides
+            base_problems = list(error.problems)
     problems = transition_problems(old_clusters, new_clusters)
     if problems:
         raise RenderError(problems)
+    refusals = version_refusals(old_clusters, new_clusters)
     before = {m.key: m for m in manifests_of(old_clusters, settings)}
     after = {m.key: m for m in manifests_of(new_clusters, settings)}
     changes = []
@@ -150,15 +214,39 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
             fromfile=f"a/{old_name}" if key in before else old_name,
             tofile=f"b/{new_name}" if key in after else new_name))
         changes.append(ObjectChange(key, change, diff))
-    return TreeDiff(tuple(changes), unchanged)
+    return TreeDiff(tuple(changes), unchanged, tuple(base_problems), tuple(refusals))
+
+
+def _notes(result: TreeDiff) -> list[str]:
+    """The lines a reviewer must see first, in both formats."""
+    notes = []
+    if result.base_problems:
+        notes.append(f"The base is invalid ({len(result.base_problems)} problem(s)), so this "
+                     "shows the head's render in full:")
+        notes += [f"  {problem}" for problem in result.base_problems]
+    notes += [f"REFUSED by the reconciler: {refusal}" for refusal in result.refusals]
+    return notes
 
 
 def format_text(result: TreeDiff) -> str:
+    notes = "".join(f"{line}\n" for line in _notes(result))
     if result.empty:
-        return f"No changes ({result.unchanged} objects unchanged).\n"
+        return notes + f"No changes ({result.unchanged} objects unchanged).\n"
     lines = [f"{change.change:>8}  {change.key}" for change in result.changes]
     body = "".join(change.diff for change in result.changes)
-    return "\n".join(lines) + f"\n{_summary(result)}\n\n" + body
+    return notes + "\n".join(lines) + f"\n{_summary(result)}\n\n" + body
+
+
+def _markdown_notes(result: TreeDiff) -> str:
+    text = ""
+    if result.base_problems:
+        text += (f"> **The base is invalid** ({len(result.base_problems)} problem(s)); this "
+                 "shows the head's render in full.\n>\n")
+        text += "".join(f"> - `{problem}`\n" for problem in result.base_problems[:20])
+        text += "\n"
+    text += "".join(f"> :warning: **Refused by the reconciler:** {refusal}\n\n"
+                    for refusal in result.refusals)
+    return text
 
 
 def _summary(result: TreeDiff) -> str:
@@ -173,11 +261,13 @@ def format_markdown(result: TreeDiff, budget: int = MARKDOWN_BUDGET) -> str:
     (with a note) so that the whole comment, note included, stays within `budget` characters.
     The table gets at most half of the budget: thousands of objects must not crowd out every
     diff, nor push the comment past the limit on their own."""
+    notes = _markdown_notes(result)
     if result.empty:
-        return f"**KaiwuDB manifests:** no changes ({result.unchanged} objects unchanged).\n"
+        return (notes + f"**KaiwuDB manifests:** no changes ({result.unchanged} objects "
+                "unchanged).\n")
     total = len(result.changes)
-    text = "\n".join([f"### KaiwuDB manifests: {_summary(result)}", "",
-                      "| change | object |", "| --- | --- |"]) + "\n"
+    text = "\n".join([f"### KaiwuDB manifests: {_summary(result)}", "", notes
+                      + "| change | object |", "| --- | --- |"]) + "\n"
     table_end = budget // 2 - len(_more_rows(total))
     for index, change in enumerate(result.changes):
         row = f"| {change.change} | `{change.key}` |\n"

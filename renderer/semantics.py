@@ -36,7 +36,8 @@ MANAGED_FLAGS = {
     "--pid-file": "the container must run kwbase in the foreground",
     "--upgrade-complete": "upgrades are driven by the reconciler",
 }
-RESERVED_ENV = {"POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR"}
+RESERVED_ENV = {"POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR",
+                "KWBASE_SKIP_KEY_PERMISSION_CHECK"}
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/managed-by", "app.kubernetes.io/component")
 # StatefulSet pods get a controller-revision-hash label "<name>-<10 chars>" (63 max) and the
@@ -137,6 +138,17 @@ def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
     for index, toleration in enumerate(spec["scheduling"].get("tolerations", [])):
         yield from _check_toleration(("spec", "scheduling", "tolerations", index), toleration)
     yield from _check_durations(spec)
+    yield from _check_pod_security(spec["podSecurity"])
+
+
+def _check_pod_security(security: dict[str, Any]) -> Iterator[Violation]:
+    # The kubelet would refuse to start the container (CreateContainerConfigError) and the
+    # cluster would sit there: say so before anything is applied.
+    if security["runAsNonRoot"] and security["runAsUser"] == 0:
+        yield Violation(("spec", "podSecurity", "runAsUser"),
+                        "runAsUser 0 is root, which runAsNonRoot forbids",
+                        "use a non-root uid such as 1000, or set runAsNonRoot: false for an "
+                        "image that needs root (Pod Security baseline, not restricted)")
 
 
 def _check_durations(spec: dict[str, Any]) -> Iterator[Violation]:

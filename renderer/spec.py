@@ -78,6 +78,16 @@ class Failover:
 
 
 @dataclass(frozen=True)
+class PodSecurity:
+    """spec.podSecurity: the user, group and volume group the kwbase processes run with."""
+
+    run_as_non_root: bool
+    run_as_user: int
+    run_as_group: int
+    fs_group: int
+
+
+@dataclass(frozen=True)
 class Cluster:
     """Everything the builders and the reconciler need to know about one cluster."""
 
@@ -116,6 +126,7 @@ class Cluster:
     failover: Failover
     drift_policy: str
     drift_ignore: tuple[DriftIgnore, ...]
+    pod_security: PodSecurity
     node_tuning: bool
     max_map_count: int
     network_policy: bool
@@ -198,6 +209,12 @@ class Cluster:
             drift_ignore=tuple(DriftIgnore(item["pointer"], item.get("kind", ""),
                                           item.get("name", ""))
                                for item in spec["drift"].get("ignore", ())),
+            pod_security=PodSecurity(
+                run_as_non_root=spec["podSecurity"]["runAsNonRoot"],
+                run_as_user=spec["podSecurity"]["runAsUser"],
+                run_as_group=spec["podSecurity"]["runAsGroup"],
+                fs_group=spec["podSecurity"]["fsGroup"],
+            ),
             node_tuning=spec["nodeTuning"]["enabled"],
             max_map_count=spec["nodeTuning"]["maxMapCount"],
             network_policy=spec["networkPolicy"]["enabled"],

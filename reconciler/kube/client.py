@@ -11,9 +11,13 @@ loaders (in-cluster service account, or a kubeconfig file).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
@@ -62,19 +66,69 @@ class ApiError(Exception):
         return self.status == 410
 
 
+class ConnectionSetupError(Exception):
+    """No way to reach the API server: no usable kubeconfig, or a server that does not answer.
+    The message names the cause and the fix on one line; `invalid` is True for a configuration
+    the user must fix (the CLI's exit 2), False for a server that did not answer (exit 1)."""
+
+    def __init__(self, message: str, *, invalid: bool) -> None:
+        super().__init__(message)
+        self.invalid = invalid
+
+
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """In-cluster config when running in a pod and no kubeconfig is named; else the kubeconfig."""
+    """In-cluster config when running in a pod and no kubeconfig is named; else the kubeconfig.
+    Raises ConnectionSetupError (invalid) when neither is usable."""
     if kubeconfig is None:
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
             return client.ApiClient()
         except config.ConfigException:
             pass
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if not any(Path(path).expanduser().is_file() for path in where.split(os.pathsep)):
+        # The client's own message here is "Invalid kube-config file. No configuration found.",
+        # which names neither the file it looked for nor the way out.
+        if kubeconfig is not None:
+            raise ConnectionSetupError(f"kubeconfig {kubeconfig} does not exist (pass an "
+                                       "existing file to --kubeconfig)", invalid=True)
+        raise ConnectionSetupError(
+            f"no kubeconfig: {where} does not exist and this is not a pod with a service "
+            "account (pass --kubeconfig FILE, or set KAIWU_KUBECONFIG or KUBECONFIG)",
+            invalid=True)
     configuration = client.Configuration()
-    config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, context=context,
-                            client_configuration=configuration)
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=configuration)
+    except (config.ConfigException, OSError, ValueError, TypeError, AttributeError,
+            yaml.YAMLError) as error:
+        detail = " ".join(str(error).split()) or type(error).__name__
+        raise ConnectionSetupError(
+            f"kubeconfig {where} is not usable: {detail} (check the file, or choose a context "
+            "with --context)", invalid=True) from error
     return client.ApiClient(configuration)
+
+
+def check_reachable(api: client.ApiClient, timeout_s: float) -> None:
+    """Ask the server for its version once, so that a wrong address or a server that is down is
+    reported at start, in one line, instead of as watch retries that never end."""
+    host = api.configuration.host
+    try:
+        client.VersionApi(api).get_code(_request_timeout=timeout_s)
+    except ApiException as error:
+        if error.status in (401, 403):
+            raise ConnectionSetupError(
+                f"the API server at {host} refused the credentials (HTTP {error.status}); check "
+                "the kubeconfig's user or the service account", invalid=False) from error
+        raise ConnectionSetupError(
+            f"the API server at {host} answered HTTP {error.status} {error.reason} (is {host} "
+            "a Kubernetes API server?)", invalid=False) from error
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        reason = getattr(error, "reason", None) or error
+        detail = " ".join(str(reason).split())
+        raise ConnectionSetupError(
+            f"cannot reach the API server at {host}: {detail} (check that it is running and "
+            "that --kubeconfig and --context name the right cluster)", invalid=False) from error
 
 
 class Watch:

@@ -33,6 +33,9 @@ from renderer.spec import Cluster, StartMode
 # of them is the same at every scale, so scaling out or in never changes the pod template.
 JOIN_ORDINALS = range(3)
 TUNING_IMAGE = "busybox:1.36"
+TUNING_CONTAINER = "tune-host"
+RUNTIME_DEFAULT = "RuntimeDefault"
+SKIP_KEY_CHECK_ENV = "KWBASE_SKIP_KEY_PERMISSION_CHECK"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
@@ -78,6 +81,7 @@ def _pod_spec(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
         "serviceAccountName": cluster.name,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": cluster.grace_period_seconds,
+        "securityContext": _pod_security_context(cluster),
         "containers": [_container(cluster, settings)],
     }
     if cluster.tls:
@@ -102,6 +106,23 @@ def _pod_spec(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
     if cluster.node_tuning:
         spec["initContainers"] = [_tuning_container(cluster)]
     return spec
+
+
+def _pod_security_context(cluster: Cluster) -> dict[str, Any]:
+    """Who every container runs as (spec.podSecurity), for the Pod Security "restricted" level.
+
+    fsGroup makes the fresh data volume writable by the non-root user; OnRootMismatch skips the
+    recursive ownership walk when the volume's root already matches, which on a large store
+    would otherwise delay every pod start."""
+    security = cluster.pod_security
+    return {
+        "runAsNonRoot": security.run_as_non_root,
+        "runAsUser": security.run_as_user,
+        "runAsGroup": security.run_as_group,
+        "fsGroup": security.fs_group,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": RUNTIME_DEFAULT},
+    }
 
 
 def _anti_affinity(cluster: Cluster) -> dict[str, Any] | None:
@@ -152,6 +173,11 @@ def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "LD_LIBRARY_PATH", "value": "/kaiwudb/lib"},
     ]
+    if cluster.tls:
+        # The kubelet gives the mounted keys to the pod's fsGroup (mode 0400 becomes 0440), and
+        # kwbase, like the CockroachDB it derives from, refuses keys readable by the group. The
+        # group is the pod's own, the volume a pod-private tmpfs: the check protects nothing here.
+        env.append({"name": SKIP_KEY_CHECK_ENV, "value": "true"})
     for var in cluster.extra_env:
         if var.secret_name:
             env.append({"name": var.name, "valueFrom": {"secretKeyRef": {
@@ -183,6 +209,12 @@ def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
         "volumeMounts": [{"name": DATA_VOLUME, "mountPath": DATA_DIR}],
         # kwbase never writes /dev/termination-log: the log tail is the crash reason we report.
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # kwbase needs no privilege: it listens on ports above 1024 and writes only its volume.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": RUNTIME_DEFAULT},
+        },
     }
     if cluster.tls:
         container["volumeMounts"].append({"name": "certs", "mountPath": CERTS_DIR,
@@ -211,11 +243,13 @@ def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def _tuning_container(cluster: Cluster) -> dict[str, Any]:
-    """vm.max_map_count is not namespaced: setting it needs a privileged container."""
+    """vm.max_map_count is not namespaced: setting it needs a privileged container, and root:
+    a privileged process of another uid has no effective capabilities to write /proc/sys. The
+    one exception to the pod's restricted profile (spec.nodeTuning, off by default)."""
     return {
-        "name": "tune-host",
+        "name": TUNING_CONTAINER,
         "image": TUNING_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "command": ["sysctl", "-w", f"vm.max_map_count={cluster.max_map_count}"],
-        "securityContext": {"privileged": True},
+        "securityContext": {"privileged": True, "runAsUser": 0, "runAsNonRoot": False},
     }

@@ -73,8 +73,12 @@ def kaiwu_process(*args: str | Path, cwd: Path | None = None,
     """Run the installed `kaiwu` console script in a fresh process, as a user does."""
     script = Path(sys.executable).parent / "kaiwu"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "renderer.cli"]
-    result = subprocess.run([*command, *(str(arg) for arg in args)], cwd=cwd,
-                            env=dict(env) if env is not None else None,
+    # The venv's editable install may point at another checkout (a git worktree shares it):
+    # put this one first, so the process runs the code under test.
+    run_env = dict(os.environ if env is None else env)
+    run_env["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(REPO), run_env.get("PYTHONPATH", "")) if part)
+    result = subprocess.run([*command, *(str(arg) for arg in args)], cwd=cwd, env=run_env,
                             capture_output=True, text=True, timeout=120, check=False)
     return Run(result.returncode, result.stdout, result.stderr)
 

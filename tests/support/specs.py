@@ -219,6 +219,9 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         for arg in spec["extraArgs"]:
             names.setdefault(arg.split("=", 1)[0], arg)
         spec["extraArgs"] = list(names.values())
+    security = spec.get("podSecurity", {})
+    if security.get("runAsNonRoot", True) and security.get("runAsUser", 1000) == 0:
+        security["runAsNonRoot"] = False  # root only through the documented escape hatch
     scheduling = spec.get("scheduling", {})
     if "topologySpread" in scheduling:
         pairs: dict[tuple[str, str], dict[str, Any]] = {}
@@ -235,7 +238,8 @@ OUT_OF_RANGE: list[tuple[Path_, int]] = [
     (("replicas",), 0), (("replicas",), 100), (("terminationGracePeriodSeconds",), 59),
     (("terminationGracePeriodSeconds",), 3601), (("failover", "maxCrashRestarts"), 21),
     (("failover", "maxCrashRestarts"), -1), (("podDisruptionBudget", "maxUnavailable"), 0),
-    (("nodeTuning", "maxMapCount"), 65529),
+    (("nodeTuning", "maxMapCount"), 65529), (("podSecurity", "runAsUser"), -1),
+    (("podSecurity", "fsGroup"), 2**31),
 ]
 
 BAD_ENUMS: list[Path_] = [("startMode",), ("image", "pullPolicy"), ("scheduling", "antiAffinity"),

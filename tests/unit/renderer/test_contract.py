@@ -246,7 +246,9 @@ def test_node_tuning_adds_a_privileged_init_container(tmp_path: Path) -> None:
         "StatefulSet/orders"]["spec"]["template"]["spec"]
     (tuner,) = pod["initContainers"]
     assert tuner["command"] == ["sysctl", "-w", "vm.max_map_count=20000000"]
-    assert tuner["securityContext"] == {"privileged": True}
+    # Privileged alone is not enough under the pod's non-root user: sysctl needs root.
+    assert tuner["securityContext"] == {"privileged": True, "runAsUser": 0,
+                                        "runAsNonRoot": False}
 
 
 def test_a_cluster_without_a_namespace_lands_in_default(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@
 Every story runs on a real git repository with a real history (git init, commit the cluster
 files, change replicas or the version, add or remove a cluster, commit again) and compares
 revisions (`--base HEAD~1`, `--base X --head Y`), the working tree, or two directories.
-Exit codes: 0 no change, 1 changes, 2 an error (a bad revision, an invalid spec on either side,
-a change the transition rules refuse). Secrets never appear in the output.
+Exit codes: 0 no change, 1 changes, 2 an error (a bad revision, a shallow clone without the base,
+an invalid head, a change the transition rules refuse). An invalid base is no error: the head is
+shown in full with the base's problems; a version change the reconciler refuses is flagged.
+Secrets never appear in the output.
 """
 
 from __future__ import annotations
@@ -185,11 +187,12 @@ def test_a_bad_revision_is_an_error_not_a_traceback(repo: Repo) -> None:
     assert run.code == 2
     assert "Traceback" not in run.stderr
     assert "no-such-branch" in run.stderr
+    assert "is not a revision of this repository" in run.stderr
     assert "check the revision name" in run.stderr
     assert run.stdout == ""
 
 
-def test_an_invalid_spec_on_the_base_side_is_named_with_its_revision(repo: Repo) -> None:
+def test_the_pull_request_that_fixes_an_invalid_base_shows_the_head_in_full(repo: Repo) -> None:
     broken = dev(replicas=2)
     repo.write("dev.yaml", broken)
     repo.commit("oops")
@@ -198,10 +201,88 @@ def test_an_invalid_spec_on_the_base_side_is_named_with_its_revision(repo: Repo)
 
     run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
 
-    assert run.code == 2
+    assert run.code == 1, run.stderr
     line = line_of(to_text(broken), 0, ("spec", "replicas"))
-    assert run.stderr.splitlines()[0].startswith(
-        f"HEAD~1:clusters/dev.yaml:{line}: spec.replicas: multi-replica needs at least 3 nodes")
+    assert run.stdout.splitlines()[:2] == [
+        "The base is invalid (1 problem(s)), so this shows the head's render in full:",
+        f"  HEAD~1:clusters/dev.yaml:{line}: spec.replicas: multi-replica needs at least 3 "
+        "nodes, got 2 (set replicas to 3 or more, or use startMode single-replica)"]
+    assert {change for change, _ in listed(run)} == {"added"}
+    assert ("added", "StatefulSet kaiwu-dev/dev") in listed(run)
+    markdown = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD", "--format", "markdown")
+    assert "> **The base is invalid** (1 problem(s)); this shows the head's render in full." in (
+        markdown.stdout)
+
+
+def test_a_base_that_is_not_even_yaml_still_gives_a_preview(repo: Repo) -> None:
+    (repo.root / "clusters" / "dev.yaml").write_text("spec: [unclosed\n")
+    repo.commit("broken yaml")
+    repo.write("dev.yaml", dev())
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert run.code == 1, run.stderr
+    assert run.stdout.startswith("The base is invalid (1 problem(s))")
+    assert "  HEAD:clusters/dev.yaml:" in run.stdout
+
+
+def test_an_invalid_head_is_still_an_error(repo: Repo) -> None:
+    repo.write("dev.yaml", dev(replicas=2))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 2
+    assert run.stderr.startswith("clusters/dev.yaml:")
+
+
+def test_a_version_downgrade_is_flagged_as_refused_by_the_reconciler(repo: Repo) -> None:
+    repo.write("orders.yaml", orders(version="3.1.0"))
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert run.code == 1, run.stderr
+    assert run.stdout.splitlines()[0] == (
+        "REFUSED by the reconciler: shop/orders: spec.version 3.2.1 -> 3.1.0 is a downgrade, "
+        "which the reconciler refuses (KaiwuDB cannot be downgraded): no pod will move; keep "
+        "3.2.1 or later")
+    markdown = repo.diff("clusters", "--base", "HEAD", "--format", "markdown").stdout
+    assert "> :warning: **Refused by the reconciler:** shop/orders: spec.version 3.2.1 -> " \
+        "3.1.0 is a downgrade" in markdown
+
+
+def test_a_major_version_change_is_flagged_and_a_minor_upgrade_is_not(repo: Repo) -> None:
+    repo.write("orders.yaml", orders(version="4.0.0"))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert "REFUSED by the reconciler: shop/orders: spec.version 3.2.1 -> 4.0.0 changes the " \
+        "major version" in run.stdout
+
+    repo.write("orders.yaml", orders(version="3.3.0"))
+    assert "REFUSED" not in repo.diff("clusters", "--base", "HEAD").stdout
+
+
+def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(repo: Repo,
+                                                                   tmp_path: Path) -> None:
+    repo.write("dev.yaml", dev(replicas=5))
+    repo.commit("dev: five nodes")
+    clone = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo.root}", str(clone)],
+                   check=True, env=repo.env)
+
+    run = kaiwu_process("diff", "clusters", "--base", "HEAD~1", cwd=clone, env=repo.env)
+
+    assert run.code == 2 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[0] == (
+        "HEAD~1: is not in this clone, which is shallow (check out the full history "
+        "(actions/checkout with fetch-depth: 0, GitLab GIT_DEPTH: 0) or run git fetch "
+        "--unshallow origin)")
+
+
+def test_outside_a_git_repository_diff_names_the_fix(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "plain" / "clusters" / "dev.yaml", dev())
+    run = kaiwu_process("diff", "clusters", "--base", "origin/main", cwd=tmp_path / "plain",
+                        env=clean_env(tmp_path))
+    assert run.code == 2 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[0] == (
+        ".: is not a git repository (run kaiwu diff inside the repository, name it with "
+        "--repo DIR, or compare two directories)")
 
 
 def test_an_invalid_spec_in_the_working_tree_is_named_with_its_path(repo: Repo) -> None:
