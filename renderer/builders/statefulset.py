@@ -35,6 +35,8 @@ JOIN_ORDINALS = range(3)
 TUNING_IMAGE = "busybox:1.36"
 TUNING_CONTAINER = "tune-host"
 RUNTIME_DEFAULT = "RuntimeDefault"
+# With fsGroup the mounted keys are group-readable, which kwbase refuses unless told not to
+# check (the variable kwbase/pkg/security/certificate_loader.go reads in KWDB V3.2).
 SKIP_KEY_CHECK_ENV = "KWBASE_SKIP_KEY_PERMISSION_CHECK"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
