@@ -6,7 +6,7 @@ world's apiserver, and a kubeconfig for the reconciler's own ServiceAccount (RBA
 A user applies a small cluster; the containerised reconciler brings it to Ready, then stops
 cleanly on SIGTERM.
 
-Missing podman/buildah/runc/debootstrap fail the story with what .ci/run installs (never a
+Missing podman/buildah/runc/debootstrap fail the story with what `make world` installs (never a
 skip). Timings are printed (pytest -s): the base (a no-op once cached outside the work tree),
 the build, and the run to Ready.
 """
@@ -48,7 +48,7 @@ def reconciler_image() -> str:
     sources quick)."""
     missing = image.missing_tools()
     if missing:
-        pytest.fail(f"the image story needs {', '.join(missing)}: .ci/run installs them "
+        pytest.fail(f"the image story needs {', '.join(missing)}: make world installs them "
                     f"(apt-get install -y {' '.join(image.TOOLS)})", pytrace=False)
     started = time.monotonic()
     tag = image.build()
