@@ -275,3 +275,15 @@ def brief(writes: list[dict[str, Any]]) -> list[str]:
 def user(kube: k8s.ApiClient, manager: str) -> Kube:
     """The test playing a person or another tool, under that tool's field manager name."""
     return Kube(kube, manager)
+
+
+def refused(plane: ControlPlane, who: str, namespace: str, scope: str) -> list[str]:
+    """The requests of `who` RBAC refused (403), as `verb uri` lines from the audit log."""
+    # A cluster-wide reconciler also sees earlier stories' clusters, whose namespaces may be
+    # terminating (answered 403): judge requests about this namespace and cluster-wide ones.
+    def ours(uri: str) -> bool:
+        return scope == "namespaced" or "/namespaces/" not in uri \
+            or f"/namespaces/{namespace}/" in uri
+    return [f"{e.get('verb')} {e.get('requestURI')}" for e in plane.audit_events(user=who)
+            if e.get("responseStatus", {}).get("code") == 403
+            and ours(str(e.get("requestURI", "")))]

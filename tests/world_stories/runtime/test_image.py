@@ -2,7 +2,8 @@
 FROM a base debootstrapped from Debian's packages, tests/world/image.py) and run the way
 deploy/ runs it: as uid 10001, with a read-only root filesystem (only a tmpfs at /tmp, which the
 Kubernetes client uses for the CA it is handed inline), host networking to reach the test
-world's apiserver, and a kubeconfig for the reconciler's own ServiceAccount (RBAC enforced).
+world's apiserver, and a kubeconfig for the ServiceAccount of a namespace-scoped `kaiwu install`
+bundle, under exactly its RBAC (enforced; the audit log shows nothing refused).
 A user applies a small cluster; the containerised reconciler brings it to Ready, then stops
 cleanly on SIGTERM.
 
@@ -17,23 +18,18 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 
+from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
-from tests.support.harness import (
-    condition,
-    reconciler_identity,
-    service_account_token,
-    user,
-    wait_for,
-)
+from tests.support.harness import condition, refused, service_account_token, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.world import image
 from tests.world.controlplane import WRITE_VERBS, ControlPlane
@@ -99,9 +95,13 @@ class Container:
 
 @pytest.fixture
 def container(reconciler_image: str, control_plane: ControlPlane, kube: k8s.ApiClient,
-              namespace: str, tmp_path: Path) -> Iterator[Container]:
-    reconciler_identity(control_plane, kube, namespace)
-    token = service_account_token(k8s.CoreV1Api(kube), namespace, "kaiwu-reconciler")
+              namespace: str, tmp_path: Path,
+              installed: Callable[[install.Options], list[Obj]]) -> Iterator[Container]:
+    # The bundle's ServiceAccount and RBAC, namespace-scoped, exactly as `kaiwu install` makes
+    # them: the image runs with nothing more.
+    installed(install.Options(namespace=namespace, scope="namespaced", image=reconciler_image,
+                              watch_namespace=namespace))
+    token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
     config_dir = tmp_path / "config"
     config_dir.mkdir()
     (config_dir / "kubeconfig").write_text(
@@ -114,12 +114,6 @@ def container(reconciler_image: str, control_plane: ControlPlane, kube: k8s.ApiC
     yield started
     if started.popen.poll() is None:
         started.stop()
-    try:
-        k8s.RbacAuthorizationV1Api(kube).delete_cluster_role_binding(
-            f"kaiwu-test-node-reader-{namespace}")
-    except k8s.ApiException as error:
-        if error.status != 404:
-            raise
 
 
 def test_the_image_run_read_only_as_uid_10001_brings_a_cluster_to_ready(
@@ -144,10 +138,12 @@ def test_the_image_run_read_only_as_uid_10001_brings_a_cluster_to_ready(
     assert host["ReadonlyRootfs"] is True
     uid = image.podman("exec", container.name, "id", "-u", capture=True)
     assert uid.strip() == UID
-    # The writes came from the container, under the reconciler's ServiceAccount.
-    sa_user = f"system:serviceaccount:{namespace}:kaiwu-reconciler"
+    # The writes came from the container, under the bundle's ServiceAccount, and the bundle's
+    # RBAC refused it nothing.
+    sa_user = f"system:serviceaccount:{namespace}:{install.NAME}"
     writes = control_plane.audit_events(user=sa_user, verbs=WRITE_VERBS)
     assert any(w["objectRef"]["resource"] == "statefulsets" for w in writes), writes[:5]
+    assert refused(control_plane, sa_user, namespace, "namespaced") == []
 
     assert container.stop() == 0, container.text()[-3000:]
     log = container.text()

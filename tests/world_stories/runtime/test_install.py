@@ -17,54 +17,27 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes import utils as k8s_utils
 
 from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
-from tests.support.harness import REPO, condition, service_account_token, user, wait_for
+from tests.support.harness import REPO, condition, refused, service_account_token, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.world.controlplane import ControlPlane
 from tests.world.simworld import SimWorld
-
-# Applied by the test world itself (the CRD) and the namespace fixture (the Namespace).
-PREINSTALLED = ("CustomResourceDefinition", "Namespace")
 
 
 def options(scope: str, namespace: str, **more: Any) -> install.Options:
     return install.Options(namespace=namespace, scope=scope, image="kaiwu-reconciler:test",
                            watch_namespace=namespace if scope == "namespaced" else "", **more)
-
-
-@pytest.fixture
-def installed(kube: k8s.ApiClient, namespace: str) -> Iterator[Callable[[install.Options],
-                                                                          list[Obj]]]:
-    """Apply a bundle's RBAC (kubectl create -f); remove its cluster-wide objects after."""
-    cluster_wide: list[tuple[str, str]] = []
-
-    def apply(opts: install.Options) -> list[Obj]:
-        docs = [d.obj for d in install.bundle(opts)]
-        for doc in docs:
-            if doc["kind"] in PREINSTALLED or doc["kind"] in ("Deployment", "Service"):
-                continue
-            k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call]
-            if doc["kind"].startswith("Cluster"):
-                cluster_wide.append((doc["kind"], doc["metadata"]["name"]))
-        return docs
-
-    yield apply
-    rbac = k8s.RbacAuthorizationV1Api(kube)
-    for kind, name in cluster_wide:
-        (rbac.delete_cluster_role if kind == "ClusterRole"
-         else rbac.delete_cluster_role_binding)(name)
 
 
 def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
@@ -94,17 +67,6 @@ def stop(popen: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             popen.kill()
             popen.wait(5)
-
-
-def refused(plane: ControlPlane, who: str, namespace: str, scope: str) -> list[str]:
-    # A cluster-wide reconciler also sees earlier stories' clusters, whose namespaces may be
-    # terminating (answered 403): judge requests about this namespace and cluster-wide ones.
-    def ours(uri: str) -> bool:
-        return scope == "namespaced" or "/namespaces/" not in uri \
-            or f"/namespaces/{namespace}/" in uri
-    return [f"{e.get('verb')} {e.get('requestURI')}" for e in plane.audit_events(user=who)
-            if e.get("responseStatus", {}).get("code") == 403
-            and ours(str(e.get("requestURI", "")))]
 
 
 def forbidden(call: Callable[[], object]) -> bool:
