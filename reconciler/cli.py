@@ -2,13 +2,14 @@
 reconciler until SIGTERM.
 
 `main` hands `kaiwu render|validate|diff` to the renderer's CLI (renderer.cli, which knows
-nothing of the reconciler) and `kaiwu reconcile ...` (also `python -m reconciler`) to
-`reconcile`. Settings come from flags and KAIWU_*
-variables (`reconciler.settings`); logs are structured (one JSON object per line by default,
-with the fields each call passes as `extra`, e.g. cluster, kind, error). SIGTERM and SIGINT
-start a clean shutdown: workers stop, the leader Lease is released so a standby takes over at
-once, and the process exits 0. Exit code 2: invalid settings or no usable kubeconfig; 1: the API
-server did not answer at start, or the reconciler failed. Each is one line on stderr, no
+nothing of the reconciler), `kaiwu install` and `kaiwu status` to their modules
+(reconciler.install, reconciler.statuscmd) and `kaiwu reconcile ...` (also `python -m
+reconciler`) to `reconcile`. Settings come from flags and KAIWU_* variables
+(`reconciler.settings`); logs are structured (one JSON object per line by default, with the
+fields each call passes as `extra`, e.g. cluster, kind, error). SIGTERM and SIGINT start a clean
+shutdown: workers stop, the leader Lease is released so a standby takes over at once, and the
+process exits 0. Exit code 2: invalid settings or no usable kubeconfig; 1: the API server did
+not answer at start, or the reconciler failed. Each is one line on stderr, no
 traceback.
 """
 
@@ -86,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["install"]:
         from reconciler import install  # only `kaiwu install` needs it
         return install.main(arguments[1:])
+    if arguments[:1] == ["status"]:
+        from reconciler import statuscmd  # only `kaiwu status` needs it
+        return statuscmd.main(arguments[1:])
     code: int = renderer_cli.main(arguments)
     return code
 
