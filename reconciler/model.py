@@ -20,6 +20,9 @@ from renderer.settings import LiveState
 from renderer.spec import Cluster
 
 Obj = dict[str, Any]
+# Pauses a cluster like spec.paused, without a change to the spec: in an incident there may be
+# no time for a git commit and a sync (and Argo CD would revert a hand edit of the spec).
+PAUSED_ANNOTATION = "kaiwu.inspur.com/paused"
 EventType = Literal["Normal", "Warning"]
 
 
@@ -161,7 +164,13 @@ class Pass:
 
     @property
     def paused(self) -> bool:
-        return self.cluster is not None and self.cluster.paused
+        """spec.paused, or the PAUSED_ANNOTATION set to "true" (either one stops every action;
+        the pass still observes and reports)."""
+        return self.cluster is not None and (self.cluster.paused or self.paused_by_annotation)
+
+    @property
+    def paused_by_annotation(self) -> bool:
+        return (meta(self.obj).get("annotations") or {}).get(PAUSED_ANNOTATION) == "true"
 
     @property
     def policy(self) -> str:

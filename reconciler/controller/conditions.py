@@ -10,7 +10,7 @@ from reconciler import status as st
 from reconciler.controller.objects import ObjectPass
 from reconciler.drift.compare import DriftReport, format_report
 from reconciler.kube import kinds as k
-from reconciler.model import meta
+from reconciler.model import PAUSED_ANNOTATION, meta
 from renderer.builders import selector_labels
 
 
@@ -93,8 +93,9 @@ def observed(p: ObjectPass) -> st.Observed:
                                    ready_message))
 
     if p.paused:
-        conditions.append(st.Condition(st.RECONCILING, "False", "Paused",
-                                       "spec.paused is set: only reporting"))
+        conditions.append(st.Condition(st.RECONCILING, "False", "Paused", (
+            f"annotation {PAUSED_ANNOTATION}=true" if p.paused_by_annotation
+            else "spec.paused") + " is set: only reporting"))
     elif is_ready or stalled or p.halted:
         conditions.append(st.Condition(st.RECONCILING, "False", ready_reason, ""))
     elif drifted and p.policy != "enforce":
@@ -109,8 +110,11 @@ def observed(p: ObjectPass) -> st.Observed:
     # The generation is observed once all of it is applied (or we are stuck on it).
     done = p.complete and not any(s.verdict in ("missing", "terminating", "immutable")
                                   and s.outstanding for s in p.states)
-    # Paused counts as observed: unpausing is a new generation, which is applied then.
-    generation = p.generation if (done or stalled or p.paused) else None
+    # spec.paused counts as observed: unpausing is a new generation, which is applied then.
+    # The annotation does not: removing it is no new generation, so a spec changed meanwhile
+    # must still look unobserved then (p.sync), or a warn-policy cluster would never apply it.
+    spec_paused = cluster is not None and cluster.paused
+    generation = p.generation if (done or stalled or spec_paused) else None
     previous_phase = p.previous.get("phase")
     phase = ("Failed" if p.halted else "Running" if is_ready else
              "Pending" if ready == 0 else

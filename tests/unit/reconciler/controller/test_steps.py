@@ -169,6 +169,27 @@ def test_a_paused_cluster_is_looked_at_and_reported_but_nothing_is_written() -> 
     assert condition(status, "Reconciling")["reason"] == "Paused"
 
 
+def test_the_paused_annotation_pauses_like_spec_paused_without_a_spec_change() -> None:
+    obj = cluster()
+    obj["metadata"]["annotations"] = {"kaiwu.inspur.com/paused": "true"}
+    ran, kube, status = reconcile(obj)
+    assert "repair" not in ran and "prune" not in ran and "lifecycle" not in ran
+    assert "observe" in ran and "report" in ran
+    assert [w for w in kube.writes if w[0] != "status" and w[1] != "Event"] == []
+    reconciling = condition(status, "Reconciling")
+    assert reconciling["reason"] == "Paused"
+    assert "annotation kaiwu.inspur.com/paused=true" in reconciling["message"]
+    # Removing the annotation is no new generation: the spec must still count as unapplied.
+    assert "observedGeneration" not in status
+
+
+def test_only_the_value_true_pauses() -> None:
+    obj = cluster()
+    obj["metadata"]["annotations"] = {"kaiwu.inspur.com/paused": "false"}
+    ran, kube, _ = reconcile(obj)
+    assert "repair" in ran and any(verb == "apply" for verb, _, _ in kube.writes)
+
+
 def test_a_tls_cluster_makes_its_certificates_before_anything_is_rendered() -> None:
     ran, kube, _ = reconcile(cluster(tls={"enabled": True}))
     assert ran[:4] == ["spec", "certificates", "lifecycle", "render"]
