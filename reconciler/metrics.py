@@ -239,6 +239,14 @@ class Metrics:
             for status in CONDITION_STATUSES:
                 _remove(self.cluster_condition, namespace, cluster, type_, status)
 
+    def forget_clusters(self) -> None:
+        """Remove every cluster's series: the runtime, when this replica stops leading (a
+        standby reports no clusters, so its stale values raise no alerts)."""
+        with self._clusters_lock:
+            keys = set(self._condition_types) | set(self._last_success) | set(self._cert_expiry)
+        for namespace, cluster in keys:
+            self.forget_cluster(namespace, cluster)
+
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format (what /metrics serves)."""
         return generate_latest(self.registry)

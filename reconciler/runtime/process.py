@@ -271,6 +271,7 @@ class Runtime:
         for worker in term.workers:
             if worker is not threading.current_thread():
                 worker.join(max(deadline - time.monotonic(), 0))
+        self.metrics.forget_clusters()  # the next leader reports them
         busy = [worker.name for worker in term.workers if worker.is_alive()]
         if busy:
             log.warning("reconciles still running after the grace period; their writes are "
