@@ -179,7 +179,7 @@ def test_promtool_accepts_the_rules_and_their_templates() -> None:
 
 def test_each_alert_fires_exactly_where_it_should(tmp_path: Path) -> None:
     cluster = dict(CLUSTER)
-    failing = {
+    failing: dict[str, list[dict[str, str]]] = {
         "KaiwuClusterNotReady": [{**cluster, "type": "Ready", "status": "True"}],
         "KaiwuClusterStalled": [cluster],
         "KaiwuNodeNotLive": [cluster],
@@ -188,7 +188,7 @@ def test_each_alert_fires_exactly_where_it_should(tmp_path: Path) -> None:
         "KaiwuClusterNotReconciled": [cluster],
         "KaiwuReconcileErrors": [{}],
     }
-    scenarios = [
+    scenarios: list[tuple[str, list[dict[str, str]], dict[str, list[dict[str, str]]]]] = [
         ("healthy cluster", series(*pages(healthy=True, leader=True)), {}),
         ("failing cluster", series(*pages(healthy=False, leader=True)), failing),
         ("a standby and no leader", series(*pages(healthy=True, leader=False)),
