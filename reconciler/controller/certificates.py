@@ -1,5 +1,6 @@
 """The "certificates" step: TLS Secrets planned by reconciler.kaiwudb.certs, written unless
-paused, and the certificates' hash put on the pod template (a renewal rolls the pods).
+paused, and the certificates' hash put on the pod template (a renewal rolls the pods). The node
+Secret's earliest notAfter, as read, goes to kaiwu_cluster_certificate_expiry_seconds.
 
 Run by the Controller (reconciler.controller.controller) after "render", for TLS clusters.
 """
@@ -14,6 +15,7 @@ from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Share
 from reconciler.kaiwudb.certs import (
     ca_secret_name,
     certs_action,
+    earliest_expiry,
     format_problem,
 )
 from reconciler.kube import kinds as k
@@ -46,6 +48,10 @@ class CertificatesStep:
                 found = self.shared.kube.get(k.SECRET, cluster.namespace, name)
             if found is not None:
                 secrets[name] = found
+        node = secrets.get(cluster.node_secret)
+        expiry = earliest_expiry(node) if node is not None else None
+        self.shared.metrics.cluster_certificate_expiry(
+            p.key.namespace, p.key.name, expiry.timestamp() if expiry is not None else None)
         plan = certs_action(cluster, secrets, datetime.fromtimestamp(p.now, UTC))
         stale = any(self.shared.marks.stale(p.key, f"Secret/{name}", secrets.get(name))
                     for name in names)

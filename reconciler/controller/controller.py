@@ -25,6 +25,9 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
 Writes are server-side applies under `Settings.field_manager`; every applied object gets an
 ownerReference to its KaiwuCluster (controller: true), so deleting the cluster garbage-collects
 them (the StatefulSet's claims have none and survive).
+
+A pass that runs to its end resets the cluster's kaiwu_cluster_seconds_since_last_success; a
+cluster gone from the cache (or being deleted) loses every kaiwu_cluster_* series.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class Controller:
             if (p.halted and not step.always) or not step.wanted(p):
                 continue
             step.run(p)
+        self.shared.metrics.cluster_succeeded(key.namespace, key.name, p.now)
         return Result(min(p.requeue) if p.requeue else None)
 
     def forget(self, key: ClusterKey) -> None:
@@ -121,3 +125,4 @@ class Controller:
         self.shared.pending.forget(key)
         self.shared.marks.forget(key)
         self.shared.notices.forget(key)
+        self.shared.metrics.forget_cluster(key.namespace, key.name)

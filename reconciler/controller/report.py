@@ -1,6 +1,7 @@
 """The "report" step: status per kstatus (written only when it changed), Events on transitions
 and for actions, drift announced once.
 
+Also sets the cluster's kaiwu_cluster_* gauges (node counts, conditions) from what it reports.
 Run last by the Controller (reconciler.controller.controller), even after a step halted the pass.
 What the conditions say is decided by reconciler.controller.conditions (pure functions).
 """
@@ -8,6 +9,7 @@ What the conditions say is decided by reconciler.controller.conditions (pure fun
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from reconciler import status as st
 from reconciler.controller.conditions import changes_text, observed
@@ -53,6 +55,7 @@ class ReportStep:
         self.note_stalls(p)
         summary = observed(p)
         new = st.build(p.previous, summary, rfc3339(p.now))
+        self._observe(p, summary, new)
         if new != p.previous:
             body = {**p.obj, "status": new}
             try:
@@ -89,6 +92,14 @@ class ReportStep:
             if state.verdict == "rejected":
                 p.stalled.append(("ApplyRejected",
                                   f"{state.ref.short}: the API server refused it: {state.detail}"))
+
+    def _observe(self, p: ObjectPass, summary: st.Observed, new: dict[str, Any]) -> None:
+        """The kaiwu_cluster_* gauges from what this pass reports (the status it writes)."""
+        states = [str(n.get("state")) for n in new.get("nodes") or () if isinstance(n, dict)]
+        self.shared.metrics.observe_cluster(
+            p.key.namespace, p.key.name, desired=summary.replicas, ready=summary.ready_nodes,
+            live=states.count("live"), not_live=states.count("not-live"),
+            conditions={c.type: c.status for c in summary.conditions})
 
     def _emit(self, p: ObjectPass) -> None:
         for type_, reason, message in p.events:

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import urllib3
 import yaml
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 from reconciler.kube.kinds import Kind, kind_of
+from reconciler.metrics import Metrics
 from reconciler.model import Obj
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -169,6 +171,31 @@ def _watch_event(event: Obj) -> tuple[str, Obj]:
     if event.get("type") == "ERROR":
         raise ApiError(int(obj.get("code", 500)), obj.get("reason", ""), obj.get("message", ""))
     return str(event["type"]), obj
+
+
+def count_requests(api: client.ApiClient, metrics: Metrics) -> None:
+    """Count every request `api` sends in rest_client_requests_total{code,method,host}, as
+    controller-runtime counts client-go's. Called by the runtime on the API client it shares
+    between the caches, the workers and the leader election. `code` is the HTTP status, or
+    "<error>" when no answer came (client-go's value); `host` is the API server's host:port, so
+    every label takes a handful of values. Exec's websocket connections are not counted."""
+    rest: Any = api.rest_client
+    send = rest.request
+
+    def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        code = "<error>"
+        try:
+            response = send(method, url, *args, **kwargs)
+            code = str(getattr(response, "status", "<error>"))
+            return response
+        except ApiException as error:
+            code = str(error.status) if error.status else "<error>"
+            raise
+        finally:
+            metrics.rest_client_requests.labels(
+                code=code, method=method.upper(), host=urlsplit(url).netloc).inc()
+
+    rest.request = counted
 
 
 class Kube:

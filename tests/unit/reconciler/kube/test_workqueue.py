@@ -11,6 +11,7 @@ import time
 
 from reconciler.keys import ClusterKey
 from reconciler.kube.workqueue import WorkQueue
+from reconciler.metrics import Metrics
 
 A = ClusterKey("shop", "orders")
 B = ClusterKey("shop", "payments")
@@ -136,3 +137,28 @@ def test_delayed_work_is_handed_out_when_due_with_real_time() -> None:
 
     assert queue.get(timeout_s=2) == B
     assert 0.15 <= time.monotonic() - started < 1.5
+
+
+def test_the_queue_feeds_controller_runtimes_workqueue_metrics() -> None:
+    clock = FakeClock()
+    metrics = Metrics()
+    queue: WorkQueue[ClusterKey] = WorkQueue(clock=clock, metrics=metrics, name="kaiwucluster")
+    q = {"name": "kaiwucluster"}
+    key = ClusterKey("ns", "a")
+    for _ in range(5):
+        queue.add(key)  # one add queues it, four merge into it
+    queue.add(ClusterKey("ns", "b"))
+    assert metrics.value("workqueue_adds_total", q) == 2
+    assert metrics.value("workqueue_depth", q) == 2
+    clock.advance(3.0)
+    assert queue.get(timeout_s=0) == key
+    assert metrics.value("workqueue_queue_duration_seconds_sum", q) == 3.0
+    clock.advance(2.0)
+    assert metrics.value("workqueue_longest_running_processor_seconds", q) == 2.0
+    assert metrics.value("workqueue_unfinished_work_seconds", q) == 2.0
+    queue.add_rate_limited(key)
+    queue.done(key)
+    assert metrics.value("workqueue_work_duration_seconds_sum", q) == 2.0
+    assert metrics.value("workqueue_retries_total", q) == 1
+    assert metrics.value("workqueue_longest_running_processor_seconds", q) == 0.0
+    assert metrics.value("workqueue_depth", q) == 2, "b waiting, a due after its back-off"
