@@ -55,6 +55,13 @@ SECRET_KEY = re.compile(r"^(?!\.\.?\Z)[-._a-zA-Z0-9]+\Z")
 FLAG = re.compile(r"^--[a-z][a-z0-9-]*(=.*)?$", re.DOTALL)
 # prometheus-operator's Duration (the ServiceMonitor CRD): units in order, each at most once.
 PROMETHEUS_DURATION = re.compile(r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?\Z")
+# spec.tls.clientUsers (the CRD's pattern too): a SQL name needing no quotes, and a Secret name
+# once `_` becomes `-`.
+SQL_USER = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")
+# root has its own Secret; a client certificate with CN node would authenticate as a node.
+RESERVED_USERS = {"root": "root's certificate is the cluster's <cluster>-root-client-certs",
+                  "node": "a certificate with CN node authenticates as a KaiwuDB node"}
+MAX_CLIENT_USERS = 20
 FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)\Z")
 # The time-series engine allocates well beyond --cache and --max-sql-memory (kaiwudb-facts.md).
 MAX_MEMORY_FRACTION = Decimal("0.8")
@@ -331,6 +338,43 @@ def _check_metadata_map(path: Path, values: dict[str, str], labels: bool) -> Ite
                             "use at most 63 letters, digits, '-', '_' or '.'")
 
 
+def _check_tls(tls: dict[str, Any]) -> Iterator[Violation]:
+    """spec.tls beyond the schema: client user names, and what needs managed certificates."""
+    path: Path = ("spec", "tls")
+    own = bool(tls.get("nodeSecretName"))
+    users = tls.get("clientUsers", [])
+    if len(users) > MAX_CLIENT_USERS:
+        yield Violation((*path, "clientUsers"), f"{len(users)} users are listed",
+                        f"list at most {MAX_CLIENT_USERS}")
+    seen: set[str] = set()
+    for index, name in enumerate(users):
+        where = (*path, "clientUsers", index)
+        if not (isinstance(name, str) and SQL_USER.match(name)):
+            yield Violation(where, f"{name!r} is not a SQL user name this operator issues for",
+                            "use a lower-case letter, then lower-case letters, digits or '_', "
+                            "at most 32 characters")
+        elif name in RESERVED_USERS:
+            yield Violation(where, f"{name!r} is reserved: {RESERVED_USERS[name]}",
+                            "remove it" if name == "root" else "choose another user name")
+        elif name in seen:
+            yield Violation(where, f"{name!r} is listed twice", "keep one")
+        seen.add(name)
+    if users and own:
+        yield Violation((*path, "clientUsers"),
+                        "client certificates are issued with the cluster's CA, which the "
+                        "reconciler holds only when it manages the certificates",
+                        "issue them with your own CA, or clear nodeSecretName and "
+                        "clientSecretName")
+    if users and not tls["enabled"]:
+        yield Violation((*path, "clientUsers"), "client certificates need TLS",
+                        "set spec.tls.enabled: true, or remove clientUsers")
+    if tls.get("secretLayout", "kwbase") != "kwbase" and not own:
+        yield Violation((*path, "secretLayout"),
+                        f"secretLayout {tls['secretLayout']} describes your own Secrets, and "
+                        "none are named",
+                        "set nodeSecretName and clientSecretName, or remove secretLayout")
+
+
 def _check_names(spec: dict[str, Any]) -> Iterator[Violation]:
     candidates: list[tuple[Path, str | None]] = [
         (("spec", "tls", "nodeSecretName"), spec["tls"].get("nodeSecretName")),
@@ -354,6 +398,7 @@ def _check_names(spec: dict[str, Any]) -> Iterator[Violation]:
                         "name both nodeSecretName and clientSecretName, or neither",
                         "your own certificates need both Secrets; leave both empty to let the "
                         "operator manage them")
+    yield from _check_tls(spec["tls"])
     for index, namespace in enumerate(spec["networkPolicy"].get("allowedNamespaces", [])):
         if not DNS_1123_LABEL.match(namespace):
             yield Violation(("spec", "networkPolicy", "allowedNamespaces", index),

@@ -43,6 +43,11 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is longer than a timedelta can hold") from error
 
 
+# spec.tls.secretLayout: the keys of user-provided certificate Secrets.
+KWBASE_LAYOUT = "kwbase"  # ca.crt, node.crt, node.key / client.root.crt, client.root.key
+CERT_MANAGER_LAYOUT = "cert-manager"  # ca.crt, tls.crt, tls.key in both Secrets
+
+
 @dataclass(frozen=True)
 class EnvVar:
     name: str
@@ -107,6 +112,8 @@ class Cluster:
     node_secret: str
     client_secret: str
     user_provided_certs: bool
+    secret_layout: str
+    client_users: tuple[str, ...]
     cache: str
     max_sql_memory: str
     grace_period_seconds: int
@@ -147,6 +154,29 @@ class Cluster:
     def client_service(self) -> str:
         return f"{self.name}-public"
 
+    @property
+    def node_secret_keys(self) -> tuple[str, str, str]:
+        """The keys in the node Secret holding (ca.crt, node.crt, node.key): KWDB's names, or
+        cert-manager's for a user's Secret in that layout. The StatefulSet builder maps them to
+        KWDB's file names in the pods; reconciler.kaiwudb.certs checks them."""
+        if self.user_provided_certs and self.secret_layout == CERT_MANAGER_LAYOUT:
+            return ("ca.crt", "tls.crt", "tls.key")
+        return ("ca.crt", "node.crt", "node.key")
+
+    @property
+    def client_secret_keys(self) -> tuple[str, str, str]:
+        """The keys in the root client Secret holding (ca.crt, client.root.crt,
+        client.root.key); see node_secret_keys."""
+        if self.user_provided_certs and self.secret_layout == CERT_MANAGER_LAYOUT:
+            return ("ca.crt", "tls.crt", "tls.key")
+        return ("ca.crt", "client.root.crt", "client.root.key")
+
+    def user_client_secret(self, user: str) -> str:
+        """The Secret with a named SQL user's client certificate (spec.tls.clientUsers); `_`,
+        which a Secret name may not hold and a user name in the CRD's pattern may, becomes `-`
+        (user names hold no `-`, so two users never share a Secret)."""
+        return f"{self.name}-client-{user.replace('_', '-')}-certs"
+
     def pod_name(self, ordinal: int) -> str:
         return f"{self.name}-{ordinal}"
 
@@ -175,6 +205,8 @@ class Cluster:
             node_secret=tls.get("nodeSecretName") or f"{name}-node-certs",
             client_secret=tls.get("clientSecretName") or f"{name}-root-client-certs",
             user_provided_certs=bool(tls.get("nodeSecretName")),
+            secret_layout=tls.get("secretLayout") or KWBASE_LAYOUT,
+            client_users=tuple(tls.get("clientUsers", ())),
             cache=spec["cache"],
             max_sql_memory=spec["maxSQLMemory"],
             grace_period_seconds=spec["terminationGracePeriodSeconds"],

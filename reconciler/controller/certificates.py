@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared, with_owner
 from reconciler.kaiwudb.certs import (
-    ca_secret_name,
     certs_action,
     earliest_expiry,
     format_problem,
+    secret_names,
 )
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -39,7 +39,7 @@ class CertificatesStep:
     def run(self, p: ObjectPass) -> None:
         cluster = p.cluster
         assert cluster is not None
-        names = {cluster.node_secret, cluster.client_secret, ca_secret_name(cluster)}
+        names = set(secret_names(cluster))
         secrets: dict[str, Obj] = {}
         for name in names:
             found = self.shared.view.get(k.SECRET, cluster.namespace, name)

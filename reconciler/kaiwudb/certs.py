@@ -14,9 +14,18 @@ Secrets of a cluster N (managed mode, `spec.tls.nodeSecretName` empty):
 - `N-ca`: ca.crt, ca.key. The CA key lives only here; it is never mounted in a pod.
 - `N-node-certs`: ca.crt, node.crt, node.key.
 - `N-root-client-certs`: ca.crt, client.root.crt, client.root.key.
+- `N-client-<user>-certs` for each user of `spec.tls.clientUsers` (`_` in the name becomes `-`):
+  ca.crt, client.<user>.crt, client.<user>.key (what kwbase looks for in a --certs-dir) and the
+  same certificate and key again as tls.crt, tls.key (cert-manager's layout, what generic
+  clients and sidecars expect), so kwbase and a psql/JDBC client can both mount it. Pods never
+  mount these, so they are not in the certs hash and their renewal restarts nothing. A user
+  removed from the list keeps its Secret (Secrets are never pruned: reconciler.kube.kinds
+  NEVER_PRUNED); it is no longer renewed.
 All carry app.kubernetes.io/managed-by=kaiwu-operator and app.kubernetes.io/instance=N.
 With user-provided Secrets (`nodeSecretName` and `clientSecretName` set) nothing is written: the
-Secrets are validated and problems are reported.
+Secrets are validated and problems are reported. They hold KWDB's key names or, with
+`spec.tls.secretLayout: cert-manager`, ca.crt, tls.crt, tls.key (Cluster.node_secret_keys and
+client_secret_keys say which); the checks are the same for both layouts.
 
 Contract with the controller (`certs_action(cluster, secrets, now) -> CertsPlan`):
 1. Before applying the StatefulSet, perform `plan.writes` in order. `verb == "create"`: create the
@@ -51,6 +60,7 @@ import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Literal
 
 from cryptography import x509
@@ -62,7 +72,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from renderer.redact import mask
-from renderer.spec import Cluster
+from renderer.spec import CERT_MANAGER_LAYOUT, Cluster
 
 Obj = dict[str, Any]
 
@@ -74,6 +84,13 @@ NODE_KEYS = (CA_CRT, NODE_CRT, NODE_KEY)
 CLIENT_KEYS = (CA_CRT, ROOT_CRT, ROOT_KEY)
 CA_KEYS = (CA_CRT, CA_KEY)
 SQL_PORT_HOSTS = ("localhost", "127.0.0.1")
+# cert-manager's key names (a kubernetes.io/tls Secret plus ca.crt).
+TLS_CRT, TLS_KEY = "tls.crt", "tls.key"
+
+
+def user_keys(user: str) -> tuple[str, str]:
+    """KWDB's file names for a SQL user's client certificate and key."""
+    return f"client.{user}.crt", f"client.{user}.key"
 
 
 @dataclass(frozen=True)
@@ -335,6 +352,14 @@ def client_secret(cluster: Cluster, ca_pem: bytes, client: CertKey) -> Obj:
                    {CA_CRT: ca_pem, ROOT_CRT: client.cert_pem, ROOT_KEY: client.key_pem})
 
 
+def user_secret(cluster: Cluster, user: str, ca_pem: bytes, client: CertKey) -> Obj:
+    """A named SQL user's client Secret in both layouts (see the module docstring)."""
+    crt, key = user_keys(user)
+    return _secret(cluster, cluster.user_client_secret(user),
+                   {CA_CRT: ca_pem, crt: client.cert_pem, key: client.key_pem,
+                    TLS_CRT: client.cert_pem, TLS_KEY: client.key_pem})
+
+
 # --- reading Secrets -------------------------------------------------------------------------
 
 
@@ -469,14 +494,18 @@ def needs_renewal(secret: Obj | None, now: datetime,
     return expiry is None or expiry <= now + renew_before
 
 
-def certs_hash(node: Obj | None, client: Obj | None) -> str | None:
+def certs_hash(node: Obj | None, client: Obj | None,
+               node_keys: tuple[str, str] = (CA_CRT, NODE_CRT),
+               client_keys: tuple[str, str] = (CA_CRT, ROOT_CRT)) -> str | None:
     """Hash of the public certificates pods mount (ca.crt, node.crt, client.root.crt): changes
     whenever any of them is reissued. Keys are left out on purpose; a reissued certificate
-    always comes with its new key. None when either Secret is absent."""
+    always comes with its new key. None when either Secret is absent. node_keys and client_keys
+    name the (CA, certificate) keys in each Secret: tls.crt for a cert-manager layout (the
+    default names keep the hash of KWDB-layout Secrets as it was)."""
     if node is None or client is None:
         return None
     digest = hashlib.sha256()
-    for secret, keys in ((node, (CA_CRT, NODE_CRT)), (client, (CA_CRT, ROOT_CRT))):
+    for secret, keys in ((node, node_keys), (client, client_keys)):
         for key in keys:
             digest.update(key.encode() + b"\0")
             digest.update(str((secret.get("data") or {}).get(key, "")).encode() + b"\0")
@@ -561,69 +590,77 @@ def validate_user_secrets(cluster: Cluster, node: Obj | None, client: Obj | None
     problems: list[CertProblem] = []
     warnings: list[CertProblem] = []
     ns = cluster.namespace
+    node_keys, client_keys = cluster.node_secret_keys, cluster.client_secret_keys
+    _, node_crt, node_key = node_keys
+    _, root_crt, root_key = client_keys
+    cert_manager = cluster.secret_layout == CERT_MANAGER_LAYOUT
+    node_tool = ("a cert-manager Certificate with commonName node" if cert_manager
+                 else "kwbase cert create-ca, create-node")
+    root_tool = ("a cert-manager Certificate with commonName root" if cert_manager
+                 else "kwbase cert create-client root")
     if node is None:
         problems.append(CertProblem(
             cluster.node_secret, "", f"the Secret does not exist in namespace {ns}",
-            f"create it with {', '.join(NODE_KEYS)} (kwbase cert create-ca, create-node), "
+            f"create it with {', '.join(node_keys)} ({node_tool}), "
             "or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
             "manage certificates"))
     if client is None:
         problems.append(CertProblem(
             cluster.client_secret, "", f"the Secret does not exist in namespace {ns}",
-            f"create it with {', '.join(CLIENT_KEYS)} (kwbase cert create-client root), "
+            f"create it with {', '.join(client_keys)} ({root_tool}), "
             "or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
             "manage certificates"))
     node_cas: list[x509.Certificate] = []
     node_cert: x509.Certificate | None = None
     if node is not None:
-        missing = _missing_keys(node, NODE_KEYS)
+        missing = _missing_keys(node, node_keys)
         problems += missing
         if not missing:
             node_cas, found = _load_cas(node)
             problems += found
-            node_cert, found, warned = _check_leaf(node, NODE_CRT, NODE_KEY, node_cas,
+            node_cert, found, warned = _check_leaf(node, node_crt, node_key, node_cas,
                                                    f"{cluster.node_secret}/{CA_CRT}", now,
                                                    renew_before)
             problems += found
             warnings += warned
         if node_cert is not None:
-            problems += _check_node_identity(cluster, node_cert, cluster_domain)
+            problems += _check_node_identity(cluster, node_cert, cluster_domain, node_crt)
     if client is not None:
-        missing = _missing_keys(client, CLIENT_KEYS)
+        missing = _missing_keys(client, client_keys)
         problems += missing
         if not missing:
             client_cas, found = _load_cas(client)
             problems += found
-            root_cert, found, warned = _check_leaf(client, ROOT_CRT, ROOT_KEY, node_cas,
+            root_cert, found, warned = _check_leaf(client, root_crt, root_key, node_cas,
                                                    f"{cluster.node_secret}/{CA_CRT}", now,
                                                    renew_before)
             problems += found
             warnings += warned
             if root_cert is not None:
-                problems += _check_root_identity(cluster, root_cert)
+                problems += _check_root_identity(cluster, root_cert, root_crt)
             if client_cas and node_cert is not None and not _issued_by(node_cert, client_cas):
                 warnings.append(CertProblem(
                     cluster.client_secret, CA_CRT,
-                    f"this CA does not verify {cluster.node_secret}/{NODE_CRT}: clients using "
+                    f"this CA does not verify {cluster.node_secret}/{node_crt}: clients using "
                     "this Secret would reject the nodes",
                     f"put the CA from {cluster.node_secret}/{CA_CRT} in {CA_CRT}"))
     return tuple(problems), tuple(warnings)
 
 
-def _check_node_identity(cluster: Cluster, cert: x509.Certificate,
-                         cluster_domain: str) -> list[CertProblem]:
+def _check_node_identity(cluster: Cluster, cert: x509.Certificate, cluster_domain: str,
+                         crt: str = NODE_CRT) -> list[CertProblem]:
     problems: list[CertProblem] = []
     secret = cluster.node_secret
     if _cn(cert) != "node":
         problems.append(CertProblem(
-            secret, NODE_CRT, f"the subject CN is {_cn(cert)!r}; kwbase requires CN node",
+            secret, crt, f"the subject CN is {_cn(cert)!r}; kwbase requires CN node",
             "issue it with kwbase cert create-node (or with CN=node)"))
     usages = _usages(cert)
     for usage, label in ((ExtendedKeyUsageOID.SERVER_AUTH, "server"),
                          (ExtendedKeyUsageOID.CLIENT_AUTH, "client")):
         if usage not in usages:
             problems.append(CertProblem(
-                secret, NODE_CRT,
+                secret, crt,
                 f"the certificate lacks {label} authentication in its extended key usage "
                 "(nodes use it both to serve and to connect to each other)",
                 "issue it with both serverAuth and clientAuth extended key usages"))
@@ -632,23 +669,24 @@ def _check_node_identity(cluster: Cluster, cert: x509.Certificate,
                  if not san_covers(sans, host)]
     if uncovered:
         problems.append(CertProblem(
-            secret, NODE_CRT,
+            secret, crt,
             f"the certificate's DNS names do not cover {', '.join(uncovered)}",
             f"reissue it with the SAN *.{cluster.headless_service}.{cluster.namespace}.svc."
             f"{cluster_domain} (or every pod name)"))
     return problems
 
 
-def _check_root_identity(cluster: Cluster, cert: x509.Certificate) -> list[CertProblem]:
+def _check_root_identity(cluster: Cluster, cert: x509.Certificate,
+                         crt: str = ROOT_CRT) -> list[CertProblem]:
     problems: list[CertProblem] = []
     if _cn(cert) != "root":
         problems.append(CertProblem(
-            cluster.client_secret, ROOT_CRT,
+            cluster.client_secret, crt,
             f"the subject CN is {_cn(cert)!r}; the root user's certificate needs CN root",
             "issue it with kwbase cert create-client root"))
     if ExtendedKeyUsageOID.CLIENT_AUTH not in _usages(cert):
         problems.append(CertProblem(
-            cluster.client_secret, ROOT_CRT,
+            cluster.client_secret, crt,
             "the certificate lacks client authentication in its extended key usage",
             "issue it with the clientAuth extended key usage"))
     return problems
@@ -728,12 +766,20 @@ def _with_ca(cluster: Cluster, live: Obj, ca_pem: bytes) -> Obj:
 
 def _plan_leaf(cluster: Cluster, live: Obj | None, fresh: Callable[[], Obj], crt: str, key: str,
                cn: str, hosts: tuple[str, ...], ca: CertKey, now: datetime,
-               settings: CertSettings) -> tuple[Obj, SecretWrite | None]:
-    """The leaf Secret after the plan, and the write that gets it there (None: keep live)."""
+               settings: CertSettings, aliases: tuple[tuple[str, str], ...] = ()
+               ) -> tuple[Obj, SecretWrite | None]:
+    """The leaf Secret after the plan, and the write that gets it there (None: keep live).
+    aliases: (copy, original) keys that must hold the same value (tls.crt = client.<user>.crt);
+    a copy that differs or is missing gets the Secret reissued whole."""
     if live is None:
         body = fresh()
         return body, SecretWrite("create", body, "new certificate")
     reason, reissue = _leaf_fault(live, crt, key, ca, ca.cert_pem, now, settings, cn, hosts)
+    if reason is None or not reissue:
+        data = live.get("data") or {}
+        stale = [copy for copy, original in aliases if data.get(copy) != data.get(original)]
+        if stale:
+            reason, reissue = f"{', '.join(stale)} differ from {crt}, {key}", True
     if reason is None:
         return live, None
     body = (_with_resource_version(fresh(), live) if reissue
@@ -763,8 +809,8 @@ def certs_action(cluster: Cluster, secrets: Mapping[str, Obj], now: datetime,
     if cluster.user_provided_certs:
         problems, warnings = validate_user_secrets(
             cluster, node_live, client_live, now, cluster_domain, settings.leaf_renew_before)
-        return CertsPlan(certs_hash=certs_hash(node_live, client_live), problems=problems,
-                         warnings=warnings)
+        return CertsPlan(certs_hash=_pods_hash(cluster, node_live, client_live),
+                         problems=problems, warnings=warnings)
 
     ca_name = ca_secret_name(cluster)
     ca_live = secrets.get(ca_name)
@@ -801,8 +847,36 @@ def certs_action(cluster: Cluster, secrets: Mapping[str, Obj], now: datetime,
         ROOT_CRT, ROOT_KEY, "root", (), ca, now, settings)
     leaf_writes = [w for w in (node_write, client_write) if w is not None]
     writes += leaf_writes
+    for user in cluster.client_users:
+        crt, key = user_keys(user)
+        _, user_write = _plan_leaf(
+            cluster, secrets.get(cluster.user_client_secret(user)),
+            partial(_new_user_secret, cluster, user, ca, now, settings),
+            crt, key, user, (), ca, now, settings, aliases=((TLS_CRT, crt), (TLS_KEY, key)))
+        if user_write is not None:
+            writes.append(user_write)
+    # Only the node and root Secrets are mounted by pods: a user's renewal restarts nothing.
     return CertsPlan(writes=tuple(writes), certs_hash=certs_hash(node_body, client_body),
                      restart=any(w.verb == "update" for w in leaf_writes))
+
+
+def _new_user_secret(cluster: Cluster, user: str, ca: CertKey, now: datetime,
+                     settings: CertSettings) -> Obj:
+    return user_secret(cluster, user, ca.cert_pem, issue_client(ca, user, now, settings))
+
+
+def secret_names(cluster: Cluster) -> tuple[str, ...]:
+    """Every certificate Secret certs_action reads for the cluster: CA, node, root client and
+    one per spec.tls.clientUsers entry (the controller's certificates step fetches these)."""
+    return (ca_secret_name(cluster), cluster.node_secret, cluster.client_secret,
+            *(cluster.user_client_secret(user) for user in cluster.client_users))
+
+
+def _pods_hash(cluster: Cluster, node: Obj | None, client: Obj | None) -> str | None:
+    """certs_hash over the keys the pods mount, in the cluster's Secret layout."""
+    node_ca, node_crt, _ = cluster.node_secret_keys
+    client_ca, root_crt, _ = cluster.client_secret_keys
+    return certs_hash(node, client, (node_ca, node_crt), (client_ca, root_crt))
 
 
 def _ca_lost(cluster: Cluster, node: Obj | None, client: Obj | None, why: str) -> CertsPlan:

@@ -234,13 +234,17 @@ def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
 
 def _volumes(cluster: Cluster) -> list[dict[str, Any]]:
     # kwbase refuses key files readable by group or others: project both Secrets read-only 0400.
+    # Items map the Secrets' keys (KWDB's or cert-manager's, spec.tls.secretLayout) to the file
+    # names kwbase looks for in --certs-dir.
+    _, node_crt, node_key = cluster.node_secret_keys
+    ca, root_crt, root_key = cluster.client_secret_keys
     return [{"name": "certs", "projected": {"defaultMode": 0o400, "sources": [
         {"secret": {"name": cluster.node_secret, "items": [
-            {"key": "ca.crt", "path": "ca.crt"}, {"key": "node.crt", "path": "node.crt"},
-            {"key": "node.key", "path": "node.key"}]}},
+            {"key": ca, "path": "ca.crt"}, {"key": node_crt, "path": "node.crt"},
+            {"key": node_key, "path": "node.key"}]}},
         {"secret": {"name": cluster.client_secret, "items": [
-            {"key": "client.root.crt", "path": "client.root.crt"},
-            {"key": "client.root.key", "path": "client.root.key"}]}},
+            {"key": root_crt, "path": "client.root.crt"},
+            {"key": root_key, "path": "client.root.key"}]}},
     ]}}]
 
 

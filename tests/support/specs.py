@@ -205,6 +205,13 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     if ("nodeSecretName" in tls) != ("clientSecretName" in tls):
         tls.pop("nodeSecretName", None)
         tls.pop("clientSecretName", None)
+    if "clientUsers" in tls:  # issued by the reconciler's CA: TLS on, its own certificates
+        users = [u for u in dict.fromkeys(tls["clientUsers"]) if u not in semantics.RESERVED_USERS]
+        tls["clientUsers"] = users
+        if "nodeSecretName" in tls or not tls.get("enabled", True):
+            del tls["clientUsers"]
+    if "secretLayout" in tls and "nodeSecretName" not in tls:
+        del tls["secretLayout"]
     fractions = [value for value in (spec.get("cache", ".25"), spec.get("maxSQLMemory", ".25"))
                  if semantics.FRACTION.match(value)]
     if sum(Decimal(v[:-1]) / 100 if v.endswith("%") else Decimal(v) for v in fractions) > Decimal(

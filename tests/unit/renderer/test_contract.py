@@ -114,6 +114,26 @@ def test_your_own_certificate_secrets_replace_the_managed_ones(tmp_path: Path) -
     assert names == ["my-node", "my-client"]
 
 
+def test_cert_manager_layout_secrets_are_mounted_under_kwdbs_file_names(
+        tmp_path: Path) -> None:
+    objects = render_one(tmp_path, tls={"nodeSecretName": "my-node",
+                                        "clientSecretName": "my-client",
+                                        "secretLayout": "cert-manager"})
+    pod = objects["StatefulSet/orders"]["spec"]["template"]["spec"]
+    items = {s["secret"]["name"]: [(i["key"], i["path"]) for i in s["secret"]["items"]]
+             for s in pod["volumes"][0]["projected"]["sources"]}
+    assert items == {
+        "my-node": [("ca.crt", "ca.crt"), ("tls.crt", "node.crt"), ("tls.key", "node.key")],
+        "my-client": [("tls.crt", "client.root.crt"), ("tls.key", "client.root.key")]}
+    assert pod["volumes"][0]["projected"]["defaultMode"] == 0o400
+
+
+def test_client_user_secrets_are_never_rendered_nor_mounted(tmp_path: Path) -> None:
+    plain = render_one(tmp_path / "a")
+    with_users = render_one(tmp_path / "b", tls={"clientUsers": ["app"]})
+    assert with_users == plain, "the reconciler issues them; pods do not mount them"
+
+
 def test_the_headless_service_publishes_every_pod_before_it_is_ready(tmp_path: Path) -> None:
     headless = render_one(tmp_path)["Service/orders"]["spec"]
     assert headless["clusterIP"] == "None"

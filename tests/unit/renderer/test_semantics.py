@@ -297,6 +297,47 @@ def test_your_own_certificates_need_both_secrets() -> None:
     assert violations(with_spec(tls={"nodeSecretName": "n", "clientSecretName": "c"})) == {}
 
 
+def test_client_users_are_plain_sql_names_listed_once_and_never_root_or_node() -> None:
+    assert violations(with_spec(tls={"clientUsers": ["app", "report_ro"]})) == {}
+    found = violations(with_spec(tls={"clientUsers": ["app", "root", "node", "app"]}))
+    assert found["spec.tls.clientUsers[1]"] == (
+        "'root' is reserved: root's certificate is the cluster's <cluster>-root-client-certs",
+        "remove it")
+    assert "authenticates as a KaiwuDB node" in found["spec.tls.clientUsers[2]"][0]
+    assert found["spec.tls.clientUsers[3]"] == ("'app' is listed twice", "keep one")
+
+
+def test_a_bad_client_user_name_is_explained_where_the_schema_is_not_checked() -> None:
+    # The CRD's pattern refuses it first; a live object the reconciler reads is checked again.
+    obj = schema.apply_defaults(cluster("orders", "shop", **with_spec(
+        tls={"clientUsers": ["App-1"]})))
+    found = {dotted(v.path): (v.message, v.fix) for v in semantics.check(obj)}
+    message, fix = found["spec.tls.clientUsers[0]"]
+    assert "'App-1' is not a SQL user name" in message
+    assert "lower-case letter" in fix and "'_'" in fix
+    too_many = schema.apply_defaults(cluster("orders", "shop", **with_spec(
+        tls={"clientUsers": [f"u{i}" for i in range(semantics.MAX_CLIENT_USERS + 1)]})))
+    found = {dotted(v.path): (v.message, v.fix) for v in semantics.check(too_many)}
+    assert found["spec.tls.clientUsers"][1] == f"list at most {semantics.MAX_CLIENT_USERS}"
+
+
+def test_client_users_need_tls_and_the_reconcilers_own_ca() -> None:
+    own = violations(with_spec(tls={"nodeSecretName": "n", "clientSecretName": "c",
+                                    "clientUsers": ["app"]}))
+    assert "reconciler holds only when it manages the certificates" in (
+        own["spec.tls.clientUsers"][0])
+    off = violations(with_spec(tls={"enabled": False, "clientUsers": ["app"]}))
+    assert off["spec.tls.clientUsers"] == ("client certificates need TLS",
+                                           "set spec.tls.enabled: true, or remove clientUsers")
+
+
+def test_a_secret_layout_describes_your_own_secrets_only() -> None:
+    found = violations(with_spec(tls={"secretLayout": "cert-manager"}))
+    assert "none are named" in found["spec.tls.secretLayout"][0]
+    assert violations(with_spec(tls={"nodeSecretName": "n", "clientSecretName": "c",
+                                     "secretLayout": "cert-manager"})) == {}
+
+
 def test_network_policy_namespaces_must_be_namespace_names() -> None:
     found = violations(with_spec(networkPolicy={"enabled": True,
                                                 "allowedNamespaces": ["apps", "Apps"]}))
