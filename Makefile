@@ -1,5 +1,7 @@
 # Two commands for a newcomer (see README.md):
-#   make demo   set up, then render the example clusters in clusters/ into out/
+#   make demo   set up, build the test world on first use (root for apt), then the live demo
+#               (DEMO_ARGS=--keep holds the world open at the end)
+#   make preview  render the example clusters in clusters/ into out/ (no cluster needed)
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
 # Everything else here is what those two need.
@@ -9,7 +11,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint world lock image clean
+.PHONY: demo preview test lint world lock image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +20,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/python -m tests.world.demo $(DEMO_ARGS)
+
+preview: $(STAMP)
 	$(BIN)/kaiwu render clusters -o out
 
 # The test world: a real kube-apiserver built from Debian's Kubernetes sources (cached outside the

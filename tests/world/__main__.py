@@ -3,8 +3,10 @@
 It starts the real control plane (tests/world/controlplane.py) and the simulated nodes
 (tests/world/simworld.py: kubelet, storage, KaiwuDB), writes an admin kubeconfig to
 ``<repo>/.testworld/kubeconfig``, prints how to use it and runs until Ctrl-C (or SIGTERM), then
-stops every process it started. It starts no nodes yet: the simulated kubelet, storage and
-KaiwuDB are assembled by tests/world/simworld.py, which `up` is to start once it exists.
+stops every process it started. The nodes are four simulated ones (kw-node-1..4, with storage
+and KaiwuDB), so a KaiwuCluster applied there comes up as in the tests once a reconciler runs.
+For the guided tour (operator installed, a cluster brought up, failures) see
+``python -m tests.world.demo`` (``make demo``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,169 @@
+"""Stories: the live demo (`make demo`, tests/world/demo.py) tells the truth and cleans up.
+
+The demo runs end to end with short timings, in this process. At each step it announces, the
+story reads the API itself (through its own client, not the demo's) and checks what the text
+claims: the cluster Ready with three pods on three nodes; the hand-edited env var gone; the pod of
+the powered-off node Ready on another node with a new claim; four pods, then three with the
+fourth gone and the StatefulSet shrunk. Afterwards no process the demo started runs and none of
+its temporary directories remains. A second story interrupts the demo (SIGINT, as Ctrl-C sends)
+while the cluster runs and checks the same. Timings are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from reconciler.model import Obj
+from tests.support.harness import REPO, condition, wait_for
+from tests.support.lifecycle import pod_ready, report
+from tests.world.demo import HAND_EDIT_ENV, NAME, Demo, DemoSettings, run
+
+SHORT = DemoSettings(node_lost_timeout_s=5.0, pause_s=0.0, ready_timeout_s=90.0,
+                     repair_timeout_s=30.0, failover_timeout_s=60.0, scale_timeout_s=60.0)
+# The demo's own steps take about a minute; with slack for a busy machine.
+BOUND_S = 240.0
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead but not yet reaped by its parent: it runs nothing.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+class Witness:
+    """The story's own reading of the API at each step the demo announces."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+        self.facts: dict[str, Any] = {}
+
+    def __call__(self, step: str, demo: Demo) -> None:
+        assert demo.plane is not None
+        kube = Kube(demo.plane.api_client(), "story")
+        ns = demo.namespace
+
+        def pods() -> dict[str, Obj]:
+            items, _ = kube.list_objects(kk.POD, ns)
+            return {p["metadata"]["name"]: p for p in items}
+
+        cluster = kube.get(kk.KAIWU_CLUSTER, ns, NAME)
+        sts = kube.get(kk.STATEFUL_SET, ns, NAME)
+        assert cluster is not None and sts is not None
+        assert condition(cluster, "Ready")["status"] == "True", (step, cluster["status"])
+        now = pods()
+        ready = {name: p["spec"]["nodeName"] for name, p in now.items() if pod_ready(p)}
+        if step == "ready":
+            assert sorted(ready) == [f"{NAME}-{i}" for i in range(3)]
+            assert len(set(ready.values())) == 3, "one pod per node"
+            self.facts["nodes"] = ready
+            claim = kube.get(kk.PVC, ns, f"data-{NAME}-1")
+            assert claim is not None
+            self.facts["claim"] = claim["metadata"]["uid"]
+        elif step == "repaired":
+            container = next(c for c in sts["spec"]["template"]["spec"]["containers"]
+                             if c["name"] == "kwbase")
+            assert HAND_EDIT_ENV not in {e["name"] for e in container.get("env") or ()}
+            assert len(ready) == 3
+        elif step == "failover":
+            lost = self.facts["nodes"][f"{NAME}-1"]
+            assert ready.get(f"{NAME}-1") not in (None, lost), ready
+            claim = kube.get(kk.PVC, ns, f"data-{NAME}-1")
+            assert claim is not None and claim["metadata"]["uid"] != self.facts["claim"]
+            assert {n: ready[n] for n in (f"{NAME}-0", f"{NAME}-2")} == {
+                n: self.facts["nodes"][n] for n in (f"{NAME}-0", f"{NAME}-2")}
+            self.facts["lost"] = lost
+        elif step == "scaled-out":
+            assert len(ready) == 4 and cluster["status"]["readyNodes"] == 4
+        elif step == "scaled-in":
+            assert sorted(now) == [f"{NAME}-{i}" for i in range(3)]
+            assert len(ready) == 3 and sts["spec"]["replicas"] == 3
+            assert cluster["status"]["readyNodes"] == 3
+        self.steps.append(step)
+
+
+@pytest.mark.world
+def test_the_demo_runs_end_to_end_says_only_what_the_api_shows_and_cleans_up(
+        tmp_path: Path) -> None:
+    out = io.StringIO()
+    witness = Witness()
+    started = time.monotonic()
+    demo = run(replace(SHORT, tmp_root=tmp_path), out=out, on_step=witness)
+    took = time.monotonic() - started
+    text = out.getvalue()
+    print(text)
+    report("demo, end to end (short timings)", took)
+    assert took < BOUND_S
+    assert witness.steps == ["ready", "repaired", "failover", "scaled-out", "scaled-in"]
+
+    # The text claims the steps in this order, and names the node the story saw lost.
+    claims = ["control plane up", "simulated nodes Ready", "reconciler running",
+              "pods scheduled", "KaiwuDB initialised", "cluster Ready: 3",
+              f"read back: {HAND_EDIT_ENV}=1", f"repaired: {HAND_EDIT_ENV} gone",
+              f"node {witness.facts['lost']} NotReady", f"pod {NAME}-1 force-deleted",
+              "lost KaiwuDB node decommissioned", f"{NAME}-3 joined",
+              f"{NAME}-3 gone; cluster Ready with 3"]
+    positions = [text.find(claim) for claim in claims]
+    assert -1 not in positions, [c for c, p in zip(claims, positions, strict=True) if p < 0]
+    assert positions == sorted(positions)
+    # Each step shows what `kubectl get kwc` shows: the CRD's printer columns.
+    assert re.search(r"NAME\s+READY\s+DESIRED\s+VERSION\s+PHASE\s+AGE\ndev\s+4\s+4\s+3\.2\.1"
+                     r"\s+Running", text)
+    assert demo.plane is not None and str(demo.plane.kubeconfig_path) in text
+
+    # etcd, apiserver, controller-manager, scheduler, reconciler
+    assert len(demo.started_pids) == 5
+    assert [pid for pid in demo.started_pids if alive(pid)] == []
+    assert [p for p in demo.temp_paths if p.exists()] == []
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.world
+def test_ctrl_c_while_the_cluster_runs_stops_everything_and_removes_its_files(
+        tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "tests.world.demo"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:
+            lines.append(line)
+            if "cluster Ready: 3" in line or time.monotonic() > deadline:
+                break
+        assert any("cluster Ready: 3" in line for line in lines), "".join(lines)
+        pids = [int(p) for p in re.findall(r"pid (\d+)", "".join(lines))]
+        assert len(pids) == 5, "".join(lines)
+        kubeconfig = re.search(r"KUBECONFIG=(\S+)", "".join(lines))
+        assert kubeconfig is not None and Path(kubeconfig[1]).exists()
+        assert Path(kubeconfig[1]).is_relative_to(tmp_path)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+        report("Ctrl-C -> demo exited", time.monotonic() - started)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, rest
+    assert "Interrupted" in rest
+    wait_for("every process the demo started to end",
+             lambda: not [pid for pid in pids if alive(pid)], 10, 0.1)
+    assert list(tmp_path.iterdir()) == []
