@@ -4,7 +4,7 @@
 #   make preview  render the example clusters in clusters/ into out/ (no cluster needed)
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
-# Everything else here is what those two need.
+# The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -42,7 +42,7 @@ lock:
 
 # The reconciler's image, localhost/kaiwu-reconciler:<version>, built with podman FROM a Debian
 # base debootstrapped once into the test world's cache (tests/world/image.py; needs root and the
-# packages .ci/run installs). BASE=python:3.11-slim builds FROM the public base instead.
+# packages `make world` installs). BASE=python:3.11-slim builds FROM the public base instead.
 image: $(STAMP)
 	$(BIN)/python -m tests.world.image $(if $(BASE),--base $(BASE))
 
