@@ -123,8 +123,8 @@ def test_the_demo_runs_end_to_end_says_only_what_the_api_shows_and_cleans_up(
     assert -1 not in positions, [c for c, p in zip(claims, positions, strict=True) if p < 0]
     assert positions == sorted(positions)
     # Each step shows what `kubectl get kwc` shows: the CRD's printer columns.
-    assert re.search(r"NAME\s+READY\s+DESIRED\s+VERSION\s+PHASE\s+AGE\ndev\s+4\s+4\s+3\.2\.1"
-                     r"\s+Running", text)
+    assert re.search(r"NAME\s+READY\s+REASON\s+NODES\s+DESIRED\s+VERSION\s+AGE\n"
+                     r"dev\s+True\s+Ready\s+4\s+4\s+3\.2\.1", text)
     assert demo.plane is not None and str(demo.plane.kubeconfig_path) in text
 
     # etcd, apiserver, controller-manager, scheduler, reconciler
