@@ -80,10 +80,7 @@ class Nodes(Part):
         try:
             outcome = admin.init(first)
         except KwbaseError as error:
-            self.metrics.errors_total.labels(stage="lifecycle").inc()
-            p.not_ready.append(("WaitingForInit", f"kwbase init did not succeed yet "
-                                f"(retrying in {self.settings.poll_s:g}s): {error}"))
-            p.requeue_in(self.settings.poll_s)
+            self.retry_later(p, "WaitingForInit", "kwbase init", error)
             return False
         p.kaiwu.initialized = True
         if outcome is InitOutcome.INITIALIZED:
@@ -112,10 +109,7 @@ class Nodes(Part):
         try:
             nodes = list(admin.node_status(target, decommission=True))
         except KwbaseError as error:
-            self.metrics.errors_total.labels(stage="lifecycle").inc()
-            p.not_ready.append(("NodeStatusUnknown", f"kwbase node status failed (retrying in "
-                                f"{self.settings.poll_s:g}s): {error}"))
-            p.requeue_in(self.settings.poll_s)
+            self.retry_later(p, "NodeStatusUnknown", "kwbase node status", error)
             self._probes.pop(key, None)
             return None
         entries = node_entries(nodes)

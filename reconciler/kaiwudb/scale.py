@@ -104,10 +104,7 @@ class Scaling(Part):
             try:
                 admin.decommission(runner, [node.id])
             except KwbaseError as error:
-                self.metrics.errors_total.labels(stage="lifecycle").inc()
-                p.not_ready.append(("ScaleInWaiting", f"decommission of node {node.id} "
-                                    f"failed (retrying): {error}"))
-                p.requeue_in(self.settings.poll_s)
+                self.retry_later(p, "ScaleInWaiting", f"decommission of node {node.id}", error)
                 return
             operation = replace(operation, phase=DECOMMISSIONING, node_id=node.id)
             self.count("decommission")
@@ -242,10 +239,7 @@ class Scaling(Part):
         try:
             admin.recommission(runner, [node_id])
         except KwbaseError as error:
-            self.metrics.errors_total.labels(stage="lifecycle").inc()
-            p.not_ready.append(("ScalingIn", f"recommission of node {node_id} failed "
-                                f"(retrying): {error}"))
-            p.requeue_in(self.settings.poll_s)
+            self.retry_later(p, "ScalingIn", f"recommission of node {node_id}", error)
             return
         self.count("recommission")
         p.kaiwu.operation = None
@@ -293,10 +287,8 @@ class Strays(Part):
             try:
                 admin.decommission(runner, ids)
             except KwbaseError as error:
-                self.metrics.errors_total.labels(stage="lifecycle").inc()
-                p.not_ready.append(("StrayNodes", f"decommission of nodes {ids} whose pods are "
-                                    f"gone failed (retrying): {error}"))
-                p.requeue_in(self.settings.poll_s)
+                self.retry_later(p, "StrayNodes",
+                                 f"decommission of nodes {ids} whose pods are gone", error)
                 return
             self.count("decommission-stray-node")
             p.act("StrayNodeDecommissioned", f"StatefulSet/{cluster.name}", (
@@ -366,10 +358,8 @@ class Strays(Part):
         try:
             admin.recommission(runner, ids)
         except KwbaseError as error:
-            self.metrics.errors_total.labels(stage="lifecycle").inc()
-            p.not_ready.append(("NodesDecommissioning", f"recommission of nodes {ids}, whose "
-                                f"pods the spec wants, failed (retrying): {error}"))
-            p.requeue_in(self.settings.poll_s)
+            self.retry_later(p, "NodesDecommissioning",
+                             f"recommission of nodes {ids}, whose pods the spec wants,", error)
             return
         self.count("recommission")
         p.act("Recommissioned", f"StatefulSet/{cluster.name}", (

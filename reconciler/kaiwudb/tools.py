@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 from reconciler.kaiwudb.kwbase import (
     KwbaseAdmin,
+    KwbaseError,
     KwbaseSettings,
 )
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
+from reconciler.model import Pass
 from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
@@ -78,3 +80,11 @@ class Part:
 
     def count(self, action: str) -> None:
         self.tools.count(action)
+
+    def retry_later(self, p: Pass, reason: str, what: str, error: KwbaseError) -> None:
+        """A kwbase command failed: counted, said in Ready (`reason`: `what` failed), and
+        looked at again after poll_s (each look is one exec)."""
+        self.metrics.errors_total.labels(stage="lifecycle").inc()
+        p.not_ready.append((reason, f"{what} failed (retrying in {self.settings.poll_s:g}s): "
+                                    f"{error}"))
+        p.requeue_in(self.settings.poll_s)
