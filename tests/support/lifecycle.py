@@ -70,6 +70,15 @@ def bring_up(reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
     return reconciler, obj, time.monotonic() - started
 
 
+def pause(reconciler: Reconciler, kube: k8s.ApiClient, namespace: str) -> None:
+    """Set spec.paused as a person would (kubectl patch), and wait until the reconciler says
+    Reconciling=False/Paused: from then on it writes nothing for the cluster."""
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"paused": True}})
+    wait_for("the pause to be seen", lambda: condition(
+        reconciler.cluster(NAME), "Reconciling").get("reason") == "Paused", 20, 0.1)
+
+
 def scale(kube: k8s.ApiClient, namespace: str, replicas: int) -> None:
     """What `kubectl patch kwc dev --type merge -p '{"spec":{"replicas":N}}'` does."""
     Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,

@@ -30,6 +30,7 @@ from tests.support.lifecycle import (
     bring_up,
     lifecycle_count,
     live_nodes,
+    pause,
     report,
     scale,
     small_cluster,
@@ -135,9 +136,7 @@ def test_a_decommissioned_node_that_comes_back_in_a_wanted_pod_is_recommissioned
     report("apply -> Ready (3 nodes)", took)
     three = live_nodes(obj)
     api = Kube(kube, "kubectl-patch")
-    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": True}})
-    wait_for("the pause to be seen", lambda: condition(
-        reconciler.cluster(NAME), "Reconciling").get("reason") == "Paused", 20, 0.1)
+    pause(reconciler, kube, namespace)
 
     # Someone decommissions node 2 by hand; then its pod restarts. KWDB V3.2.1 lets the
     # decommissioned store rejoin: live, and still decommissioning.
@@ -172,9 +171,7 @@ def test_a_stray_node_of_a_single_replica_cluster_is_kept_and_stalled(
     report("apply -> Ready (3 single-replica nodes)", took)
     three = live_nodes(obj)
     api = Kube(kube, "kubectl-patch")
-    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": True}})
-    wait_for("the pause to be seen", lambda: condition(
-        reconciler.cluster(NAME), "Reconciling").get("reason") == "Paused", 20, 0.1)
+    pause(reconciler, kube, namespace)
     k8s.AppsV1Api(kube).patch_namespaced_stateful_set_scale(
         NAME, namespace, {"spec": {"replicas": 4}}, field_manager="kubectl-scale")
     wait_for("the extra pod's node to hold ranges", lambda: any(

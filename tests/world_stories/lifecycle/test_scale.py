@@ -31,6 +31,7 @@ from tests.support.lifecycle import (
     bring_up,
     lifecycle_count,
     live_nodes,
+    pause,
     report,
     scale,
     small_cluster,
@@ -203,9 +204,7 @@ def test_a_node_added_by_hand_and_removed_as_drift_is_decommissioned(
 
     # While the reconciler is paused, someone scales the StatefulSet by hand; the new pod
     # joins KaiwuDB as a fourth node.
-    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": True}})
-    wait_for("the pause to be seen", lambda: condition(
-        reconciler.cluster(NAME), "Reconciling").get("reason") == "Paused", 20, 0.1)
+    pause(reconciler, kube, namespace)
     k8s.AppsV1Api(kube).patch_namespaced_stateful_set_scale(
         NAME, namespace, {"spec": {"replicas": 4}}, field_manager="kubectl-scale")
     wait_for("the extra pod to join and be Ready", lambda: (
