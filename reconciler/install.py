@@ -24,7 +24,6 @@ directory mode writes KaiwuClusters with, and a git-sync sidecar (an example ima
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.metadata
 import re
 import sys
@@ -33,8 +32,10 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from reconciler.settings import Settings
+from renderer.cel import CEL_SINCE, crd_for
 from renderer.emit import to_yaml
-from renderer.schema import GROUP, PLURAL, crd_manifest
+from renderer.schema import GROUP, PLURAL
+from renderer.settings import OLDEST_SUPPORTED, KubeVersion, supported_version
 
 Obj = dict[str, Any]
 
@@ -68,6 +69,9 @@ class Options:
     watch_namespace: str = ""  # namespaced scope only
     directory_mode: bool = False
     git_repo: str = ""  # directory mode only
+    # The oldest supported release: the default bundle installs everywhere. From 1.25 the CRD
+    # carries CEL rules (renderer/cel.py).
+    kube_version: KubeVersion = OLDEST_SUPPORTED
 
     @property
     def effective_image(self) -> str:
@@ -105,6 +109,8 @@ class Options:
             words.append(f"--watch-namespace {self.watch_namespace}")
         if self.directory_mode:
             words.append(f"--directory-mode --git-repo {self.git_repo}")
+        if self.kube_version != OLDEST_SUPPORTED:
+            words.append(f"--kube-version {self.kube_version}")
         words.append(f"--image {self.effective_image}")
         return " ".join(words)
 
@@ -191,9 +197,10 @@ def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: 
     }
 
 
-def _crd() -> Obj:
-    # As the file says, unchanged: the API server must validate with the renderer's schema.
-    return copy.deepcopy(crd_manifest())  # cached by the renderer: never hand out its copy
+def _crd(kube_version: KubeVersion) -> Obj:
+    # The renderer's schema, unchanged, plus the CEL rules the target release runs (none on
+    # 1.20): the API server must validate with the renderer's own rules.
+    return crd_for(kube_version)
 
 
 def _rbac(options: Options) -> list[Document]:
@@ -330,7 +337,9 @@ def bundle(options: Options) -> list[Document]:
     ns = options.namespace
     return [
         Document("The KaiwuCluster schema (crd/kaiwuclusters.yaml), cluster-scoped: installed "
-                 "by a cluster administrator.", _crd()),
+                 f"by a cluster administrator. For Kubernetes {options.kube_version}"
+                 + ("." if options.kube_version < CEL_SINCE else
+                    ", with CEL validation rules."), _crd(options.kube_version)),
         Document("The reconciler's own namespace.", {
             "apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns)}),
         Document("The reconciler's identity: every right below is granted to it.", {
@@ -373,6 +382,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"kaiwu install: {message} (see kaiwu install --help)\n")
 
 
+def _kube_version(text: str) -> KubeVersion:
+    try:
+        return supported_version(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+
+
 def parser() -> argparse.ArgumentParser:
     result = _Parser(prog="kaiwu install", description=(
         "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
@@ -391,6 +407,9 @@ def parser() -> argparse.ArgumentParser:
                         "create, apply and delete KaiwuClusters from its checkout")
     result.add_argument("--git-repo", default="", metavar="URL",
                         help="with --directory-mode: the repository holding KaiwuCluster files")
+    result.add_argument("--kube-version", type=_kube_version, default=OLDEST_SUPPORTED,
+                        help="the cluster's Kubernetes version: from 1.25 the CRD carries CEL "
+                        "validation rules (default: %(default)s, which installs everywhere)")
     return result
 
 
@@ -406,7 +425,7 @@ def main(argv: Sequence[str]) -> int:
     options = Options(image=args.image, namespace=args.namespace, scope=args.scope,
                       watch_namespace="".join(args.watch_namespace),
                       directory_mode=args.directory_mode,
-                      git_repo=args.git_repo)
+                      git_repo=args.git_repo, kube_version=args.kube_version)
     problems = options.problems()
     if problems:
         print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)

@@ -16,10 +16,11 @@ from importlib import metadata
 from pathlib import Path
 
 from renderer import diff as tree_diff
-from renderer.emit import OutputDirectoryError, manifest_for, to_stream, write_tree
+from renderer.cel import CEL_SINCE, crd_for
+from renderer.emit import OutputDirectoryError, manifest_for, to_stream, to_yaml, write_tree
 from renderer.errors import Problem, RenderError
 from renderer.render import build_objects, load_clusters
-from renderer.settings import OLDEST_SUPPORTED, KubeVersion, RenderSettings
+from renderer.settings import KubeVersion, RenderSettings, supported_version
 
 EXIT_OK, EXIT_CHANGES, EXIT_INVALID = 0, 1, 2
 DEFAULT_SOURCE = "clusters"
@@ -28,13 +29,9 @@ DEFAULT_OUT = "out"
 
 def _kube_version(text: str) -> KubeVersion:
     try:
-        version = KubeVersion.parse(text)
+        return supported_version(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from error
-    if version < OLDEST_SUPPORTED:
-        raise argparse.ArgumentTypeError(f"Kubernetes {version} is older than the oldest "
-                                         f"supported release, {OLDEST_SUPPORTED}")
-    return version
 
 
 def _version() -> str:
@@ -85,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--format", choices=("text", "markdown"), default="text")
     add_render_options(compare)
 
+    crd = commands.add_parser(
+        "crd", help="print the KaiwuCluster CRD for a Kubernetes version",
+        description="Print the KaiwuCluster CRD: the schema, plus the CEL validation rules "
+                    f"(x-kubernetes-validations) from Kubernetes {CEL_SINCE} on.")
+    crd.add_argument("--kube-version", type=_kube_version, default=defaults.kube_version,
+                     help=f"target Kubernetes version (default {defaults.kube_version})")
+
     commands.add_parser("reconcile", help="run the reconciler (see kaiwu reconcile --help)",
                         add_help=False)
     return parser
@@ -105,6 +109,11 @@ def _render(args: argparse.Namespace) -> int:
     clusters = len({manifest.path.rsplit("/", 1)[0] for manifest in manifests})
     print(f"rendered {len(manifests)} objects of {clusters} clusters into {args.out}/ "
           f"(Kubernetes {args.kube_version}); apply with: kubectl apply -k {args.out}")
+    return EXIT_OK
+
+
+def _crd(args: argparse.Namespace) -> int:
+    sys.stdout.write(to_yaml(crd_for(args.kube_version)))
     return EXIT_OK
 
 
@@ -158,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "reconcile":  # listed for `kaiwu --help`; run by reconciler.cli
         print("kaiwu reconcile: run it through the kaiwu command", file=sys.stderr)
         return EXIT_INVALID
-    handlers = {"render": _render, "validate": _validate, "diff": _diff}
+    handlers = {"render": _render, "validate": _validate, "diff": _diff, "crd": _crd}
     try:
         return handlers[args.command](args)
     except RenderError as error:

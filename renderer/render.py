@@ -8,13 +8,14 @@ object or a `RenderError` listing every mistake.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from renderer import schema, semantics
 from renderer.builders import (
+    DATA_VOLUME,
     disruption_budget,
     network_policy,
     service,
@@ -76,9 +77,48 @@ def read_clusters(documents: Iterable[Document]) -> list[SourceCluster]:
             continue
         seen[key] = document
         clusters.append(found)
+    problems.extend(_collisions(clusters))
     if problems:
         raise RenderError(problems)
     return clusters
+
+
+def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
+    """Every object name a cluster takes in its namespace, (kind, name) -> what it is: the
+    rendered objects, the pods and volume claims of the StatefulSet at its highest scale, and
+    the Secrets the reconciler writes (reconciler/kaiwudb/certs.py names them the same way)."""
+    names = {(obj["kind"], obj["metadata"]["name"]): "a rendered object"
+             for obj in build_objects(cluster, RenderSettings())}
+    for ordinal in range(cluster.replicas):
+        pod = cluster.pod_name(ordinal)
+        names[("Pod", pod)] = "a pod"
+        names[("PersistentVolumeClaim", f"{DATA_VOLUME}-{pod}")] = "a volume claim"
+    if not cluster.user_provided_certs:
+        secrets = [f"{cluster.name}-ca", cluster.node_secret, cluster.client_secret]
+        secrets += [cluster.user_client_secret(user) for user in cluster.client_users]
+        names.update({("Secret", secret): "a certificate Secret" for secret in secrets})
+    return names
+
+
+def _collisions(clusters: list[SourceCluster]) -> Iterator[Problem]:
+    """Two clusters of one namespace that would own the same object (clusters `orders` and
+    `orders-public` both render a Service `orders-public`): each would overwrite the other's."""
+    owners: dict[tuple[str, str, str], int] = {}
+    reported: set[tuple[int, int]] = set()
+    for index, source in enumerate(clusters):
+        for (kind, name), what in sorted(owned_names(source.cluster).items()):
+            key = (source.cluster.namespace, kind, name)
+            owner = owners.setdefault(key, index)
+            if owner == index or (owner, index) in reported:
+                continue
+            reported.add((owner, index))
+            first, document = clusters[owner], source.document
+            yield Problem(
+                document.file, document.line_of(["metadata", "name"]), "metadata.name",
+                f"cluster {source.cluster.name!r} and cluster {first.cluster.name!r} "
+                f"({first.document.file}:{first.document.line_of(['metadata', 'name'])}) both "
+                f"need {kind} {key[0]}/{name} ({what})",
+                "rename one of them or move it to another namespace")
 
 
 def _read_one(document: Document) -> tuple[SourceCluster | None, list[Problem]]:

@@ -156,6 +156,11 @@ def _describe(error: jsonschema.ValidationError) -> SchemaViolation:
         hint = _PATTERN_HINTS.get(str(error.validator_value),
                                   f"it must match {error.validator_value}")
         return SchemaViolation(path, f"{value!r} has the wrong form", hint)
+    if kind in ("minLength", "maxLength") and isinstance(value, str):
+        bound = "at least" if kind == "minLength" else "at most"
+        shown = value if len(value) <= 40 else f"{value[:37]}..."
+        return SchemaViolation(path, f"{shown!r} is {len(value)} characters long",
+                               f"use {bound} {error.validator_value} characters")
     if kind in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
         bound = "at least" if kind.startswith("min") else "at most"
         return SchemaViolation(path, f"{value!r} is out of range",
@@ -167,11 +172,24 @@ _QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
     r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
+_DOMAIN_PART = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+_PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
+# The image reference grammar (distribution/reference) for a name without tag or digest: a
+# registry host (with a dot or a port, or localhost), then lower-case path components.
+_REPOSITORY_PATTERN = (
+    rf"^(({_DOMAIN_PART}(\.{_DOMAIN_PART})+(:[0-9]+)?|{_DOMAIN_PART}:[0-9]+|localhost)/)?"
+    rf"{_PATH_PART}(/{_PATH_PART})*$"
+)
 _PATTERN_HINTS = {
     _QUANTITY_PATTERN: "write a Kubernetes quantity such as 500m, 4, 512Mi or 8Gi",
     "^([0-9]+(ms|s|m|h))+$": "write a duration such as 30s, 5m or 1h30m",
     "^(/([^~/]|~[01])*)+$": "write a JSON pointer such as /spec/replicas",
     r"^[0-9]+\.[0-9]+\.[0-9]+([.-][0-9A-Za-z.-]+)?$": "write a plain version such as 3.2.1",
+    _REPOSITORY_PATTERN: "write a repository without tag or digest, such as kwdb/kwdb or "
+                         "registry.example.com:5000/kwdb/kwdb (the tag is spec.version)",
+    r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$": "a label value holds letters, digits, "
+                                                      "'-', '_' and '.', and starts and ends "
+                                                      "with a letter or digit",
 }
 
 

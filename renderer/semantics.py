@@ -43,6 +43,12 @@ SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
 # StatefulSet pods get a controller-revision-hash label "<name>-<10 chars>" (63 max) and the
 # client Service is "<name>-public": 40 leaves room for both and for "data-<name>-<ordinal>".
 MAX_NAME_LENGTH = 40
+# Kubernetes' limits (apimachinery validation): a namespace is a DNS-1123 label; the annotations
+# of one object total at most 256 KiB (keys and values, in bytes). The operator adds a few of its
+# own (the certificates' hash on the pod template): the user's share leaves room for them.
+MAX_NAMESPACE_LENGTH = 63
+MAX_ANNOTATION_BYTES = 256 * 1024
+OPERATOR_ANNOTATION_BYTES = 1024
 # `\Z`, not `$`: Python's `$` also matches before a final newline, so "dev\n" would pass.
 DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
@@ -80,7 +86,33 @@ class Violation:
 
 def check(obj: dict[str, Any]) -> list[Violation]:
     """Every semantic problem of one KaiwuCluster (schema-valid, defaults applied)."""
-    return check_metadata(obj.get("metadata", {})) + list(_check_spec(obj["spec"]))
+    return (check_metadata(obj.get("metadata", {})) + list(_check_spec(obj["spec"]))
+            + check_text(obj.get("spec", {}), ("spec",)))
+
+
+def check_text(value: Any, path: Path = ()) -> list[Violation]:
+    """Strings that are not Unicode text: a lone surrogate (a YAML or JSON escape such as
+    "\\ud800") cannot be encoded as UTF-8, so the API server and every writer would refuse it."""
+    return list(_check_text(value, path))
+
+
+def _check_text(value: Any, path: Path) -> Iterator[Violation]:
+    if isinstance(value, str):
+        if any("\ud800" <= char <= "\udfff" for char in value):
+            yield Violation(path, "contains a lone UTF-16 surrogate (an escape such as \\ud800), "
+                            "which is not text", "remove the escape or write the character itself")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _check_text(key, (*path, _printable(key)))
+            yield from _check_text(item, (*path, _printable(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _check_text(item, (*path, index))
+
+
+def _printable(key: Any) -> str:
+    """A key safe to print in a path (surrogates shown as escapes)."""
+    return str(key).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def check_metadata(meta: dict[str, Any]) -> list[Violation]:
@@ -104,10 +136,21 @@ def _check_metadata(meta: dict[str, Any]) -> Iterator[Violation]:
                                       and DNS_1123_LABEL.match(namespace)):
         yield Violation(("metadata", "namespace"), f"{namespace!r} is not a valid namespace",
                         "use lower-case letters, digits and '-'")
+    elif isinstance(namespace, str) and len(namespace) > MAX_NAMESPACE_LENGTH:
+        yield Violation(("metadata", "namespace"),
+                        f"{namespace[:20]!r}... is {len(namespace)} characters long",
+                        f"a namespace name has at most {MAX_NAMESPACE_LENGTH} characters")
     for field in ("labels", "annotations"):
         if field in meta and not isinstance(meta[field], dict):
             yield Violation(("metadata", field), f"metadata.{field} must be a mapping",
                             "write key: value pairs")
+        elif field in meta:
+            # The KaiwuCluster's own metadata: the API server checks it like any object's.
+            values = {str(key): str(value) for key, value in meta[field].items()}
+            yield from _check_metadata_map(("metadata", field), values, field == "labels")
+            if field == "annotations":
+                yield from _check_annotation_size(("metadata", field), values, 0)
+    yield from _check_text(meta, ("metadata",))
 
 
 def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
@@ -122,6 +165,13 @@ def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
                                    spec["scheduling"].get("nodeSelector", {}), True)
     yield from _check_metadata_map(("spec", "service", "annotations"),
                                    spec["service"].get("annotations", {}), False)
+    # Every rendered object carries spec.annotations; the client Service also service.annotations.
+    yield from _check_annotation_size(("spec", "annotations"), spec.get("annotations", {}),
+                                      OPERATOR_ANNOTATION_BYTES)
+    yield from _check_annotation_size(
+        ("spec", "service", "annotations"),
+        {**spec.get("annotations", {}), **spec["service"].get("annotations", {})},
+        OPERATOR_ANNOTATION_BYTES)
     for key in SELECTOR_LABELS:
         if key in spec.get("labels", {}):
             yield Violation(("spec", "labels", key), f"label {key!r} is set by the operator",
@@ -229,9 +279,13 @@ def _check_memory(spec: dict[str, Any]) -> Iterator[Violation]:
             fractions += value
             continue
         try:
-            quantity.parse(text)
+            size = quantity.parse(text)
         except quantity.QuantityError:
             yield Violation(("spec", field), f"{text!r} is neither a fraction nor a quantity",
+                            "use a fraction such as .25 or 25%, or a size such as 2Gi")
+            continue
+        if size.value <= 0:
+            yield Violation(("spec", field), f"{text!r} is not a positive size",
                             "use a fraction such as .25 or 25%, or a size such as 2Gi")
     if fractions > MAX_MEMORY_FRACTION:
         yield Violation(("spec", "maxSQLMemory"),
@@ -256,6 +310,10 @@ def _check_resources(spec: dict[str, Any]) -> Iterator[Violation]:
                 continue
             if value < 0:
                 yield Violation(path, f"{values[name]} is negative", "use 0 or more")
+            elif value == 0 and name == "memory":
+                # kwbase sizes its cache and SQL memory as fractions of it: 0 bytes runs nothing.
+                yield Violation(path, f"memory {values[name]} is zero",
+                                "use a size such as 8Gi, or leave it out")
             elif _is_extended_resource(name) and value != value.to_integral_value():
                 yield Violation(path, f"{values[name]} is not a whole number",
                                 f"{name} is counted in whole devices")
@@ -338,6 +396,25 @@ def _check_metadata_map(path: Path, values: dict[str, str], labels: bool) -> Ite
                             "use at most 63 letters, digits, '-', '_' or '.'")
 
 
+def annotation_bytes(values: dict[str, str]) -> int:
+    """The size the API server counts for an object's annotations: keys and values in bytes."""
+    return sum(len(text.encode("utf-8", "surrogatepass"))
+               for key, value in values.items() for text in (key, value))
+
+
+def _check_annotation_size(path: Path, values: dict[str, str],
+                           reserved: int) -> Iterator[Violation]:
+    size = annotation_bytes(values)
+    if size + reserved > MAX_ANNOTATION_BYTES:
+        room = MAX_ANNOTATION_BYTES - reserved
+        yield Violation(path, f"the annotations total {size} bytes, more than Kubernetes accepts "
+                        f"on one object ({MAX_ANNOTATION_BYTES} bytes"
+                        + (f", {reserved} of them kept for the operator's own)" if reserved
+                           else ")"),
+                        f"keep keys and values under {room} bytes in all; put large data in a "
+                        "ConfigMap")
+
+
 def _check_tls(tls: dict[str, Any]) -> Iterator[Violation]:
     """spec.tls beyond the schema: client user names, and what needs managed certificates."""
     path: Path = ("spec", "tls")
@@ -400,7 +477,7 @@ def _check_names(spec: dict[str, Any]) -> Iterator[Violation]:
                         "operator manage them")
     yield from _check_tls(spec["tls"])
     for index, namespace in enumerate(spec["networkPolicy"].get("allowedNamespaces", [])):
-        if not DNS_1123_LABEL.match(namespace):
+        if not (len(namespace) <= MAX_NAMESPACE_LENGTH and DNS_1123_LABEL.match(namespace)):
             yield Violation(("spec", "networkPolicy", "allowedNamespaces", index),
                             f"{namespace!r} is not a namespace name", "use a namespace name")
 

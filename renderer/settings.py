@@ -35,6 +35,15 @@ class KubeVersion:
 OLDEST_SUPPORTED = KubeVersion(1, 20)
 
 
+def supported_version(text: str) -> KubeVersion:
+    """A `--kube-version` flag's value: a version this project renders for, or ValueError."""
+    version = KubeVersion.parse(text)
+    if version < OLDEST_SUPPORTED:
+        raise ValueError(f"Kubernetes {version} is older than the oldest supported release, "
+                         f"{OLDEST_SUPPORTED}")
+    return version
+
+
 @dataclass(frozen=True)
 class LiveState:
     """What the reconciler decides for a running cluster that its spec cannot say, handed to the

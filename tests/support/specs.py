@@ -83,9 +83,10 @@ def from_schema(node: dict[str, Any], path: tuple[str, ...]) -> st.SearchStrateg
         return st.booleans()
     if kind == "string" and "pattern" in node:
         return st.from_regex(node["pattern"], fullmatch=True).filter(
-            lambda text: len(text) >= node.get("minLength", 0))
+            lambda text: node.get("minLength", 0) <= len(text) <= node.get("maxLength", len(text)))
     if kind == "string":
-        return FREE_TEXT
+        return FREE_TEXT if "maxLength" not in node else FREE_TEXT.filter(
+            lambda text: len(text) <= node["maxLength"])
     raise AssertionError(f"the generator does not know the CRD node at {path}: {node}")
 
 
