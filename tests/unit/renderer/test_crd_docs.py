@@ -1,0 +1,79 @@
+"""The CRD documents itself: every field has a description (what `kubectl explain` shows), the
+conditions are a map keyed by type, and the README's spec reference is generated from the CRD.
+
+Refresh the README section after changing the CRD with `pytest tests/unit/renderer
+--update-golden` (the golden files' flag), then review `git diff README.md`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from renderer import reference
+from renderer.schema import openapi_schema
+from tests.support.render import REPO
+
+README = REPO / "README.md"
+
+
+def undocumented(node: dict[str, Any], path: str) -> list[str]:
+    """Every property under `node` (and under list items) without a description."""
+    missing = []
+    for name, child in node.get("properties", {}).items():
+        here = f"{path}.{name}"
+        if not str(child.get("description", "")).strip():
+            missing.append(here)
+        missing += undocumented(child, here)
+        if isinstance(child.get("items"), dict):
+            missing += undocumented(child["items"], f"{here}[]")
+    return missing
+
+
+def test_every_field_of_spec_and_status_has_a_description() -> None:
+    assert undocumented(openapi_schema(), "") == []
+
+
+def test_the_check_finds_a_field_without_a_description() -> None:
+    """The check above can fail: a schema with one undescribed condition field is caught."""
+    schema = {"properties": {"status": {"description": "x", "properties": {"conditions": {
+        "description": "x", "items": {"properties": {"reason": {"type": "string"}}}}}}}}
+    assert undocumented(schema, "") == [".status.conditions[].reason"]
+
+
+def test_each_condition_field_says_what_it_means() -> None:
+    conditions = openapi_schema()["properties"]["status"]["properties"]["conditions"]
+    fields = conditions["items"]["properties"]
+    assert set(fields) >= {"type", "status", "reason", "message", "lastTransitionTime",
+                           "observedGeneration"}
+    for condition_type in ("Ready", "Reconciling", "Stalled", "Drifted"):
+        assert condition_type in fields["type"]["description"]
+
+
+def test_conditions_are_a_map_keyed_by_type_so_server_side_apply_merges_them() -> None:
+    conditions = openapi_schema()["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    # A map key must be required (or defaulted) for the API server to accept the schema.
+    assert "type" in conditions["items"]["required"]
+
+
+def test_the_readme_spec_reference_is_generated_from_the_crd(
+        request: pytest.FixtureRequest) -> None:
+    text = README.read_text(encoding="utf-8")
+    current = reference.replace_section(text)
+    if request.config.getoption("--update-golden", default=False):
+        README.write_text(current, encoding="utf-8")
+        return
+    assert text == current, ("README.md's spec reference is stale: run pytest "
+                             "tests/unit/renderer/test_crd_docs.py --update-golden")
+
+
+def test_the_reference_lists_every_field_with_its_bounds_and_default() -> None:
+    section = reference.section()
+    for path, _ in reference.rows(openapi_schema()["properties"]["spec"], "spec"):
+        assert f"| `{path}` |" in section
+    assert "| `status.conditions[].lastTransitionTime` |" in section
+    replicas = next(line for line in section.splitlines() if line.startswith("| `spec.replicas`"))
+    assert "1..99" in replicas and "`3`" in replicas
