@@ -337,9 +337,12 @@ def bundle(options: Options) -> list[Document]:
     ns = options.namespace
     return [
         Document("The KaiwuCluster schema (crd/kaiwuclusters.yaml), cluster-scoped: installed "
-                 f"by a cluster administrator. For Kubernetes {options.kube_version}"
-                 + ("." if options.kube_version < CEL_SINCE else
-                    ", with CEL validation rules."), _crd(options.kube_version)),
+                 "by a cluster administrator. "
+                 + (f"Without CEL rules, for every Kubernetes from {options.kube_version} on; "
+                    f"--kube-version {CEL_SINCE} or later adds them."
+                    if options.kube_version < CEL_SINCE else
+                    f"With the CEL validation rules of Kubernetes {options.kube_version}."),
+                 _crd(options.kube_version)),
         Document("The reconciler's own namespace.", {
             "apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns)}),
         Document("The reconciler's identity: every right below is granted to it.", {

@@ -14,7 +14,9 @@ from ruamel.yaml import YAML
 
 from reconciler import install
 from reconciler.cli import main
+from renderer.cel import RULES, crd_for
 from renderer.schema import crd_manifest
+from renderer.settings import KubeVersion
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,6 +60,28 @@ def test_the_bundle_carries_the_one_crd_unchanged_and_applies_it_first() -> None
     assert [d["kind"] for d in bundle] == [
         "CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
         "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment"]
+
+
+def test_for_kubernetes_1_25_and_later_the_crd_carries_the_cel_rules(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["install", "--kube-version", "1.29"]) == 0
+    printed = capsys.readouterr().out
+    crd = docs(printed)[0]
+    assert crd == crd_for(KubeVersion(1, 29)) != crd_manifest()
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert {"rule": "self == oldSelf", "message": next(
+        rule.message for rule in RULES if rule.at == ("spec", "startMode"))} in spec[
+        "properties"]["startMode"]["x-kubernetes-validations"]
+    assert "--kube-version 1.29" in printed.splitlines()[1], "the header says how it was made"
+    assert "x-kubernetes-validations" not in install.render(install.Options()), "1.20: none"
+
+
+def test_a_kube_version_older_than_supported_is_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["install", "--kube-version", "1.19"])
+    assert exit_.value.code == 2
+    assert "older than the oldest supported release, 1.20" in capsys.readouterr().err
 
 
 def test_cluster_scope_grants_everything_through_one_cluster_role() -> None:

@@ -1,0 +1,205 @@
+"""The CEL rules the CRD carries from Kubernetes 1.25 agree with renderer/semantics.py.
+
+The test world's API server is 1.20 (no CEL), so each rule is evaluated with cel-python
+(tests/support/cel.py) on the cases tests/unit/renderer/test_semantics.py tells its stories with,
+and on generated specs: for every case, the fields CEL refuses are exactly the fields the
+renderer's rules refuse, among the rules CEL expresses on that release. And the CRD for 1.20
+carries no rule at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from renderer import schema, semantics
+from renderer.cel import CEL_SINCE, QUANTITY_SINCE, RULES, crd_for, rules_for
+from renderer.settings import OLDEST_SUPPORTED, KubeVersion
+from tests.support import cel, specs
+from tests.support.render import EXAMPLES, cluster, dotted
+from tests.unit.renderer.test_semantics import GOOD_SPEC, with_spec
+
+VERSIONS = [KubeVersion(1, 25), KubeVersion(1, 28), KubeVersion(1, 29), KubeVersion(1, 35)]
+
+
+def defaulted(spec: dict[str, Any]) -> dict[str, Any]:
+    obj = cluster("orders", "shop", **spec)
+    assert schema.validate(obj) == [], "a case must be schema-valid: the rules come after"
+    return schema.apply_defaults(obj)
+
+
+def verdicts(version: KubeVersion, new: dict[str, Any],
+             old: dict[str, Any] | None = None) -> tuple[set[str], set[str]]:
+    """(what CEL refuses, what renderer/semantics.py refuses), as semantics paths, among the
+    rules CEL expresses on `version`."""
+    rules = rules_for(version)
+    by_cel = {rule.mirrors for rule in rules if not cel.passes(rule, new, old)}
+    creation = {rule.mirrors for rule in rules if not rule.transition}
+    by_renderer = {dotted(v.path) for v in semantics.check(new)} & creation
+    if old is not None:
+        transition = {rule.mirrors for rule in rules if rule.transition}
+        by_renderer |= {dotted(v.path) for v in semantics.check_transition(
+            old["spec"], new["spec"])} & transition
+    return by_cel, by_renderer
+
+
+# The specs of test_semantics.py's stories for the rules CEL expresses.
+CREATE_CASES: dict[str, dict[str, Any]] = {
+    "a sensible cluster": GOOD_SPEC,
+    "multi-replica with 2 nodes": with_spec(replicas=2),
+    "single-replica with 2 nodes": with_spec(startMode="single-replica", replicas=2),
+    "single-replica with 1 node": with_spec(startMode="single-replica", replicas=1),
+    "single-node with 3 nodes": with_spec(startMode="single-node", replicas=3),
+    "single-node with 1 node": with_spec(startMode="single-node", replicas=1),
+    "multi-replica budget of 2": with_spec(podDisruptionBudget={"maxUnavailable": 2}),
+    "single-replica budget of 2": with_spec(startMode="single-replica", replicas=2,
+                                            podDisruptionBudget={"maxUnavailable": 2}),
+    "root while runAsNonRoot": with_spec(podSecurity={"runAsUser": 0}),
+    "root through the escape hatch": with_spec(podSecurity={"runAsUser": 0,
+                                                            "runAsNonRoot": False}),
+    "only the node Secret": with_spec(tls={"nodeSecretName": "mine"}),
+    "only the client Secret, node empty": with_spec(tls={"nodeSecretName": "",
+                                                         "clientSecretName": "mine"}),
+    "both Secrets": with_spec(tls={"nodeSecretName": "a", "clientSecretName": "b"}),
+}
+
+TRANSITION_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "more nodes": (GOOD_SPEC, with_spec(replicas=5)),
+    "a new version": (GOOD_SPEC, with_spec(version="3.2.2")),
+    "a bigger volume": (GOOD_SPEC, with_spec(storage={"size": "200Gi"})),
+    "multi-replica scales in": (with_spec(replicas=5), GOOD_SPEC),
+    "start mode changes": (GOOD_SPEC, with_spec(startMode="single-replica")),
+    "single-replica scales in": (with_spec(startMode="single-replica", replicas=2),
+                                 with_spec(startMode="single-replica", replicas=1)),
+    "single-replica scales out": (with_spec(startMode="single-replica", replicas=2),
+                                  with_spec(startMode="single-replica", replicas=3)),
+    "the volume shrinks": (with_spec(storage={"size": "100Gi"}),
+                           with_spec(storage={"size": "99Gi"})),
+    "1Gi to 1024Mi": (with_spec(storage={"size": "1Gi"}), with_spec(storage={"size": "1024Mi"})),
+    "1Gi to 1G": (with_spec(storage={"size": "1Gi"}), with_spec(storage={"size": "1G"})),
+    "bytes as an integer": (with_spec(storage={"size": 1073741824}),
+                            with_spec(storage={"size": "1Gi"})),
+    "the storage class changes": (
+        with_spec(storage={"size": "100Gi", "storageClassName": "standard"}),
+        with_spec(storage={"size": "100Gi", "storageClassName": "fast-ssd"})),
+    "a storage class is named later": (
+        GOOD_SPEC, with_spec(storage={"size": "100Gi", "storageClassName": "fast-ssd"})),
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=str)
+@pytest.mark.parametrize("case", sorted(CREATE_CASES))
+def test_cel_refuses_on_create_what_the_renderer_refuses(case: str, version: KubeVersion) -> None:
+    by_cel, by_renderer = verdicts(version, defaulted(CREATE_CASES[case]))
+    assert by_cel == by_renderer
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=str)
+@pytest.mark.parametrize("case", sorted(TRANSITION_CASES))
+def test_cel_refuses_on_update_what_the_renderer_refuses(case: str,
+                                                         version: KubeVersion) -> None:
+    old, new = TRANSITION_CASES[case]
+    by_cel, by_renderer = verdicts(version, defaulted(new), defaulted(old))
+    assert by_cel == by_renderer
+
+
+def test_the_cases_exercise_every_rule_both_ways() -> None:
+    """Each rule refuses at least one case and lets at least one through: agreement on rules
+    that never fire would prove nothing."""
+    newest = VERSIONS[-1]
+    for rule in rules_for(newest):
+        outcomes = set()
+        for spec in CREATE_CASES.values():
+            outcomes.add(cel.passes(rule, defaulted(spec)))
+        for old, new in TRANSITION_CASES.values():
+            outcomes.add(cel.passes(rule, defaulted(new), defaulted(old)))
+        assert outcomes == {True, False}, rule.rule
+
+
+def test_shrinking_is_left_to_the_renderer_before_quantities_exist_in_cel() -> None:
+    old, new = TRANSITION_CASES["the volume shrinks"]
+    assert verdicts(KubeVersion(1, 28), defaulted(new), defaulted(old)) == (set(), set())
+    assert verdicts(QUANTITY_SINCE, defaulted(new), defaulted(old)) == (
+        {"spec.storage.size"}, {"spec.storage.size"})
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda path: path.name)
+def test_the_example_clusters_pass_every_rule(path: Any) -> None:
+    for document in yaml.safe_load_all(path.read_text()):
+        obj = schema.apply_defaults(document)
+        assert [rule.rule for rule in RULES if not cel.passes(rule, obj, obj)] == []
+
+
+@given(spec=specs.specs(), other=specs.specs())
+@specs.PROPERTY
+def test_any_valid_spec_and_any_change_between_two_get_the_same_verdicts(
+        spec: dict[str, Any], other: dict[str, Any]) -> None:
+    new, old = defaulted(spec), defaulted(other)
+    assert verdicts(VERSIONS[-1], new) == (set(), set()), "a valid spec passes every rule"
+    by_cel, by_renderer = verdicts(VERSIONS[-1], new, old)
+    assert by_cel == by_renderer
+
+
+@given(mode=st.sampled_from(["multi-replica", "single-replica", "single-node"]),
+       replicas=st.integers(1, 99), budget=st.integers(1, 3), non_root=st.booleans(),
+       user=st.sampled_from([0, 1000]),
+       secrets=st.sampled_from([{}, {"nodeSecretName": "a"}, {"clientSecretName": "b"},
+                                {"nodeSecretName": "", "clientSecretName": "b"},
+                                {"nodeSecretName": "a", "clientSecretName": "b"}]))
+@specs.PROPERTY
+def test_any_combination_of_mode_replicas_budget_user_and_secrets_gets_the_same_verdict(
+        mode: str, replicas: int, budget: int, non_root: bool, user: int,
+        secrets: dict[str, str]) -> None:
+    obj = defaulted(with_spec(startMode=mode, replicas=replicas,
+                              podDisruptionBudget={"maxUnavailable": budget},
+                              podSecurity={"runAsNonRoot": non_root, "runAsUser": user},
+                              tls=secrets))
+    by_cel, by_renderer = verdicts(VERSIONS[-1], obj)
+    assert by_cel == by_renderer
+
+
+SIZES = ["1Gi", "1024Mi", "1G", "1000M", 1073741824, "0.5Gi", "512Mi", "100Gi", "1e9", "1.5Gi"]
+
+
+@given(old_size=st.sampled_from(SIZES), new_size=st.sampled_from(SIZES),
+       old_class=st.sampled_from([None, "", "standard"]),
+       new_class=st.sampled_from([None, "", "standard", "fast"]),
+       old_mode=st.sampled_from(["multi-replica", "single-replica"]),
+       new_mode=st.sampled_from(["multi-replica", "single-replica"]),
+       old_replicas=st.integers(3, 6), new_replicas=st.integers(3, 6))
+@specs.PROPERTY
+def test_any_change_of_size_class_mode_and_replicas_gets_the_same_verdict(
+        old_size: Any, new_size: Any, old_class: str | None, new_class: str | None,
+        old_mode: str, new_mode: str, old_replicas: int, new_replicas: int) -> None:
+    def spec(size: Any, storage_class: str | None, mode: str, replicas: int) -> dict[str, Any]:
+        storage = {"size": size} if storage_class is None else {
+            "size": size, "storageClassName": storage_class}
+        return with_spec(storage=storage, startMode=mode, replicas=replicas)
+    old = defaulted(spec(old_size, old_class, old_mode, old_replicas))
+    new = defaulted(spec(new_size, new_class, new_mode, new_replicas))
+    for version in VERSIONS:
+        by_cel, by_renderer = verdicts(version, new, old)
+        assert by_cel == by_renderer, version
+
+
+def test_the_crd_for_1_20_carries_no_cel_and_from_1_25_it_carries_every_rule() -> None:
+    def validations(crd: dict[str, Any]) -> list[str]:
+        found: list[str] = []
+
+        def walk(node: dict[str, Any]) -> None:
+            found.extend(item["rule"] for item in node.get("x-kubernetes-validations", ()))
+            for child in node.get("properties", {}).values():
+                walk(child)
+        walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+        return found
+
+    assert validations(crd_for(OLDEST_SUPPORTED)) == []
+    assert validations(crd_for(KubeVersion(1, 24))) == []
+    assert sorted(validations(crd_for(CEL_SINCE))) == sorted(
+        rule.rule for rule in RULES if rule.since == CEL_SINCE)
+    assert sorted(validations(crd_for(QUANTITY_SINCE))) == sorted(rule.rule for rule in RULES)
+    assert crd_for(OLDEST_SUPPORTED) == schema.crd_manifest(), "1.20 gets the schema file as is"
