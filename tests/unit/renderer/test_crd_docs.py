@@ -32,7 +32,9 @@ def undocumented(node: dict[str, Any], path: str) -> list[str]:
 
 
 def test_every_field_of_spec_and_status_has_a_description() -> None:
-    assert undocumented(openapi_schema(), "") == []
+    # The API server refuses anything but `type: object` on the root's metadata (seen on 1.20:
+    # "must not specify anything other than name and generateName"); it documents it itself.
+    assert undocumented(openapi_schema(), "") == [".metadata"]
 
 
 def test_the_check_finds_a_field_without_a_description() -> None:
