@@ -247,7 +247,7 @@ OUT_OF_RANGE: list[tuple[Path_, int]] = [
     (("terminationGracePeriodSeconds",), 3601), (("failover", "maxCrashRestarts"), 21),
     (("failover", "maxCrashRestarts"), -1), (("podDisruptionBudget", "maxUnavailable"), 0),
     (("nodeTuning", "maxMapCount"), 65529), (("podSecurity", "runAsUser"), -1),
-    (("podSecurity", "fsGroup"), 2**31),
+    (("podSecurity", "fsGroup"), 2**31), (("nodeTuning", "maxMapCount"), 2**31),
 ]
 
 BAD_ENUMS: list[Path_] = [("startMode",), ("image", "pullPolicy"), ("scheduling", "antiAffinity"),
@@ -257,4 +257,9 @@ BAD_PATTERNS: list[tuple[Path_, str]] = [
     (("version",), "v3.2.1"), (("version",), "3.2.1\n"), (("storage", "size"), "10GB"),
     (("storage", "size"), "10Gi\n"), (("failover", "nodeLostTimeout"), "5 minutes"),
     (("monitoring", "interval"), "30"), (("image", "repository"), "KWDB/kwdb"),
+    # Kubernetes' own limits, expressed in the CRD so the API server enforces them too.
+    (("image", "repository"), "kwdb/kwdb:3.2.1"), (("version",), "3.2.1-" + "a" * 123),
+    (("labels", "tier"), "b c"), (("labels", "tier"), "x" * 64),
+    (("scheduling", "nodeSelector", "disk"), "s" * 64),
+    (("scheduling", "priorityClassName"), "p" * 254),
 ]
