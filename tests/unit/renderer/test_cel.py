@@ -15,12 +15,13 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 
 from renderer import schema, semantics
 from renderer.cel import CEL_SINCE, QUANTITY_SINCE, RULES, crd_for, rules_for
 from renderer.settings import OLDEST_SUPPORTED, KubeVersion
 from tests.support import cel, specs
-from tests.support.render import EXAMPLES, cluster, dotted
+from tests.support.render import EXAMPLES, cluster, dotted, kaiwu
 from tests.unit.renderer.test_semantics import GOOD_SPEC, with_spec
 
 VERSIONS = [KubeVersion(1, 25), KubeVersion(1, 28), KubeVersion(1, 29), KubeVersion(1, 35)]
@@ -203,3 +204,16 @@ def test_the_crd_for_1_20_carries_no_cel_and_from_1_25_it_carries_every_rule() -
         rule.rule for rule in RULES if rule.since == CEL_SINCE)
     assert sorted(validations(crd_for(QUANTITY_SINCE))) == sorted(rule.rule for rule in RULES)
     assert crd_for(OLDEST_SUPPORTED) == schema.crd_manifest(), "1.20 gets the schema file as is"
+
+
+def test_kaiwu_crd_prints_the_crd_for_the_release_asked() -> None:
+    # Read as YAML 1.2 (ruamel): a YAML 1.1 reader takes the drift policy `off` for false until
+    # the emitter quotes such strings (issue 15, part 3).
+    reader = YAML(typ="safe")
+    newest = kaiwu("crd", "--kube-version", "1.29")
+    assert newest.code == 0, newest.stderr
+    assert reader.load(newest.stdout) == crd_for(KubeVersion(1, 29))
+    oldest = kaiwu("crd", "--kube-version", "1.20")
+    assert reader.load(oldest.stdout) == schema.crd_manifest()
+    too_old = kaiwu("crd", "--kube-version", "1.19")
+    assert too_old.code == 2 and "older than the oldest supported release" in too_old.stderr
