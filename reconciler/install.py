@@ -7,9 +7,10 @@ Service and the Deployment, in that order (kubectl applies in file order: the CR
 This module is the one source of truth for the deploy manifests: deploy/install.yaml is its
 output with the defaults (`kaiwu install > deploy/install.yaml`, a unit test fails when the file
 is stale), and the CRD comes from `renderer.cel.crd_for`: the very schema the renderer validates
-with, plus, for `--kube-version` 1.25 or later, the renderer's rules in CEL. The manifests are code rather than YAML files shipped as package data because
-the variants (scope, watched namespace, directory mode) change which objects exist, not only
-values in them; code says why per rule, and a generated deploy/ keeps kustomize users served.
+with, plus, for `--kube-version` 1.25 or later, the renderer's rules in CEL. The manifests are
+code rather than YAML files shipped as package data because the variants (scope, watched
+namespace, directory mode) change which objects exist, not only values in them; code says why per
+rule, and a generated deploy/ keeps kustomize users served.
 
 Two scopes:
 - cluster (default): one ClusterRole with everything, bound cluster-wide; the reconciler watches
