@@ -57,9 +57,27 @@ class Settings:
         "clusters reconciled in parallel (one cluster is never reconciled by two at once)"))
     resync_period_s: float = field(default=300.0, metadata=_help(
         "safety net: every cluster is queued again this often even if no event arrived"))
-    min_reconcile_interval_s: float = field(default=1.0, metadata=_help(
-        "a cluster is reconciled at most once per interval: events in between (an event "
-        "storm) are merged into the next reconcile"))
+    cluster_burst: int = field(default=3, metadata=_help(
+        "per-cluster token bucket: reconciles a quiet cluster may start at once (the first "
+        "event after quiet is served immediately); events while a reconcile waits or runs "
+        "are merged into the next one"))
+    cluster_rate_per_s: float = field(default=1.0, metadata=_help(
+        "per-cluster token bucket: refill rate, the sustained reconciles per second of one "
+        "cluster under an event storm"))
+    overall_burst: int = field(default=200, metadata=_help(
+        "overall token bucket shared by every cluster: reconciles started at once (a resync, "
+        "a Node event touching many clusters)"))
+    overall_rate_per_s: float = field(default=50.0, metadata=_help(
+        "overall token bucket: refill rate, the sustained reconciles per second of the "
+        "whole process"))
+    free_echoes: bool = field(default=True, metadata=_help(
+        "the watch event of the reconciler's own write (same resourceVersion) queues the "
+        "cluster without spending its token, so it never delays the next repair; at most one "
+        "such free reconcile per paid one"))
+    min_reconcile_interval_s: float = field(default=0.0, metadata=_help(
+        "the old fixed-interval limiter, kept for comparison: when above 0, a cluster is "
+        "reconciled at most once per interval, its own writes' echoes included, instead of "
+        "the token buckets (0: off)"))
     error_backoff_base_s: float = field(default=1.0, metadata=_help(
         "first retry delay after a reconcile failed; doubles with each further failure"))
     error_backoff_max_s: float = field(default=300.0, metadata=_help(
@@ -152,6 +170,10 @@ class Settings:
             check(getattr(self, name) > 0, name, "must be greater than 0")
         for name in ("min_reconcile_interval_s", "shutdown_grace_s", "source_debounce_s"):
             check(getattr(self, name) >= 0, name, "must not be negative")
+        for name in ("cluster_rate_per_s", "overall_rate_per_s"):
+            check(getattr(self, name) > 0, name, "must be greater than 0")
+        for name in ("cluster_burst", "overall_burst"):
+            check(getattr(self, name) >= 1, name, "must be at least 1")
         check(self.watch_timeout_s >= 1, "watch_timeout_s", "must be at least 1")
         check(self.fight_threshold >= 1, "fight_threshold", "must be at least 1")
         check(self.error_backoff_max_s >= self.error_backoff_base_s, "error_backoff_max_s",

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError, Kube, Watch
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -300,11 +301,16 @@ class Caches:
 
     def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
                  on_key: Callable[[ClusterKey], None],
-                 managed_kinds: Iterable[Kind] = k.CACHED_KINDS) -> None:
+                 managed_kinds: Iterable[Kind] = k.CACHED_KINDS,
+                 own_writes: OwnWrites | None = None,
+                 on_echo: Callable[[ClusterKey], None] | None = None) -> None:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics
         self.on_key = on_key
+        # The echo of our own write (reconciler.kube.echo) goes to on_echo when given.
+        self.own_writes = own_writes
+        self.on_echo = on_echo
         ns = settings.watch_namespace
         self.informers: dict[Kind, Informer] = {}
 
@@ -396,5 +402,10 @@ class Caches:
                 and not _cluster_changed(obj, old):
             return
         key = cluster_of(obj)
-        if key is not None:
+        if key is None:
+            return
+        if self.on_echo is not None and self.own_writes is not None \
+                and self.own_writes.is_echo(obj):
+            self.on_echo(key)
+        else:
             self.on_key(key)

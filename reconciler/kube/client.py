@@ -23,6 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind, kind_of
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -202,10 +203,14 @@ class Kube:
     """Plain-dict API calls. Thread-safe: the `kubernetes` ApiClient pools connections, and
     exec never touches it (see `exec`)."""
 
-    def __init__(self, api: client.ApiClient, field_manager: str, timeout: float = 30.0) -> None:
+    WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+    def __init__(self, api: client.ApiClient, field_manager: str, timeout: float = 30.0,
+                 own_writes: OwnWrites | None = None) -> None:
         self.api = api
         self.field_manager = field_manager
         self.timeout = timeout
+        self.own_writes = own_writes  # where each write's resulting resourceVersion goes
 
     def _request(self, method: str, path: str, *, body: Any = None,
                  query: list[tuple[str, Any]] | None = None,
@@ -238,6 +243,9 @@ class Kube:
         finally:
             raw.release_conn()
         result: Obj = json.loads(data) if data else {}
+        if self.own_writes is not None and method in self.WRITES \
+                and ("dryRun", "All") not in (query or []):
+            self.own_writes.record(result)
         return result
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:

@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any
 
 from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import LEASE
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -48,8 +49,8 @@ class GuardedKube(Kube):
     WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
     def __init__(self, api: Any, field_manager: str, timeout: float,
-                 may_write: Callable[[], bool]) -> None:
-        super().__init__(api, field_manager, timeout)
+                 may_write: Callable[[], bool], own_writes: OwnWrites | None = None) -> None:
+        super().__init__(api, field_manager, timeout, own_writes)
         self.may_write = may_write
 
     def _check(self, what: str) -> None:

@@ -30,8 +30,10 @@ from kubernetes import client
 from reconciler.keys import ClusterKey
 from reconciler.kube.cache import Caches, CacheView
 from reconciler.kube.client import Kube, count_requests, load_api_client
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.events import EventRecorder
 from reconciler.kube.leader import GuardedKube, LeaderElector, NotLeaderError
+from reconciler.kube.ratelimit import Limits
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
 from reconciler.runtime.http import HealthServer
@@ -95,7 +97,7 @@ class Runtime:
         self._base_api = api_client
         self.metrics = metrics or Metrics()
         self.queue: WorkQueue[ClusterKey] = WorkQueue(
-            min_interval_s=settings.min_reconcile_interval_s,
+            limits=Limits.of(settings),
             backoff_base_s=settings.error_backoff_base_s,
             backoff_max_s=settings.error_backoff_max_s, metrics=self.metrics)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
@@ -113,9 +115,11 @@ class Runtime:
         settings = self.settings
         self.api = api_client_for(settings, self._base_api)
         count_requests(self.api, self.metrics)
+        own_writes = OwnWrites()
         self.kube = GuardedKube(self.api, settings.field_manager, settings.api_timeout_s,
-                                may_write=self.may_write)
-        self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add)
+                                may_write=self.may_write, own_writes=own_writes)
+        self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add,
+                             own_writes=own_writes, on_echo=self._on_echo)
         self.controller = self.controller_factory(self.kube, self.caches, settings,
                                                   self.metrics)
         self.events = EventRecorder(self.kube, self.metrics, instance=settings.identity)
@@ -171,6 +175,9 @@ class Runtime:
         stop.wait()
         self.stop()
         return 0
+
+    def _on_echo(self, key: ClusterKey) -> None:
+        self.queue.add(key, echo=True)
 
     # ---- state ------------------------------------------------------------------------------
 
