@@ -237,15 +237,24 @@ class Kube:
     def _call(self, method: str, path: str, *, body: Any = None,
               query: list[tuple[str, Any]] | None = None,
               content_type: str = "application/json") -> Obj:
-        raw = self._request(method, path, body=body, query=query, content_type=content_type)
+        own = self.own_writes if method in self.WRITES \
+            and ("dryRun", "All") not in (query or []) else None
+        target = path.removesuffix("/status").removesuffix("/scale")
+        if own is not None:
+            own.begin(target)
         try:
-            data = raw.data
+            raw = self._request(method, path, body=body, query=query,
+                                content_type=content_type)
+            try:
+                data = raw.data
+            finally:
+                raw.release_conn()
+            result: Obj = json.loads(data) if data else {}
+            if own is not None:
+                own.record(result)
         finally:
-            raw.release_conn()
-        result: Obj = json.loads(data) if data else {}
-        if self.own_writes is not None and method in self.WRITES \
-                and ("dryRun", "All") not in (query or []):
-            self.own_writes.record(result)
+            if own is not None:
+                own.end(target)
         return result
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:

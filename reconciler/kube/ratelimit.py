@@ -25,13 +25,16 @@ from reconciler.settings import Settings
 @dataclass(frozen=True)
 class Limits:
     """The two buckets' sizes and refill rates; `free_echoes`: whether the echo of our own
-    write may skip the cluster's bucket (see WorkQueue.add)."""
+    write may skip the cluster's bucket (see WorkQueue.add). A key queued by `add_after`
+    coming due (the Controller's requeue, a failure's back-off) pays only the overall bucket,
+    as client-go's AddAfter bypasses the rate limiter, unless `charge_requeues`."""
 
     cluster_burst: float = 3.0
     cluster_rate_per_s: float = 1.0
     overall_burst: float = 200.0
     overall_rate_per_s: float = 50.0
     free_echoes: bool = True
+    charge_requeues: bool = False  # add_after coming due pays too (only the old limiter)
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -48,7 +51,8 @@ class Limits:
     def fixed_interval(cls, interval_s: float) -> Limits:
         """The old limiter: one reconcile per cluster per interval, echoes charged."""
         return cls(cluster_burst=1.0, cluster_rate_per_s=1.0 / interval_s,
-                   overall_burst=1e9, overall_rate_per_s=1e9, free_echoes=False)
+                   overall_burst=1e9, overall_rate_per_s=1e9, free_echoes=False,
+                   charge_requeues=True)
 
     @classmethod
     def unlimited(cls) -> Limits:
