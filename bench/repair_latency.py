@@ -259,11 +259,12 @@ def table(results: list[Figures]) -> str:
     return "\n".join(lines)
 
 
-def append_results(text: str, edits: int) -> None:
+def append_results(text: str, edits: int, load: float) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = (
         f"\n## Repair latency and event storms (`bench/repair_latency.py`)\n\n"
-        f"{stamp}, {os.cpu_count()} cores. Real kube-apiserver 1.20.2 (test world), production "
+        f"{stamp}, {os.cpu_count()} cores, load average {load:.1f} at the end (the machine is "
+        f"shared). Real kube-apiserver 1.20.2 (test world), production "
         f"runtime with the real Controller, dev cluster parked. Latency: {edits} hand edits of "
         f"the StatefulSet (an env var added) spaced 0.2-2 s apart, from the edit's answer to "
         f"the watch event showing it undone; held back: reconciles the limiter delayed "
@@ -292,10 +293,11 @@ def main() -> None:
         results = [run(plane.kubeconfig_path, admin, limiter, edits=args.edits,
                        storm=args.storm) for limiter in LIMITERS]
     text = table(results)
+    load = os.getloadavg()[0]
     print(text)
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end: {load:.1f}")
     if not args.no_append:
-        append_results(text, args.edits)
+        append_results(text, args.edits, load)
 
 
 if __name__ == "__main__":
