@@ -19,6 +19,9 @@ Two scopes:
   (failover watches them) and PersistentVolumes (a local volume's node affinity).
 Both grant leader election in the install namespace only. `--directory-mode` adds the verbs
 directory mode writes KaiwuClusters with, and a git-sync sidecar (an example image) feeding it.
+`--shard NAME` makes one shard's bundle: the shared objects (CRD, ServiceAccount, RBAC) as in
+every bundle, and its own Deployment, Lease Role and metrics Service, all named
+kaiwu-reconciler-NAME (docs/reconciler.md, "Sharding").
 """
 
 from __future__ import annotations
