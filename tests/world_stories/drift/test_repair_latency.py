@@ -11,12 +11,14 @@ machine passes them: the old fixed interval (1 s, spent by the echo of the previ
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
 from kubernetes import client as k8s
 
 from bench.repair_latency import measure_latency, measure_storm, reconciling
+from reconciler.settings import Settings
 from tests.world.controlplane import ControlPlane
 
 
@@ -38,4 +40,9 @@ def test_hand_edits_are_undone_at_once_and_a_storm_costs_a_handful_of_reconciles
     # so the latency bound is loose.
     assert throttled <= 5, f"{throttled} of 20 edits waited for the rate limit"
     assert p50 < 0.6, f"the median repair took {p50:.2f} s: {latencies}"
-    assert 1 <= storm_reconciles <= 12, f"{storm_reconciles} reconciles for 50 edits"
+    # The burst, a token a second while the storm lasts (a busy machine stretches it), the
+    # free reconcile after each (our repair's echo), and the last one; far fewer than 50.
+    settings = Settings()
+    bound = settings.cluster_burst + 2 * math.ceil(storm_s * settings.cluster_rate_per_s) + 2
+    assert 1 <= storm_reconciles <= min(bound, 25), \
+        f"{storm_reconciles} reconciles for 50 edits in {storm_s:.2f} s"
