@@ -14,7 +14,14 @@ Prometheus operator) counts as synced and empty, and is looked for again at each
 
 Every change is mapped to the cluster it belongs to (`ClusterKey`: the namespace and the
 app.kubernetes.io/instance label or the KaiwuCluster owner; a Node change to every cluster with
-a pod on that node) and handed to the runtime, which queues the key.
+a pod on that node) and handed to the runtime, which queues the key; the echo of our own write
+(reconciler.kube.echo), and a controller's status report on an object whose generation did not
+change, go to `on_echo` instead, which queues it without spending the cluster's token.
+
+Shards (Settings.shard): the KaiwuCluster watch is selected by the shard label, so only this
+shard's clusters are cached; events of other objects count only for clusters this shard `owns`
+(in the cache, and past the handover delay of a cluster that moved here from another shard).
+A cluster leaving the selector arrives as DELETED and is forgotten like a deleted one.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ directory source and waiting up to `shutdown_grace_s` for reconciles in progress
 is the Lease released. All writes go through a `GuardedKube` that refuses them the moment this
 replica may no longer be leader.
 
+With `Settings.shard`, the process is one shard of several: its caches hold only its clusters,
+a worker skips a cluster still being handed over to it, and `GuardedKube` refuses a write for a
+cluster that left the shard during the pass (`owns_current`: the key this worker thread is
+reconciling, still in the cache). The work queue's limits come from the settings
+(`reconciler.kube.ratelimit.Limits.of`).
+
 The Controller is made by a factory `(kube, view, settings, metrics) -> Reconciler`; the default
 is `reconciler.controller.Controller`. Each reconcile's outcome feeds the metrics and the queue:
 success forgets the key's failure back-off and honours `requeue_after_s`; an exception is
