@@ -20,6 +20,9 @@ Two scopes:
   (failover watches them) and PersistentVolumes (a local volume's node affinity).
 Both grant leader election in the install namespace only. `--directory-mode` adds the verbs
 directory mode writes KaiwuClusters with, and a git-sync sidecar (an example image) feeding it.
+`--shard NAME` makes one shard's bundle: the shared objects (CRD, ServiceAccount, RBAC) as in
+every bundle, and its own Deployment, Lease Role and metrics Service, all named
+kaiwu-reconciler-NAME (docs/reconciler.md, "Sharding").
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from reconciler.settings import Settings
+from reconciler.settings import SHARD_LABEL, Settings
 from renderer.cel import CEL_SINCE, crd_for
 from renderer.emit import to_yaml
 from renderer.schema import GROUP, PLURAL
@@ -73,10 +76,21 @@ class Options:
     # The oldest supported release: the default bundle installs everywhere. From 1.25 the CRD
     # carries CEL rules (renderer/cel.py).
     kube_version: KubeVersion = OLDEST_SUPPORTED
+    shard: str = ""  # "" = the unnamed shard: the clusters without the shard label
 
     @property
     def effective_image(self) -> str:
         return self.image or f"{NAME}:{version()}"
+
+    @property
+    def component(self) -> str:
+        """The name of this shard's Deployment, pods' app label and metrics Service: its own,
+        so two shards' Deployments never select each other's pods."""
+        return f"{NAME}-{self.shard}" if self.shard else NAME
+
+    @property
+    def lease_name(self) -> str:
+        return Settings(shard=self.shard).effective_lease_name()
 
     def problems(self) -> list[str]:
         """Every option the bundle cannot be made with, as '--flag: what is wrong and the fix'."""
@@ -99,6 +113,15 @@ class Options:
                          "clones the KaiwuCluster files from)")
         if self.git_repo and not self.directory_mode:
             found.append("--git-repo: only with --directory-mode")
+        if self.shard and not _DNS_LABEL.match(self.shard):
+            found.append(f"--shard: {self.shard!r} is not a shard name (lower-case letters, "
+                         "digits and '-': it names the Deployment and the Lease)")
+        elif len(self.component) > 63:
+            found.append(f"--shard: {self.shard!r} is too long (the Deployment "
+                         f"{self.component} must be at most 63 characters)")
+        if self.shard and self.directory_mode:
+            found.append("--shard: not with --directory-mode (directory mode applies every "
+                         "file it finds: run it unsharded)")
         if not self.effective_image.strip() or any(c.isspace() for c in self.effective_image):
             found.append(f"--image: {self.image!r} is not an image reference")
         return found
@@ -112,6 +135,8 @@ class Options:
             words.append(f"--directory-mode --git-repo {self.git_repo}")
         if self.kube_version != OLDEST_SUPPORTED:
             words.append(f"--kube-version {self.kube_version}")
+        if self.shard:
+            words.append(f"--shard {self.shard}")
         words.append(f"--image {self.effective_image}")
         return " ".join(words)
 
@@ -181,8 +206,8 @@ def cluster_read_rules() -> list[Obj]:
     ]
 
 
-def _meta(name: str, namespace: str | None = None) -> Obj:
-    meta: Obj = {"name": name, "labels": dict(LABELS)}
+def _meta(name: str, namespace: str | None = None, app: str = NAME) -> Obj:
+    meta: Obj = {"name": name, "labels": {**LABELS, "app.kubernetes.io/name": app}}
     if namespace is not None:
         meta["namespace"] = namespace
     return meta
@@ -232,15 +257,20 @@ def _rbac(options: Options) -> list[Document]:
                                  "metadata": _meta(NAME, watched),
                                  "rules": namespaced_rules(options.directory_mode)}))
         docs.append(Document("", _binding("RoleBinding", NAME, watched, "Role", NAME, ns)))
-    lease = f"{NAME}-leader-election"
+    # Per shard: the Lease, and the Role naming it (a shard's bundle must not narrow another
+    # shard's Role to its own Lease).
+    lease = f"{options.component}-leader-election"
+    what = f"shard {options.shard}'s Lease" if options.shard else "one Lease"
     docs.append(Document(
-        "Leader election: one Lease, in the reconciler's own namespace. `create` cannot be "
+        f"Leader election: {what}, in the reconciler's own namespace. `create` cannot be "
         "limited to a name (the name is in the body); get and patch can.", {
-            "apiVersion": rbac, "kind": "Role", "metadata": _meta(lease, ns),
+            "apiVersion": rbac, "kind": "Role",
+            "metadata": _meta(lease, ns, options.component),
             "rules": [_rule("coordination.k8s.io", ["leases"], ["create"]),
                       _rule("coordination.k8s.io", ["leases"], ["get", "patch"],
-                            names=[Settings().lease_name])]}))
-    docs.append(Document("", _binding("RoleBinding", lease, ns, "Role", lease, ns)))
+                            names=[options.lease_name])]}))
+    docs.append(Document("", _binding("RoleBinding", lease, ns, "Role", lease, ns)
+                         | {"metadata": _meta(lease, ns, options.component)}))
     return docs
 
 
@@ -261,6 +291,8 @@ def _deployment(options: Options) -> Obj:
     ]
     if options.watch_namespace:
         env.append({"name": "KAIWU_WATCH_NAMESPACE", "value": options.watch_namespace})
+    if options.shard:
+        env.append({"name": "KAIWU_SHARD", "value": options.shard})
     reconciler: Obj = {
         "name": "reconciler", "image": options.effective_image,
         "imagePullPolicy": "IfNotPresent", "env": env,
@@ -286,7 +318,8 @@ def _deployment(options: Options) -> Obj:
             "preferredDuringSchedulingIgnoredDuringExecution": [{
                 "weight": 100, "podAffinityTerm": {
                     "topologyKey": "kubernetes.io/hostname",
-                    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}}]}},
+                    "labelSelector": {"matchLabels": {
+                        "app.kubernetes.io/name": options.component}}}}]}},
         "containers": containers,
     }
     if options.directory_mode:
@@ -309,13 +342,14 @@ def _deployment(options: Options) -> Obj:
                                 "capabilities": {"drop": ["ALL"]}},
         })
         pod["volumes"] = [{"name": "git", "emptyDir": {}}]
+    meta = _meta(options.component, options.namespace, options.component)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": _meta(NAME, options.namespace),
+        "metadata": meta,
         "spec": {
             "replicas": 2,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "template": {"metadata": {"labels": dict(LABELS)}, "spec": pod},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": options.component}},
+            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod},
         },
     }
 
@@ -323,8 +357,9 @@ def _deployment(options: Options) -> Obj:
 def _service(options: Options) -> Obj:
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": _meta(f"{NAME}-metrics", options.namespace),
-        "spec": {"selector": {"app.kubernetes.io/name": NAME},
+        "metadata": _meta(f"{options.component}-metrics", options.namespace,
+                          options.component),
+        "spec": {"selector": {"app.kubernetes.io/name": options.component},
                  "ports": [{"name": "http-metrics", "port": Settings().http_host_port[1],
                             "targetPort": "http-metrics", "protocol": "TCP"}]},
     }
@@ -349,12 +384,20 @@ def bundle(options: Options) -> list[Document]:
         Document("The reconciler's identity: every right below is granted to it.", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, ns)}),
         *_rbac(options),
-        Document(f"For Prometheus: scrape {NAME}-metrics.{ns}:8090/metrics (both replicas "
-                 "report; kaiwu_leader tells which one leads).", _service(options)),
+        Document(f"For Prometheus: scrape {options.component}-metrics.{ns}:8090/metrics (both "
+                 "replicas report; kaiwu_leader tells which one leads).", _service(options)),
         Document("Two replicas: one leads (holds the Lease) and writes, the other takes over "
-                 "within seconds. Settings are KAIWU_* variables (kaiwu reconcile --help).",
-                 _deployment(options)),
+                 "within seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). "
+                 + _shard_note(options), _deployment(options)),
     ]
+
+
+def _shard_note(options: Options) -> str:
+    if options.shard:
+        return (f"Shard {options.shard}: reconciles only the KaiwuClusters labelled "
+                f"{SHARD_LABEL}={options.shard}.")
+    return (f"Reconciles the KaiwuClusters without the label {SHARD_LABEL} (each shard "
+            "installed with `kaiwu install --shard NAME` takes those labelled NAME).")
 
 
 def render(options: Options) -> str:
@@ -414,6 +457,11 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--kube-version", type=_kube_version, default=OLDEST_SUPPORTED,
                         help="the cluster's Kubernetes version: from 1.25 the CRD carries CEL "
                         "validation rules (default: %(default)s, which installs everywhere)")
+    result.add_argument("--shard", default="", metavar="NAME",
+                        help=f"a bundle for one shard: its Deployment ({NAME}-NAME), Lease and "
+                        f"metrics Service reconcile only KaiwuClusters labelled "
+                        f"{SHARD_LABEL}=NAME (default: the unnamed shard, the clusters without "
+                        "the label)")
     return result
 
 
@@ -429,7 +477,8 @@ def main(argv: Sequence[str]) -> int:
     options = Options(image=args.image, namespace=args.namespace, scope=args.scope,
                       watch_namespace="".join(args.watch_namespace),
                       directory_mode=args.directory_mode,
-                      git_repo=args.git_repo, kube_version=args.kube_version)
+                      git_repo=args.git_repo, kube_version=args.kube_version,
+                      shard=args.shard)
     problems = options.problems()
     if problems:
         print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "KAIWU_"
+# The label that assigns a KaiwuCluster to a shard (as Flux's sharding.fluxcd.io/key does).
+SHARD_LABEL = "kaiwu.inspur.com/shard"
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 # Where a pod finds the namespace it runs in (the service account's projected files).
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 LOG_FORMATS = ("json", "text")
@@ -49,6 +53,14 @@ class Settings:
         "kubeconfig context to use (default: the file's current context)"))
     watch_namespace: str = field(default="", metadata=_help(
         "only reconcile KaiwuClusters in this namespace (default: all namespaces)"))
+    shard: str = field(default="", metadata=_help(
+        "reconcile only the KaiwuClusters labelled kaiwu.inspur.com/shard=SHARD, with a Lease "
+        "of its own (LEASE_NAME-SHARD); empty (the default): only the clusters without that "
+        "label. Run one reconciler per shard to split a fleet"))
+    shard_handover_s: float = field(default=2.0, metadata=_help(
+        "a cluster that comes to this shard from another (its label changed) is first "
+        "reconciled this long after it arrived, so the shard it left, which stops at the "
+        "same watch event, has stopped before this one starts"))
     field_manager: str = field(default="kaiwu-reconciler", metadata=_help(
         "server-side apply field manager: every field the reconciler writes is owned by it"))
 
@@ -57,9 +69,27 @@ class Settings:
         "clusters reconciled in parallel (one cluster is never reconciled by two at once)"))
     resync_period_s: float = field(default=300.0, metadata=_help(
         "safety net: every cluster is queued again this often even if no event arrived"))
-    min_reconcile_interval_s: float = field(default=1.0, metadata=_help(
-        "a cluster is reconciled at most once per interval: events in between (an event "
-        "storm) are merged into the next reconcile"))
+    cluster_burst: int = field(default=3, metadata=_help(
+        "per-cluster token bucket: reconciles a quiet cluster may start at once (the first "
+        "event after quiet is served immediately); events while a reconcile waits or runs "
+        "are merged into the next one"))
+    cluster_rate_per_s: float = field(default=1.0, metadata=_help(
+        "per-cluster token bucket: refill rate, the sustained reconciles per second of one "
+        "cluster under an event storm"))
+    overall_burst: int = field(default=200, metadata=_help(
+        "overall token bucket shared by every cluster: reconciles started at once (a resync, "
+        "a Node event touching many clusters)"))
+    overall_rate_per_s: float = field(default=50.0, metadata=_help(
+        "overall token bucket: refill rate, the sustained reconciles per second of the "
+        "whole process"))
+    free_echoes: bool = field(default=True, metadata=_help(
+        "the watch event of the reconciler's own write (same resourceVersion) queues the "
+        "cluster without spending its token, so it never delays the next repair; at most one "
+        "such free reconcile per paid one"))
+    min_reconcile_interval_s: float = field(default=0.0, metadata=_help(
+        "the old fixed-interval limiter, kept for comparison: when above 0, a cluster is "
+        "reconciled at most once per interval, its own writes' echoes included, instead of "
+        "the token buckets (0: off)"))
     error_backoff_base_s: float = field(default=1.0, metadata=_help(
         "first retry delay after a reconcile failed; doubles with each further failure"))
     error_backoff_max_s: float = field(default=300.0, metadata=_help(
@@ -152,6 +182,10 @@ class Settings:
             check(getattr(self, name) > 0, name, "must be greater than 0")
         for name in ("min_reconcile_interval_s", "shutdown_grace_s", "source_debounce_s"):
             check(getattr(self, name) >= 0, name, "must not be negative")
+        for name in ("cluster_rate_per_s", "overall_rate_per_s"):
+            check(getattr(self, name) > 0, name, "must be greater than 0")
+        for name in ("cluster_burst", "overall_burst"):
+            check(getattr(self, name) >= 1, name, "must be at least 1")
         check(self.watch_timeout_s >= 1, "watch_timeout_s", "must be at least 1")
         check(self.fight_threshold >= 1, "fight_threshold", "must be at least 1")
         check(self.error_backoff_max_s >= self.error_backoff_base_s, "error_backoff_max_s",
@@ -168,6 +202,12 @@ class Settings:
               "must be shorter than --renew-deadline-s")
         check(bool(self.identity), "identity", "must not be empty")
         check(bool(self.lease_name), "lease_name", "must not be empty")
+        check(bool(_LABEL_VALUE.match(self.shard)), "shard",
+              f"{self.shard!r} is not a label value (letters, digits, '-', '_', '.', at most "
+              "63, starting and ending with a letter or digit)")
+        check(not self.shard or self.source == "cluster", "shard",
+              "directory mode applies every file it finds: run it unsharded")
+        check(self.shard_handover_s >= 0, "shard_handover_s", "must not be negative")
         check(bool(self.field_manager), "field_manager", "must not be empty")
         check(self.source == "cluster" or (self.source.startswith("dir:")
                                            and len(self.source) > len("dir:")),
@@ -188,6 +228,20 @@ class Settings:
     def http_host_port(self) -> tuple[str, int]:
         host, _, port = self.http_address.rpartition(":")
         return host or "0.0.0.0", int(port)
+
+    @property
+    def shard_selector(self) -> str:
+        """The label selector of this shard's KaiwuClusters."""
+        return f"{SHARD_LABEL}={self.shard}" if self.shard else f"!{SHARD_LABEL}"
+
+    def owns_labels(self, labels: Mapping[str, str] | None) -> bool:
+        """Whether a KaiwuCluster with these labels is this shard's (the selector, in Python)."""
+        value = (labels or {}).get(SHARD_LABEL)
+        return value == self.shard if self.shard else value is None
+
+    def effective_lease_name(self) -> str:
+        """The Lease this replica competes for: one per shard."""
+        return f"{self.lease_name}-{self.shard}" if self.shard else self.lease_name
 
     def effective_lease_namespace(self) -> str:
         """The Lease's namespace: as set, else the pod's own namespace, else 'default'."""

@@ -14,7 +14,14 @@ Prometheus operator) counts as synced and empty, and is looked for again at each
 
 Every change is mapped to the cluster it belongs to (`ClusterKey`: the namespace and the
 app.kubernetes.io/instance label or the KaiwuCluster owner; a Node change to every cluster with
-a pod on that node) and handed to the runtime, which queues the key.
+a pod on that node) and handed to the runtime, which queues the key; the echo of our own write
+(reconciler.kube.echo), and a controller's status report on an object whose generation did not
+change, go to `on_echo` instead, which queues it without spending the cluster's token.
+
+Shards (Settings.shard): the KaiwuCluster watch is selected by the shard label, so only this
+shard's clusters are cached; events of other objects count only for clusters this shard `owns`
+(in the cache, and past the handover delay of a cluster that moved here from another shard).
+A cluster leaving the selector arrives as DELETED and is forgotten like a deleted one.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any, Protocol
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError, Kube, Watch
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -126,6 +134,10 @@ class Informer:
         with self._lock:
             found = self._store.get((namespace if self.kind.namespaced else "", name))
             return copy.deepcopy(found) if found is not None else None
+
+    def has(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (namespace if self.kind.namespaced else "", name) in self._store
 
     def list(self, namespace: str = "", labels: Mapping[str, str] = {}) -> list[Obj]:
         with self._lock:
@@ -284,6 +296,22 @@ def _cluster_changed(new: Obj, old: Obj | None) -> bool:
         "generation", "labels", "annotations", "deletionTimestamp", "finalizers", "uid"))
 
 
+def _reconciled_before(obj: Obj) -> bool:
+    return (obj.get("status") or {}).get("observedGeneration") is not None
+
+
+def _status_only(new: Obj, old: Obj | None) -> bool:
+    """A controller's status report on an object with a generation (a StatefulSet's
+    observedGeneration and revisions after a spec change): the spec change that caused it
+    already paid for its reconcile, so it is queued like an echo (reconciler.kube.echo)."""
+    if old is None:
+        return False
+    a, b = _meta(new), _meta(old)
+    return "generation" in a and a.get("generation") == b.get("generation") \
+        and a.get("labels") == b.get("labels") and a.get("annotations") == b.get("annotations") \
+        and not a.get("deletionTimestamp")
+
+
 def _node_projection(node: Obj | None) -> Any:
     """What matters about a Node for failover: taints, cordon, condition statuses (not the
     heartbeat times, which change every few seconds)."""
@@ -300,11 +328,21 @@ class Caches:
 
     def __init__(self, kube: Kube, settings: Settings, metrics: Metrics,
                  on_key: Callable[[ClusterKey], None],
-                 managed_kinds: Iterable[Kind] = k.CACHED_KINDS) -> None:
+                 managed_kinds: Iterable[Kind] = k.CACHED_KINDS,
+                 own_writes: OwnWrites | None = None,
+                 on_echo: Callable[[ClusterKey], None] | None = None,
+                 on_handover: Callable[[ClusterKey, float], None] | None = None) -> None:
         self.kube = kube
         self.settings = settings
         self.metrics = metrics
         self.on_key = on_key
+        # A cluster handed over from another shard goes to on_handover(key, delay), when given.
+        self.on_handover = on_handover
+        self._arriving: dict[ClusterKey, float] = {}  # handed-over clusters: ours from then
+        self._arriving_lock = threading.Lock()
+        # The echo of our own write (reconciler.kube.echo) goes to on_echo when given.
+        self.own_writes = own_writes
+        self.on_echo = on_echo
         ns = settings.watch_namespace
         self.informers: dict[Kind, Informer] = {}
 
@@ -313,7 +351,9 @@ class Caches:
                                             label_selector=selector, on_event=self._on_event,
                                             metrics=metrics)
 
-        add(k.KAIWU_CLUSTER, "")
+        # Only this shard's clusters (Settings.shard): a cluster whose label moves it to
+        # another shard leaves this watch (a DELETED event) and so leaves the cache.
+        add(k.KAIWU_CLUSTER, settings.shard_selector)
         for kind in managed_kinds:
             add(kind, MANAGED_SELECTOR)
         add(k.NODE, "")
@@ -375,6 +415,18 @@ class Caches:
             raise KeyError(f"{kind.kind} ({kind.api_version}) is not cached")
         return informer.list(namespace, labels)
 
+    def owns(self, key: ClusterKey) -> bool:
+        """Whether this shard may act on the cluster now: its watch shows the cluster with
+        this shard's label, and a handover to it, if any, has run its course."""
+        if not self.informers[k.KAIWU_CLUSTER].has(key.namespace, key.name):
+            return False
+        with self._arriving_lock:
+            until = self._arriving.get(key)
+            if until is not None and time.monotonic() >= until:
+                del self._arriving[key]
+                until = None
+        return until is None
+
     def cluster_keys(self) -> builtins.list[ClusterKey]:
         """Every KaiwuCluster in the cache."""
         return sorted(ClusterKey(str(_meta(obj).get("namespace")), str(_meta(obj).get("name")))
@@ -389,12 +441,46 @@ class Caches:
             name = _meta(obj).get("name")
             found = {cluster_of(pod) for pod in self.informers[k.POD].list()
                      if (pod.get("spec") or {}).get("nodeName") == name}
-            for each in sorted(key for key in found if key is not None):
+            for each in sorted(key for key in found if key is not None and self.owns(key)):
                 self.on_key(each)
             return
-        if obj.get("kind") == k.KAIWU_CLUSTER.kind and kind == "MODIFIED" \
-                and not _cluster_changed(obj, old):
+        if obj.get("kind") == k.KAIWU_CLUSTER.kind:
+            self._on_cluster_event(kind, obj, old)
             return
         key = cluster_of(obj)
-        if key is not None:
+        if key is None or not self.owns(key):
+            return  # another shard's cluster (or one still being handed over to us)
+        if self.on_echo is not None and self.own_writes is not None \
+                and (self.own_writes.is_echo(obj) or _status_only(obj, old)):
+            self.on_echo(key)
+        else:
             self.on_key(key)
+
+    def _on_cluster_event(self, kind: str, obj: Obj, old: Obj | None) -> None:
+        key = cluster_of(obj)
+        if key is None:
+            return
+        if kind == "DELETED":
+            # Deleted, or moved to another shard (it no longer matches our selector): either
+            # way the Controller finds it gone from the cache and forgets it; it deletes
+            # nothing (a deleted cluster's objects go by their ownerReferences).
+            with self._arriving_lock:
+                self._arriving.pop(key, None)
+            self.on_key(key)
+            return
+        if kind == "ADDED" and self.on_handover is not None and _reconciled_before(obj) \
+                and self.settings.shard_handover_s > 0 \
+                and self.informers[k.KAIWU_CLUSTER].synced:
+            # A cluster someone reconciled before appears after our initial list: it was
+            # moved here from another shard. Ours once that shard has surely stopped.
+            delay = self.settings.shard_handover_s
+            with self._arriving_lock:
+                self._arriving[key] = time.monotonic() + delay
+            log.info("cluster handed over to this shard", extra={
+                "cluster": str(key), "shard": self.settings.shard or "(unnamed)",
+                "first_reconcile_in_s": delay})
+            self.on_handover(key, delay)
+            return
+        if kind == "MODIFIED" and not _cluster_changed(obj, old):
+            return
+        self.on_key(key)

@@ -23,6 +23,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind, kind_of
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -202,10 +203,14 @@ class Kube:
     """Plain-dict API calls. Thread-safe: the `kubernetes` ApiClient pools connections, and
     exec never touches it (see `exec`)."""
 
-    def __init__(self, api: client.ApiClient, field_manager: str, timeout: float = 30.0) -> None:
+    WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+    def __init__(self, api: client.ApiClient, field_manager: str, timeout: float = 30.0,
+                 own_writes: OwnWrites | None = None) -> None:
         self.api = api
         self.field_manager = field_manager
         self.timeout = timeout
+        self.own_writes = own_writes  # where each write's resulting resourceVersion goes
 
     def _request(self, method: str, path: str, *, body: Any = None,
                  query: list[tuple[str, Any]] | None = None,
@@ -232,12 +237,24 @@ class Kube:
     def _call(self, method: str, path: str, *, body: Any = None,
               query: list[tuple[str, Any]] | None = None,
               content_type: str = "application/json") -> Obj:
-        raw = self._request(method, path, body=body, query=query, content_type=content_type)
+        own = self.own_writes if method in self.WRITES \
+            and ("dryRun", "All") not in (query or []) else None
+        target = path.removesuffix("/status").removesuffix("/scale")
+        if own is not None:
+            own.begin(target)
         try:
-            data = raw.data
+            raw = self._request(method, path, body=body, query=query,
+                                content_type=content_type)
+            try:
+                data = raw.data
+            finally:
+                raw.release_conn()
+            result: Obj = json.loads(data) if data else {}
+            if own is not None:
+                own.record(result)
         finally:
-            raw.release_conn()
-        result: Obj = json.loads(data) if data else {}
+            if own is not None:
+                own.end(target)
         return result
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:

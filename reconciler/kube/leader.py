@@ -12,7 +12,9 @@ holder, 1 s duration) after its workers stopped, so a standby takes over at its 
 `GuardedKube` is the Kube the Controller writes through: every write first asks `may_write`
 (the elector's `is_leader`, which also turns false the moment the renew deadline passes, even if
 the renewing thread is stuck in a request), so a deposed leader's in-flight reconcile cannot
-write after a successor may have started.
+write after a successor may have started; and `owns_current` (the runtime: is the cluster this
+worker reconciles still in this shard's cache), so a pass over a cluster that has just moved to
+another shard stops at its next write.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from enum import Enum
 from typing import Any
 
 from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import LEASE
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -39,6 +42,10 @@ class NotLeaderError(RuntimeError):
     """A write was refused because this replica does not hold the leader Lease."""
 
 
+class NotOwnerError(NotLeaderError):
+    """A write was refused because the cluster it is for left this shard meanwhile."""
+
+
 class GuardedKube(Kube):
     """A Kube whose writes (every POST, PUT, PATCH and DELETE, and exec) happen only while
     `may_write()` says so. Reads and server-side dry runs are always allowed. The check sits in
@@ -48,13 +55,18 @@ class GuardedKube(Kube):
     WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
     def __init__(self, api: Any, field_manager: str, timeout: float,
-                 may_write: Callable[[], bool]) -> None:
-        super().__init__(api, field_manager, timeout)
+                 may_write: Callable[[], bool], own_writes: OwnWrites | None = None,
+                 owns_current: Callable[[], bool] | None = None) -> None:
+        super().__init__(api, field_manager, timeout, own_writes)
         self.may_write = may_write
+        # Whether the cluster the calling worker reconciles is still this shard's.
+        self.owns_current = owns_current
 
     def _check(self, what: str) -> None:
         if not self.may_write():
             raise NotLeaderError(f"{what} refused: this replica is not the leader")
+        if self.owns_current is not None and not self.owns_current():
+            raise NotOwnerError(f"{what} refused: the cluster has left this shard")
 
     def _request(self, method: str, path: str, *, body: Any = None,
                  query: list[tuple[str, Any]] | None = None,
@@ -98,7 +110,7 @@ class LeaderElector:
         self.settings = settings
         self.identity = settings.identity
         self.namespace = settings.effective_lease_namespace()
-        self.name = settings.lease_name
+        self.name = settings.effective_lease_name()
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
         self.metrics = metrics

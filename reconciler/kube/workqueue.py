@@ -6,10 +6,17 @@ reconcile per cluster:
 - de-duplication: a key already waiting is not queued twice;
 - a key being reconciled is not handed to a second worker; if it is added meanwhile it is
   reconciled once more afterwards (the events may have come after the reconcile read the cache);
-- rate limiting: a key is handed out at most once per `min_interval_s`, so the events of a burst
-  collect behind the first reconcile and are all served by the next one.
+- rate limiting (reconciler.kube.ratelimit): a token bucket per key plus an overall one. A quiet
+  key is handed out at once; once its bucket is empty it is held back until a token is due, and
+  the events of the burst collect behind it and are all served by that one reconcile.
+- echoes: `add(key, echo=True)` (the watch event of our own write, or another controller's
+  status report on an object whose spec change was already paid for) queues the key without
+  spending its token, so the reconciles after a repair never delay the next repair. At most
+  `FREE_PER_PAID` free reconciles follow each paid one, so a pass that keeps rewriting its own
+  objects is still rate limited.
 Failures back off per key (`add_rate_limited`, doubling up to a cap; `forget` resets), and
-`add_after` schedules a key for later (the Controller's requeue_after, the periodic resync).
+`add_after` schedules a key for later (the Controller's requeue_after); a key coming due that
+way pays only the overall bucket (client-go's AddAfter bypasses the rate limiter too).
 Thread-safe; the clock is injectable for tests.
 
 Given `Metrics`, the queue feeds the workqueue_* families under its `name` (as client-go's queues
@@ -28,20 +35,25 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from reconciler.kube.ratelimit import Limiter, Limits
 from reconciler.metrics import Metrics
 
 K = TypeVar("K", bound=Hashable)
+# Free reconciles (echoes) allowed after each paid one: the echo of the repair and the
+# StatefulSet controller's status report on it may each arrive after a pass ended.
+FREE_PER_PAID = 2
 _ADD, _RELEASE = 0, 1
 
 
 class WorkQueue(Generic[K]):
     """A de-duplicating, rate-limited, delaying queue of keys."""
 
-    def __init__(self, *, min_interval_s: float = 0.0, backoff_base_s: float = 1.0,
+    def __init__(self, *, limits: Limits | None = None, backoff_base_s: float = 1.0,
                  backoff_max_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
                  metrics: Metrics | None = None, name: str = "kaiwucluster") -> None:
-        self.min_interval_s = min_interval_s
+        self.limits = limits if limits is not None else Limits.unlimited()
+        self._limiter = Limiter(self.limits)
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self._clock = clock
@@ -54,7 +66,10 @@ class WorkQueue(Generic[K]):
         self._delayed: list[tuple[float, int, K, int]] = []
         self._due: dict[K, float] = {}  # earliest pending add_after of each key
         self._held: dict[K, float] = {}  # wanted keys held back by the rate limit, until when
-        self._last_start: dict[K, float] = {}
+        self._echo_only: set[K] = set()  # wanted only because of echoes of our own writes
+        self._requeued: set[K] = set()  # wanted by an add_after coming due (not a new event)
+        self._echo_credit: dict[K, int] = {}  # free reconciles left since the last paid one
+        self.throttled = 0  # times a wanted key was held back for want of a token
         self._failures: dict[K, int] = {}
         self._seq = itertools.count()
         self._shutdown = False
@@ -74,10 +89,12 @@ class WorkQueue(Generic[K]):
 
     # ---- producers --------------------------------------------------------------------------
 
-    def add(self, key: K) -> None:
-        """Queue key (once, however often it is added before a worker takes it)."""
+    def add(self, key: K, echo: bool = False) -> None:
+        """Queue key (once, however often it is added before a worker takes it). `echo`: the
+        event was our own write coming back; with `Limits.free_echoes` it spends no token of
+        the key's bucket, once per paid reconcile."""
         with self._cond:
-            self._add_locked(key)
+            self._add_locked(key, echo and self.limits.free_echoes)
 
     def add_after(self, key: K, delay_s: float) -> None:
         """Queue key once delay_s has passed (at the earliest of several such requests)."""
@@ -129,8 +146,9 @@ class WorkQueue(Generic[K]):
                 if self._ready:
                     key = self._ready.popleft()
                     self._dirty.discard(key)
+                    self._echo_only.discard(key)
+                    self._requeued.discard(key)
                     self._processing.add(key)
-                    self._last_start[key] = now
                     self._started_at[key] = now
                     queued = self._queued_at.pop(key, None)
                     if self._metrics is not None and queued is not None:
@@ -184,10 +202,22 @@ class WorkQueue(Generic[K]):
 
     # ---- internals --------------------------------------------------------------------------
 
-    def _add_locked(self, key: K) -> None:
-        if self._shutdown or key in self._dirty:
+    def _add_locked(self, key: K, echo: bool = False, requeue: bool = False) -> None:
+        if self._shutdown:
+            return
+        if key in self._dirty:
+            if requeue and key in self._echo_only:
+                self._requeued.add(key)
+            elif not echo and not requeue:
+                # Now wanted for a reason of its own: pays.
+                self._echo_only.discard(key)
+                self._requeued.discard(key)
             return  # already wanted: merged with the pending request
         self._dirty.add(key)
+        if echo:
+            self._echo_only.add(key)
+        if requeue:
+            self._requeued.add(key)
         self._queued_at[key] = self._clock()
         if self._metrics is not None:
             self._metrics.workqueue_adds.labels(self.name).inc()
@@ -196,13 +226,24 @@ class WorkQueue(Generic[K]):
         self._schedule_locked(key)
 
     def _schedule_locked(self, key: K) -> None:
-        """Put a wanted key (not being processed) in line, no sooner than its rate allows."""
-        last = self._last_start.get(key)
+        """Put a wanted key (not being processed) in line, no sooner than its buckets allow."""
         now = self._clock()
-        if last is not None and now - last < self.min_interval_s:
-            # Too soon after its last reconcile: held back, still dirty, so further adds merge
-            # into this one.
-            due = last + self.min_interval_s
+        if key in self._requeued and not self.limits.charge_requeues:
+            # A look the last reconcile asked for (client-go's AddAfter): its own schedule.
+            wait = self._limiter.reserve_overall(now)
+        elif key in self._echo_only and self._echo_credit.get(key, 0) > 0:
+            # Only our own write came back: the paid reconcile before it covers this one.
+            self._echo_credit[key] -= 1
+            wait = self._limiter.reserve_overall(now)
+        else:
+            self._echo_credit[key] = FREE_PER_PAID
+            wait = self._limiter.reserve(key, now)
+        if len(self._limiter) > 2 * len(self._dirty | self._processing) + 1024:
+            self._limiter.forget_full(now)
+        if wait > 0:
+            # No token yet: held back, still dirty, so further adds merge into this one.
+            self.throttled += 1
+            due = now + wait
             self._held[key] = due
             heapq.heappush(self._delayed, (due, next(self._seq), key, _RELEASE))
         else:
@@ -216,7 +257,7 @@ class WorkQueue(Generic[K]):
             if what == _ADD:
                 if self._due.get(key) == due:  # else superseded by an earlier request
                     del self._due[key]
-                    self._add_locked(key)
+                    self._add_locked(key, requeue=True)
             elif self._held.get(key) == due:
                 del self._held[key]
                 self._ready.append(key)

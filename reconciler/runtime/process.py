@@ -9,6 +9,12 @@ directory source and waiting up to `shutdown_grace_s` for reconciles in progress
 is the Lease released. All writes go through a `GuardedKube` that refuses them the moment this
 replica may no longer be leader.
 
+With `Settings.shard`, the process is one shard of several: its caches hold only its clusters,
+a worker skips a cluster still being handed over to it, and `GuardedKube` refuses a write for a
+cluster that left the shard during the pass (`owns_current`: the key this worker thread is
+reconciling, still in the cache). The work queue's limits come from the settings
+(`reconciler.kube.ratelimit.Limits.of`).
+
 The Controller is made by a factory `(kube, view, settings, metrics) -> Reconciler`; the default
 is `reconciler.controller.Controller`. Each reconcile's outcome feeds the metrics and the queue:
 success forgets the key's failure back-off and honours `requeue_after_s`; an exception is
@@ -30,8 +36,11 @@ from kubernetes import client
 from reconciler.keys import ClusterKey
 from reconciler.kube.cache import Caches, CacheView
 from reconciler.kube.client import Kube, count_requests, load_api_client
+from reconciler.kube.echo import OwnWrites
 from reconciler.kube.events import EventRecorder
-from reconciler.kube.leader import GuardedKube, LeaderElector, NotLeaderError
+from reconciler.kube.kinds import KAIWU_CLUSTER
+from reconciler.kube.leader import GuardedKube, LeaderElector, NotLeaderError, NotOwnerError
+from reconciler.kube.ratelimit import Limits
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
 from reconciler.runtime.http import HealthServer
@@ -43,6 +52,7 @@ log = logging.getLogger(__name__)
 # Connections per API client: one long-lived watch per informer (about a dozen) plus the
 # workers' requests; the client's default (5 per CPU) would make urllib3 drop and reopen them.
 CONNECTION_POOL_SIZE = 48
+USER_AGENT = "kaiwu-reconciler"
 
 
 class Reconciler(Protocol):
@@ -70,7 +80,10 @@ def api_client_for(settings: Settings,
     api = base if base is not None else load_api_client(settings.kubeconfig, settings.context)
     configuration = copy.deepcopy(api.configuration)
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return client.ApiClient(configuration)
+    result = client.ApiClient(configuration)
+    # Audit logs tell the shards apart by it (they share the ServiceAccount).
+    result.user_agent = f"{USER_AGENT} (shard {settings.shard or '-'})"
+    return result
 
 
 @dataclass
@@ -95,7 +108,7 @@ class Runtime:
         self._base_api = api_client
         self.metrics = metrics or Metrics()
         self.queue: WorkQueue[ClusterKey] = WorkQueue(
-            min_interval_s=settings.min_reconcile_interval_s,
+            limits=Limits.of(settings),
             backoff_base_s=settings.error_backoff_base_s,
             backoff_max_s=settings.error_backoff_max_s, metrics=self.metrics)
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
@@ -106,6 +119,7 @@ class Runtime:
         self._stopping = threading.Event()
         self._resync: threading.Thread | None = None
         self._started = False
+        self._current = threading.local()  # .key: the cluster this worker thread reconciles
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -113,9 +127,13 @@ class Runtime:
         settings = self.settings
         self.api = api_client_for(settings, self._base_api)
         count_requests(self.api, self.metrics)
+        own_writes = OwnWrites()
         self.kube = GuardedKube(self.api, settings.field_manager, settings.api_timeout_s,
-                                may_write=self.may_write)
-        self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add)
+                                may_write=self.may_write, own_writes=own_writes,
+                                owns_current=self._owns_current)
+        self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add,
+                             own_writes=own_writes, on_echo=self._on_echo,
+                             on_handover=self.queue.add_after)
         self.controller = self.controller_factory(self.kube, self.caches, settings,
                                                   self.metrics)
         self.events = EventRecorder(self.kube, self.metrics, instance=settings.identity)
@@ -171,6 +189,14 @@ class Runtime:
         stop.wait()
         self.stop()
         return 0
+
+    def _on_echo(self, key: ClusterKey) -> None:
+        self.queue.add(key, echo=True)
+
+    def _owns_current(self) -> bool:
+        """Whether the cluster this thread reconciles (if any) is still this shard's."""
+        key: ClusterKey | None = getattr(self._current, "key", None)
+        return key is None or self.caches.owns(key)
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -291,9 +317,18 @@ class Runtime:
             self._process(key)
 
     def _process(self, key: ClusterKey) -> None:
+        if not self.caches.owns(key) \
+                and self.caches.informers[KAIWU_CLUSTER].has(key.namespace, key.name):
+            # Being handed over from another shard: the handover's add_after brings it back.
+            self.queue.done(key)
+            return
         started = time.monotonic()
+        self._current.key = key
         try:
             result = self.controller.reconcile(key)
+        except NotOwnerError as error:
+            log.info("reconcile stopped: the cluster moved to another shard",
+                     extra={"cluster": str(key), "error": str(error)})
         except NotLeaderError as error:
             # Leadership ended mid-reconcile; the next leader reconciles the cluster.
             log.info("reconcile stopped: no longer leader",
@@ -311,6 +346,7 @@ class Runtime:
             if requeue is not None:
                 self.queue.add_after(key, float(requeue))
         finally:
+            self._current.key = None
             elapsed = time.monotonic() - started
             self.metrics.reconcile_duration_seconds.observe(elapsed)
             self.queue.done(key)

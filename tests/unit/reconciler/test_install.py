@@ -128,6 +128,9 @@ def test_two_installs_in_two_namespaces_do_not_share_a_cluster_role() -> None:
     (["--scope", "everything"], "--scope: invalid choice"),
     (["--namespace", "Kaiwu_System"], "--namespace: 'Kaiwu_System' is not a namespace name"),
     (["--directory-mode"], "--directory-mode: needs --git-repo URL"),
+    (["--shard", "Team_A"], "--shard: 'Team_A' is not a shard name"),
+    (["--shard", "a", "--directory-mode", "--git-repo", "https://g.example/c.git"],
+     "--shard: not with --directory-mode"),
 ])
 def test_bad_flags_get_one_line_naming_the_flag(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -139,3 +142,35 @@ def test_bad_flags_get_one_line_naming_the_flag(
     assert code == 2 and out == ""
     assert err.startswith("kaiwu install: ") and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_shard_bundle_has_its_own_deployment_lease_and_metrics_beside_the_others() -> None:
+    default, shard_a = install.bundle(install.Options()), install.bundle(
+        install.Options(shard="a"))
+
+    def by_kind(bundle: list[install.Document], kind: str) -> dict[str, dict[str, Any]]:
+        return {d.obj["metadata"]["name"]: d.obj for d in bundle if d.obj["kind"] == kind}
+
+    deployment = by_kind(shard_a, "Deployment")["kaiwu-reconciler-a"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "KAIWU_SHARD", "value": "a"} in container["env"]
+    # The two Deployments never select each other's pods.
+    selector_a = deployment["spec"]["selector"]["matchLabels"]
+    default_deployment = by_kind(default, "Deployment")["kaiwu-reconciler"]
+    selector = default_deployment["spec"]["selector"]["matchLabels"]
+    labels_a = deployment["spec"]["template"]["metadata"]["labels"]
+    labels = default_deployment["spec"]["template"]["metadata"]["labels"]
+    assert not selector.items() <= labels_a.items()
+    assert not selector_a.items() <= labels.items()
+    assert "KAIWU_SHARD" not in {e["name"] for e in default_deployment["spec"]["template"][
+        "spec"]["containers"][0]["env"]}
+    # Each shard elects its leader on its own Lease, through a Role of its own.
+    lease_rules = by_kind(shard_a, "Role")["kaiwu-reconciler-a-leader-election"]["rules"]
+    assert ["kaiwu-reconciler-a"] in [r.get("resourceNames") for r in lease_rules]
+    assert "kaiwu-reconciler-leader-election" in by_kind(default, "Role")
+    assert "kaiwu-reconciler-leader-election" not in by_kind(shard_a, "Role")
+    assert "kaiwu-reconciler-a-metrics" in by_kind(shard_a, "Service")
+    # What the shards share is the same object in every bundle (applying one changes nothing).
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                 "CustomResourceDefinition"):
+        assert by_kind(shard_a, kind) == by_kind(default, kind), kind

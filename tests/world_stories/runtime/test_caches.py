@@ -34,14 +34,14 @@ from tests.world.controlplane import ControlPlane
 
 def test_an_event_storm_costs_a_bounded_number_of_reconciles_per_cluster(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
-    settings = runtime_settings(control_plane, namespace, min_reconcile_interval_s=1.0)
+    settings = runtime_settings(control_plane, namespace)  # the default token buckets
     with running(settings) as runtime:
         controller = controller_of(runtime)
         create_cluster(kube, namespace, "stormy")
         create_cluster(kube, namespace, "calm")
         eventually(lambda: controller.calls("stormy") and controller.calls("calm"), 20,
                    "the first reconcile of both clusters")
-        time.sleep(settings.min_reconcile_interval_s)  # the cluster has been quiet a while
+        time.sleep(settings.cluster_burst / settings.cluster_rate_per_s)  # quiet: bucket full
         before = len(controller.calls("stormy"))
 
         started = time.monotonic()
@@ -53,15 +53,15 @@ def test_an_event_storm_costs_a_bounded_number_of_reconciles_per_cluster(
             lambda: next((s for s in reversed(controller.calls("stormy"))
                           if s.annotations.get("example.com/edit") == "49"), None),
             15, "a reconcile that sees the last edit")
-        # Quiet for longer than the rate limit: nothing more is coming.
-        time.sleep(settings.min_reconcile_interval_s * 2)
+        # Quiet for longer than a token takes: nothing more is coming.
+        time.sleep(2 / settings.cluster_rate_per_s)
         during = len(controller.calls("stormy")) - before
 
     print(f"\n50 edits in {storm_s:.2f} s -> {during} reconciles of the edited cluster; "
           f"last edit seen {last.at - started - storm_s:+.2f} s after the storm ended")
-    # At most one reconcile per rate-limit interval, plus the one the storm's first event
-    # starts at once and the one after the last edit.
-    bound = math.ceil(storm_s / settings.min_reconcile_interval_s) + 2
+    # The bucket's burst at once, one per token earned during the storm, and the one that
+    # serves the events that waited for the last token.
+    bound = settings.cluster_burst + math.ceil(storm_s * settings.cluster_rate_per_s) + 1
     assert 1 <= during <= bound, f"{during} reconciles for 50 edits in {storm_s:.2f} s"
     assert len(controller.calls("calm")) == 1, "the untouched cluster is not reconciled again"
 
@@ -148,7 +148,7 @@ def test_a_watch_whose_history_is_gone_relists_and_misses_nothing(
 def test_the_periodic_resync_reconciles_every_cluster_without_any_event(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     settings = runtime_settings(control_plane, namespace, resync_period_s=1.0,
-                                min_reconcile_interval_s=0.0)
+                                cluster_burst=100)
     with running(settings) as runtime:
         controller = controller_of(runtime)
         create_cluster(kube, namespace, "quiet")

@@ -72,7 +72,7 @@ class FailingTwice(RecordingController):
 def test_a_failing_reconcile_is_retried_with_backoff_and_counted(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     settings = runtime_settings(control_plane, namespace, error_backoff_base_s=0.5,
-                                min_reconcile_interval_s=0.0)
+                                cluster_burst=100)
     runtime = Runtime(settings, controller_factory=FailingTwice)
     runtime.start()
     try:

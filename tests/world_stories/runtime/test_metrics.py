@@ -44,7 +44,7 @@ def test_metrics_follow_a_cluster_from_apply_to_ready_and_deletion(
         sim_world: SimWorld, control_plane: ControlPlane, kube: k8s.ApiClient,
         namespace: str) -> None:
     runtime = Runtime(runtime_settings(control_plane, namespace, lifecycle_poll_s=0.2,
-                                       min_reconcile_interval_s=0.0))
+                                       cluster_burst=1000, cluster_rate_per_s=100.0))
     runtime.start()
     try:
         eventually(runtime.is_leader, 15, "leadership")

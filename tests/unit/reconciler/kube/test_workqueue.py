@@ -10,11 +10,13 @@ import threading
 import time
 
 from reconciler.keys import ClusterKey
+from reconciler.kube.ratelimit import Limits
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
 
 A = ClusterKey("shop", "orders")
 B = ClusterKey("shop", "payments")
+LIMITS = Limits(cluster_burst=3, cluster_rate_per_s=1.0)  # the defaults per cluster
 
 
 class FakeClock:
@@ -35,6 +37,28 @@ def drain(queue: WorkQueue[ClusterKey]) -> list[ClusterKey]:
         taken.append(key)
         queue.done(key)
     return taken
+
+
+def storm(queue: WorkQueue[ClusterKey], clock: FakeClock, key: ClusterKey, *, events: int,
+          spacing_s: float, pass_s: float) -> list[float]:
+    """Add key `events` times, `spacing_s` apart, while a worker takes it whenever it is
+    ready and works `pass_s` on it; then let time run until it is quiet. Returns when each
+    reconcile started."""
+    served: list[float] = []
+    next_event, sent, busy_until = clock.now, 0, None
+    while sent < events or queue.depth or busy_until is not None:
+        if busy_until is not None and clock.now >= busy_until:
+            queue.done(key)
+            busy_until = None
+        if sent < events and clock.now >= next_event:
+            queue.add(key)
+            sent += 1
+            next_event += spacing_s
+        if busy_until is None and queue.get(timeout_s=0) == key:
+            served.append(clock.now)
+            busy_until = clock.now + pass_s
+        clock.advance(0.005)
+    return served
 
 
 def test_a_burst_of_events_for_one_cluster_is_one_entry() -> None:
@@ -65,9 +89,9 @@ def test_a_cluster_changed_while_being_reconciled_is_reconciled_once_more_afterw
     assert drain(queue) == [A]
 
 
-def test_the_rate_limit_merges_events_after_a_reconcile_into_the_next_one() -> None:
+def test_the_old_fixed_interval_merges_events_after_a_reconcile_into_the_next_one() -> None:
     clock = FakeClock()
-    queue: WorkQueue[ClusterKey] = WorkQueue(min_interval_s=1.0, clock=clock)
+    queue: WorkQueue[ClusterKey] = WorkQueue(limits=Limits.fixed_interval(1.0), clock=clock)
     queue.add(A)
     assert drain(queue) == [A]
 
@@ -80,6 +104,83 @@ def test_the_rate_limit_merges_events_after_a_reconcile_into_the_next_one() -> N
     clock.advance(1.0)
     assert drain(queue) == [A]
     assert drain(queue) == []
+
+
+def test_the_first_event_after_quiet_is_served_at_once_even_right_after_a_reconcile() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[ClusterKey] = WorkQueue(limits=LIMITS, clock=clock)
+    queue.add(A)
+    assert drain(queue) == [A]
+    clock.advance(0.2)  # a second edit soon after: the bucket still has tokens
+
+    queue.add(A)
+    assert drain(queue) == [A], "not held back as the fixed interval would"
+
+
+def test_a_storm_of_50_events_costs_a_handful_of_reconciles_and_the_last_is_served() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[ClusterKey] = WorkQueue(limits=LIMITS, clock=clock)
+    served = storm(queue, clock, A, events=50, spacing_s=0.02, pass_s=0.02)
+
+    # 50 events in 1 s: the 3 tokens of the burst, about one per second after, and the one
+    # that serves the events that came while the last token was awaited.
+    assert 2 <= len(served) <= 6, served
+    assert served[-1] >= 1000.0 + 49 * 0.02 + 0.02, "a reconcile after the last event"
+
+
+def test_the_overall_bucket_caps_what_the_process_starts_per_second() -> None:
+    clock = FakeClock()
+    limits = Limits(cluster_burst=3, cluster_rate_per_s=1, overall_burst=4,
+                    overall_rate_per_s=2)
+    queue: WorkQueue[ClusterKey] = WorkQueue(limits=limits, clock=clock)
+    keys = [ClusterKey("fleet", f"c{i}") for i in range(10)]
+    for key in keys:
+        queue.add(key)
+
+    assert len(drain(queue)) == 4, "the overall burst"
+    clock.advance(0.5)
+    assert len(drain(queue)) == 1, "then two per second"
+    clock.advance(2.5)
+    assert len(drain(queue)) == 5
+    assert queue.depth == 0
+
+
+def test_the_echo_of_our_own_write_does_not_delay_the_next_repair() -> None:
+    def repairs_delayed(limits: Limits) -> int:
+        clock = FakeClock()
+        queue: WorkQueue[ClusterKey] = WorkQueue(limits=limits, clock=clock)
+        delayed = 0
+        for _ in range(20):  # a hand edit every 0.9 s, each repaired, each repair echoed
+            queue.add(A)
+            if queue.get(timeout_s=0) != A:
+                delayed += 1
+                while queue.get(timeout_s=0) != A:
+                    clock.advance(0.05)
+            clock.advance(0.05)
+            queue.add(A, echo=True)  # our repair's watch event, while the pass still runs
+            queue.done(A)
+            drain(queue)  # the echo's (cheap) reconcile, when its bucket lets it
+            clock.advance(0.85)
+        return delayed
+
+    assert repairs_delayed(LIMITS) == 0
+    charged = Limits(cluster_burst=3, cluster_rate_per_s=1, free_echoes=False)
+    assert repairs_delayed(charged) > 0, "were echoes paid for, repairs would wait"
+
+
+def test_a_pass_that_keeps_echoing_itself_is_still_rate_limited() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[ClusterKey] = WorkQueue(limits=LIMITS, clock=clock)
+    queue.add(A)
+    passes = 0
+    for _ in range(100):  # every pass writes and its echo queues the next
+        if queue.get(timeout_s=0) != A:
+            break
+        passes += 1
+        queue.add(A, echo=True)
+        queue.done(A)
+        clock.advance(0.01)
+    assert passes <= 3 * 3 + 3, "two free passes per paid one, and the bucket empties"
 
 
 def test_failures_back_off_exponentially_per_cluster_and_success_resets() -> None:
