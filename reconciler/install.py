@@ -258,7 +258,7 @@ def _rbac(options: Options) -> list[Document]:
         "and rotated by the leader, read by every replica.", {
             "apiVersion": rbac, "kind": "Role", "metadata": _meta(webhook, ns),
             "rules": [_rule("", ["secrets"], ["create"]),
-                      _rule("", ["secrets"], ["get", "patch"],
+                      _rule("", ["secrets"], ["get", "update"],
                             names=[Settings().webhook_secret])]}))
     docs.append(Document("", _binding("RoleBinding", webhook, ns, "Role", webhook, ns)))
     return docs

@@ -215,7 +215,8 @@ def policy_of(settings: Settings, namespace: str) -> ServingPolicy:
              f"{service}.{namespace}", service]
     hosts += [h.strip() for h in settings.webhook_hosts.split(",") if h.strip()]
     return ServingPolicy(
-        common_name=f"{service}.{namespace}.svc", hosts=tuple(dict.fromkeys(hosts)),
+        # X.509 caps a common name at 64 characters; clients match the SANs, never the CN.
+        common_name=service[:64], hosts=tuple(dict.fromkeys(hosts)),
         ca_validity=timedelta(seconds=settings.webhook_ca_validity_s),
         cert_validity=timedelta(seconds=settings.webhook_cert_validity_s),
         overlap=timedelta(seconds=settings.webhook_ca_overlap_s))
@@ -371,8 +372,8 @@ class WebhookManager:
                      "type": "kubernetes.io/tls", "data": data}
         if live is None:
             return self.kube.create(body)
-        # Only over the Secret we read: a conflict means another writer, and the next tick
-        # reads again.
+        # A whole replacement (a key dropped from the data must go), and only over the Secret
+        # we read: a conflict means another writer, and the next tick reads again.
         metadata["resourceVersion"] = meta(live).get("resourceVersion")
-        return self.kube.apply(body)
+        return self.kube.replace(body)
 
