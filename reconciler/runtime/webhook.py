@@ -139,6 +139,9 @@ class WebhookServer:
         class TLSServer(ThreadingHTTPServer):
             daemon_threads = True
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                log.warning("webhook request from %s failed", client_address, exc_info=True)
+
             def finish_request(self, request: Any, client_address: Any) -> None:
                 # Runs in the request's own thread: a slow handshake blocks nobody else.
                 context = server._context

@@ -230,8 +230,9 @@ def next_step(state: ServingState, live_bundle: bytes, now: datetime,
         return replace(state, leaf=_issue(ca, now, policy)), f"{fault}: issued a new one"
     assert state.leaf is not None
     remaining = state.leaf.cert.not_valid_after_utc - now
-    if state.next_ca is None and remaining < policy.cert_validity / 3 and \
-            remaining < ca.cert.not_valid_after_utc - now:
+    # Also while a next CA waits to take over (the current CA is trusted throughout); not when
+    # the certificate already ends with its CA, which the rotation replaces first.
+    if remaining < policy.cert_validity / 3 and remaining < ca.cert.not_valid_after_utc - now:
         return (replace(state, leaf=_issue(ca, now, policy)),
                 "the serving certificate expires soon: issued a new one")
     return None

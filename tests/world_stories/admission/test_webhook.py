@@ -49,7 +49,7 @@ def refusal(call: Callable[[], Any]) -> tuple[int, str]:
     try:
         call()
     except k8s.ApiException as error:
-        return int(error.status), str(json.loads(error.body).get("message", ""))
+        return int(error.status), str(json.loads(error.body or "{}").get("message", ""))
     except ApiError as error:
         return error.status, error.message
     pytest.fail("the request was accepted")
@@ -69,7 +69,8 @@ def scale_patch(kube: k8s.ApiClient, namespace: str, name: str, replicas: int) -
 def scale_put(kube: k8s.ApiClient, namespace: str, name: str, replicas: int) -> Any:
     """What `kubectl scale --current-replicas` (and older clients) send: a PUT of the Scale."""
     api = k8s.CustomObjectsApi(kube)
-    current = api.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name)
+    current: dict[str, Any] = api.get_namespaced_custom_object_scale(  # type: ignore[assignment]
+        GROUP, VERSION, namespace, PLURAL, name)
     current["spec"]["replicas"] = replicas
     return api.replace_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name,
                                                       current)
@@ -91,7 +92,8 @@ def wait_for_the_door(kube: k8s.ApiClient, namespace: str) -> float:
         try:
             create_cluster(kube, namespace, "probe", {"replicas": 2})
         except k8s.ApiException as error:
-            return error.status == 422 and DENIED in json.loads(error.body)["message"]
+            return error.status == 422 and DENIED in json.loads(error.body or "{}").get(
+                "message", "")
         k8s.CustomObjectsApi(kube).delete_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "probe")
         return False
@@ -150,8 +152,8 @@ def test_the_renderers_refusals_happen_at_the_door_with_its_message_and_are_audi
             # stored.
             patch(kube, namespace, "orders", {"replicas": 4, "storage": {"size": "30Gi"}})
             scale_patch(kube, namespace, "orders", 5)
-            stored = k8s.CustomObjectsApi(kube).get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, "orders")
+            stored: dict[str, Any] = k8s.CustomObjectsApi(  # type: ignore[assignment]
+                kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "orders")
             assert (stored["spec"]["replicas"], stored["spec"]["startMode"],
                     stored["spec"]["storage"]["size"], stored["spec"]["version"]) == \
                 (5, "multi-replica", "30Gi", "3.2.1")
@@ -219,10 +221,10 @@ def answer(kube: k8s.ApiClient, namespace: str, replicas: int) -> tuple[int, str
 def test_certificates_rotate_under_a_loop_of_updates_and_none_is_refused(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
         proxy: ServiceProxy) -> None:
-    # A CA living 24 s (a next one made with 8 s left), serving certificates living 8 s:
+    # A CA living 30 s (a next one made with 10 s left), serving certificates living 10 s:
     # within the loop below the serving certificate is reissued several times and the CA
     # is replaced once, with two replicas reloading on their own.
-    lifetimes = {"webhook_ca_validity_s": 24.0, "webhook_cert_validity_s": 8.0,
+    lifetimes = {"webhook_ca_validity_s": 30.0, "webhook_cert_validity_s": 10.0,
                  "webhook_ca_overlap_s": 1.0, "webhook_reload_s": 0.25}
     settings = webhook_settings(control_plane, namespace, proxy, identity="a", **lifetimes)
     with registered(kube, settings):
@@ -237,7 +239,7 @@ def test_certificates_rotate_under_a_loop_of_updates_and_none_is_refused(
 
             def secret() -> dict[str, str]:
                 found = core.read_namespaced_secret(settings.webhook_secret, namespace)
-                return dict(found.data or {})
+                return {key: str(value) for key, value in (found.data or {}).items()}
 
             initial_ca = secret()["ca.crt"]
             serving: set[str] = set()
@@ -250,7 +252,7 @@ def test_certificates_rotate_under_a_loop_of_updates_and_none_is_refused(
                     patch(kube, namespace, "orders", {"replicas": 3 + updates % 3})
                     updates += 1
                 except k8s.ApiException as error:
-                    failures.append(f"{error.status}: {error.body[:200]}")
+                    failures.append(f"{error.status}: {(error.body or '')[:300]}")
                 data = secret()
                 serving.add(data["tls.crt"])
                 cas.add(data["ca.crt"])

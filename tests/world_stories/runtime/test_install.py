@@ -105,8 +105,9 @@ def test_the_bundle_is_all_the_reconciler_needs_to_bring_a_cluster_to_ready(
         time.sleep(1.0)  # a few more requests (status, caches) into the audit log
         # The bundle's rights were enough to make the webhook's Secret and register it.
         registration = f"{install.NAME}-{namespace}"
-        assert k8s.AdmissionregistrationV1Api(kube).read_validating_webhook_configuration(
-            registration).webhooks[0].client_config.ca_bundle
+        webhooks = k8s.AdmissionregistrationV1Api(kube).read_validating_webhook_configuration(
+            registration).webhooks or []
+        assert webhooks and webhooks[0].client_config.ca_bundle
     finally:
         stop(popen)
         with contextlib.suppress(k8s.ApiException):
