@@ -10,13 +10,14 @@ thing in CI, at the API's door and in the reconciler.
 
 What a change is judged against: the last spec the reconciler applied, remembered as
 `ACCEPTED_ANNOTATION` on the cluster's StatefulSet (`accepted_facts`; status is never the only
-memory). That is what exists: a spec stored while the webhook was down and refused by the
-reconciler never became it, so changing such a spec back is allowed. Without that memory (a
-cluster not applied yet, or a StatefulSet from before this annotation) the webhook judges against
-the stored object (`oldObject`) when that one passes the rules itself.
+memory), with the version the oldest its pods run (`applied`). That is what exists: a spec
+stored while the webhook was down and refused by the reconciler never became it, so changing such
+a spec back is allowed. Without that memory (a cluster not applied yet, or a StatefulSet from
+before this annotation) the webhook judges against the stored object (`oldObject`) when that one
+passes the rules itself.
 
-Everything here is a pure function of its inputs: the webhook passes lookups into its watch
-caches, tests pass dictionaries.
+Everything here but `applied` (which reads the watch caches) is a pure function of its inputs:
+the webhook passes lookups into its caches, tests pass dictionaries.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.kaiwudb.rollout import running_versions
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
 from reconciler.model import PAUSED_ANNOTATION, Obj, meta
 from renderer import quantity
+from renderer.builders import INSTANCE_LABEL
 from renderer.errors import RenderError
 from renderer.render import check_live, live_problem
 from renderer.semantics import check_change, transition_facts
@@ -110,6 +115,24 @@ def accepted_facts(statefulset: Obj | None, cluster: Obj) -> dict[str, Any] | No
     if not isinstance(facts, dict) or not needed <= facts.keys() or not isinstance(
             facts["storage"], dict) or "size" not in facts["storage"]:
         return None
+    return facts
+
+
+def applied(view: CacheView, cluster: Obj) -> dict[str, Any] | None:
+    """What exists of a stored cluster, from the watch caches: the `accepted_facts` of its
+    StatefulSet, with the version replaced by the oldest one its pods run. A version change is
+    judged against the pods, as the rollout judges it: an upgrade that has moved one pod (and
+    crashed there) can still be set back, a finished one cannot be downgraded."""
+    m = meta(cluster)
+    namespace, name = str(m.get("namespace") or ""), str(m.get("name") or "")
+    facts = accepted_facts(view.get(k.STATEFUL_SET, namespace, name), cluster)
+    if facts is None:
+        return None
+    pods = {str(meta(pod).get("name")): pod
+            for pod in view.list(k.POD, namespace, {INSTANCE_LABEL: name})}
+    running = running_versions(pods)
+    if running:
+        facts = {**facts, "version": ".".join(str(part) for part in min(running))}
     return facts
 
 

@@ -21,13 +21,12 @@ from dataclasses import replace
 
 from reconciler.controller.admission import (
     ACCEPTED_ANNOTATION,
-    accepted_facts,
+    applied,
     facts_annotation,
     judge,
 )
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import Shared
-from reconciler.kube import kinds as k
 from renderer.render import build_objects
 from renderer.settings import KubeVersion, RenderSettings
 from renderer.spec import Cluster
@@ -46,8 +45,7 @@ class SpecStep:
         return True
 
     def run(self, p: ObjectPass) -> None:
-        live = self.shared.view.get(k.STATEFUL_SET, p.key.namespace, p.key.name)
-        judged = judge(p.obj, accepted_facts(live, p.obj))
+        judged = judge(p.obj, applied(self.shared.view, p.obj))
         if judged.defaulted is None:
             self.shared.metrics.errors_total.labels(stage="render").inc()
             p.stalled.append(("InvalidSpec", "the spec cannot be rendered: "

@@ -36,7 +36,7 @@ from typing import Any
 
 from cryptography import x509
 
-from reconciler.controller.admission import accepted_facts, response, review
+from reconciler.controller.admission import applied, response, review
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
@@ -195,9 +195,7 @@ def decider(view: CacheView, kube: Kube, settings: Settings
         return found
 
     def accepted(cluster: Obj) -> dict[str, Any] | None:
-        m = meta(cluster)
-        sts = view.get(k.STATEFUL_SET, str(m.get("namespace") or ""), str(m.get("name") or ""))
-        return accepted_facts(sts, cluster)
+        return applied(view, cluster)
 
     def watched(namespace: str) -> bool:
         return not settings.watch_namespace or namespace == settings.watch_namespace

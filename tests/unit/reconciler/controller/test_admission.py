@@ -193,3 +193,39 @@ def _statefulset(annotation: str) -> Obj:
                          "annotations": {admission.ACCEPTED_ANNOTATION: annotation},
                          "ownerReferences": [{"uid": "uid-1", "controller": True,
                                               "kind": "KaiwuCluster", "name": NAME}]}}
+
+
+class View:
+    """The watch caches: a StatefulSet and pods by name."""
+
+    def __init__(self, *objects: Obj) -> None:
+        self.objects = objects
+
+    def get(self, kind: Any, namespace: str, name: str) -> Obj | None:
+        return next((o for o in self.objects if o["kind"] == kind.kind
+                     and o["metadata"]["name"] == name), None)
+
+    def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Obj]:
+        return [o for o in self.objects if o["kind"] == kind.kind]
+
+
+def pod(name: str, version: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"app.kubernetes.io/instance": NAME}},
+            "spec": {"containers": [{"name": "kwbase", "image": f"kwdb/kwdb:{version}"}]}}
+
+
+def test_a_version_is_judged_against_the_pods_so_a_stuck_upgrade_can_be_set_back() -> None:
+    upgrading = cluster(version="3.2.2")
+    sts = _statefulset(facts_annotation(check_live(upgrading)["spec"]))
+    # One pod moved to 3.2.2 (and crashes there); two still run 3.2.1.
+    view = View(sts, pod("orders-0", "3.2.1"), pod("orders-1", "3.2.1"), pod("orders-2", "3.2.2"))
+    memory = admission.applied(view, upgrading)
+    assert memory is not None and memory["version"] == "3.2.1"
+    assert update(upgrading, cluster(version="3.2.1"), accepted=memory).allowed
+    assert not update(upgrading, cluster(version="3.2.0"), accepted=memory).allowed
+    # Once every pod runs 3.2.2, going back is a downgrade.
+    done = View(sts, *(pod(f"orders-{i}", "3.2.2") for i in range(3)))
+    finished = admission.applied(done, upgrading)
+    assert not update(upgrading, cluster(version="3.2.1"), accepted=finished).allowed
