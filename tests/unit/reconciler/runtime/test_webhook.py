@@ -131,3 +131,77 @@ def test_the_registration_covers_clusters_and_their_scale_with_v1_reviews_and_an
     ignore = configuration(settings.replace(webhook_failure_policy="Ignore"), "kaiwu-system",
                            b"PEM")
     assert ignore["metadata"]["annotations"] != config["metadata"]["annotations"]
+
+
+class FakeKube:
+    """The API for the certificate loop: Secrets and the registration, writes recorded."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+
+    def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind.kind, name))
+
+    def _store(self, verb: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append((verb, obj["kind"]))
+        stored: dict[str, Any] = json.loads(json.dumps(obj))
+        stored["metadata"]["resourceVersion"] = str(len(self.writes))
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = stored
+        return stored
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._store("create", obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._store("replace", obj)
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._store("apply", obj)
+
+    def server_version(self) -> str:
+        return "v1.20.2"
+
+
+def manager(kube: FakeKube, leader: bool, **settings: Any) -> Any:
+    from reconciler.runtime.webhook import WebhookManager
+
+    server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
+    values = {"webhook": True, "lease_namespace": "kaiwu-system", "webhook_hosts": "127.0.0.1",
+              **settings}
+    return WebhookManager(kube, Settings(**values), server,  # type: ignore[arg-type]
+                          lambda: leader), server
+
+
+def test_the_leader_makes_the_certificate_and_registers_it_a_standby_only_serves_it() -> None:
+    kube = FakeKube()
+    standby, standby_server = manager(kube, leader=False)
+    standby.tick()
+    assert kube.writes == [] and standby_server.serving is None, "a standby never writes"
+    leader, leader_server = manager(kube, leader=True)
+    leader.tick()
+    assert kube.writes == [("create", "Secret"), ("apply", "ValidatingWebhookConfiguration")]
+    leader.tick()
+    assert len(kube.writes) == 2, "nothing due: no write"
+    standby.tick()
+    secret = kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]
+    assert standby_server.serving == leader_server.serving == (
+        base64.b64decode(secret["data"]["tls.crt"]), base64.b64decode(secret["data"]["tls.key"]))
+    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+    assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == \
+        base64.b64decode(secret["data"]["ca.crt"])
+
+
+def test_with_a_cert_manager_secret_nothing_is_written_but_the_registration() -> None:
+    kube = FakeKube()
+    ca, cert, key = certificate(datetime.now(UTC))
+    kube.objects[("Secret", "issued")] = {"metadata": {"name": "issued"}, "data": {
+        "ca.crt": base64.b64encode(ca).decode(), "tls.crt": base64.b64encode(cert).decode(),
+        "tls.key": base64.b64encode(key).decode()}}
+    leader, server = manager(kube, leader=True, webhook_cert_source="secret",
+                             webhook_secret="issued")
+    leader.tick()
+    assert kube.writes == [("apply", "ValidatingWebhookConfiguration")]
+    assert server.serving == (cert, key)
+    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+    assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == ca
