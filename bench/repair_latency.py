@@ -141,6 +141,7 @@ def edit(kube: k8s.ApiClient, namespace: str, value: str) -> int:
         NAME, namespace, {"spec": {"template": {"spec": {"containers": [
             {"name": "kwbase", "env": [{"name": EDIT_VAR, "value": value}]}]}}}},
         field_manager="kubectl-set")
+    assert answer.metadata is not None and answer.metadata.resource_version is not None
     return int(answer.metadata.resource_version)
 
 

@@ -2,7 +2,13 @@
 
 Called by `reconciler.cli.main` for `kaiwu install ...`; tests call `bundle` and `render`.
 The bundle holds the KaiwuCluster CRD, the Namespace, the ServiceAccount, the RBAC, the metrics
-Service and the Deployment, in that order (kubectl applies in file order: the CRD first).
+and webhook Services and the Deployment, in that order (kubectl applies in file order: the CRD
+first). The admission webhook's ValidatingWebhookConfiguration is NOT in the bundle: the
+reconciler creates it and keeps its caBundle equal to the CA of the certificate it serves
+(reconciler.runtime.webhook); a bundle copy would need a caBundle nobody knows at install time,
+and re-applying it would fight the reconciler over that field. `kubectl delete -f` of the bundle
+therefore leaves it behind: delete `validatingwebhookconfiguration kaiwu-reconciler-<namespace>`
+too (with failurePolicy Fail it would otherwise refuse KaiwuCluster writes).
 
 This module is the one source of truth for the deploy manifests: deploy/install.yaml is its
 output with the defaults (`kaiwu install > deploy/install.yaml`, a unit test fails when the file
@@ -35,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE
 from reconciler.settings import SHARD_LABEL, Settings
 from renderer.cel import CEL_SINCE, crd_for
 from renderer.emit import to_yaml
@@ -206,6 +213,15 @@ def cluster_read_rules() -> list[Obj]:
     ]
 
 
+def webhook_rules(options: Options) -> list[Obj]:
+    """The one cluster-wide object the reconciler writes: its own webhook registration."""
+    # `create` cannot be limited to a name (the name is in the body); get and patch can.
+    return [_rule("admissionregistration.k8s.io", ["validatingwebhookconfigurations"],
+                  ["create"]),
+            _rule("admissionregistration.k8s.io", ["validatingwebhookconfigurations"],
+                  ["get", "patch"], names=[f"{NAME}-{options.namespace}"])]
+
+
 def _meta(name: str, namespace: str | None = None, app: str = NAME) -> Obj:
     meta: Obj = {"name": name, "labels": {**LABELS, "app.kubernetes.io/name": app}}
     if namespace is not None:
@@ -237,16 +253,19 @@ def _rbac(options: Options) -> list[Document]:
     rbac = "rbac.authorization.k8s.io/v1"
     docs: list[Document] = []
     if options.scope == "cluster":
-        rules = namespaced_rules(options.directory_mode) + cluster_read_rules()
-        docs.append(Document("Everything the reconciler does, in every namespace.", {
+        rules = namespaced_rules(options.directory_mode) + cluster_read_rules() + \
+            webhook_rules(options)
+        docs.append(Document("Everything the reconciler does, in every namespace, and its "
+                             "webhook registration.", {
             "apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(cluster_name),
             "rules": rules}))
     else:
         docs.append(Document(
-            "Namespaced install: the only cluster-wide rights left, read-only (Nodes for "
-            "failover, PersistentVolumes for a local volume's node).", {
+            "Namespaced install: the only cluster-wide rights left: read-only (Nodes for "
+            "failover, PersistentVolumes for a local volume's node) and the reconciler's own "
+            "webhook registration.", {
                 "apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(cluster_name),
-                "rules": cluster_read_rules()}))
+                "rules": cluster_read_rules() + webhook_rules(options)}))
     docs.append(Document("", _binding("ClusterRoleBinding", cluster_name, None, "ClusterRole",
                                       cluster_name, ns)))
     if options.scope == "namespaced":
@@ -271,6 +290,15 @@ def _rbac(options: Options) -> list[Document]:
                             names=[options.lease_name])]}))
     docs.append(Document("", _binding("RoleBinding", lease, ns, "Role", lease, ns)
                          | {"metadata": _meta(lease, ns, options.component)}))
+    webhook = f"{NAME}-webhook"
+    docs.append(Document(
+        "The webhook's serving certificate: one Secret in the reconciler's own namespace, made "
+        "and rotated by the leader, read by every replica.", {
+            "apiVersion": rbac, "kind": "Role", "metadata": _meta(webhook, ns),
+            "rules": [_rule("", ["secrets"], ["create"]),
+                      _rule("", ["secrets"], ["get", "update"],
+                            names=[Settings().webhook_secret])]}))
+    docs.append(Document("", _binding("RoleBinding", webhook, ns, "Role", webhook, ns)))
     return docs
 
 
@@ -282,6 +310,7 @@ def _http_get(path: str, period: int, failures: int) -> Obj:
 def _deployment(options: Options) -> Obj:
     defaults = Settings()
     _, port = defaults.http_host_port
+    _, webhook_port = defaults.webhook_host_port
     env: list[Obj] = [
         {"name": "KAIWU_IDENTITY",  # the pod's name: unique per replica
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -289,6 +318,11 @@ def _deployment(options: Options) -> Obj:
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "KAIWU_LOG_FORMAT", "value": "json"},
     ]
+    if not options.shard:
+        # Every replica of the unnamed shard serves the admission webhook (the Service selects
+        # them) for the whole fleet; named shards leave it to them, so only one leader keeps
+        # the webhook's certificate and registration.
+        env.append({"name": "KAIWU_WEBHOOK", "value": "true"})
     if options.watch_namespace:
         env.append({"name": "KAIWU_WATCH_NAMESPACE", "value": options.watch_namespace})
     if options.shard:
@@ -296,7 +330,8 @@ def _deployment(options: Options) -> Obj:
     reconciler: Obj = {
         "name": "reconciler", "image": options.effective_image,
         "imagePullPolicy": "IfNotPresent", "env": env,
-        "ports": [{"name": "http-metrics", "containerPort": port, "protocol": "TCP"}],
+        "ports": [{"name": "http-metrics", "containerPort": port, "protocol": "TCP"},
+                  {"name": "webhook", "containerPort": webhook_port, "protocol": "TCP"}],
         "livenessProbe": _http_get("/healthz", 10, 3),
         "readinessProbe": _http_get("/readyz", 5, 2),
         "startupProbe": _http_get("/healthz", 2, 30),
@@ -365,6 +400,26 @@ def _service(options: Options) -> Obj:
     }
 
 
+def _webhook_service(options: Options) -> Obj:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(Settings().webhook_service, options.namespace),
+        "spec": {"selector": {"app.kubernetes.io/name": NAME},
+                 "ports": [{"name": "webhook", "port": 443, "targetPort": "webhook",
+                            "protocol": "TCP"}]},
+    }
+
+
+def _namespace(options: Options) -> Obj:
+    meta = _meta(options.namespace)
+    if options.namespace != options.watch_namespace:
+        # The escape hatch: KaiwuClusters here are never sent to the webhook, so a broken
+        # webhook can always be worked around in the reconciler's own namespace (and any other
+        # namespace an administrator labels so).
+        meta["labels"][SKIP_LABEL] = SKIP_VALUE
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
 def bundle(options: Options) -> list[Document]:
     """Every object of the bundle, in apply order. Raises ValueError on invalid options."""
     problems = options.problems()
@@ -386,6 +441,10 @@ def bundle(options: Options) -> list[Document]:
         *_rbac(options),
         Document(f"For Prometheus: scrape {options.component}-metrics.{ns}:8090/metrics (both "
                  "replicas report; kaiwu_leader tells which one leads).", _service(options)),
+        Document("The admission webhook: the API server sends KaiwuCluster creates and updates "
+                 "here, to any ready replica. The reconciler registers it (its "
+                 f"ValidatingWebhookConfiguration {NAME}-{ns}, failurePolicy Fail).",
+                 _webhook_service(options)),
         Document("Two replicas: one leads (holds the Lease) and writes, the other takes over "
                  "within seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). "
                  + _shard_note(options), _deployment(options)),

@@ -87,6 +87,18 @@ class Metrics:
         self.source_clusters = Gauge(
             "source_clusters", "Directory mode: KaiwuClusters defined by the directory.",
             namespace=NAMESPACE, registry=r)
+        # ---- admission webhook (reconciler.runtime.webhook) --------------------------------
+        self.admission_reviews_total = Counter(
+            "admission_reviews_total", "AdmissionReviews answered, by result (allowed, denied, "
+            "error: the request could not be read).", ["result"], namespace=NAMESPACE,
+            registry=r)
+        self.admission_duration_seconds = Histogram(
+            "admission_duration_seconds", "Time from reading an AdmissionReview to its answer.",
+            namespace=NAMESPACE, registry=r, buckets=DURATION_BUCKETS)
+        self.webhook_certificate_expiry_seconds = Gauge(
+            "webhook_certificate_expiry_seconds", "notAfter (Unix time) of the serving "
+            "certificate this replica serves; 0 before it has one.", namespace=NAMESPACE,
+            registry=r)
         # ---- controller ------------------------------------------------------------------
         self.drift_detected_total = Counter(
             "drift_detected_total", "Objects found to differ from the rendered spec, by kind.",

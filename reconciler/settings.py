@@ -111,6 +111,49 @@ class Settings:
     http_address: str = field(default="0.0.0.0:8090", metadata=_help(
         "HOST:PORT serving /metrics, /healthz and /readyz (port 0: any free port)"))
 
+    # ---- admission webhook (reconciler.runtime.webhook) --------------------------------------
+    webhook: bool = field(default=False, metadata=_help(
+        "serve the validating admission webhook for KaiwuClusters on every replica and register "
+        "it (the leader keeps its ValidatingWebhookConfiguration and certificate). Off by "
+        "default: the API server must reach this process, through the install bundle's Service "
+        "(which turns it on) or --webhook-url"))
+    webhook_address: str = field(default="0.0.0.0:9443", metadata=_help(
+        "HOST:PORT serving the webhook over HTTPS (port 0: any free port)"))
+    webhook_service: str = field(default="kaiwu-reconciler-webhook", metadata=_help(
+        "the Service, in the reconciler's own namespace, the API server calls the webhook "
+        "through (port 443)"))
+    webhook_url: str = field(default="", metadata=_help(
+        "register this https:// URL instead of the Service (a reconciler outside the "
+        "cluster); its host must be one the certificate covers (--webhook-hosts)"))
+    webhook_hosts: str = field(default="", metadata=_help(
+        "more DNS names or IP addresses for the webhook's serving certificate, comma-separated "
+        "(the Service's names are always in it)"))
+    webhook_configuration: str = field(default="", metadata=_help(
+        "name of the ValidatingWebhookConfiguration (default kaiwu-reconciler-<namespace>)"))
+    webhook_failure_policy: str = field(default="Fail", metadata=_help(
+        "'Fail': while no replica answers, KaiwuCluster creates and updates are refused; "
+        "'Ignore': they are let through unchecked (the reconciler still refuses an invalid "
+        "spec: Stalled)"))
+    webhook_timeout_s: int = field(default=5, metadata=_help(
+        "how long the API server waits for an answer (1-30); an answer takes milliseconds"))
+    webhook_cert_source: str = field(default="reconciler", metadata=_help(
+        "'reconciler': the serving certificate and its CA are made, stored in --webhook-secret "
+        "and rotated by the reconciler; 'secret': --webhook-secret is issued by someone else "
+        "(cert-manager: tls.crt, tls.key, ca.crt) and only read"))
+    webhook_secret: str = field(default="kaiwu-reconciler-webhook-tls", metadata=_help(
+        "the Secret, in the reconciler's own namespace, holding the serving certificate"))
+    webhook_ca_validity_s: float = field(default=5 * 365 * 86400.0, metadata=_help(
+        "lifetime of the webhook's own CA; a next CA is made with a third of it left"))
+    webhook_cert_validity_s: float = field(default=365 * 86400.0, metadata=_help(
+        "lifetime of the serving certificate; reissued with a third of it left (at most a "
+        "third of the CA's lifetime)"))
+    webhook_ca_overlap_s: float = field(default=300.0, metadata=_help(
+        "during a CA rotation, old and new CA are both trusted (in the caBundle) this long "
+        "before and after the switch (at least twice --webhook-reload-s)"))
+    webhook_reload_s: float = field(default=30.0, metadata=_help(
+        "every replica reads the certificate Secret again this often (the leader also renews "
+        "and registers)"))
+
     # ---- leader election --------------------------------------------------------------------
     leader_election: bool = field(default=True, metadata=_help(
         "elect a leader on a coordination.k8s.io Lease so only one replica writes; turn off "
@@ -214,9 +257,31 @@ class Settings:
               "source", f"{self.source!r} is neither 'cluster' nor 'dir:PATH'")
         check(self.log_format in LOG_FORMATS, "log_format", f"one of {', '.join(LOG_FORMATS)}")
         check(self.log_level in LOG_LEVELS, "log_level", f"one of {', '.join(LOG_LEVELS)}")
-        _host, sep, port = self.http_address.rpartition(":")
-        check(bool(sep) and port.isdigit() and int(port) < 65536, "http_address",
-              f"{self.http_address!r} is not HOST:PORT")
+        check(self.webhook_failure_policy in ("Fail", "Ignore"), "webhook_failure_policy",
+              "one of Fail, Ignore")
+        check(1 <= self.webhook_timeout_s <= 30, "webhook_timeout_s",
+              "must be 1 to 30 (the API server's limit)")
+        check(self.webhook_cert_source in ("reconciler", "secret"), "webhook_cert_source",
+              "one of reconciler, secret")
+        check(not self.webhook_url or self.webhook_url.startswith("https://"), "webhook_url",
+              "must start with https://")
+        for name in ("webhook_ca_validity_s", "webhook_cert_validity_s", "webhook_ca_overlap_s",
+                     "webhook_reload_s"):
+            check(getattr(self, name) > 0, name, "must be greater than 0")
+        check(self.webhook_cert_validity_s <= self.webhook_ca_validity_s / 3,
+              "webhook_cert_validity_s", "must be at most a third of --webhook-ca-validity-s")
+        check(self.webhook_ca_overlap_s >= 2 * self.webhook_reload_s, "webhook_ca_overlap_s",
+              "must be at least twice --webhook-reload-s (every replica reloads in between)")
+        check(self.webhook_ca_validity_s / 3 > 2 * (self.webhook_ca_overlap_s
+                                                    + self.webhook_reload_s),
+              "webhook_ca_validity_s",
+              "must leave a third of it for a rotation: above 6 x (--webhook-ca-overlap-s + "
+              "--webhook-reload-s)")
+        for name in ("http_address", "webhook_address"):
+            address = getattr(self, name)
+            _host, sep, port = address.rpartition(":")
+            check(bool(sep) and port.isdigit() and int(port) < 65536, name,
+                  f"{address!r} is not HOST:PORT")
         return found
 
     @property
@@ -242,6 +307,15 @@ class Settings:
     def effective_lease_name(self) -> str:
         """The Lease this replica competes for: one per shard."""
         return f"{self.lease_name}-{self.shard}" if self.shard else self.lease_name
+
+    @property
+    def webhook_host_port(self) -> tuple[str, int]:
+        host, _, port = self.webhook_address.rpartition(":")
+        return host or "0.0.0.0", int(port)
+
+    def effective_webhook_configuration(self) -> str:
+        """The ValidatingWebhookConfiguration's name: as set, else one per install namespace."""
+        return self.webhook_configuration or f"kaiwu-reconciler-{self.effective_lease_namespace()}"
 
     def effective_lease_namespace(self) -> str:
         """The Lease's namespace: as set, else the pod's own namespace, else 'default'."""

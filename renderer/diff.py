@@ -154,7 +154,8 @@ def version_refusals(old: Sequence[SourceCluster], new: Sequence[SourceCluster])
     for after in new:
         cluster = after.cluster
         previous = before.get((cluster.namespace, cluster.name))
-        was, wanted = _version(previous or ""), _version(cluster.version)
+        was = semantics.version_tuple(previous or "")
+        wanted = semantics.version_tuple(cluster.version)
         if previous is None or was is None or wanted is None:
             continue
         where = f"{cluster.namespace}/{cluster.name}: spec.version {previous} -> {cluster.version}"
@@ -166,12 +167,6 @@ def version_refusals(old: Sequence[SourceCluster], new: Sequence[SourceCluster])
                             "(KaiwuDB needs an export and import into a new cluster): no pod "
                             f"will move; keep {was[0]}.x")
     return refusals
-
-
-def _version(text: str) -> tuple[int, ...] | None:
-    """3.2.1 -> (3, 2, 1), as the reconciler reads image tags; None for anything else."""
-    parts = text.split("-", 1)[0].split(".")
-    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
 
 
 def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],

@@ -180,14 +180,24 @@ def read_live(live: dict[str, Any]) -> Cluster:
     spec is parsed once per pass; `build_objects` renders it).
 
     Raises RenderError naming the object (`namespace/name`) when the spec breaks a rule."""
+    return Cluster.from_object(check_live(live))
+
+
+def check_live(live: dict[str, Any]) -> dict[str, Any]:
+    """A live KaiwuCluster checked as `read_live` checks it; returns the object with defaults
+    applied (the admission webhook and the reconciler judge a change of spec on it)."""
     obj = {key: value for key, value in live.items() if key != "status"}
     defaulted, found = check_object(obj)
     if found:
-        meta = obj.get("metadata", {})
-        where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-        raise RenderError(Problem(f"KaiwuCluster {where}", 0, _dotted(path), message, fix)
-                          for path, message, fix in found)
-    return Cluster.from_object(defaulted)
+        raise RenderError(live_problem(obj, path, message, fix) for path, message, fix in found)
+    return defaulted
+
+
+def live_problem(live: dict[str, Any], path: Iterable[Any], message: str, fix: str) -> Problem:
+    """One problem of a live KaiwuCluster, named `KaiwuCluster namespace/name` (no file)."""
+    meta = live.get("metadata") or {}
+    where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    return Problem(f"KaiwuCluster {where}", 0, _dotted(path), message, fix)
 
 
 def load_clusters(root: Path, display_root: Path | None = None) -> list[SourceCluster]:

@@ -1,9 +1,12 @@
 """Rules a schema cannot express (Kubernetes 1.20 has no CEL): names, modes, sizes, flags.
 
 Called by `renderer.render` after schema validation, on the object with defaults applied, and by
-the reconciler before it acts on a live object. `check_transition` holds the rules about a change
-from one spec to the next (start mode is immutable, volumes never shrink, single-replica never
-scales in), used by `kaiwu diff` and by the reconciler.
+the reconciler before it acts on a live object. `check_change` holds the rules about a change
+from one spec to the next (`check_transition`: start mode is immutable, volumes never shrink,
+single-replica never scales in; `check_version_change`: no downgrade, no major jump), used by
+`kaiwu diff`, by the reconciler's admission webhook and by the reconciler itself, which keeps
+the `transition_facts` of the last spec it applied to judge the next one
+(reconciler.controller.admission).
 """
 
 from __future__ import annotations
@@ -537,3 +540,47 @@ def check_transition(old: dict[str, Any], new: dict[str, Any]) -> list[Violation
             "the storage class of existing volumes cannot change",
             "keep the old class; migrate by adding nodes on new storage in a new cluster"))
     return problems
+
+
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    """3.2.1 -> (3, 2, 1), as the reconciler reads image tags; None for anything else."""
+    parts = text.split("-", 1)[0].lstrip("vV").split(".")
+    return tuple(int(part) for part in parts) if all(part.isdigit() for part in parts) else None
+
+
+def check_version_change(old: dict[str, Any], new: dict[str, Any]) -> list[Violation]:
+    """A version change KaiwuDB cannot make: a downgrade, or a change of major version (KaiwuDB
+    documents neither; 2.x to 3.x needs an export and import). Tags that are not plain versions
+    are not judged. `kaiwu diff` reports these as refused by the reconciler; the admission
+    webhook and the reconciler refuse them (reconciler.controller.admission)."""
+    before, after = version_tuple(str(old.get("version", ""))), version_tuple(
+        str(new.get("version", "")))
+    if before is None or after is None:
+        return []
+    if after < before:
+        return [Violation(("spec", "version"),
+                          f"the version cannot go back ({old['version']} -> {new['version']}): "
+                          "KaiwuDB cannot be downgraded", f"keep {old['version']} or later")]
+    if after[0] != before[0]:
+        return [Violation(("spec", "version"),
+                          f"the major version cannot change in place ({old['version']} -> "
+                          f"{new['version']}): KaiwuDB needs an export and import into a new "
+                          "cluster", f"keep {before[0]}.x")]
+    return []
+
+
+def check_change(old: dict[str, Any], new: dict[str, Any]) -> list[Violation]:
+    """Every rule about changing a cluster from spec `old` to spec `new`: `check_transition`
+    and `check_version_change`. `old` may be the full spec or its `transition_facts`."""
+    return check_transition(old, new) + check_version_change(old, new)
+
+
+def transition_facts(spec: dict[str, Any]) -> dict[str, Any]:
+    """The part of a defaulted spec `check_change` reads from the old side: what the reconciler
+    remembers of the last spec it applied (an annotation on the StatefulSet), so it can judge
+    the next one against what exists rather than against whatever is stored now."""
+    storage = {"size": spec["storage"]["size"]}
+    if spec["storage"].get("storageClassName") is not None:
+        storage["storageClassName"] = spec["storage"]["storageClassName"]
+    return {"startMode": spec["startMode"], "replicas": spec["replicas"],
+            "version": spec["version"], "storage": storage}

@@ -56,6 +56,9 @@ class ObjectPass(Pass):
     """A pass of the controller: the KaiwuDB steps' record plus each desired object's state."""
 
     states: list[ObjectState] = field(default_factory=list)
+    # The spec step's verdict, written on the StatefulSet by the render step: the transition
+    # facts of the spec this pass applies (reconciler.controller.admission.ACCEPTED_ANNOTATION).
+    accepted: str = ""
 
 
 class Step(Protocol):

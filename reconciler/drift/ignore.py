@@ -96,6 +96,11 @@ def parse_ignore_rules(raw: Iterable[Mapping[str, Any]] | None) -> tuple[IgnoreR
 BUILTIN_IGNORE_RULES: tuple[IgnoreRule, ...] = (
     # The reconciler drives the rollout partition itself, one pod at a time, during upgrades.
     IgnoreRule.of("StatefulSet", "/spec/updateStrategy/rollingUpdate/partition"),
+    # The reconciler's memory of the spec it last applied (reconciler.controller.admission):
+    # written with every apply of the StatefulSet (each fact it holds changes the StatefulSet
+    # too), never a repair of its own; else an operator upgrade would report every warn-policy
+    # cluster Drifted until its next spec change.
+    IgnoreRule.of("StatefulSet", "/metadata/annotations/kaiwu.inspur.com~1accepted-spec"),
     # `kubectl rollout restart` stamps the pod template; a restart is not a change of spec.
     IgnoreRule.of("", "/spec/template/metadata/annotations/kubectl.kubernetes.io~1restartedAt"),
     # The API server fills in a claim template's status (phase Pending) on every StatefulSet.

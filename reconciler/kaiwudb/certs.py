@@ -324,6 +324,37 @@ def issue_client(ca: CertKey, user: str, now: datetime,
     return _leaf(ca, user, [ExtendedKeyUsageOID.CLIENT_AUTH], [], now, settings)
 
 
+def issue_server(ca: CertKey, common_name: str, hosts: Iterable[str], now: datetime,
+                 settings: CertSettings = CertSettings()) -> CertKey:
+    """Serving certificate (server auth only), hosts as DNS or IP SANs: the reconciler's own
+    admission webhook (reconciler.runtime.webhook_certs)."""
+    return _leaf(ca, common_name, [ExtendedKeyUsageOID.SERVER_AUTH],
+                 [_general_name(h) for h in hosts], now, settings)
+
+
+def load_cert_key(cert_pem: bytes, key_pem: bytes) -> CertKey | None:
+    """A PEM certificate and its RSA key, or None when either does not parse or they do not
+    belong together."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        private = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(private, rsa.RSAPrivateKey) or not _key_matches(cert, private):
+        return None
+    return CertKey(cert, private)
+
+
+def issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    """Whether `ca` signed `cert`."""
+    return _issued_by(cert, [ca])
+
+
+def covers_host(cert: x509.Certificate, host: str) -> bool:
+    """Whether the certificate's SANs cover `host` (a DNS name or an IP address)."""
+    return _covers_host(cert, host)
+
+
 # --- Secret bodies ---------------------------------------------------------------------------
 
 

@@ -299,6 +299,14 @@ class Kube:
         return self._call("PATCH", kind.path(meta.get("namespace"), meta["name"]),
                           body=json.dumps(obj), query=query, content_type=APPLY_PATCH)
 
+    def replace(self, obj: Obj) -> Obj:
+        """PUT a whole object: what is not in it is gone (a key of a Secret's data too), and its
+        metadata.resourceVersion makes a concurrent change a 409 instead of a lost update."""
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        return self._call("PUT", kind.path(meta.get("namespace"), meta["name"]), body=obj,
+                          query=[("fieldManager", self.field_manager)])
+
     def create(self, obj: Obj) -> Obj:
         kind = kind_of(obj)
         return self._call("POST", kind.path(obj["metadata"].get("namespace")), body=obj,

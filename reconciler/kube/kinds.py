@@ -67,9 +67,12 @@ NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"
 SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors",
                        cached=True, always_served=False)
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
+# The reconciler's own admission webhook registration (reconciler.runtime.webhook).
+VALIDATING_WEBHOOK = Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+                          "validatingwebhookconfigurations", namespaced=False, prunable=False)
 KINDS = {(k.api_version, k.kind): k for k in (
     KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, PV, EVENT, NODE, STATEFUL_SET,
-    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE)}
+    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE, VALIDATING_WEBHOOK)}
 
 
 def kind_of(obj: Obj) -> Kind:

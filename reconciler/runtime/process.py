@@ -1,10 +1,12 @@
 """The reconciler process: watch caches -> work queue -> workers calling Controller.reconcile.
 
 `reconciler.cli` builds a `Runtime` from the settings and runs it until SIGTERM; tests start
-several in one process. Every replica runs the caches (so a standby is warm), the HTTP endpoints
-and the leader election; only while this replica leads does it run the workers, the periodic
-resync and, in directory mode, the `DirectorySource`. A leadership term starts by waiting for the
-caches to sync and queueing every cluster; it ends (lost lease, or shutdown) by stopping the
+several in one process. Every replica runs the caches (so a standby is warm), the HTTP endpoints,
+the admission webhook when it is on (reconciler.runtime.webhook: every replica answers; the
+leader keeps its certificate and registration) and the leader election; only while this
+replica leads does it run the workers, the periodic resync and, in directory mode, the
+`DirectorySource`. A leadership term starts by waiting for the caches to sync and queueing every
+cluster; it ends (lost lease, or shutdown) by stopping the
 directory source and waiting up to `shutdown_grace_s` for reconciles in progress, and only then
 is the Lease released. All writes go through a `GuardedKube` that refuses them the moment this
 replica may no longer be leader.
@@ -45,6 +47,7 @@ from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
 from reconciler.runtime.http import HealthServer
 from reconciler.runtime.source_dir import DirectorySource
+from reconciler.runtime.webhook import WebhookManager, WebhookServer, decider
 from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -114,6 +117,8 @@ class Runtime:
         self.metrics.queue_depth.set_function(lambda: self.queue.depth)
         self.elector: LeaderElector | None = None
         self.http: HealthServer | None = None
+        self.webhook: WebhookServer | None = None
+        self.webhook_manager: WebhookManager | None = None
         self._term: _Term | None = None
         self._term_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -141,6 +146,14 @@ class Runtime:
         self.http = HealthServer(host, port, self.metrics, healthy=self.healthy,
                                  ready=self.ready)
         self.http.start()
+        if settings.webhook:
+            host, port = settings.webhook_host_port
+            self.webhook = WebhookServer(host, port, self.metrics,
+                                         decider(self.caches, self.kube, settings))
+            self.webhook.start()
+            self.webhook_manager = WebhookManager(self.kube, settings, self.webhook,
+                                                  self.is_leader)
+            self.webhook_manager.start()
         self.caches.start()
         self._started = True
         if settings.leader_election:
@@ -177,6 +190,10 @@ class Runtime:
         if self._started:
             self.caches.stop()
         self.queue.shutdown()
+        if self.webhook_manager is not None:
+            self.webhook_manager.stop()
+        if self.webhook is not None:
+            self.webhook.stop()
         if self.http is not None:
             self.http.stop()
         log.info("reconciler stopped", extra={
@@ -213,6 +230,10 @@ class Runtime:
         return self.http.port if self.http is not None else 0
 
     @property
+    def webhook_port(self) -> int:
+        return self.webhook.port if self.webhook is not None else 0
+
+    @property
     def source(self) -> DirectorySource | None:
         term = self._term
         return term.source if term is not None else None
@@ -226,6 +247,8 @@ class Runtime:
             problems.append("leader election stopped")
         if self._resync is not None and not self._resync.is_alive():
             problems.append("resync stopped")
+        if self.webhook_manager is not None and not self.webhook_manager.alive:
+            problems.append("webhook certificate loop stopped")
         term = self._term
         if term is not None and not term.stop.is_set() and \
                 any(not worker.is_alive() for worker in term.workers):
@@ -248,7 +271,16 @@ class Runtime:
         source = self.source
         if source is not None:
             lines.extend(source.status())
-        return synced and not self._stopping.is_set(), lines
+        serving = True
+        if self.webhook is not None and self.webhook_manager is not None:
+            # Not ready before it has a certificate: the Service sends reviews to ready pods.
+            serving = self.webhook.serving is not None
+            lines.append(f"webhook: serving on port {self.webhook.port} (certificate valid "
+                         f"until {self.webhook.not_after:%Y-%m-%dT%H:%M:%SZ})" if serving
+                         else "webhook: waiting for its certificate")
+            if self.webhook_manager.problem:
+                lines.append(self.webhook_manager.problem)
+        return synced and serving and not self._stopping.is_set(), lines
 
     # ---- leadership terms -------------------------------------------------------------------
 
@@ -260,6 +292,8 @@ class Runtime:
         term.starter = threading.Thread(target=self._begin, args=(term,), name="term-start",
                                         daemon=True)
         term.starter.start()
+        if self.webhook_manager is not None:
+            self.webhook_manager.wake()  # a new leader registers at once
 
     def _begin(self, term: _Term) -> None:
         # A leader acting on half-filled caches would take missing objects for deleted ones.

@@ -532,10 +532,12 @@ class Demo:
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         env = {**os.environ, "POD_NAMESPACE": ns, "KAIWU_IDENTITY": "demo-0",
                **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
-        # Short leases: a demo start should not wait out the Deployment's 15 s lease.
+        # Short leases: a demo start should not wait out the Deployment's 15 s lease. No
+        # admission webhook: this world has no Service routing the API server to a local
+        # process (tests/world_stories/admission/ shows it with a URL instead).
         argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
                 "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
-                "--http-address", "127.0.0.1:0", "--log-format", "text"]
+                "--http-address", "127.0.0.1:0", "--log-format", "text", "--no-webhook"]
         with (self.workdir / "reconciler.log").open("wb") as log:
             return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)

@@ -59,7 +59,8 @@ def test_the_bundle_carries_the_one_crd_unchanged_and_applies_it_first() -> None
     assert bundle[0] == crd_manifest()
     assert [d["kind"] for d in bundle] == [
         "CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
-        "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment"]
+        "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Service",
+        "Service", "Deployment"]
 
 
 def test_for_kubernetes_1_25_and_later_the_crd_carries_the_cel_rules(
@@ -94,8 +95,10 @@ def test_cluster_scope_grants_everything_through_one_cluster_role() -> None:
 
 def test_namespaced_scope_writes_only_in_the_watched_namespace() -> None:
     cluster = rules(NAMESPACED, "ClusterRole")
-    assert {r for rule in cluster for r in rule["resources"]} == {"nodes", "persistentvolumes"}
-    assert {v for rule in cluster for v in rule["verbs"]} <= {"get", "list", "watch"}
+    assert {r for rule in cluster for r in rule["resources"]} == {
+        "nodes", "persistentvolumes", "validatingwebhookconfigurations"}
+    reads = [rule for rule in cluster if rule["resources"] != ["validatingwebhookconfigurations"]]
+    assert {v for rule in reads for v in rule["verbs"]} <= {"get", "list", "watch"}
     assert ("Role", "team-a", "kaiwu-reconciler") in kinds(NAMESPACED)
     assert ("RoleBinding", "team-a", "kaiwu-reconciler") in kinds(NAMESPACED)
     assert verbs(rules(NAMESPACED, "Role"), "persistentvolumeclaims") >= {"delete"}
@@ -112,6 +115,31 @@ def test_directory_mode_alone_may_create_and_delete_clusters_and_has_a_git_sync_
     assert [c["name"] for c in pod["containers"]] == ["reconciler", "git-sync"]
     assert "--repo=https://git.example/c.git" in pod["containers"][1]["args"]
     assert {"name": "KAIWU_SOURCE", "value": "dir:/git/repo"} in pod["containers"][0]["env"]
+
+
+def test_every_replica_serves_the_webhook_through_a_service_and_may_register_only_its_own(
+) -> None:
+    bundle = [d.obj for d in install.bundle(install.Options())]
+    service = next(d for d in bundle if d["kind"] == "Service"
+                   and d["metadata"]["name"] == "kaiwu-reconciler-webhook")
+    container = bundle[-1]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "KAIWU_WEBHOOK", "value": "true"} in container["env"]
+    port = service["spec"]["ports"][0]
+    assert port["port"] == 443
+    assert {"name": port["targetPort"], "containerPort": 9443, "protocol": "TCP"} in \
+        container["ports"]
+    webhook_rules = [r for r in rules(install.Options(), "ClusterRole")
+                     if r["resources"] == ["validatingwebhookconfigurations"]]
+    assert {v for r in webhook_rules if "resourceNames" not in r for v in r["verbs"]} == \
+        {"create"}, "only create is unlimited (the name is in the body)"
+    assert [r["resourceNames"] for r in webhook_rules if "resourceNames" in r] == [
+        ["kaiwu-reconciler-kaiwu-system"]]
+    namespace = bundle[1]
+    assert namespace["metadata"]["labels"]["kaiwu.inspur.com/admission"] == "skip", \
+        "the escape hatch: the operator's own namespace is never checked"
+    same = install.Options(namespace="team-a", scope="namespaced", watch_namespace="team-a")
+    assert "kaiwu.inspur.com/admission" not in install.bundle(same)[1].obj["metadata"][
+        "labels"], "but not when the clusters live there too"
 
 
 def test_two_installs_in_two_namespaces_do_not_share_a_cluster_role() -> None:

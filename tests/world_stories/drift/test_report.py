@@ -2,9 +2,10 @@
 
 A spec the API server accepts but that breaks a rule the renderer knows (multi-replica with two
 nodes) stalls the cluster with the renderer's own words and touches nothing; fixing the spec
-clears it. Events are real v1 Events about the KaiwuCluster, from the kaiwu-reconciler component,
-and a repeat of the same event is counted on the existing Event rather than written anew. The
-metrics count what was found and repaired.
+clears it; so does a change the admission webhook would have refused (the start mode), stored
+while it was down, while the other clusters are served. Events are real v1 Events about the
+KaiwuCluster, from the kaiwu-reconciler component, and a repeat of the same event is counted on
+the existing Event rather than written anew. The metrics count what was found and repaired.
 """
 
 from __future__ import annotations
@@ -60,6 +61,47 @@ def test_an_invalid_spec_stalls_with_the_renderers_words_and_touches_nothing(
     assert len(warnings) == 1 and warnings[0].type == "Warning"
 
     cluster["spec"]["replicas"] = 3
+    user(kube, "kubectl").apply(cluster)
+    wait_for("Stalled=False", lambda: condition(reconciler.cluster(NAME), "Stalled").get(
+        "status") == "False", timeout_s=5)
+
+
+def test_a_change_the_webhook_would_refuse_stored_while_it_was_down_stalls_only_that_cluster(
+        reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
+        namespace: str) -> None:
+    # No webhook runs here, as when it was down or not yet installed: the API stores anything
+    # the schema admits, and the reconciler is the last guard.
+    reconciler = reconciler_factory()
+    cluster = dev_with_pdb(namespace)
+    user(kube, "kubectl").apply(cluster)
+    reconciler.settle(NAME)
+    since = now_stamp()
+
+    # Valid on its own, refused as a change from what runs (and as the webhook would say it).
+    cluster["spec"]["startMode"] = "single-replica"
+    user(kube, "kubectl").apply(cluster)
+    other = dev_with_pdb(namespace)
+    other["metadata"]["name"] = "other"
+    user(kube, "kubectl").apply(other)
+    obj = wait_for("Stalled=True", lambda: (o := reconciler.cluster(NAME)) and condition(
+        o, "Stalled").get("status") == "True" and o, timeout_s=5)
+    stalled = condition(obj, "Stalled")
+    assert stalled["reason"] == "InvalidSpec"
+    assert stalled["message"] == (
+        f"the spec cannot be rendered: KaiwuCluster {namespace}/{NAME}: spec.startMode: the "
+        "start mode cannot change (multi-replica -> single-replica): it is written into every "
+        "store (keep the old start mode, or create a new cluster and migrate the data)")
+    # The other cluster is served meanwhile.
+    reconciler.settle("other")
+    assert Kube(kube, "test").get(kk.STATEFUL_SET, namespace, "other") is not None
+    time.sleep(1)
+    touched = [w for w in reconciler.writes(since)
+               if w["objectRef"]["resource"] not in ("kaiwuclusters", "events")
+               and not w["objectRef"].get("name", "").startswith("other")]
+    assert touched == [], brief(touched)
+
+    # Changed back to what runs: accepted, the pass goes on.
+    cluster["spec"]["startMode"] = "multi-replica"
     user(kube, "kubectl").apply(cluster)
     wait_for("Stalled=False", lambda: condition(reconciler.cluster(NAME), "Stalled").get(
         "status") == "False", timeout_s=5)

@@ -106,8 +106,10 @@ def test_a_single_replica_cluster_refuses_to_scale_in(
     scale(kube, namespace, 2)
     stalled = wait_for("Stalled", lambda: (c := condition(
         reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 20, 0.1)
-    assert stalled["reason"] == "ScaleInRefused"
-    assert "set spec.replicas back to 3" in stalled["message"]
+    # Refused as the admission webhook refuses it, against the spec last applied.
+    assert stalled["reason"] == "InvalidSpec"
+    assert "spec.replicas: a single-replica cluster cannot scale in (no second copy of the " \
+        "data exists) (keep replicas at 3 or more)" in stalled["message"]
     time.sleep(1.0)  # a few passes later, still nothing removed
     assert statefulset_replicas(kube, namespace) == 3
     assert lifecycle_count(reconciler, "decommission") == 0

@@ -99,9 +99,11 @@ def test_a_downgrade_is_refused_and_no_pod_moves(
     stalled = wait_for("the downgrade to be refused", lambda: (c := condition(
         reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 30, 0.1)
     report("version 3.2.1 -> 3.2.0: refused", time.monotonic() - started)
-    assert stalled["reason"] == "VersionChangeRefused"
-    assert "cannot be downgraded" in stalled["message"]
-    assert "back to 3.2.1" in stalled["message"]
+    # Refused as the admission webhook refuses it, before any step acts (the rollout's own
+    # check against the pods' versions is the second guard).
+    assert stalled["reason"] == "InvalidSpec"
+    assert "spec.version: the version cannot go back (3.2.1 -> 3.2.0): KaiwuDB cannot be " \
+        "downgraded (keep 3.2.1 or later)" in stalled["message"]
     time.sleep(2.0)  # passes go by: still nothing moves
     current = pods(kube, namespace)
     assert sorted(pod["metadata"]["uid"] for pod in current) == uids

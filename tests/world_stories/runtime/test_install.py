@@ -7,12 +7,15 @@ reconciler` in its own process, its KAIWU_* variables taken from the Deployment,
 the ServiceAccount's token. It brings a small KaiwuCluster to Ready (the simulated kubelets run
 the pods) without a single request refused in the audit log. The namespace-scoped reconciler's
 token cannot read Secrets or delete claims outside its namespace (403), nor write
-cluster-wide. Each variant's Deployment passes a server-side dry run. Timings are printed
+cluster-wide. The webhook's Secret and registration are made with the bundle's rights too (the
+webhook is called by URL: no Service routes to a local process here). Each variant's Deployment
+passes a server-side dry run. Timings are printed
 (pytest -s).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -31,7 +34,7 @@ from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from tests.support.harness import REPO, condition, refused, service_account_token, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
-from tests.world.controlplane import ControlPlane
+from tests.world.controlplane import ControlPlane, free_port
 from tests.world.simworld import SimWorld
 
 
@@ -51,9 +54,14 @@ def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
     env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": "installed-0",
            **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
     log = tmp / "reconciler.log"
+    # The webhook as deployed (certificate Secret, registration) but called by URL: this world
+    # has no Service routing the API server to a local process.
+    port = free_port()
     argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
             "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
-            "--http-address", "127.0.0.1:0", "--log-format", "text"]
+            "--http-address", "127.0.0.1:0", "--log-format", "text",
+            "--webhook-address", f"127.0.0.1:{port}", "--webhook-url", f"https://127.0.0.1:{port}",
+            "--webhook-hosts", "127.0.0.1"]
     with log.open("wb") as out:
         popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     return popen, log, f"system:serviceaccount:{namespace}:{install.NAME}"
@@ -95,8 +103,16 @@ def test_the_bundle_is_all_the_reconciler_needs_to_bring_a_cluster_to_ready(
         wait_for("the cluster to be Ready", ready, 90, 0.2)
         report(f"{scope} bundle: RBAC applied -> cluster Ready", time.monotonic() - started)
         time.sleep(1.0)  # a few more requests (status, caches) into the audit log
+        # The bundle's rights were enough to make the webhook's Secret and register it.
+        registration = f"{install.NAME}-{namespace}"
+        webhooks = k8s.AdmissionregistrationV1Api(kube).read_validating_webhook_configuration(
+            registration).webhooks or []
+        assert webhooks and webhooks[0].client_config.ca_bundle
     finally:
         stop(popen)
+        with contextlib.suppress(k8s.ApiException):
+            k8s.AdmissionregistrationV1Api(kube).delete_validating_webhook_configuration(
+                f"{install.NAME}-{namespace}")
     assert refused(control_plane, who, namespace, scope) == [], \
         "requests RBAC refused:\n" + "\n".join(refused(control_plane, who, namespace, scope))
     writes = control_plane.audit_events(user=who, verbs={"create", "patch", "update"})

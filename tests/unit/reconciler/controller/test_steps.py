@@ -7,10 +7,12 @@ The same pass against the real apiserver: the drift and lifecycle stories.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from reconciler import status as st
+from reconciler.controller.admission import ACCEPTED_ANNOTATION
 from reconciler.controller.conditions import observed
 from reconciler.controller.controller import Controller
 from reconciler.controller.objects import ObjectPass, ObjectState
@@ -195,6 +197,62 @@ def test_a_tls_cluster_makes_its_certificates_before_anything_is_rendered() -> N
     assert ran[:4] == ["spec", "certificates", "lifecycle", "render"]
     created = [name for verb, kind, name in kube.writes if verb == "create" and kind == "Secret"]
     assert sorted(created) == [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
+
+
+# ---- what the webhook would have refused, stored anyway (issue 11 part 5, issue 15 part 5) ---
+
+def test_the_statefulset_remembers_the_spec_it_was_applied_from() -> None:
+    _, kube, _ = reconcile(cluster(storage={"size": "20Gi"}))
+    sts = kube.objects[("StatefulSet", NS, NAME)]
+    memory = json.loads(sts["metadata"]["annotations"][ACCEPTED_ANNOTATION])
+    assert memory == {"replicas": 3, "startMode": "multi-replica", "storage": {"size": "20Gi"},
+                      "version": "3.2.1"}
+
+
+def test_a_change_stored_behind_the_webhooks_back_stalls_that_cluster_and_writes_nothing(
+        ) -> None:
+    # Two clusters applied; then one's start mode is changed while the webhook was down.
+    objects: dict[tuple[str, str, str], Obj] = {}
+    for name in (NAME, "other"):
+        obj = cluster()
+        obj["metadata"].update(name=name, uid=f"uid-{name}")
+        objects[("KaiwuCluster", NS, name)] = obj
+    kube = FakeKube(objects)
+    controller = Controller(kube, FakeView(objects), Settings(  # type: ignore[arg-type]
+        watch_namespace=NS, leader_election=False), Metrics(), clock=lambda: NOW)
+    for name in (NAME, "other"):
+        controller.reconcile(ClusterKey(NS, name))
+    for name in (NAME, "other"):
+        stored = objects[("KaiwuCluster", NS, name)]
+        stored["spec"]["startMode"] = "single-replica" if name == NAME else "multi-replica"
+        stored["spec"]["replicas"] = 4
+        stored["metadata"]["generation"] = 2
+    kube.writes.clear()
+
+    controller.reconcile(ClusterKey(NS, NAME))
+    assert [w for w in kube.writes if w[0] != "status" and w[1] != "Event"] == []
+    status = objects[("KaiwuCluster", NS, NAME)]["status"]
+    stalled = condition(status, "Stalled")
+    assert stalled["reason"] == "InvalidSpec"
+    # The webhook's own line, word for word.
+    assert stalled["message"] == (
+        "the spec cannot be rendered: KaiwuCluster db/dev: spec.startMode: the start mode "
+        "cannot change (multi-replica -> single-replica): it is written into every store "
+        "(keep the old start mode, or create a new cluster and migrate the data)")
+    sts = objects[("StatefulSet", NS, NAME)]
+    assert json.loads(sts["metadata"]["annotations"][ACCEPTED_ANNOTATION])["startMode"] == \
+        "multi-replica", "the memory is still what exists"
+
+    controller.reconcile(ClusterKey(NS, "other"))
+    assert ("apply", "StatefulSet", "other") in kube.writes, "the other cluster is served"
+    other = objects[("StatefulSet", NS, "other")]
+    assert json.loads(other["metadata"]["annotations"][ACCEPTED_ANNOTATION])["replicas"] == 4
+
+    # Changed back: accepted again, and the pass goes on.
+    objects[("KaiwuCluster", NS, NAME)]["spec"]["startMode"] = "multi-replica"
+    controller.reconcile(ClusterKey(NS, NAME))
+    assert condition(objects[("KaiwuCluster", NS, NAME)]["status"], "Stalled")["status"] \
+        == "False"
 
 
 # ---- conditions: pure functions of the pass ------------------------------------------------

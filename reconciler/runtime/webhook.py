@@ -1,0 +1,383 @@
+"""The validating admission webhook for KaiwuClusters: served over HTTPS by every replica, its
+certificate and registration kept by the leader.
+
+Started by `reconciler.runtime.process` when `Settings.webhook` is on. Two parts:
+- `WebhookServer` answers POST /validate on `Settings.webhook_address` on EVERY replica (a
+  standby too: the Service balances over all ready replicas, and a leader's death must not shut
+  the door). Each answer is `reconciler.controller.admission.review`, computed from the request
+  and this replica's watch caches (the stored cluster for a scale request, the StatefulSet's
+  memory of the last applied spec): no API request in the common case, milliseconds.
+- `WebhookManager`, a loop on every replica: reads the certificate Secret every
+  `webhook_reload_s` and serves what it holds (a new certificate is served from the next TLS
+  handshake, without a restart); on the leader it also moves the Secret on by one step of
+  `reconciler.runtime.webhook_certs.next_step` (create, renew, rotate the CA with an overlap)
+  and keeps the ValidatingWebhookConfiguration (`configuration`) registered with a caBundle
+  holding every CA a replica may serve. With `webhook_cert_source=secret` the Secret is someone
+  else's (cert-manager's) and only read.
+
+The private key never touches a filesystem: it is handed to OpenSSL through an anonymous memory
+file (memfd), so a read-only root filesystem needs no writable volume.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from cryptography import x509
+
+from reconciler.controller.admission import applied, judge, response, review
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.leader import NotLeaderError
+from reconciler.metrics import Metrics
+from reconciler.model import Obj, meta
+from reconciler.runtime.webhook_certs import (
+    ServingPolicy,
+    ca_bundle,
+    next_step,
+    read_state,
+    secret_content,
+    serving_pair,
+)
+from reconciler.settings import Settings
+from renderer.schema import GROUP, PLURAL
+from renderer.settings import KubeVersion
+
+log = logging.getLogger(__name__)
+
+PATH = "/validate"
+WEBHOOK_NAME = f"{PLURAL}.{GROUP}"
+# Namespaces labelled so are not checked: the escape hatch (reconciler.install labels its own).
+SKIP_LABEL = "kaiwu.inspur.com/admission"
+SKIP_VALUE = "skip"
+CONFIG_HASH = "kaiwu.inspur.com/config-hash"
+LABELS = {"app.kubernetes.io/name": "kaiwu-reconciler", "app.kubernetes.io/part-of":
+          "kaiwu-operator"}
+# An AdmissionReview holds the object twice (object and oldObject); etcd caps one at 1.5 MiB.
+MAX_BODY = 4 * 1024 * 1024
+# A client that stalls the TLS handshake or its request holds one thread this long at most.
+SOCKET_TIMEOUT_S = 10.0
+
+
+def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A server context for a PEM certificate (chain) and key, loaded from memory files."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    fds = [os.memfd_create("webhook-cert"), os.memfd_create("webhook-key")]
+    try:
+        for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
+            with os.fdopen(fd, "wb", closefd=False) as fh:
+                fh.write(data)
+        context.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return context
+
+
+class WebhookServer:
+    """HTTPS server answering AdmissionReviews with `decide`; `load` swaps its certificate."""
+
+    def __init__(self, host: str, port: int, metrics: Metrics,
+                 decide: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.metrics = metrics
+        self.decide = decide
+        self._context: ssl.SSLContext | None = None
+        self.serving: tuple[bytes, bytes] | None = None
+        self.not_after: datetime | None = None
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                started = time.monotonic()
+                if self.path.split("?", 1)[0] != PATH:
+                    self._send(404, {"error": f"not found: POST {PATH}"})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                if length <= 0 or length > MAX_BODY:
+                    server.metrics.admission_reviews_total.labels(result="error").inc()
+                    self._send(413 if length > MAX_BODY else 400,
+                               {"error": "an AdmissionReview body is required"})
+                    return
+                try:
+                    body = json.loads(self.rfile.read(length))
+                    answer = server.decide(body)
+                except Exception:  # the API server applies the failure policy to a 500
+                    log.exception("admission review failed")
+                    server.metrics.admission_reviews_total.labels(result="error").inc()
+                    self._send(500, {"error": "the review could not be decided"})
+                    return
+                allowed = bool(answer["response"]["allowed"])
+                server.metrics.admission_reviews_total.labels(
+                    result="allowed" if allowed else "denied").inc()
+                server.metrics.admission_duration_seconds.observe(time.monotonic() - started)
+                self._send(200, answer)
+
+            def _send(self, code: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("webhook %s", format % args)
+
+        class TLSServer(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                log.warning("webhook request from %s failed", client_address, exc_info=True)
+
+            def finish_request(self, request: Any, client_address: Any) -> None:
+                # Runs in the request's own thread: a slow handshake blocks nobody else.
+                context = server._context
+                if context is None:  # no certificate yet: the API server sees a refusal
+                    return
+                request.settimeout(SOCKET_TIMEOUT_S)
+                try:
+                    tls = context.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError) as error:
+                    log.debug("webhook TLS handshake failed: %s", error)
+                    return
+                try:
+                    Handler(tls, client_address, self)
+                finally:
+                    tls.close()
+
+        self._httpd = TLSServer((host, port), Handler)
+        self.port: int = self._httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    def load(self, cert_pem: bytes, key_pem: bytes) -> None:
+        """Serve this certificate from the next handshake on."""
+        self._context = tls_context(cert_pem, key_pem)
+        self.serving = (cert_pem, key_pem)
+        self.not_after = x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+        self.metrics.webhook_certificate_expiry_seconds.set(self.not_after.timestamp())
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,),
+                                        name="webhook", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def decider(view: CacheView, kube: Kube, settings: Settings
+            ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """AdmissionReview -> answer, judged from this replica's caches (the stored cluster of a
+    scale request is read from the API when the cache does not hold it yet)."""
+
+    def stored(namespace: str, name: str) -> Obj | None:
+        found = view.get(k.KAIWU_CLUSTER, namespace, name)
+        if found is None:
+            try:
+                found = kube.get(k.KAIWU_CLUSTER, namespace, name)
+            except (ApiError, OSError) as error:
+                log.warning("webhook could not read KaiwuCluster %s/%s: %s", namespace, name,
+                            error)
+        return found
+
+    def accepted(cluster: Obj) -> dict[str, Any] | None:
+        return applied(view, cluster)
+
+    def watched(namespace: str) -> bool:
+        return not settings.watch_namespace or namespace == settings.watch_namespace
+
+    def decide(body: dict[str, Any]) -> dict[str, Any]:
+        verdict = review(body.get("request") or {}, stored=stored, accepted=accepted,
+                         watched=watched)
+        return response(body, verdict)
+
+    # The schema validator is built on first use (about half a second): not on a user's request.
+    judge({"apiVersion": f"{GROUP}/v1", "kind": "KaiwuCluster",
+           "metadata": {"name": "warm-up", "namespace": "default"}, "spec": {}}, None)
+    return decide
+
+
+def policy_of(settings: Settings, namespace: str) -> ServingPolicy:
+    """What the serving certificate must cover: the Service in every DNS form, plus
+    `webhook_hosts` (and the URL's host)."""
+    service = settings.webhook_service
+    hosts = [f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local",
+             f"{service}.{namespace}", service]
+    hosts += [h.strip() for h in settings.webhook_hosts.split(",") if h.strip()]
+    return ServingPolicy(
+        # X.509 caps a common name at 64 characters; clients match the SANs, never the CN.
+        common_name=service[:64], hosts=tuple(dict.fromkeys(hosts)),
+        ca_validity=timedelta(seconds=settings.webhook_ca_validity_s),
+        cert_validity=timedelta(seconds=settings.webhook_cert_validity_s),
+        overlap=timedelta(seconds=settings.webhook_ca_overlap_s))
+
+
+def configuration(settings: Settings, namespace: str, bundle: bytes,
+                  kube_version: KubeVersion | None = None) -> Obj:
+    """The ValidatingWebhookConfiguration: KaiwuCluster CREATE and UPDATE (the object and its
+    scale subresource; status writes and deletes are never checked), every namespace but those
+    labelled `kaiwu.inspur.com/admission: skip`; a namespaced install (1.21 on, where namespaces
+    carry their name as a label) only its own namespace."""
+    client: Obj = ({"url": settings.webhook_url.rstrip("/") + PATH} if settings.webhook_url
+                   else {"service": {"namespace": namespace, "name": settings.webhook_service,
+                                     "path": PATH, "port": 443}})
+    client["caBundle"] = base64.b64encode(bundle).decode()
+    expressions: list[Obj] = [{"key": SKIP_LABEL, "operator": "NotIn", "values": [SKIP_VALUE]}]
+    if settings.watch_namespace and kube_version is not None and \
+            (kube_version.major, kube_version.minor) >= (1, 21):
+        expressions.append({"key": "kubernetes.io/metadata.name", "operator": "In",
+                            "values": [settings.watch_namespace]})
+    webhook: Obj = {
+        "name": WEBHOOK_NAME,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": settings.webhook_failure_policy,
+        "matchPolicy": "Equivalent",
+        "timeoutSeconds": settings.webhook_timeout_s,
+        "rules": [{"apiGroups": [GROUP], "apiVersions": ["*"],
+                   "operations": ["CREATE", "UPDATE"],
+                   "resources": [PLURAL, f"{PLURAL}/scale"], "scope": "Namespaced"}],
+        "namespaceSelector": {"matchExpressions": expressions},
+        "clientConfig": client,
+    }
+    without_bundle = json.dumps({**webhook, "clientConfig": {
+        key: value for key, value in client.items() if key != "caBundle"}}, sort_keys=True)
+    return {
+        "apiVersion": k.VALIDATING_WEBHOOK.api_version, "kind": k.VALIDATING_WEBHOOK.kind,
+        "metadata": {"name": settings.effective_webhook_configuration(), "labels": dict(LABELS),
+                     "annotations": {CONFIG_HASH: hashlib.sha256(
+                         without_bundle.encode()).hexdigest()[:16]}},
+        "webhooks": [webhook],
+    }
+
+
+def live_bundle(config: Obj | None) -> bytes:
+    """The caBundle the API server trusts now (b"" without a registration)."""
+    for webhook in (config or {}).get("webhooks") or ():
+        raw = (webhook.get("clientConfig") or {}).get("caBundle")
+        if webhook.get("name") == WEBHOOK_NAME and raw:
+            try:
+                return base64.b64decode(raw)
+            except ValueError:
+                return b""
+    return b""
+
+
+class WebhookManager:
+    """The certificate and registration loop (see the module docstring)."""
+
+    def __init__(self, kube: Kube, settings: Settings, server: WebhookServer,
+                 is_leader: Callable[[], bool], clock: Callable[[], datetime] = lambda:
+                 datetime.now(UTC)) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.server = server
+        self.is_leader = is_leader
+        self.clock = clock
+        self.namespace = settings.effective_lease_namespace()
+        self.policy = policy_of(settings, self.namespace)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._kube_version: KubeVersion | None = None
+        self.problem = ""
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="webhook-certs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Look again now (leadership gained)."""
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+                self.problem = ""
+            except (ApiError, OSError, NotLeaderError) as error:
+                self.problem = f"webhook certificate: {error}"
+                log.warning("webhook certificate loop: %s", error)
+            except Exception as error:  # keep serving what is loaded; say why in /readyz
+                self.problem = f"webhook certificate: {error}"
+                log.exception("webhook certificate loop failed")
+            # Quick while nothing is served yet (a fresh install waits for the leader's CA).
+            wait = self.settings.webhook_reload_s if self.server.serving else min(
+                1.0, self.settings.webhook_reload_s)
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def tick(self) -> None:
+        """One look: (leader) move the Secret on and register; (all) serve what it holds."""
+        secret = self.kube.get(k.SECRET, self.namespace, self.settings.webhook_secret)
+        if self.is_leader():
+            secret = self._lead(secret)
+        pair = serving_pair(secret)
+        if pair is not None and pair != self.server.serving:
+            self.server.load(*pair)
+            log.info("webhook serving certificate loaded", extra={
+                "not_after": str(self.server.not_after)})
+
+    def _lead(self, secret: Obj | None) -> Obj | None:
+        name = self.settings.effective_webhook_configuration()
+        registered = self.kube.get(k.VALIDATING_WEBHOOK, None, name)
+        trusted = live_bundle(registered)
+        if self.settings.webhook_cert_source == "reconciler":
+            state = read_state(secret)
+            step = next_step(state, trusted, self.clock(), self.policy)
+            if step is not None:
+                state, reason = step
+                secret = self._write_secret(secret, state)
+                log.info("webhook certificate: %s", reason)
+            bundle = ca_bundle(state)
+        else:
+            bundle = ca_bundle(read_state(secret)) if secret is not None else b""
+            if not bundle:
+                raise OSError(f"Secret {self.namespace}/{self.settings.webhook_secret} has no "
+                              "ca.crt yet (cert-manager issues it)")
+        if self._kube_version is None:
+            self._kube_version = KubeVersion.parse(self.kube.server_version())
+        desired = configuration(self.settings, self.namespace, bundle, self._kube_version)
+        current = (meta(registered).get("annotations") or {}).get(CONFIG_HASH)
+        if registered is None or trusted != bundle or \
+                current != desired["metadata"]["annotations"][CONFIG_HASH]:
+            self.kube.apply(desired)
+            log.info("webhook registered", extra={"configuration": name,
+                                                  "cas": bundle.count(b"BEGIN CERTIFICATE")})
+        return secret
+
+    def _write_secret(self, live: Obj | None, state: Any) -> Obj:
+        data, annotations = secret_content(state)
+        metadata: Obj = {"name": self.settings.webhook_secret, "namespace": self.namespace,
+                         "labels": dict(LABELS), "annotations": annotations}
+        body: Obj = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata,
+                     "type": "kubernetes.io/tls", "data": data}
+        if live is None:
+            return self.kube.create(body)
+        # A whole replacement (a key dropped from the data must go), and only over the Secret
+        # we read: a conflict means another writer, and the next tick reads again.
+        metadata["resourceVersion"] = meta(live).get("resourceVersion")
+        return self.kube.replace(body)
+

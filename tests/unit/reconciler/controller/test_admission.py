@@ -1,0 +1,231 @@
+"""Stories about the admission webhook's decision (reconciler.controller.admission.review), as
+the API server would ask it: AdmissionReviews for KaiwuCluster CREATE and UPDATE, the scale
+subresource, and what a change is judged against. No server, no test world: the lookups are
+dictionaries. The same decisions on the real API server: tests/world_stories/admission/.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from reconciler.controller import admission
+from reconciler.controller.admission import Verdict, accepted_facts, facts_annotation, review
+from reconciler.model import Obj
+from renderer.render import check_live
+
+NS, NAME = "db", "orders"
+
+
+def cluster(**spec: Any) -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": NAME, "namespace": NS, "uid": "uid-1", "generation": 1},
+            "spec": {"tls": {"enabled": False}, **spec}}
+
+
+def create(obj: Obj, **lookups: Any) -> Verdict:
+    return review({"uid": "r1", "operation": "CREATE", "namespace": NS, "name": NAME,
+                   "object": obj}, **_lookups(**lookups))
+
+
+def update(old: Obj, new: Obj, **lookups: Any) -> Verdict:
+    return review({"uid": "r2", "operation": "UPDATE", "namespace": NS, "name": NAME,
+                   "object": new, "oldObject": old}, **_lookups(**lookups))
+
+
+def scale(replicas: int, old_replicas: int, **lookups: Any) -> Verdict:
+    """What `kubectl scale kwc orders --replicas=N` makes the API server send."""
+    def scale_object(n: int) -> Obj:
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": NAME, "namespace": NS}, "spec": {"replicas": n}}
+    return review({"uid": "r3", "operation": "UPDATE", "subResource": "scale",
+                   "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                   "namespace": NS, "name": NAME, "object": scale_object(replicas),
+                   "oldObject": scale_object(old_replicas)}, **_lookups(**lookups))
+
+
+def _lookups(stored: Obj | None = None, accepted: dict[str, Any] | None = None,
+             watched: str | None = None) -> dict[str, Any]:
+    return {"stored": lambda ns, name: copy.deepcopy(stored),
+            "accepted": lambda _cluster: accepted,
+            "watched": lambda ns: watched is None or ns == watched}
+
+
+def with_spec(obj: Obj, **changes: Any) -> Obj:
+    changed = copy.deepcopy(obj)
+    changed["spec"].update(changes)
+    return changed
+
+
+def test_a_valid_new_cluster_is_allowed_without_a_word() -> None:
+    assert create(cluster()) == Verdict(True)
+
+
+def test_an_invalid_new_cluster_is_refused_with_the_renderers_line_naming_field_and_fix() -> None:
+    verdict = create(cluster(replicas=2))
+    assert not verdict.allowed
+    assert verdict.problems == (
+        "KaiwuCluster db/orders: spec.replicas: multi-replica needs at least 3 nodes, got 2 "
+        "(set replicas to 3 or more, or use startMode single-replica)",)
+
+
+def test_every_problem_is_told_at_once() -> None:
+    verdict = create(cluster(replicas=2, extraArgs=["--join=x"]))
+    assert [p.split(": ")[1] for p in verdict.problems] == ["spec.extraArgs[0]",
+                                                            "spec.replicas"]
+
+
+def test_changing_the_start_mode_is_refused() -> None:
+    old = cluster()
+    verdict = update(old, with_spec(old, startMode="single-replica"))
+    assert not verdict.allowed
+    assert "spec.startMode: the start mode cannot change (multi-replica -> single-replica)" \
+        in verdict.message
+
+
+def test_shrinking_storage_is_refused_and_growing_it_is_allowed_with_a_warning() -> None:
+    old = cluster(storage={"size": "100Gi"})
+    shrink = update(old, with_spec(old, storage={"size": "50Gi"}))
+    assert not shrink.allowed
+    assert "volumes cannot shrink (100Gi -> 50Gi) (keep 100Gi or more)" in shrink.message
+    grow = update(old, with_spec(old, storage={"size": "200Gi"}))
+    assert grow.allowed
+    assert grow.warnings == ("spec.storage.size: existing volumes keep 100Gi; only new ones "
+                             "get 200Gi",)
+
+
+def test_a_downgrade_and_a_major_jump_are_refused_and_a_minor_upgrade_passes() -> None:
+    old = cluster(version="3.2.1")
+    down = update(old, with_spec(old, version="3.1.0"))
+    assert not down.allowed and "KaiwuDB cannot be downgraded (keep 3.2.1 or later)" \
+        in down.message
+    major = update(old, with_spec(old, version="4.0.0"))
+    assert not major.allowed and "(keep 3.x)" in major.message
+    assert update(old, with_spec(old, version="3.2.2")).allowed
+
+
+def test_kubectl_scale_below_the_multi_replica_floor_is_refused() -> None:
+    verdict = scale(2, 3, stored=cluster())
+    assert not verdict.allowed
+    assert "spec.replicas: multi-replica needs at least 3 nodes, got 2" in verdict.message
+    assert scale(5, 3, stored=cluster()).allowed
+
+
+def test_kubectl_scale_in_of_a_single_replica_cluster_is_refused_scale_out_passes() -> None:
+    single = cluster(startMode="single-replica", replicas=3)
+    verdict = scale(2, 3, stored=single)
+    assert not verdict.allowed
+    assert "a single-replica cluster cannot scale in" in verdict.message
+    assert scale(4, 3, stored=single).allowed
+
+
+def test_a_scale_of_a_cluster_that_cannot_be_read_passes_with_a_warning() -> None:
+    verdict = scale(2, 3, stored=None)
+    assert verdict.allowed
+    assert verdict.warnings == ("KaiwuCluster db/orders could not be read: the reconciler "
+                                "checks this scale instead",)
+
+
+def test_changes_are_judged_against_what_the_reconciler_applied_not_what_is_stored() -> None:
+    # Stored while the webhook was down: the start mode changed; the reconciler refused it, so
+    # what exists is still multi-replica (its StatefulSet says so).
+    applied = check_live(cluster())["spec"]
+    memory = accepted_facts(_statefulset(facts_annotation(applied)), cluster())
+    stored = cluster(startMode="single-replica")
+    back = update(stored, cluster(), accepted=memory)
+    assert back.allowed, "changing it back to what exists is the fix"
+    again = update(stored, with_spec(stored, replicas=4), accepted=memory)
+    assert not again.allowed and "the start mode cannot change" in again.message
+    # Without the memory, the stored object is the reference only when it passes the rules.
+    assert not update(cluster(), cluster(startMode="single-replica")).allowed
+
+
+def test_label_and_annotation_edits_of_a_refused_cluster_pass_so_it_can_be_paused() -> None:
+    stored = cluster(replicas=2)
+    paused = copy.deepcopy(stored)
+    paused["metadata"]["annotations"] = {"kaiwu.inspur.com/paused": "true"}
+    verdict = update(stored, paused)
+    assert verdict.allowed
+    assert verdict.warnings[0].startswith("the stored spec is refused by the reconciler: "
+                                          "KaiwuCluster db/orders: spec.replicas:")
+    assert all(len(w) <= admission.MAX_WARNING for w in verdict.warnings)
+
+
+def test_a_change_to_a_paused_cluster_passes_with_a_warning() -> None:
+    old = cluster(paused=True)
+    verdict = update(old, with_spec(old, replicas=5))
+    assert verdict.allowed
+    assert verdict.warnings == ("the cluster is paused: this change is applied once it is "
+                                "resumed",)
+
+
+def test_a_namespace_another_install_watches_is_not_judged() -> None:
+    assert review({"operation": "CREATE", "namespace": "other", "object": cluster(replicas=2)},
+                  **_lookups(watched=NS)) == Verdict(True)
+
+
+def test_the_answer_echoes_the_review_version_and_uid_and_says_why() -> None:
+    request = {"uid": "abc", "operation": "CREATE", "namespace": NS, "name": NAME,
+               "object": cluster(replicas=2)}
+    for version in ("admission.k8s.io/v1", "admission.k8s.io/v1beta1"):
+        body = {"apiVersion": version, "kind": "AdmissionReview", "request": request}
+        answer = admission.response(body, review(request, **_lookups()))
+        assert answer["apiVersion"] == version
+        assert answer["response"]["uid"] == "abc"
+        assert answer["response"]["allowed"] is False
+        assert answer["response"]["status"]["code"] == 422
+        assert "multi-replica needs at least 3 nodes" in answer["response"]["status"]["message"]
+
+
+def test_the_memory_of_an_earlier_cluster_of_the_same_name_is_ignored() -> None:
+    sts = _statefulset(facts_annotation(check_live(cluster())["spec"]))
+    assert accepted_facts(sts, cluster()) is not None
+    newer = cluster()
+    newer["metadata"]["uid"] = "uid-2"
+    assert accepted_facts(sts, newer) is None
+    sts["metadata"]["annotations"][admission.ACCEPTED_ANNOTATION] = "{not json"
+    assert accepted_facts(sts, cluster()) is None
+
+
+def _statefulset(annotation: str) -> Obj:
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": NAME, "namespace": NS,
+                         "annotations": {admission.ACCEPTED_ANNOTATION: annotation},
+                         "ownerReferences": [{"uid": "uid-1", "controller": True,
+                                              "kind": "KaiwuCluster", "name": NAME}]}}
+
+
+class View:
+    """The watch caches: a StatefulSet and pods by name."""
+
+    def __init__(self, *objects: Obj) -> None:
+        self.objects = objects
+
+    def get(self, kind: Any, namespace: str, name: str) -> Obj | None:
+        return next((o for o in self.objects if o["kind"] == kind.kind
+                     and o["metadata"]["name"] == name), None)
+
+    def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Obj]:
+        return [o for o in self.objects if o["kind"] == kind.kind]
+
+
+def pod(name: str, version: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"app.kubernetes.io/instance": NAME}},
+            "spec": {"containers": [{"name": "kwbase", "image": f"kwdb/kwdb:{version}"}]}}
+
+
+def test_a_version_is_judged_against_the_pods_so_a_stuck_upgrade_can_be_set_back() -> None:
+    upgrading = cluster(version="3.2.2")
+    sts = _statefulset(facts_annotation(check_live(upgrading)["spec"]))
+    # One pod moved to 3.2.2 (and crashes there); two still run 3.2.1.
+    view = View(sts, pod("orders-0", "3.2.1"), pod("orders-1", "3.2.1"), pod("orders-2", "3.2.2"))
+    memory = admission.applied(view, upgrading)
+    assert memory is not None and memory["version"] == "3.2.1"
+    assert update(upgrading, cluster(version="3.2.1"), accepted=memory).allowed
+    assert not update(upgrading, cluster(version="3.2.0"), accepted=memory).allowed
+    # Once every pod runs 3.2.2, going back is a downgrade.
+    done = View(sts, *(pod(f"orders-{i}", "3.2.2") for i in range(3)))
+    finished = admission.applied(done, upgrading)
+    assert not update(upgrading, cluster(version="3.2.1"), accepted=finished).allowed

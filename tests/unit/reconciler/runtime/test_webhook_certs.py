@@ -1,0 +1,173 @@
+"""Stories about the webhook's serving certificate over time (reconciler.runtime.webhook_certs),
+on a fake clock: the leader moves the Secret on one step per tick and registers the caBundle,
+two replicas reload the Secret at their own pace, and at every moment the API server must trust
+what each of them serves. Three CA lifetimes pass in a second.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+
+from reconciler.runtime.webhook_certs import (
+    ServingPolicy,
+    ServingState,
+    bundle_fingerprints,
+    ca_bundle,
+    next_step,
+    read_state,
+    secret_content,
+    serving_pair,
+)
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+POLICY = ServingPolicy(common_name="kaiwu-reconciler-webhook.kaiwu-system.svc",
+                       hosts=("kaiwu-reconciler-webhook.kaiwu-system.svc", "127.0.0.1"),
+                       ca_validity=timedelta(seconds=600), cert_validity=timedelta(seconds=200),
+                       overlap=timedelta(seconds=40), key_size=1024)
+TICK = timedelta(seconds=10)
+
+
+def as_secret(state: ServingState) -> dict[str, object]:
+    data, annotations = secret_content(state)
+    return {"metadata": {"name": "tls", "annotations": annotations}, "data": data}
+
+
+@dataclass
+class World:
+    """The Secret, the registered caBundle, and what each replica serves. The Secret is kept
+    parsed (its parsing is its own story below): a tick costs what the leader's step costs."""
+
+    state: ServingState = field(default_factory=ServingState)
+    bundle: bytes = b""
+    serving: dict[str, bytes] = field(default_factory=dict)  # replica -> tls.crt
+    reasons: list[tuple[datetime, str]] = field(default_factory=list)
+
+    @property
+    def secret(self) -> dict[str, object]:
+        return as_secret(self.state)
+
+    def leader_tick(self, now: datetime, policy: ServingPolicy = POLICY) -> None:
+        step = next_step(self.state, self.bundle, now, policy)
+        if step is not None:
+            self.state = step[0]
+            self.reasons.append((now, step[1]))
+        self.bundle = ca_bundle(self.state)
+
+    def reload(self, replica: str) -> None:
+        assert self.state.leaf is not None
+        self.serving[replica] = self.state.leaf.cert_pem
+
+    def trusted(self, replica: str, now: datetime) -> bool:
+        """Would the API server accept this replica's certificate now?"""
+        cert = x509.load_pem_x509_certificate(self.serving[replica])
+        cas = x509.load_pem_x509_certificates(self.bundle)
+        issued = any(cert.issuer == ca.subject and _verifies(cert, ca) for ca in cas)
+        return issued and cert.not_valid_before_utc <= now < cert.not_valid_after_utc and all(
+            ca.not_valid_before_utc <= now < ca.not_valid_after_utc for ca in cas
+            if _verifies(cert, ca))
+
+
+def _verifies(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+        return True
+    except Exception:
+        return False
+
+
+def test_a_first_tick_makes_a_ca_and_a_certificate_for_every_host() -> None:
+    world = World()
+    world.leader_tick(START)
+    assert world.reasons == [(START, "created a CA and serving certificate")]
+    world.reload("a")
+    assert world.trusted("a", START)
+    state = read_state(world.secret)
+    assert state.leaf is not None and state.leaf.cert_pem == world.serving["a"]
+    assert serving_pair(world.secret) == (state.leaf.cert_pem, state.leaf.key_pem)
+    sans = state.leaf.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert "kaiwu-reconciler-webhook.kaiwu-system.svc" in sans.value.get_values_for_type(
+        x509.DNSName)
+    assert [str(ip) for ip in sans.value.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    world.leader_tick(START + TICK)
+    assert len(world.reasons) == 1, "nothing is due right after"
+
+
+def test_three_ca_lifetimes_pass_and_the_api_server_trusts_every_replica_at_every_tick() -> None:
+    world = World()
+    now = START
+    # The slowest replica allowed reloads just within the overlap.
+    lagging_ticks = int(POLICY.overlap / TICK) - 1
+    bundle_sizes = set()
+    for tick in range(int(timedelta(seconds=1800) / TICK)):
+        world.leader_tick(now)
+        world.reload("leader")
+        if tick % lagging_ticks == 0 or "standby" not in world.serving:
+            world.reload("standby")
+        for replica in ("leader", "standby"):
+            assert world.trusted(replica, now), (replica, now - START, world.reasons[-3:])
+        bundle_sizes.add(len(bundle_fingerprints(world.bundle)))
+        now += TICK
+    reasons = [reason for _, reason in world.reasons]
+    took_over = reasons.count("the next CA took over and issued a new serving certificate")
+    assert took_over >= 3, reasons
+    assert reasons.count("the CA expires soon: made the next CA (trusted before it is used)") \
+        == took_over
+    assert reasons.count("dropped the previous CA (every replica serves the new one)") \
+        == took_over
+    assert "the serving certificate expires soon: issued a new one" in reasons
+    assert bundle_sizes == {1, 2}, "two CAs only while one takes over from the other"
+
+
+def test_the_next_ca_is_not_used_before_the_api_server_trusts_it() -> None:
+    world = World()
+    now = START
+    while not world.reasons or not world.reasons[-1][1].startswith("the CA expires soon"):
+        world.leader_tick(now)
+        now += TICK
+    # From here the registration keeps failing: the API server trusts only the current CA.
+    # The next CA waits; the serving certificate is still renewed from the current one.
+    trusted_before = ca_bundle(ServingState(ca_cert=world.state.ca_cert))
+    assert world.state.ca is not None
+    tick = 0
+    while now < world.state.ca.cert.not_valid_after_utc - TICK:
+        step = next_step(world.state, trusted_before, now, POLICY)
+        if step is not None:
+            assert "took over" not in step[1]
+            world.state = step[0]
+        world.bundle = trusted_before
+        if tick % 4 == 1 or "a" not in world.serving:  # reloads every fourth tick
+            world.reload("a")
+        assert world.trusted("a", now), now - START
+        now += TICK
+        tick += 1
+
+
+def test_a_certificate_that_no_longer_covers_the_hosts_is_reissued_at_once() -> None:
+    world = World()
+    world.leader_tick(START)
+    wider = ServingPolicy(**{**POLICY.__dict__, "hosts": (*POLICY.hosts, "webhook.example")})
+    world.leader_tick(START + TICK, wider)
+    assert world.reasons[-1][1] == ("the serving certificate does not cover webhook.example: "
+                                    "issued a new one")
+
+
+def test_a_cert_manager_secret_is_read_and_its_ca_registered() -> None:
+    world = World()
+    world.leader_tick(START)
+    ours = world.state
+    assert ours.ca is not None and ours.leaf is not None
+    issued = {"data": {
+        "ca.crt": base64.b64encode(ours.ca.cert_pem).decode(),
+        "tls.crt": base64.b64encode(ours.leaf.cert_pem).decode(),
+        "tls.key": base64.b64encode(ours.leaf.key_pem).decode()}}
+    state = read_state(issued)
+    assert state.ca is None, "no CA key: nothing here may issue"
+    assert bundle_fingerprints(ca_bundle(state)) == {ours.ca.cert.fingerprint(hashes.SHA256())}
+    assert serving_pair(issued) == (ours.leaf.cert_pem, ours.leaf.key_pem)
+    assert serving_pair({"data": {**issued["data"], "tls.key": issued["data"]["ca.crt"]}}) \
+        is None, "a key that does not belong to the certificate is not served"
