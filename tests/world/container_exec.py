@@ -7,8 +7,8 @@ KaiwuDB, which refuses shells on purpose (callers must run kwbase with its argum
 through a shell); `find`, `sha256sum`, `cat` and `rm` there work on the store's
 external-I/O directory (KWDB_FILE_COMMANDS). Every container has `true`, `false`, `echo` and
 `hostname`; other images also have `sh -c`/`bash -c` running one simple command. Anything else
-is a binary the image lacks, reported as containerd and a shell report it (exit 126 from the runtime when exec'd directly,
-127 from `sh -c`).
+is a binary the image lacks, reported as containerd and a shell report it (exit 126 from the
+runtime when exec'd directly, 127 from `sh -c`).
 
 Not modelled: pipes, redirections, `&&`, variables and globbing inside `sh -c` (reported as a
 simulation limit, exit 2), stdin, TTYs.
