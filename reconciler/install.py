@@ -34,7 +34,14 @@ from typing import Any, NoReturn
 
 from reconciler.settings import Settings
 from renderer.emit import to_yaml
-from renderer.schema import GROUP, PLURAL, crd_manifest
+from renderer.schema import (
+    BACKUP_CRD_FILES,
+    BACKUP_PLURAL,
+    GROUP,
+    PLURAL,
+    SCHEDULE_PLURAL,
+    crd_manifest,
+)
 
 Obj = dict[str, Any]
 
@@ -48,6 +55,7 @@ GIT_LINK = "repo"  # git-sync keeps /git/repo pointing at the current checkout
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kaiwu-operator"}
 EXIT_OK, EXIT_INVALID = 0, 2
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def version() -> str:
@@ -68,6 +76,8 @@ class Options:
     watch_namespace: str = ""  # namespaced scope only
     directory_mode: bool = False
     git_repo: str = ""  # directory mode only
+    # ReadWriteMany claims (in the install namespace) mounted for volume backup targets.
+    backup_volume_claims: tuple[str, ...] = ()
 
     @property
     def effective_image(self) -> str:
@@ -94,6 +104,10 @@ class Options:
                          "clones the KaiwuCluster files from)")
         if self.git_repo and not self.directory_mode:
             found.append("--git-repo: only with --directory-mode")
+        for claim in self.backup_volume_claims:
+            if not _DNS_SUBDOMAIN.match(claim):
+                found.append(f"--backup-volume-claim: {claim!r} is not a claim name "
+                             "(lower-case letters, digits, '-' and '.')")
         if not self.effective_image.strip() or any(c.isspace() for c in self.effective_image):
             found.append(f"--image: {self.image!r} is not an image reference")
         return found
@@ -105,6 +119,7 @@ class Options:
             words.append(f"--watch-namespace {self.watch_namespace}")
         if self.directory_mode:
             words.append(f"--directory-mode --git-repo {self.git_repo}")
+        words += [f"--backup-volume-claim {claim}" for claim in self.backup_volume_claims]
         words.append(f"--image {self.effective_image}")
         return " ".join(words)
 
@@ -144,6 +159,12 @@ def namespaced_rules(directory_mode: bool) -> list[Obj]:
         # ownerReferences with blockOwnerDeletion need this where the
         # OwnerReferencesPermissionEnforcement admission plugin is on.
         _rule(GROUP, [f"{PLURAL}/finalizers"], ["update"]),
+        # Backups (docs/backup.md): schedules make KaiwuBackups and retention deletes them; the
+        # backup step writes their status and reads the S3 credentials Secret (get, above).
+        _rule(GROUP, [BACKUP_PLURAL], ["get", "list", "watch", "create", "delete"]),
+        _rule(GROUP, [SCHEDULE_PLURAL], ["get", "list", "watch"]),
+        _rule(GROUP, [f"{BACKUP_PLURAL}/status", f"{SCHEDULE_PLURAL}/status"],
+              ["get", "update", "patch"]),
         # What the renderer emits.
         _rule("", ["services", "serviceaccounts"], _RW),
         _rule("apps", ["statefulsets"], _RW),
@@ -194,6 +215,10 @@ def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: 
 def _crd() -> Obj:
     # As the file says, unchanged: the API server must validate with the renderer's schema.
     return copy.deepcopy(crd_manifest())  # cached by the renderer: never hand out its copy
+
+
+def _backup_crds() -> list[Obj]:
+    return [copy.deepcopy(crd_manifest(path)) for path in BACKUP_CRD_FILES]
 
 
 def _rbac(options: Options) -> list[Document]:
@@ -301,6 +326,15 @@ def _deployment(options: Options) -> Obj:
                                 "capabilities": {"drop": ["ALL"]}},
         })
         pod["volumes"] = [{"name": "git", "emptyDir": {}}]
+    if options.backup_volume_claims:
+        # Volume backup targets (docs/backup.md): each claim at <backup_volumes_dir>/<claim>.
+        mounts = reconciler.setdefault("volumeMounts", [])
+        volumes = pod.setdefault("volumes", [])
+        for i, claim in enumerate(options.backup_volume_claims):
+            mounts.append({"name": f"backup-{i}",
+                           "mountPath": f"{defaults.backup_volumes_dir}/{claim}"})
+            volumes.append({"name": f"backup-{i}",
+                            "persistentVolumeClaim": {"claimName": claim}})
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": _meta(NAME, options.namespace),
@@ -331,6 +365,8 @@ def bundle(options: Options) -> list[Document]:
     return [
         Document("The KaiwuCluster schema (crd/kaiwuclusters.yaml), cluster-scoped: installed "
                  "by a cluster administrator.", _crd()),
+        *[Document(f"The {crd['spec']['names']['kind']} schema ({crd['metadata']['name']}): "
+                   "backups (docs/backup.md).", crd) for crd in _backup_crds()],
         Document("The reconciler's own namespace.", {
             "apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns)}),
         Document("The reconciler's identity: every right below is granted to it.", {
@@ -391,6 +427,9 @@ def parser() -> argparse.ArgumentParser:
                         "create, apply and delete KaiwuClusters from its checkout")
     result.add_argument("--git-repo", default="", metavar="URL",
                         help="with --directory-mode: the repository holding KaiwuCluster files")
+    result.add_argument("--backup-volume-claim", action="append", default=[], metavar="NAME",
+                        help="a ReadWriteMany claim in --namespace to mount for KaiwuBackups "
+                        "with a volume target (repeatable; docs/backup.md)")
     return result
 
 
@@ -406,7 +445,8 @@ def main(argv: Sequence[str]) -> int:
     options = Options(image=args.image, namespace=args.namespace, scope=args.scope,
                       watch_namespace="".join(args.watch_namespace),
                       directory_mode=args.directory_mode,
-                      git_repo=args.git_repo)
+                      git_repo=args.git_repo,
+                      backup_volume_claims=tuple(args.backup_volume_claim))
     problems = options.problems()
     if problems:
         print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)

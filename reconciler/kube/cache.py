@@ -7,7 +7,8 @@ resourceVersion, resume each new watch from the last resourceVersion seen (bookm
 relist when the server answers 410 Gone (the history it would need is gone), reconnect with capped
 exponential back-off when the API server is unreachable. Nothing is polled.
 
-What is watched: KaiwuClusters (all in scope); every kind the renderer emits, Pods, PVCs and
+What is watched: KaiwuClusters, KaiwuBackups and KaiwuBackupSchedules (all in scope; a backup
+or schedule maps to the cluster its spec.cluster names); every kind the renderer emits, Pods, PVCs and
 Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A kind
 the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
 Prometheus operator) counts as synced and empty, and is looked for again at each resync.
@@ -265,6 +266,9 @@ def cluster_of(obj: Obj) -> ClusterKey | None:
         return None
     if obj.get("kind") == k.KAIWU_CLUSTER.kind:
         return ClusterKey(namespace, str(meta.get("name")))
+    if obj.get("kind") in (k.KAIWU_BACKUP.kind, k.KAIWU_BACKUP_SCHEDULE.kind):
+        name = ((obj.get("spec") or {}).get("cluster") or {}).get("name")
+        return ClusterKey(namespace, str(name)) if name else None
     instance = (meta.get("labels") or {}).get(INSTANCE_LABEL)
     if instance:
         return ClusterKey(namespace, str(instance))
@@ -314,6 +318,8 @@ class Caches:
                                             metrics=metrics)
 
         add(k.KAIWU_CLUSTER, "")
+        add(k.KAIWU_BACKUP, "")
+        add(k.KAIWU_BACKUP_SCHEDULE, "")
         for kind in managed_kinds:
             add(kind, MANAGED_SELECTOR)
         add(k.NODE, "")
@@ -392,7 +398,8 @@ class Caches:
             for each in sorted(key for key in found if key is not None):
                 self.on_key(each)
             return
-        if obj.get("kind") == k.KAIWU_CLUSTER.kind and kind == "MODIFIED" \
+        if obj.get("kind") in (k.KAIWU_CLUSTER.kind, k.KAIWU_BACKUP.kind,
+                               k.KAIWU_BACKUP_SCHEDULE.kind) and kind == "MODIFIED" \
                 and not _cluster_changed(obj, old):
             return
         key = cluster_of(obj)
