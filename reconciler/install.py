@@ -218,7 +218,8 @@ def _crd() -> Obj:
 
 
 def _backup_crds() -> list[Obj]:
-    return [copy.deepcopy(crd_manifest(path)) for path in BACKUP_CRD_FILES]
+    return [copy.deepcopy(crd_manifest(path))  # type: ignore[arg-type]  # files are hashable
+            for path in BACKUP_CRD_FILES]
 
 
 def _rbac(options: Options) -> list[Document]:

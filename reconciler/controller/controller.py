@@ -20,6 +20,7 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
   recreate      a StatefulSet whose immutable fields must change: orphaning delete
   prune         objects no longer rendered, deleted (never claims or Secrets)
   failover      lost nodes, lost volumes, crash loops (reconciler.kaiwudb.failover)
+  backup        schedules, retention and the running KaiwuBackup (reconciler.kaiwudb.backup)
   report        status (kstatus), Events, the requeue delay
 
 Writes are server-side applies under `Settings.field_manager`; every applied object gets an
@@ -53,6 +54,7 @@ from reconciler.controller.shared import (
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
 from reconciler.drift.normalise import DriftSettings
 from reconciler.drift.repair import Repairer
+from reconciler.kaiwudb.backup import Backups, BackupSettings
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.tools import LifecycleSettings
@@ -101,6 +103,9 @@ class Controller:
             RecreateStep(self.shared),
             PruneStep(self.shared),
             Failover(kube, view, metrics, self.lifecycle),
+            Backups(kube, view, metrics, BackupSettings(
+                poll_s=settings.backup_poll_s, volumes_dir=settings.backup_volumes_dir,
+                remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin),
             ReportStep(self.shared),
         ]
 

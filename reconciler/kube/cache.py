@@ -7,10 +7,10 @@ resourceVersion, resume each new watch from the last resourceVersion seen (bookm
 relist when the server answers 410 Gone (the history it would need is gone), reconnect with capped
 exponential back-off when the API server is unreachable. Nothing is polled.
 
-What is watched: KaiwuClusters, KaiwuBackups and KaiwuBackupSchedules (all in scope; a backup
-or schedule maps to the cluster its spec.cluster names); every kind the renderer emits, Pods, PVCs and
-Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A kind
-the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
+What is watched: KaiwuClusters, KaiwuBackups and KaiwuBackupSchedules (all in scope; a backup or
+schedule maps to the cluster its spec.cluster names); every kind the renderer emits, Pods, PVCs
+and Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A
+kind the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
 Prometheus operator) counts as synced and empty, and is looked for again at each resync.
 
 Every change is mapped to the cluster it belongs to (`ClusterKey`: the namespace and the

@@ -73,8 +73,9 @@ SERVICE_MONITOR = Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemon
                        cached=True, always_served=False)
 LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 KINDS = {(k.api_version, k.kind): k for k in (
-    KAIWU_CLUSTER, KAIWU_BACKUP, KAIWU_BACKUP_SCHEDULE, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, PV, EVENT, NODE, STATEFUL_SET,
-    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE)}
+    KAIWU_CLUSTER, KAIWU_BACKUP, KAIWU_BACKUP_SCHEDULE, SERVICE_ACCOUNT, SERVICE, SECRET, POD,
+    PVC, PV, EVENT, NODE, STATEFUL_SET, PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR,
+    LEASE)}
 
 
 def kind_of(obj: Obj) -> Kind:

@@ -56,8 +56,29 @@ def test_the_bundle_carries_the_one_crd_unchanged_and_applies_it_first() -> None
     bundle = docs(install.render(install.Options()))
     assert bundle[0] == crd_manifest()
     assert [d["kind"] for d in bundle] == [
-        "CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
-        "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment"]
+        "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition",
+        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+        "RoleBinding", "Service", "Deployment"]
+    assert [d["metadata"]["name"] for d in bundle[1:3]] == [
+        "kaiwubackups.kaiwu.inspur.com", "kaiwubackupschedules.kaiwu.inspur.com"]
+
+
+def test_backups_get_their_rights_and_a_volume_claim_is_mounted_for_volume_targets() -> None:
+    cluster = rules(install.Options(), "ClusterRole")
+    assert verbs(cluster, "kaiwubackups") == {"get", "list", "watch", "create", "delete"}
+    assert verbs(cluster, "kaiwubackupschedules") == {"get", "list", "watch"}
+    assert "patch" in verbs(cluster, "kaiwubackups/status")
+    options = install.Options(backup_volume_claims=("nightly-dumps",))
+    deployment = next(d for d in docs(install.render(options)) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "backup-0",
+                               "persistentVolumeClaim": {"claimName": "nightly-dumps"}}]
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "backup-0", "mountPath": "/backup-volumes/nightly-dumps"}]
+    assert "--backup-volume-claim nightly-dumps" in install.render(options)
+    assert install.Options(backup_volume_claims=("Bad_Name",)).problems() == [
+        "--backup-volume-claim: 'Bad_Name' is not a claim name (lower-case letters, digits, "
+        "'-' and '.')"]
 
 
 def test_cluster_scope_grants_everything_through_one_cluster_role() -> None:
