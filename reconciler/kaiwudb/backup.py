@@ -28,6 +28,8 @@ on the node; the next scheduled backup starts afresh.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -37,7 +39,7 @@ from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
-from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseError
+from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError, NodeUnreachable
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready, rolling
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
@@ -119,7 +121,8 @@ class Backups:
         self.metrics = metrics
         self.settings = settings
         self.admin = admin
-        self.s3_factory = s3_factory
+        self._s3_clients: dict[tuple[Any, ...], Any] = {}
+        self._s3_make = s3_factory
         # Phases this process wrote, by backup uid: the cache may show an older one for a
         # moment after our own status write; a finished backup never runs again.
         self._finished: dict[str, str] = {}
@@ -248,9 +251,21 @@ class Backups:
             return target_for(((obj.get("spec") or {}).get("target") or {}), cluster.namespace,
                               cluster.name, str(meta(obj).get("name")),
                               volumes_dir=self.settings.volumes_dir, secrets=self._secret,
-                              s3_factory=self.s3_factory)
+                              s3_factory=self._s3_client)
         except TargetError as err:
             raise BackupFailed("TargetUnusable", str(err)) from err
+
+    def _s3_client(self, *args: Any, **kwargs: Any) -> Any:
+        """One boto3 client per endpoint and credentials, kept (clients are thread-safe and
+        hold a connection pool)."""
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in self._s3_clients:
+            make = self._s3_make
+            if make is None:
+                import boto3  # only S3 targets need it
+                make = boto3.client
+            self._s3_clients[key] = make(*args, **kwargs)
+        return self._s3_clients[key]
 
     def _secret(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.kube.get(k.SECRET, namespace, name) if name else None
@@ -389,6 +404,7 @@ class Backups:
             if problem:
                 raise BackupFailed("ExportFailed", problem)
             files: dict[str, tuple[str, int]] = {}
+            csv_records = 0
             for rel, digest in sorted(sums.items()):
                 data = admin.read_file(plan.pod, f"{node_dir}/{rel}")
                 bad = bp.transfer_problem(f"{item.id}/{rel}", digest, data)
@@ -396,15 +412,22 @@ class Backups:
                     raise BackupFailed("ChecksumMismatch", bad)
                 target.put(f"{item.target_dir}/{rel}", data)
                 files[f"{item.target_dir}/{rel}"] = (digest, len(data))
+                if rel.endswith(".csv"):
+                    csv_records += sum(1 for _ in csv.reader(io.StringIO(data.decode())))
             missing = bp.missing_in_target(files, target.list(item.target_dir))
             if missing:
                 raise BackupFailed("TargetIncomplete", f"{item.id}: not in the target after "
                                    f"upload: {', '.join(missing)}")
             if self.settings.remove_node_files:
                 admin.remove_dir(plan.pod, node_dir)
+        except (ExecFailed, NodeUnreachable) as err:
+            raise BackupFailed("NodeLost", f"{item.id}: pod {plan.pod} (node {plan.node_id}) "
+                               f"cannot be reached: {err}") from err
         except KwbaseError as err:
             raise BackupFailed("ExportFailed", f"{item.id}: {err}") from err
-        return bp.ItemResult(item.id, bp.exported_rows(answer.rows), files)
+        # A time-series EXPORT reports no row counts: count the records it wrote instead.
+        rows = csv_records if item.kind == "ts-database" else bp.exported_rows(answer.rows)
+        return bp.ItemResult(item.id, rows, files)
 
     def finish(self, plan: bp.Plan, target: Target) -> dict[str, Any]:
         """Check every item's files in the target, then write the manifest (last)."""
