@@ -83,7 +83,7 @@ def test_scheduled_backups_reach_s3_and_a_volume_and_retention_prunes(
     assert prefixes == set(kept)
     for name in kept:
         b = found[name]["status"]
-        assert f"nightly/{namespace}/{NAME}/{name}/manifest.json" in s3.keys()
+        assert f"nightly/{namespace}/{NAME}/{name}/manifest.json" in s3.keys(prefix="nightly/")
         assert b["consistentTo"] and b["startedAt"] <= b["completedAt"]
     # Nothing is left on the nodes' disks.
     for ordinal in range(3):
