@@ -151,8 +151,10 @@ def namespaced_rules(directory_mode: bool) -> list[Obj]:
     # The Controller only reads KaiwuClusters and writes their status; directory mode applies
     # them from files (patch; create when new) and deletes those removed from git (with
     # --prune-deleted-clusters): those verbs exist only in the directory-mode bundle.
-    cluster_verbs = ["get", "list", "watch"] + (
-        ["create", "patch", "delete"] if directory_mode else [])
+    # patch: the restore step records its progress in the annotation kaiwu.inspur.com/restore
+    # (reconciler/kaiwudb/restore.py); nothing else is patched outside directory mode.
+    cluster_verbs = ["get", "list", "watch", "patch"] + (
+        ["create", "delete"] if directory_mode else [])
     return [
         _rule(GROUP, [PLURAL], cluster_verbs),
         _rule(GROUP, [f"{PLURAL}/status"], ["get", "update", "patch"]),
@@ -276,13 +278,18 @@ def _deployment(options: Options) -> Obj:
         {"name": "POD_NAMESPACE",  # where the Lease lives
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "KAIWU_LOG_FORMAT", "value": "json"},
+        # Where KaiwuDB pods reach the restore file server (docs/backup.md, "Restore").
+        {"name": "KAIWU_RESTORE_ADVERTISE_HOST",
+         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
     if options.watch_namespace:
         env.append({"name": "KAIWU_WATCH_NAMESPACE", "value": options.watch_namespace})
     reconciler: Obj = {
         "name": "reconciler", "image": options.effective_image,
         "imagePullPolicy": "IfNotPresent", "env": env,
-        "ports": [{"name": "http-metrics", "containerPort": port, "protocol": "TCP"}],
+        "ports": [{"name": "http-metrics", "containerPort": port, "protocol": "TCP"},
+                  {"name": "restore-files", "containerPort":
+                   int(defaults.restore_http_address.rpartition(":")[2]), "protocol": "TCP"}],
         "livenessProbe": _http_get("/healthz", 10, 3),
         "readinessProbe": _http_get("/readyz", 5, 2),
         "startupProbe": _http_get("/healthz", 2, 30),

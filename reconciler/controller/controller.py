@@ -20,6 +20,7 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
   recreate      a StatefulSet whose immutable fields must change: orphaning delete
   prune         objects no longer rendered, deleted (never claims or Secrets)
   failover      lost nodes, lost volumes, crash loops (reconciler.kaiwudb.failover)
+  restore       spec.bootstrap.fromBackup: IMPORTs in KWDB's order (reconciler.kaiwudb.restore)
   backup        schedules, retention and the running KaiwuBackup (reconciler.kaiwudb.backup)
   report        status (kstatus), Events, the requeue delay
 
@@ -57,6 +58,8 @@ from reconciler.drift.repair import Repairer
 from reconciler.kaiwudb.backup import Backups, BackupSettings
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.lifecycle import Lifecycle
+from reconciler.kaiwudb.restore import Restore
+from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
@@ -93,6 +96,9 @@ class Controller:
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
             poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s))
+        self.backups = Backups(kube, view, metrics, BackupSettings(
+            poll_s=settings.backup_poll_s, volumes_dir=settings.backup_volumes_dir,
+            remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin)
         self.steps: list[Step] = [
             SpecStep(self.shared),
             CertificatesStep(self.shared),
@@ -103,9 +109,11 @@ class Controller:
             RecreateStep(self.shared),
             PruneStep(self.shared),
             Failover(kube, view, metrics, self.lifecycle),
-            Backups(kube, view, metrics, BackupSettings(
-                poll_s=settings.backup_poll_s, volumes_dir=settings.backup_volumes_dir,
-                remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin),
+            Restore(self.backups, BackupFileServer(
+                settings.restore_http_address,
+                settings.restore_advertise_host or default_advertise_host()),
+                poll_s=settings.backup_poll_s),
+            self.backups,
             ReportStep(self.shared),
         ]
 

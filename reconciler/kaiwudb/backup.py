@@ -247,9 +247,12 @@ class Backups:
 
     # ---- one backup -----------------------------------------------------------------------
     def target(self, cluster: Cluster, obj: Obj) -> Target:
+        """The backup's target. Its files sit under the cluster the backup was taken of
+        (spec.cluster), which for a restore is not the cluster being restored."""
+        source = str(((obj.get("spec") or {}).get("cluster") or {}).get("name") or cluster.name)
         try:
             return target_for(((obj.get("spec") or {}).get("target") or {}), cluster.namespace,
-                              cluster.name, str(meta(obj).get("name")),
+                              source, str(meta(obj).get("name")),
                               volumes_dir=self.settings.volumes_dir, secrets=self._secret,
                               s3_factory=self._s3_client)
         except TargetError as err:
@@ -307,7 +310,9 @@ class Backups:
             scale_in=p.kaiwu.operation is not None or cluster.replicas < replicas,
             rolling=rolling(sts),
             not_ready=tuple(n for n in names if not pod_ready(pods.get(n))),
-            failing=tuple(sorted(p.kaiwu.failures or {})))
+            failing=tuple(sorted(p.kaiwu.failures or {})),
+            restoring=bp.restore_pending(meta(p.obj).get("annotations") or {},
+                                         cluster.restore_from))
 
     def make_plan(self, p: Pass, cluster: Cluster, obj: Obj) -> bp.Plan:
         live = {n.pod: n.node_id for n in p.kaiwu.nodes or () if n.state == "live" and n.pod}

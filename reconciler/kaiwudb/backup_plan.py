@@ -330,6 +330,25 @@ def start_blocker(state: ClusterState) -> str:
 
 
 # ----- restore -----------------------------------------------------------------------------------
+RESTORE_ANNOTATION = "kaiwu.inspur.com/restore"
+"""On a KaiwuCluster with spec.bootstrap.fromBackup: the restore's record, as JSON
+(reconciler/kaiwudb/restore.py)."""
+
+
+def restore_record(annotations: Mapping[str, str]) -> dict[str, Any] | None:
+    raw = annotations.get(RESTORE_ANNOTATION)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def restore_pending(annotations: Mapping[str, str], restore_from: str | None) -> bool:
+    """The cluster is to be restored and the restore has not completed."""
+    return bool(restore_from) and not (restore_record(annotations) or {}).get("completedAt")
+
+
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
     """(step id, statement) in the documented order: cluster settings, users, then each
     database (`url`: where the backup's files were staged, nodelocal://<node>/<dir>)."""

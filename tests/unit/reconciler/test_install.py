@@ -85,7 +85,8 @@ def test_cluster_scope_grants_everything_through_one_cluster_role() -> None:
     cluster = rules(install.Options(), "ClusterRole")
     assert verbs(cluster, "nodes") == {"get", "list", "watch"}
     assert verbs(cluster, "secrets") == {"get", "list", "watch", "create", "patch"}
-    assert verbs(cluster, "kaiwuclusters") == {"get", "list", "watch"}, "no directory verbs"
+    assert verbs(cluster, "kaiwuclusters") == {"get", "list", "watch", "patch"}, \
+        "no directory verbs; patch for the restore annotation"
     assert ("Role", "kaiwu-system", "kaiwu-reconciler") not in kinds(install.Options())
 
 

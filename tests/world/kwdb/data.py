@@ -9,7 +9,8 @@ table has named columns and rows, each row remembers the simulated time it was w
 option text, cluster settings are name = value.
 
 Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
-- `SHOW DATABASES` (`database_name, engine_type`: RELATIONAL or TIME SERIES),
+- `SHOW DATABASES` (`database_name, engine_type`: RELATIONAL or TIME SERIES), `SHOW USERS`
+  (`username, options, member_of`, admin and root included),
   `SHOW TABLES FROM <db>` (`table_name, table_type`: BASE TABLE or TIME SERIES TABLE),
   `SELECT cluster_logical_timestamp()` (a decimal HLC timestamp `<ns>.0000000000`).
 - `EXPORT INTO CSV "nodelocal://<n>/<dir>" FROM DATABASE <db> [WITH meta_only]`: relational
@@ -28,8 +29,10 @@ Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
   does not fit its table is rejected into `reject.txt` beside the data, status still
   `succeeded`, note `There is a REJECT FILE, please read and resolve it`). An IMPORT into a
   database that exists fails (`database "<db>" already exists`).
-Only `nodelocal://<node id>/<path>` destinations are modelled; other schemes fail as KWDB
-answers for them (`... does not support additional writing` for export). Files land under the
+EXPORT writes only to `nodelocal://<node id>/<path>` (other schemes fail as KWDB answers for
+them: `... does not support additional writing`); IMPORT also reads `http(s)://` URLs for real
+(urllib), a directory through its HTML index page as KWDB's http storage lists it (reject.txt
+is then not written back). Files land under the
 node's external-I/O directory, `<store>/extern`, on that node's store: they go with the store.
 
 Faults a test can inject (`SqlData.export_faults`): a table name whose export fails (a
@@ -43,6 +46,8 @@ import csv
 import hashlib
 import io
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -250,7 +255,38 @@ def export_settings(s: Session, url: str) -> Result:
 
 
 # ----- IMPORT ------------------------------------------------------------------------------------
+def _http_get(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            body: bytes = answer.read()
+            return body
+    except urllib.error.HTTPError as err:
+        raise SqlError(f"error response from server: {err.code} {err.reason} for {url}") \
+            from err
+    except (urllib.error.URLError, OSError) as err:
+        raise SqlError(f"Get {url}: {err}", sqlstate="08006") from err
+
+
+def _http_tree(url: str) -> dict[str, bytes]:
+    """A directory over http as KWDB's http storage reads it (cloud/http_storage.go ListFiles:
+    the <a href> links of the index page at the directory, `../` skipped, a trailing `/` naming
+    a subdirectory), crawled into relative path -> contents."""
+    found: dict[str, bytes] = {}
+    index = _http_get(url.rstrip("/") + "/").decode()
+    for link in re.findall(r'<a href="([^"]+)"', index):
+        if link == "../":
+            continue
+        if link.endswith("/"):
+            for sub, data in _http_tree(url.rstrip("/") + "/" + link.rstrip("/")).items():
+                found[_join(link, sub)] = data
+        else:
+            found[link] = _http_get(url.rstrip("/") + "/" + link)
+    return found
+
+
 def _read(s: Session, url: str) -> bytes:
+    if url.startswith(("http://", "https://")):
+        return _http_get(url)
     disk, path = _nodelocal(url, s, writing=False)
     if path not in disk:
         raise SqlError(f"open {EXTERN}/{path}: no such file or directory")
@@ -298,7 +334,10 @@ def _columns(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def import_database(s: Session, url: str) -> Result:
-    disk, path = _nodelocal(url, s, writing=False)
+    if url.startswith(("http://", "https://")):
+        disk, path = _http_tree(url), ""
+    else:
+        disk, path = _nodelocal(url, s, writing=False)
     meta = disk.get(_join(path, "meta.sql"))
     if meta is None:
         raise SqlError(f"open {EXTERN}/{_join(path, 'meta.sql')}: no such file or directory")
@@ -372,6 +411,13 @@ def _show_tables(s: Session, m: re.Match[str]) -> Result:
     db = _database(s, m.group("db"))
     kind = "TIME SERIES TABLE" if db.engine == TIME_SERIES else "BASE TABLE"
     return ["table_name", "table_type"], [[t, kind] for t in sorted(db.tables)], []
+
+
+@_pattern(r"show users")
+def _show_users(s: Session, m: re.Match[str]) -> Result:
+    rows = [["admin", "CREATEROLE", "{}"], ["root", "", "{admin}"]]
+    rows += [[name, opts, "{}"] for name, opts in s.data.users.items()]
+    return ["username", "options", "member_of"], sorted(rows), []
 
 
 @_pattern(r"select cluster_logical_timestamp\(\)")

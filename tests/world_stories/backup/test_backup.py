@@ -1,7 +1,8 @@
 """Stories of backups: a cluster with relational and time-series data is backed up on a
 schedule to S3 (moto's server as the stand-in) and to a shared volume, retention prunes old
-backups, and a node lost in the middle of a backup gives a failed backup with a reason and a
-later successful one.
+backups; a node lost in the middle of a backup gives a failed backup with a reason and a later
+successful one; a new cluster restored from a backup has the same databases, rows, users and
+settings, and a cluster that holds data refuses to be restored into.
 
 The reconciler runs as in production against the test world (real apiserver, simulated kubelets
 and KaiwuDB); its volume-target directory is a temporary directory standing in for the
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
+from reconciler.kaiwudb.backup_plan import RESTORE_ANNOTATION
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from tests.support.backup import (
@@ -29,7 +31,7 @@ from tests.support.backup import (
     s3,  # noqa: F401  (a fixture)
     schedule,
 )
-from tests.support.harness import Reconciler, wait_for
+from tests.support.harness import Reconciler, condition, wait_for
 from tests.support.lifecycle import NAME, bring_up, report, small_cluster
 from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
@@ -130,3 +132,48 @@ def test_a_node_lost_mid_backup_fails_it_with_a_reason_and_the_next_one_succeeds
     report("node back -> second backup completed", time.monotonic() - started)
     assert {d["name"] for d in done["status"]["databases"]} == {"shop", "sensors"}
     assert reconciler.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 1
+
+
+def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_is_refused(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str) -> None:
+    factory = lambda: reconciler_factory(  # noqa: E731
+        backup_poll_s=0.2, restore_http_address="127.0.0.1:0",
+        restore_advertise_host="127.0.0.1")
+    reconciler, _, took = bring_up(factory, kube, namespace, small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    user = Kube(kube, "kubectl")
+    user.create(backup(namespace, "source", s3.target("adhoc")))
+    wait_for("the backup to complete", lambda: phase(backups(kube, namespace).get("source"))
+             == "completed", 60, 0.2)
+    before = sim_world.kwdb.contents((namespace, NAME), sim_world.clock.now())
+
+    # A cluster that holds data refuses to be restored into, and nothing is imported.
+    patch = Kube(kube, "kubectl-patch")
+    patch.patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                {"spec": {"bootstrap": {"fromBackup": {"name": "source"}}}})
+    refused = wait_for("the restore to be refused", lambda: (
+        c if condition(c := reconciler.cluster(NAME), "Stalled").get("reason")
+        == "RestoreRefused" else None), 30, 0.2)
+    assert "databases sensors, shop; users app" in condition(refused, "Stalled")["message"]
+    assert RESTORE_ANNOTATION not in (refused["metadata"].get("annotations") or {})
+    assert sim_world.kwdb.contents((namespace, NAME), sim_world.clock.now()) == before
+    patch.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"bootstrap": None}})
+
+    # A new single-node cluster restored from it: Ready only once every import succeeded.
+    copy = small_cluster(namespace, startMode="single-node", replicas=1,
+                         bootstrap={"fromBackup": {"name": "source"}})
+    copy["metadata"]["name"] = "copy"
+    started = time.monotonic()
+    user.apply(copy)
+    ready = wait_for("the restored cluster to be Ready", lambda: (
+        c if condition(c := reconciler.cluster("copy"), "Ready").get("status") == "True"
+        else None), 90, 0.1)
+    report("apply restored cluster -> Ready with its data", time.monotonic() - started)
+    record = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
+    assert record["done"] == ["settings", "users", "database sensors", "database shop"]
+    assert record["completedAt"]
+    after = sim_world.kwdb.contents((namespace, "copy"), sim_world.clock.now())
+    assert after == before
