@@ -177,3 +177,33 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
     assert record["completedAt"]
     after = sim_world.kwdb.contents((namespace, "copy"), sim_world.clock.now())
     assert after == before
+
+
+def test_a_reconciler_restarted_mid_backup_carries_on_with_the_same_node_and_timestamp(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str) -> None:
+    first, _, took = bring_up(lambda: reconciler_factory(backup_poll_s=1.0), kube, namespace,
+                              small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    Kube(kube, "kubectl").create(backup(namespace, "nightly", s3.target("adhoc")))
+    midway = wait_for("two items exported", lambda: (
+        b if "2/6 items" in ((b := backups(kube, namespace).get("nightly") or {}).get(
+            "status") or {}).get("message", "") else None), 30, 0.05)
+    first.stop()  # the leader dies between two passes
+    base = f"adhoc/{namespace}/{NAME}/nightly/"
+    assert base + "manifest.json" not in s3.keys(base), "never complete while half-written"
+
+    started = time.monotonic()
+    second = reconciler_factory(backup_poll_s=0.2)
+    done = wait_for("the backup to complete under the new reconciler", lambda: (
+        b if phase(b := backups(kube, namespace).get("nightly")) == "completed" else None),
+        60, 0.2)
+    report("restart -> backup completed", time.monotonic() - started)
+    for field in ("consistentTo", "pod", "nodeId", "startedAt"):
+        assert done["status"][field] == midway["status"][field], field
+    assert {d["name"]: d["rows"] for d in done["status"]["databases"]} == {
+        "shop": 4, "sensors": 2}
+    assert second.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
+    assert sim_world.kwdb.extern_files((namespace, NAME), done["status"]["pod"]) == {}
