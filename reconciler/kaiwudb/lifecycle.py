@@ -154,6 +154,9 @@ class Lifecycle:
         backup = running_backup(self.view, cluster.namespace, cluster.name)
         if operation is None and scale_in and backup:
             # A backup exports from one node: no scale-in starts under it (docs/backup.md).
+            # The StatefulSet keeps its replicas meanwhile (never scaled down undrained).
+            assert live_replicas is not None
+            self.scaling.override_replicas(p, live_replicas)
             message = f"scale-in waits for KaiwuBackup {backup} to finish"
             p.not_ready.append(("BackupRunning", message))
             p.progressing.append(("BackupRunning", message))

@@ -207,3 +207,31 @@ def test_a_reconciler_restarted_mid_backup_carries_on_with_the_same_node_and_tim
         "shop": 4, "sensors": 2}
     assert second.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
     assert sim_world.kwdb.extern_files((namespace, NAME), done["status"]["pod"]) == {}
+
+
+def test_a_scale_in_asked_for_during_a_backup_waits_for_it(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, _, took = bring_up(lambda: reconciler_factory(backup_poll_s=1.5), kube,
+                                   namespace, small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    Kube(kube, "kubectl").create(backup(namespace, "before-scale-in", s3.target("adhoc")))
+    wait_for("the backup to run", lambda: phase(backups(kube, namespace).get(
+        "before-scale-in")) == "running", 30, 0.1)
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"replicas": 3}})
+    waiting = wait_for("the scale-in to wait", lambda: (
+        c if condition(c := reconciler.cluster(NAME), "Ready").get("reason")
+        == "BackupRunning" else None), 20, 0.1)
+    assert "before-scale-in" in condition(waiting, "Ready")["message"]
+    sts = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME) or {}
+    assert sts["spec"]["replicas"] == 4, "no pod removed under a running backup"
+    assert not (waiting.get("status") or {}).get("operation")
+    wait_for("the backup to complete", lambda: phase(backups(kube, namespace).get(
+        "before-scale-in")) == "completed", 60, 0.2)
+    started = wait_for("the scale-in to start after it", lambda: (
+        o if (o := ((reconciler.cluster(NAME) or {}).get("status") or {}).get("operation"))
+        else None), 30, 0.1)
+    assert started["targetReplicas"] == 3
