@@ -99,6 +99,10 @@ class Controller:
         self.backups = Backups(kube, view, metrics, BackupSettings(
             poll_s=settings.backup_poll_s, volumes_dir=settings.backup_volumes_dir,
             remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin)
+        self.restore = Restore(self.backups, BackupFileServer(
+            settings.restore_http_address,
+            settings.restore_advertise_host or default_advertise_host()),
+            poll_s=settings.backup_poll_s)
         self.steps: list[Step] = [
             SpecStep(self.shared),
             CertificatesStep(self.shared),
@@ -109,10 +113,7 @@ class Controller:
             RecreateStep(self.shared),
             PruneStep(self.shared),
             Failover(kube, view, metrics, self.lifecycle),
-            Restore(self.backups, BackupFileServer(
-                settings.restore_http_address,
-                settings.restore_advertise_host or default_advertise_host()),
-                poll_s=settings.backup_poll_s),
+            self.restore,
             self.backups,
             ReportStep(self.shared),
         ]
@@ -136,6 +137,7 @@ class Controller:
         self.shared.fights.forget(key)
         self.lifecycle.forget(key.namespace, key.name)
         self.shared.pending.forget(key)
+        self.restore.forget(key.namespace, key.name)
         self.shared.marks.forget(key)
         self.shared.notices.forget(key)
         self.shared.metrics.forget_cluster(key.namespace, key.name)

@@ -11,10 +11,11 @@ reject rows fails the restore (Stalled, reason RestoreFailed): the data would be
 
 Memory: the annotation kaiwu.inspur.com/restore on the KaiwuCluster, JSON
 `{"backup": name, "done": [step ids], "completedAt"| "failed": ...}`, written before the first
-IMPORT and after each one; KaiwuDB itself is checked too (a database that exists although its
-import is not recorded stops the restore rather than importing twice). Without the annotation
-the cluster must be empty (no user database, no user besides root and admin): restoring into a
-cluster that holds data is refused (Stalled, reason RestoreRefused), touching nothing.
+IMPORT and after each one (and kept in memory against a lagging watch cache); KaiwuDB itself is
+checked too: users that all exist already are not imported again, and a database that exists
+although its import is not recorded stops the restore rather than importing twice. Without the
+annotation the cluster must be empty (no user database, no user besides root and admin):
+restoring into a cluster that holds data is refused (Stalled, reason RestoreRefused), touching nothing.
 Until the restore completed the cluster is not Ready (reason Restoring), and backups of it do
 not start.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
@@ -52,6 +54,20 @@ class Restore:
         self.backups = backups
         self.server = server
         self.poll_s = poll_s
+        # The record this process last wrote, per cluster: the watch cache may still show an
+        # older annotation for a moment, and an import must not run twice because of it.
+        self._written: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def recall(self, cluster: Cluster, shown: dict[str, Any] | None) -> dict[str, Any] | None:
+        mine = self._written.get((cluster.namespace, cluster.name))
+        if mine is None or (shown is not None and shown.get("backup") != mine.get("backup")):
+            return shown
+        if shown is None or _progress(mine) > _progress(shown):
+            return dict(mine)
+        return shown
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._written.pop((namespace, name), None)
 
     def wanted(self, p: Pass) -> bool:
         return (p.cluster is not None and bool(p.cluster.restore_from) and not p.paused
@@ -60,7 +76,7 @@ class Restore:
     def run(self, p: Pass) -> None:
         cluster = p.cluster
         assert cluster is not None and cluster.restore_from
-        record = bp.restore_record(meta(p.obj).get("annotations") or {})
+        record = self.recall(cluster, bp.restore_record(meta(p.obj).get("annotations") or {}))
         if record is not None and record.get("completedAt"):
             self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
             return
@@ -110,10 +126,13 @@ class Restore:
                     raise _Failed(f"{step}: exists although its import was not recorded as "
                                   "finished (an earlier attempt stopped midway?); drop it and "
                                   "delete the annotation kaiwu.inspur.com/restore to restart")
-            answer = admin.sql(pod, stmt)
-            problem = bp.import_problem(step, answer.rows, answer.notices)
-            if problem:
-                raise _Failed(problem)
+            if step == "users" and self.users_there(admin, pod, target):
+                pass  # imported by a reconciler that died before recording it
+            else:
+                answer = admin.sql(pod, stmt)
+                problem = bp.import_problem(step, answer.rows, answer.notices)
+                if problem:
+                    raise _Failed(problem)
         except (_Failed, KwbaseError, TargetError) as err:
             message = f"restore from KaiwuBackup {name}: {err}"
             p.stalled.append(("RestoreFailed", message))
@@ -147,6 +166,14 @@ class Restore:
             [f"users {', '.join(sorted(users))}"] if users else [])
         return "; ".join(parts)
 
+    @staticmethod
+    def users_there(admin: Any, pod: str, target: Any) -> bool:
+        """Every user of the backup's users.sql exists already (and there is one at least)."""
+        wanted = set(re.findall(r"CREATE USER (\w+)", (target.get("users/users.sql") or
+                                                         b"").decode()))
+        have = {r["username"] for r in admin.sql(pod, "SHOW USERS").rows}
+        return bool(wanted) and wanted <= have
+
     def annotate(self, p: Pass, cluster: Cluster, record: dict[str, Any]) -> None:
         text = json.dumps(record, sort_keys=True)
         self.backups.metrics.writes_total.labels(verb="patch", kind=k.KAIWU_CLUSTER.kind).inc()
@@ -157,7 +184,14 @@ class Restore:
             if not error.not_found:
                 raise
         p.obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION] = text
+        self._written[(cluster.namespace, cluster.name)] = json.loads(text)
         p.wrote = True
+
+
+def _progress(record: dict[str, Any]) -> tuple[int, int]:
+    """How far a record has come: finished (completed or failed), then imports done."""
+    return (1 if record.get("completedAt") or record.get("failed") else 0,
+            len(record.get("done") or ()))
 
 
 class _Failed(Exception):
