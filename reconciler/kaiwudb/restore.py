@@ -9,15 +9,14 @@ each read over http from the reconciler's file server (reconciler.kaiwudb.restor
 since IMPORT cannot read s3://. An IMPORT with a notice, a status other than succeeded or any
 reject rows fails the restore (Stalled, reason RestoreFailed): the data would be incomplete.
 
-Memory: the annotation kaiwu.inspur.com/restore on the KaiwuCluster, JSON
-`{"backup": name, "done": [step ids], "completedAt"| "failed": ...}`, written before the first
-IMPORT and after each one (and kept in memory against a lagging watch cache); KaiwuDB itself is
-checked too: users that all exist already are not imported again, and a database that exists
-although its import is not recorded stops the restore rather than importing twice. Without the
-annotation the cluster must be empty (no user database, no user besides root and admin):
-restoring into a cluster that holds data is refused (Stalled, reason RestoreRefused), touching nothing.
-Until the restore completed the cluster is not Ready (reason Restoring), and backups of it do
-not start.
+Memory: the annotation kaiwu.inspur.com/restore on the KaiwuCluster, JSON `{"backup": name,
+"done": [step ids], "completedAt"| "failed": ...}`, written before the first IMPORT and after
+each one (and kept in memory against a lagging watch cache); KaiwuDB itself is checked too:
+users that all exist already are not imported again, and a database that exists although its
+import is not recorded stops the restore rather than importing twice. Without the annotation the
+cluster must be empty (no user database, no user besides root and admin): restoring into a
+cluster that holds data is refused (Stalled, reason RestoreRefused), touching nothing. Until the
+restore completed the cluster is not Ready (reason Restoring), and backups of it do not start.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def test_one_backup_at_a_time_and_a_busy_cluster_keeps_it_pending(tmp_path: Path
     steps = step(world, tmp_path)
     nodes = [NodeEntry(i + 1, f"dev-{i}:26257", "live", f"dev-{i}").to_status()
              for i in range(3)]
-    p, cluster = a_pass(at("2026-01-01T03:01:00"), nodes=nodes,
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"), nodes=nodes,
                operation={"replicas": 4, "targetReplicas": 3, "pod": "dev-3",
                           "startedAt": "2026-01-01T03:00:30Z", "phase": "Removing"})
     steps.run(p)
@@ -182,7 +182,7 @@ def test_an_unusable_target_fails_the_backup_with_its_reason(tmp_path: Path) -> 
     bad["spec"]["target"] = {"volume": {"claimName": "not-mounted"}}
     world.add(bad)
     steps = step(world, tmp_path)
-    p, cluster = a_pass(at("2026-01-01T03:01:00"))
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"))
     steps.run(p)
     status = (world.get(k.KAIWU_BACKUP, NS, "nowhere") or {})["status"]
     assert (status["phase"], status["reason"]) == ("failed", "TargetUnusable")
