@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -347,6 +347,24 @@ def restore_record(annotations: Mapping[str, str]) -> dict[str, Any] | None:
 def restore_pending(annotations: Mapping[str, str], restore_from: str | None) -> bool:
     """The cluster is to be restored and the restore has not completed."""
     return bool(restore_from) and not (restore_record(annotations) or {}).get("completedAt")
+
+
+def backup_problem(manifest: Mapping[str, Any], stored: Mapping[str, int],
+                   read: Callable[[str], bytes | None]) -> str:
+    """Why a backup cannot be restored as it is ("" when every file its manifest lists is in
+    the target with its size and sha256). `stored`: the target's listing (path -> size)."""
+    if not manifest.get("items"):
+        return f"{MANIFEST_FILE} is missing or lists no files"
+    for item in manifest["items"].values():
+        result = ItemResult.from_json(json.dumps(item).encode())
+        missing = missing_in_target(result.files, stored)
+        if missing:
+            return f"missing or of another size: {', '.join(missing)}"
+        for path, (digest, _) in sorted(result.files.items()):
+            bad = transfer_problem(path, digest, read(path) or b"")
+            if bad:
+                return bad
+    return ""
 
 
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:

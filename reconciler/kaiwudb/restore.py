@@ -9,6 +9,9 @@ each read over http from the reconciler's file server (reconciler.kaiwudb.restor
 since IMPORT cannot read s3://. An IMPORT with a notice, a status other than succeeded or any
 reject rows fails the restore (Stalled, reason RestoreFailed): the data would be incomplete.
 
+Before the first IMPORT every file of the backup is checked against its manifest (present,
+same size, same sha256): a damaged backup fails the restore before anything is imported.
+
 Memory: the annotation kaiwu.inspur.com/restore on the KaiwuCluster, JSON `{"backup": name,
 "done": [step ids], "completedAt"| "failed": ...}`, written before the first IMPORT and after
 each one (and kept in memory against a lagging watch cache); KaiwuDB itself is checked too:
@@ -105,6 +108,11 @@ class Restore:
                 self.annotate(p, cluster, record)
             target = self.backups.target(cluster, backup)
             manifest = json.loads(target.get(bp.MANIFEST_FILE) or b"{}")
+            if not record.get("done"):
+                # Before the first import: every file as the backup recorded it.
+                problem = bp.backup_problem(manifest, target.list(""), target.get)
+                if problem:
+                    raise _Failed(f"the backup is not intact: {problem}")
             url = self.server.publish(f"{cluster.namespace}/{cluster.name}", target)
             steps = bp.restore_statements(manifest, url)
             done = list(record.get("done") or ())

@@ -2,7 +2,8 @@
 schedule to S3 (moto's server as the stand-in) and to a shared volume, retention prunes old
 backups; a node lost in the middle of a backup gives a failed backup with a reason and a later
 successful one; a new cluster restored from a backup has the same databases, rows, users and
-settings, and a cluster that holds data refuses to be restored into.
+settings, a cluster that holds data refuses to be restored into, and a damaged backup fails a
+restore before anything is imported.
 
 The reconciler runs as in production against the test world (real apiserver, simulated kubelets
 and KaiwuDB); its volume-target directory is a temporary directory standing in for the
@@ -22,6 +23,7 @@ from reconciler.kaiwudb.backup_plan import RESTORE_ANNOTATION
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from tests.support.backup import (
+    BUCKET,
     S3,
     backup,
     backups,
@@ -178,6 +180,22 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
     after = sim_world.kwdb.contents((namespace, "copy"), sim_world.clock.now())
     assert after == before
 
+    # The object store loses a row of one file: a restore from it fails before importing.
+    key = f"adhoc/{namespace}/{NAME}/source/shop/public/orders/n1.0.csv"
+    s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"1,tea\n2,rice\n")
+    broken = small_cluster(namespace, startMode="single-node", replicas=1,
+                           bootstrap={"fromBackup": {"name": "source"}})
+    broken["metadata"]["name"] = "broken"
+    user.apply(broken)
+    failed = wait_for("the damaged restore to fail", lambda: (
+        c if condition(c := reconciler.cluster("broken"), "Stalled").get("reason")
+        == "RestoreFailed" else None), 90, 0.2)
+    assert "not intact" in condition(failed, "Stalled")["message"]
+    assert "shop/public/orders/n1.0.csv" in condition(failed, "Stalled")["message"]
+    assert condition(failed, "Ready").get("status") != "True"
+    assert sim_world.kwdb.contents((namespace, "broken"), sim_world.clock.now())[
+        "databases"] == {}, "nothing imported"
+
 
 def test_a_reconciler_restarted_mid_backup_carries_on_with_the_same_node_and_timestamp(
         sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
@@ -235,3 +253,4 @@ def test_a_scale_in_asked_for_during_a_backup_waits_for_it(
         o if (o := ((reconciler.cluster(NAME) or {}).get("status") or {}).get("operation"))
         else None), 30, 0.1)
     assert started["targetReplicas"] == 3
+

@@ -6,6 +6,7 @@ start, and the restore order. No cluster: each story feeds the decision what the
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -163,3 +164,17 @@ def test_reject_rows_fail_an_import_although_kwdb_says_succeeded() -> None:
     assert rejected.startswith("database shop: 2 row(s) rejected")
     assert "ended failed" in bp.import_problem("users", [{**ok, "status": "failed"}], [])
     assert "IMPORT reported" in bp.import_problem("users", [ok], ["something"])
+
+
+def test_a_damaged_backup_is_found_before_anything_is_restored() -> None:
+    data = b"1,tea\n"
+    item = bp.ItemResult("shop.orders", 1, {"shop/public/orders/n1.0.csv":
+                                            (hashlib.sha256(data).hexdigest(), len(data))})
+    manifest = {"items": {"shop.orders": json.loads(item.to_json())}}
+    files = {"shop/public/orders/n1.0.csv": data}
+    listing = {k: len(v) for k, v in files.items()}
+    assert bp.backup_problem(manifest, listing, files.get) == ""
+    assert "missing or of another size" in bp.backup_problem(manifest, {}, files.get)
+    altered = {"shop/public/orders/n1.0.csv": b"1,pie\n"}
+    assert "differs" in bp.backup_problem(manifest, listing, altered.get)
+    assert "lists no files" in bp.backup_problem({}, listing, files.get)
