@@ -34,6 +34,7 @@ kaiwu-reconciler-NAME (docs/reconciler.md, "Sharding").
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.metadata
 import re
 import sys
@@ -45,7 +46,14 @@ from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE
 from reconciler.settings import SHARD_LABEL, Settings
 from renderer.cel import CEL_SINCE, crd_for
 from renderer.emit import to_yaml
-from renderer.schema import GROUP, PLURAL
+from renderer.schema import (
+    BACKUP_CRD_FILES,
+    BACKUP_PLURAL,
+    GROUP,
+    PLURAL,
+    SCHEDULE_PLURAL,
+    crd_manifest,
+)
 from renderer.settings import OLDEST_SUPPORTED, KubeVersion, supported_version
 
 Obj = dict[str, Any]
@@ -60,6 +68,7 @@ GIT_LINK = "repo"  # git-sync keeps /git/repo pointing at the current checkout
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kaiwu-operator"}
 EXIT_OK, EXIT_INVALID = 0, 2
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def version() -> str:
@@ -84,6 +93,8 @@ class Options:
     # carries CEL rules (renderer/cel.py).
     kube_version: KubeVersion = OLDEST_SUPPORTED
     shard: str = ""  # "" = the unnamed shard: the clusters without the shard label
+    # ReadWriteMany claims (in the install namespace) mounted for volume backup targets.
+    backup_volume_claims: tuple[str, ...] = ()
 
     @property
     def effective_image(self) -> str:
@@ -129,6 +140,10 @@ class Options:
         if self.shard and self.directory_mode:
             found.append("--shard: not with --directory-mode (directory mode applies every "
                          "file it finds: run it unsharded)")
+        for claim in self.backup_volume_claims:
+            if not _DNS_SUBDOMAIN.match(claim):
+                found.append(f"--backup-volume-claim: {claim!r} is not a claim name "
+                             "(lower-case letters, digits, '-' and '.')")
         if not self.effective_image.strip() or any(c.isspace() for c in self.effective_image):
             found.append(f"--image: {self.image!r} is not an image reference")
         return found
@@ -144,6 +159,7 @@ class Options:
             words.append(f"--kube-version {self.kube_version}")
         if self.shard:
             words.append(f"--shard {self.shard}")
+        words += [f"--backup-volume-claim {claim}" for claim in self.backup_volume_claims]
         words.append(f"--image {self.effective_image}")
         return " ".join(words)
 
@@ -175,14 +191,22 @@ def namespaced_rules(directory_mode: bool) -> list[Obj]:
     # The Controller only reads KaiwuClusters and writes their status; directory mode applies
     # them from files (patch; create when new) and deletes those removed from git (with
     # --prune-deleted-clusters): those verbs exist only in the directory-mode bundle.
-    cluster_verbs = ["get", "list", "watch"] + (
-        ["create", "patch", "delete"] if directory_mode else [])
+    # patch: the restore step records its progress in the annotation kaiwu.inspur.com/restore
+    # (reconciler/kaiwudb/restore.py); nothing else is patched outside directory mode.
+    cluster_verbs = ["get", "list", "watch", "patch"] + (
+        ["create", "delete"] if directory_mode else [])
     return [
         _rule(GROUP, [PLURAL], cluster_verbs),
         _rule(GROUP, [f"{PLURAL}/status"], ["get", "update", "patch"]),
         # ownerReferences with blockOwnerDeletion need this where the
         # OwnerReferencesPermissionEnforcement admission plugin is on.
         _rule(GROUP, [f"{PLURAL}/finalizers"], ["update"]),
+        # Backups (docs/backup.md): schedules make KaiwuBackups and retention deletes them; the
+        # backup step writes their status and reads the S3 credentials Secret (get, above).
+        _rule(GROUP, [BACKUP_PLURAL], ["get", "list", "watch", "create", "delete"]),
+        _rule(GROUP, [SCHEDULE_PLURAL], ["get", "list", "watch"]),
+        _rule(GROUP, [f"{BACKUP_PLURAL}/status", f"{SCHEDULE_PLURAL}/status"],
+              ["get", "update", "patch"]),
         # What the renderer emits.
         _rule("", ["services", "serviceaccounts"], _RW),
         _rule("apps", ["statefulsets"], _RW),
@@ -243,6 +267,11 @@ def _crd(kube_version: KubeVersion) -> Obj:
     # The renderer's schema, unchanged, plus the CEL rules the target release runs (none on
     # 1.20): the API server must validate with the renderer's own rules.
     return crd_for(kube_version)
+
+
+def _backup_crds() -> list[Obj]:
+    return [copy.deepcopy(crd_manifest(path))  # type: ignore[arg-type]  # files are hashable
+            for path in BACKUP_CRD_FILES]
 
 
 def _rbac(options: Options) -> list[Document]:
@@ -317,6 +346,9 @@ def _deployment(options: Options) -> Obj:
         {"name": "POD_NAMESPACE",  # where the Lease lives
          "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "KAIWU_LOG_FORMAT", "value": "json"},
+        # Where KaiwuDB pods reach the restore file server (docs/backup.md, "Restore").
+        {"name": "KAIWU_RESTORE_ADVERTISE_HOST",
+         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
     if not options.shard:
         # Every replica of the unnamed shard serves the admission webhook (the Service selects
@@ -331,7 +363,9 @@ def _deployment(options: Options) -> Obj:
         "name": "reconciler", "image": options.effective_image,
         "imagePullPolicy": "IfNotPresent", "env": env,
         "ports": [{"name": "http-metrics", "containerPort": port, "protocol": "TCP"},
-                  {"name": "webhook", "containerPort": webhook_port, "protocol": "TCP"}],
+                  {"name": "webhook", "containerPort": webhook_port, "protocol": "TCP"},
+                  {"name": "restore-files", "containerPort":
+                   int(defaults.restore_http_address.rpartition(":")[2]), "protocol": "TCP"}],
         "livenessProbe": _http_get("/healthz", 10, 3),
         "readinessProbe": _http_get("/readyz", 5, 2),
         "startupProbe": _http_get("/healthz", 2, 30),
@@ -377,6 +411,15 @@ def _deployment(options: Options) -> Obj:
                                 "capabilities": {"drop": ["ALL"]}},
         })
         pod["volumes"] = [{"name": "git", "emptyDir": {}}]
+    if options.backup_volume_claims:
+        # Volume backup targets (docs/backup.md): each claim at <backup_volumes_dir>/<claim>.
+        mounts = reconciler.setdefault("volumeMounts", [])
+        volumes = pod.setdefault("volumes", [])
+        for i, claim in enumerate(options.backup_volume_claims):
+            mounts.append({"name": f"backup-{i}",
+                           "mountPath": f"{defaults.backup_volumes_dir}/{claim}"})
+            volumes.append({"name": f"backup-{i}",
+                            "persistentVolumeClaim": {"claimName": claim}})
     meta = _meta(options.component, options.namespace, options.component)
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -434,8 +477,9 @@ def bundle(options: Options) -> list[Document]:
                     if options.kube_version < CEL_SINCE else
                     f"With the CEL validation rules of Kubernetes {options.kube_version}."),
                  _crd(options.kube_version)),
-        Document("The reconciler's own namespace.", {
-            "apiVersion": "v1", "kind": "Namespace", "metadata": _meta(ns)}),
+        *[Document(f"The {crd['spec']['names']['kind']} schema ({crd['metadata']['name']}): "
+                   "backups (docs/backup.md).", crd) for crd in _backup_crds()],
+        Document("The reconciler's own namespace.", _namespace(options)),
         Document("The reconciler's identity: every right below is granted to it.", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, ns)}),
         *_rbac(options),
@@ -521,6 +565,9 @@ def parser() -> argparse.ArgumentParser:
                         f"metrics Service reconcile only KaiwuClusters labelled "
                         f"{SHARD_LABEL}=NAME (default: the unnamed shard, the clusters without "
                         "the label)")
+    result.add_argument("--backup-volume-claim", action="append", default=[], metavar="NAME",
+                        help="a ReadWriteMany claim in --namespace to mount for KaiwuBackups "
+                        "with a volume target (repeatable; docs/backup.md)")
     return result
 
 
@@ -537,7 +584,8 @@ def main(argv: Sequence[str]) -> int:
                       watch_namespace="".join(args.watch_namespace),
                       directory_mode=args.directory_mode,
                       git_repo=args.git_repo, kube_version=args.kube_version,
-                      shard=args.shard)
+                      shard=args.shard,
+                      backup_volume_claims=tuple(args.backup_volume_claim))
     problems = options.problems()
     if problems:
         print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)

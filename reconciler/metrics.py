@@ -173,10 +173,18 @@ class Metrics:
             "cluster_certificate_expiry_seconds", "Seconds until the node certificate "
             "(the earliest notAfter in the node Secret) expires; negative once expired. TLS "
             "clusters only.", CLUSTER_LABELS, namespace=NAMESPACE, registry=r)
+        self.backup_last_success_timestamp = Gauge(
+            "backup_last_success_timestamp_seconds", "When the cluster's newest completed "
+            "KaiwuBackup completed (Unix time); absent until one has (docs/backup.md).",
+            CLUSTER_LABELS, namespace=NAMESPACE, registry=r)
+        self.backups_total = Counter(
+            "backups_total", "KaiwuBackups finished, by result (completed, failed).",
+            ["result"], namespace=NAMESPACE, registry=r)
         self._clusters_lock = threading.Lock()
         self._cert_expiry: dict[tuple[str, str], float] = {}
         self._last_success: dict[tuple[str, str], float] = {}
         self._condition_types: dict[tuple[str, str], set[str]] = {}
+        self._backup_success: set[tuple[str, str]] = set()
 
     # ---- per-cluster series: the Controller calls these ---------------------------------------
 
@@ -234,18 +242,26 @@ class Metrics:
             at = self._cert_expiry.get(key)
         return at - time.time() if at is not None else float("nan")
 
+    def backup_succeeded(self, namespace: str, cluster: str, at: float) -> None:
+        """The newest completed backup of the cluster completed at `at` (the backup step)."""
+        with self._clusters_lock:
+            self._backup_success.add((namespace, cluster))
+        self.backup_last_success_timestamp.labels(namespace, cluster).set(at)
+
     def forget_cluster(self, namespace: str, cluster: str) -> None:
         """Remove every series of a deleted cluster (the Controller, when the cluster is gone
         from the cache or being deleted)."""
         with self._clusters_lock:
             self._last_success.pop((namespace, cluster), None)
             self._cert_expiry.pop((namespace, cluster), None)
+            self._backup_success.discard((namespace, cluster))
             types = self._condition_types.pop((namespace, cluster), set())
         for gauge in (self.cluster_desired_nodes, self.cluster_ready_nodes,
                       self.cluster_live_nodes, self.cluster_not_live_nodes,
                       self.cluster_stalled, self.cluster_drifted,
                       self.cluster_last_success_seconds,
-                      self.cluster_certificate_expiry_seconds):
+                      self.cluster_certificate_expiry_seconds,
+                      self.backup_last_success_timestamp):
             _remove(gauge, namespace, cluster)
         for type_ in types:
             for status in CONDITION_STATUSES:
@@ -255,7 +271,8 @@ class Metrics:
         """Remove every cluster's series: the runtime, when this replica stops leading (a
         standby reports no clusters, so its stale values raise no alerts)."""
         with self._clusters_lock:
-            keys = set(self._condition_types) | set(self._last_success) | set(self._cert_expiry)
+            keys = set(self._condition_types) | set(self._last_success) | set(
+                self._cert_expiry) | set(self._backup_success)
         for namespace, cluster in keys:
             self.forget_cluster(namespace, cluster)
 

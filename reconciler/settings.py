@@ -198,6 +198,23 @@ class Settings:
     node_probe_every_s: float = field(default=300.0, metadata=_help(
         "longest time between two `kwbase node status` probes of a steady cluster"))
 
+    # ---- backups (docs/backup.md) -------------------------------------------------------------
+    backup_volumes_dir: str = field(default="/backup-volumes", metadata=_help(
+        "where the ReadWriteMany claims of volume backup targets are mounted, one directory "
+        "per claim name (kaiwu install --backup-volume-claim NAME)"))
+    backup_poll_s: float = field(default=1.0, metadata=_help(
+        "while a backup runs, its cluster is looked at again this soon (one table or file "
+        "set per pass)"))
+    restore_http_address: str = field(default="0.0.0.0:8091", metadata=_help(
+        "where the leader serves a backup being restored over http for KaiwuDB's IMPORT "
+        "(started on first use; docs/backup.md)"))
+    restore_advertise_host: str = field(default="", metadata=_help(
+        "the address KaiwuDB pods reach that server at: the reconciler pod's IP (kaiwu "
+        "install sets it from the downward API); empty: this host's name resolved"))
+    backup_remove_node_files: bool = field(default=True, metadata=_help(
+        "remove each exported file set from the node's external-I/O directory once it is "
+        "verified in the target"))
+
     # ---- logs -------------------------------------------------------------------------------
     log_format: str = field(default="json", metadata=_help(
         "'json': one JSON object per line (for log collectors); 'text': for people"))

@@ -34,6 +34,14 @@ VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "KaiwuCluster"
 PLURAL = "kaiwuclusters"
+# The backup kinds' CRDs (docs/backup.md), package data beside the KaiwuCluster's. The renderer
+# does not render them; `kaiwu install` ships them and the reconciler acts on them.
+BACKUP_KIND, BACKUP_PLURAL = "KaiwuBackup", "kaiwubackups"
+SCHEDULE_KIND, SCHEDULE_PLURAL = "KaiwuBackupSchedule", "kaiwubackupschedules"
+BACKUP_CRD_FILES: tuple[Traversable, ...] = (
+    resources.files("renderer") / "crd" / "kaiwubackups.yaml",
+    resources.files("renderer") / "crd" / "kaiwubackupschedules.yaml",
+)
 
 
 @dataclass(frozen=True)

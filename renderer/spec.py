@@ -141,6 +141,9 @@ class Cluster:
     service_monitor: bool
     scrape_interval: str
     paused: bool
+    # spec.bootstrap.fromBackup.name: the KaiwuBackup a new cluster is restored from
+    # (reconciler/kaiwudb/restore.py); nothing rendered depends on it.
+    restore_from: str | None = None
 
     @property
     def image(self) -> str:
@@ -254,6 +257,7 @@ class Cluster:
             service_monitor=spec["monitoring"]["serviceMonitor"],
             scrape_interval=spec["monitoring"]["interval"],
             paused=spec["paused"],
+            restore_from=((spec.get("bootstrap") or {}).get("fromBackup") or {}).get("name"),
         )
 
 

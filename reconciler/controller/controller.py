@@ -20,6 +20,8 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
   recreate      a StatefulSet whose immutable fields must change: orphaning delete
   prune         objects no longer rendered, deleted (never claims or Secrets)
   failover      lost nodes, lost volumes, crash loops (reconciler.kaiwudb.failover)
+  restore       spec.bootstrap.fromBackup: IMPORTs in KWDB's order (reconciler.kaiwudb.restore)
+  backup        schedules, retention and the running KaiwuBackup (reconciler.kaiwudb.backup)
   report        status (kstatus), Events, the requeue delay
 
 Writes are server-side applies under `Settings.field_manager`; every applied object gets an
@@ -53,8 +55,11 @@ from reconciler.controller.shared import (
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
 from reconciler.drift.normalise import DriftSettings
 from reconciler.drift.repair import Repairer
+from reconciler.kaiwudb.backup import Backups, BackupSettings
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.lifecycle import Lifecycle
+from reconciler.kaiwudb.restore import Restore
+from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
@@ -91,6 +96,13 @@ class Controller:
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
             poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s))
+        self.backups = Backups(kube, view, metrics, BackupSettings(
+            poll_s=settings.backup_poll_s, volumes_dir=settings.backup_volumes_dir,
+            remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin)
+        self.restore = Restore(self.backups, BackupFileServer(
+            settings.restore_http_address,
+            settings.restore_advertise_host or default_advertise_host()),
+            poll_s=settings.backup_poll_s)
         self.steps: list[Step] = [
             SpecStep(self.shared),
             CertificatesStep(self.shared),
@@ -101,6 +113,8 @@ class Controller:
             RecreateStep(self.shared),
             PruneStep(self.shared),
             Failover(kube, view, metrics, self.lifecycle),
+            self.restore,
+            self.backups,
             ReportStep(self.shared),
         ]
 
@@ -123,6 +137,7 @@ class Controller:
         self.shared.fights.forget(key)
         self.lifecycle.forget(key.namespace, key.name)
         self.shared.pending.forget(key)
+        self.restore.forget(key.namespace, key.name)
         self.shared.marks.forget(key)
         self.shared.notices.forget(key)
         self.shared.metrics.forget_cluster(key.namespace, key.name)

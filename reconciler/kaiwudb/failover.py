@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reconciler import failpoints
+from reconciler.kaiwudb.backup import running_backup
 from reconciler.kaiwudb.kwbase import KwbaseError
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.loss import (
@@ -408,6 +409,10 @@ class Failover:
         """Why a new disruption of pod f.pod may not happen now ("" when it may)."""
         if p.kaiwu.operation is not None:
             return "a scale-in is in progress"
+        backup = running_backup(self.view, p.key.namespace, p.key.name)
+        if backup:
+            # It fails by itself if this pod was its node; otherwise it finishes first.
+            return f"KaiwuBackup {backup} is running"
         lost = sorted({other.pod for other in findings if other.pod != f.pod
                        and other.stage in (NODE_LOST, VOLUME_ON_LOST_NODE)})
         if lost:

@@ -553,3 +553,58 @@ class KwbaseAdmin:
             raise UnexpectedOutput(f"{' '.join(argv)} in pod {self.namespace}/{pod}: {err}",
                                    pod, argv) from err
 
+
+    # --- SQL statements and the external-I/O directory (backups, reconciler.kaiwudb.backup) ---
+
+    def sql(self, pod: str, statement: str) -> SqlAnswer:
+        """One statement through `kwbase sql --format=csv -e`: its columns, rows and the
+        server's notices (the CLI prints each as `NOTICE: ...` on stderr, exit code 0)."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e", statement)
+        stdout, stderr, code = self._run(pod, argv)
+        if code != 0:
+            raise self._failure(pod, argv, stdout, stderr, code)
+        notices = tuple(line[len("NOTICE: "):].strip() for line in stderr.splitlines()
+                        if line.startswith("NOTICE: "))
+        reader = csv.reader(io.StringIO(stdout))
+        table = [row for row in reader]
+        headers = tuple(table[0]) if table else ()
+        rows = tuple(dict(zip(headers, row, strict=False)) for row in table[1:])
+        return SqlAnswer(headers, rows, notices)
+
+    def file_sums(self, pod: str, directory: str) -> dict[str, str]:
+        """Every file under `directory` in pod's kwbase container, relative path -> sha256
+        (`find DIR -type f`, then `sha256sum`); {} when the directory does not exist."""
+        argv = ["find", directory, "-type", "f"]
+        stdout, stderr, code = self._run(pod, argv)
+        if code != 0:
+            if "No such file or directory" in stderr:
+                return {}
+            raise self._failure(pod, argv, stdout, stderr, code)
+        paths = [line for line in stdout.splitlines() if line]
+        if not paths:
+            return {}
+        sums = self._checked(pod, ["sha256sum", *paths])
+        root = directory.rstrip("/") + "/"
+        found = {}
+        for line in sums.splitlines():
+            digest, _, path = line.partition("  ")
+            if path.startswith(root):
+                found[path[len(root):]] = digest
+        return found
+
+    def read_file(self, pod: str, path: str) -> bytes:
+        """A file's contents through `cat` (text files: exec streams carry text)."""
+        return self._checked(pod, ["cat", path]).encode()
+
+    def remove_dir(self, pod: str, directory: str) -> None:
+        """`rm -rf DIR` in pod's kwbase container."""
+        self._checked(pod, ["rm", "-rf", directory])
+
+
+@dataclass(frozen=True)
+class SqlAnswer:
+    """A statement's result: column names, rows (column -> text) and server notices."""
+
+    headers: tuple[str, ...]
+    rows: tuple[dict[str, str], ...]
+    notices: tuple[str, ...]

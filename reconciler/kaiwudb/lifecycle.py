@@ -7,13 +7,14 @@ decides (during a scale-in the replicas come from the operation, not from spec.r
 what "observe" and "repair" compare and apply. KaiwuDB is reached through the admin adapter
 (reconciler.kaiwudb.kwbase, exec into a pod); Kubernetes objects are read from the cache view.
 
-A pass, in order: init once (reconciler.kaiwudb.nodes), a node-status probe (nodes), a node
-that came back decommissioning but is wanted is recommissioned, a scale-in is started or carried
-on (reconciler.kaiwudb.scale), stray nodes are removed when nothing else is busy (scale), and
-the rollout partition is set (reconciler.kaiwudb.rollout). Scale-out needs nothing: new pods
-join through --join; their node ids show in status.nodes. The fields the step owns
-(reconciler.model.KaiwuStatus) are remembered across a watch cache that lags our own status
-write (`StatusMemory`).
+A pass, in order: init once (reconciler.kaiwudb.nodes), a node-status probe (nodes), a node that
+came back decommissioning but is wanted is recommissioned, a scale-in is started or carried on
+(reconciler.kaiwudb.scale), stray nodes are removed when nothing else is busy (scale), and the
+rollout partition is set (reconciler.kaiwudb.rollout). While a KaiwuBackup of the cluster runs
+(reconciler.kaiwudb.backup.running_backup) no scale-in starts and the rollout holds. Scale-out
+needs nothing: new pods join through --join; their node ids show in status.nodes. The fields the
+step owns (reconciler.model.KaiwuStatus) are remembered across a watch cache that lags our own
+status write (`StatusMemory`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 
+from reconciler.kaiwudb.backup import running_backup
 from reconciler.kaiwudb.kwbase import (
     KwbaseAdmin,
 )
@@ -149,7 +151,17 @@ class Lifecycle:
                            force=operation is not None or scale_in or rolling(sts))
         if operation is None and nodes is not None:
             self.strays.recommission_wanted(p, cluster, pods, admin, nodes)
-        if operation is None and scale_in:
+        backup = running_backup(self.view, cluster.namespace, cluster.name)
+        if operation is None and scale_in and backup:
+            # A backup exports from one node: no scale-in starts under it (docs/backup.md).
+            # The StatefulSet keeps its replicas meanwhile (never scaled down undrained).
+            assert live_replicas is not None
+            self.scaling.override_replicas(p, live_replicas)
+            message = f"scale-in waits for KaiwuBackup {backup} to finish"
+            p.not_ready.append(("BackupRunning", message))
+            p.progressing.append(("BackupRunning", message))
+            p.requeue_in(self.tools.settings.poll_s)
+        elif operation is None and scale_in:
             assert live_replicas is not None
             self.scaling.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
         elif operation is not None:
@@ -157,7 +169,8 @@ class Lifecycle:
         down = disrupted(self.view, pods, [cluster.pod_name(i) for i in range(
             live_replicas if live_replicas is not None else cluster.replicas)])
         busy = ("a scale-in is in progress" if operation is not None or scale_in else
-                f"pods are down: {', '.join(down)}" if down else "")
+                f"pods are down: {', '.join(down)}" if down else
+                f"KaiwuBackup {backup} is running" if backup else "")
         if not busy and nodes is not None and live_replicas is not None:
             self.strays.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
         self.rollouts.rollout(p, sts, pods, admin, nodes, busy=busy)

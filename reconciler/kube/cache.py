@@ -7,9 +7,10 @@ resourceVersion, resume each new watch from the last resourceVersion seen (bookm
 relist when the server answers 410 Gone (the history it would need is gone), reconnect with capped
 exponential back-off when the API server is unreachable. Nothing is polled.
 
-What is watched: KaiwuClusters (all in scope); every kind the renderer emits, Pods, PVCs and
-Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A kind
-the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
+What is watched: KaiwuClusters, KaiwuBackups and KaiwuBackupSchedules (all in scope; a backup or
+schedule maps to the cluster its spec.cluster names); every kind the renderer emits, Pods, PVCs
+and Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A
+kind the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
 Prometheus operator) counts as synced and empty, and is looked for again at each resync.
 
 Every change is mapped to the cluster it belongs to (`ClusterKey`: the namespace and the
@@ -277,6 +278,9 @@ def cluster_of(obj: Obj) -> ClusterKey | None:
         return None
     if obj.get("kind") == k.KAIWU_CLUSTER.kind:
         return ClusterKey(namespace, str(meta.get("name")))
+    if obj.get("kind") in (k.KAIWU_BACKUP.kind, k.KAIWU_BACKUP_SCHEDULE.kind):
+        name = ((obj.get("spec") or {}).get("cluster") or {}).get("name")
+        return ClusterKey(namespace, str(name)) if name else None
     instance = (meta.get("labels") or {}).get(INSTANCE_LABEL)
     if instance:
         return ClusterKey(namespace, str(instance))
@@ -354,6 +358,10 @@ class Caches:
         # Only this shard's clusters (Settings.shard): a cluster whose label moves it to
         # another shard leaves this watch (a DELETED event) and so leaves the cache.
         add(k.KAIWU_CLUSTER, settings.shard_selector)
+        # Backups and schedules are not labelled by shard: their events count only for the
+        # clusters this shard owns (below).
+        add(k.KAIWU_BACKUP, "")
+        add(k.KAIWU_BACKUP_SCHEDULE, "")
         for kind in managed_kinds:
             add(kind, MANAGED_SELECTOR)
         add(k.NODE, "")
@@ -446,6 +454,9 @@ class Caches:
             return
         if obj.get("kind") == k.KAIWU_CLUSTER.kind:
             self._on_cluster_event(kind, obj, old)
+            return
+        if obj.get("kind") in (k.KAIWU_BACKUP.kind, k.KAIWU_BACKUP_SCHEDULE.kind) \
+                and kind == "MODIFIED" and not _cluster_changed(obj, old):
             return
         key = cluster_of(obj)
         if key is None or not self.owns(key):

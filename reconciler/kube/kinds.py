@@ -50,6 +50,11 @@ class Kind:
 # Every kind the reconciler reads or writes. Rendered kinds are looked up by (apiVersion, kind).
 KAIWU_CLUSTER = Kind(schema.API_VERSION, schema.KIND, schema.PLURAL,  # as the CRD names it
                      always_served=False)
+# Backups (docs/backup.md): watched in full (no managed-by label), served once their CRDs are.
+KAIWU_BACKUP = Kind(schema.API_VERSION, schema.BACKUP_KIND, schema.BACKUP_PLURAL,
+                    always_served=False, prunable=False)
+KAIWU_BACKUP_SCHEDULE = Kind(schema.API_VERSION, schema.SCHEDULE_KIND, schema.SCHEDULE_PLURAL,
+                             always_served=False, prunable=False)
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", cached=True)
 SERVICE = Kind("v1", "Service", "services", cached=True)
 SECRET = Kind("v1", "Secret", "secrets", cached=True, prunable=False)
@@ -71,8 +76,9 @@ LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 VALIDATING_WEBHOOK = Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
                           "validatingwebhookconfigurations", namespaced=False, prunable=False)
 KINDS = {(k.api_version, k.kind): k for k in (
-    KAIWU_CLUSTER, SERVICE_ACCOUNT, SERVICE, SECRET, POD, PVC, PV, EVENT, NODE, STATEFUL_SET,
-    PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR, LEASE, VALIDATING_WEBHOOK)}
+    KAIWU_CLUSTER, KAIWU_BACKUP, KAIWU_BACKUP_SCHEDULE, SERVICE_ACCOUNT, SERVICE, SECRET, POD,
+    PVC, PV, EVENT, NODE, STATEFUL_SET, PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR,
+    LEASE, VALIDATING_WEBHOOK)}
 
 
 def kind_of(obj: Obj) -> Kind:

@@ -108,12 +108,20 @@ def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: st
     def role(kind: str, name: str) -> k8s.V1RoleRef:
         return k8s.V1RoleRef(api_group="rbac.authorization.k8s.io", kind=kind, name=name)
 
-    core.create_namespaced_service_account(
-        namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=RECONCILER_SA)))
-    rbac.create_namespaced_role_binding(namespace, k8s.V1RoleBinding(
+    def once(create: Callable[[], object]) -> None:
+        """Create, or find it made by an earlier reconciler of the test (a restart story)."""
+        try:
+            create()
+        except k8s.ApiException as error:
+            if error.status != 409:
+                raise
+
+    once(lambda: core.create_namespaced_service_account(
+        namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=RECONCILER_SA))))
+    once(lambda: rbac.create_namespaced_role_binding(namespace, k8s.V1RoleBinding(
         metadata=k8s.V1ObjectMeta(name=RECONCILER_SA), role_ref=role("ClusterRole",
                                                                       "cluster-admin"),
-        subjects=[subject]))
+        subjects=[subject])))
     try:
         rbac.create_cluster_role(k8s.V1ClusterRole(
             metadata=k8s.V1ObjectMeta(name=NODE_READER), rules=[k8s.V1PolicyRule(
@@ -123,9 +131,9 @@ def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: st
     except k8s.ApiException as error:
         if error.status != 409:
             raise
-    rbac.create_cluster_role_binding(k8s.V1ClusterRoleBinding(
+    once(lambda: rbac.create_cluster_role_binding(k8s.V1ClusterRoleBinding(
         metadata=k8s.V1ObjectMeta(name=f"{NODE_READER}-{namespace}"),
-        role_ref=role("ClusterRole", NODE_READER), subjects=[subject]))
+        role_ref=role("ClusterRole", NODE_READER), subjects=[subject])))
     token = service_account_token(core, namespace, RECONCILER_SA)
     return plane.api_client(token=token), f"system:serviceaccount:{namespace}:{RECONCILER_SA}"
 

@@ -36,7 +36,7 @@ SEVERITY = {"KaiwuClusterNotReady": "warning", "KaiwuClusterStalled": "critical"
             "KaiwuNodeNotLive": "critical", "KaiwuClusterNodesMissing": "warning",
             "KaiwuCertificateExpiringSoon": "warning", "KaiwuClusterNotReconciled": "warning",
             "KaiwuReconcilerDown": "critical", "KaiwuReconcilerNotLeading": "critical",
-            "KaiwuReconcileErrors": "warning"}
+            "KaiwuReconcileErrors": "warning", "KaiwuBackupTooOld": "warning"}
 
 
 def promtool() -> str:
@@ -65,12 +65,16 @@ def cluster_page(metrics: Metrics, *, healthy: bool) -> None:
                                             "Stalled": "False", "Drifted": "False"})
         metrics.cluster_succeeded("kaiwu-prod", "orders", now - 20)
         metrics.cluster_certificate_expiry("kaiwu-prod", "orders", now + 80 * 86400)
+        # promtool's clock starts at 0 and the pages are evaluated at MINUTES: the backup
+        # timestamps are set on that clock (an hour before, or 30 hours before).
+        metrics.backup_succeeded("kaiwu-prod", "orders", MINUTES * 60 - 3600)
     else:
         metrics.observe_cluster("kaiwu-prod", "orders", desired=3, ready=2, live=2, not_live=1,
                                 conditions={"Ready": "False", "Reconciling": "False",
                                             "Stalled": "True", "Drifted": "True"})
         metrics.cluster_succeeded("kaiwu-prod", "orders", now - 3600)
         metrics.cluster_certificate_expiry("kaiwu-prod", "orders", now + 10 * 86400)
+        metrics.backup_succeeded("kaiwu-prod", "orders", MINUTES * 60 - 30 * 3600)
 
 
 def pages(*, healthy: bool, leader: bool) -> tuple[str, str]:
@@ -186,6 +190,7 @@ def test_each_alert_fires_exactly_where_it_should(tmp_path: Path) -> None:
         "KaiwuClusterNodesMissing": [cluster],
         "KaiwuCertificateExpiringSoon": [cluster],
         "KaiwuClusterNotReconciled": [cluster],
+        "KaiwuBackupTooOld": [cluster],
         "KaiwuReconcileErrors": [{}],
     }
     scenarios: list[tuple[str, list[dict[str, str]], dict[str, list[dict[str, str]]]]] = [

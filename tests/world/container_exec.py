@@ -4,10 +4,11 @@ Called by the simulated kubelet (tests/world/kubelet.py) for `pods/exec` request
 A KaiwuDB container has the `kwbase` binary (bare, `/kaiwudb/bin/kwbase` or `./kwbase`, since the
 image's working directory is /kaiwudb/bin): its commands, and shells, go to the simulated
 KaiwuDB, which refuses shells on purpose (callers must run kwbase with its arguments, never
-through a shell). Every container has `true`, `false`, `echo` and `hostname`; other images also
-have `sh -c`/`bash -c` running one simple command. Anything else is a binary the image lacks,
-reported as containerd and a shell report it (exit 126 from the runtime when exec'd directly,
-127 from `sh -c`).
+through a shell); `find`, `sha256sum`, `cat` and `rm` there work on the store's
+external-I/O directory (KWDB_FILE_COMMANDS). Every container has `true`, `false`, `echo` and
+`hostname`; other images also have `sh -c`/`bash -c` running one simple command. Anything else
+is a binary the image lacks, reported as containerd and a shell report it (exit 126 from the
+runtime when exec'd directly, 127 from `sh -c`).
 
 Not modelled: pipes, redirections, `&&`, variables and globbing inside `sh -c` (reported as a
 simulation limit, exit 2), stdin, TTYs.
@@ -22,6 +23,9 @@ from collections.abc import Callable, Sequence
 from tests.world.exec_server import CommandResult
 from tests.world.kwdb_port import ExecOutput
 
+KWDB_FILE_COMMANDS = frozenset({"find", "sha256sum", "cat", "rm"})
+"""Coreutils of the KaiwuDB image the operator uses on the external-I/O directory: answered by
+the simulated KaiwuDB, which keeps that directory on the store (tests/world/kwdb/data.py)."""
 SHELLS = frozenset({"sh", "bash", "ash", "dash"})
 SHELL_SPECIALS = frozenset("|&;<>()$`\\\"'*?[]#~=%{}\n")
 
@@ -42,7 +46,7 @@ def _simple(
 ) -> CommandResult | None:
     """Commands every image here has; None when argv[0] is none of them."""
     name = posixpath.basename(argv[0])
-    if name == "kwbase":
+    if name == "kwbase" or (name in KWDB_FILE_COMMANDS and kwbase is not None):
         if kwbase is None:
             return None
         out = kwbase(argv)

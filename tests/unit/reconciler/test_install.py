@@ -58,9 +58,11 @@ def test_the_bundle_carries_the_one_crd_unchanged_and_applies_it_first() -> None
     bundle = docs(install.render(install.Options()))
     assert bundle[0] == crd_manifest()
     assert [d["kind"] for d in bundle] == [
-        "CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
-        "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "Service",
-        "Service", "Deployment"]
+        "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition",
+        "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+        "RoleBinding", "Role", "RoleBinding", "Service", "Service", "Deployment"]
+    assert [d["metadata"]["name"] for d in bundle[1:3]] == [
+        "kaiwubackups.kaiwu.inspur.com", "kaiwubackupschedules.kaiwu.inspur.com"]
 
 
 def test_for_kubernetes_1_25_and_later_the_crd_carries_the_cel_rules(
@@ -85,11 +87,30 @@ def test_a_kube_version_older_than_supported_is_refused_in_one_line(
     assert "older than the oldest supported release, 1.20" in capsys.readouterr().err
 
 
+def test_backups_get_their_rights_and_a_volume_claim_is_mounted_for_volume_targets() -> None:
+    cluster = rules(install.Options(), "ClusterRole")
+    assert verbs(cluster, "kaiwubackups") == {"get", "list", "watch", "create", "delete"}
+    assert verbs(cluster, "kaiwubackupschedules") == {"get", "list", "watch"}
+    assert "patch" in verbs(cluster, "kaiwubackups/status")
+    options = install.Options(backup_volume_claims=("nightly-dumps",))
+    deployment = next(d for d in docs(install.render(options)) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "backup-0",
+                               "persistentVolumeClaim": {"claimName": "nightly-dumps"}}]
+    assert pod["containers"][0]["volumeMounts"] == [
+        {"name": "backup-0", "mountPath": "/backup-volumes/nightly-dumps"}]
+    assert "--backup-volume-claim nightly-dumps" in install.render(options)
+    assert install.Options(backup_volume_claims=("Bad_Name",)).problems() == [
+        "--backup-volume-claim: 'Bad_Name' is not a claim name (lower-case letters, digits, "
+        "'-' and '.')"]
+
+
 def test_cluster_scope_grants_everything_through_one_cluster_role() -> None:
     cluster = rules(install.Options(), "ClusterRole")
     assert verbs(cluster, "nodes") == {"get", "list", "watch"}
     assert verbs(cluster, "secrets") == {"get", "list", "watch", "create", "patch"}
-    assert verbs(cluster, "kaiwuclusters") == {"get", "list", "watch"}, "no directory verbs"
+    assert verbs(cluster, "kaiwuclusters") == {"get", "list", "watch", "patch"}, \
+        "no directory verbs; patch for the restore annotation"
     assert ("Role", "kaiwu-system", "kaiwu-reconciler") not in kinds(install.Options())
 
 
@@ -134,7 +155,7 @@ def test_every_replica_serves_the_webhook_through_a_service_and_may_register_onl
         {"create"}, "only create is unlimited (the name is in the body)"
     assert [r["resourceNames"] for r in webhook_rules if "resourceNames" in r] == [
         ["kaiwu-reconciler-kaiwu-system"]]
-    namespace = bundle[1]
+    namespace = next(d for d in bundle if d["kind"] == "Namespace")
     assert namespace["metadata"]["labels"]["kaiwu.inspur.com/admission"] == "skip", \
         "the escape hatch: the operator's own namespace is never checked"
     same = install.Options(namespace="team-a", scope="namespaced", watch_namespace="team-a")

@@ -46,6 +46,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tests.world.kwdb.data import SqlData
 from tests.world.kwdb.settings import KwdbSettings
 
 MODE_MULTI = "start"
@@ -132,6 +133,7 @@ class LogicalCluster:
         self.clock = created_at
         self._budget = 0.0
         self.running_jobs = 0
+        self.data = SqlData()
 
     # ----- nodes -------------------------------------------------------------------------
     def add_node(self, record_for_id: NodeRecord) -> NodeRecord:

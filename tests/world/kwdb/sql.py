@@ -8,7 +8,10 @@ Called by tests/world/kwdb/commands.py. Statements answered:
   persisted status of every node, dead and decommissioned ones included (their last values).
 - `SHOW JOBS` (CockroachDB v20.1 columns; running jobs come from KwdbWorld.set_running_jobs)
   and RUNNING_JOBS_QUERY;
-- `SELECT 1`.
+- `SELECT 1`;
+- the data statements of tests/world/kwdb/data.py (SHOW DATABASES, SHOW TABLES, EXPORT, IMPORT,
+  cluster_logical_timestamp()); their notices are printed to stderr as `NOTICE: ...`, as the
+  CLI prints a server notice, with exit code 0.
 Anything else fails with a `kwdb-sim:` error saying the statement is not modelled. Results are
 printed per kwbase/pkg/cli/sql_util.go runQueryAndFormatResults in --format (tsv by default,
 since exec has no terminal); integer columns align right in tables.
@@ -19,11 +22,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from tests.world.kwdb import data
 from tests.world.kwdb.client import Env, Fail, output_format, sql_session
 from tests.world.kwdb.flags import Invocation
 from tests.world.kwdb.model import LogicalCluster, StoreMetrics
 from tests.world.kwdb.render import cli_error, format_timestamp, render
-from tests.world.kwdb.state import ExecResult
+from tests.world.kwdb.state import ExecResult, Proc
 
 REPLICATION_HEALTH_QUERY = (
     "SELECT sum((metrics->>'ranges.unavailable')::DECIMAL)::INT AS ranges_unavailable, "
@@ -135,8 +139,36 @@ def _kv_store_status(
     return headers, rows
 
 
-def _statement(env: Env, cluster: LogicalCluster, stmt: str) -> tuple[list[str], list[list[str]]]:
+def _session(env: Env, target: Proc, cluster: LogicalCluster) -> data.Session:
+    """The data session of a SQL connection to `target`: its node id and every node's disk."""
+    store = env.group.store_of(target)
+    node_id = store.node_id if store is not None and store.node_id is not None else 0
+
+    def disk(wanted: int) -> dict[str, bytes] | None:
+        for other in env.group.stores.values():
+            if other.cluster is cluster and other.node_id == wanted:
+                node = cluster.nodes.get(wanted)
+                proc = env.group.proc_of_node(node) if node is not None else None
+                if proc is None or not (proc.running and proc.host_alive):
+                    return None
+                return other.files
+        return None
+
+    return data.Session(cluster.data, env.now, env.group.settings.epoch_unix_s, node_id, disk)
+
+
+def _statement(
+    env: Env, target: Proc, cluster: LogicalCluster, stmt: str, notices: list[str]
+) -> tuple[list[str], list[list[str]]]:
     text = " ".join(stmt.split())
+    try:
+        answered = data.statement(_session(env, target, cluster), text)
+    except data.SqlError as err:
+        raise Fail(err.message, sqlstate=err.sqlstate) from err
+    if answered is not None:
+        headers, rows, said = answered
+        notices.extend(said)
+        return headers, rows
     m = _KV_STORE_STATUS.fullmatch(text)
     if m is not None:
         return _kv_store_status(cluster, m.group("items"), m.group("group") is not None, env.now)
@@ -176,21 +208,22 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
     statements = [s for e in inv.all("execute") for s in e.split(";") if s.strip()]
     if not statements:
         return ExecResult("", "", 0)  # no -e and no stdin: nothing to run
-    _, cluster = sql_session(env, inv)
+    target, cluster = sql_session(env, inv)
     out = ""
+    notices: list[str] = []
     for stmt in statements:
         try:
-            headers, rows = _statement(env, cluster, stmt)
+            headers, rows = _statement(env, target, cluster, stmt, notices)
         except Fail as f:
             # Results of the statements before the failing one were already printed.
             err = cli_error(f.message, "sql", hint=f.hint, sqlstate=f.sqlstate)
-            return ExecResult(out, err, 1)
+            return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices) + err, 1)
         # The CLI aligns by column type: integers right, everything else left.
         align = "".join(
             "r" if rows and all(_is_int(r[i]) for r in rows) else "l" for i in range(len(headers))
         )
         out += render(fmt, headers, rows, align)
-    return ExecResult(out, "", 0)
+    return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices), 0)
 
 
 def _is_int(value: str) -> bool:

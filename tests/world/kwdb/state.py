@@ -136,6 +136,8 @@ class Store:
     mode: str | None = None
     cluster: LogicalCluster | None = None
     node_id: int | None = None
+    # The external-I/O directory (<store>/extern): relative path -> contents (see data.py).
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass

@@ -39,6 +39,16 @@ from dataclasses import dataclass, replace
 
 from tests.world.kwdb.client import Env
 from tests.world.kwdb.commands import run_client_command
+from tests.world.kwdb.data import (
+    EXTERN,
+    FILE_COMMANDS,
+    RELATIONAL,
+    TIME_SERIES,
+    Database,
+    SqlData,
+    Table,
+    file_command,
+)
 from tests.world.kwdb.flags import CliError, Invocation, parse
 from tests.world.kwdb.model import (
     MODE_SINGLE_NODE,
@@ -411,6 +421,13 @@ class KwdbWorld:
                 return ExecResult(
                     "", f"kwdb-sim: container kwbase of pod {pod_name} is not running\n", 126
                 )
+            if argv and argv[0].rsplit("/", 1)[-1] in FILE_COMMANDS:
+                store = group.store_of(proc)
+                out, err, code = file_command(
+                    list(argv), f"{proc.opts.store_path}/{EXTERN}",
+                    store.files if store is not None else None,
+                )
+                return ExecResult(out, err, code)
             if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
                 return ExecResult(
                     "",
@@ -509,3 +526,72 @@ class KwdbWorld:
             if primary is None:
                 raise ValueError(f"{cluster}: no initialised cluster to run jobs in")
             primary.running_jobs = count
+
+    # ----- SQL data (tests/world/kwdb/data.py) ---------------------------------------------------
+    def _data(self, cluster: ClusterKey, now: float) -> tuple[Group, SqlData]:
+        group, primary = self._primary(cluster, now)
+        if primary is None:
+            raise ValueError(f"{cluster}: no initialised cluster to hold data")
+        return group, primary.data
+
+    def load(
+        self,
+        cluster: ClusterKey,
+        now: float,
+        *,
+        database: str,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[str]],
+        time_series: bool = False,
+    ) -> None:
+        """Create the database and table when missing and write rows now (an application's
+        INSERTs; SQL DDL/DML is not modelled)."""
+        with self._lock:
+            group, data = self._data(cluster, now)
+            engine = TIME_SERIES if time_series else RELATIONAL
+            db = data.databases.setdefault(database, Database(database, engine))
+            if db.engine != engine:
+                raise ValueError(f"database {database} is {db.engine}, not {engine}")
+            t = db.tables.setdefault(table, Table(table, tuple(columns)))
+            t.rows.extend((group.clock, tuple(str(v) for v in row)) for row in rows)
+
+    def set_user(self, cluster: ClusterKey, now: float, name: str, options: str = "") -> None:
+        """CREATE USER name [WITH options]."""
+        with self._lock:
+            self._data(cluster, now)[1].users[name] = options
+
+    def set_setting(self, cluster: ClusterKey, now: float, name: str, value: str) -> None:
+        """SET CLUSTER SETTING name = 'value'."""
+        with self._lock:
+            self._data(cluster, now)[1].settings[name] = value
+
+    def fail_export(self, cluster: ClusterKey, now: float, table: str, on: bool = True) -> None:
+        """Make EXPORT of `table` fail (relational: a NOTICE, no data file; time-series:
+        result = fail and a NOTICE) until turned off."""
+        with self._lock:
+            faults = self._data(cluster, now)[1].export_faults
+            faults.add(table) if on else faults.discard(table)
+
+    def contents(self, cluster: ClusterKey, now: float) -> dict[str, object]:
+        """What a person compares after a restore: databases with their engine and each
+        table's rows (sorted), users, cluster settings."""
+        with self._lock:
+            _, data = self._data(cluster, now)
+            return {
+                "databases": {
+                    db.name: (db.engine, {t.name: sorted(t.rows_at(None))
+                                          for t in db.tables.values()})
+                    for db in data.databases.values()
+                },
+                "users": dict(data.users),
+                "settings": dict(data.settings),
+            }
+
+    def extern_files(self, cluster: ClusterKey, pod_name: str) -> dict[str, bytes]:
+        """The files in the external-I/O directory of the store the pod runs on."""
+        with self._lock:
+            group = self._groups.get(cluster)
+            proc = group.procs.get(pod_name) if group else None
+            store = group.store_of(proc) if group and proc else None
+            return dict(store.files) if store is not None else {}

@@ -361,6 +361,21 @@ def test_no_failover_step_while_a_scale_in_runs() -> None:
     assert "a scale-in is in progress" in " ".join(m for _, m in p.not_ready)
 
 
+def test_no_failover_step_while_a_backup_runs_and_it_goes_on_once_the_backup_ends() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 5)
+    running = world.put(k.KAIWU_BACKUP, {
+        "apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackup",
+        "metadata": {"name": "nightly", "namespace": NS},
+        "spec": {"cluster": {"name": NAME}}, "status": {"phase": "running"}})
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "KaiwuBackup nightly is running" in " ".join(m for _, m in p.not_ready)
+    running["status"]["phase"] = "failed"  # its node was the lost one, say
+    run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "Pod", "dev-1") in world.writes
+
+
 def test_a_node_object_that_is_gone_is_lost_from_the_first_pass_that_saw_it_missing() -> None:
     world = healthy_world()
     del world.objects[("Node", "", "n1")]

@@ -18,6 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from reconciler.kaiwudb import kwbase as kwbase
+from reconciler.kaiwudb.backup import EXTERN_DIR  # the rendered --store's extern dir
 from reconciler.kaiwudb.kwbase import (
     CommandFailed,
     DecommissionRefused,
@@ -381,3 +382,28 @@ def test_error_text_keeps_the_message_and_drops_the_trailer() -> None:
     stderr = ('warning: something first\nERROR: node 9 doesn\'t exist\n'
               'HINT: check the id\nFailed running "node status"\n')
     assert kwbase.error_text(stderr) == "ERROR: node 9 doesn't exist HINT: check the id"
+
+
+def test_exports_are_read_with_their_notices_and_the_files_found_where_the_store_is(
+        cluster: Deployment) -> None:
+    key = (NAMESPACE, NAME)
+    cluster.world.load(key, 30.0, database="shop", table="orders",
+                       columns=[("id", "INT8")], rows=[("1",), ("2",)])
+    answer = cluster.admin.sql("orders-0", 'EXPORT INTO CSV "nodelocal://1/b/shop" '
+                                           "FROM DATABASE shop")
+    assert answer.headers == ("filename", "rows", "node_id", "file_num")
+    assert [(r["filename"], r["rows"]) for r in answer.rows] == [("meta.sql", "1"),
+                                                                  ("TABLE orders", "2")]
+    assert answer.notices == ()
+    sums = cluster.admin.file_sums("orders-0", f"{EXTERN_DIR}/b")
+    assert sorted(sums) == ["shop/meta.sql", "shop/public/orders/meta.sql",
+                            "shop/public/orders/n1.0.csv"]
+    data = cluster.admin.read_file("orders-0", f"{EXTERN_DIR}/b/shop/public/orders/n1.0.csv")
+    assert data == b"1\n2\n"
+    cluster.world.fail_export(key, 30.0, "orders")
+    noticed = cluster.admin.sql("orders-0", 'EXPORT INTO CSV "nodelocal://1/c" FROM DATABASE shop')
+    assert noticed.notices == ("export table shop.public.orders failed: simulated storage error",)
+    cluster.admin.remove_dir("orders-0", f"{EXTERN_DIR}/b")
+    assert cluster.admin.file_sums("orders-0", f"{EXTERN_DIR}/b") == {}
+    with pytest.raises(CommandFailed, match="does not exist"):
+        cluster.admin.sql("orders-0", 'EXPORT INTO CSV "nodelocal://1/x" FROM DATABASE nope')

@@ -1,0 +1,559 @@
+"""The backup step of a cluster's pass: schedules make KaiwuBackups, retention deletes old ones,
+and the one running backup advances by one export per pass.
+
+The Controller runs `Backups.run` after "failover" (reconciler.controller.controller); the
+watch caches map each KaiwuBackup and KaiwuBackupSchedule to the cluster its spec.cluster names,
+so a new backup or schedule starts a pass. Decisions are the pure functions of
+reconciler.kaiwudb.backup_plan; files move through reconciler.kaiwudb.backup_target; KaiwuDB is
+reached through the admin adapter (reconciler.kaiwudb.kwbase: exec into one pod).
+
+How a backup runs (docs/backup.md):
+  start     when no other backup of the cluster runs and `start_blocker` finds no scale-in,
+            rollout, failover or unready pod: choose a Ready pod and its node id, read the
+            databases and tables and `cluster_logical_timestamp()`, write plan.json to the
+            target FIRST, then status running.
+  each pass the next item without a marker in the target: `rm -rf` its node directory, EXPORT
+            into nodelocal://<node>/<run>/<item>, check the answer (notices, result=fail, files
+            announced), list and checksum the files on the node, stream each out (`cat`),
+            compare checksums, put it in the target, write the item's marker
+            (items/<id>.json), remove the files from the node.
+  finish    every item's files listed in the target with their sizes, then manifest.json
+            LAST, then status completed; the run directory on the node is removed.
+So the target, not status, is the memory: a reconciler that restarts finds plan.json and the
+markers and carries on with the same node and timestamp; a backup is complete exactly when
+manifest.json exists. Any failure (a notice, a missing or corrupt file, the node gone, the
+target refusing) marks it failed with the reason, writes failed.json, and removes what it left
+on the node; the next scheduled backup starts afresh.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
+from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError, NodeUnreachable
+from reconciler.kaiwudb.pods import cluster_pods, pod_ready, rolling
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError, Kube
+from reconciler.metrics import Metrics
+from reconciler.model import Obj, Pass, meta
+from renderer.builders import DATA_DIR
+from renderer.spec import Cluster
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_LABEL = "kaiwu.inspur.com/schedule"
+EXTERN_DIR = f"{DATA_DIR}/extern"
+"""The node's external-I/O directory: kwbase's default, <first store>/extern."""
+FAILED_FILE = "failed.json"
+TERMINAL = ("completed", "failed")
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    """poll_s: how soon a running backup's cluster is looked at again. volumes_dir: where
+    volume targets' claims are mounted. remove_node_files: clean the node after each item."""
+
+    poll_s: float = 1.0
+    volumes_dir: str = "/backup-volumes"
+    remove_node_files: bool = True
+
+
+class BackupFailed(Exception):
+    """A backup cannot complete; `reason` is a CamelCase word, the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _time(text: object) -> float:
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+
+
+def _stamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def phase_of(obj: Obj) -> str:
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+def backups_of(view: CacheView, namespace: str, cluster: str) -> list[Obj]:
+    return sorted((b for b in view.list(k.KAIWU_BACKUP, namespace)
+                   if ((b.get("spec") or {}).get("cluster") or {}).get("name") == cluster),
+                  key=lambda b: (_time(meta(b).get("creationTimestamp")),
+                                 str(meta(b).get("name"))))
+
+
+def running_backup(view: CacheView, namespace: str, cluster: str) -> str | None:
+    """The cluster's backup under way (phase running), if any: scale-in, rollout and failover
+    wait for it (reconciler.kaiwudb.lifecycle and failover)."""
+    for obj in backups_of(view, namespace, cluster):
+        if phase_of(obj) == "running":
+            return str(meta(obj).get("name"))
+    return None
+
+
+class Backups:
+    """The "backup" step (see the module docstring)."""
+
+    name = "backup"
+    always = False
+
+    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, settings: BackupSettings,
+                 admin: Callable[[Cluster], KwbaseAdmin],
+                 s3_factory: Callable[..., Any] | None = None) -> None:
+        self.kube = kube
+        self.view = view
+        self.metrics = metrics
+        self.settings = settings
+        self.admin = admin
+        self._s3_clients: dict[tuple[Any, ...], Any] = {}
+        self._s3_make = s3_factory
+        # Phases this process wrote, by backup uid: the cache may show an older one for a
+        # moment after our own status write; a finished backup never runs again.
+        self._finished: dict[str, str] = {}
+
+    def wanted(self, p: Pass) -> bool:
+        # A cluster not yet initialised has nothing to back up: its backups wait as pending.
+        return p.cluster is not None and not p.paused and not p.halted and p.kaiwu.initialized
+
+    # ---- the pass -------------------------------------------------------------------------
+    def run(self, p: Pass) -> None:
+        cluster = p.cluster
+        assert cluster is not None
+        ns = cluster.namespace
+        schedules = [s for s in self.view.list(k.KAIWU_BACKUP_SCHEDULE, ns)
+                     if ((s.get("spec") or {}).get("cluster") or {}).get("name") == cluster.name]
+        backups = backups_of(self.view, ns, cluster.name)
+        for schedule in schedules:
+            self.schedule(p, cluster, schedule, backups)
+            self.retain(p, cluster, schedule, backups)
+        self.report_last_success(cluster, backups)
+        live = [b for b in backups if self._phase(b) not in TERMINAL]
+        running = [b for b in live if self._phase(b) == "running"]
+        if running:
+            self.advance(p, cluster, running[0])
+            return
+        if live:
+            self.start(p, cluster, live[0])
+
+    def _phase(self, obj: Obj) -> str:
+        return self._finished.get(str(meta(obj).get("uid")), phase_of(obj))
+
+    # ---- schedules and retention ----------------------------------------------------------
+    def schedule(self, p: Pass, cluster: Cluster, schedule: Obj, backups: list[Obj]) -> None:
+        spec = schedule.get("spec") or {}
+        name = str(meta(schedule).get("name"))
+        expr = str(spec.get("schedule") or "")
+        problem = bp.cron_problem(expr)
+        if problem:
+            p.events.append(("Warning", "BackupScheduleInvalid",
+                             f"KaiwuBackupSchedule/{name}: {problem}"))
+            return
+        mine = [b for b in backups if (meta(b).get("labels") or {}).get(SCHEDULE_LABEL) == name]
+        slots = [_time((meta(b).get("annotations") or {}).get(f"{SCHEDULE_LABEL}-slot"))
+                 for b in mine]
+        created = _time(meta(schedule).get("creationTimestamp"))
+        due = None if spec.get("suspend") else bp.due_slot(
+            expr, created, p.now, bool(spec.get("immediate")), slots)
+        if due is not None:
+            self.create_backup(p, cluster, schedule, due)
+        completed = [b for b in mine if self._phase(b) == "completed"]
+        last = max(slots + ([due] if due is not None else []), default=None)
+        status = {
+            "lastScheduleTime": _stamp(last) if last is not None else None,
+            "nextScheduleTime": None if spec.get("suspend") else _stamp(bp.next_slot(expr,
+                                                                                     p.now)),
+            "lastSuccessfulBackup": str(meta(completed[-1]).get("name")) if completed else None,
+        }
+        if status != {key: (schedule.get("status") or {}).get(key) for key in status}:
+            self._patch_status(k.KAIWU_BACKUP_SCHEDULE, cluster.namespace, name, status)
+        if not spec.get("suspend"):
+            p.requeue_in(max(bp.next_slot(expr, p.now) - p.now, 0.05))
+
+    def create_backup(self, p: Pass, cluster: Cluster, schedule: Obj, slot: float) -> None:
+        spec = schedule.get("spec") or {}
+        template = spec.get("template") or {}
+        name = bp.slot_name(str(meta(schedule).get("name")), slot)
+        body: Obj = {
+            "apiVersion": k.KAIWU_BACKUP.api_version, "kind": k.KAIWU_BACKUP.kind,
+            "metadata": {"name": name, "namespace": cluster.namespace,
+                         "labels": {SCHEDULE_LABEL: str(meta(schedule).get("name"))},
+                         "annotations": {f"{SCHEDULE_LABEL}-slot": _stamp(slot)}},
+            "spec": {"cluster": {"name": cluster.name},
+                     "target": template.get("target") or {},
+                     **({"databases": template["databases"]} if template.get("databases")
+                        else {})},
+        }
+        self.metrics.writes_total.labels(verb="create", kind=k.KAIWU_BACKUP.kind).inc()
+        try:
+            self.kube.create(body)
+        except ApiError as error:
+            if not error.conflict:  # already made by an earlier pass: fine
+                raise
+            return
+        p.events.append(("Normal", "BackupScheduled",
+                         f"KaiwuBackup/{name}: made by schedule {meta(schedule).get('name')}"))
+        p.requeue_in(0.05)
+
+    def retain(self, p: Pass, cluster: Cluster, schedule: Obj, backups: list[Obj]) -> None:
+        spec = schedule.get("spec") or {}
+        retention = spec.get("retention") or {}
+        name = str(meta(schedule).get("name"))
+        mine = {str(meta(b).get("name")): b for b in backups
+                if (meta(b).get("labels") or {}).get(SCHEDULE_LABEL) == name}
+        try:
+            max_age = bp.age_seconds(retention["maxAge"]) if retention.get("maxAge") else None
+        except ValueError as err:
+            p.events.append(("Warning", "BackupScheduleInvalid", f"KaiwuBackupSchedule/{name}: "
+                             f"{err}"))
+            return
+        views = [bp.BackupView(n, self._phase(b), _time(meta(b).get("creationTimestamp")))
+                 for n, b in mine.items()]
+        for victim in bp.retention_victims(views, int(retention.get("keep") or 7), max_age,
+                                           p.now):
+            obj = mine[victim]
+            try:
+                self.target(cluster, obj).delete("")
+            except (TargetError, BackupFailed) as err:
+                p.events.append(("Warning", "BackupRetentionFailed",
+                                 f"KaiwuBackup/{victim}: files not deleted: {err}"))
+                continue
+            self.metrics.writes_total.labels(verb="delete", kind=k.KAIWU_BACKUP.kind).inc()
+            self.kube.delete(k.KAIWU_BACKUP, cluster.namespace, victim,
+                             uid=str(meta(obj).get("uid")))
+            p.events.append(("Normal", "BackupDeleted", f"KaiwuBackup/{victim}: removed by "
+                             f"the retention of schedule {name} (files and object)"))
+
+    def report_last_success(self, cluster: Cluster, backups: list[Obj]) -> None:
+        done = [_time((b.get("status") or {}).get("completedAt")) for b in backups
+                if phase_of(b) == "completed"]
+        if done:
+            self.metrics.backup_succeeded(cluster.namespace, cluster.name, max(done))
+
+    # ---- one backup -----------------------------------------------------------------------
+    def target(self, cluster: Cluster, obj: Obj) -> Target:
+        """The backup's target. Its files sit under the cluster the backup was taken of
+        (spec.cluster), which for a restore is not the cluster being restored."""
+        source = str(((obj.get("spec") or {}).get("cluster") or {}).get("name") or cluster.name)
+        try:
+            return target_for(((obj.get("spec") or {}).get("target") or {}), cluster.namespace,
+                              source, str(meta(obj).get("name")),
+                              volumes_dir=self.settings.volumes_dir, secrets=self._secret,
+                              s3_factory=self._s3_client)
+        except TargetError as err:
+            raise BackupFailed("TargetUnusable", str(err)) from err
+
+    def _s3_client(self, *args: Any, **kwargs: Any) -> Any:
+        """One boto3 client per endpoint and credentials, kept (clients are thread-safe and
+        hold a connection pool)."""
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in self._s3_clients:
+            make = self._s3_make
+            if make is None:
+                import boto3  # only S3 targets need it
+                make = boto3.client
+            self._s3_clients[key] = make(*args, **kwargs)
+        return self._s3_clients[key]
+
+    def _secret(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.kube.get(k.SECRET, namespace, name) if name else None
+
+    def start(self, p: Pass, cluster: Cluster, obj: Obj) -> None:
+        name = str(meta(obj).get("name"))
+        try:
+            target = self.target(cluster, obj)
+            raw = target.get(bp.PLAN_FILE)
+            if raw is not None:  # started before (our status write was lost or is late)
+                self.mark_running(p, cluster, obj, bp.Plan.from_json(raw), target)
+                return
+            blocker = bp.start_blocker(self.cluster_state(p, cluster))
+            if blocker:
+                self.mark_pending(p, cluster, obj, f"waiting: {blocker}")
+                return
+            plan = self.make_plan(p, cluster, obj)
+            target.put(bp.PLAN_FILE, plan.to_json())  # the decision, in the world, first
+        except BackupFailed as err:
+            self.fail(p, cluster, obj, err.reason, err.message, None, None)
+            return
+        except TargetError as err:
+            self.fail(p, cluster, obj, "TargetFailed", str(err), None, None)
+            return
+        p.events.append(("Normal", "BackupStarted", (
+            f"KaiwuBackup/{name}: exporting {len(plan.items())} item(s) from pod {plan.pod} "
+            f"(node {plan.node_id}), relational tables as of {plan.consistent_to}")))
+        self.metrics.lifecycle_actions_total.labels(action="backup-start").inc()
+        self.mark_running(p, cluster, obj, plan, target)
+
+    def cluster_state(self, p: Pass, cluster: Cluster) -> bp.ClusterState:
+        pods = cluster_pods(self.view, cluster)
+        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
+            if sts is not None else cluster.replicas
+        names = [cluster.pod_name(i) for i in range(replicas)]
+        return bp.ClusterState(
+            initialized=p.kaiwu.initialized,
+            scale_in=p.kaiwu.operation is not None or cluster.replicas < replicas,
+            rolling=rolling(sts),
+            not_ready=tuple(n for n in names if not pod_ready(pods.get(n))),
+            failing=tuple(sorted(p.kaiwu.failures or {})),
+            restoring=bp.restore_pending(meta(p.obj).get("annotations") or {},
+                                         cluster.restore_from))
+
+    def make_plan(self, p: Pass, cluster: Cluster, obj: Obj) -> bp.Plan:
+        live = {n.pod: n.node_id for n in p.kaiwu.nodes or () if n.state == "live" and n.pod}
+        pods = cluster_pods(self.view, cluster)
+        chosen = next((pod for pod in sorted(live, key=_ordinal) if pod_ready(pods.get(pod))),
+                      None)
+        if chosen is None:
+            raise BackupFailed("NoNode", "no Ready pod with a live KaiwuDB node to export from")
+        admin = self.admin(cluster)
+        try:
+            shown = admin.sql(chosen, "SHOW DATABASES")
+            wanted = [str(d) for d in (obj.get("spec") or {}).get("databases") or ()]
+            chosen_dbs, missing = bp.choose_databases(
+                [(r["database_name"], r["engine_type"]) for r in shown.rows], wanted)
+            if missing:
+                raise BackupFailed("DatabaseNotFound", f"spec.databases: {', '.join(missing)} "
+                                   "do(es) not exist in the cluster")
+            dbs = []
+            for db_name, engine in chosen_dbs:
+                tables = admin.sql(chosen, f"SHOW TABLES FROM {db_name}")
+                dbs.append(bp.DatabasePlan(db_name, engine,
+                                           tuple(sorted(r["table_name"] for r in tables.rows))))
+            ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
+            consistent_to = ts.rows[0]["cluster_logical_timestamp"]
+        except KwbaseError as err:
+            raise BackupFailed("ExportFailed", str(err)) from err
+        return bp.Plan(str(meta(obj).get("name")), str(meta(obj).get("uid")), chosen,
+                       live[chosen], consistent_to, tuple(dbs))
+
+    def advance(self, p: Pass, cluster: Cluster, obj: Obj) -> None:
+        """One step of a running backup: the next item, or the manifest."""
+        plan: bp.Plan | None = None
+        target: Target | None = None
+        try:
+            target = self.target(cluster, obj)
+            if target.get(bp.MANIFEST_FILE) is not None:
+                self.mark_completed(p, cluster, obj, json.loads(target.get(
+                    bp.MANIFEST_FILE) or b"{}"), target, None)
+                return
+            failed = target.get(FAILED_FILE)
+            if failed is not None:
+                reason = json.loads(failed)
+                self.fail(p, cluster, obj, reason.get("reason", "Failed"),
+                          reason.get("message", ""), None, None, write_marker=False)
+                return
+            raw = target.get(bp.PLAN_FILE)
+            if raw is None:
+                raise BackupFailed("PlanMissing", f"{target.location}/{bp.PLAN_FILE} is gone: "
+                                   "the target lost the backup's files")
+            plan = bp.Plan.from_json(raw)
+            self.check_node(p, cluster, plan)
+            done = {key.removeprefix(f"{bp.ITEMS_DIR}/").removesuffix(".json")
+                    for key in target.list(bp.ITEMS_DIR)}
+            todo = [item for item in plan.items() if item.id not in done]
+            if todo:
+                result = self.export_item(cluster, plan, todo[0], target)
+                target.put(f"{bp.ITEMS_DIR}/{result.id}.json", result.to_json())
+                self.mark_running(p, cluster, obj, plan, target,
+                                  progress=f"{len(done) + 1}/{len(plan.items())} items")
+                p.requeue_in(self.settings.poll_s)
+                return
+            manifest = self.finish(plan, target)
+        except BackupFailed as err:
+            self.fail(p, cluster, obj, err.reason, err.message, plan, target)
+            return
+        except TargetError as err:
+            self.fail(p, cluster, obj, "TargetFailed", str(err), plan, target)
+            return
+        self.remove_run_dir(cluster, plan)
+        self.mark_completed(p, cluster, obj, manifest, target, plan)
+
+    def check_node(self, p: Pass, cluster: Cluster, plan: bp.Plan) -> None:
+        """The plan's node must still be the live node of its pod (its files are there)."""
+        pods = cluster_pods(self.view, cluster)
+        node = next((n for n in p.kaiwu.nodes or () if n.node_id == plan.node_id), None)
+        if node is None or node.state != "live" or node.pod != plan.pod or \
+                not pod_ready(pods.get(plan.pod)):
+            state = "gone" if node is None else f"{node.state}, pod {node.pod or '?'}"
+            ready = "Ready" if pod_ready(pods.get(plan.pod)) else "not Ready"
+            raise BackupFailed("NodeLost", (
+                f"KaiwuDB node {plan.node_id} (pod {plan.pod}) that holds the export files is "
+                f"not available ({state}; pod {ready})"))
+
+    def export_item(self, cluster: Cluster, plan: bp.Plan, item: bp.Item,
+                    target: Target) -> bp.ItemResult:
+        admin = self.admin(cluster)
+        node_dir = f"{EXTERN_DIR}/{plan.run_dir}/{item.node_dir}"
+        try:
+            admin.remove_dir(plan.pod, node_dir)  # a retry after a crash starts clean
+            answer = admin.sql(plan.pod, item.statement)
+            sums = admin.file_sums(plan.pod, node_dir)
+            problem = bp.export_problem(item, answer.headers, answer.rows, answer.notices,
+                                        list(sums))
+            if problem:
+                raise BackupFailed("ExportFailed", problem)
+            files: dict[str, tuple[str, int]] = {}
+            csv_records = 0
+            for rel, digest in sorted(sums.items()):
+                data = admin.read_file(plan.pod, f"{node_dir}/{rel}")
+                bad = bp.transfer_problem(f"{item.id}/{rel}", digest, data)
+                if bad:
+                    raise BackupFailed("ChecksumMismatch", bad)
+                target.put(f"{item.target_dir}/{rel}", data)
+                files[f"{item.target_dir}/{rel}"] = (digest, len(data))
+                if rel.endswith(".csv"):
+                    csv_records += sum(1 for _ in csv.reader(io.StringIO(data.decode())))
+            missing = bp.missing_in_target(files, target.list(item.target_dir))
+            if missing:
+                raise BackupFailed("TargetIncomplete", f"{item.id}: not in the target after "
+                                   f"upload: {', '.join(missing)}")
+            if self.settings.remove_node_files:
+                admin.remove_dir(plan.pod, node_dir)
+        except (ExecFailed, NodeUnreachable) as err:
+            raise BackupFailed("NodeLost", f"{item.id}: pod {plan.pod} (node {plan.node_id}) "
+                               f"cannot be reached: {err}") from err
+        except KwbaseError as err:
+            raise BackupFailed("ExportFailed", f"{item.id}: {err}") from err
+        # A time-series EXPORT reports no row counts: count the records it wrote instead.
+        rows = csv_records if item.kind == "ts-database" else bp.exported_rows(answer.rows)
+        return bp.ItemResult(item.id, rows, files)
+
+    def finish(self, plan: bp.Plan, target: Target) -> dict[str, Any]:
+        """Check every item's files in the target, then write the manifest (last)."""
+        stored = target.list("")
+        results = []
+        for item in plan.items():
+            raw = target.get(f"{bp.ITEMS_DIR}/{item.id}.json")
+            if raw is None:
+                raise BackupFailed("TargetIncomplete", f"item {item.id}: its marker is gone")
+            result = bp.ItemResult.from_json(raw)
+            missing = bp.missing_in_target(result.files, stored)
+            if missing:
+                raise BackupFailed("TargetIncomplete", f"item {item.id}: missing or changed "
+                                   f"in the target: {', '.join(missing)}")
+            results.append(result)
+        by_id = {r.id: r for r in results}
+        databases = []
+        for db in plan.databases:
+            ids = [i.id for i in plan.items() if i.target_dir == db.name or
+                   i.target_dir.startswith(f"{db.name}/")]
+            databases.append({
+                "name": db.name, "engine": db.engine, "tables": len(db.tables),
+                "rows": sum(by_id[i].rows for i in ids),
+                "files": sum(len(by_id[i].files) for i in ids)})
+        files = sum(len(r.files) for r in results)
+        size = sum(size for r in results for _, size in r.files.values())
+        manifest = {
+            "plan": json.loads(plan.to_json()),
+            "consistentTo": plan.consistent_to,
+            "consistentToTime": _stamp(bp.hlc_time(plan.consistent_to).timestamp()),
+            "databases": databases, "files": files, "sizeBytes": size,
+            "items": {r.id: json.loads(r.to_json()) for r in results},
+        }
+        target.put(bp.MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True).encode())
+        return manifest
+
+    def remove_run_dir(self, cluster: Cluster, plan: bp.Plan | None) -> None:
+        if plan is None or not self.settings.remove_node_files:
+            return
+        try:
+            self.admin(cluster).remove_dir(plan.pod, f"{EXTERN_DIR}/{plan.run_dir}")
+        except KwbaseError as err:  # the node may be the reason we failed
+            log.info("backup %s: could not clean the node: %s", plan.backup, err)
+
+    # ---- status ---------------------------------------------------------------------------
+    def _patch_status(self, kind: k.Kind, namespace: str, name: str,
+                      status: dict[str, Any]) -> None:
+        self.metrics.writes_total.labels(verb="status", kind=kind.kind).inc()
+        try:
+            self.kube.patch(kind, namespace, name, {"status": status}, subresource="status")
+        except ApiError as error:
+            if not error.not_found:
+                raise
+
+    def mark_pending(self, p: Pass, cluster: Cluster, obj: Obj, message: str) -> None:
+        status = obj.get("status") or {}
+        if status.get("phase") != "pending" or status.get("message") != message:
+            self._patch_status(k.KAIWU_BACKUP, cluster.namespace, str(meta(obj).get("name")),
+                               {"phase": "pending", "message": message})
+        p.requeue_in(self.settings.poll_s)
+
+    def mark_running(self, p: Pass, cluster: Cluster, obj: Obj, plan: bp.Plan,
+                     target: Target, progress: str = "") -> None:
+        self._patch_status(k.KAIWU_BACKUP, cluster.namespace, str(meta(obj).get("name")), {
+            "phase": "running", "reason": None,
+            "message": f"exporting from pod {plan.pod}" + (f": {progress}" if progress else ""),
+            "startedAt": (obj.get("status") or {}).get("startedAt") or _stamp(p.now),
+            "consistentTo": plan.consistent_to,
+            "consistentToTime": _stamp(bp.hlc_time(plan.consistent_to).timestamp()),
+            "pod": plan.pod, "nodeId": plan.node_id, "location": target.location})
+        p.requeue_in(self.settings.poll_s)
+
+    def mark_completed(self, p: Pass, cluster: Cluster, obj: Obj, manifest: Mapping[str, Any],
+                       target: Target, plan: bp.Plan | None) -> None:
+        name = str(meta(obj).get("name"))
+        uid = str(meta(obj).get("uid"))
+        first = self._finished.get(uid) != "completed"
+        self._finished[uid] = "completed"
+        status = obj.get("status") or {}
+        completed_at = status.get("completedAt") or _stamp(p.now)
+        self._patch_status(k.KAIWU_BACKUP, cluster.namespace, name, {
+            "phase": "completed", "reason": None,
+            "message": f"{manifest.get('files')} file(s) verified in {target.location}",
+            "startedAt": status.get("startedAt") or completed_at,
+            "completedAt": completed_at,
+            "consistentTo": manifest.get("consistentTo"),
+            "consistentToTime": manifest.get("consistentToTime"),
+            "location": target.location, "files": manifest.get("files"),
+            "sizeBytes": manifest.get("sizeBytes"), "databases": manifest.get("databases")})
+        if first:
+            self.metrics.backups_total.labels(result="completed").inc()
+            self.metrics.backup_succeeded(cluster.namespace, cluster.name, _time(completed_at))
+            p.events.append(("Normal", "BackupCompleted", (
+                f"KaiwuBackup/{name}: {manifest.get('files')} file(s), "
+                f"{manifest.get('sizeBytes')} bytes in {target.location}, relational tables "
+                f"consistent to {manifest.get('consistentToTime')}")))
+
+    def fail(self, p: Pass, cluster: Cluster, obj: Obj, reason: str, message: str,
+             plan: bp.Plan | None, target: Target | None, *, write_marker: bool = True) -> None:
+        name = str(meta(obj).get("name"))
+        uid = str(meta(obj).get("uid"))
+        if write_marker and target is not None:
+            try:  # the world remembers the outcome too: a lagging pass never resumes it
+                target.put(FAILED_FILE, json.dumps({"reason": reason,
+                                                    "message": message}).encode())
+            except TargetError as err:
+                log.info("backup %s: failed.json not written: %s", name, err)
+        self.remove_run_dir(cluster, plan)
+        first = self._finished.get(uid) != "failed"
+        self._finished[uid] = "failed"
+        status = obj.get("status") or {}
+        self._patch_status(k.KAIWU_BACKUP, cluster.namespace, name, {
+            "phase": "failed", "reason": reason, "message": message,
+            "startedAt": status.get("startedAt") or _stamp(p.now),
+            "completedAt": _stamp(p.now)})
+        if first:
+            self.metrics.backups_total.labels(result="failed").inc()
+            p.events.append(("Warning", "BackupFailed", f"KaiwuBackup/{name}: {reason}: "
+                             f"{message}"))
+
+
+def _ordinal(pod: str) -> tuple[int, str]:
+    tail = pod.rsplit("-", 1)[-1]
+    return (int(tail) if tail.isdigit() else 1 << 30, pod)

@@ -1,0 +1,393 @@
+"""Backup decisions as pure functions: what a backup exports and in which order, whether an
+export's answer is a success, whether the files arrived intact, when a schedule is due, which
+old backups retention deletes, whether a backup may start now, and the restore order.
+
+Called by reconciler/kaiwudb/backup.py (the backup step) and by the restore part of the
+lifecycle; no I/O here, so every decision has a fast test (tests/unit/reconciler/
+test_backup_plan.py). docs/backup.md explains the choices.
+
+What a backup is (KWDB 3.2 open source has EXPORT and IMPORT, not BACKUP; kaiwudb-facts.md):
+  settings   EXPORT CLUSTER SETTING TO SQL          -> settings/clustersetting.sql
+  users      EXPORT USERS TO SQL                    -> users/users.sql
+  <db>.schema  (relational) EXPORT ... FROM DATABASE <db> WITH meta_only
+                                                    -> <db>/meta.sql, <db>/public/<t>/meta.sql
+  <db>.<t>   (relational) EXPORT ... FROM SELECT * FROM <db>.public.<t>
+             AS OF SYSTEM TIME '<consistent_to>'    -> <db>/public/<t>/n<node>.<chunk>.csv
+  <db>       (time-series) EXPORT ... FROM DATABASE <db>
+                                                    -> <db>/meta.sql, <db>/<t>/n<node>.*.csv
+so the target holds exactly the directory layout `IMPORT DATABASE CSV DATA` reads back, and
+every relational table is read at the one timestamp chosen when the backup started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from croniter import croniter
+
+RELATIONAL = "RELATIONAL"
+TIME_SERIES = "TIME SERIES"
+SYSTEM_DATABASES = frozenset({"defaultdb", "postgres", "system"})
+"""Never backed up: KaiwuDB makes them in every cluster (a restore could not IMPORT them)."""
+
+PLAN_FILE = "plan.json"
+MANIFEST_FILE = "manifest.json"
+ITEMS_DIR = "items"
+
+
+# ----- the plan ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DatabasePlan:
+    name: str
+    engine: str  # RELATIONAL or TIME SERIES (SHOW DATABASES engine_type)
+    tables: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One EXPORT of a backup. `node_dir`: where it writes, under the run's directory on the
+    node; `target_dir`: where its files go under the backup's location in the target."""
+
+    id: str
+    statement: str
+    node_dir: str
+    target_dir: str
+    kind: str  # "sql" (settings, users), "schema", "table", "ts-database"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided when a backup starts; written to the target first (plan.json), so a
+    reconciler that restarts carries on with the same node and timestamp."""
+
+    backup: str
+    uid: str
+    pod: str
+    node_id: int
+    consistent_to: str  # HLC decimal nanoseconds from cluster_logical_timestamp()
+    databases: tuple[DatabasePlan, ...]
+
+    @property
+    def run_dir(self) -> str:
+        """The directory under the node's external-I/O directory this backup writes in."""
+        return f"kaiwu-backup-{self.uid}"
+
+    def url(self, node_dir: str) -> str:
+        return f"nodelocal://{self.node_id}/{self.run_dir}/{node_dir}"
+
+    def items(self) -> list[Item]:
+        found = [
+            Item("settings", f'EXPORT CLUSTER SETTING TO SQL "{self.url("settings")}"',
+                 "settings", "settings", "sql"),
+            Item("users", f'EXPORT USERS TO SQL "{self.url("users")}"', "users", "users",
+                 "sql"),
+        ]
+        for db in self.databases:
+            if db.engine == TIME_SERIES:
+                found.append(Item(db.name, f'EXPORT INTO CSV "{self.url(db.name)}" FROM '
+                                  f"DATABASE {db.name}", db.name, db.name, "ts-database"))
+                continue
+            schema_dir = f"{db.name}.schema"
+            found.append(Item(schema_dir, f'EXPORT INTO CSV "{self.url(schema_dir)}" FROM '
+                              f"DATABASE {db.name} WITH meta_only", schema_dir, db.name,
+                              "schema"))
+            for table in db.tables:
+                item_id = f"{db.name}.{table}"
+                found.append(Item(
+                    item_id, f'EXPORT INTO CSV "{self.url(item_id)}" FROM SELECT * FROM '
+                    f"{db.name}.public.{table} AS OF SYSTEM TIME '{self.consistent_to}'",
+                    item_id, f"{db.name}/public/{table}", "table"))
+        return found
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Plan:
+        data = json.loads(raw)
+        dbs = tuple(DatabasePlan(d["name"], d["engine"], tuple(d["tables"]))
+                    for d in data["databases"])
+        return cls(data["backup"], data["uid"], data["pod"], int(data["node_id"]),
+                   data["consistent_to"], dbs)
+
+
+def hlc_time(hlc: str) -> datetime:
+    """The wall time of an HLC decimal timestamp (`<nanoseconds>.<logical>`)."""
+    return datetime.fromtimestamp(int(hlc.split(".")[0]) / 1e9, UTC)
+
+
+def choose_databases(shown: Sequence[tuple[str, str]], wanted: Sequence[str]
+                     ) -> tuple[list[tuple[str, str]], list[str]]:
+    """(name, engine) of the databases to back up, and the wanted ones that do not exist."""
+    user = [(n, e) for n, e in shown if n not in SYSTEM_DATABASES]
+    if not wanted:
+        return sorted(user), []
+    have = dict(user)
+    return sorted((n, have[n]) for n in wanted if n in have), sorted(
+        n for n in wanted if n not in have)
+
+
+# ----- checking an export --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ItemResult:
+    """What one verified item put in the target: files (relative path -> sha256, size) and rows
+    (what EXPORT reported)."""
+
+    id: str
+    rows: int
+    files: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"id": self.id, "rows": self.rows,
+                           "files": {k: list(v) for k, v in sorted(self.files.items())}},
+                          indent=2).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ItemResult:
+        data = json.loads(raw)
+        return cls(data["id"], int(data["rows"]),
+                   {k: (str(v[0]), int(v[1])) for k, v in data["files"].items()})
+
+
+def export_problem(item: Item, headers: Sequence[str], rows: Sequence[Mapping[str, str]],
+                   notices: Sequence[str], files: Sequence[str]) -> str:
+    """Why an EXPORT's answer is not a complete success ("" when it is). KWDB reports failures
+    inside a database export only as notices (relational: rows still returned) or as
+    `result = fail` (time-series): both fail the backup. `files` are the relative paths found
+    on the node after it."""
+    if notices:
+        return f"{item.id}: EXPORT reported: {'; '.join(notices)}"
+    if item.kind == "ts-database":
+        results = [r.get("result", "") for r in rows]
+        if list(headers) != ["result"] or results != ["succeed"]:
+            return f"{item.id}: time-series EXPORT answered result={','.join(results) or '?'}"
+        if "meta.sql" not in files:
+            return f"{item.id}: meta.sql missing after the export"
+        return ""
+    if list(headers) != ["filename", "rows", "node_id", "file_num"]:
+        return f"{item.id}: unexpected EXPORT columns {', '.join(headers)}"
+    csvs = [f for f in files if f.endswith(".csv")]
+    if item.kind == "schema":
+        if "meta.sql" not in files:
+            return f"{item.id}: meta.sql missing after the export"
+        return ""
+    if item.kind == "sql":
+        expected = "clustersetting.sql" if item.id == "settings" else "users.sql"
+        return "" if expected in files else f"{item.id}: {expected} missing after the export"
+    announced = sum(int(r.get("file_num") or 0) for r in rows if r.get("filename") != "meta.sql")
+    if announced != len(csvs):
+        return (f"{item.id}: EXPORT announced {announced} data file(s), {len(csvs)} found on "
+                "the node")
+    return ""
+
+
+def exported_rows(rows: Sequence[Mapping[str, str]]) -> int:
+    return sum(int(r.get("rows") or 0) for r in rows
+               if r.get("filename") not in ("meta.sql", "USERS", "CLUSTER SETTING"))
+
+
+def transfer_problem(path: str, expected_sha256: str, received: bytes) -> str:
+    """A file read back from the node differs from the checksum the node computed."""
+    got = hashlib.sha256(received).hexdigest()
+    if got != expected_sha256:
+        return f"{path}: checksum {got[:12]}... differs from the node's {expected_sha256[:12]}..."
+    return ""
+
+
+def missing_in_target(expected: Mapping[str, tuple[str, int]],
+                      stored: Mapping[str, int]) -> list[str]:
+    """Expected files (relative path -> sha256, size) absent from the target or of another
+    size there (`stored`: relative path -> size as the target lists it)."""
+    return sorted(p for p, (_, size) in expected.items() if stored.get(p) != size)
+
+
+def parse_sha256sum(text: str, root: str) -> dict[str, str]:
+    """`sha256sum` output -> path relative to root -> checksum."""
+    sums = {}
+    for line in text.splitlines():
+        digest, _, path = line.partition("  ")
+        if path.startswith(root.rstrip("/") + "/"):
+            sums[path[len(root.rstrip("/")) + 1:]] = digest
+    return sums
+
+
+# ----- schedules and retention -------------------------------------------------------------------
+def cron_problem(expr: str) -> str:
+    """Why a schedule string is not usable ("" when it is)."""
+    fields = expr.split()
+    if len(fields) not in (5, 6):
+        return (f"spec.schedule {expr!r}: expected 6 fields (seconds first) or 5, got "
+                f"{len(fields)}; e.g. '0 0 3 * * *' for 03:00 UTC daily")
+    try:
+        _cron(expr, 0.0)
+    except (ValueError, KeyError) as err:
+        return f"spec.schedule {expr!r}: {err}"
+    return ""
+
+
+def _cron(expr: str, start: float) -> croniter:
+    six = len(expr.split()) == 6
+    return croniter(expr, start, second_at_beginning=six)
+
+
+def latest_slot(expr: str, now: float) -> float:
+    """The latest time at or before `now` the schedule fires."""
+    it = _cron(expr, now + 1e-3)
+    return float(it.get_prev(float))
+
+
+def next_slot(expr: str, now: float) -> float:
+    return float(_cron(expr, now).get_next(float))
+
+
+def due_slot(expr: str, created: float, now: float, immediate: bool,
+             existing_slots: Sequence[float]) -> float | None:
+    """The slot a new backup is due for, or None. Only the latest slot counts (missed ones
+    while the reconciler was away are not caught up, as a CronJob without a deadline). An
+    immediate schedule backs up at its creation time once."""
+    if immediate and not existing_slots:
+        return created
+    slot = latest_slot(expr, now)
+    if slot < created or any(abs(s - slot) < 0.5 for s in existing_slots) or \
+            any(s > slot for s in existing_slots):
+        return None
+    return slot
+
+
+def slot_name(schedule: str, slot: float) -> str:
+    return f"{schedule}-{datetime.fromtimestamp(slot, UTC).strftime('%Y%m%d%H%M%S')}"
+
+
+_AGE = re.compile(r"^(\d+)([smhd])$")
+
+
+def age_seconds(text: str) -> float:
+    m = _AGE.match(text)
+    if m is None:
+        raise ValueError(f"retention.maxAge {text!r}: expected a number and s, m, h or d")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@dataclass(frozen=True)
+class BackupView:
+    name: str
+    phase: str  # pending, running, completed, failed ("" = not yet seen)
+    created: float
+
+
+def retention_victims(backups: Sequence[BackupView], keep: int, max_age_s: float | None,
+                      now: float) -> list[str]:
+    """Names of a schedule's backups retention deletes: completed ones beyond the newest
+    `keep` or older than max_age_s, failed ones beyond the newest `keep`. The newest completed
+    backup is never deleted, whatever the settings; running and pending ones never are."""
+    completed = sorted((b for b in backups if b.phase == "completed"),
+                       key=lambda b: (b.created, b.name), reverse=True)
+    failed = sorted((b for b in backups if b.phase == "failed"),
+                    key=lambda b: (b.created, b.name), reverse=True)
+    keep = max(keep, 1)
+    victims = [b.name for b in completed[keep:]]
+    if max_age_s is not None:
+        victims += [b.name for b in completed[1:keep] if now - b.created > max_age_s]
+    victims += [b.name for b in failed[keep:]]
+    return sorted(set(victims))
+
+
+# ----- safety ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClusterState:
+    """What the start predicate looks at, read from the pass and the caches."""
+
+    initialized: bool
+    scale_in: bool  # an operation in status, or the spec asking for fewer replicas than run
+    rolling: bool  # the StatefulSet's rollout is under way
+    not_ready: tuple[str, ...]  # pods that should run and are not Ready
+    failing: tuple[str, ...]  # pods failover is looking after
+    restoring: bool = False
+
+
+def start_blocker(state: ClusterState) -> str:
+    """Why a backup may not start now ("" when it may): one at a time (checked by the
+    caller), and never during a scale-in, a rolling upgrade, a failover or a restore."""
+    if not state.initialized:
+        return "the cluster is not initialised"
+    if state.restoring:
+        return "the cluster is being restored from a backup"
+    if state.scale_in:
+        return "a scale-in is in progress"
+    if state.rolling:
+        return "a rolling update is in progress"
+    if state.failing:
+        return f"failover is looking after {', '.join(state.failing)}"
+    if state.not_ready:
+        return f"pods are not Ready: {', '.join(state.not_ready)}"
+    return ""
+
+
+# ----- restore -----------------------------------------------------------------------------------
+RESTORE_ANNOTATION = "kaiwu.inspur.com/restore"
+"""On a KaiwuCluster with spec.bootstrap.fromBackup: the restore's record, as JSON
+(reconciler/kaiwudb/restore.py)."""
+
+
+def restore_record(annotations: Mapping[str, str]) -> dict[str, Any] | None:
+    raw = annotations.get(RESTORE_ANNOTATION)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def restore_pending(annotations: Mapping[str, str], restore_from: str | None) -> bool:
+    """The cluster is to be restored and the restore has not completed."""
+    return bool(restore_from) and not (restore_record(annotations) or {}).get("completedAt")
+
+
+def backup_problem(manifest: Mapping[str, Any], stored: Mapping[str, int],
+                   read: Callable[[str], bytes | None]) -> str:
+    """Why a backup cannot be restored as it is ("" when every file its manifest lists is in
+    the target with its size and sha256). `stored`: the target's listing (path -> size)."""
+    if not manifest.get("items"):
+        return f"{MANIFEST_FILE} is missing or lists no files"
+    for item in manifest["items"].values():
+        result = ItemResult.from_json(json.dumps(item).encode())
+        missing = missing_in_target(result.files, stored)
+        if missing:
+            return f"missing or of another size: {', '.join(missing)}"
+        for path, (digest, _) in sorted(result.files.items()):
+            bad = transfer_problem(path, digest, read(path) or b"")
+            if bad:
+                return bad
+    return ""
+
+
+def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
+    """(step id, statement) in the documented order: cluster settings, users, then each
+    database (`url`: where the backup's files were staged, nodelocal://<node>/<dir>)."""
+    steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
+                          'clustersetting.sql")'),
+             ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
+    for db in manifest.get("databases") or ():
+        steps.append((f"database {db['name']}", f'IMPORT DATABASE CSV DATA ("{url}/'
+                                                  f'{db["name"]}")'))
+    return steps
+
+
+def import_problem(step: str, rows: Sequence[Mapping[str, str]], notices: Sequence[str]) -> str:
+    """Why an IMPORT's answer is not a success: a notice, a status other than succeeded, or
+    reject rows (KWDB still says succeeded then, with a REJECT FILE note)."""
+    if notices:
+        return f"{step}: IMPORT reported: {'; '.join(notices)}"
+    for row in rows:
+        if "status" in row and row["status"] != "succeeded":
+            return f"{step}: IMPORT job {row.get('job_id', '?')} ended {row['status']}"
+        if int(row.get("reject_rows") or 0) > 0:
+            return (f"{step}: {row['reject_rows']} row(s) rejected ({row.get('note', '')}): "
+                    "the restored data would be incomplete")
+    return ""

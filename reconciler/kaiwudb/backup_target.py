@@ -1,0 +1,186 @@
+"""Backup targets: where a backup's files end up, off the database's disks.
+
+Called by reconciler/kaiwudb/backup.py. Two kinds, one small interface (`Target`): put a file,
+read one back, list what is under a prefix with sizes, delete a prefix.
+- `S3Target`: S3-compatible object storage through boto3 (endpoint, region, bucket, key
+  prefix; the access key pair from a Secret in the backup's namespace).
+- `VolumeTarget`: a directory on a ReadWriteMany claim mounted into the reconciler's pod
+  (Settings.backup_volumes_dir/<claim>); files are written to a temporary name, flushed and
+  renamed, so a crash never leaves a half-written file under its final name.
+`target_for` builds one from a KaiwuBackup's spec.target, or says in one line what is wrong.
+Keys are relative to the backup's location: `<namespace>/<cluster>/<backup>/...` under the
+prefix or the claim's directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+SecretReader = Callable[[str, str], Mapping[str, Any] | None]
+"""(namespace, name) -> the Secret object, None when it does not exist."""
+
+
+class TargetError(Exception):
+    """The target cannot be used or answered with an error; the message says which and why."""
+
+
+class Target(Protocol):
+    location: str  # for status: s3://bucket/prefix/... or volume://claim/...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def list(self, prefix: str = "") -> dict[str, int]: ...
+
+    def delete(self, prefix: str = "") -> int: ...
+
+
+class VolumeTarget:
+    """A directory on a mounted ReadWriteMany claim."""
+
+    def __init__(self, root: Path, claim: str, base: str) -> None:
+        self.root = root / base
+        self.location = f"volume://{claim}/{base}"
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        with open(partial, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(path)
+
+    def get(self, key: str) -> bytes | None:
+        path = self.root / key
+        return path.read_bytes() if path.is_file() else None
+
+    def list(self, prefix: str = "") -> dict[str, int]:
+        base = self.root / prefix if prefix else self.root
+        if not base.exists():
+            return {}
+        return {str(p.relative_to(self.root)): p.stat().st_size for p in base.rglob("*")
+                if p.is_file() and not p.name.endswith(".partial")}
+
+    def delete(self, prefix: str = "") -> int:
+        found = [self.root / k for k in self.list(prefix)]
+        for path in found:
+            path.unlink(missing_ok=True)
+        base = self.root / prefix if prefix else self.root
+        for directory in sorted((p for p in base.rglob("*") if p.is_dir()), reverse=True) \
+                if base.exists() else ():
+            directory.rmdir() if not any(directory.iterdir()) else None
+        if base.exists() and base.is_dir() and not any(base.iterdir()):
+            base.rmdir()
+        return len(found)
+
+
+class S3Target:
+    """A key prefix in an S3 bucket (boto3; any S3-compatible endpoint)."""
+
+    def __init__(self, client: Any, bucket: str, base: str) -> None:
+        self.client = client
+        self.bucket = bucket
+        self.base = base.strip("/")
+        self.location = f"s3://{bucket}/{self.base}"
+
+    def _key(self, key: str) -> str:
+        return f"{self.base}/{key}" if key else self.base
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key),
+                                                  Body=data))
+
+    def get(self, key: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise TargetError(f"{self.location}/{key}: {err}") from err
+        except Exception as err:
+            raise TargetError(f"{self.location}/{key}: {type(err).__name__}: {err}") from err
+        body: bytes = answer["Body"].read()
+        return body
+
+    def list(self, prefix: str = "") -> dict[str, int]:
+        found: dict[str, int] = {}
+        start = self._key(prefix).rstrip("/") + "/"
+
+        def page() -> None:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for each in paginator.paginate(Bucket=self.bucket, Prefix=start):
+                for obj in each.get("Contents") or ():
+                    found[str(obj["Key"])[len(self.base) + 1:]] = int(obj["Size"])
+        self._call(page)
+        return found
+
+    def delete(self, prefix: str = "") -> int:
+        keys = list(self.list(prefix))
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i:i + 1000]
+            self._call(lambda chunk=chunk: self.client.delete_objects(  # type: ignore[misc]
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True}))
+        return len(keys)
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except TargetError:
+            raise
+        except Exception as err:  # botocore's errors, connection errors: one kind here
+            raise TargetError(f"{self.location}: {type(err).__name__}: {err}") from err
+
+
+def _secret_value(secret: Mapping[str, Any], key: str, where: str) -> str:
+    raw = (secret.get("data") or {}).get(key)
+    if raw is None:
+        raise TargetError(f"{where}: the Secret has no key {key!r}; add it or set "
+                          f"{'accessKeyIdKey' if 'ACCESS_KEY_ID' in key else 'secretAccessKeyKey'}")
+    return base64.b64decode(raw).decode()
+
+
+def target_for(spec_target: Mapping[str, Any], namespace: str, cluster: str, backup: str, *,
+               volumes_dir: str, secrets: SecretReader,
+               s3_factory: Callable[..., Any] | None = None) -> Target:
+    """The target of one backup (TargetError with a one-line reason when it cannot be used)."""
+    base = f"{namespace}/{cluster}/{backup}"
+    s3 = spec_target.get("s3")
+    volume = spec_target.get("volume")
+    if bool(s3) == bool(volume):
+        raise TargetError("spec.target: set exactly one of s3 and volume")
+    if volume:
+        claim = str(volume.get("claimName") or "")
+        root = Path(volumes_dir) / claim
+        if not claim or not root.is_dir():
+            raise TargetError(
+                f"spec.target.volume.claimName {claim!r}: not mounted in the reconciler at "
+                f"{root}; install with `kaiwu install --backup-volume-claim {claim}` (a "
+                "ReadWriteMany claim in the reconciler's namespace)")
+        return VolumeTarget(root, claim, base)
+    assert s3 is not None
+    ref = s3.get("credentialsSecret") or {}
+    where = f"spec.target.s3.credentialsSecret {ref.get('name')!r}"
+    secret = secrets(namespace, str(ref.get("name") or ""))
+    if secret is None:
+        raise TargetError(f"{where}: no such Secret in namespace {namespace}; create it with "
+                          "the access key id and secret access key")
+    key_id = _secret_value(secret, str(ref.get("accessKeyIdKey") or "AWS_ACCESS_KEY_ID"), where)
+    secret_key = _secret_value(
+        secret, str(ref.get("secretAccessKeyKey") or "AWS_SECRET_ACCESS_KEY"), where)
+    if s3_factory is None:
+        import boto3  # imported here: only S3 targets need it
+        s3_factory = boto3.client
+    client = s3_factory("s3", endpoint_url=s3.get("endpoint") or None,
+                        region_name=s3.get("region") or "us-east-1",
+                        aws_access_key_id=key_id, aws_secret_access_key=secret_key)
+    prefix = str(s3.get("prefix") or "").strip("/")
+    return S3Target(client, str(s3["bucket"]), f"{prefix}/{base}" if prefix else base)

@@ -1,0 +1,180 @@
+"""Backup decisions (reconciler/kaiwudb/backup_plan.py): what a backup exports, when an export or
+a transfer counts as failed, when a schedule is due, what retention deletes, when a backup may
+start, and the restore order. No cluster: each story feeds the decision what the world showed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from reconciler.kaiwudb import backup_plan as bp
+
+PLAN = bp.Plan("nightly", "u1", "dev-0", 1, "1767225600000000000.0000000000", (
+    bp.DatabasePlan("shop", bp.RELATIONAL, ("customers", "orders")),
+    bp.DatabasePlan("sensors", bp.TIME_SERIES, ("temps",))))
+
+
+def at(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def test_relational_tables_are_read_at_the_one_timestamp_and_the_schema_separately() -> None:
+    items = {i.id: i for i in PLAN.items()}
+    assert list(items) == ["settings", "users", "shop.schema", "shop.customers", "shop.orders",
+                           "sensors"]
+    for table in ("customers", "orders"):
+        stmt = items[f"shop.{table}"].statement
+        assert stmt == (f'EXPORT INTO CSV "nodelocal://1/kaiwu-backup-u1/shop.{table}" FROM '
+                        f"SELECT * FROM shop.public.{table} AS OF SYSTEM TIME "
+                        "'1767225600000000000.0000000000'")
+        assert items[f"shop.{table}"].target_dir == f"shop/public/{table}"
+    assert items["shop.schema"].statement.endswith("FROM DATABASE shop WITH meta_only")
+    assert "AS OF" not in items["sensors"].statement, "time-series tables have no history"
+    assert bp.Plan.from_json(PLAN.to_json()) == PLAN
+    assert bp.hlc_time(PLAN.consistent_to) == datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_system_databases_are_skipped_and_a_missing_wanted_one_is_named() -> None:
+    shown = [("defaultdb", bp.RELATIONAL), ("postgres", bp.RELATIONAL), ("shop", bp.RELATIONAL),
+             ("system", bp.RELATIONAL), ("sensors", bp.TIME_SERIES)]
+    assert bp.choose_databases(shown, []) == (
+        [("sensors", bp.TIME_SERIES), ("shop", bp.RELATIONAL)], [])
+    assert bp.choose_databases(shown, ["shop", "crm"]) == ([("shop", bp.RELATIONAL)], ["crm"])
+
+
+EXPORT = ["filename", "rows", "node_id", "file_num"]
+
+
+def item(kind: str) -> bp.Item:
+    return next(i for i in PLAN.items() if i.kind == kind)
+
+
+def test_a_notice_or_a_fail_result_is_a_failed_export_never_a_silent_success() -> None:
+    table = item("table")
+    ok_rows = [{"filename": "TABLE orders", "rows": "3", "node_id": "1", "file_num": "1"}]
+    assert bp.export_problem(table, EXPORT, ok_rows, [], ["n1.0.csv"]) == ""
+    noticed = bp.export_problem(table, EXPORT, ok_rows, ["export table x failed: disk full"],
+                                ["n1.0.csv"])
+    assert "disk full" in noticed
+    ts = item("ts-database")
+    assert bp.export_problem(ts, ["result"], [{"result": "succeed"}], [],
+                             ["meta.sql", "temps/n1.0.csv"]) == ""
+    assert "result=fail" in bp.export_problem(ts, ["result"], [{"result": "fail"}], [],
+                                              ["meta.sql"])
+    short = bp.export_problem(table, EXPORT, [{**ok_rows[0], "file_num": "2"}], [],
+                              ["n1.0.csv"])
+    assert short == "shop.customers: EXPORT announced 2 data file(s), 1 found on the node"
+    assert "meta.sql missing" in bp.export_problem(item("schema"), EXPORT, [], [], [])
+    assert "users.sql missing" in bp.export_problem(
+        next(i for i in PLAN.items() if i.id == "users"), EXPORT, [], [], [])
+
+
+def test_a_file_is_verified_by_checksum_and_by_its_size_in_the_target() -> None:
+    data = b"1,tea\n"
+    digest = hashlib.sha256(data).hexdigest()
+    assert bp.transfer_problem("orders/n1.0.csv", digest, data) == ""
+    assert "differs" in bp.transfer_problem("orders/n1.0.csv", digest, b"1,te")
+    expected = {"a.csv": (digest, 6), "b.csv": (digest, 6)}
+    assert bp.missing_in_target(expected, {"a.csv": 6, "b.csv": 6}) == []
+    assert bp.missing_in_target(expected, {"a.csv": 6, "b.csv": 5}) == ["b.csv"]
+    assert bp.missing_in_target(expected, {"a.csv": 6}) == ["b.csv"]
+
+
+def test_a_schedule_is_due_once_per_slot_and_only_for_the_latest_slot() -> None:
+    daily = "0 0 3 * * *"
+    created = at("2026-01-01T12:00:00")
+    assert bp.due_slot(daily, created, at("2026-01-01T20:00:00"), False, []) is None, \
+        "the 03:00 slot of the creation day is before the schedule existed"
+    slot = bp.due_slot(daily, created, at("2026-01-02T03:00:05"), False, [])
+    assert slot == at("2026-01-02T03:00:00")
+    assert bp.due_slot(daily, created, at("2026-01-02T09:00:00"), False, [slot]) is None
+    # Away for three days: only the latest slot is taken.
+    assert bp.due_slot(daily, created, at("2026-01-05T04:00:00"), False, [slot]) == \
+        at("2026-01-05T03:00:00")
+    assert bp.due_slot(daily, created, at("2026-01-01T12:00:01"), True, []) == created
+    assert bp.slot_name("nightly", slot) == "nightly-20260102030000"
+    assert bp.due_slot("*/15 * * * *", created, at("2026-01-01T12:31:00"), False, []) == \
+        at("2026-01-01T12:30:00"), "five fields: minute first"
+
+
+@pytest.mark.parametrize(("expr", "wanted"), [
+    ("0 0 3 * *  * *", "expected 6 fields"), ("61 * * * * *", "spec.schedule"),
+    ("every day", "expected 6 fields")])
+def test_a_bad_cron_is_named_with_its_field(expr: str, wanted: str) -> None:
+    assert wanted in bp.cron_problem(expr)
+    assert bp.cron_problem("0 0 3 * * *") == ""
+
+
+def view(name: str, phase: str, day: int) -> bp.BackupView:
+    return bp.BackupView(name, phase, at(f"2026-01-{day:02d}T03:00:00"))
+
+
+def test_retention_keeps_the_newest_and_never_deletes_the_only_successful_backup() -> None:
+    now = at("2026-01-10T04:00:00")
+    backups = [view(f"b{d}", "completed", d) for d in range(1, 6)] + [
+        view("f6", "failed", 6), view("f7", "failed", 7), view("r8", "running", 8)]
+    assert bp.retention_victims(backups, 2, None, now) == ["b1", "b2", "b3"]
+    assert bp.retention_victims(backups, 3, 6 * 86400, now) == ["b1", "b2", "b3", "b4"], \
+        "b4 is kept by count but 6 days and an hour old"
+    assert bp.retention_victims(backups, 1, None, now) == ["b1", "b2", "b3", "b4", "f6"]
+    only = [view("old", "completed", 1), view("f2", "failed", 2), view("f3", "failed", 3)]
+    assert bp.retention_victims(only, 5, 3600, now) == [], "the only successful backup stays"
+    assert bp.retention_victims(only, 1, 3600, now) == ["f2"]
+    assert bp.age_seconds("30d") == 30 * 86400
+    with pytest.raises(ValueError, match="maxAge"):
+        bp.age_seconds("1w")
+
+
+HEALTHY = bp.ClusterState(initialized=True, scale_in=False, rolling=False, not_ready=(),
+                          failing=())
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({}, ""),
+    ({"initialized": False}, "the cluster is not initialised"),
+    ({"scale_in": True}, "a scale-in is in progress"),
+    ({"rolling": True}, "a rolling update is in progress"),
+    ({"failing": ("dev-2",)}, "failover is looking after dev-2"),
+    ({"not_ready": ("dev-1",)}, "pods are not Ready: dev-1"),
+    ({"restoring": True}, "the cluster is being restored from a backup"),
+])
+def test_a_backup_starts_only_on_a_quiet_cluster(change: dict[str, object], reason: str) -> None:
+    state = bp.ClusterState(**{**HEALTHY.__dict__, **change})
+    assert bp.start_blocker(state) == reason
+
+
+def test_restore_imports_settings_then_users_then_each_database() -> None:
+    steps = bp.restore_statements({"databases": [{"name": "shop"}, {"name": "sensors"}]},
+                                   "nodelocal://1/r")
+    assert [s for s, _ in steps] == ["settings", "users", "database shop", "database sensors"]
+    assert steps[0][1] == 'IMPORT CLUSTER SETTING SQL DATA ("nodelocal://1/r/settings/' \
+        'clustersetting.sql")'
+    assert steps[2][1] == 'IMPORT DATABASE CSV DATA ("nodelocal://1/r/shop")'
+
+
+def test_reject_rows_fail_an_import_although_kwdb_says_succeeded() -> None:
+    ok = {"job_id": "1", "status": "succeeded", "rows": "3", "reject_rows": "0", "note": "None"}
+    assert bp.import_problem("database shop", [ok], []) == ""
+    rejected = bp.import_problem("database shop", [{**ok, "reject_rows": "2", "note":
+                                                    "There is a REJECT FILE"}], [])
+    assert rejected.startswith("database shop: 2 row(s) rejected")
+    assert "ended failed" in bp.import_problem("users", [{**ok, "status": "failed"}], [])
+    assert "IMPORT reported" in bp.import_problem("users", [ok], ["something"])
+
+
+def test_a_damaged_backup_is_found_before_anything_is_restored() -> None:
+    data = b"1,tea\n"
+    item = bp.ItemResult("shop.orders", 1, {"shop/public/orders/n1.0.csv":
+                                            (hashlib.sha256(data).hexdigest(), len(data))})
+    manifest = {"items": {"shop.orders": json.loads(item.to_json())}}
+    files = {"shop/public/orders/n1.0.csv": data}
+    listing = {k: len(v) for k, v in files.items()}
+    assert bp.backup_problem(manifest, listing, files.get) == ""
+    assert "missing or of another size" in bp.backup_problem(manifest, {}, files.get)
+    altered = {"shop/public/orders/n1.0.csv": b"1,pie\n"}
+    assert "differs" in bp.backup_problem(manifest, listing, altered.get)
+    assert "lists no files" in bp.backup_problem({}, listing, files.get)

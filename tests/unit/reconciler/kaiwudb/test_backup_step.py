@@ -1,0 +1,190 @@
+"""The backup step (reconciler/kaiwudb/backup.py) with fakes for the API and the caches: a
+schedule makes one KaiwuBackup per slot, a suspended one none; retention deletes files before
+objects and never the newest completed backup; one backup runs at a time; a backup waits as
+pending, saying why, while the cluster is busy; an unusable target fails it with its reason.
+No KaiwuDB is reached in these stories (the running ones are the world stories').
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from reconciler.kaiwudb.backup import SCHEDULE_LABEL, Backups, BackupSettings
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import NodeEntry, Obj, Pass
+from renderer.render import read_live
+from renderer.spec import Cluster
+
+NS, NAME = "shop", "dev"
+
+
+def stamp(text: str) -> str:
+    return f"{text}Z"
+
+
+def at(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+class World:
+    """The API's objects (kind, namespace, name) and the writes made to them."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.writes: list[tuple[str, str, str]] = []
+
+    def add(self, obj: Obj) -> None:
+        obj.setdefault("metadata", {}).setdefault("uid", f"uid-{obj['metadata']['name']}")
+        self.objects[(obj["kind"], NS, obj["metadata"]["name"])] = obj
+
+    # CacheView
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = self.objects.get((kind.kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        return [copy.deepcopy(o) for (kd, ns, _), o in self.objects.items()
+                if kd == kind.kind and ns == namespace]
+
+    # Kube
+    def create(self, obj: Obj) -> Obj:
+        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["creationTimestamp"] = stamp("2026-01-02T03:00:01")
+        self.add(obj)
+        return obj
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
+        self.writes.append(("patch" + (f"/{subresource}" if subresource else ""), kind.kind,
+                            name))
+        found = self.objects[(kind.kind, namespace or "", name)]
+        found.setdefault("status", {}).update(patch.get("status") or {})
+        return found
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, **_: Any) -> bool:
+        self.writes.append(("delete", kind.kind, name))
+        return self.objects.pop((kind.kind, namespace or "", name), None) is not None
+
+
+def cluster_obj() -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": NAME, "namespace": NS, "uid": "c"},
+            "spec": {"version": "3.2.1", "replicas": 3, "tls": {"enabled": False}}}
+
+
+def a_pass(now: float, **status: Any) -> tuple[Pass, Cluster]:
+    obj = cluster_obj()
+    p = Pass(ClusterKey(NS, NAME), obj, now, {"initialized": True, **status})
+    p.cluster = read_live(obj)
+    return p, p.cluster
+
+
+def schedule(name: str, cron: str, *, keep: int = 7, suspend: bool = False,
+             target: Obj | None = None) -> Obj:
+    return {"apiVersion": k.KAIWU_BACKUP_SCHEDULE.api_version,
+            "kind": k.KAIWU_BACKUP_SCHEDULE.kind,
+            "metadata": {"name": name, "namespace": NS,
+                         "creationTimestamp": stamp("2026-01-01T00:00:00")},
+            "spec": {"cluster": {"name": NAME}, "schedule": cron, "suspend": suspend,
+                     "retention": {"keep": keep},
+                     "template": {"target": target or {"volume": {"claimName": "dumps"}}}}}
+
+
+def backup(name: str, phase: str, created: str, sched: str = "nightly") -> Obj:
+    return {"apiVersion": k.KAIWU_BACKUP.api_version, "kind": k.KAIWU_BACKUP.kind,
+            "metadata": {"name": name, "namespace": NS, "creationTimestamp": stamp(created),
+                         "labels": {SCHEDULE_LABEL: sched},
+                         "annotations": {f"{SCHEDULE_LABEL}-slot": stamp(created)}},
+            "spec": {"cluster": {"name": NAME},
+                     "target": {"volume": {"claimName": "dumps"}}},
+            "status": {"phase": phase}}
+
+
+def step(world: World, tmp_path: Path) -> Backups:
+    (tmp_path / "dumps").mkdir(exist_ok=True)
+
+    def no_admin(cluster: Any) -> Any:
+        raise AssertionError("no KaiwuDB command expected in this story")
+    settings = BackupSettings(volumes_dir=str(tmp_path))
+    return Backups(world, world, Metrics(), settings, no_admin)  # type: ignore[arg-type]
+
+
+def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path: Path) -> None:
+    world = World()
+    world.add(schedule("nightly", "0 0 3 * * *"))
+    world.add(schedule("paused", "0 0 3 * * *", suspend=True))
+    steps = step(world, tmp_path)
+    now = at("2026-01-02T03:00:01")
+    p, cluster = a_pass(now, initialized=False)  # not initialised: the backup waits, but is made
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}, [])
+    assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
+    assert not [w for w in world.writes if w[2].startswith("paused-")]
+    made = world.get(k.KAIWU_BACKUP, NS, "nightly-20260102030000") or {}
+    assert made["spec"] == {"cluster": {"name": NAME},
+                            "target": {"volume": {"claimName": "dumps"}}}
+    again = len(world.writes)
+    backups = world.list(k.KAIWU_BACKUP, NS)
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+                   backups)
+    assert not [w for w in world.writes[again:] if w[0] == "create"], "one per slot"
+    status = (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {})["status"]
+    assert status["lastScheduleTime"] == "2026-01-02T03:00:00Z"
+    assert status["nextScheduleTime"] == "2026-01-03T03:00:00Z"
+
+
+def test_retention_deletes_files_then_objects_and_keeps_the_newest_completed(
+        tmp_path: Path) -> None:
+    world = World()
+    world.add(schedule("nightly", "0 0 3 * * *", keep=1))
+    for name, phase, day in [("b1", "completed", 1), ("b2", "completed", 2),
+                             ("f3", "failed", 3), ("f4", "failed", 4)]:
+        world.add(backup(name, phase, f"2026-01-0{day}T03:00:00"))
+        files = tmp_path / "dumps" / NS / NAME / name
+        files.mkdir(parents=True)
+        (files / "manifest.json").write_text("{}")
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-05T00:00:00"))
+    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+                 world.list(k.KAIWU_BACKUP, NS))
+    assert [w[2] for w in world.writes if w[0] == "delete"] == ["b1", "f3"]
+    assert sorted(d.name for d in (tmp_path / "dumps" / NS / NAME).iterdir()) == ["b2", "f4"]
+
+
+def test_one_backup_at_a_time_and_a_busy_cluster_keeps_it_pending(tmp_path: Path) -> None:
+    world = World()
+    world.add(backup("first", "", "2026-01-01T03:00:00", sched=""))
+    world.add(backup("second", "", "2026-01-01T03:00:05", sched=""))
+    steps = step(world, tmp_path)
+    nodes = [NodeEntry(i + 1, f"dev-{i}:26257", "live", f"dev-{i}").to_status()
+             for i in range(3)]
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"), nodes=nodes,
+               operation={"replicas": 4, "targetReplicas": 3, "pod": "dev-3",
+                          "startedAt": "2026-01-01T03:00:30Z", "phase": "Removing"})
+    steps.run(p)
+    first = (world.get(k.KAIWU_BACKUP, NS, "first") or {})["status"]
+    assert first == {"phase": "pending", "message": "waiting: a scale-in is in progress"}
+    assert (world.get(k.KAIWU_BACKUP, NS, "second") or {})["status"] == {"phase": ""}, \
+        "the second waits its turn untouched"
+
+
+def test_an_unusable_target_fails_the_backup_with_its_reason(tmp_path: Path) -> None:
+    world = World()
+    bad = backup("nowhere", "", "2026-01-01T03:00:00", sched="")
+    bad["spec"]["target"] = {"volume": {"claimName": "not-mounted"}}
+    world.add(bad)
+    steps = step(world, tmp_path)
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"))
+    steps.run(p)
+    status = (world.get(k.KAIWU_BACKUP, NS, "nowhere") or {})["status"]
+    assert (status["phase"], status["reason"]) == ("failed", "TargetUnusable")
+    assert "kaiwu install --backup-volume-claim not-mounted" in status["message"]
+    assert [e for e in p.events if e[1] == "BackupFailed"]

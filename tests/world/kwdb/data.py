@@ -1,0 +1,528 @@
+"""SQL data in the simulated KaiwuDB: databases, tables, rows, users, cluster settings; EXPORT
+and IMPORT; the external-I/O directory on each node's disk.
+
+Called by tests/world/kwdb/sql.py (statements) and tests/world/kwdb/world.py (the file commands
+`find`, `sha256sum`, `cat`, `rm` exec'd in a kwbase container, and the test hooks that load and
+read data). The data model is deliberately small: a database is relational or time-series, a
+table has named columns and rows, each row remembers the simulated time it was written (so
+`AS OF SYSTEM TIME` sees the table as it was; no updates or deletes are modelled), users have
+option text, cluster settings are name = value.
+
+Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
+- `SHOW DATABASES` (`database_name, engine_type`: RELATIONAL or TIME SERIES), `SHOW USERS`
+  (`username, options, member_of`, admin and root included),
+  `SHOW TABLES FROM <db>` (`table_name, table_type`: BASE TABLE or TIME SERIES TABLE),
+  `SELECT cluster_logical_timestamp()` (a decimal HLC timestamp `<ns>.0000000000`).
+- `EXPORT INTO CSV "nodelocal://<n>/<dir>" FROM DATABASE <db> [WITH meta_only]`: relational
+  databases write `<dir>/meta.sql` and `<dir>/public/<table>/meta.sql` (and, without meta_only,
+  `<dir>/public/<table>/n<node>.0.csv`), answering `filename | rows | node_id | file_num`
+  (a `meta.sql` row, then `TABLE <t>` rows); time-series databases write `<dir>/meta.sql` (every
+  CREATE) and `<dir>/<table>/n<node>.0.csv`, answering one column `result`: `succeed`, or
+  `fail` when a table could not be exported (its error becomes a NOTICE).
+- `EXPORT INTO CSV "<url>" FROM SELECT * FROM <db>.public.<t> [AS OF SYSTEM TIME '<ts>']`:
+  data only (no meta.sql), one `n<node>.0.csv`.
+- `EXPORT USERS TO SQL "<url>"` -> users.sql (`USERS | n | node | 1`); `EXPORT CLUSTER SETTING
+  TO SQL "<url>"` -> clustersetting.sql (`CLUSTER SETTING | n | node | 1`).
+- `IMPORT CLUSTER SETTING SQL DATA ("<url>/clustersetting.sql")` (`prompt_information`),
+  `IMPORT USERS SQL DATA ("<url>/users.sql")` and `IMPORT DATABASE CSV DATA ("<url>")`
+  (`job_id | status | fraction_completed | rows | abandon_rows | reject_rows | note`; a row that
+  does not fit its table is rejected into `reject.txt` beside the data, status still
+  `succeeded`, note `There is a REJECT FILE, please read and resolve it`). An IMPORT into a
+  database that exists fails (`database "<db>" already exists`).
+EXPORT writes only to `nodelocal://<node id>/<path>` (other schemes fail as KWDB answers for
+them: `... does not support additional writing`); IMPORT also reads `http(s)://` URLs for real
+(urllib), a directory through its HTML index page as KWDB's http storage lists it (reject.txt
+is then not written back). Files land under the
+node's external-I/O directory, `<store>/extern`, on that node's store: they go with the store.
+
+Faults a test can inject (`SqlData.export_faults`): a table name whose export fails (a
+relational table: a NOTICE and no data file, rows still returned; a time-series table:
+`result = fail` and a NOTICE).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+RELATIONAL = "RELATIONAL"
+TIME_SERIES = "TIME SERIES"
+EXTERN = "extern"
+REJECT_NOTE = "There is a REJECT FILE, please read and resolve it"
+IMPORT_HEADERS = ["job_id", "status", "fraction_completed", "rows", "abandon_rows",
+                  "reject_rows", "note"]
+EXPORT_HEADERS = ["filename", "rows", "node_id", "file_num"]
+_SYSTEM_DATABASES = ("defaultdb", "postgres", "system")
+
+
+class SqlError(Exception):
+    """A statement's error: becomes `ERROR: ...` (with its SQLSTATE) and exit code 1."""
+
+    def __init__(self, message: str, sqlstate: str = "XXUUU") -> None:
+        super().__init__(message)
+        self.message = message
+        self.sqlstate = sqlstate
+
+
+@dataclass
+class Table:
+    """A table: its columns (name, type) and rows, each (written at, values as text)."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    rows: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+
+    def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
+        return [values for written, values in self.rows if t is None or written <= t]
+
+    def create_sql(self, db: str, engine: str) -> str:
+        cols = ", ".join(f"{n} {ty}" for n, ty in self.columns)
+        if engine == TIME_SERIES:
+            return f"CREATE TABLE {db}.{self.name} ({cols}) TAGS (site INT4 NOT NULL) " \
+                   "PRIMARY TAGS(site);"
+        return f"CREATE TABLE {self.name} ({cols});"
+
+
+@dataclass
+class Database:
+    name: str
+    engine: str
+    tables: dict[str, Table] = field(default_factory=dict)
+
+
+@dataclass
+class SqlData:
+    """One cluster's SQL contents (kept by LogicalCluster.data)."""
+
+    databases: dict[str, Database] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict)  # name -> options text ("" for none)
+    settings: dict[str, str] = field(default_factory=dict)
+    export_faults: set[str] = field(default_factory=set)
+    next_job: int = 900000000000000000
+
+    def is_empty(self) -> bool:
+        return not self.databases and not self.users
+
+
+Disk = Callable[[int], dict[str, bytes] | None]
+"""A node id -> that node's external-I/O directory (relative path -> bytes), None when the node
+cannot be reached."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """What a statement runs with: the data, the sim clock, the epoch, the node it runs on."""
+
+    data: SqlData
+    now: float
+    epoch_unix_s: float
+    node_id: int
+    disk: Disk
+
+
+Result = tuple[list[str], list[list[str]], list[str]]  # headers, rows, notices
+
+
+def hlc_text(sim_seconds: float, epoch_unix_s: float) -> str:
+    return f"{round((epoch_unix_s + sim_seconds) * 1e9)}.0000000000"
+
+
+def _csv_text(rows: list[tuple[str, ...]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in rows:
+        writer.writerow(row)
+    return buf.getvalue().encode()
+
+
+def _nodelocal(url: str, s: Session, *, writing: bool) -> tuple[dict[str, bytes], str]:
+    m = re.fullmatch(r"nodelocal://(\d+)/(.*)", url)
+    if m is None:
+        scheme = url.split("://", 1)[0] if "://" in url else "file"
+        if writing:
+            raise SqlError(f"{scheme} does not support additional writing")
+        raise SqlError(f"kwdb-sim: only nodelocal:// URLs are modelled, not {url!r}")
+    node_id, path = int(m.group(1)), m.group(2).strip("/")
+    target = node_id if node_id != 0 else s.node_id
+    disk = s.disk(target)
+    if disk is None:
+        raise SqlError(f"failed to dial n{target}: node unavailable; try another node",
+                       sqlstate="08006")
+    return disk, path
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p.strip("/"))
+
+
+def _database(s: Session, name: str) -> Database:
+    db = s.data.databases.get(name)
+    if db is None:
+        raise SqlError(f'database "{name}" does not exist', sqlstate="3D000")
+    return db
+
+
+def _as_of(text: str | None, s: Session) -> float | None:
+    if text is None:
+        return None
+    try:
+        ns = float(text)
+    except ValueError as err:
+        raise SqlError(f"AS OF SYSTEM TIME: kwdb-sim models only decimal timestamps, not "
+                       f"{text!r}") from err
+    t = ns / 1e9 - s.epoch_unix_s
+    if t > s.now + 1e-6:
+        raise SqlError("AS OF SYSTEM TIME: cannot specify timestamp in the future")
+    return t
+
+
+# ----- EXPORT ------------------------------------------------------------------------------------
+def export_database(s: Session, url: str, name: str, options: str) -> Result:
+    db = _database(s, name)
+    disk, path = _nodelocal(url, s, writing=True)
+    meta_only = "meta_only" in options.lower()
+    notices: list[str] = []
+    if db.engine == TIME_SERIES:
+        if meta_only:
+            raise SqlError("kwdb-sim: meta_only is not modelled for time-series databases")
+        creates = [f"CREATE TS DATABASE {db.name};"]
+        failed = False
+        for table in sorted(db.tables.values(), key=lambda t: t.name):
+            creates.append(table.create_sql(db.name, db.engine))
+            if table.name in s.data.export_faults:
+                notices.append(f"export table {db.name}.{table.name} failed: "
+                               "simulated storage error")
+                failed = True
+                continue
+            disk[_join(path, table.name, f"n{s.node_id}.0.csv")] = _csv_text(table.rows_at(None))
+        disk[_join(path, "meta.sql")] = ("\n".join(creates) + "\n").encode()
+        return ["result"], [["fail" if failed else "succeed"]], notices
+    disk[_join(path, "meta.sql")] = f"CREATE DATABASE {db.name};\n".encode()
+    rows = [["meta.sql", "1", str(s.node_id), "1"]]
+    for table in sorted(db.tables.values(), key=lambda t: t.name):
+        base = _join(path, "public", table.name)
+        disk[_join(base, "meta.sql")] = (table.create_sql(db.name, db.engine) + "\n").encode()
+        if meta_only:
+            continue
+        if table.name in s.data.export_faults:
+            notices.append(f"export table {db.name}.public.{table.name} failed: "
+                           "simulated storage error")
+            continue
+        data = table.rows_at(None)
+        disk[_join(base, f"n{s.node_id}.0.csv")] = _csv_text(data)
+        rows.append([f"TABLE {table.name}", str(len(data)), str(s.node_id), "1"])
+    return EXPORT_HEADERS, rows, notices
+
+
+def export_select(s: Session, url: str, db_name: str, table_name: str,
+                  as_of: str | None) -> Result:
+    db = _database(s, db_name)
+    table = db.tables.get(table_name)
+    if table is None:
+        raise SqlError(f'relation "{db_name}.public.{table_name}" does not exist',
+                       sqlstate="42P01")
+    if db.engine == TIME_SERIES and as_of is not None:
+        raise SqlError("AS OF SYSTEM TIME is not supported on time series tables")
+    t = _as_of(as_of, s)
+    disk, path = _nodelocal(url, s, writing=True)
+    if table.name in s.data.export_faults:
+        raise SqlError(f"export table {db_name}.public.{table_name} failed: "
+                       "simulated storage error")
+    data = table.rows_at(t)
+    disk[_join(path, f"n{s.node_id}.0.csv")] = _csv_text(data)
+    return EXPORT_HEADERS, [[f"TABLE {table.name}", str(len(data)), str(s.node_id), "1"]], []
+
+
+def export_users(s: Session, url: str) -> Result:
+    disk, path = _nodelocal(url, s, writing=True)
+    lines = [f"CREATE USER {name}{' WITH ' + opts if opts else ''};"
+             for name, opts in sorted(s.data.users.items())]
+    disk[_join(path, "users.sql")] = "".join(line + "\n" for line in lines).encode()
+    return EXPORT_HEADERS, [["USERS", str(len(lines)), str(s.node_id), "1"]], []
+
+
+def export_settings(s: Session, url: str) -> Result:
+    disk, path = _nodelocal(url, s, writing=True)
+    lines = [f"SET CLUSTER SETTING {k} = '{v}';" for k, v in sorted(s.data.settings.items())]
+    disk[_join(path, "clustersetting.sql")] = "".join(line + "\n" for line in lines).encode()
+    return EXPORT_HEADERS, [["CLUSTER SETTING", str(len(lines)), str(s.node_id), "1"]], []
+
+
+# ----- IMPORT ------------------------------------------------------------------------------------
+def _http_get(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            body: bytes = answer.read()
+            return body
+    except urllib.error.HTTPError as err:
+        raise SqlError(f"error response from server: {err.code} {err.reason} for {url}") \
+            from err
+    except (urllib.error.URLError, OSError) as err:
+        raise SqlError(f"Get {url}: {err}", sqlstate="08006") from err
+
+
+def _http_tree(url: str) -> dict[str, bytes]:
+    """A directory over http as KWDB's http storage reads it (cloud/http_storage.go ListFiles:
+    the <a href> links of the index page at the directory, `../` skipped, a trailing `/` naming
+    a subdirectory), crawled into relative path -> contents."""
+    found: dict[str, bytes] = {}
+    index = _http_get(url.rstrip("/") + "/").decode()
+    for link in re.findall(r'<a href="([^"]+)"', index):
+        if link == "../":
+            continue
+        if link.endswith("/"):
+            for sub, data in _http_tree(url.rstrip("/") + "/" + link.rstrip("/")).items():
+                found[_join(link, sub)] = data
+        else:
+            found[link] = _http_get(url.rstrip("/") + "/" + link)
+    return found
+
+
+def _read(s: Session, url: str) -> bytes:
+    if url.startswith(("http://", "https://")):
+        return _http_get(url)
+    disk, path = _nodelocal(url, s, writing=False)
+    if path not in disk:
+        raise SqlError(f"open {EXTERN}/{path}: no such file or directory")
+    return disk[path]
+
+
+def _job_row(s: Session, rows: int, rejected: int) -> list[str]:
+    s.data.next_job += 1
+    return [str(s.data.next_job), "succeeded", "1", str(rows), "0", str(rejected),
+            REJECT_NOTE if rejected else "None"]
+
+
+_SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '(.*)';")
+_CREATE_USER = re.compile(r"CREATE USER (\S+?)(?: WITH (.*))?;")
+_CREATE_TABLE = re.compile(r"CREATE TABLE (?:\S+\.)?(\S+) \((.*?)\)(?: TAGS .*)?;")
+
+
+def import_settings(s: Session, url: str) -> Result:
+    for line in _read(s, url).decode().splitlines():
+        m = _SET_SETTING.fullmatch(line.strip())
+        if m is not None:
+            s.data.settings[m.group(1)] = m.group(2)
+    return ["prompt_information"], [["import cluster setting success"]], []
+
+
+def import_users(s: Session, url: str) -> Result:
+    count = 0
+    for line in _read(s, url).decode().splitlines():
+        m = _CREATE_USER.fullmatch(line.strip())
+        if m is None:
+            continue
+        if m.group(1) in s.data.users:
+            raise SqlError(f'a role/user named {m.group(1)} already exists', sqlstate="42710")
+        s.data.users[m.group(1)] = m.group(2) or ""
+        count += 1
+    return IMPORT_HEADERS, [_job_row(s, count, 0)], []
+
+
+def _columns(text: str) -> tuple[tuple[str, str], ...]:
+    cols = []
+    for item in text.split(","):
+        name, _, ty = item.strip().partition(" ")
+        cols.append((name, ty))
+    return tuple(cols)
+
+
+def import_database(s: Session, url: str) -> Result:
+    if url.startswith(("http://", "https://")):
+        disk, path = _http_tree(url), ""
+    else:
+        disk, path = _nodelocal(url, s, writing=False)
+    meta = disk.get(_join(path, "meta.sql"))
+    if meta is None:
+        raise SqlError(f"open {EXTERN}/{_join(path, 'meta.sql')}: no such file or directory")
+    first = meta.decode().splitlines()[0]
+    m = re.fullmatch(r"CREATE (TS )?DATABASE (\S+);", first)
+    if m is None:
+        raise SqlError(f"kwdb-sim: unreadable meta.sql: {first!r}")
+    engine, name = (TIME_SERIES if m.group(1) else RELATIONAL), m.group(2)
+    if name in s.data.databases:
+        raise SqlError(f'database "{name}" already exists', sqlstate="42P04")
+    db = Database(name, engine)
+    if engine == TIME_SERIES:
+        for line in meta.decode().splitlines()[1:]:
+            tm = _CREATE_TABLE.fullmatch(line.strip())
+            if tm is not None:
+                db.tables[tm.group(1)] = Table(tm.group(1), _columns(tm.group(2)))
+        locations = {t: _join(path, t) for t in db.tables}
+    else:
+        prefix = _join(path, "public") + "/"
+        names = sorted({p[len(prefix):].split("/")[0] for p in disk if p.startswith(prefix)})
+        locations = {}
+        for each in names:
+            tmeta = disk.get(_join(prefix, each, "meta.sql"), b"").decode().strip()
+            tm = _CREATE_TABLE.fullmatch(tmeta)
+            if tm is None:
+                raise SqlError(f"kwdb-sim: unreadable meta.sql of table {each}: {tmeta!r}")
+            db.tables[each] = Table(each, _columns(tm.group(2)))
+            locations[each] = _join(prefix, each)
+    total = rejected = 0
+    for table_name, location in sorted(locations.items()):
+        table = db.tables[table_name]
+        bad: list[str] = []
+        for file_path in sorted(p for p in disk if p.startswith(location + "/")
+                                and p.endswith(".csv")):
+            for row in csv.reader(io.StringIO(disk[file_path].decode())):
+                if len(row) != len(table.columns):
+                    bad.append(",".join(row))
+                    continue
+                table.rows.append((s.now, tuple(row)))
+                total += 1
+        if bad:
+            rejected += len(bad)
+            disk[_join(location, "reject.txt")] = "".join(b + "\n" for b in bad).encode()
+    s.data.databases[name] = db
+    return IMPORT_HEADERS, [_job_row(s, total, rejected)], []
+
+
+# ----- statements --------------------------------------------------------------------------------
+_Q = r"[\"'](?P<url>[^\"']+)[\"']"
+_PATTERNS: list[tuple[re.Pattern[str], Callable[[Session, re.Match[str]], Result]]] = []
+
+
+def _pattern(regex: str) -> Callable[[Callable[[Session, re.Match[str]], Result]],
+                                     Callable[[Session, re.Match[str]], Result]]:
+    def register(fn: Callable[[Session, re.Match[str]], Result]
+                 ) -> Callable[[Session, re.Match[str]], Result]:
+        _PATTERNS.append((re.compile(regex, re.IGNORECASE), fn))
+        return fn
+    return register
+
+
+@_pattern(r"show databases")
+def _show_databases(s: Session, m: re.Match[str]) -> Result:
+    names = [[n, RELATIONAL] for n in _SYSTEM_DATABASES]
+    names += [[d.name, d.engine] for d in s.data.databases.values()]
+    return ["database_name", "engine_type"], sorted(names), []
+
+
+@_pattern(r"show tables from (?P<db>\w+)")
+def _show_tables(s: Session, m: re.Match[str]) -> Result:
+    db = _database(s, m.group("db"))
+    kind = "TIME SERIES TABLE" if db.engine == TIME_SERIES else "BASE TABLE"
+    return ["table_name", "table_type"], [[t, kind] for t in sorted(db.tables)], []
+
+
+@_pattern(r"show users")
+def _show_users(s: Session, m: re.Match[str]) -> Result:
+    rows = [["admin", "CREATEROLE", "{}"], ["root", "", "{admin}"]]
+    rows += [[name, opts, "{}"] for name, opts in s.data.users.items()]
+    return ["username", "options", "member_of"], sorted(rows), []
+
+
+@_pattern(r"select cluster_logical_timestamp\(\)")
+def _logical_timestamp(s: Session, m: re.Match[str]) -> Result:
+    return ["cluster_logical_timestamp"], [[hlc_text(s.now, s.epoch_unix_s)]], []
+
+
+@_pattern(r"export into csv " + _Q + r" from database (?P<db>\w+)(?: with (?P<opts>.+))?")
+def _export_db(s: Session, m: re.Match[str]) -> Result:
+    return export_database(s, m.group("url"), m.group("db"), m.group("opts") or "")
+
+
+@_pattern(r"export into csv " + _Q + r" from select \* from (?P<db>\w+)\.(?:public\.)?"
+          r"(?P<table>\w+)(?: as of system time '(?P<ts>[^']+)')?")
+def _export_select(s: Session, m: re.Match[str]) -> Result:
+    return export_select(s, m.group("url"), m.group("db"), m.group("table"), m.group("ts"))
+
+
+@_pattern(r"export users to sql " + _Q)
+def _export_users(s: Session, m: re.Match[str]) -> Result:
+    return export_users(s, m.group("url"))
+
+
+@_pattern(r"export cluster setting to sql " + _Q)
+def _export_settings(s: Session, m: re.Match[str]) -> Result:
+    return export_settings(s, m.group("url"))
+
+
+@_pattern(r"import cluster setting sql data \(" + _Q + r"\)")
+def _import_settings(s: Session, m: re.Match[str]) -> Result:
+    return import_settings(s, m.group("url"))
+
+
+@_pattern(r"import users sql data \(" + _Q + r"\)")
+def _import_users(s: Session, m: re.Match[str]) -> Result:
+    return import_users(s, m.group("url"))
+
+
+@_pattern(r"import database csv data \(" + _Q + r"\)(?: with .*)?")
+def _import_database(s: Session, m: re.Match[str]) -> Result:
+    return import_database(s, m.group("url"))
+
+
+@_pattern(r"(?P<what>backup|restore) .*")
+def _enterprise(s: Session, m: re.Match[str]) -> Result:
+    raise SqlError(f"The {m.group('what').upper()} can only be used in the enterprise version")
+
+
+def statement(s: Session, text: str) -> Result | None:
+    """Run one statement on the data; None when it is not a data statement."""
+    for regex, fn in _PATTERNS:
+        m = regex.fullmatch(text)
+        if m is not None:
+            return fn(s, m)
+    return None
+
+
+# ----- the disk: file commands exec'd in a kwbase container ------------------------------------
+def file_command(argv: list[str], extern_dir: str, disk: dict[str, bytes] | None
+                 ) -> tuple[str, str, int]:
+    """`find DIR -type f`, `sha256sum FILE...`, `cat FILE`, `rm -rf DIR` on the store's
+    external-I/O directory (the only part of the disk modelled). Returns stdout, stderr, code."""
+    name = argv[0].rsplit("/", 1)[-1]
+    root = extern_dir.rstrip("/")
+
+    def rel(path: str) -> str | None:
+        p = path.rstrip("/")
+        if p == root:
+            return ""
+        return p[len(root) + 1:] if p.startswith(root + "/") else None
+
+    files = disk if disk is not None else {}
+    args = argv[1:]
+    if name == "find" and len(args) == 3 and args[1:] == ["-type", "f"]:
+        r = rel(args[0])
+        if r is None:
+            return "", f"kwdb-sim: only {root} is modelled on this disk\n", 1
+        found = sorted(p for p in files if r == "" or p.startswith(r + "/"))
+        if not found and r and not any(p.startswith(r + "/") for p in files):
+            return "", f"find: '{args[0]}': No such file or directory\n", 1
+        return "".join(f"{root}/{p}\n" for p in found), "", 0
+    if name == "sha256sum" and args:
+        out, err, code = "", "", 0
+        for path in args:
+            r = rel(path)
+            if r is None or r not in files:
+                err += f"sha256sum: {path}: No such file or directory\n"
+                code = 1
+                continue
+            out += f"{hashlib.sha256(files[r]).hexdigest()}  {path}\n"
+        return out, err, code
+    if name == "cat" and len(args) == 1:
+        r = rel(args[0])
+        if r is None or r not in files:
+            return "", f"cat: {args[0]}: No such file or directory\n", 1
+        return files[r].decode(), "", 0
+    if name == "rm" and len(args) == 2 and args[0] in ("-rf", "-fr"):
+        r = rel(args[1])
+        if r is None or r == "":
+            return "", f"kwdb-sim: refusing rm -rf {args[1]} (only directories under {root})\n", 1
+        for p in [p for p in files if p == r or p.startswith(r + "/")]:
+            del files[p]
+        return "", "", 0
+    return "", f"kwdb-sim: {' '.join(argv)!r} is not modelled (find DIR -type f, sha256sum, " \
+               "cat FILE, rm -rf DIR are)\n", 2
+
+
+FILE_COMMANDS = frozenset({"find", "sha256sum", "cat", "rm"})

@@ -1,0 +1,135 @@
+"""Stories about the simulated KaiwuDB's data (tests/world/kwdb/data.py): EXPORT writes files on a
+node's external-I/O directory with KWDB's result columns and notices, the file commands read
+them, IMPORT brings them back into an empty cluster and reports reject rows.
+
+Pure Python, no Kubernetes: the Operator of test_kwdb.py plays kubelet and admin adapter.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from tests.world.kwdb import ExecResult
+from tests.world.selftest.test_kwdb import KEY, Operator
+
+EXTERN = "/kaiwudb/deploy/data/extern"
+
+
+def sql(op: Operator, t: float, stmt: str, via: int = 0) -> ExecResult:
+    return op.kwbase(via, t, "sql", "--format=csv", "-e", stmt)
+
+
+def table(result: ExecResult) -> list[dict[str, str]]:
+    assert result.exit_code == 0, result.stderr
+    return list(csv.DictReader(io.StringIO(result.stdout)))
+
+
+def loaded(op: Operator) -> float:
+    t = op.healthy_cluster(3)
+    op.world.load(KEY, t, database="shop", table="orders", columns=[("id", "INT8"),
+                  ("item", "STRING")], rows=[("1", "tea"), ("2", "rice")])
+    op.world.load(KEY, t, database="sensors", table="temps", columns=[("ts", "TIMESTAMPTZ"),
+                  ("v", "FLOAT8")], rows=[("2026-01-01 00:00:00", "20.5")], time_series=True)
+    op.world.set_user(KEY, t, "app")
+    op.world.set_setting(KEY, t, "sql.defaults.idle_timeout", "10m")
+    return t
+
+
+def test_relational_export_writes_meta_and_data_with_kwdb_result_columns() -> None:
+    op = Operator()
+    t = loaded(op)
+    dbs = table(sql(op, t, "SHOW DATABASES"))
+    assert {d["database_name"]: d["engine_type"] for d in dbs}["sensors"] == "TIME SERIES"
+    out = table(sql(op, t, 'EXPORT INTO CSV "nodelocal://1/b1/shop" FROM DATABASE shop'))
+    assert list(out[0]) == ["filename", "rows", "node_id", "file_num"]
+    assert [(r["filename"], r["rows"]) for r in out] == [("meta.sql", "1"), ("TABLE orders", "2")]
+    files = op.world.extern_files(KEY, "kw-0")
+    assert sorted(files) == ["b1/shop/meta.sql", "b1/shop/public/orders/meta.sql",
+                             "b1/shop/public/orders/n1.0.csv"]
+    listed = op.world.exec(KEY, "kw-0", ["find", f"{EXTERN}/b1", "-type", "f"], t)
+    assert listed.stdout.splitlines() == [f"{EXTERN}/{p}" for p in sorted(files)]
+    csv_path = f"{EXTERN}/b1/shop/public/orders/n1.0.csv"
+    assert op.world.exec(KEY, "kw-0", ["cat", csv_path], t).stdout == "1,tea\n2,rice\n"
+    sums = op.world.exec(KEY, "kw-0", ["sha256sum", csv_path], t).stdout
+    assert sums.endswith(f"  {csv_path}\n") and len(sums.split()[0]) == 64
+    assert op.world.exec(KEY, "kw-0", ["rm", "-rf", f"{EXTERN}/b1"], t).exit_code == 0
+    assert op.world.extern_files(KEY, "kw-0") == {}
+
+
+def test_as_of_system_time_sees_the_table_as_it_was() -> None:
+    op = Operator()
+    t = loaded(op)
+    ts = table(sql(op, t, "SELECT cluster_logical_timestamp()"))[0]["cluster_logical_timestamp"]
+    op.world.load(KEY, t + 5, database="shop", table="orders",
+                  columns=[("id", "INT8"), ("item", "STRING")], rows=[("3", "salt")])
+    out = table(sql(op, t + 6, f'EXPORT INTO CSV "nodelocal://1/b/o" FROM SELECT * FROM '
+                               f"shop.public.orders AS OF SYSTEM TIME '{ts}'"))
+    assert out[0]["rows"] == "2"
+    assert op.world.extern_files(KEY, "kw-0")["b/o/n1.0.csv"] == b"1,tea\n2,rice\n"
+
+
+def test_failed_exports_say_so_only_in_a_notice_or_a_fail_result() -> None:
+    op = Operator()
+    t = loaded(op)
+    op.world.fail_export(KEY, t, "orders")
+    op.world.fail_export(KEY, t, "temps")
+    rel = sql(op, t, 'EXPORT INTO CSV "nodelocal://1/b/shop" FROM DATABASE shop')
+    assert rel.exit_code == 0 and "NOTICE: export table shop.public.orders failed" in rel.stderr
+    assert [r["filename"] for r in table(rel)] == ["meta.sql"]
+    ts = sql(op, t, 'EXPORT INTO CSV "nodelocal://1/b/sensors" FROM DATABASE sensors')
+    assert table(ts) == [{"result": "fail"}] and "NOTICE:" in ts.stderr
+    s3 = sql(op, t, 'EXPORT INTO CSV "s3://bucket/x" FROM DATABASE shop')
+    assert s3.exit_code == 1 and "s3 does not support additional writing" in s3.stderr
+
+
+def test_import_in_the_documented_order_restores_an_empty_cluster() -> None:
+    source = Operator()
+    t = loaded(source)
+    for stmt in ['EXPORT CLUSTER SETTING TO SQL "nodelocal://1/b/settings"',
+                 'EXPORT USERS TO SQL "nodelocal://1/b/users"',
+                 'EXPORT INTO CSV "nodelocal://1/b/shop" FROM DATABASE shop',
+                 'EXPORT INTO CSV "nodelocal://1/b/sensors" FROM DATABASE sensors']:
+        table(sql(source, t, stmt))
+    files = source.world.extern_files(KEY, "kw-0")
+    target = Operator()
+    t2 = target.healthy_cluster(3)
+    # Stage the files as `kwbase nodelocal upload` would (the test plays that part).
+    group = target.world._groups[KEY]
+    store = group.stores[target.pvc["kw-0"]]
+    store.files.update(files)
+    settings = table(sql(target, t2, 'IMPORT CLUSTER SETTING SQL DATA '
+                                     '("nodelocal://1/b/settings/clustersetting.sql")'))
+    assert list(settings[0]) == ["prompt_information"]
+    users = table(sql(target, t2, 'IMPORT USERS SQL DATA ("nodelocal://1/b/users/users.sql")'))
+    assert list(users[0]) == ["job_id", "status", "fraction_completed", "rows", "abandon_rows",
+                              "reject_rows", "note"]
+    for db in ("shop", "sensors"):
+        got = table(sql(target, t2, f'IMPORT DATABASE CSV DATA ("nodelocal://1/b/{db}")'))
+        assert (got[0]["status"], got[0]["reject_rows"]) == ("succeeded", "0")
+    before, after = source.world.contents(KEY, t), target.world.contents(KEY, t2)
+    assert after == before
+    again = sql(target, t2, 'IMPORT DATABASE CSV DATA ("nodelocal://1/b/shop")')
+    assert again.exit_code == 1 and 'database "shop" already exists' in again.stderr
+
+
+def test_a_row_that_does_not_fit_is_rejected_and_the_job_still_succeeds() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    group = op.world._groups[KEY]
+    group.stores[op.pvc["kw-0"]].files.update({
+        "x/meta.sql": b"CREATE DATABASE x;\n",
+        "x/public/t/meta.sql": b"CREATE TABLE t (a INT8, b STRING);\n",
+        "x/public/t/n1.0.csv": b"1,one\n2,two,extra\n",
+    })
+    got = table(sql(op, t, 'IMPORT DATABASE CSV DATA ("nodelocal://1/x")'))
+    assert (got[0]["status"], got[0]["rows"], got[0]["reject_rows"]) == ("succeeded", "1", "1")
+    assert got[0]["note"] == "There is a REJECT FILE, please read and resolve it"
+    assert "x/public/t/reject.txt" in op.world.extern_files(KEY, "kw-0")
+
+
+def test_enterprise_backup_is_refused_as_in_the_open_source_build() -> None:
+    op = Operator()
+    t = op.healthy_cluster(3)
+    out = sql(op, t, "BACKUP TO 'nodelocal://1/x'")
+    assert "The BACKUP can only be used in the enterprise version" in out.stderr

@@ -1,0 +1,256 @@
+"""Stories of backups: a cluster with relational and time-series data is backed up on a
+schedule to S3 (moto's server as the stand-in) and to a shared volume, retention prunes old
+backups; a node lost in the middle of a backup gives a failed backup with a reason and a later
+successful one; a new cluster restored from a backup has the same databases, rows, users and
+settings, a cluster that holds data refuses to be restored into, and a damaged backup fails a
+restore before anything is imported.
+
+The reconciler runs as in production against the test world (real apiserver, simulated kubelets
+and KaiwuDB); its volume-target directory is a temporary directory standing in for the
+ReadWriteMany claim mounted into its pod. Timings are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kubernetes import client as k8s
+
+from reconciler.kaiwudb.backup_plan import RESTORE_ANNOTATION
+from reconciler.kube import kinds as kk
+from reconciler.kube.client import Kube
+from tests.support.backup import (
+    BUCKET,
+    S3,
+    backup,
+    backups,
+    credentials_secret,
+    load_shop,
+    phase,
+    s3,  # noqa: F401  (a fixture)
+    schedule,
+)
+from tests.support.harness import Reconciler, condition, wait_for
+from tests.support.lifecycle import NAME, bring_up, report, small_cluster
+from tests.world.faults import Faults
+from tests.world.simworld import SimWorld
+
+CLAIM = "shared-dumps"
+
+
+def test_scheduled_backups_reach_s3_and_a_volume_and_retention_prunes(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str, tmp_path: Path) -> None:
+    (tmp_path / CLAIM).mkdir()
+    factory = lambda: reconciler_factory(  # noqa: E731
+        backup_volumes_dir=str(tmp_path), backup_poll_s=0.2)
+    reconciler, _, took = bring_up(factory, kube, namespace, small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    user = Kube(kube, "kubectl")
+    started = time.monotonic()
+    user.create(schedule(namespace, "every-8s", "*/8 * * * * *", s3.target(), keep=2))
+    user.create(schedule(namespace, "daily", "0 0 3 * * *", {"volume": {"claimName": CLAIM}},
+                         immediate=True))
+
+    # Three S3 backups completed one after another; retention keeps the newest two.
+    def pruned() -> list[str] | None:
+        found = backups(kube, namespace)
+        done = sorted(n for n, b in found.items() if n.startswith("every-8s")
+                      and phase(b) == "completed")
+        made = reconciler.metrics.value("kaiwu_backups_total", {"result": "completed"})
+        return done if made >= 4 and len(done) == 2 else None
+    kept = wait_for("three S3 backups and one pruned", pruned, 90, 0.5)
+    report("schedules -> 3 S3 backups, 1 pruned, 1 volume backup", time.monotonic() - started)
+
+    found = backups(kube, namespace)
+    volume = [b for n, b in found.items() if n.startswith("daily")]
+    assert [phase(b) for b in volume] == ["completed"], "the immediate volume backup"
+    status = volume[0]["status"]
+    assert status["location"].startswith(f"volume://{CLAIM}/{namespace}/{NAME}/daily-")
+    assert {d["name"]: (d["engine"], d["rows"]) for d in status["databases"]} == {
+        "shop": ("RELATIONAL", 4), "sensors": ("TIME SERIES", 2)}
+    base = tmp_path / CLAIM / namespace / NAME / volume[0]["metadata"]["name"]
+    manifest = json.loads((base / "manifest.json").read_text())
+    assert manifest["files"] == status["files"] and status["sizeBytes"] > 0
+    assert (base / "shop/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n" or \
+        any((base / "shop/public/orders").glob("n*.0.csv"))
+    assert (base / "users/users.sql").read_text() == "CREATE USER app;\n"
+    assert "idle_timeout" in (base / "settings/clustersetting.sql").read_text()
+
+    # The bucket holds exactly the two kept S3 backups, each with its manifest.
+    prefixes = {key.split("/")[3] for key in s3.keys(f"nightly/{namespace}/{NAME}/")}
+    assert prefixes == set(kept)
+    for name in kept:
+        b = found[name]["status"]
+        assert f"nightly/{namespace}/{NAME}/{name}/manifest.json" in s3.keys(prefix="nightly/")
+        assert b["consistentTo"] and b["startedAt"] <= b["completedAt"]
+    # Nothing is left on the nodes' disks.
+    for ordinal in range(3):
+        left = sim_world.kwdb.extern_files((namespace, NAME), f"{NAME}-{ordinal}")
+        assert left == {}, left
+    last = reconciler.metrics.value("kaiwu_backup_last_success_timestamp_seconds",
+                                    {"namespace": namespace, "cluster": NAME})
+    assert time.time() - 60 < last <= time.time() + 1
+
+
+def test_a_node_lost_mid_backup_fails_it_with_a_reason_and_the_next_one_succeeds(
+        sim_world: SimWorld, faults: Faults, s3: S3,  # noqa: F811
+        reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
+        namespace: str) -> None:
+    factory = lambda: reconciler_factory(backup_poll_s=1.5)  # noqa: E731
+    reconciler, _, took = bring_up(factory, kube, namespace, small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    user = Kube(kube, "kubectl")
+    user.create(backup(namespace, "first", s3.target("adhoc")))
+    running = wait_for("the backup to run", lambda: (
+        b if phase(b := backups(kube, namespace).get("first")) == "running" else None), 30, 0.1)
+    pod = running["status"]["pod"]
+    node = (Kube(kube, "test").get(kk.POD, namespace, pod) or {})["spec"]["nodeName"]
+    started = time.monotonic()
+    faults.lose_node(node)
+    failed = wait_for("the backup to fail", lambda: (
+        b if phase(b := backups(kube, namespace).get("first")) == "failed" else None), 60, 0.2)
+    report("node lost -> backup failed", time.monotonic() - started)
+    assert failed["status"]["reason"] == "NodeLost", failed["status"]
+    assert pod in failed["status"]["message"]
+    keys = s3.keys(f"adhoc/{namespace}/{NAME}/first/")
+    assert f"adhoc/{namespace}/{NAME}/first/manifest.json" not in keys
+    assert f"adhoc/{namespace}/{NAME}/first/failed.json" in keys
+
+    # The node comes back; a new backup runs from a Ready pod and completes.
+    faults.restore_node(node)
+    started = time.monotonic()
+    user.create(backup(namespace, "second", s3.target("adhoc")))
+    done = wait_for("the second backup to complete", lambda: (
+        b if phase(b := backups(kube, namespace).get("second")) == "completed" else None),
+        90, 0.2)
+    report("node back -> second backup completed", time.monotonic() - started)
+    assert {d["name"] for d in done["status"]["databases"]} == {"shop", "sensors"}
+    assert reconciler.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 1
+
+
+def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_is_refused(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str) -> None:
+    factory = lambda: reconciler_factory(  # noqa: E731
+        backup_poll_s=0.2, restore_http_address="127.0.0.1:0",
+        restore_advertise_host="127.0.0.1")
+    reconciler, _, took = bring_up(factory, kube, namespace, small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    user = Kube(kube, "kubectl")
+    user.create(backup(namespace, "source", s3.target("adhoc")))
+    wait_for("the backup to complete", lambda: phase(backups(kube, namespace).get("source"))
+             == "completed", 60, 0.2)
+    before = sim_world.kwdb.contents((namespace, NAME), sim_world.clock.now())
+
+    # A cluster that holds data refuses to be restored into, and nothing is imported.
+    patch = Kube(kube, "kubectl-patch")
+    patch.patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                {"spec": {"bootstrap": {"fromBackup": {"name": "source"}}}})
+    refused = wait_for("the restore to be refused", lambda: (
+        c if condition(c := reconciler.cluster(NAME), "Stalled").get("reason")
+        == "RestoreRefused" else None), 30, 0.2)
+    assert "databases sensors, shop; users app" in condition(refused, "Stalled")["message"]
+    assert RESTORE_ANNOTATION not in (refused["metadata"].get("annotations") or {})
+    assert sim_world.kwdb.contents((namespace, NAME), sim_world.clock.now()) == before
+    patch.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"bootstrap": None}})
+
+    # A new single-node cluster restored from it: Ready only once every import succeeded.
+    copy = small_cluster(namespace, startMode="single-node", replicas=1,
+                         bootstrap={"fromBackup": {"name": "source"}})
+    copy["metadata"]["name"] = "copy"
+    started = time.monotonic()
+    user.apply(copy)
+    ready = wait_for("the restored cluster to be Ready", lambda: (
+        c if condition(c := reconciler.cluster("copy"), "Ready").get("status") == "True"
+        else None), 90, 0.1)
+    report("apply restored cluster -> Ready with its data", time.monotonic() - started)
+    record = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
+    assert record["done"] == ["settings", "users", "database sensors", "database shop"]
+    assert record["completedAt"]
+    after = sim_world.kwdb.contents((namespace, "copy"), sim_world.clock.now())
+    assert after == before
+
+    # The object store loses a row of one file: a restore from it fails before importing.
+    key = f"adhoc/{namespace}/{NAME}/source/shop/public/orders/n1.0.csv"
+    s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"1,tea\n2,rice\n")
+    broken = small_cluster(namespace, startMode="single-node", replicas=1,
+                           bootstrap={"fromBackup": {"name": "source"}})
+    broken["metadata"]["name"] = "broken"
+    user.apply(broken)
+    failed = wait_for("the damaged restore to fail", lambda: (
+        c if condition(c := reconciler.cluster("broken"), "Stalled").get("reason")
+        == "RestoreFailed" else None), 90, 0.2)
+    assert "not intact" in condition(failed, "Stalled")["message"]
+    assert "shop/public/orders/n1.0.csv" in condition(failed, "Stalled")["message"]
+    assert condition(failed, "Ready").get("status") != "True"
+    assert sim_world.kwdb.contents((namespace, "broken"), sim_world.clock.now())[
+        "databases"] == {}, "nothing imported"
+
+
+def test_a_reconciler_restarted_mid_backup_carries_on_with_the_same_node_and_timestamp(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str) -> None:
+    first, _, took = bring_up(lambda: reconciler_factory(backup_poll_s=1.0), kube, namespace,
+                              small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    Kube(kube, "kubectl").create(backup(namespace, "nightly", s3.target("adhoc")))
+    midway = wait_for("two items exported", lambda: (
+        b if "2/6 items" in ((b := backups(kube, namespace).get("nightly") or {}).get(
+            "status") or {}).get("message", "") else None), 30, 0.05)
+    first.stop()  # the leader dies between two passes
+    base = f"adhoc/{namespace}/{NAME}/nightly/"
+    assert base + "manifest.json" not in s3.keys(base), "never complete while half-written"
+
+    started = time.monotonic()
+    second = reconciler_factory(backup_poll_s=0.2)
+    done = wait_for("the backup to complete under the new reconciler", lambda: (
+        b if phase(b := backups(kube, namespace).get("nightly")) == "completed" else None),
+        60, 0.2)
+    report("restart -> backup completed", time.monotonic() - started)
+    for field in ("consistentTo", "pod", "nodeId", "startedAt"):
+        assert done["status"][field] == midway["status"][field], field
+    assert {d["name"]: d["rows"] for d in done["status"]["databases"]} == {
+        "shop": 4, "sensors": 2}
+    assert second.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
+    assert sim_world.kwdb.extern_files((namespace, NAME), done["status"]["pod"]) == {}
+
+
+def test_a_scale_in_asked_for_during_a_backup_waits_for_it(
+        sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, _, took = bring_up(lambda: reconciler_factory(backup_poll_s=1.5), kube,
+                                   namespace, small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    load_shop(sim_world, namespace)
+    credentials_secret(kube, namespace)
+    Kube(kube, "kubectl").create(backup(namespace, "before-scale-in", s3.target("adhoc")))
+    wait_for("the backup to run", lambda: phase(backups(kube, namespace).get(
+        "before-scale-in")) == "running", 30, 0.1)
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"replicas": 3}})
+    waiting = wait_for("the scale-in to wait", lambda: (
+        c if condition(c := reconciler.cluster(NAME), "Ready").get("reason")
+        == "BackupRunning" else None), 20, 0.1)
+    assert "before-scale-in" in condition(waiting, "Ready")["message"]
+    sts = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME) or {}
+    assert sts["spec"]["replicas"] == 4, "no pod removed under a running backup"
+    assert not (waiting.get("status") or {}).get("operation")
+    wait_for("the backup to complete", lambda: phase(backups(kube, namespace).get(
+        "before-scale-in")) == "completed", 60, 0.2)
+    started = wait_for("the scale-in to start after it", lambda: (
+        o if (o := ((reconciler.cluster(NAME) or {}).get("status") or {}).get("operation"))
+        else None), 30, 0.1)
+    assert started["targetReplicas"] == 3
+
