@@ -201,9 +201,13 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     changes = []
     unchanged = 0
     for key in sorted(before.keys() | after.keys()):
+        # Objects are compared as data first; only the ones that differ are written as text.
+        if key in before and key in after and before[key].body == after[key].body:
+            unchanged += 1
+            continue
         old_text = to_yaml(redact(before[key].body)) if key in before else ""
         new_text = to_yaml(redact(after[key].body)) if key in after else ""
-        if old_text == new_text:
+        if old_text == new_text:  # e.g. only a masked secret value changed
             unchanged += 1
             continue
         change = "added" if not old_text else "removed" if not new_text else "changed"
