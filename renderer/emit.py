@@ -104,11 +104,24 @@ class _Dumper(_SafeDumper):
         return True
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
-        tag: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
-        if tag == _STR and implicit[0] and kind is yaml.ScalarNode and (
-                _AMBIGUOUS.fullmatch(value) is not None):
-            return _QUOTED  # not the string tag: the emitter will not write it plain
+        if kind is not yaml.ScalarNode:
+            found: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            return found
+        key = (value, implicit)
+        tag = _RESOLVED.get(key)
+        if tag is None:  # the same few hundred keys and values recur in every object
+            tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            if tag == _STR and implicit[0] and _AMBIGUOUS.fullmatch(value) is not None:
+                tag = _QUOTED  # not the string tag: the emitter will not write it plain
+            if len(_RESOLVED) >= _RESOLVED_MAX:
+                _RESOLVED.clear()
+            _RESOLVED[key] = tag
         return tag
+
+
+# Scalar tags by (text, implicit flags): resolving is pure, and dominates the emitter's own time.
+_RESOLVED: dict[tuple[str, tuple[bool, bool]], str] = {}
+_RESOLVED_MAX = 100_000
 
 
 def _represent_ordered(dumper: _Dumper, pairs: _Ordered) -> yaml.Node:
