@@ -18,6 +18,7 @@ output directory and its parent as they were.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -197,19 +198,65 @@ def is_earlier_render(out: Path) -> bool:
     return files == {KUSTOMIZATION, *map(str, listed["resources"])}
 
 
-def write_tree(manifests: Sequence[Manifest], out: Path) -> None:
-    """Write every file to a temporary sibling, then swap it in for `out` in one rename.
+def _writable(directory: Path) -> bool:
+    """May this process create and remove entries in `directory` (by its effective ids)?"""
+    effective = os.access in os.supports_effective_ids
+    return os.access(directory, os.W_OK | os.X_OK, effective_ids=effective)
 
-    An existing `out` is replaced only when it is empty or exactly an earlier render: pointing
-    `-o` at a source directory, or at a hand-written kustomize directory, must never delete it."""
-    out = out.resolve()
+
+def _check_destination(out: Path) -> list[Path]:
+    """Refuse, before anything is written, an output path that cannot be written as a whole;
+    return the missing parent directories that `write_tree` will create (outermost first)."""
+    missing: list[Path] = []
+    ancestor = out.parent
+    while not ancestor.exists():
+        if ancestor.is_symlink():  # a dangling link: mkdir would fail on it
+            raise OutputDirectoryError(f"{ancestor}: is a broken symbolic link; fix or remove it")
+        missing.insert(0, ancestor)
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputDirectoryError(
+            f"{out}: {ancestor} is a file, not a directory; choose an output path under a "
+            "directory")
+    if not _writable(ancestor):
+        raise OutputDirectoryError(
+            f"{out}: cannot create it, {ancestor} is read-only for this user; choose a writable "
+            "place, or make it writable")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not is_earlier_render(out))):
         raise OutputDirectoryError(
             f"{out}: exists and is not an earlier render (files other than a {KUSTOMIZATION} "
             "of ours and the files it lists); choose an empty or new output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    if out.is_dir():
+        locked = [path for path in (out, *out.rglob("*")) if path.is_dir() and not _writable(path)]
+        if locked:
+            raise OutputDirectoryError(
+                f"{out}: the earlier render cannot be replaced, {locked[0]} is read-only; make "
+                f"it writable (chmod -R u+w {out}) or choose another output directory")
+    return missing
+
+
+def write_tree(manifests: Sequence[Manifest], out: Path) -> None:
+    """Write every file to a temporary sibling, then swap it in for `out` in one rename.
+
+    An existing `out` is replaced only when it is empty or exactly an earlier render: pointing
+    `-o` at a source directory, or at a hand-written kustomize directory, must never delete it.
+    Whatever fails (a read-only directory, a full disk), `out` and its parent are left as they
+    were: the staging directory, any parent directories made for `out`, and a retired earlier
+    render are removed or put back. Raises OutputDirectoryError for a destination refused up
+    front, OSError for a failure while writing."""
+    out = out.resolve()
     try:
+        missing = _check_destination(out)
+    except PermissionError as error:  # a parent that cannot even be looked into
+        raise OutputDirectoryError(f"{out}: {error.strerror}: {error.filename}; choose a path "
+                                   "you may read and write") from error
+    staging: Path | None = None
+    retired: Path | None = None
+    moved_out = False
+    try:
+        for directory in missing:
+            directory.mkdir()
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         for manifest in manifests:
             target = staging / manifest.path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -219,10 +266,18 @@ def write_tree(manifests: Sequence[Manifest], out: Path) -> None:
         if out.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.rename(out, retired / out.name)
-            os.rename(staging, out)
-            shutil.rmtree(retired)
-        else:
-            os.rename(staging, out)
+            moved_out = True
+        os.rename(staging, out)
+        staging = None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if moved_out and retired is not None:
+            os.rename(retired / out.name, out)  # the earlier render goes back where it was
+        for leftover in (staging, retired):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+        for directory in reversed(missing):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
         raise
+    if retired is not None:
+        shutil.rmtree(retired)

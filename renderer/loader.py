@@ -17,7 +17,9 @@ sequence item is kept beside the content; `Document.line_of` turns a spec path i
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,17 +67,40 @@ class Document:
 
 
 def find_files(root: Path) -> list[Path]:
-    """Every YAML file under `root` (or `root` itself), in a stable order; hidden dirs skipped."""
+    """Every YAML file under `root` (or `root` itself), in a stable order; hidden dirs skipped.
+
+    A directory that cannot be listed or entered is a problem naming it, not a traceback: a
+    cluster file skipped silently would be a cluster deleted by the next sync."""
     if root.is_file():
         return [root]
     if not root.is_dir():
         raise RenderError([Problem(str(root), 0, "", "no such file or directory",
                                    "pass a directory of KaiwuCluster files, e.g. clusters/")])
-    return sorted(
-        path for path in root.rglob("*")
-        if path.suffix in YAML_SUFFIXES and path.is_file()
-        and not any(part.startswith(".") for part in path.relative_to(root).parts)
-    )
+    problems: list[Problem] = []
+
+    def unreadable(error: OSError) -> None:
+        problems.append(Problem(str(error.filename), 0, "",
+                                f"cannot read directory: {error.strerror}",
+                                "make it readable and traversable (chmod u+rx), or move it "
+                                "out of the source directory"))
+
+    found = []
+    for directory, subdirectories, names in os.walk(root, onerror=unreadable):
+        subdirectories[:] = sorted(name for name in subdirectories if not name.startswith("."))
+        for name in names:
+            path = Path(directory, name)
+            if name.startswith(".") or path.suffix not in YAML_SUFFIXES:
+                continue
+            try:
+                if stat.S_ISREG(path.stat().st_mode):
+                    found.append(path)
+            except FileNotFoundError:
+                continue  # removed while listed, or a dangling link: nothing to read
+            except OSError as error:
+                unreadable(OSError(error.errno, error.strerror, directory))
+    if problems:
+        raise RenderError(problems)
+    return sorted(found)
 
 
 _NULL = frozenset({"~", "null", "Null", "NULL", ""})
