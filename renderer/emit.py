@@ -69,10 +69,11 @@ _QUOTED = "tag:kaiwu,2026:read-as-other-than-string"
 # strconv.ParseInt with base prefixes and ParseFloat) and YAML 1.2 (ruamel.yaml). Broad on
 # purpose: quoting a string that needed none costs two characters, reading `on` as true costs a
 # broken cluster.
-_NUMBER = r"""[-+]?(?:
+_NUMBER = r"""[-+][0-9_]+
+  | [-+]?(?:
       0[bB][01_]+ | 0[oO][0-7_]+ | 0[xX][0-9a-fA-F_]*(?:\.[0-9a-fA-F_]*)?(?:[pP][-+]?[0-9_]+)?
     | [0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?
-    | (?:[0-9][0-9_]*(?:\.[0-9_]*)? | \.[0-9][0-9_]*)(?:[eE][-+]?[0-9_]+)?
+    | (?:[0-9][0-9_]*(?:\.[0-9_]*)? | \.[0-9_]+)(?:[eE][-+]?[0-9_]+)?
     | \.(?:inf|nan) )
   | [-+](?:inf|infinity|nan)"""
 _TIMESTAMP = r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt \t].*)?"

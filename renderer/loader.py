@@ -128,7 +128,10 @@ def _plain(text: str) -> Any:
         if text in _SPECIAL_FLOAT:
             return _SPECIAL_FLOAT[text]
         if _FLOAT.fullmatch(text):
-            return float(text.replace("_", ""))
+            try:
+                return float(text.replace("_", ""))
+            except ValueError:  # `._`: a float by the pattern, no digits in it
+                return text
         if text[0] != "_" and _INT.fullmatch(text):
             return _integer(text)
         return text
