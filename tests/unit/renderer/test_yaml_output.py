@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 from renderer.emit import read_as_other_than_string, to_yaml
 from renderer.loader import parse_text
 
-ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=16)
+ANY_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=16)
 SCALAR_LIKE = st.text("yYnNoOfFtTrueals01289:.-+eE_xXbB~<= '\"#\t", max_size=10)
 PRINTABLE = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Co", "Cn", "Zl", "Zp"),
                                   max_codepoint=0xFFFF), max_size=16)
