@@ -194,8 +194,7 @@ _MERGE = object()
 
 
 def _limit(line: int, what: str, name: str, limits: InputLimits) -> _Refused:
-    return _Refused(line, f"{what} (the limit is {getattr(limits, name)}: "
-                          f"renderer.settings.InputLimits.{name})",
+    return _Refused(line, f"{what}, the limit of renderer.settings.InputLimits.{name}",
                     "a KaiwuCluster spec needs nothing near this; split the file or remove what "
                     "is repeated")
 
@@ -222,8 +221,8 @@ def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS) -> list
 
 
 def _too_large(file: str, limits: InputLimits = INPUT_LIMITS) -> Problem:
-    return Problem(file, 0, "", f"file is larger than {limits.max_file_bytes} bytes (the limit: "
-                   "renderer.settings.InputLimits.max_file_bytes)",
+    return Problem(file, 0, "", f"file is larger than {limits.max_file_bytes} bytes, the limit "
+                   "of renderer.settings.InputLimits.max_file_bytes",
                    "a KaiwuCluster spec is a few KB; split the file, keep large data out of it")
 
 
