@@ -143,7 +143,7 @@ def test_fs_a_disk_that_fills_up_mid_render_leaves_everything_as_it_was(
     earlier = read_tree(out)
     before = listing(scratch)
     real_write = Path.write_text
-    written = []
+    written: list[Path] = []
 
     def fill_up(path: Path, text: str, *args: Any, **kwargs: Any) -> int:
         if len(written) == 2:
