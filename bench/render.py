@@ -9,14 +9,15 @@ median of several rounds, all in one run:
 - floor: the same objects dumped by PyYAML's C dumper (libyaml), nothing else;
 - earlier: the path before this change (ruamel.yaml's round-trip reader, its pure-Python
   emitter), same checks and builders;
-- diff: `kaiwu diff OLD NEW` over 100 clusters with one spec changed, beside a full render of
-  the same 100 clusters.
+- diff: `kaiwu diff OLD NEW` over 100 clusters with one spec changed, beside `kaiwu render
+  --stdout` of the same 100 clusters.
 Prints a table and appends it to bench/RESULTS.md with the date and the core count.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import io
 import os
@@ -33,12 +34,12 @@ from ruamel.yaml import YAML
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleet import write_fleet  # noqa: E402
-from renderer import diff as tree_diff  # noqa: E402
-from renderer.emit import TOP_LEVEL_ORDER, manifest_for, to_yaml  # noqa: E402
-from renderer.loader import Document, find_files, load_documents, to_plain  # noqa: E402
-from renderer.render import build_objects, read_clusters  # noqa: E402
-from renderer.settings import RenderSettings  # noqa: E402
+from bench.fleet import write_fleet
+from renderer import cli
+from renderer.emit import TOP_LEVEL_ORDER, manifest_for, to_yaml
+from renderer.loader import Document, find_files, load_documents, to_plain
+from renderer.render import build_objects, read_clusters
+from renderer.settings import RenderSettings
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SETTINGS = RenderSettings()
@@ -94,11 +95,10 @@ def render_earlier(source: Path) -> int:
     return len(texts)
 
 
-def one_change_diff(old: Path, new: Path) -> int:
-    result = tree_diff.compare(tree_diff.documents_in(old), tree_diff.documents_in(new),
-                               SETTINGS)
-    tree_diff.format_text(result)
-    return len(result.changes)
+def command(*argv: str | Path) -> int:
+    """`kaiwu ARGV` in process, its output swallowed."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return cli.main([str(arg) for arg in argv])
 
 
 def row(name: str, samples: list[float], per: int, reference: float | None) -> str:
@@ -133,26 +133,29 @@ def main() -> None:
         emit = cpu_seconds(lambda: [to_yaml(obj) for obj in objects], args.rounds)
         ours = cpu_seconds(lambda: render_ours(fleet), args.rounds)
         earlier = cpu_seconds(lambda: render_earlier(fleet), args.old_rounds)
-        render_100 = cpu_seconds(lambda: render_ours(small), args.rounds * 2)
-        diff_100 = cpu_seconds(lambda: one_change_diff(small, changed), args.rounds * 2)
+        assert command("diff", small, changed) == 1, "one change expected"
+        render_100 = cpu_seconds(lambda: command("render", small, "--stdout"), args.rounds * 2)
+        diff_100 = cpu_seconds(lambda: command("diff", small, changed), args.rounds * 2)
 
     reference = statistics.median(floor)
     lines = [
-        f"### Render near the libyaml floor (bench/render.py)",
+        "### Render near the libyaml floor (bench/render.py)",
         "",
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores, "
         f"{args.clusters} clusters ({len(objects)} objects), CPU seconds, in process.",
         "",
-        "| path | min s | median s | ms per cluster | × floor | rounds |",
+        "| path | min s | median s | ms per cluster | x floor | rounds |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
         row("floor: the objects dumped by PyYAML's C dumper", floor, args.clusters, None),
         row("ours, emit only (to_yaml)", emit, args.clusters, reference),
         row("ours, full render (read, check, build, emit)", ours, args.clusters, reference),
         row("earlier: ruamel.yaml reader and emitter", earlier, args.clusters, reference),
         "",
-        "| 100 clusters, one spec changed | min s | median s | × full render |",
+        "| 100 clusters, one spec changed (the CLI in process) | min s | median s "
+        "| x full render |",
         "| --- | ---: | ---: | ---: |",
-        f"| full render | {min(render_100):.3f} | {statistics.median(render_100):.3f} | 1.00 |",
+        f"| kaiwu render --stdout | {min(render_100):.3f} | "
+        f"{statistics.median(render_100):.3f} | 1.00 |",
         f"| kaiwu diff | {min(diff_100):.3f} | {statistics.median(diff_100):.3f} | "
         f"{statistics.median(diff_100) / statistics.median(render_100):.2f} |",
         "",

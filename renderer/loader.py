@@ -16,6 +16,7 @@ sequence item is kept beside the content; `Document.line_of` turns a spec path i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -199,13 +200,24 @@ def _limit(line: int, what: str, name: str, limits: InputLimits) -> _Refused:
                     "is repeated")
 
 
-def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS) -> list[Document]:
+ParseCache = dict[str, list["Document"]]
+"""Documents already read, by file text: `kaiwu diff` reads the files the two sides share once
+(their documents then share content objects, which nobody modifies)."""
+
+
+def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS,
+               cache: ParseCache | None = None) -> list[Document]:
     """Parse every document of one file; empty documents are dropped. Raises RenderError (one
     problem) for invalid YAML or a broken limit."""
     if len(text) > limits.max_file_bytes:
         raise RenderError([_too_large(file, limits)])
+    if cache is not None and text in cache:
+        return [dataclasses.replace(document, file=file) for document in cache[text]]
     try:
-        return _read(text, file, limits)
+        documents = _read(text, file, limits)
+        if cache is not None:
+            cache[text] = documents
+        return documents
     except _Refused as refused:
         raise RenderError([Problem(file, refused.line, "", refused.message, refused.fix)]) \
             from None
@@ -376,7 +388,8 @@ def _merge(container: _Container, lines: dict[int, Any]) -> None:
                 where[key] = source_lines.get(key, container.key_line)
 
 
-def load_documents(paths: Iterable[Path], display_root: Path | None = None) -> list[Document]:
+def load_documents(paths: Iterable[Path], display_root: Path | None = None,
+                   cache: ParseCache | None = None) -> list[Document]:
     """Parse every file, collecting the problems of all of them before raising."""
     documents: list[Document] = []
     problems: list[Problem] = []
@@ -403,7 +416,7 @@ def load_documents(paths: Iterable[Path], display_root: Path | None = None) -> l
                                     "make it a readable UTF-8 text file"))
             continue
         try:
-            documents.extend(parse_text(text, shown))
+            documents.extend(parse_text(text, shown, cache=cache))
         except RenderError as error:
             problems.extend(error.problems)
     if problems:
