@@ -148,8 +148,8 @@ def main() -> None:
         "",
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores; "
         "CPU seconds per command; one process per case: the peak of Python's heap after "
-        "imports (tracemalloc, in a second run) and the process's peak RSS, imports included; "
-        "exit codes validate/render/diff.",
+        "imports (tracemalloc, in a second run) and its peak RSS (ru_maxrss: imports included, "
+        "and the launching process's pages before exec); exit codes validate/render/diff.",
         "",
         "| case | validate s | render s | diff s | peak heap MB | peak RSS MB | exit codes |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
