@@ -19,6 +19,7 @@ from renderer import diff as tree_diff
 from renderer.cel import CEL_SINCE, crd_for
 from renderer.emit import OutputDirectoryError, manifest_for, to_stream, to_yaml, write_tree
 from renderer.errors import Problem, RenderError
+from renderer.loader import ParseCache
 from renderer.render import build_objects, load_clusters
 from renderer.settings import KubeVersion, RenderSettings, supported_version
 
@@ -133,24 +134,25 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
     base_problems: list[Problem] = []
+    shared: ParseCache = {}  # a file both sides hold alike is read and checked once
     if args.base is None:
         if args.head is not None or len(args.paths) != 2:
             raise _UsageError("diff takes two directories, or one path with --base REV")
-        old_docs = tree_diff.documents_in(Path(args.paths[0]))
-        new_docs = tree_diff.documents_in(Path(args.paths[1]))
+        old_docs = tree_diff.documents_in(Path(args.paths[0]), shared)
+        new_docs = tree_diff.documents_in(Path(args.paths[1]), shared)
     else:
         if len(args.paths) != 1:
             raise _UsageError("with --base, diff takes exactly one path")
         path = args.paths[0]
         try:
-            old_docs = tree_diff.documents_at_revision(path, args.base, args.repo)
+            old_docs = tree_diff.documents_at_revision(path, args.base, args.repo, shared)
         except RenderError as error:
             # A base that does not parse is still a base: the change may be its fix.
             if not all(problem.file.startswith(f"{args.base}:") for problem in error.problems):
                 raise
             old_docs, base_problems = [], list(error.problems)
-        new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo) if args.head
-                    else tree_diff.documents_in(Path(path)))
+        new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo, shared)
+                    if args.head else tree_diff.documents_in(Path(path), shared))
     result = tree_diff.compare(old_docs, new_docs, _settings(args), base_problems)
     formatter = tree_diff.format_markdown if args.format == "markdown" else tree_diff.format_text
     sys.stdout.write(formatter(result))

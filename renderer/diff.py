@@ -17,7 +17,14 @@ from pathlib import Path, PurePosixPath
 from renderer import semantics
 from renderer.emit import Manifest, manifest_for, to_yaml
 from renderer.errors import Problem, RenderError
-from renderer.loader import YAML_SUFFIXES, Document, find_files, load_documents, parse_text
+from renderer.loader import (
+    YAML_SUFFIXES,
+    Document,
+    ParseCache,
+    find_files,
+    load_documents,
+    parse_text,
+)
 from renderer.redact import redact
 from renderer.render import SourceCluster, build_objects, read_clusters
 from renderer.settings import RenderSettings
@@ -51,7 +58,8 @@ class TreeDiff:
         return not self.changes
 
 
-def documents_at_revision(path: str, revision: str, repo: Path) -> list[Document]:
+def documents_at_revision(path: str, revision: str, repo: Path,
+                          cache: ParseCache | None = None) -> list[Document]:
     """The YAML documents under `path` as they were at git `revision` (no checkout needed)."""
     _check_revision(revision, repo)
     listed = _git(repo, "ls-tree", "-r", "--name-only", "--full-tree", revision, "--",
@@ -64,7 +72,7 @@ def documents_at_revision(path: str, revision: str, repo: Path) -> list[Document
     for name in sorted(files):
         text = _git(repo, "show", f"{revision}:{name}")
         try:
-            documents.extend(parse_text(text, f"{revision}:{name}"))
+            documents.extend(parse_text(text, f"{revision}:{name}", cache=cache))
         except RenderError as error:
             problems.extend(error.problems)
     if problems:
@@ -120,13 +128,23 @@ def _git(repo: Path, *args: str) -> str:
     return result.stdout
 
 
-def documents_in(path: Path) -> list[Document]:
-    return load_documents(find_files(path))
+def documents_in(path: Path, cache: ParseCache | None = None) -> list[Document]:
+    return load_documents(find_files(path), cache=cache)
 
 
-def manifests_of(clusters: Sequence[SourceCluster], settings: RenderSettings) -> list[Manifest]:
-    return [manifest_for(obj, source.cluster.name) for source in clusters
-            for obj in build_objects(source.cluster, settings)]
+def manifests_of(clusters: Sequence[SourceCluster], settings: RenderSettings,
+                 built: dict[int, list[Manifest]] | None = None) -> list[Manifest]:
+    """Every object of `clusters`; `built` remembers them by cluster, so that a cluster both
+    sides share is built once."""
+    built = {} if built is None else built
+    manifests = []
+    for source in clusters:
+        key = id(source.cluster)
+        if key not in built:
+            built[key] = [manifest_for(obj, source.cluster.name)
+                          for obj in build_objects(source.cluster, settings)]
+        manifests.extend(built[key])
+    return manifests
 
 
 def transition_problems(old: Sequence[SourceCluster],
@@ -184,21 +202,27 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     old_clusters: list[SourceCluster] = []
     if not base_problems:
         try:
-            old_clusters = read_clusters(old_docs)
+            old_clusters = read_clusters(old_docs, checked=new_clusters)
         except RenderError as error:
             base_problems = list(error.problems)
     problems = transition_problems(old_clusters, new_clusters)
     if problems:
         raise RenderError(problems)
     refusals = version_refusals(old_clusters, new_clusters)
-    before = {m.key: m for m in manifests_of(old_clusters, settings)}
-    after = {m.key: m for m in manifests_of(new_clusters, settings)}
+    built: dict[int, list[Manifest]] = {}
+    before = {m.key: m for m in manifests_of(old_clusters, settings, built)}
+    after = {m.key: m for m in manifests_of(new_clusters, settings, built)}
     changes = []
     unchanged = 0
     for key in sorted(before.keys() | after.keys()):
+        # Objects are compared as data first; only the ones that differ are written as text.
+        if key in before and key in after and (before[key].body is after[key].body
+                                               or before[key].body == after[key].body):
+            unchanged += 1
+            continue
         old_text = to_yaml(redact(before[key].body)) if key in before else ""
         new_text = to_yaml(redact(after[key].body)) if key in after else ""
-        if old_text == new_text:
+        if old_text == new_text:  # e.g. only a masked secret value changed
             unchanged += 1
             continue
         change = "added" if not old_text else "removed" if not new_text else "changed"

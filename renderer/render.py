@@ -55,13 +55,20 @@ def check_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, s
     return defaulted, [(v.path, v.message, v.fix) for v in semantics.check(defaulted)]
 
 
-def read_clusters(documents: Iterable[Document]) -> list[SourceCluster]:
-    """Check every document; raise one RenderError with every problem, or return them all."""
+def read_clusters(documents: Iterable[Document],
+                  checked: Iterable[SourceCluster] = ()) -> list[SourceCluster]:
+    """Check every document; raise one RenderError with every problem, or return them all.
+
+    `checked`: clusters already read from documents sharing content with some of these (the
+    other side of a `kaiwu diff`); such a document is not checked again."""
     problems: list[Problem] = []
     clusters: list[SourceCluster] = []
     seen: dict[tuple[str, str], Document] = {}
+    known = {id(source.document.content): source for source in checked}
     for document in documents:
-        found, problem = _read_one(document)
+        same = known.get(id(document.content))
+        found, problem = ((SourceCluster(document, same.obj, same.cluster), []) if same
+                          else _read_one(document))
         if problem:
             problems.extend(problem)
             continue

@@ -63,6 +63,37 @@ class LiveState:
 
 
 @dataclass(frozen=True)
+class InputLimits:
+    """How much a spec file may ask of the reader, checked while it is parsed (renderer.loader)
+    so that no file, however hostile, makes `kaiwu validate/render/diff` or the reconciler's
+    directory source run out of memory, time or stack. Each is generous for real specs: a
+    KaiwuCluster is a few KB, nests about 8 levels and has about 200 nodes.
+    """
+
+    max_file_bytes: int = 4 * 1024 * 1024
+    """Largest spec file read, 4 MiB: a thousand clusters in one file fit; Kubernetes refuses
+    objects above about 1.5 MiB anyway (etcd's request limit), and annotations above 256 KiB."""
+
+    max_documents: int = 10_000
+    """Most YAML documents (`---`) in one file."""
+
+    max_depth: int = 64
+    """Deepest nesting of mappings and sequences (a KaiwuCluster's deepest is about 8); far below
+    the depth at which Python's recursion limit would stop a reader of the parsed object."""
+
+    max_aliases: int = 10_000
+    """Most alias nodes (`*name`) in one file."""
+
+    max_nodes: int = 250_000
+    """Most nodes in one file counted with every alias expanded to the nodes it stands for (the
+    size the parsed objects take once copied): what stops a "billion laughs" alias bomb. A
+    thousand clusters of about 200 nodes each fit."""
+
+
+INPUT_LIMITS = InputLimits()
+
+
+@dataclass(frozen=True)
 class RenderSettings:
     """How to render. The defaults suit a current Kubernetes release with the usual DNS domain."""
 

@@ -263,7 +263,13 @@ class DirectorySource:
             log.error("the source directory is missing; nothing applied or pruned",
                       extra={"path": str(self.path)})
             return ScanResult(str(real), error=f"{self.path} is not a directory")
-        files = find_files(real)
+        try:
+            files = find_files(real)
+        except RenderError as error:  # a sub-directory that cannot be read: its clusters
+            self.metrics.source_errors_total.inc()  # are unknown, so none may be pruned
+            log.error("part of the source directory cannot be read; nothing applied or pruned",
+                      extra={"path": str(self.path), "error": str(error)})
+            return ScanResult(str(real), error=str(error))
         good: dict[ClusterKey, tuple[str, Obj]] = {}  # key -> (file, object to apply)
         broken: list[BrokenFile] = []
         seen_files: set[str] = set()

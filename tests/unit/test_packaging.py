@@ -47,6 +47,10 @@ def test_a_wheel_installed_into_a_fresh_venv_validates_and_renders_from_anywhere
     location = run([str(python), "-c", "import renderer; print(renderer.__file__)"],
                    cwd=elsewhere)
     assert location.startswith(str(venv)), location
+    # The emitter writes through libyaml: the PyYAML wheel the lock file installs includes it.
+    libyaml = run([str(python), "-c", "import yaml; print(yaml.__with_libyaml__)"],
+                  cwd=elsewhere)
+    assert libyaml.strip() == "True", "PyYAML without libyaml: rendering would be 5x slower"
 
     version = run([str(kaiwu), "--version"], cwd=elsewhere)
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from renderer import diff
+from renderer import diff, render
 from tests.support.render import (
     Run,
     clean_env,
@@ -173,6 +173,37 @@ def test_two_directories_are_compared(tmp_path: Path) -> None:
     run = kaiwu("diff", tmp_path / "old", tmp_path / "new")
     assert run.code == 1
     assert "-          storage: 5Gi\n+          storage: 8Gi\n" in run.stdout
+
+
+def test_what_both_sides_hold_alike_is_checked_built_and_written_once_or_not_at_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pull request touches one cluster of many: the others are read, checked and built once
+    for both sides, and only the changed objects are written as YAML."""
+    for side in ("old", "new"):
+        for name in ("alpha", "beta", "gamma"):
+            write_yaml(tmp_path / side / f"{name}.yaml", cluster(name, "shop", replicas=3))
+    write_yaml(tmp_path / "new" / "gamma.yaml", cluster("gamma", "shop", replicas=4))
+    checks, builds, texts = count(monkeypatch, render, "_read_one"), \
+        count(monkeypatch, diff, "build_objects"), count(monkeypatch, diff, "to_yaml")
+
+    run = kaiwu("diff", tmp_path / "old", tmp_path / "new")
+
+    assert run.code == 1 and listed(run) == [("changed", "StatefulSet shop/gamma")]
+    assert (len(checks), len(builds), len(texts)) == (4, 4, 2), \
+        "alpha and beta once each, gamma on each side; two texts for the one changed object"
+
+
+def count(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[object]:
+    """Record the calls of module.name (and still make them)."""
+    calls: list[object] = []
+    real = getattr(module, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
 
 
 def test_a_respelt_quantity_is_no_change(tmp_path: Path) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from reconciler.runtime import source_dir
 from reconciler.runtime.process import Runtime
 from reconciler.runtime.source_dir import SOURCE_ANNOTATION
+from renderer.errors import Problem, RenderError
 from tests.support.runtime import (
     RecordingController,
     controller_of,
@@ -126,6 +128,37 @@ def test_a_file_removed_from_git_deletes_its_cluster_only_when_pruning_is_allowe
         eventually(lambda: get_cluster(kube, namespace, "retired") is None, 20,
                    "the removed file's cluster to be deleted")
         assert get_cluster(kube, namespace, "keep") is not None
+
+
+def test_a_sub_directory_that_cannot_be_read_prunes_nothing(
+        control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A team directory made unreadable (a bad chmod in a commit) hides its clusters' files: the
+    scan reports the directory and applies and prunes nothing, even with pruning allowed. (Root
+    ignores permission bits and the runtime runs in this process, so the reader's refusal is
+    what is simulated; tests/unit/renderer/test_filesystem_errors.py shows find_files refuses a
+    real untraversable directory.)"""
+    repo = tmp_path / "clusters"
+    (repo / "team-b").mkdir(parents=True)
+    write(repo / "team-b" / "orders.yaml", cluster_file(namespace, "orders"))
+    settings = runtime_settings(control_plane, namespace, source=f"dir:{repo}",
+                                source_debounce_s=0.2, prune_deleted_clusters=True)
+    with running(settings) as runtime:
+        eventually(lambda: get_cluster(kube, namespace, "orders"), 20, "the cluster")
+        source = eventually(lambda: runtime.source, 5, "the directory source")
+
+        def unreadable(root: Path) -> list[Path]:
+            raise RenderError([Problem(str(root / "team-b"), 0, "",
+                                       "cannot read directory: Permission denied", "")])
+
+        monkeypatch.setattr(source_dir, "find_files", unreadable)
+        scans = source.scans
+        source.request_scan(force=True)
+        eventually(lambda: source.scans > scans and source.last_result
+                   and source.last_result.error, 10, "a scan that cannot read team-b")
+        result = source.last_result
+        assert result is not None and "team-b: cannot read directory" in result.error
+        assert get_cluster(kube, namespace, "orders") is not None, "nothing pruned"
 
 
 def test_a_hand_made_cluster_is_never_pruned(
