@@ -225,8 +225,13 @@ def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS,
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else 0
         what = (error.problem or "invalid YAML").strip()
-        raise RenderError([Problem(file, line, "", f"invalid YAML: {what}",
-                                   "fix the YAML syntax at this line")]) from None
+        fix = "fix the YAML syntax at this line"
+        if "invalid Unicode character escape code" in what:
+            # libyaml refuses a \ud800-\udfff escape: a lone UTF-16 surrogate is not text
+            # (Kubernetes would refuse it too).
+            what += " (a \\uD800-\\uDFFF escape is a lone UTF-16 surrogate, not text)"
+            fix = "write the character itself, or a \\U00XXXXXX escape for it"
+        raise RenderError([Problem(file, line, "", f"invalid YAML: {what}", fix)]) from None
     except yaml.YAMLError as error:
         raise RenderError([Problem(file, 0, "", f"invalid YAML: {error}",
                                    "fix the YAML syntax")]) from None
