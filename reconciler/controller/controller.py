@@ -51,6 +51,7 @@ from reconciler.controller.shared import (
     WriteMarks,
 )
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
+from reconciler.drift.memo import ComparisonMemo
 from reconciler.drift.normalise import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.kaiwudb.failover import Failover
@@ -87,7 +88,7 @@ class Controller:
             drift=DriftSettings(field_manager=settings.field_manager),
             marks=WriteMarks(), dry_runs=DryRuns(repairer),
             served=ServedKinds(kube, view, settings), notices=DriftNotices(),
-            pending=PendingActions())
+            pending=PendingActions(), comparisons=ComparisonMemo())
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
             poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s))
@@ -125,4 +126,5 @@ class Controller:
         self.shared.pending.forget(key)
         self.shared.marks.forget(key)
         self.shared.notices.forget(key)
+        self.shared.comparisons.forget(key)
         self.shared.metrics.forget_cluster(key.namespace, key.name)
