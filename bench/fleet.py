@@ -243,9 +243,7 @@ def _live_object(desired: dict[str, Any], version: int, index: int) -> dict[str,
                if key not in ("apiVersion", "kind")}
     managed = [_entry(FIELD_MANAGER, "Apply", desired["apiVersion"], fields_v1(applied))]
     if desired["kind"] in ("StatefulSet", "PodDisruptionBudget"):
-        manager = ("kube-controller-manager" if desired["kind"] == "StatefulSet"
-                   else "kube-controller-manager")
-        managed.append(_entry(manager, "Update", desired["apiVersion"],
+        managed.append(_entry("kube-controller-manager", "Update", desired["apiVersion"],
                               {"f:status": {".": {}, "f:observedGeneration": {},
                                             "f:replicas": {}}}, subresource="status"))
     live["metadata"] = _metadata(desired, version, managed,

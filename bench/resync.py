@@ -37,19 +37,19 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleet import LiveCluster, drifted_copy, live_fleet  # noqa: E402
-from reconciler.controller.controller import Controller  # noqa: E402
-from reconciler.controller.objects import ObjectPass  # noqa: E402
-from reconciler.controller.observe import ObserveStep  # noqa: E402
-from reconciler.drift.compare import DriftReport, compare  # noqa: E402
-from reconciler.drift.memo import ComparisonMemo  # noqa: E402
-from reconciler.keys import ClusterKey  # noqa: E402
-from reconciler.kube.kinds import Kind  # noqa: E402
-from reconciler.metrics import Metrics  # noqa: E402
-from reconciler.model import Obj  # noqa: E402
-from reconciler.settings import Settings  # noqa: E402
-from renderer.render import read_live  # noqa: E402
-from renderer.spec import Cluster  # noqa: E402
+from bench.fleet import LiveCluster, drifted_copy, live_fleet
+from reconciler.controller.controller import Controller
+from reconciler.controller.objects import ObjectPass
+from reconciler.controller.observe import ObserveStep
+from reconciler.drift.compare import DriftReport, compare
+from reconciler.drift.memo import ComparisonMemo
+from reconciler.keys import ClusterKey
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj
+from reconciler.settings import Settings
+from renderer.render import read_live
+from renderer.spec import Cluster
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 NOW = 1_800_000_000.0

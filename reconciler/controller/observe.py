@@ -3,9 +3,10 @@
 Run by the Controller (reconciler.controller.controller) after "lifecycle" (which may change the
 StatefulSet replicas and partition this pass applies). The comparison is offline first
 (reconciler.drift.compare, through `Shared.comparisons`: an object whose live version, desired
-hash and rules are those of its last comparison is not compared again); when it sees drift, a server-side-apply dry run has the last word
-(the server's own defaults settle false alarms), remembered per (desired, live) in
-`Shared.dry_runs`, so an unchanged object never costs one again.
+hash and rules are those of its last comparison is not compared again); when it sees drift, a
+server-side-apply dry run has the last word (the server's own defaults settle false alarms),
+remembered per (desired, live) in `Shared.dry_runs`, so an unchanged object never costs one
+again.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 from reconciler.controller.objects import ObjectPass, ObjectState
 from reconciler.controller.shared import STALE_RECHECK_S, Shared, with_owner
 from reconciler.drift.compare import DriftReport, format_report
-from reconciler.drift.memo import object_name
 from reconciler.drift.ignore import IgnoreRule
+from reconciler.drift.memo import object_name
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError

@@ -326,10 +326,7 @@ class Informer:
             obj = k.slim(obj)
             key = _store_key(obj)
             with self._lock:
-                if kind == "DELETED":
-                    before = self._store.pop(key)
-                else:
-                    before = self._store.put(key, obj)
+                before = self._store.pop(key) if kind == "DELETED" else self._store.put(key, obj)
             if version:
                 self.resource_version = str(version)
             self._update_gauge()

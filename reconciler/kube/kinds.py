@@ -3,7 +3,8 @@
 One registry (`KINDS`) from which the other modules derive what they need: the API client
 (reconciler.kube.client) builds request paths from a `Kind`, the watch caches
 (reconciler.kube.cache) list which kinds they cache and what they keep of each (`slim`), and the
-controller looks rendered objects up by (apiVersion, kind). Imports only the leaf model and the renderer's schema names.
+controller looks rendered objects up by (apiVersion, kind). Imports only the leaf model and the
+renderer's schema names.
 """
 
 from __future__ import annotations

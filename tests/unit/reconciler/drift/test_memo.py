@@ -64,7 +64,7 @@ def variants(fleet: list[LiveCluster]) -> list[tuple[Obj, Obj]]:
     pairs = []
     version = 10**6
     for cluster in fleet:
-        for desired, live in zip(cluster.desired, cluster.live):
+        for desired, live in zip(cluster.desired, cluster.live, strict=True):
             pairs.append((desired, live))
             version += 1
             pairs.append((desired, drifted_copy(live, version)))
@@ -80,8 +80,10 @@ def variants(fleet: list[LiveCluster]) -> list[tuple[Obj, Obj]]:
 def test_every_rendered_object_of_the_fleet_is_in_sync_with_its_live_copy(
         fleet: list[LiveCluster]) -> None:
     reports = [compare(d, live, settings=SETTINGS) for c in fleet
-               for d, live in zip(c.desired, c.live)]
-    assert len(reports) > 30
+               for d, live in zip(c.desired, c.live, strict=True)]
+    assert {r.kind for r in reports} == {"StatefulSet", "Service", "ServiceAccount",
+                                         "PodDisruptionBudget", "NetworkPolicy",
+                                         "ServiceMonitor"}
     assert [r for r in reports if r.drifted] == []
 
 
@@ -176,7 +178,7 @@ def test_entries_go_with_the_objects_and_clusters_that_go(fleet: list[LiveCluste
     memo = ComparisonMemo()
     other = ClusterKey("team-01", "fleet-0001")
     for owner, cluster in ((OWNER, fleet[0]), (other, fleet[1])):
-        for desired, live in zip(cluster.desired, cluster.live):
+        for desired, live in zip(cluster.desired, cluster.live, strict=True):
             memo.compare(owner, desired, live, settings=SETTINGS)
     assert len(memo) == len(fleet[0].desired) + len(fleet[1].desired)
 
