@@ -29,6 +29,7 @@ from __future__ import annotations
 import builtins
 import copy
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -77,6 +78,27 @@ def _matches(obj: Obj, labels: Mapping[str, str]) -> bool:
 
 
 StoreKey = tuple[str, str]  # (namespace, name)
+# Strings up to this long are interned as they enter a cache: keys, label values, kinds, states,
+# timestamps repeat across thousands of objects, and each JSON parse makes its own copies.
+INTERNED_MAX = 64
+
+
+def compact(value: Any) -> Any:
+    """`value` with its map keys and short strings interned (equal, and immutable: sharing them
+    changes nothing a reader can see)."""
+    if isinstance(value, dict):
+        return {sys.intern(key): compact(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [compact(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERNED_MAX:
+        return sys.intern(value)
+    return value
+
+
+def kept(obj: Obj) -> Obj:
+    """What a cache stores of an object from the API: slimmed (kinds.slim), then compacted."""
+    stored: Obj = compact(k.slim(obj))
+    return stored
 
 
 class Store:
@@ -271,7 +293,7 @@ class Informer:
         """Replace the store with a fresh list; False when the kind is not served."""
         try:
             items, version = self.kube.list_objects(
-                self.kind, self.namespace or None, self.label_selector or None)
+                self.kind, self.namespace or None, self.label_selector or None, keep=kept)
         except ApiError as error:
             if error.not_found:
                 log.info("kind not served by the API server, not watched",
@@ -286,7 +308,7 @@ class Informer:
             return True
         store = Store()
         for obj in items:
-            store.put(_store_key(obj), k.slim(obj))
+            store.put(_store_key(obj), obj)
         fresh = store.objects
         with self._lock:
             old = self._store.objects
@@ -323,7 +345,7 @@ class Informer:
                 continue
             obj.setdefault("apiVersion", self.kind.api_version)
             obj.setdefault("kind", self.kind.kind)
-            obj = k.slim(obj)
+            obj = kept(obj)
             key = _store_key(obj)
             with self._lock:
                 before = self._store.pop(key) if kind == "DELETED" else self._store.put(key, obj)
