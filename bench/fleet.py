@@ -196,7 +196,7 @@ def _pod_spec_defaults(spec: dict[str, Any]) -> None:
 def _defaults_and_status(live: dict[str, Any], index: int) -> None:
     """What the API server and the other controllers add to an object we applied."""
     kind = live["kind"]
-    spec = live.get("spec")
+    spec: dict[str, Any] = live.get("spec") or {}
     if kind == "StatefulSet":
         spec.setdefault("revisionHistoryLimit", 10)
         strategy = spec.setdefault("updateStrategy", {"type": "RollingUpdate"})

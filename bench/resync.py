@@ -116,7 +116,7 @@ def observer(fleet: list[LiveCluster], ours: bool) -> tuple[ObserveStep, FleetVi
 def resync(step: ObserveStep, fleet: list[LiveCluster]) -> dict[tuple[str, str], str]:
     """One full pass of the observe step over the fleet; every object's verdict. (The spec is
     parsed once, outside the measured passes: that is the spec step's work.)"""
-    verdicts = {}
+    verdicts: dict[tuple[str, str], str] = {}
     for cluster in fleet:
         md = cluster.cluster["metadata"]
         p = ObjectPass(ClusterKey(md["namespace"], md["name"]), cluster.cluster, NOW,

@@ -92,21 +92,28 @@ NEVER_PRUNED = frozenset(kind.kind for kind in KINDS.values() if not kind.prunab
 # map keeps only the keys it names (in every item of a list). metadata is kept whole except
 # managedFields: those are kept only on the kinds the reconciler applies, where drift
 # attribution reads them (reconciler.drift.normalise). The readers:
-#   Pod   metadata (name, labels, deletionTimestamp, uid); spec.nodeName (kaiwudb.loss, the Node
-#         event mapping in kube.cache); spec.containers[].name/image (kaiwudb.rollout); status
-#         (phase, conditions, containerStatuses: kaiwudb.pods, .loss, .failover)
+#   Pod   metadata (name, labels, deletionTimestamp, uid, creationTimestamp); spec.nodeName
+#         (kaiwudb.loss, the Node event mapping in kube.cache); spec.containers[].name/image
+#         (kaiwudb.rollout); status.phase, .conditions (type, status, since when) and
+#         .containerStatuses (name, state, last state, restarts, ready): kaiwudb.pods, .loss,
+#         .failover
 #   PersistentVolumeClaim  metadata (annotations: selected node, crash restarts; uid); spec
 #         (volumeName: kaiwudb.loss); status
 #   Secret  metadata, type, data (kaiwudb.certs)
 #   Node  metadata; spec (taints, unschedulable); status.conditions (kaiwudb.loss, kube.cache)
+#   KaiwuCluster  everything but managedFields (it is read, never compared for drift)
 # tests/unit/reconciler/kube/test_cache.py runs each reader on a slimmed object and on the full
 # one and expects the same answer.
 KEPT: Mapping[str, Mapping[str, Any]] = {
     "Pod": {"spec": {"nodeName": True, "containers": {"name": True, "image": True}},
-            "status": True},
+            "status": {"phase": True,
+                       "conditions": {"type": True, "status": True, "lastTransitionTime": True},
+                       "containerStatuses": {"name": True, "state": True, "lastState": True,
+                                             "restartCount": True, "ready": True}}},
     "PersistentVolumeClaim": {"spec": True, "status": True},
     "Secret": {"type": True, "data": True, "stringData": True, "immutable": True},
     "Node": {"spec": True, "status": {"conditions": True}},
+    "KaiwuCluster": {"spec": True, "status": True},
 }
 
 

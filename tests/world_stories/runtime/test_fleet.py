@@ -9,8 +9,9 @@ so the fleet costs the test world no simulated kubelets, disks or KaiwuDB, and t
 reconciler's alone. Once every cluster's generation is observed and the reconciler has been
 quiet for a while, the steady window starts: the reconciler resyncs every cluster every
 `RESYNC_S` seconds, and the audit log must show no write of its own (create, update, patch,
-delete: status, Events and dry runs included) for the whole window. Its CPU seconds over the
-window and its resident memory are printed (pytest -s).
+delete: status, Events and dry runs included; only its leader election Lease is renewed, every
+couple of seconds) for the whole window. Its CPU seconds over the window and its resident
+memory are printed (pytest -s).
 
 The window is 15 s by default (a CI run: two resyncs of the whole fleet, the story in about two
 minutes); `KAIWU_FLEET_STEADY_S=60` gives the 60-second window of issue 14.
@@ -98,8 +99,10 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
         assert popen.poll() is None, log.read_text(errors="replace")[-3000:]
 
     def writes(since: str) -> list[dict[str, Any]]:
+        """The reconciler's writes since then, but for its leader election Lease renewals."""
         return [event for event in control_plane.audit_events(user=who, verbs=WRITE_VERBS)
-                if event.get("requestReceivedTimestamp", "") >= since]
+                if event.get("requestReceivedTimestamp", "") >= since
+                and (event.get("objectRef") or {}).get("resource") != "leases"]
 
     try:
         started = time.monotonic()
@@ -129,7 +132,12 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
         def quiet() -> bool:
             alive()
             return not writes(stamp(time.time() - QUIET_S))
-        wait_for(f"the reconciler to be quiet for {QUIET_S:g} s", quiet, 120, 1.0)
+        try:
+            wait_for(f"the reconciler to be quiet for {QUIET_S:g} s", quiet, 120, 1.0)
+        except BaseException:
+            print("\n".join(f"{e['verb']} {e.get('requestURI')}"
+                            for e in writes(stamp(time.time() - 20))[-30:]))
+            raise
         cpu_before, _ = cpu_and_rss(popen.pid)
         window_start = time.time()
         time.sleep(STEADY_S)
