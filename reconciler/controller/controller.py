@@ -53,6 +53,7 @@ from reconciler.controller.shared import (
     WriteMarks,
 )
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
+from reconciler.drift.memo import ComparisonMemo
 from reconciler.drift.normalise import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.kaiwudb.backup import Backups, BackupSettings
@@ -92,7 +93,7 @@ class Controller:
             drift=DriftSettings(field_manager=settings.field_manager),
             marks=WriteMarks(), dry_runs=DryRuns(repairer),
             served=ServedKinds(kube, view, settings), notices=DriftNotices(),
-            pending=PendingActions())
+            pending=PendingActions(), comparisons=ComparisonMemo())
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
             poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s))
@@ -140,4 +141,5 @@ class Controller:
         self.restore.forget(key.namespace, key.name)
         self.shared.marks.forget(key)
         self.shared.notices.forget(key)
+        self.shared.comparisons.forget(key)
         self.shared.metrics.forget_cluster(key.namespace, key.name)

@@ -2,17 +2,20 @@
 
 Run by the Controller (reconciler.controller.controller) after "lifecycle" (which may change the
 StatefulSet replicas and partition this pass applies). The comparison is offline first
-(reconciler.drift.compare); when it sees drift, a server-side-apply dry run has the last word
-(the server's own defaults settle false alarms), remembered per (desired, live) in
-`Shared.dry_runs`, so an unchanged object never costs one again.
+(reconciler.drift.compare, through `Shared.comparisons`: an object whose live version, desired
+hash and rules are those of its last comparison is not compared again); when it sees drift, a
+server-side-apply dry run has the last word (the server's own defaults settle false alarms),
+remembered per (desired, live) in `Shared.dry_runs`, so an unchanged object never costs one
+again.
 """
 
 from __future__ import annotations
 
 from reconciler.controller.objects import ObjectPass, ObjectState
 from reconciler.controller.shared import STALE_RECHECK_S, Shared, with_owner
-from reconciler.drift.compare import DriftReport, compare, format_report
+from reconciler.drift.compare import DriftReport, format_report
 from reconciler.drift.ignore import IgnoreRule
+from reconciler.drift.memo import object_name
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -54,7 +57,9 @@ class ObserveStep:
                 raise LookupError(f"no API mapping for {desired['apiVersion']} {desired['kind']}")
             ref = ObjectRef.of(desired)
             owned = with_owner(desired, p.obj)
-            live = self.shared.view.get(kind, ref.namespace, ref.name)
+            # The cached object itself (never changed here): a copy of every live object on
+            # every pass would cost more than comparing them.
+            live = self.shared.view.peek(kind, ref.namespace, ref.name)
             state = ObjectState(ref, kind, owned, live, rules=rules)
             p.states.append(state)
             if self.shared.marks.stale(p.key, str(ref), live):
@@ -67,12 +72,15 @@ class ObserveStep:
                 state.verdict = "terminating"
             else:
                 self.judge(p, state)
+        self.shared.comparisons.retain(p.key, [object_name(desired) for desired in p.desired])
 
     def judge(self, p: ObjectPass, state: ObjectState) -> None:
         """In sync, drifted, immutable or rejected: offline first, then the server's word."""
         assert state.live is not None
         rules = state.rules
-        report = compare(state.desired, state.live, ignore_rules=rules, settings=self.shared.drift)
+        compare = self.shared.comparisons.compare
+        report = compare(p.key, state.desired, state.live, ignore_rules=rules,
+                         settings=self.shared.drift)
         state.report = report
         if not report.drifted:
             return
@@ -90,7 +98,7 @@ class ObserveStep:
                                             and dry.status == 422) else "rejected"
             state.detail = dry.message
             return
-        report = compare(state.desired, state.live, ignore_rules=rules, dry_run=dry,
+        report = compare(p.key, state.desired, state.live, ignore_rules=rules, dry_run=dry,
                          settings=self.shared.drift)
         state.report = report
         state.verdict = "drifted" if report.drifted else "in-sync"

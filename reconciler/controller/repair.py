@@ -17,7 +17,8 @@ from reconciler.controller.conditions import changes_text
 from reconciler.controller.objects import ObjectPass, ObjectState
 from reconciler.controller.observe import immutable_changes
 from reconciler.controller.shared import SHORT_REQUEUE_S, Shared
-from reconciler.drift.compare import compare, format_report
+from reconciler.drift.compare import format_report
+from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj
 
@@ -64,7 +65,7 @@ class RepairStep:
                     continue
             before = state.live
             try:
-                self.write(state)
+                self.write(p.key, state)
             except ApiError as error:
                 self.shared.metrics.errors_total.labels(stage="apply").inc()
                 if error.conflict:
@@ -80,7 +81,7 @@ class RepairStep:
             self.shared.marks.wrote(p.key, str(state.ref), before)
             self._after_write(p, state, first, drift_repair)
 
-    def write(self, state: ObjectState) -> None:
+    def write(self, key: ClusterKey, state: ObjectState) -> None:
         """Make the live object what we render: apply (unless the only differences are fields
         others added), then remove fields others added. Leaves state.live as stored."""
         report = state.report
@@ -95,7 +96,8 @@ class RepairStep:
             # Applying the same object to what the server now has would change nothing.
             self.shared.dry_runs.remember(state.desired, live, live)
         assert live is not None
-        after = compare(state.desired, live, ignore_rules=state.rules,
+        compare = self.shared.comparisons.compare
+        after = compare(key, state.desired, live, ignore_rules=state.rules,
                         dry_run=dry or self.shared.dry_runs.cached(state.desired, live),
                         settings=self.shared.drift)
         added = [c.pointer for c in after.changes if c.kind == "added" and c.pointer]
@@ -109,7 +111,7 @@ class RepairStep:
                 raise
             if patched is not None:
                 live = patched
-                after = compare(state.desired, live, ignore_rules=state.rules, dry_run=dry,
+                after = compare(key, state.desired, live, ignore_rules=state.rules, dry_run=dry,
                                 settings=self.shared.drift)
         state.live = live
         state.repaired = not after.drifted

@@ -3,7 +3,8 @@
 Built once per Controller (reconciler.controller.controller) and handed to every step. The
 memories are about our own writes and what we already said, never about what the cluster
 needs (that is always read from the cluster): which writes the watch cache has yet to show
-(`WriteMarks`), the server's answers to dry runs (`DryRuns`), which optional kinds the API
+(`WriteMarks`), the server's answers to dry runs (`DryRuns`), each object's last drift verdict
+(`ComparisonMemo`, reconciler.drift.memo), which optional kinds the API
 serves (`ServedKinds`), which drift was already announced (`DriftNotices`), and actions whose
 status write had to wait (`PendingActions`). Workers reconcile different clusters at once: each
 memory guards itself with a lock.
@@ -21,6 +22,7 @@ from typing import Any
 from reconciler import status as st
 from reconciler.drift.backoff import FightTracker
 from reconciler.drift.compare import projection_hash
+from reconciler.drift.memo import ComparisonMemo
 from reconciler.drift.normalise import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.keys import ClusterKey, ObjectRef
@@ -252,3 +254,4 @@ class Shared:
     served: ServedKinds
     notices: DriftNotices
     pending: PendingActions
+    comparisons: ComparisonMemo

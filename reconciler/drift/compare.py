@@ -28,6 +28,9 @@ from reconciler.drift.normalise import (
 )
 
 ChangeKind = Literal["changed", "added", "removed", "reordered"]
+# deepdiff reports a map sharing fewer than this share of its keys with the other side as one
+# change of the whole map (deepdiff's own default, named here because `differing` relies on it).
+DEEPER_THRESHOLD = 0.33
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # deepdiff report types -> our kinds. "added" means: live has it, we do not render it.
 _KINDS: Mapping[str, ChangeKind] = {
@@ -139,15 +142,57 @@ def report(projection: Projection) -> DriftReport:
     )
 
 
+def differing(desired: Any, live: Any) -> tuple[Any, Any]:
+    """Both sides without most of the map entries they share (recursively): what deepdiff needs
+    to see. deepdiff reports nothing for an entry equal on both sides, so its report on the
+    pruned maps is the same, at the same paths, and costs a fraction on a large object with one
+    edit. One rule of deepdiff's depends on the shared entries: a map sharing fewer than
+    DEEPER_THRESHOLD of its keys with the other side is reported whole ("changed"), not key by
+    key. Such a map is left as it is; any other keeps enough of its shared entries to stay above
+    the threshold."""
+    if not (isinstance(desired, Mapping) and isinstance(live, Mapping)):
+        return desired, live
+    union = len(desired.keys() | live.keys())
+    shared_keys = [key for key in desired if key in live]
+    if union > 1 and len(shared_keys) / union < DEEPER_THRESHOLD:
+        return desired, live
+    out_desired: dict[str, Any] = {}
+    out_live: dict[str, Any] = {}
+    equal: list[str] = []
+    for key, value in desired.items():
+        if key not in live:
+            out_desired[key] = value
+        elif value != live[key]:
+            out_desired[key], out_live[key] = differing(value, live[key])
+        else:
+            equal.append(key)
+    for key, value in live.items():
+        if key not in desired:
+            out_live[key] = value
+    kept_union = len(out_desired.keys() | out_live.keys())
+    kept_shared = len(out_desired.keys() & out_live.keys())
+    for key in equal:
+        if kept_union > 1 and kept_shared / kept_union >= DEEPER_THRESHOLD:
+            break
+        if kept_union == 0:  # nothing differs here (the caller only recurses where it does)
+            break
+        out_desired[key] = out_live[key] = desired[key]
+        kept_union += 1
+        kept_shared += 1
+    return out_desired, out_live
+
+
 def _changes(projection: Projection) -> tuple[Change, ...]:
+    desired, live = differing(projection.desired, projection.live)
     diff = DeepDiff(
-        projection.desired,
-        projection.live,
+        desired,
+        live,
         view="tree",
         verbose_level=2,
         # Lists left in a projection are ordered by meaning (args, $order); keyed lists are
         # maps by now, so order-insensitive matching is never needed here.
         ignore_order=False,
+        threshold_to_diff_deeper=DEEPER_THRESHOLD,
     )
     changes: dict[str, Change] = {}
     for report_type, levels in diff.tree.items():

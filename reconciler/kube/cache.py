@@ -23,6 +23,13 @@ Shards (Settings.shard): the KaiwuCluster watch is selected by the shard label, 
 shard's clusters are cached; events of other objects count only for clusters this shard `owns`
 (in the cache, and past the handover delay of a cluster that moved here from another shard).
 A cluster leaving the selector arrives as DELETED and is forgotten like a deleted one.
+
+What is kept: of the kinds the reconciler only reads (Pods, claims, Secrets, Nodes), the fields
+its readers use (`kinds.slim`: no managedFields, a Pod's spec down to its node and images). Each
+store is indexed by cluster (namespace and instance label: a cluster's pods are found without a
+scan) and by node (a Node event finds the clusters with a pod there without looking at, or
+copying, any other pod). `get` and `list` return copies; `peek` returns the cached object itself,
+for the hot read-only path (the observe step), which must not change it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import builtins
 import copy
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -56,6 +64,9 @@ class CacheView(Protocol):
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None: ...
 
+    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        """The cached object itself, not a copy: read it, never change it."""
+
     def list(self, kind: Kind, namespace: str,
              labels: Mapping[str, str] = {}) -> list[Obj]: ...
 
@@ -75,6 +86,97 @@ def _matches(obj: Obj, labels: Mapping[str, str]) -> bool:
     return all(have.get(key) == value for key, value in labels.items())
 
 
+StoreKey = tuple[str, str]  # (namespace, name)
+# Strings up to this long are interned as they enter a cache: keys, label values, kinds, states,
+# timestamps repeat across thousands of objects, and each JSON parse makes its own copies.
+INTERNED_MAX = 64
+
+
+def compact(value: Any) -> Any:
+    """`value` with its map keys and short strings interned (equal, and immutable: sharing them
+    changes nothing a reader can see)."""
+    if isinstance(value, dict):
+        return {sys.intern(key): compact(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [compact(item) for item in value]
+    if isinstance(value, str) and len(value) <= INTERNED_MAX:
+        return sys.intern(value)
+    return value
+
+
+def kept(obj: Obj) -> Obj:
+    """What a cache stores of an object from the API: slimmed (kinds.slim), then compacted."""
+    stored: Obj = compact(k.slim(obj))
+    return stored
+
+
+class Store:
+    """One kind's cached objects by (namespace, name), with two indexes kept in step with every
+    put and pop: by cluster ((namespace, instance label)) and by node (a Pod's spec.nodeName).
+    Not locked itself: its Informer holds its lock around every call."""
+
+    def __init__(self) -> None:
+        self.objects: dict[StoreKey, Obj] = {}
+        self.by_cluster: dict[StoreKey, set[StoreKey]] = {}
+        self.by_node: dict[str, set[StoreKey]] = {}
+
+    @staticmethod
+    def _cluster(key: StoreKey, obj: Obj) -> StoreKey | None:
+        instance = (_meta(obj).get("labels") or {}).get(INSTANCE_LABEL)
+        return (key[0], str(instance)) if instance else None
+
+    @staticmethod
+    def _node(obj: Obj) -> str:
+        return str((obj.get("spec") or {}).get("nodeName") or "") \
+            if obj.get("kind") == k.POD.kind else ""
+
+    def put(self, key: StoreKey, obj: Obj) -> Obj | None:
+        """Store `obj`; returns what it replaced."""
+        before = self.pop(key)
+        self.objects[key] = obj
+        cluster, node = self._cluster(key, obj), self._node(obj)
+        if cluster is not None:
+            self.by_cluster.setdefault(cluster, set()).add(key)
+        if node:
+            self.by_node.setdefault(node, set()).add(key)
+        return before
+
+    def pop(self, key: StoreKey) -> Obj | None:
+        before = self.objects.pop(key, None)
+        if before is None:
+            return None
+        cluster, node = self._cluster(key, before), self._node(before)
+        if cluster is not None:
+            _discard(self.by_cluster, cluster, key)
+        if node:
+            _discard(self.by_node, node, key)
+        return before
+
+    def select(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        """The objects in `namespace` ('' for all) whose labels include `labels`; through the
+        cluster index when the instance label is asked for."""
+        instance = labels.get(INSTANCE_LABEL)
+        if namespace and instance is not None:
+            keys: Iterable[StoreKey] = sorted(self.by_cluster.get((namespace, instance), ()))
+            candidates = [self.objects[key] for key in keys]
+        else:
+            candidates = [obj for (ns, _), obj in self.objects.items()
+                          if not namespace or ns == namespace]
+        return [obj for obj in candidates if _matches(obj, labels)]
+
+    def on_node(self, node: str) -> list[Obj]:
+        return [self.objects[key] for key in sorted(self.by_node.get(node, ()))]
+
+
+def _discard(index: dict[StoreKey, set[StoreKey]] | dict[str, set[StoreKey]], at: Any,
+             key: StoreKey) -> None:
+    members = index.get(at)
+    if members is not None:
+        members.discard(key)
+        if not members:
+            del index[at]
+
+
 class Informer:
     """List+watch of one kind into a local store, on its own thread."""
 
@@ -89,7 +191,7 @@ class Informer:
         self.on_event = on_event
         self.metrics = metrics
         self._lock = threading.Lock()
-        self._store: dict[tuple[str, str], Obj] = {}
+        self._store = Store()
         self._stop = threading.Event()
         self._current_watch: Watch | None = None
         self._synced = threading.Event()
@@ -132,23 +234,33 @@ class Informer:
     # ---- reads ------------------------------------------------------------------------------
 
     def get(self, namespace: str, name: str) -> Obj | None:
+        found = self.peek(namespace, name)
+        return copy.deepcopy(found) if found is not None else None
+
+    def peek(self, namespace: str, name: str) -> Obj | None:
+        """The cached object itself (see CacheView.peek)."""
         with self._lock:
-            found = self._store.get((namespace if self.kind.namespaced else "", name))
-            return copy.deepcopy(found) if found is not None else None
+            return self._store.objects.get((namespace if self.kind.namespaced else "", name))
 
     def has(self, namespace: str, name: str) -> bool:
         with self._lock:
-            return (namespace if self.kind.namespaced else "", name) in self._store
+            return (namespace if self.kind.namespaced else "", name) in self._store.objects
 
     def list(self, namespace: str = "", labels: Mapping[str, str] = {}) -> list[Obj]:
         with self._lock:
-            found = [obj for (ns, _), obj in self._store.items()
-                     if (not namespace or ns == namespace) and _matches(obj, labels)]
-            return copy.deepcopy(found)
+            found = self._store.select(namespace, labels)
+        return copy.deepcopy(found)
+
+    def clusters_on_node(self, node: str) -> builtins.list[ClusterKey]:
+        """The clusters with a cached Pod bound to `node` (from the node index: no scan, no
+        copy)."""
+        with self._lock:
+            pods = self._store.on_node(node)
+        return sorted({key for key in map(cluster_of, pods) if key is not None})
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._store)
+            return len(self._store.objects)
 
     # ---- the list+watch loop ----------------------------------------------------------------
 
@@ -194,23 +306,26 @@ class Informer:
         """Replace the store with a fresh list; False when the kind is not served."""
         try:
             items, version = self.kube.list_objects(
-                self.kind, self.namespace or None, self.label_selector or None)
+                self.kind, self.namespace or None, self.label_selector or None, keep=kept)
         except ApiError as error:
             if error.not_found:
                 log.info("kind not served by the API server, not watched",
                          extra={"kind": self.name})
                 self.served = False
                 with self._lock:
-                    self._store.clear()
+                    self._store = Store()
                 self._synced.set()
                 return False
             raise
         if self._stop.is_set():
             return True
-        fresh = {_store_key(obj): obj for obj in items}
+        store = Store()
+        for obj in items:
+            store.put(_store_key(obj), obj)
+        fresh = store.objects
         with self._lock:
-            old = self._store
-            self._store = fresh
+            old = self._store.objects
+            self._store = store
         self.served = True
         self.resource_version = version
         self._update_gauge()
@@ -243,13 +358,10 @@ class Informer:
                 continue
             obj.setdefault("apiVersion", self.kind.api_version)
             obj.setdefault("kind", self.kind.kind)
+            obj = kept(obj)
             key = _store_key(obj)
             with self._lock:
-                before = self._store.get(key)
-                if kind == "DELETED":
-                    self._store.pop(key, None)
-                else:
-                    self._store[key] = obj
+                before = self._store.pop(key) if kind == "DELETED" else self._store.put(key, obj)
             if version:
                 self.resource_version = str(version)
             self._update_gauge()
@@ -417,6 +529,12 @@ class Caches:
             raise KeyError(f"{kind.kind} ({kind.api_version}) is not cached")
         return informer.get(namespace, name)
 
+    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        informer = self.informers.get(kind)
+        if informer is None:
+            raise KeyError(f"{kind.kind} ({kind.api_version}) is not cached")
+        return informer.peek(namespace, name)
+
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
         informer = self.informers.get(kind)
         if informer is None:
@@ -446,10 +564,10 @@ class Caches:
         if obj.get("kind") == k.NODE.kind:
             if kind == "MODIFIED" and _node_projection(obj) == _node_projection(old):
                 return
-            name = _meta(obj).get("name")
-            found = {cluster_of(pod) for pod in self.informers[k.POD].list()
-                     if (pod.get("spec") or {}).get("nodeName") == name}
-            for each in sorted(key for key in found if key is not None and self.owns(key)):
+            pods = self.informers.get(k.POD)
+            for each in pods.clusters_on_node(str(_meta(obj).get("name"))) if pods else ():
+                if not self.owns(each):
+                    continue  # another shard's cluster
                 self.on_key(each)
             return
         if obj.get("kind") == k.KAIWU_CLUSTER.kind:

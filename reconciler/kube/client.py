@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,9 @@ from reconciler.model import Obj
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+# Objects per page of a list (client-go's informers read 500): a list of thousands of Pods is never
+# one response held whole in memory.
+LIST_PAGE_SIZE = 250
 
 
 class ApiError(Exception):
@@ -266,16 +269,29 @@ class Kube:
             raise
 
     def list_objects(self, kind: Kind, namespace: str | None = None,
-             label_selector: str | None = None) -> tuple[list[Obj], str]:
+                     label_selector: str | None = None, *,
+                     keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         """Items (apiVersion and kind filled in, as watch events carry them) and the list's
-        resourceVersion, to start a watch from."""
-        query = [("labelSelector", label_selector)] if label_selector else []
-        result = self._call("GET", kind.path(namespace), query=query)
-        items = result.get("items", [])
-        for item in items:
-            item.setdefault("apiVersion", kind.api_version)
-            item.setdefault("kind", kind.kind)
-        return items, str(result.get("metadata", {}).get("resourceVersion", ""))
+        resourceVersion, to start a watch from. Read in pages of LIST_PAGE_SIZE (one
+        consistent snapshot: the server's continue token); `keep` is applied to each item as
+        its page arrives, so a cache that keeps only part of each object never holds a whole
+        list of whole objects at once."""
+        query: list[tuple[str, Any]] = [("limit", LIST_PAGE_SIZE)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        items: list[Obj] = []
+        while True:
+            result = self._call("GET", kind.path(namespace), query=query)
+            for item in result.get("items") or ():
+                item.setdefault("apiVersion", kind.api_version)
+                item.setdefault("kind", kind.kind)
+                items.append(keep(item) if keep is not None else item)
+            metadata = result.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return items, str(metadata.get("resourceVersion", ""))
+            query = [*(pair for pair in query if pair[0] != "continue"), ("continue", token)]
+            del result
 
     def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
               label_selector: str | None = None, timeout_seconds: int = 300) -> Watch:

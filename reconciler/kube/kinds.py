@@ -2,13 +2,16 @@
 
 One registry (`KINDS`) from which the other modules derive what they need: the API client
 (reconciler.kube.client) builds request paths from a `Kind`, the watch caches
-(reconciler.kube.cache) list which kinds they cache, and the controller looks rendered objects up
-by (apiVersion, kind). Imports only the leaf model and the renderer's schema names.
+(reconciler.kube.cache) list which kinds they cache and what they keep of each (`slim`), and the
+controller looks rendered objects up by (apiVersion, kind). Imports only the leaf model and the
+renderer's schema names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from reconciler.model import Obj
@@ -90,3 +93,58 @@ def kind_of(obj: Obj) -> Kind:
 CACHED_KINDS: tuple[Kind, ...] = tuple(kind for kind in KINDS.values() if kind.cached)
 ALWAYS_SERVED = frozenset(kind for kind in KINDS.values() if kind.always_served)
 NEVER_PRUNED = frozenset(kind.kind for kind in KINDS.values() if not kind.prunable)
+
+
+# What the caches keep of the kinds the reconciler reads but never applies: the fields its
+# readers use, and nothing else (every Pod's full spec and managedFields would make the Pod cache
+# alone weigh more than everything else at a thousand clusters). `True` keeps a value whole; a
+# map keeps only the keys it names (in every item of a list). metadata is kept whole except
+# managedFields: those are kept only on the kinds the reconciler applies, where drift
+# attribution reads them (reconciler.drift.normalise). The readers:
+#   Pod   metadata (name, labels, deletionTimestamp, uid, creationTimestamp); spec.nodeName
+#         (kaiwudb.loss, the Node event mapping in kube.cache); spec.containers[].name/image
+#         (kaiwudb.rollout); status.phase, .conditions (type, status, since when) and
+#         .containerStatuses (name, state, last state, restarts, ready): kaiwudb.pods, .loss,
+#         .failover
+#   PersistentVolumeClaim  metadata (annotations: selected node, crash restarts; uid); spec
+#         (volumeName: kaiwudb.loss); status
+#   Secret  metadata, type, data (kaiwudb.certs)
+#   Node  metadata; spec (taints, unschedulable); status.conditions (kaiwudb.loss, kube.cache)
+#   KaiwuCluster  everything but managedFields (it is read, never compared for drift)
+# tests/unit/reconciler/kube/test_cache.py runs each reader on a slimmed object and on the full
+# one and expects the same answer.
+KEPT: Mapping[str, Mapping[str, Any]] = {
+    "Pod": {"spec": {"nodeName": True, "containers": {"name": True, "image": True}},
+            "status": {"phase": True,
+                       "conditions": {"type": True, "status": True, "lastTransitionTime": True},
+                       "containerStatuses": {"name": True, "state": True, "lastState": True,
+                                             "restartCount": True, "ready": True}}},
+    "PersistentVolumeClaim": {"spec": True, "status": True},
+    "Secret": {"type": True, "data": True, "stringData": True, "immutable": True},
+    "Node": {"spec": True, "status": {"conditions": True}},
+    "KaiwuCluster": {"spec": True, "status": True},
+}
+
+
+def _kept(value: Any, keep: Any) -> Any:
+    if keep is True:
+        return value
+    if isinstance(value, list):
+        return [_kept(item, keep) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _kept(value[key], sub) for key, sub in keep.items() if key in value}
+    return value
+
+
+def slim(obj: Obj) -> Obj:
+    """What the caches keep of `obj` (see KEPT; objects of other kinds are kept whole)."""
+    keep = KEPT.get(str(obj.get("kind") or ""))
+    if keep is None:
+        return obj
+    slimmed: Obj = {key: obj[key] for key in ("apiVersion", "kind") if key in obj}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        slimmed["metadata"] = {key: value for key, value in metadata.items()
+                               if key != "managedFields"}
+    slimmed.update(_kept(obj, keep))
+    return slimmed

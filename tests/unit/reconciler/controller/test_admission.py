@@ -205,6 +205,9 @@ class View:
         return next((o for o in self.objects if o["kind"] == kind.kind
                      and o["metadata"]["name"] == name), None)
 
+    def peek(self, kind: Any, namespace: str, name: str) -> Obj | None:
+        return self.get(kind, namespace, name)
+
     def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Obj]:
         return [o for o in self.objects if o["kind"] == kind.kind]
 

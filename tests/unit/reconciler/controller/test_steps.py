@@ -29,17 +29,22 @@ NOW = 1_800_000_000.0
 
 
 class FakeView:
-    """The watch caches: what the API holds, read back as copies."""
+    """The watch caches: what the API holds, slimmed as the caches keep it, read back as copies
+    (`peek`: as kept)."""
 
     def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
         self.objects = objects
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        found = self.objects.get((kind.kind, namespace, name))
+        found = self.peek(kind, namespace, name)
         return copy.deepcopy(found) if found is not None else None
 
+    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = self.objects.get((kind.kind, namespace, name))
+        return k.slim(found) if found is not None else None
+
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
-        return [copy.deepcopy(obj) for (kind_, ns, _), obj in self.objects.items()
+        return [copy.deepcopy(k.slim(obj)) for (kind_, ns, _), obj in self.objects.items()
                 if kind_ == kind.kind and ns == namespace and all(
                     (obj["metadata"].get("labels") or {}).get(key) == value
                     for key, value in labels.items())]

@@ -21,7 +21,7 @@ from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from reconciler.kube.kinds import Kind
+from reconciler.kube.kinds import Kind, slim
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass
 from renderer.schema import apply_defaults
@@ -61,11 +61,17 @@ class FakeView:
     def __init__(self, world: World) -> None:
         self.world = world
 
+    """The watch caches: the world's objects, slimmed as the caches keep them."""
+
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        return self.world.find(kind, namespace, name)
+        found = self.world.find(kind, namespace, name)
+        return slim(found) if found is not None else None
+
+    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        return self.get(kind, namespace, name)
 
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
-        return [copy.deepcopy(obj) for (kind_, ns, _), obj in self.world.objects.items()
+        return [copy.deepcopy(slim(obj)) for (kind_, ns, _), obj in self.world.objects.items()
                 if kind_ == kind.kind and ns == namespace and all(
                     (obj["metadata"].get("labels") or {}).get(key) == value
                     for key, value in labels.items())]

@@ -61,9 +61,9 @@ class Shard:
         """A KaiwuCluster event as this shard's selector-filtered watch delivers it."""
         key = ("shop", obj["metadata"]["name"])
         if kind == "DELETED":
-            self.clusters._store.pop(key, None)
+            self.clusters._store.pop(key)
         else:
-            self.clusters._store[key] = copy.deepcopy(obj)
+            self.clusters._store.put(key, copy.deepcopy(obj))
         self.caches._on_event(kind, obj, old)
 
     def owned_event(self, obj: Obj) -> None:

@@ -31,6 +31,9 @@ class EmptyView:
     def get(self, kind: Any, namespace: str, name: str) -> None:
         return None
 
+    def peek(self, kind: Any, namespace: str, name: str) -> None:
+        return None
+
     def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Any]:
         return []
 

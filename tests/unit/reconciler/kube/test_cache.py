@@ -1,0 +1,229 @@
+"""Stories of the watch caches (reconciler.kube.cache) on a fake API: what they keep of each
+object, and their indexes by cluster and by node, kept right through adds, updates, deletes and
+relists. The objects are the benchmark fleet's (bench/fleet.py), shaped as an API server returns
+them. The same caches against the real apiserver: tests/world_stories/runtime/test_caches.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bench.fleet import LiveCluster, live_fleet
+from reconciler.kaiwudb import failover, loss, pods, rollout
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import Caches, Informer, _node_projection, cluster_of
+from reconciler.kube.kinds import Kind, slim
+from reconciler.metrics import Metrics
+from reconciler.model import Obj
+from reconciler.settings import Settings
+from renderer.builders import INSTANCE_LABEL
+
+
+class FakeWatch:
+    def __init__(self, events: list[tuple[str, Obj]]) -> None:
+        self.events = events
+
+    def __iter__(self) -> Iterator[tuple[str, Obj]]:
+        return iter(self.events)
+
+    def close(self) -> None:
+        pass
+
+
+class FakeKube:
+    """Lists answer `items` of the asked kind; watches deliver `events`."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[Obj]] = {}
+        self.events: list[tuple[str, Obj]] = []
+
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+                     label_selector: str | None = None, *,
+                     keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+        items = copy.deepcopy(self.items.get(kind.kind, []))
+        return [keep(item) if keep else item for item in items], "100"
+
+    def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
+              label_selector: str | None = None, timeout_seconds: int = 300) -> FakeWatch:
+        events, self.events = self.events, []
+        return FakeWatch(copy.deepcopy(events))
+
+
+@pytest.fixture(scope="module")
+def fleet() -> list[LiveCluster]:
+    return live_fleet(12, nodes=4)
+
+
+def pod_informer(kube: FakeKube, fleet: list[LiveCluster]) -> Informer:
+    kube.items["Pod"] = [pod for cluster in fleet for pod in cluster.pods]
+    informer = Informer(kube, k.POD, Settings(leader_election=False))  # type: ignore[arg-type]
+    informer._list()
+    return informer
+
+
+def scanned(informer: Informer, namespace: str, instance: str) -> list[str]:
+    """The cluster's pods found the slow way: every cached object looked at."""
+    return sorted(str(pod["metadata"]["name"]) for pod in informer.list()
+                  if pod["metadata"]["namespace"] == namespace
+                  and pod["metadata"]["labels"].get(INSTANCE_LABEL) == instance)
+
+
+def on_node_scanned(informer: Informer, node: str) -> list[ClusterKey]:
+    return sorted({key for pod in informer.list() if pod["spec"].get("nodeName") == node
+                   if (key := cluster_of(pod)) is not None})
+
+
+def check_indexes(informer: Informer, fleet: list[LiveCluster]) -> None:
+    for cluster in fleet:
+        md = cluster.cluster["metadata"]
+        found = sorted(str(pod["metadata"]["name"]) for pod in informer.list(
+            md["namespace"], {INSTANCE_LABEL: md["name"],
+                              "app.kubernetes.io/name": "kaiwudb"}))
+        assert found == scanned(informer, md["namespace"], md["name"])
+    for node in ("node-0", "node-1", "node-2", "node-3", "node-9"):
+        assert informer.clusters_on_node(node) == on_node_scanned(informer, node)
+
+
+def test_the_indexes_find_what_a_scan_finds_through_adds_updates_deletes_and_relists(
+        fleet: list[LiveCluster]) -> None:
+    kube = FakeKube()
+    informer = pod_informer(kube, fleet)
+    assert len(informer) == sum(len(cluster.pods) for cluster in fleet)
+    check_indexes(informer, fleet)
+    assert informer.clusters_on_node("node-0"), "the fleet has pods on node-0"
+
+    moved = copy.deepcopy(fleet[0].pods[0])
+    moved["spec"]["nodeName"] = "node-9"  # rescheduled elsewhere
+    relabelled = copy.deepcopy(fleet[1].pods[0])
+    relabelled["metadata"]["labels"][INSTANCE_LABEL] = fleet[2].cluster["metadata"]["name"]
+    added = copy.deepcopy(fleet[3].pods[0])
+    added["metadata"]["name"] = "extra-0"
+    gone = fleet[4].pods[0]
+    kube.events = [("MODIFIED", moved), ("MODIFIED", relabelled), ("ADDED", added),
+                   ("DELETED", gone)]
+    informer._watch()
+    check_indexes(informer, fleet)
+    assert informer.clusters_on_node("node-9") == [cluster_of(moved)]
+    assert informer.peek(gone["metadata"]["namespace"], gone["metadata"]["name"]) is None
+
+    # A relist after 410 Gone: the store and its indexes are the list's, nothing left over.
+    kube.items["Pod"] = [pod for cluster in fleet[:6] for pod in cluster.pods]
+    informer._list()
+    assert len(informer) == sum(len(cluster.pods) for cluster in fleet[:6])
+    check_indexes(informer, fleet)
+    assert informer.clusters_on_node("node-9") == []
+
+
+def test_a_node_event_queues_the_clusters_with_pods_there_without_copying_the_pod_cache(
+        fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = FakeKube()
+    kube.items["Pod"] = [pod for cluster in fleet for pod in cluster.pods]
+    queued: list[ClusterKey] = []
+    caches = Caches(kube, Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
+                    queued.append)
+    caches.informers[k.POD]._list()
+    queued.clear()  # the list's ADDED events
+
+    def no_copies(*args: Any, **kwargs: Any) -> list[Obj]:
+        raise AssertionError("a Node event must not list (copy) the Pod cache")
+    monkeypatch.setattr(caches.informers[k.POD], "list", no_copies)
+    node: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+            "spec": {"taints": [{"key": "node.kubernetes.io/unreachable",
+                                 "effect": "NoExecute"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    before = copy.deepcopy(node)
+    before["spec"] = {}
+    before["status"]["conditions"][0]["status"] = "True"
+    caches._on_event("MODIFIED", node, before)
+
+    expected = sorted({key for cluster in fleet for pod in cluster.pods
+                       if pod["spec"]["nodeName"] == "node-1"
+                       if (key := cluster_of(pod)) is not None})
+    assert queued == expected
+    assert 0 < len(expected) < len(fleet)
+
+
+def crash_looping(pod: Obj) -> Obj:
+    looping = copy.deepcopy(pod)
+    status = looping["status"]["containerStatuses"][0]
+    status.update(restartCount=4, ready=False, state={"waiting": {"reason": "CrashLoopBackOff"}},
+                  lastState={"terminated": {"exitCode": 1, "message": "bad flag"}})
+    looping["status"]["conditions"][1]["status"] = "False"
+    return looping
+
+
+def test_every_reader_of_pods_claims_secrets_and_nodes_answers_the_same_on_the_slim_copy(
+        fleet: list[LiveCluster]) -> None:
+    pods_ = [pod for cluster in fleet for pod in cluster.pods]
+    terminating = copy.deepcopy(pods_[0])
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T09:00:00Z"
+    pending = copy.deepcopy(pods_[1])
+    pending["spec"].pop("nodeName")
+    pending["status"] = {"phase": "Pending"}
+    for pod in [*pods_, terminating, pending, crash_looping(pods_[2])]:
+        kept = slim(pod)
+        assert "managedFields" not in kept["metadata"]
+        for reader in (pods.kwbase_running, pods.pod_ready, loss.pod_node, loss.ready_condition,
+                       failover.crash_state, cluster_of):
+            assert reader(kept) == reader(pod), reader.__name__
+        assert rollout.running_versions({"p": kept}) == rollout.running_versions({"p": pod})
+        assert kept["metadata"]["labels"] == pod["metadata"]["labels"]
+        assert kept["metadata"]["uid"] == pod["metadata"]["uid"]
+
+    class NoVolumes:
+        def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+            raise AssertionError("a claim with a selected node needs no volume read")
+    for claim in (claim for cluster in fleet for claim in cluster.claims):
+        kept = slim(claim)
+        assert loss.volume_node(NoVolumes(), kept) == loss.volume_node(  # type: ignore[arg-type]
+            NoVolumes(), claim)  # type: ignore[arg-type]
+        assert failover.crash_restarts(kept, "r") == failover.crash_restarts(claim, "r")
+        assert kept["spec"] == claim["spec"] and kept["status"] == claim["status"]
+
+    secrets = [secret for cluster in fleet for secret in cluster.secrets]
+    assert secrets, "the fleet has TLS clusters"
+    for secret in secrets:
+        kept = slim(secret)
+        assert {key: kept.get(key) for key in ("type", "data")} == \
+            {key: secret.get(key) for key in ("type", "data")}
+        assert "managedFields" not in kept["metadata"]
+
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "node-1", "labels": {"kubernetes.io/hostname": "node-1"},
+        "managedFields": [{"manager": "kubelet"}]},
+        "spec": {"unschedulable": True, "taints": [{"key": "t", "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "False",
+                                   "lastTransitionTime": "2026-11-30T09:00:00Z"}],
+                   "images": [{"names": ["kwdb/kwdb:3.2.1"], "sizeBytes": 1}] * 50}}
+
+    class OneNode:
+        def __init__(self, obj: Obj) -> None:
+            self.obj = obj
+
+        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            return self.obj
+    kept = slim(node)
+    assert "images" not in kept["status"]
+    assert _node_projection(kept) == _node_projection(node)
+    assert loss.node_loss(OneNode(kept), "node-1") == loss.node_loss(  # type: ignore[arg-type]
+        OneNode(node), "node-1")  # type: ignore[arg-type]
+
+
+def test_the_kinds_the_reconciler_applies_are_kept_whole(fleet: list[LiveCluster]) -> None:
+    """Drift attribution reads their managedFields (reconciler.drift.normalise)."""
+    for live in fleet[0].live:
+        assert slim(live) is live
+
+
+def test_a_kaiwucluster_is_kept_but_for_its_managed_fields(fleet: list[LiveCluster]) -> None:
+    cluster = fleet[0].cluster
+    kept = slim(cluster)
+    assert "managedFields" in cluster["metadata"] and "managedFields" not in kept["metadata"]
+    without = {**cluster, "metadata": {key: value for key, value in cluster["metadata"].items()
+                                       if key != "managedFields"}}
+    assert kept == without
