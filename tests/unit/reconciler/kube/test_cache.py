@@ -123,11 +123,13 @@ def test_a_node_event_queues_the_clusters_with_pods_there_without_copying_the_po
         fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube()
     kube.items["Pod"] = [pod for cluster in fleet for pod in cluster.pods]
+    kube.items["KaiwuCluster"] = [cluster.cluster for cluster in fleet]
     queued: list[ClusterKey] = []
     caches = Caches(kube, Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
                     queued.append)
+    caches.informers[k.KAIWU_CLUSTER]._list()  # the clusters are this (unnamed) shard's
     caches.informers[k.POD]._list()
-    queued.clear()  # the list's ADDED events
+    queued.clear()  # the lists' ADDED events
 
     def no_copies(*args: Any, **kwargs: Any) -> list[Obj]:
         raise AssertionError("a Node event must not list (copy) the Pod cache")
