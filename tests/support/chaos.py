@@ -235,6 +235,10 @@ class Observer:
         with self.lock:
             return [s for s in self.samples if start <= s.at <= end]
 
+    def first_after(self, at: float) -> Sample | None:
+        with self.lock:
+            return next((s for s in self.samples if s.at > at), None)
+
     def last_before(self, at: float) -> Sample | None:
         with self.lock:
             before = [s for s in self.samples if s.at <= at]
@@ -419,10 +423,15 @@ class Invariants:
                 self._judge_pod_delete(cluster, ordinal, at, "the StatefulSet controller")
 
     def _down_throughout(self, cluster: str, others: Sequence[int], at: float) -> list[int]:
-        """Ordinals among `others` that were not Ready in every sample of the window."""
-        samples = self.observer.window(at - self.window_s, at)
-        if not samples:
+        """Ordinals among `others` down for the whole window before `at`: not Ready in the
+        last sample before the window, in every sample within it, and in the first sample
+        after `at` (the reconciler may have seen a change the Observer had not yet sampled).
+        Without samples on both sides nothing is claimed."""
+        before = self.observer.last_before(at - self.window_s)
+        after = self.observer.first_after(at)
+        if before is None or after is None:
             return []
+        samples = [before, *self.observer.window(at - self.window_s, at), after]
         return [j for j in others if all(j not in s.clusters[cluster].ready for s in samples)]
 
     def _one_at_a_time(self, cluster: str, ordinal: int, at: float, what: str) -> None:
@@ -630,6 +639,7 @@ class Chaos:
         while self.undo and self.undo[0].at <= now:
             item = heapq.heappop(self.undo)
             self._safely(item.what, item.action)
+            self.ledger.log.append(f"{time.strftime('%H:%M:%S')} undo: {item.what}")
 
     def _later(self, delay: float, what: str, action: Callable[[], None]) -> None:
         heapq.heappush(self.undo, _Undo(time.time() + delay, what, action))
@@ -788,7 +798,7 @@ class Chaos:
                 {"metadata": {"labels": {"edited-by": "chaos"}}}, _request_timeout=5)
         elif edit == "delete the client Service":
             self.core.delete_namespaced_service(f"{cluster}-public", self.namespace,
-                                                _request_timeout=5)
+                                                _request_timeout=5, _preload_content=False)
         elif edit == "annotate the StatefulSet":
             self.apps.patch_namespaced_stateful_set(
                 cluster, self.namespace,
@@ -797,11 +807,11 @@ class Chaos:
         else:
             service = self.core.read_namespaced_service(f"{cluster}-public", self.namespace,
                                                         _request_timeout=5)
-            assert service.spec is not None
-            ports = [{"name": p.name, "port": p.port + 1000, "targetPort": p.target_port,
-                      "protocol": p.protocol} for p in service.spec.ports or ()]
-            self.core.patch_namespaced_service(f"{cluster}-public", self.namespace,
-                                               {"spec": {"ports": ports}}, _request_timeout=5)
+            assert service.spec is not None and service.spec.ports
+            self.core.patch_namespaced_service(
+                f"{cluster}-public", self.namespace,
+                [{"op": "replace", "path": "/spec/ports/0/port",
+                  "value": service.spec.ports[0].port + 1000}], _request_timeout=5)
         self.ledger.note("hand edit", f"{cluster}: {edit}")
         return True
 
