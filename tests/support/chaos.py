@@ -12,8 +12,9 @@ Three parts, each a thread or a loop of its own:
   and schedules its undo, under a budget that keeps the harness itself from destroying data
   (see `Chaos._volume_lost`);
 - `Invariants` reads the audit log as it grows, plus every `kwbase node decommission` the
-  simulated KaiwuDB receives (with its truth at that moment), and judges each of the
-  reconciler's disruptive acts.
+  simulated KaiwuDB receives (`tap_decommissions`: with its truth at that moment), and judges
+  each of the reconciler's disruptive acts. tests/world_stories/chaos/test_invariants.py shows
+  it catching each kind of break from made-up samples and audit lines.
 
 The invariants, as docs/reconciler.md ("Failover", "Scale in", "Rolling upgrades") and
 /work/shared/design.md promise them:
@@ -256,34 +257,38 @@ def pinned_node(volume: Obj | None) -> str:
     return ""
 
 
-class DecommissionTap:
-    """Wraps the simulated KaiwuDB's exec to record each decommission with the truth then."""
+class DecommissionLog:
+    """The decommissions seen so far (appended by DecommissionTap, read by Invariants)."""
 
-    def __init__(self, world: SimWorld) -> None:
-        self.world = world
+    def __init__(self) -> None:
         self.seen: list[Decommission] = []
         self.lock = threading.Lock()
-        original = world.kwdb.exec
 
-        def exec_(cluster: tuple[str, str], pod_name: str, argv: Sequence[str], now: float) -> Any:
-            args = list(argv)
-            if "node" in args and "decommission" in args:
-                ids = tuple(int(a) for a in args[args.index("decommission") + 1:]
-                            if a.isdigit())
-                views = {v.node_id: v for v in world.kwdb.nodes(cluster, now)}
-                with self.lock:
-                    self.seen.append(Decommission(
-                        time.time(), cluster[1], ids,
-                        {i: v.is_live for i, v in views.items()},
-                        {i: v.decommissioning for i, v in views.items()},
-                        {i: v.pod_name for i, v in views.items()}))
-            return original(cluster, pod_name, argv, now)
-
-        world.kwdb.exec = exec_  # type: ignore[method-assign]
+    def add(self, decommission: Decommission) -> None:
+        with self.lock:
+            self.seen.append(decommission)
 
     def since(self, count: int) -> list[Decommission]:
         with self.lock:
             return list(self.seen[count:])
+
+
+def tap_decommissions(world: SimWorld, log: DecommissionLog) -> None:
+    """Wrap the simulated KaiwuDB's exec to record each decommission with the truth then."""
+    original = world.kwdb.exec
+
+    def exec_(cluster: tuple[str, str], pod_name: str, argv: Sequence[str], now: float) -> Any:
+        args = list(argv)
+        if "node" in args and "decommission" in args:
+            ids = tuple(int(a) for a in args[args.index("decommission") + 1:] if a.isdigit())
+            views = {v.node_id: v for v in world.kwdb.nodes(cluster, now)}
+            log.add(Decommission(
+                time.time(), cluster[1], ids, {i: v.is_live for i, v in views.items()},
+                {i: v.decommissioning for i, v in views.items()},
+                {i: v.pod_name for i, v in views.items()}))
+        return original(cluster, pod_name, argv, now)
+
+    world.kwdb.exec = exec_  # type: ignore[method-assign]
 
 
 @dataclass
@@ -323,7 +328,7 @@ class Invariants:
     """Judges the reconciler's acts as the audit log and the simulated KaiwuDB record them."""
 
     def __init__(self, plane: ControlPlane, namespace: str, reconciler_user: str,
-                 plans: Sequence[ClusterPlan], observer: Observer, tap: DecommissionTap,
+                 plans: Sequence[ClusterPlan], observer: Observer, tap: DecommissionLog,
                  ledger: Ledger, window_s: float) -> None:
         self.plane = plane
         self.namespace = namespace
@@ -334,6 +339,7 @@ class Invariants:
         self.ledger = ledger
         self.window_s = window_s
         self.checked: Counter[str] = Counter()
+        self.acts: Counter[str] = Counter()  # what the reconciler did, by kind
         self.breaks: list[Break] = []
         self._offset = 0
         self._decommissions = 0
@@ -412,14 +418,17 @@ class Invariants:
             if verb == "delete" and resource == "pods" and not sub:
                 ordinal = ordinal_of(name, cluster)
                 if ordinal is not None:
+                    self.acts["pods deleted by the reconciler"] += 1
                     self._judge_pod_delete(cluster, ordinal, at, "the reconciler")
             if verb == "delete" and resource == "persistentvolumeclaims":
                 ordinal = ordinal_of(name, cluster, "data-")
                 if ordinal is not None:
+                    self.acts["claims deleted by the reconciler"] += 1
                     self._judge_claim_delete(cluster, ordinal, name, at)
         elif username == STS_CONTROLLER and verb == "delete" and resource == "pods":
             ordinal = ordinal_of(name, cluster)
             if ordinal is not None:
+                self.acts["pods deleted by the StatefulSet controller"] += 1
                 self._judge_pod_delete(cluster, ordinal, at, "the StatefulSet controller")
 
     def _down_throughout(self, cluster: str, others: Sequence[int], at: float) -> list[int]:
@@ -486,8 +495,11 @@ class Invariants:
         state = last.clusters.get(d.cluster) if last else None
         for node_id in d.node_ids:
             self.checked["no live node decommissioned"] += 1
-            if node_id not in d.live or d.decommissioning.get(node_id) or not d.live[node_id]:
-                continue  # unknown, a repeat of a running decommission, or a dead node id
+            if node_id not in d.live or d.decommissioning.get(node_id):
+                continue  # unknown, or a repeat (a scale-in polls with --wait=none)
+            self.acts["node ids decommissioned: " + ("live" if d.live[node_id] else "dead")] += 1
+            if not d.live[node_id]:
+                continue  # a dead node id: StoreReplaced, or a stray
             ordinal = ordinal_of(d.pod_of[node_id], d.cluster)
             wanted = state.spec_replicas if state and state.spec_replicas is not None else 0
             if ordinal is not None and ordinal >= wanted:

@@ -37,12 +37,13 @@ from tests.support.chaos import (
     VERSION,
     Chaos,
     ClusterPlan,
-    DecommissionTap,
+    DecommissionLog,
     Invariants,
     Ledger,
     Observer,
     ReconcilerProcesses,
     SoakSettings,
+    tap_decommissions,
 )
 from tests.support.harness import (
     NODE_READER,
@@ -161,7 +162,8 @@ def test_overlapping_faults_break_no_invariant_and_every_cluster_converges(
               f"{time.monotonic() - started:.1f} s")
 
         observer.start()
-        tap = DecommissionTap(chaos_world)
+        tap = DecommissionLog()
+        tap_decommissions(chaos_world, tap)
         ledger = Ledger()
         invariants = Invariants(control_plane, namespace, reconciler_user, PLANS, observer,
                                 tap, ledger, settings.window_s)
@@ -182,6 +184,9 @@ def test_overlapping_faults_break_no_invariant_and_every_cluster_converges(
         if chaos.skipped:
             print(f"[chaos] not injected (budget): {dict(sorted(chaos.skipped.items()))}")
         print(f"[chaos] reconciler processes: {len(reconcilers.started)}")
+        print("[chaos] the reconciler's disruptive acts:")
+        for name, count in sorted(invariants.acts.items()):
+            print(f"[chaos]   {count:5d}  {name}")
         print("[chaos] invariants checked:")
         for name, count in sorted(invariants.checked.items()):
             print(f"[chaos]   {count:5d}  {name}")
