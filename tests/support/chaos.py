@@ -32,8 +32,9 @@ The invariants, as docs/reconciler.md ("Failover", "Scale in", "Rolling upgrades
   the harness) for at least `nodeLostTimeout`;
 - decommission: no node id that the simulated KaiwuDB counts live at that moment is
   decommissioned, except the target of a scale-in (ordinal >= spec.replicas);
-- pause: no write by the reconciler for a paused cluster's objects (status and Events aside)
-  from the moment its status says Paused until the harness removes the annotation;
+- pause: no write by the reconciler for a paused cluster's objects (status, Events and the
+  drift comparison's dry runs aside; a `kwbase` exec counts when it changes KaiwuDB) from the
+  moment its status says Paused until the harness removes the annotation;
 - convergence: once the faults stop and are healed, every cluster is Ready (no failure, the
   generation observed) within `converge_bound_s`.
 """
@@ -409,9 +410,11 @@ class Invariants:
             writing = verb in {"create", "update", "patch", "delete", "deletecollection"} and \
                 resource not in {"events", "leases"} and not (
                     resource == "kaiwuclusters" and sub == "status")
+            uri = str(event.get("requestURI") or "")
             if resource == "pods" and sub == "exec":
-                uri = str(event.get("requestURI") or "")
                 writing = any(f"command={word}" in uri for word in WRITING_COMMANDS)
+            if "dryRun=All" in uri:
+                writing = False  # the drift comparison's server-side dry run changes nothing
             if writing:
                 self._writes.append((at, cluster, f"{verb} {resource}/{name}"
                                      + (f"/{sub}" if sub else "")))

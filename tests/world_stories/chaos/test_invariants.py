@@ -164,6 +164,9 @@ def test_no_write_for_a_paused_cluster_once_its_status_says_paused(tmp_path: Pat
     story.audit_line(T0 + 21, RECONCILER, "create", "pods", "alpha-0", sub="exec",
                      uri="/api/v1/namespaces/soak/pods/alpha-0/exec?command=kwbase&"
                          "command=node&command=status")
+    story.audit_line(T0 + 22, RECONCILER, "patch", "statefulsets", "alpha",
+                     uri="/apis/apps/v1/namespaces/soak/statefulsets/alpha?fieldManager=k&"
+                         "force=true&dryRun=All")  # the drift comparison: changes nothing
     story.audit_line(T0 + 25, RECONCILER, "patch", "services", "alpha-public")
     story.audit_line(T0 + 45, RECONCILER, "patch", "services", "alpha-public")  # resumed
     assert story.breaks() == ["no write while paused"]
