@@ -559,6 +559,12 @@ class ReconcilerProcesses:
         self.started.append(popen)
         return popen
 
+    def last_words(self) -> str:
+        """The last line the newest process logged."""
+        log = self.logs / f"reconciler-{len(self.started) - 1}.log"
+        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+        return lines[-1][:300] if lines else ""
+
     def running(self) -> subprocess.Popen[bytes] | None:
         alive = [p for p in self.started if p.poll() is None]
         return alive[-1] if alive else None
@@ -619,6 +625,8 @@ class Chaos:
         self.lost_volumes: set[str] = set()  # clusters with a lost volume not yet replaced
         self.last_apiserver_restart = 0.0
         self.skipped: Counter[str] = Counter()
+        self.exited: list[str] = []  # reconcilers that ended by themselves, with their words
+        self._down_since: float | None = None
 
     # ----- the loop -----
     def run(self, until: float, extra: Callable[[], None]) -> None:
@@ -638,6 +646,7 @@ class Chaos:
             if now >= next_fault:
                 self._one_fault()
                 next_fault = time.time() + self.rng.expovariate(1 / self.settings.mean_gap_s)
+            self.supervise()
             extra()
             time.sleep(0.2)
 
@@ -649,6 +658,22 @@ class Chaos:
             self._safely(item.what, item.action)
         if self.reconcilers.running() is None:
             self.reconcilers.start()
+
+    def supervise(self) -> None:
+        """What the reconciler's Deployment does: a process that ended by itself (it exits
+        when it cannot reach the apiserver at start) is started again, here after 2 s."""
+        if self.reconcilers.running() is not None or any(
+                u.what == "start a reconciler" for u in self.undo):
+            self._down_since = None
+            return
+        if self._down_since is None:
+            self._down_since = time.time()
+            last = self.reconcilers.started[-1] if self.reconcilers.started else None
+            if last is not None and last.returncode != -signal.SIGKILL:
+                self.exited.append(f"exit {last.returncode}: {self.reconcilers.last_words()}")
+        elif time.time() - self._down_since >= 2.0:
+            self.reconcilers.start()
+            self._down_since = None
 
     def _run_undos(self, now: float) -> None:
         while self.undo and self.undo[0].at <= now:

@@ -173,8 +173,10 @@ def test_overlapping_faults_break_no_invariant_and_every_cluster_converges(
         chaos.run(time.time() + settings.chaos_s, invariants.check)
         chaos.heal()
         storm_s = time.monotonic() - storm_started
-        converge = wait_converged(custom, namespace, settings.converge_bound_s,
-                                  invariants.check)
+        def tick() -> None:
+            chaos.supervise()
+            invariants.check()
+        converge = wait_converged(custom, namespace, settings.converge_bound_s, tick)
         time.sleep(3.0)
         invariants.check(settle_s=0.0)
 
@@ -183,7 +185,10 @@ def test_overlapping_faults_break_no_invariant_and_every_cluster_converges(
             print(f"[chaos]   {count:4d}  {kind}")
         if chaos.skipped:
             print(f"[chaos] not injected (budget): {dict(sorted(chaos.skipped.items()))}")
-        print(f"[chaos] reconciler processes: {len(reconcilers.started)}")
+        print(f"[chaos] reconciler processes: {len(reconcilers.started)}; ended by "
+              f"themselves (started again, as their Deployment would): {len(chaos.exited)}")
+        for words in chaos.exited:
+            print(f"[chaos]   {words}")
         print("[chaos] the reconciler's disruptive acts:")
         for name, count in sorted(invariants.acts.items()):
             print(f"[chaos]   {count:5d}  {name}")
