@@ -330,7 +330,8 @@ class Invariants:
 
     def __init__(self, plane: ControlPlane, namespace: str, reconciler_user: str,
                  plans: Sequence[ClusterPlan], observer: Observer, tap: DecommissionLog,
-                 ledger: Ledger, window_s: float) -> None:
+                 ledger: Ledger, window_s: float, *, verbose: bool = True) -> None:
+        self.verbose = verbose  # print each break as it is found
         self.plane = plane
         self.namespace = namespace
         self.user = reconciler_user
@@ -386,7 +387,8 @@ class Invariants:
     def _broken(self, invariant: str, at: float, what: str) -> None:
         self.breaks.append(Break(invariant, at, what))
         shown = time.strftime("%H:%M:%S", time.localtime(at))
-        print(f"[chaos] INVARIANT BROKEN {invariant} at {shown}: {what}")
+        if self.verbose:
+            print(f"[chaos] INVARIANT BROKEN {invariant} at {shown}: {what}")
 
     # ----- one event -----
     def _cluster_of(self, name: str) -> str | None:
@@ -792,17 +794,22 @@ class Chaos:
     def _volume_lost(self) -> bool:
         """A disk dies. The harness must not destroy data itself: only in a cluster that the
         simulated KaiwuDB shows fully replicated with every node live, with no other fault of
-        the harness on it. After a while a person follows the runbook: delete the claim and
-        the pod, and the StatefulSet makes a fresh volume."""
+        the harness on it (no pod on a lost node, crash-looping, unready or without its
+        disk). After a while a person follows the runbook: delete the claim and the pod, and
+        the StatefulSet makes a fresh volume."""
         cluster = self._cluster()
         key = (self.namespace, cluster)
         now = self.world.clock.now()
         health = self.world.kwdb.replication(key, now)
         views = self.world.kwdb.nodes(key, now)
         pods = self._pods(cluster)
-        busy = cluster in self.lost_volumes or any(p in self.crashing or p in self.unready
-                                                   for p in pods)
-        if busy or self.lost_nodes or not health.initialized or health.unavailable or \
+        on_lost_nodes = [pod.metadata.name for pod in self.core.list_namespaced_pod(
+            self.namespace, _request_timeout=5).items
+                         if pod.metadata and pod.spec and pod.metadata.name in pods
+                         and pod.spec.node_name in self.lost_nodes]
+        busy = cluster in self.lost_volumes or on_lost_nodes or any(
+            p in self.crashing or p in self.unready for p in pods)
+        if busy or not health.initialized or health.unavailable or \
                 health.underreplicated or any(
                     not v.is_live for v in views if not v.decommissioning):
             return False

@@ -61,7 +61,8 @@ class Story:
         self.decommissions = DecommissionLog()
         self.ledger = Ledger()
         self.invariants = Invariants(plane(self.audit), NS, RECONCILER, PLANS,
-                                     self.observer, self.decommissions, self.ledger, 10.0)
+                                     self.observer, self.decommissions, self.ledger, 10.0,
+                                     verbose=False)
         self.timeline(T0, T0 + 60, alpha=state({0, 1, 2}), bravo=state({0, 1, 2}))
 
     def timeline(self, start: float, end: float, **clusters: ClusterSample) -> None:
