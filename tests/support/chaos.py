@@ -436,6 +436,15 @@ class Invariants:
                 self.acts["pods deleted by the StatefulSet controller"] += 1
                 self._judge_pod_delete(cluster, ordinal, at, "the StatefulSet controller")
 
+    def _wanted(self, cluster: str, at: float) -> int | None:
+        """spec.replicas when the reconciler acted: the smaller of the samples either side of
+        `at` (it may have read a scale-in the Observer had not sampled yet; in this soak
+        spec.replicas only ever goes down)."""
+        found = [s.clusters[cluster].spec_replicas
+                 for s in (self.observer.last_before(at), self.observer.first_after(at))
+                 if s is not None and s.clusters[cluster].spec_replicas is not None]
+        return min(v for v in found if v is not None) if found else None
+
     def _down_throughout(self, cluster: str, others: Sequence[int], at: float) -> list[int]:
         """Ordinals among `others` down for the whole window before `at`: not Ready in the
         last sample before the window, in every sample within it, and in the first sample
@@ -465,7 +474,8 @@ class Invariants:
         if last is None:
             return
         state = last.clusters[cluster]
-        if state.spec_replicas is not None and ordinal >= state.spec_replicas:
+        wanted = self._wanted(cluster, at)
+        if wanted is not None and ordinal >= wanted:
             self.checked["scale-in removal (exempt)"] += 1
             return  # a pod a scale-in drained: the scale-in's decommission was judged
         claim = state.claims.get(ordinal)
@@ -477,9 +487,8 @@ class Invariants:
     def _judge_claim_delete(self, cluster: str, ordinal: int, name: str, at: float) -> None:
         self.checked["claims deleted only by policy"] += 1
         plan = self.plans[cluster]
-        last = self.observer.last_before(at)
-        state = last.clusters[cluster] if last else None
-        if state and state.spec_replicas is not None and ordinal >= state.spec_replicas:
+        wanted = self._wanted(cluster, at)
+        if wanted is not None and ordinal >= wanted:
             return  # a scale-in's claim
         samples = self.observer.window(at - 60, at)
         node = next((s.clusters[cluster].claim_nodes[name] for s in reversed(samples)
@@ -496,8 +505,7 @@ class Invariants:
         self._one_at_a_time(cluster, ordinal, at, f"the reconciler deleted claim {name}")
 
     def _judge_decommission(self, d: Decommission) -> None:
-        last = self.observer.last_before(d.at)
-        state = last.clusters.get(d.cluster) if last else None
+        wanted = self._wanted(d.cluster, d.at)
         for node_id in d.node_ids:
             self.checked["no live node decommissioned"] += 1
             if node_id not in d.live or d.decommissioning.get(node_id):
@@ -506,8 +514,7 @@ class Invariants:
             if not d.live[node_id]:
                 continue  # a dead node id: StoreReplaced, or a stray
             ordinal = ordinal_of(d.pod_of[node_id], d.cluster)
-            wanted = state.spec_replicas if state and state.spec_replicas is not None else 0
-            if ordinal is not None and ordinal >= wanted:
+            if ordinal is not None and wanted is not None and ordinal >= wanted:
                 self._one_at_a_time(d.cluster, ordinal, d.at,
                                     f"the scale-in decommissioned node {node_id} "
                                     f"({d.pod_of[node_id]})")

@@ -147,7 +147,8 @@ def test_a_live_node_is_decommissioned_only_as_a_scale_ins_target(tmp_path: Path
     story.timeline(T0 + 20, T0 + 60, alpha=ClusterSample(
         frozenset({0, 1, 2, 3}), 4, 3, False, {}, {}))  # spec says 3: alpha-3 goes
     pods = {1: "alpha-0", 2: "alpha-1", 4: "alpha-3", 5: "alpha-2"}
-    for at, node_id, live in ((T0 + 30, 4, True), (T0 + 31, 2, False), (T0 + 32, 1, True)):
+    # T0 + 19.9: the reconciler read the new spec before the Observer sampled it.
+    for at, node_id, live in ((T0 + 19.9, 4, True), (T0 + 31, 2, False), (T0 + 32, 1, True)):
         story.decommissions.add(Decommission(at, "alpha", (node_id,),
                                              dict.fromkeys(pods, True) | {node_id: live},
                                              dict.fromkeys(pods, False), pods))
