@@ -56,7 +56,7 @@ test: world lint
 	$(BIN)/pytest
 
 # The chaos soak's long mode (tests/world_stories/chaos/test_soak.py; `pytest` runs its short
-# mode): 10 minutes of random overlapping faults, invariants checked throughout. About 13 minutes.
+# mode): 10 minutes of random overlapping faults, invariants checked throughout. 11 to 12 minutes.
 soak: world
 	KAIWU_SOAK=long $(if $(SEED),KAIWU_SOAK_SEED=$(SEED)) $(BIN)/pytest -s -p no:cacheprovider \
 	    tests/world_stories/chaos/test_soak.py
