@@ -4,6 +4,7 @@
 #   make preview  render the example clusters in clusters/ into out/ (no cluster needed)
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
+#   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test lint world lock image clean
+.PHONY: demo preview test lint world lock image soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,12 @@ lint: $(STAMP)
 
 test: world lint
 	$(BIN)/pytest
+
+# The chaos soak's long mode (tests/world_stories/chaos/test_soak.py; `pytest` runs its short
+# mode): 10 minutes of random overlapping faults, invariants checked throughout. 11 to 12 minutes.
+soak: world
+	KAIWU_SOAK=long $(if $(SEED),KAIWU_SOAK_SEED=$(SEED)) $(BIN)/pytest -s -p no:cacheprovider \
+	    tests/world_stories/chaos/test_soak.py
 
 clean:
 	rm -rf $(VENV) out .testworld

@@ -43,6 +43,8 @@ class ObjectState:
     stale: bool = False  # the cache still shows the version our last write replaced
     rules: tuple[IgnoreRule, ...] = ()  # the cluster's ignore rules (spec.drift.ignore)
     blocked_s: float = 0.0  # a fight's back-off keeps it drifted this long
+    # The dry run was refused (422) over items others added: they go before the apply.
+    clash: bool = False
 
     @property
     def outstanding(self) -> bool:

@@ -94,6 +94,14 @@ class ObserveStep:
             return
         dry = self.shared.dry_runs.run(state.desired, state.live)
         if isinstance(dry, ApiError):
+            if dry.status == 422 and state.kind != k.STATEFUL_SET and \
+                    others_added(report, self.shared.settings.field_manager):
+                # Items others added clash with ours (a Service port renumbered by hand keeps
+                # its name): the repair removes theirs before it applies.
+                state.verdict = "drifted"
+                state.clash = True
+                state.detail = format_report(report)
+                return
             state.verdict = "immutable" if (state.kind == k.STATEFUL_SET
                                             and dry.status == 422) else "rejected"
             state.detail = dry.message
@@ -104,3 +112,9 @@ class ObserveStep:
         state.verdict = "drifted" if report.drifted else "in-sync"
         if report.drifted:
             state.detail = format_report(report)
+
+
+def others_added(report: DriftReport | None, field_manager: str) -> list[str]:
+    """Pointers of what another manager added (fields, keyed-list items) to an object we own."""
+    return [c.pointer for c in (report.changes if report else ())
+            if c.kind == "added" and c.pointer and field_manager not in c.managers]

@@ -1,7 +1,9 @@
 """The "repair" and "recreate" steps: drifted and missing objects made as rendered again.
 
 Run by the Controller (reconciler.controller.controller) after "observe", unless paused.
-repair: server-side apply, then removal of fields others added; per drift policy (enforce
+repair: server-side apply, then removal of fields others added (before the apply when what
+they added clashes with what we render and the server refuses the merge, e.g. a Service port
+renumbered by hand that keeps its name); per drift policy (enforce
 repairs; warn and off only report), except that a new generation of the spec is always applied
 once (a sync) and objects never created before are always created; an object someone keeps
 changing back backs off (reconciler.drift.backoff). recreate: a StatefulSet whose immutable
@@ -15,7 +17,7 @@ import logging
 
 from reconciler.controller.conditions import changes_text
 from reconciler.controller.objects import ObjectPass, ObjectState
-from reconciler.controller.observe import immutable_changes
+from reconciler.controller.observe import immutable_changes, others_added
 from reconciler.controller.shared import SHORT_REQUEUE_S, Shared
 from reconciler.drift.compare import format_report
 from reconciler.keys import ClusterKey
@@ -91,6 +93,11 @@ class RepairStep:
         live = state.live
         dry: Obj | None = None
         if not others_only:
+            if state.clash and live is not None:
+                # What others added clashes with what we render (the server refused the dry
+                # run): apply alone can never get past it, so it goes first.
+                live = self._remove(live, others_added(
+                    report, self.shared.settings.field_manager)) or live
             live = self.shared.repairer.apply(state.desired)
             dry = live
             # Applying the same object to what the server now has would change nothing.
@@ -102,13 +109,7 @@ class RepairStep:
                         settings=self.shared.drift)
         added = [c.pointer for c in after.changes if c.kind == "added" and c.pointer]
         if added:
-            try:
-                patched = self.shared.repairer.remove_fields(live, added)
-            except ApiError as error:
-                if error.status == 422:
-                    # A `test` failed: the object changed since we looked. Look again.
-                    raise ApiError(409, "Conflict", error.message) from error
-                raise
+            patched = self._remove(live, added)
             if patched is not None:
                 live = patched
                 after = compare(key, state.desired, live, ignore_rules=state.rules, dry_run=dry,
@@ -119,6 +120,16 @@ class RepairStep:
             state.verdict = "drifted"
             state.detail = format_report(after)
             log.warning("object still differs after repair: %s", state.detail)
+
+    def _remove(self, live: Obj, pointers: list[str]) -> Obj | None:
+        """Remove fields others added (the Repairer's JSON patch with `test` operations)."""
+        try:
+            return self.shared.repairer.remove_fields(live, pointers)
+        except ApiError as error:
+            if error.status == 422:
+                # A `test` failed: the object changed since we looked. Look again.
+                raise ApiError(409, "Conflict", error.message) from error
+            raise
 
     def _after_write(self, p: ObjectPass, state: ObjectState, first: bool,
                      drift_repair: bool) -> None:

@@ -20,8 +20,9 @@ What a pod can show, and the step it gets (each with an Event and
                     0; no kubelet will ever confirm the deletion, so the StatefulSet would never
                     recreate it). When its claim's volume is pinned to that node and
                     spec.failover.replaceLostVolumes allows, the claim is deleted in the same
-                    step (only while KaiwuDB shows every other node live and this pod's node not
-                    live: the lost store's copy of the data is given up).
+                    step (only while KaiwuDB shows every other node live, this pod's node not
+                    live and no range unavailable: the lost store's copy of the data is given
+                    up, and no range may need it).
   VolumeOnLostNode  the pod is unscheduled or absent (however it came to be gone) and its claim's
                     volume is pinned to a node lost for nodeLostTimeout: with the policy, delete
                     the claim and the pending pod so a fresh volume is provisioned on a live
@@ -450,6 +451,17 @@ class Failover:
         if own_live:
             return (f"KaiwuDB still counts node(s) {', '.join(map(str, own_live))} of this pod "
                     "live; its store is not given up while it is")
+        # Every other node live is not enough: a range whose other copies include a store given
+        # up earlier and not yet re-replicated has lost its quorum with this node, and this
+        # store may hold its last copies. Such a range is unavailable now; wait until none is.
+        try:
+            health = self.lifecycle.admin(cluster).replication_health(runner)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="failover").inc()
+            return f"KaiwuDB replication health unknown: {error}"
+        if health.unavailable != 0:
+            return (f"KaiwuDB reports {health.describe()}: this store may hold the last copies "
+                    "of a range without its quorum; it is kept until none is unavailable")
         return ""
 
     def evict(self, p: Pass, cluster: Cluster, f: Finding, pods: Mapping[str, Obj],

@@ -914,6 +914,11 @@ class SimKubelet:
                 if err.status not in (404, 409):
                     pod.delete_sent = False  # retry next sync
                     raise
+            except Exception:
+                # The apiserver is restarting (connection refused): retry next sync, as a real
+                # kubelet does, or the pod stays Terminating for good.
+                pod.delete_sent = False
+                raise
 
     def _post_status(self, pod: PodRuntime) -> None:
         status = pod_status(pod, self._nodes[pod.node].address)

@@ -67,6 +67,20 @@ def change_port(kube: k8s.ApiClient, namespace: str) -> None:
     kubectl_edit(kube, namespace, edit)
 
 
+def change_service_port(kube: k8s.ApiClient, namespace: str) -> None:
+    """What `kubectl edit service dev-public` does to its first port (a PUT of the object)."""
+    obj = Kube(kube, "test").get(kk.SERVICE, namespace, f"{NAME}-public")
+    assert obj is not None
+    obj["spec"]["ports"][0]["port"] += 1000
+    k8s.CoreV1Api(kube).replace_namespaced_service(
+        f"{NAME}-public", namespace, cast(Any, obj), field_manager="kubectl-edit")
+
+
+def _service_ports(kube: k8s.ApiClient, namespace: str) -> list[int]:
+    obj = Kube(kube, "test").get(kk.SERVICE, namespace, f"{NAME}-public")
+    return sorted(port["port"] for port in (obj or {}).get("spec", {}).get("ports") or ())
+
+
 def remove_label(kube: k8s.ApiClient, namespace: str) -> None:
     Kube(kube, "kubectl-label").patch(kk.STATEFUL_SET, namespace, NAME, {
         "metadata": {"labels": {"app.kubernetes.io/component": None}}})
@@ -129,6 +143,8 @@ DRIFTS = [
               "env"]), "StatefulSet/dev"),
     Drift("kubectl edit changes a container port", change_port,
           lambda kube, ns: _ports(sts(kube, ns)) == [8080, 26257, 27257], "StatefulSet/dev"),
+    Drift("kubectl edit changes the client Service's port", change_service_port,
+          lambda kube, ns: _service_ports(kube, ns) == [8080, 26257], "Service/dev-public"),
     Drift("kubectl label removes a label we render", remove_label,
           lambda kube, ns: sts(kube, ns)["metadata"]["labels"].get(
               "app.kubernetes.io/component") == "database", "StatefulSet/dev"),
