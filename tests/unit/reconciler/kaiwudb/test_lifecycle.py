@@ -1,0 +1,713 @@
+"""Stories about the lifecycle step's decisions, on small fakes (no test world, milliseconds each).
+
+The same cluster `dev` as tests/unit/reconciler/kaiwudb/test_failover.py (its fakes are reused):
+three pods on Kubernetes nodes n0..n2, KaiwuDB nodes 1..3. Each story sets what the cluster and
+KaiwuDB show, runs one part of the lifecycle step (init and node probes, rollout, scale-in,
+stray nodes) and checks what it wrote, asked KaiwuDB to do, and told the user. Every boundary is
+tested on both sides (one pod fewer, one replica left, one version older), so a decision
+inverted or off by one fails a story. (The same decisions against the real apiserver:
+tests/world_stories/.)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from reconciler.kaiwudb.kwbase import (
+    DecommissionStatus,
+    InitOutcome,
+    KwbaseError,
+    NodeStatus,
+    ReplicationHealth,
+)
+from reconciler.kaiwudb.lifecycle import Lifecycle, StatusMemory
+from reconciler.kaiwudb.nodes import node_entries, node_state
+from reconciler.kaiwudb.pods import exec_pod, kwbase_running, ordinal, partition_of, pod_ready
+from reconciler.kaiwudb.rollout import (
+    template_changed_by_others,
+    version_change_problem,
+    version_tuple,
+)
+from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
+from reconciler.kaiwudb.tools import LifecycleSettings
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj, Pass, ScaleIn
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
+from tests.unit.reconciler.kaiwudb.test_failover import (
+    NAME,
+    NOW,
+    NS,
+    FakeKube,
+    FakeView,
+    World,
+    claim,
+    kw_node,
+    node,
+    pod,
+)
+
+POLL = LifecycleSettings().poll_s
+PROBE_EVERY = LifecycleSettings().probe_every_s
+
+
+class Kube(FakeKube):
+    """The failover fake, plus patches of any field (the rollout patches the partition)."""
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
+        if "metadata" in patch:
+            return super().patch(kind, namespace, name, patch, subresource)
+        obj = self.world.objects[(kind.kind, namespace or "", name)]
+        merge(obj, patch)
+        self.world.writes.append(("patch", kind.kind, name))
+        return copy.deepcopy(obj)
+
+
+def merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if isinstance(value, dict):
+            merge(into.setdefault(key, {}), value)
+        else:
+            into[key] = value
+
+
+class Admin:
+    """KaiwuDB's answers: node status from world.kwdb, the replicas the meta scan lists per
+    node id from `replicas`, replication health and running jobs; `failing` names commands
+    that fail. Every command asked is recorded in `asked` as (command, pod, node ids)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.replicas: dict[int, int] = {}
+        self.health = ReplicationHealth(0, 0)
+        self.jobs = 0
+        self.init_outcome = InitOutcome.INITIALIZED
+        self.failing: set[str] = set()
+        self.asked: list[tuple[str, str, tuple[int, ...]]] = []
+
+    def _ask(self, command: str, pod: str, ids: Sequence[int] = ()) -> None:
+        self.asked.append((command, pod, tuple(ids)))
+        if command in self.failing:
+            raise KwbaseError(f"{command}: connection refused", pod, [command])
+
+    def commands(self) -> list[str]:
+        return [command for command, _, _ in self.asked]
+
+    def init(self, pod: str) -> InitOutcome:
+        self._ask("init", pod)
+        return self.init_outcome
+
+    def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
+                    decommission: bool = False) -> tuple[NodeStatus, ...]:
+        self._ask("node status", pod)
+        return tuple(self.world.kwdb)
+
+    def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        self._ask("decommission", pod, node_ids)
+        return tuple(DecommissionStatus(i, True, self.replicas.get(i, 0), True, False)
+                     for i in node_ids)
+
+    def recommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        self._ask("recommission", pod, node_ids)
+        return tuple(DecommissionStatus(i, True, 0, False, False) for i in node_ids)
+
+    def replication_health(self, pod: str) -> ReplicationHealth:
+        self._ask("replication health", pod)
+        return self.health
+
+    def running_jobs(self, pod: str) -> int:
+        self._ask("jobs", pod)
+        return self.jobs
+
+
+class Cluster3:
+    """One cluster's world with the lifecycle step wired to the fakes."""
+
+    def __init__(self, *, pods: int = 3, sts_replicas: int = 3) -> None:
+        self.world = World()
+        for i in range(max(pods, sts_replicas) + 1):
+            self.world.put(k.NODE, node(f"n{i}"))
+        for i in range(pods):
+            self.world.put(k.POD, pod(i, f"n{i}"))
+            self.world.put(k.PVC, claim(i, f"n{i}"))
+        self.world.put(k.STATEFUL_SET, statefulset(sts_replicas))
+        self.world.kwdb = [kw_node(i + 1, f"{NAME}-{i}") for i in range(pods)]
+        self.admin = Admin(self.world)
+        self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
+                                   Metrics(), admin_factory=lambda *_: self.admin)  # type: ignore[arg-type,return-value]
+
+    def kaiwu(self, i: int, **changes: Any) -> None:
+        """KaiwuDB node i+1 (of pod dev-i) changes: live, decommissioning, available."""
+        current = self.world.kwdb[i]
+        fields = {"live": current.is_live, "decommissioning": current.is_decommissioning}
+        available = changes.pop("available", None)
+        fields.update(changes)
+        updated = kw_node(current.id, str(current.pod_name), **fields)
+        if available is not None:
+            updated = NodeStatus(**{**updated.__dict__, "is_available": available})
+        self.world.kwdb[i] = updated
+
+    def sts(self) -> Obj:
+        found = self.world.find(k.STATEFUL_SET, NS, NAME)
+        assert found is not None
+        return found
+
+    def run(self, *, replicas: int = 3, now: float = NOW, status: dict[str, Any] | None = None,
+            **spec: Any) -> Pass:
+        p = new_pass(replicas=replicas, now=now, status=status, **spec)
+        self.lifecycle.run(p)
+        return p
+
+
+def statefulset(replicas: int, *, partition: int | None = None, current: str = "rev1",
+                update: str = "rev1") -> Obj:
+    spec: Obj = {"replicas": replicas}
+    if partition is not None:
+        spec["updateStrategy"] = {"rollingUpdate": {"partition": partition}}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": NAME, "namespace": NS}, "spec": spec,
+            "status": {"currentRevision": current, "updateRevision": update}}
+
+
+def new_pass(*, replicas: int = 3, now: float = NOW, status: dict[str, Any] | None = None,
+             **spec: Any) -> Pass:
+    obj: Obj = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+                "metadata": {"name": NAME, "namespace": NS, "uid": "cluster-uid",
+                             "resourceVersion": "1"},
+                "spec": {"replicas": replicas, "tls": {"enabled": False}, **spec},
+                "status": status if status is not None else {"initialized": True}}
+    p = Pass(ClusterKey(NS, NAME), obj, now, obj["status"])
+    p.cluster = Cluster.from_object(apply_defaults(copy.deepcopy(obj)))
+    return p
+
+
+def reasons(items: list[tuple[str, str]]) -> list[str]:
+    return [reason for reason, _ in items]
+
+
+def text(items: list[tuple[str, str]]) -> str:
+    return "\n".join(message for _, message in items)
+
+
+def running(ordinal_: int, *, version: str = "3.2.1", revision: str = "rev1",
+            ready: bool = True) -> Obj:
+    found = pod(ordinal_, f"n{ordinal_}", ready=ready, revision=revision)
+    found["spec"]["containers"] = [{"name": "kwbase", "image": f"kwdb/kwdb:{version}"}]
+    return found
+
+
+# ---- pods: which pod answers, which one is Ready -----------------------------------------------
+
+def test_pod_ordinals_are_read_from_the_name_and_anything_else_has_none() -> None:
+    assert [ordinal("dev-0"), ordinal("dev-12"), ordinal("my-db-3")] == [0, 12, 3]
+    assert [ordinal("dev"), ordinal("dev-x")] == [-1, -1]
+
+
+def test_kwbase_runs_only_in_a_running_pod_whose_kwbase_container_runs() -> None:
+    assert kwbase_running(pod(0, "n0"))
+    assert not kwbase_running(None)
+    assert not kwbase_running(pod(0, ""))  # pending, no container yet
+    assert not kwbase_running(pod(0, "n0", crashing=True))
+    terminating = pod(0, "n0")
+    terminating["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    assert not kwbase_running(terminating)
+    sidecar_only = pod(0, "n0")
+    sidecar_only["status"]["containerStatuses"][0]["name"] = "exporter"
+    assert not kwbase_running(sidecar_only)
+
+
+def test_a_pod_is_ready_when_kwbase_runs_and_its_ready_condition_is_true() -> None:
+    assert pod_ready(pod(0, "n0"))
+    assert not pod_ready(pod(0, "n0", ready=False))
+    assert not pod_ready(pod(0, "n0", crashing=True))  # Ready says True, kwbase does not run
+
+
+def test_commands_run_in_the_lowest_ready_pod_and_never_in_the_one_being_removed() -> None:
+    pods = {f"{NAME}-{i}": pod(i, f"n{i}") for i in (10, 2, 1)}
+    assert exec_pod(pods) == f"{NAME}-1"  # by ordinal, not by name: dev-10 sorts last
+    assert exec_pod(pods, avoid=f"{NAME}-1") == f"{NAME}-2"
+    pods[f"{NAME}-1"] = pod(1, "n1", ready=False)
+    assert exec_pod(pods) == f"{NAME}-2"  # a Ready pod before one that only runs kwbase
+    alone = {f"{NAME}-0": pod(0, "n0")}
+    assert exec_pod(alone, avoid=f"{NAME}-0") == f"{NAME}-0"  # rather than nowhere
+    not_ready = {f"{NAME}-0": pod(0, "n0", ready=False)}
+    assert exec_pod(not_ready) == f"{NAME}-0"  # kwbase runs: it can still answer
+    assert exec_pod({f"{NAME}-0": pod(0, "")}) is None
+
+
+def test_the_partition_is_read_from_the_rolling_update_strategy() -> None:
+    assert partition_of(statefulset(3, partition=2)) == 2
+    assert partition_of(statefulset(3, partition=0)) == 0
+    assert partition_of(statefulset(3)) is None
+    assert partition_of(None) is None
+
+
+# ---- nodes: what status.nodes shows, init, probes ----------------------------------------------
+
+def test_status_nodes_list_live_not_live_and_decommissioning_but_not_decommissioned_nodes() -> None:
+    nodes = [kw_node(3, "dev-2", live=False), kw_node(1, "dev-0"),
+             kw_node(2, "dev-1", decommissioning=True),
+             kw_node(4, "dev-3", live=False, decommissioning=True)]
+    unavailable = NodeStatus(**{**kw_node(5, "dev-4").__dict__, "is_available": False})
+    entries = node_entries([*nodes, unavailable])
+    assert [(e.node_id, e.state, e.pod) for e in entries] == [
+        (1, "live", "dev-0"), (2, "decommissioning", "dev-1"), (3, "not-live", "dev-2"),
+        (5, "not-live", "dev-4")]  # live but not available is not healthy; 4 is gone for good
+    assert node_state(kw_node(9, "dev-0", live=False, decommissioning=True)) == "decommissioning"
+
+
+def test_init_waits_for_every_pod_of_the_spec_then_runs_once_in_the_first_pod() -> None:
+    c = Cluster3(pods=2)
+    p = c.run(status={})
+    assert not p.kaiwu.initialized and c.admin.asked == []
+    assert reasons(p.not_ready)[0] == "WaitingForInit"
+    assert f"{NAME}-2" in text(p.not_ready) and f"{NAME}-1" not in text(p.not_ready)
+
+    c.world.put(k.POD, pod(2, "n2"))
+    c.world.kwdb.append(kw_node(3, f"{NAME}-2"))
+    p = c.run(status={})
+    assert p.kaiwu.initialized
+    assert c.admin.asked[0] == ("init", f"{NAME}-0", ())
+    assert [a.action for a in p.actions][:1] == ["Initialized"]
+    assert p.events and "successfully initialized" in p.events[0][2]
+
+
+def test_an_init_that_finds_the_cluster_initialised_counts_as_done_without_an_event() -> None:
+    c = Cluster3()
+    c.admin.init_outcome = InitOutcome.ALREADY_INITIALIZED
+    p = c.run(status={})
+    assert p.kaiwu.initialized
+    assert "already" in p.actions[0].message and not p.events
+
+
+def test_a_failed_init_is_retried_after_poll_s_and_nothing_else_happens() -> None:
+    c = Cluster3()
+    c.admin.failing.add("init")
+    p = c.run(status={})
+    assert not p.kaiwu.initialized
+    assert reasons(p.not_ready) == ["WaitingForInit"] and "retrying" in text(p.not_ready)
+    assert p.requeue == [POLL]
+    assert c.admin.commands() == ["init"]
+
+
+def test_a_single_node_cluster_is_initialised_once_its_pod_runs() -> None:
+    c = Cluster3(pods=0, sts_replicas=1)
+    p = c.run(replicas=1, status={}, startMode="single-node")
+    assert not p.kaiwu.initialized and reasons(p.not_ready) == ["WaitingForPods"]
+    c.world.put(k.POD, pod(0, "n0"))
+    c.world.kwdb = [kw_node(1, f"{NAME}-0")]
+    p = c.run(replicas=1, status={}, startMode="single-node")
+    assert p.kaiwu.initialized and "init" not in c.admin.commands()
+
+
+def test_ready_waits_for_every_node_live_and_one_fewer_is_still_joining() -> None:
+    c = Cluster3()
+    p = c.run()
+    assert p.not_ready == [] and p.requeue == []
+    assert [e.state for e in p.kaiwu.nodes or ()] == ["live"] * 3
+
+    c.world.kwdb.pop()  # dev-2 runs but its node has not joined yet
+    c.lifecycle.forget(NS, NAME)
+    p = c.run()
+    assert p.not_ready == [("NodesJoining", "2/3 KaiwuDB nodes live")]
+    assert p.requeue == [POLL]
+
+
+def test_a_node_that_is_live_but_not_available_is_not_live_for_readiness() -> None:
+    c = Cluster3()
+    c.kaiwu(1, available=False)
+    p = c.run()
+    assert reasons(p.not_ready) == ["NodesNotLive"] and "2 (dev-1)" in text(p.not_ready)
+    assert p.requeue == [POLL]
+
+
+def test_a_live_node_whose_pod_is_gone_keeps_the_cluster_not_ready() -> None:
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))  # live, but no pod dev-3
+    p = c.run()
+    assert reasons(p.not_ready) == ["NodesWithoutPods"] and "4 (dev-3)" in text(p.not_ready)
+
+
+def test_a_steady_cluster_is_probed_again_only_after_probe_every_s() -> None:
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    c.run(now=NOW + PROBE_EVERY - 1, status=status)
+    assert c.admin.commands() == ["node status"]
+    c.run(now=NOW + PROBE_EVERY, status=status)
+    assert c.admin.commands() == ["node status"] * 2
+
+
+def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_node_down() -> None:
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    c.world.put(k.POD, pod(1, "n1", uid="a-new-pod"))
+    c.run(now=NOW + 1, status=status)
+    assert c.admin.commands() == ["node status"] * 2
+
+    c.kaiwu(2, live=False)
+    c.lifecycle.forget(NS, NAME)
+    c.run(now=NOW + 2, status=status)  # finds node 3 down
+    c.kaiwu(2, live=True)
+    c.run(now=NOW + 3, status=status)  # looks again at once: finds it back
+    c.run(now=NOW + 4, status=status)  # steady again: no exec
+    assert c.admin.commands() == ["node status"] * 4
+
+
+def test_a_failed_probe_says_why_and_looks_again_after_poll_s() -> None:
+    c = Cluster3()
+    c.admin.failing.add("node status")
+    p = c.run()
+    assert reasons(p.not_ready) == ["NodeStatusUnknown"] and p.requeue == [POLL]
+
+
+# ---- rollout: versions and the partition -----------------------------------------------------
+
+def test_plain_versions_are_read_from_tags_and_anything_else_is_no_version() -> None:
+    assert version_tuple("3.2.1") == (3, 2, 1)
+    assert version_tuple("v3.2.0-rc1") == (3, 2, 0)
+    assert version_tuple("latest") is None
+    assert version_tuple("3..1") is None
+
+
+@pytest.mark.parametrize(("wanted", "refused"), [
+    ("3.2.1", ""),  # the version they run
+    ("3.2.2", ""),  # an upgrade within the major version
+    ("3.3.0", ""),
+    ("3.2.0", "cannot be downgraded"),  # one patch older than the oldest node
+    ("2.9.9", "cannot be downgraded"),
+    ("4.0.0", "changes the major version"),
+    ("latest", ""),  # not a plain version: nothing to compare
+])
+def test_downgrades_and_major_version_changes_are_refused(wanted: str, refused: str) -> None:
+    pods = {f"{NAME}-{i}": running(i, version="3.2.1") for i in range(3)}
+    problem = version_change_problem(wanted, pods)
+    assert (refused in problem) if refused else problem == ""
+    if refused:
+        assert "3.2.1" in problem
+
+
+def test_the_oldest_version_a_node_runs_is_the_floor_during_a_rollout() -> None:
+    pods = {f"{NAME}-0": running(0, version="3.2.0"), f"{NAME}-1": running(1, version="3.2.1")}
+    assert version_change_problem("3.2.0", pods) == ""  # back to where the rollout started
+    assert "3.2.0" in version_change_problem("3.1.9", pods)
+    assert version_change_problem("3.1.9", {}) == ""  # no pod runs: nothing to compare
+
+
+def test_a_template_edited_by_someone_else_is_drift_not_a_rollout() -> None:
+    sts = statefulset(3)
+    sts["metadata"]["managedFields"] = [
+        {"manager": "kaiwu-reconciler", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kubectl-scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+    ]
+    assert template_changed_by_others(sts, "kaiwu-reconciler") == ["kubectl-edit"]
+
+
+def rolling_cluster(partition: int = 3) -> Cluster3:
+    """A rollout from rev1 to rev2 gated at `partition`; pods from `partition` up are moved."""
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=partition, update="rev2"))
+    for i in range(3):
+        c.world.put(k.POD, running(i, revision="rev2" if i >= partition else "rev1"))
+    return c
+
+
+def test_a_rollout_moves_one_pod_per_pass_once_the_moved_pods_are_ready() -> None:
+    c = rolling_cluster(partition=2)
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 1
+    assert c.sts()["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 1
+    assert [a.action for a in p.actions] == ["Upgrading"]
+    assert f"{NAME}-1" in p.actions[0].target
+    assert "1/3 pods moved" in text(p.progressing)
+    assert p.requeue == [POLL]
+
+
+def test_the_last_pod_moved_leaves_the_partition_at_zero_not_below() -> None:
+    c = rolling_cluster(partition=0)
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=0, update="rev2"))
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 0 and p.actions == []
+
+
+@pytest.mark.parametrize("why", ["not ready", "old revision", "node not live",
+                                 "under-replicated", "health unknown", "drift", "busy"])
+def test_a_rollout_waits_while_anything_is_not_healthy(why: str) -> None:
+    c = rolling_cluster(partition=2)
+    spec: dict[str, Any] = {"version": "3.2.1"}
+    if why == "not ready":
+        c.world.put(k.POD, running(2, revision="rev2", ready=False))
+    elif why == "old revision":
+        c.world.put(k.POD, running(2, revision="rev1"))
+    elif why == "node not live":
+        c.kaiwu(0, live=False)
+    elif why == "under-replicated":
+        c.admin.health = ReplicationHealth(0, 4)
+    elif why == "health unknown":
+        c.admin.failing.add("replication health")
+    elif why == "drift":
+        sts = c.sts()
+        sts["metadata"]["managedFields"] = [
+            {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+        c.world.put(k.STATEFUL_SET, sts)
+    elif why == "busy":
+        c.world.put(k.NODE, node("n1", "Unknown"))  # pod dev-1 is down
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 2, why
+    assert p.actions == [] and "next pod waits" in text(p.not_ready)
+    assert "partition" not in str(c.world.writes)
+
+
+def test_a_downgrade_is_refused_stalled_with_no_pod_moved() -> None:
+    c = rolling_cluster(partition=3)
+    p = c.run(version="3.1.0")
+    assert reasons(p.stalled) == ["VersionChangeRefused"]
+    assert "cannot be downgraded" in text(p.stalled)
+    assert p.live.partition == 3 and p.actions == []
+
+
+def test_without_a_rollout_the_partition_closes_at_the_replica_count() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=1))
+    p = c.run()
+    assert p.live.partition == 3
+    assert c.sts()["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3
+    assert p.wrote
+    c.world.writes.clear()
+    p = c.run()
+    assert c.world.writes == [] and not p.wrote  # already closed: nothing to write
+
+
+# ---- scale-in ---------------------------------------------------------------------------------
+
+def scale_in_status(phase: str = DECOMMISSIONING, node_id: int | None = 3) -> dict[str, Any]:
+    operation = ScaleIn(replicas=3, target_replicas=2, pod=f"{NAME}-2",
+                        started_at="2027-01-15T08:00:00Z", phase=phase, node_id=node_id)
+    return {"initialized": True, "operation": operation.to_status()}
+
+
+def test_a_scale_in_decommissions_the_highest_ordinals_node_from_another_pod() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2)
+    assert ("decommission", f"{NAME}-0", (3,)) in c.admin.asked
+    assert p.kaiwu.operation is not None
+    assert (p.kaiwu.operation.phase, p.kaiwu.operation.node_id) == (DECOMMISSIONING, 3)
+    assert p.live.replicas == 3  # the StatefulSet keeps every pod while the node drains
+    assert [a.action for a in p.actions] == ["Decommissioning"]
+    assert reasons(p.progressing) == ["ScalingIn"]
+
+
+@pytest.mark.parametrize("why", ["node not live", "unavailable", "another decommissioning",
+                                 "under-replicated", "jobs", "health unknown"])
+def test_a_scale_in_does_not_start_while_the_cluster_is_not_healthy(why: str) -> None:
+    c = Cluster3()
+    if why == "node not live":
+        c.kaiwu(0, live=False)
+    elif why == "unavailable":
+        c.kaiwu(0, available=False)
+    elif why == "another decommissioning":
+        c.kaiwu(1, decommissioning=True)
+    elif why == "under-replicated":
+        c.admin.health = ReplicationHealth(0, 1)
+    elif why == "jobs":
+        c.admin.jobs = 1
+    elif why == "health unknown":
+        c.admin.failing.add("replication health")
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands(), why
+    assert p.kaiwu.operation is None
+    assert reasons(p.progressing) == ["ScaleInWaiting"]
+    assert POLL in p.requeue
+
+
+def test_the_scale_ins_own_target_may_already_be_decommissioning() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    p = c.run(replicas=2)
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.node_id == 3
+
+
+def test_a_single_replica_cluster_refuses_to_scale_in() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2, startMode="single-replica")
+    assert reasons(p.stalled) == ["ScaleInRefused"]
+    assert "set spec.replicas back to 3" in text(p.stalled)
+    assert "decommission" not in c.admin.commands() and p.live.replicas == 3
+
+
+def test_the_statefulset_shrinks_only_once_no_replica_is_left_whatever_gossip_says() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)  # kw_node gossips 0 replicas: never evidence
+    c.admin.replicas[3] = 1
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == DECOMMISSIONING
+    assert "1 replicas left on it" in text(p.progressing)
+    # The replica count is asked of another pod, never of the node being removed.
+    assert [pod_ for command, pod_, _ in c.admin.asked if command == "decommission"] == [
+        f"{NAME}-0"]
+
+    c.admin.replicas[3] = 0
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 2 and p.sync
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+    assert [a.action for a in p.actions] == ["NodeDecommissioned"]
+
+
+def test_once_the_pod_is_gone_its_claim_is_deleted_and_the_scale_in_ends() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert p.kaiwu.operation is not None  # the pod is still terminating
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-2") not in c.world.writes
+
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-2") in c.world.writes
+    assert p.kaiwu.operation is None
+    assert [a.action for a in p.actions] == ["ClaimDeleted", "ScaledIn"]
+    assert min(p.requeue, default=POLL) >= POLL  # 2 was the target: no next node
+
+
+def test_a_scale_in_by_two_goes_on_to_the_next_node_at_once() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=1, status=scale_in_status(REMOVING))
+    assert p.kaiwu.operation is None and min(p.requeue) < POLL
+
+
+def test_a_scale_out_while_a_node_decommissions_recommissions_it() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    p = c.run(replicas=3, status=scale_in_status())
+    assert ("recommission", f"{NAME}-0", (3,)) in c.admin.asked
+    assert p.kaiwu.operation is None and p.live.replicas == 3
+    assert [a.action for a in p.actions] == ["Recommissioned"]
+
+
+def test_a_node_recommissioned_by_hand_restarts_the_scale_in_from_its_checks() -> None:
+    c = Cluster3()  # node 3 is no longer decommissioning
+    c.admin.jobs = 1  # and the checks now find a job running
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.kaiwu.operation is None and min(p.requeue) < POLL
+    assert "decommission" not in c.admin.commands()
+
+
+# ---- stray nodes and wanted nodes that decommission -------------------------------------------
+
+def stray_cluster() -> Cluster3:
+    """Pods dev-0..2; KaiwuDB still lists node 4 of dev-3, gone without a decommission."""
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3", live=False))
+    c.world.put(k.PVC, claim(3, "n3"))
+    return c
+
+
+def test_a_node_of_a_pod_beyond_the_statefulset_is_decommissioned() -> None:
+    c = stray_cluster()
+    p = c.run()
+    assert ("decommission", f"{NAME}-0", (4,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["StrayNodeDecommissioned"]
+
+
+def test_a_node_of_the_last_wanted_ordinal_is_not_a_stray() -> None:
+    c = Cluster3()
+    c.kaiwu(2, live=False)  # dev-2 (ordinal 2 < 3 replicas) is just down
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    c.run()
+    assert "decommission" not in c.admin.commands()
+
+
+def test_strays_wait_while_another_node_is_not_live() -> None:
+    c = stray_cluster()
+    c.kaiwu(0, live=False)
+    c.run()
+    assert "decommission" not in c.admin.commands()
+
+
+def test_a_single_replica_cluster_keeps_a_strays_claim_and_says_how_to_bring_it_back() -> None:
+    c = stray_cluster()
+    p = c.run(startMode="single-replica")
+    assert "decommission" not in c.admin.commands()
+    assert reasons(p.stalled) == ["StrayNodeNotRemovable"]
+    assert "Set spec.replicas to 4" in text(p.stalled)
+
+
+def test_a_decommissioned_strays_claim_goes_once_no_replica_is_left_on_it() -> None:
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    c.admin.replicas[4] = 2
+    p = c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+    assert "2 left" in text(p.not_ready)
+    c.admin.replicas[4] = 0
+    p = c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") in c.world.writes
+    assert [a.action for a in p.actions] == ["ClaimDeleted"]
+
+
+def test_no_stray_is_touched_while_pods_are_down() -> None:
+    c = stray_cluster()
+    c.world.put(k.NODE, node("n1", "Unknown"))
+    c.run()
+    assert "decommission" not in c.admin.commands()
+
+
+def test_a_wanted_pods_node_that_came_back_decommissioning_is_recommissioned() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run()
+    assert ("recommission", f"{NAME}-0", (2,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["Recommissioned"]
+
+
+def test_an_older_decommissioning_id_of_a_pod_with_a_new_store_is_left_alone() -> None:
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(7, f"{NAME}-1", decommissioning=True))
+    c.run()
+    assert "recommission" not in c.admin.commands()
+
+
+# ---- the step as a whole ----------------------------------------------------------------------
+
+def test_a_statefulset_scaled_up_by_hand_is_drift_not_a_scale_in_after_we_applied_it() -> None:
+    c = Cluster3()
+    c.run()  # we applied 3
+    c.world.put(k.STATEFUL_SET, statefulset(4))
+    c.world.put(k.POD, pod(3, "n3"))
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+    p = c.run()
+    assert p.kaiwu.operation is None and "decommission" not in c.admin.commands()
+
+
+def test_fewer_replicas_in_the_spec_than_live_after_a_restart_is_a_scale_in() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2)
+    assert p.kaiwu.operation is not None
+
+
+def test_the_memory_of_a_decision_outlasts_a_stale_copy_for_the_grace_period_only() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    decided = new_pass(status={"initialized": False})
+    decided.kaiwu.initialized = True
+    memory.save(decided)
+    stale = new_pass(now=NOW + 5, status={"initialized": False})
+    stale.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(stale)
+    assert stale.kaiwu.initialized  # an older copy of ours, within the grace period
+    late = new_pass(now=NOW + 5.5, status={"initialized": False})
+    late.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(late)
+    assert not late.kaiwu.initialized  # grace over: the newer object wins
