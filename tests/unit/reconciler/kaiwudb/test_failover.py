@@ -15,15 +15,24 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.kaiwudb.failover import CRASH_RESTARTS, Failover
-from reconciler.kaiwudb.kwbase import NodeStatus
+from reconciler.kaiwudb.failover import (
+    CRASH_LOOP,
+    CRASH_RESTARTS,
+    NODE_LOST,
+    Failover,
+    Finding,
+    crash_restarts,
+    crash_state,
+    replaced_stores,
+)
+from reconciler.kaiwudb.kwbase import KwbaseError, NodeStatus
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
-from reconciler.model import Obj, Pass
+from reconciler.model import NodeEntry, Obj, Pass
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 
@@ -46,6 +55,9 @@ class World:
         self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
         self.kwdb: list[NodeStatus] = []
         self.decommissioned: list[int] = []
+        self.kwdb_error = ""  # when set, every kwbase command fails with it
+        self.grace: dict[str, int | None] = {}  # pod -> grace period of its delete
+        self.metrics = Metrics()
 
     def put(self, kind: Kind, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -88,6 +100,8 @@ class FakeKube:
         if uid and found["metadata"]["uid"] != uid:
             raise ApiError(409, "Conflict", "Precondition failed: UID")
         self.world.writes.append(("delete", kind.kind, name))
+        if kind.kind == "Pod":
+            self.world.grace[name] = grace_period_seconds
         del self.world.objects[(kind.kind, namespace or "", name)]
         return True
 
@@ -113,6 +127,8 @@ class FakeAdmin:
 
     def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
+        if self.world.kwdb_error:
+            raise KwbaseError(self.world.kwdb_error, pod, ["node", "status"])
         return tuple(self.world.kwdb)
 
     def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[()]:
@@ -199,9 +215,9 @@ def cluster_obj(*, single: bool = False, **failover: Any) -> Obj:
 
 def failover_step(world: World) -> Failover:
     view, kube = FakeView(world), FakeKube(world)
-    lifecycle = Lifecycle(kube, view, Metrics(),  # type: ignore[arg-type]
+    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
                           admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
-    return Failover(kube, view, Metrics(), lifecycle)  # type: ignore[arg-type]
+    return Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
 
 
 def new_pass(obj: Obj, now: float, previous: dict[str, Any]) -> Pass:
@@ -229,6 +245,17 @@ def run_pass(world: World, *, now: float = NOW, previous: dict[str, Any] | None 
 
 def reasons(p: Pass) -> list[str]:
     return [reason for reason, _ in p.not_ready]
+
+
+def said(p: Pass) -> str:
+    """Everything the pass said in Ready, one reason per line."""
+    return "\n".join(f"{reason}: {message}" for reason, message in p.not_ready)
+
+
+def counted(world: World, metric: str, **labels: str) -> float:
+    """A counter of the reconciler's metrics (0 when never counted)."""
+    value = world.metrics.registry.get_sample_value(f"kaiwu_{metric}_total", labels)
+    return value or 0.0
 
 
 # ---- a node is lost ---------------------------------------------------------------------------
@@ -461,3 +488,240 @@ def test_a_healthy_cluster_makes_no_write_and_reports_nothing() -> None:
     world = healthy_world()
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [] and p.not_ready == [] and p.kaiwu.failures is None
+
+
+# ---- boundaries: each decision on both sides of its edge -------------------------------------
+
+def test_the_node_lost_timeout_is_met_on_the_second_it_runs_out_not_a_second_before() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT + 1)
+    p = run_pass(world)
+    assert world.writes == [] and p.requeue == [1.0]
+    assert said(p).startswith("NodeLost: pod dev-1: Kubernetes node n1 is Unknown")
+    lose(world, 1, since=NOW - TIMEOUT)
+    p = run_pass(world)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert world.grace["dev-1"] == 0, "force-deleted: no kubelet will confirm a graceful one"
+    assert counted(world, "lifecycle_actions", action="force-delete-pod") == 1
+    assert counted(world, "writes", verb="delete", kind="Pod") == 1
+    assert p.events[0][:2] == ("Warning", "PodForceDeleted")
+    assert f"since {stamp(NOW - TIMEOUT)}" in p.events[0][2]
+    assert (p.kaiwu.failures or {})["dev-1"] == {
+        "stage": NODE_LOST, "node": "n1", "nodeReady": "Unknown", "since": stamp(NOW - TIMEOUT)}
+
+
+def test_a_node_whose_ready_condition_is_false_is_lost_too_and_a_ready_one_is_not() -> None:
+    world = healthy_world()
+    world.put(k.NODE, node("n1", "False", NOW - TIMEOUT))
+    run_pass(world)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    world = healthy_world()
+    world.put(k.NODE, node("n1", "True", NOW - TIMEOUT))
+    world.put(k.POD, pod(1, "n1", ready=False, since=NOW - TIMEOUT))
+    p = run_pass(world)
+    assert world.writes == [] and p.kaiwu.failures is None
+
+
+def test_a_volume_is_replaced_with_the_claim_and_pod_metrics_and_a_warning() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    p = run_pass(world, replaceLostVolumes=True)
+    assert counted(world, "writes", verb="delete", kind="PersistentVolumeClaim") == 1
+    assert counted(world, "lifecycle_actions", action="replace-volume") == 1
+    assert [(e[0], e[1]) for e in p.events] == [("Warning", "PodForceDeleted"),
+                                                 ("Warning", "VolumeReplaced")]
+    assert "lost node n1" in p.events[1][2] and "pod dev-1" in p.events[1][2]
+    assert p.requeue == [1.0]
+
+
+def test_a_pending_pod_and_its_claim_on_a_lost_node_both_go_and_are_counted() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(1, uid="recreated"))  # Pending against the old claim
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.grace["dev-1"] == 0 and p.wrote
+    assert counted(world, "lifecycle_actions", action="replace-volume") == 1
+    assert p.requeue == [1.0]
+
+
+def test_a_volume_on_a_lost_node_waits_while_kaiwudb_cannot_be_asked() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(1, uid="recreated"))
+    world.kwdb_error = "connection refused"
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "FailoverWaiting: pod dev-1: the volume is replaced only when KaiwuDB allows: " \
+        "KaiwuDB node status unknown: connection refused" in said(p)
+    assert counted(world, "errors", stage="failover") == 1
+    assert p.requeue == [1.0]
+
+
+def test_the_claim_waits_when_no_other_pod_runs_kwbase_to_ask() -> None:
+    """A StatefulSet of one pod (as during a by-hand scale-down): nobody else to ask."""
+    world = healthy_world()
+    world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] = 1
+    for i in (1, 2):
+        del world.objects[("Pod", NS, f"dev-{i}")]
+    lose(world, 0, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(0, uid="recreated"))
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "no other pod runs kwbase to ask KaiwuDB" in said(p)
+
+
+def test_a_lost_node_also_holding_another_pods_volume_blocks_both() -> None:
+    """Two nodes lost at once, one of them seen only through a pending pod's volume: still two
+    failures, still nothing done."""
+    world = healthy_world()
+    lose(world, 0, since=NOW - TIMEOUT - 5)
+    lose(world, 2, since=NOW - TIMEOUT - 5)
+    world.put(k.POD, pod(2, uid="recreated"))  # its volume is on lost n2
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "other pods are failing too (dev-2)" in said(p)
+    assert "other pods are failing too (dev-0)" in said(p)
+    assert p.requeue and min(p.requeue) == 1.0
+
+
+def test_a_pod_that_is_down_elsewhere_blocks_a_failover_and_a_ready_one_does_not() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(2, ""))  # dev-2 is unscheduled: down
+    p = run_pass(world)
+    assert world.writes == [] and "pods dev-2 are not Ready yet" in said(p)
+    world.put(k.POD, pod(2, "n2"))
+    run_pass(world)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+
+
+def test_a_node_gone_before_a_restart_waits_no_longer_than_status_failures_shows() -> None:
+    """A new reconciler first sees Node n1 missing now, but status.failures says since when."""
+    world = healthy_world()
+    del world.objects[("Node", "", "n1")]
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    shown = {"failures": {"dev-1": {"stage": NODE_LOST, "node": "n1",
+                                    "since": stamp(NOW - TIMEOUT)}}}
+    p = run_pass(world, previous=shown)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert (p.kaiwu.failures or {})["dev-1"]["nodeReady"] == "Missing"
+    # What status shows about another node says nothing about this one.
+    world = healthy_world()
+    del world.objects[("Node", "", "n1")]
+    shown["failures"]["dev-1"]["node"] = "n7"
+    run_pass(world, previous=shown)
+    assert world.writes == []
+
+
+def test_the_dead_node_decommission_says_which_node_replaces_it_and_looks_again() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(1, "n3", uid="replacement"))
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    p = run_pass(world, replaceLostVolumes=True)
+    assert "node 4 replaces them" in p.actions[0].message
+    assert counted(world, "lifecycle_actions", action="decommission-dead-node") == 1
+    assert p.requeue == [1.0]
+
+
+def test_the_dead_node_decommission_waits_for_a_pod_to_run_it_from_and_for_kaiwudb() -> None:
+    world = healthy_world()
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    for i in range(3):
+        world.put(k.POD, pod(i, ""))  # all rescheduling at once: kwbase runs nowhere
+    p = run_pass(world)
+    assert world.decommissioned == []
+    assert "Replacing: no pod runs kwbase to decommission the lost node(s) 2" in said(p)
+    world = healthy_world()
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    world.kwdb_error = "timed out"
+    p = run_pass(world)
+    assert world.decommissioned == [] and "failed (retrying): timed out" in said(p)
+    assert counted(world, "errors", stage="failover") == 1 and p.requeue == [1.0]
+
+
+def test_replaced_stores_are_dead_ids_beside_a_live_one_at_the_same_pod() -> None:
+    entries = [NodeEntry(2, "a", "not-live", "dev-1"), NodeEntry(4, "a", "live", "dev-1"),
+               NodeEntry(5, "b", "not-live", "dev-2"),  # no live id there: just down
+               NodeEntry(6, "c", "decommissioning", "dev-0"), NodeEntry(1, "c", "live", "dev-0")]
+    assert replaced_stores(entries) == {"dev-1": (2,)}
+
+
+# ---- crash loops: what a crash looks like and the restart bound -------------------------------
+
+def test_a_crash_is_a_crash_loop_back_off_or_a_terminated_container_that_restarted() -> None:
+    assert crash_state(pod(0, "n0", crashing=True)) == (True, "exit code 3: invalid --cache")
+    assert crash_state(pod(0, "n0")) == (False, "no exit status yet")
+    terminated = pod(0, "n0")
+    status = terminated["status"]["containerStatuses"][0]
+    status["state"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    status["restartCount"] = 1
+    assert crash_state(terminated) == (True, "exit code 1: Error")
+    status["restartCount"] = 0  # its first run ended: not a loop yet
+    assert crash_state(terminated)[0] is False
+    status["name"] = "exporter"
+    assert crash_state(terminated) == (False, "")
+
+
+def test_restarts_are_counted_per_template_revision() -> None:
+    counted_on = claim(0, "n0")
+    counted_on["metadata"]["annotations"][CRASH_RESTARTS] = "rev1:2"
+    assert crash_restarts(counted_on, "rev1") == 2
+    assert crash_restarts(counted_on, "rev2") == 0
+    counted_on["metadata"]["annotations"][CRASH_RESTARTS] = "rev1:x"
+    assert crash_restarts(counted_on, "rev1") == 0
+    assert crash_restarts(None, "rev1") == 0
+
+
+def test_the_last_restart_allowed_is_made_and_the_next_one_stalls() -> None:
+    world = healthy_world()
+    world.objects[("PersistentVolumeClaim", NS, "data-dev-2")]["metadata"]["annotations"][
+        CRASH_RESTARTS] = "rev1:1"
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 600))
+    p = run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")
+    assert ("delete", "Pod", "dev-2") in world.writes, "restart 2 of 2 is made"
+    assert p.events[0][:2] == ("Warning", "CrashLoopRestarted")
+    assert "restart 2 of 2" in p.events[0][2] and p.stalled == []
+    assert counted(world, "lifecycle_actions", action="restart-crashing-pod") == 1
+    assert (p.kaiwu.failures or {})["dev-2"]["restarts"] == 1
+    assert (p.kaiwu.failures or {})["dev-2"]["lastWords"] == "exit code 3: invalid --cache"
+
+
+def test_a_crash_loop_waits_for_the_whole_pod_not_ready_timeout() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 599))
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == [] and p.requeue == [1.0], "one second to go"
+    assert reasons(p)[0] == CRASH_LOOP and "dev-2 is crash-looping" in said(p)
+
+
+def test_a_crash_loop_restart_waits_while_another_pod_is_down() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 700))
+    world.put(k.POD, pod(0, ""))
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == []
+    assert said(p).startswith("FailoverWaiting: pod dev-2: pods dev-0 are not Ready yet")
+    assert p.requeue == [1.0]
+
+
+def test_a_crash_loop_without_a_claim_is_not_restarted() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 700))
+    del world.objects[("PersistentVolumeClaim", NS, "data-dev-2")]
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == [] and "has no claim to count restarts on" in said(p)
+
+
+def test_a_restarted_pod_that_is_not_back_yet_is_waited_for() -> None:
+    world = healthy_world()
+    world.objects[("PersistentVolumeClaim", NS, "data-dev-2")]["metadata"]["annotations"][
+        CRASH_RESTARTS] = "rev1:1"
+    world.put(k.POD, pod(2, "n2", ready=False))  # running, not Ready, not crashing (yet)
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == []
+    assert said(p).startswith("CrashLoop: pod dev-2 was restarted after crashing; waiting")
+    assert Finding("dev-2", CRASH_LOOP, restarts=1).record() == {
+        "stage": CRASH_LOOP, "restarts": 1, "lastWords": ""}
