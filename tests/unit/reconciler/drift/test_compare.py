@@ -1109,8 +1109,12 @@ def test_zero_values_the_server_drops_are_not_drift_but_kept_ones_are_compared()
     kwbase(desired)["volumeMounts"][0]["readOnly"] = False  # omitted by the server
     assert not check(desired, live_statefulset()).drifted
 
-    desired["spec"]["replicas"] = 0  # a pointer: the server keeps 0
-    assert check(desired, live_statefulset()).drifted
+    desired["spec"]["replicas"] = 0  # a pointer: the server keeps 0, so absent is drift
+    live = live_statefulset()
+    del live["spec"]["replicas"]
+    report = check(desired, live)
+    assert report.drifted
+    assert [(c.pointer, c.kind) for c in report.changes] == [("/spec/replicas", "removed")]
 
 
 # --- secrets ---
