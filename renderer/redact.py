@@ -86,8 +86,8 @@ def _redact_containers(node: Any, mask_key: bytes) -> None:
                             and is_secret_name(str(item.get("name", "")))):
                         item["value"] = mask(str(item["value"]), mask_key)
             elif name == "annotations" and isinstance(value, dict):
-                node[name] = {key: mask(str(text), key=mask_key) if is_secret_name(str(key)) else text
-                              for key, text in value.items()}
+                node[name] = {name_: mask(str(text), mask_key) if is_secret_name(str(name_))
+                              else text for name_, text in value.items()}
             elif name in ("command", "args") and isinstance(value, list):
                 node[name] = [mask_flag(arg, key=mask_key) if isinstance(arg, str) else arg
                               for arg in value]

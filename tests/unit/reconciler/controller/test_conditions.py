@@ -18,7 +18,6 @@ from reconciler.controller.report import transition_event
 from reconciler.drift.compare import Change, DriftReport
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
-
 from tests.unit.reconciler.controller.test_steps import NAME, NS, a_pass, conditions_of, sts_state
 
 
@@ -164,7 +163,8 @@ def test_drift_conditions_say_whether_it_is_repaired_pending_backing_off_or_igno
     drifted = conditions_of(p)["Drifted"]
     assert (drifted.status, drifted.reason) == ("True", "Pending")
     assert drifted.message == (f"Service/{NAME}-public: spec.ports[0].port: 26257 -> 1 [changed]")
-    assert conditions_of(p)["Ready"].message == f"objects differ from the spec: Service/{NAME}-public"
+    assert conditions_of(p)["Ready"].message == \
+        f"objects differ from the spec: Service/{NAME}-public"
     assert conditions_of(p)["Reconciling"].status == "True"
 
     backing = ready_pass()

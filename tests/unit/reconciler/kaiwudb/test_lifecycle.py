@@ -12,6 +12,7 @@ tests/world_stories/.)
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,17 +143,18 @@ class Cluster3:
         self.world.kwdb = [kw_node(i + 1, f"{NAME}-{i}") for i in range(pods)]
         self.admin = Admin(self.world)
         self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
-                                   Metrics(), admin_factory=lambda *_: self.admin)  # type: ignore[arg-type,return-value]
+                                   Metrics(), admin_factory=lambda *_: self.admin)  # type: ignore[arg-type]
 
-    def kaiwu(self, i: int, **changes: Any) -> None:
+    def kaiwu(self, i: int, *, live: bool | None = None, decommissioning: bool | None = None,
+              available: bool | None = None) -> None:
         """KaiwuDB node i+1 (of pod dev-i) changes: live, decommissioning, available."""
         current = self.world.kwdb[i]
-        fields = {"live": current.is_live, "decommissioning": current.is_decommissioning}
-        available = changes.pop("available", None)
-        fields.update(changes)
-        updated = kw_node(current.id, str(current.pod_name), **fields)
+        updated = kw_node(current.id, str(current.pod_name),
+                          current.is_live if live is None else live,
+                          bool(current.is_decommissioning) if decommissioning is None
+                          else decommissioning)
         if available is not None:
-            updated = NodeStatus(**{**updated.__dict__, "is_available": available})
+            updated = dataclasses.replace(updated, is_available=available)
         self.world.kwdb[i] = updated
 
     def sts(self) -> Obj:
@@ -256,7 +258,7 @@ def test_status_nodes_list_live_not_live_and_decommissioning_but_not_decommissio
     nodes = [kw_node(3, "dev-2", live=False), kw_node(1, "dev-0"),
              kw_node(2, "dev-1", decommissioning=True),
              kw_node(4, "dev-3", live=False, decommissioning=True)]
-    unavailable = NodeStatus(**{**kw_node(5, "dev-4").__dict__, "is_available": False})
+    unavailable = dataclasses.replace(kw_node(5, "dev-4"), is_available=False)
     entries = node_entries([*nodes, unavailable])
     assert [(e.node_id, e.state, e.pod) for e in entries] == [
         (1, "live", "dev-0"), (2, "decommissioning", "dev-1"), (3, "not-live", "dev-2"),
@@ -445,7 +447,6 @@ def test_the_last_pod_moved_leaves_the_partition_at_zero_not_below() -> None:
                                  "under-replicated", "health unknown", "drift", "busy"])
 def test_a_rollout_waits_while_anything_is_not_healthy(why: str) -> None:
     c = rolling_cluster(partition=2)
-    spec: dict[str, Any] = {"version": "3.2.1"}
     if why == "not ready":
         c.world.put(k.POD, running(2, revision="rev2", ready=False))
     elif why == "old revision":
