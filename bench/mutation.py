@@ -20,6 +20,8 @@ run takes minutes. tests/unit/test_mutation_config.py checks the configured path
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 import random
 import re
@@ -159,12 +161,25 @@ def run_module(scratch: Path, module: str, tests: list[str], settings: Settings,
                    time.monotonic() - started)
 
 
-def show(scratch: Path, name: str) -> str:
-    """The mutant as a short diff (mutmut's `show`, without its header lines)."""
-    text = _mutmut(scratch, "show", name).stdout
-    lines = [line for line in text.splitlines()
-             if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
-    return "\n".join("        " + line.strip() for line in lines)
+def functions_of(scratch: Path, module: str) -> dict[str, list[str]]:
+    """Every function in mutmut's copy of `module` (originals and mutants), name -> body lines."""
+    source = (scratch / "mutants" / module).read_text()
+    lines = source.splitlines()
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno:
+            found[node.name] = lines[node.body[0].lineno - 1:node.end_lineno]
+    return found
+
+
+def show(functions: dict[str, list[str]], name: str) -> str:
+    """The mutant as the lines it changes (`-` original, `+` mutant)."""
+    short = name.rsplit(".", 1)[-1]
+    original = functions.get(re.sub(r"__mutmut_\d+$", "__mutmut_orig", short), [])
+    mutant = functions.get(short, [])
+    changed = [line for line in difflib.unified_diff(original, mutant, lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return "\n".join("        " + line.rstrip() for line in changed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{outcome.rate:5.1f}%  {module}: {len(outcome.killed)}/{outcome.tried} killed "
                   f"of {outcome.total_mutants} mutants ({len(outcome.accepted)} accepted as "
                   f"equivalent) in {outcome.seconds:.0f} s", flush=True)
+            functions = functions_of(scratch, module)
             for name in outcome.survived + outcome.no_tests:
                 why = "no test reaches it" if name in outcome.no_tests else "survived"
-                print(f"    {why}: {name}\n{show(scratch, name)}", flush=True)
+                print(f"    {why}: {name}\n{show(functions, name)}", flush=True)
     finally:
         if args.keep:
             print(f"scratch copy kept in {scratch}")

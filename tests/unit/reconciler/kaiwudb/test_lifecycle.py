@@ -142,8 +142,17 @@ class Cluster3:
         self.world.put(k.STATEFUL_SET, statefulset(sts_replicas))
         self.world.kwdb = [kw_node(i + 1, f"{NAME}-{i}") for i in range(pods)]
         self.admin = Admin(self.world)
+        self.metrics = Metrics()
         self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
-                                   Metrics(), admin_factory=lambda *_: self.admin)  # type: ignore[arg-type]
+                                   self.metrics, admin_factory=lambda *_: self.admin)  # type: ignore[arg-type]
+
+    def counted(self, metric: str, **labels: str) -> float:
+        """A counter of the reconciler's metrics (0 when never counted)."""
+        value = self.metrics.registry.get_sample_value(f"kaiwu_{metric}_total", labels)
+        return value or 0.0
+
+    def action(self, name: str) -> float:
+        return self.counted("lifecycle_actions", action=name)
 
     def kaiwu(self, i: int, *, live: bool | None = None, decommissioning: bool | None = None,
               available: bool | None = None) -> None:
@@ -240,6 +249,9 @@ def test_commands_run_in_the_lowest_ready_pod_and_never_in_the_one_being_removed
     assert exec_pod(pods) == f"{NAME}-2"  # a Ready pod before one that only runs kwbase
     alone = {f"{NAME}-0": pod(0, "n0")}
     assert exec_pod(alone, avoid=f"{NAME}-0") == f"{NAME}-0"  # rather than nowhere
+    leaving_ready = {f"{NAME}-0": pod(0, "n0", ready=False), f"{NAME}-2": pod(2, "n2")}
+    assert exec_pod(leaving_ready, avoid=f"{NAME}-2") == f"{NAME}-0", \
+        "a pod that runs kwbase before the one being removed, even a Ready one"
     not_ready = {f"{NAME}-0": pod(0, "n0", ready=False)}
     assert exec_pod(not_ready) == f"{NAME}-0"  # kwbase runs: it can still answer
     assert exec_pod({f"{NAME}-0": pod(0, "")}) is None
@@ -712,3 +724,219 @@ def test_the_memory_of_a_decision_outlasts_a_stale_copy_for_the_grace_period_onl
     late.obj["metadata"]["resourceVersion"] = "2"
     memory.recall(late)
     assert not late.kaiwu.initialized  # grace over: the newer object wins
+
+
+# ---- what each decision says and counts ---------------------------------------------------------
+
+def test_init_and_its_failure_are_counted() -> None:
+    c = Cluster3()
+    c.run(status={})
+    assert c.action("init") == 1
+    failing = Cluster3()
+    failing.admin.failing.add("init")
+    p = failing.run(status={})
+    assert failing.counted("errors", stage="lifecycle") == 1
+    assert p.not_ready == [("WaitingForInit", "kwbase init failed (retrying in 1s): "
+                            "init: connection refused")]
+
+
+def test_a_scale_in_waiting_says_why_in_ready_and_progressing() -> None:
+    c = Cluster3()
+    c.admin.jobs = 2
+    p = c.run(replicas=2)
+    assert ("ScaleInWaiting", "scale-in to 2 waits: 2 jobs running (SHOW JOBS)") in p.not_ready
+    assert p.progressing == [("ScaleInWaiting", "2 jobs running (SHOW JOBS)")]
+    assert ("jobs", f"{NAME}-0", ()) in c.admin.asked
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run(replicas=2)
+    assert p.progressing == [("ScaleInWaiting", "KaiwuDB nodes decommissioning: 2")]
+    c = Cluster3()
+    c.admin.health = ReplicationHealth(1, 2)
+    p = c.run(replicas=2)
+    assert p.progressing == [("ScaleInWaiting",
+                              "1 unavailable and 2 under-replicated ranges")]
+    assert "jobs" not in c.admin.commands(), "jobs are asked only once replication is healthy"
+    c = Cluster3()
+    c.admin.failing.add("replication health")
+    p = c.run(replicas=2)
+    assert p.progressing == [("ScaleInWaiting", "replication health unknown: "
+                              "replication health: connection refused")]
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_a_started_scale_in_is_counted_and_says_what_it_does() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2)
+    assert c.action("decommission") == 1
+    assert p.actions[0].target == f"Pod/{NAME}-2"
+    assert p.actions[0].message.startswith("scale-in 3 -> 2: decommissioning KaiwuDB node 3")
+    assert p.not_ready == [("ScalingIn", f"scaling in 3 -> 2: decommissioning KaiwuDB node 3 "
+                            f"({NAME}-2)")]
+    assert p.kaiwu.operation == ScaleIn(3, 2, f"{NAME}-2", "2027-01-15T08:00:00Z",
+                                        DECOMMISSIONING, 3) or (
+        p.kaiwu.operation is not None and p.kaiwu.operation.target_replicas == 2)
+
+
+def test_a_pod_that_never_joined_is_removed_without_a_decommission() -> None:
+    c = Cluster3()
+    c.world.kwdb.pop()  # dev-2 has no KaiwuDB node
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands()
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+    assert p.kaiwu.operation.node_id is None
+    assert p.not_ready[-1] == ("ScalingIn", f"scaling in 3 -> 2: removing pod {NAME}-2")
+
+
+def test_a_failed_decommission_is_retried_and_no_operation_is_recorded() -> None:
+    c = Cluster3()
+    c.admin.failing.add("decommission")
+    p = c.run(replicas=2)
+    assert p.kaiwu.operation is None
+    assert ("ScaleInWaiting", "decommission of node 3 failed (retrying in 1s): "
+            "decommission: connection refused") in p.not_ready
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_the_replica_count_unknown_keeps_the_scale_in_waiting_and_says_why() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.admin.failing.add("decommission")
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3 and p.kaiwu.operation is not None
+    assert p.progressing == [("ScalingIn", f"scaling in 3 -> 2: decommissioning KaiwuDB node 3 "
+                              f"({NAME}-2); replica count unknown (decommission: connection "
+                              "refused)")]
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_the_replica_count_is_never_asked_of_the_node_being_removed() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    for i in (0, 1):
+        c.world.put(k.POD, pod(i, f"n{i}", ready=False))  # kwbase runs, readiness fails
+    c.admin.replicas[3] = 0
+    p = c.run(replicas=2, status=scale_in_status())
+    asked = [pod_ for command, pod_, _ in c.admin.asked if command == "decommission"]
+    assert asked == [f"{NAME}-0"], "a pod that runs kwbase rather than the one leaving"
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+
+
+def test_a_node_missing_from_the_decommission_answer_is_not_taken_as_empty() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+
+    def nothing(pod_: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        c.admin.asked.append(("decommission", pod_, tuple(node_ids)))
+        return ()
+
+    c.admin.decommission = nothing  # type: ignore[method-assign]
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3
+    assert "node 3 missing from the decommission status" in text(p.progressing)
+
+
+def test_a_finished_node_shrinks_the_statefulset_by_exactly_one() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.actions[0].message.endswith("the StatefulSet shrinks to 2")
+    assert p.events[0][:2] == ("Normal", "NodeDecommissioned")
+    assert p.actions[0].target == f"Pod/{NAME}-2"
+
+
+def test_the_end_of_a_scale_in_step_is_counted_with_its_claim_deletion() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert c.action("delete-claim") == 1 and c.action("scale-in-step") == 1
+    assert c.counted("writes", verb="delete", kind="PersistentVolumeClaim") == 1
+    assert [(a.action, a.target) for a in p.actions] == [
+        ("ClaimDeleted", f"PersistentVolumeClaim/data-{NAME}-2"),
+        ("ScaledIn", f"StatefulSet/{NAME}")]
+    assert p.actions[1].message == f"3 -> 2 replicas ({NAME}-2 removed)"
+
+
+def test_a_scale_out_that_cannot_recommission_yet_keeps_the_operation() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.admin.failing.add("recommission")
+    p = c.run(replicas=3, status=scale_in_status())
+    assert p.kaiwu.operation is not None
+    assert ("ScalingIn", "recommission of node 3 failed (retrying in 1s): recommission: "
+            "connection refused") in p.not_ready
+    c.admin.failing.clear()
+    p = c.run(replicas=3, status=scale_in_status())
+    assert c.action("recommission") == 1 and p.requeue and POLL in p.requeue
+    assert p.actions[0].target == f"Pod/{NAME}-2"
+    assert p.actions[0].message.startswith("spec.replicas is 3 again: KaiwuDB node 3")
+
+
+def test_stray_decommission_is_counted_warned_and_its_failure_retried() -> None:
+    c = stray_cluster()
+    p = c.run()
+    assert c.action("decommission-stray-node") == 1
+    assert p.events[0][:2] == ("Warning", "StrayNodeDecommissioned")
+    assert f"({NAME}-3)" in p.events[0][2] and POLL in p.requeue
+    c = stray_cluster()
+    c.admin.failing.add("decommission")
+    p = c.run()
+    assert ("StrayNodes", "decommission of nodes [4] whose pods are gone failed (retrying in "
+            "1s): decommission: connection refused") in p.not_ready
+
+
+def test_a_stray_claim_deletion_is_counted_and_says_why() -> None:
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    p = c.run()
+    assert c.action("delete-claim") == 1
+    assert c.counted("writes", verb="delete", kind="PersistentVolumeClaim") == 1
+    assert p.actions[0].message.startswith("KaiwuDB node 4 is decommissioned")
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") in c.world.writes
+
+
+def test_recommissioning_a_wanted_node_is_counted_warned_and_retried_on_failure() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run()
+    assert c.action("recommission") == 1
+    assert p.events[0][:2] == ("Warning", "Recommissioned")
+    assert POLL in p.requeue
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    c.admin.failing.add("recommission")
+    p = c.run()
+    assert "NodesDecommissioning" in reasons(p.not_ready)
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.run(replicas=2, status=scale_in_status())
+    assert "recommission" not in c.admin.commands(), "the scale-in's own target is not wanted"
+
+
+def test_a_rollout_step_is_counted_and_patches_the_statefulset() -> None:
+    c = rolling_cluster(partition=2)
+    c.run(version="3.2.1")
+    assert c.action("upgrade-step") == 1
+    assert c.counted("writes", verb="patch", kind="StatefulSet") == 1
+    assert ("replication health", f"{NAME}-0", ()) in c.admin.asked
+
+
+def test_an_uninitialised_cluster_rolls_nothing_and_says_so() -> None:
+    c = rolling_cluster(partition=2)
+    c.world.put(k.POD, running(0, revision="rev1", ready=False))
+    c.world.objects.pop(("Pod", NS, f"{NAME}-1"))
+    p = c.run(status={}, version="3.2.1")
+    assert p.live.partition == 2
+    assert "next pod waits: the cluster is not initialised" in text(p.progressing)
+
+
+def test_pods_down_within_the_live_statefulset_block_the_rollout_and_name_the_pod() -> None:
+    c = rolling_cluster(partition=2)
+    c.world.put(k.STATEFUL_SET, statefulset(4, partition=2, update="rev2"))
+    c.world.put(k.POD, running(3, revision="rev2"))
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+    del c.world.objects[("Pod", NS, f"{NAME}-3")]
+    p = c.run(replicas=4, version="3.2.1")
+    assert p.live.partition == 2
+    assert f"next pod waits: pods are down: {NAME}-3" in text(p.progressing)
