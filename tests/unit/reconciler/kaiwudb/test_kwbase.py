@@ -381,3 +381,20 @@ def test_error_text_keeps_the_message_and_drops_the_trailer() -> None:
     stderr = ('warning: something first\nERROR: node 9 doesn\'t exist\n'
               'HINT: check the id\nFailed running "node status"\n')
     assert kwbase.error_text(stderr) == "ERROR: node 9 doesn't exist HINT: check the id"
+
+
+def test_liveness_and_availability_are_read_from_their_own_columns() -> None:
+    """KWDB prints is_available false while is_live is true when a node's liveness record
+    expired or it upgrades (kwbase/pkg/cli/node.go), and the reverse is possible in between:
+    each flag comes from its own column, and healthy needs both."""
+    header = ("id,address,sql_address,build,started_at,updated_at,locality,start_mode,"
+              "is_available,is_live\n")
+    row = ("{id},dev-{i}.dev.db.svc.cluster.local:26257,dev-{i}:26257,V3.2.1,"
+           "2027-01-15 08:00:00,2027-01-15 08:01:00,,start,{available},{live}\n")
+    text = header + "".join(row.format(id=i + 1, i=i, available=a, live=live_) for i, (a, live_) in
+                            enumerate([("true", "true"), ("false", "true"), ("true", "false"),
+                                       ("false", "false")]))
+    nodes = kwbase.parse_node_status(text)
+    assert [(n.is_available, n.is_live) for n in nodes] == [
+        (True, True), (False, True), (True, False), (False, False)]
+    assert [n.healthy for n in nodes] == [True, False, False, False]
