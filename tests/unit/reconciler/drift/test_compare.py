@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from fractions import Fraction
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import pytest
