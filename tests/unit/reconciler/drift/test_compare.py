@@ -1394,6 +1394,7 @@ def test_a_quantity_written_any_way_has_one_canonical_spelling(
     assert one is not None and other is not None
     spelling = comparable(one)
     assert spelling == comparable(other), (one, other)
+    assert isinstance(spelling, str)
     assert Fraction(parse(spelling).value) == value
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -22,12 +22,20 @@ from reconciler.kaiwudb.kwbase import (
     DecommissionStatus,
     InitOutcome,
     KwbaseError,
+    KwbaseSettings,
     NodeStatus,
     ReplicationHealth,
 )
 from reconciler.kaiwudb.lifecycle import Lifecycle, StatusMemory
 from reconciler.kaiwudb.nodes import node_entries, node_state
-from reconciler.kaiwudb.pods import exec_pod, kwbase_running, ordinal, partition_of, pod_ready
+from reconciler.kaiwudb.pods import (
+    claim_of,
+    exec_pod,
+    kwbase_running,
+    ordinal,
+    partition_of,
+    pod_ready,
+)
 from reconciler.kaiwudb.rollout import (
     template_changed_by_others,
     version_change_problem,
@@ -37,6 +45,7 @@ from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
+from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, ScaleIn
@@ -108,7 +117,7 @@ class Admin:
 
     def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
-        self._ask("node status", pod)
+        self._ask("node status --decommission" if decommission else "node status", pod)
         return tuple(self.world.kwdb)
 
     def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
@@ -143,8 +152,14 @@ class Cluster3:
         self.world.kwdb = [kw_node(i + 1, f"{NAME}-{i}") for i in range(pods)]
         self.admin = Admin(self.world)
         self.metrics = Metrics()
+        self.admins_for: list[tuple[str, float]] = []  # (cluster, exec time-out) per adapter
+
+        def factory(kube: Any, cluster: Cluster, settings: KwbaseSettings) -> Admin:
+            self.admins_for.append((cluster.name, settings.timeout_s))
+            return self.admin
+
         self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
-                                   self.metrics, admin_factory=lambda *_: self.admin)  # type: ignore[arg-type]
+                                   self.metrics, admin_factory=factory)  # type: ignore[arg-type]
 
     def counted(self, metric: str, **labels: str) -> float:
         """A counter of the reconciler's metrics (0 when never counted)."""
@@ -355,9 +370,9 @@ def test_a_steady_cluster_is_probed_again_only_after_probe_every_s() -> None:
     first = c.run()
     status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
     c.run(now=NOW + PROBE_EVERY - 1, status=status)
-    assert c.admin.commands() == ["node status"]
+    assert c.admin.commands() == ["node status --decommission"]
     c.run(now=NOW + PROBE_EVERY, status=status)
-    assert c.admin.commands() == ["node status"] * 2
+    assert c.admin.commands() == ["node status --decommission"] * 2
 
 
 def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_node_down() -> None:
@@ -366,7 +381,7 @@ def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_no
     status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
     c.world.put(k.POD, pod(1, "n1", uid="a-new-pod"))
     c.run(now=NOW + 1, status=status)
-    assert c.admin.commands() == ["node status"] * 2
+    assert c.admin.commands() == ["node status --decommission"] * 2
 
     c.kaiwu(2, live=False)
     c.lifecycle.forget(NS, NAME)
@@ -374,12 +389,12 @@ def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_no
     c.kaiwu(2, live=True)
     c.run(now=NOW + 3, status=status)  # looks again at once: finds it back
     c.run(now=NOW + 4, status=status)  # steady again: no exec
-    assert c.admin.commands() == ["node status"] * 4
+    assert c.admin.commands() == ["node status --decommission"] * 4
 
 
 def test_a_failed_probe_says_why_and_looks_again_after_poll_s() -> None:
     c = Cluster3()
-    c.admin.failing.add("node status")
+    c.admin.failing.add("node status --decommission")
     p = c.run()
     assert reasons(p.not_ready) == ["NodeStatusUnknown"] and p.requeue == [POLL]
 
@@ -712,7 +727,7 @@ def test_fewer_replicas_in_the_spec_than_live_after_a_restart_is_a_scale_in() ->
 
 
 def test_the_memory_of_a_decision_outlasts_a_stale_copy_for_the_grace_period_only() -> None:
-    memory = StatusMemory(grace_s=5.0)
+    memory = Cluster3().lifecycle.memory  # five seconds by default
     decided = new_pass(status={"initialized": False})
     decided.kaiwu.initialized = True
     memory.save(decided)
@@ -830,7 +845,7 @@ def test_a_node_missing_from_the_decommission_answer_is_not_taken_as_empty() -> 
         c.admin.asked.append(("decommission", pod_, tuple(node_ids)))
         return ()
 
-    c.admin.decommission = nothing  # type: ignore[method-assign]
+    c.admin.decommission = nothing  # type: ignore[method-assign,assignment]
     p = c.run(replicas=2, status=scale_in_status())
     assert p.live.replicas == 3
     assert "node 3 missing from the decommission status" in text(p.progressing)
@@ -940,3 +955,156 @@ def test_pods_down_within_the_live_statefulset_block_the_rollout_and_name_the_po
     p = c.run(replicas=4, version="3.2.1")
     assert p.live.partition == 2
     assert f"next pod waits: pods are down: {NAME}-3" in text(p.progressing)
+
+
+def test_a_pass_reading_the_version_it_wrote_from_takes_the_remembered_fields() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    decided = new_pass(status={"initialized": False})
+    decided.kaiwu.initialized = True
+    memory.save(decided)
+    again = new_pass(now=NOW + 60, status={"initialized": False})  # same resourceVersion "1"
+    memory.recall(again)
+    assert again.kaiwu.initialized, "the cache has not seen our write yet"
+
+
+def test_a_pass_that_decided_nothing_new_leaves_nothing_pending() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    steady = new_pass(status={"initialized": True})
+    memory.save(steady)
+    changed = new_pass(now=NOW + 1, status={"initialized": False})
+    changed.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(changed)
+    assert not changed.kaiwu.initialized, "someone else's newer object wins at once"
+    memory.forget(NS, NAME)
+    memory.recall(again := new_pass(status={"initialized": False}))
+    assert not again.kaiwu.initialized
+
+
+def test_each_pass_makes_the_admin_adapter_for_its_cluster_with_the_exec_time_out() -> None:
+    c = Cluster3()
+    c.run()
+    assert c.admins_for and set(c.admins_for) == {(NAME, LifecycleSettings().exec_timeout_s)}
+
+
+def test_a_running_scale_in_probes_the_nodes_on_every_pass() -> None:
+    c = Cluster3()
+    first = c.run()
+    nodes = [n.to_status() for n in first.kaiwu.nodes or ()]
+    c.kaiwu(2, decommissioning=True)
+    c.admin.replicas[3] = 5
+    c.run(replicas=2, now=NOW + 1, status={**scale_in_status(), "nodes": nodes})
+    assert c.admin.commands().count("node status --decommission") == 2
+
+
+def test_without_a_statefulset_the_spec_says_how_many_nodes_to_wait_for() -> None:
+    c = Cluster3()
+    del c.world.objects[("StatefulSet", NS, NAME)]
+    c.world.kwdb.pop()
+    p = c.run()
+    assert ("NodesJoining", "2/3 KaiwuDB nodes live") in p.not_ready
+
+
+def test_the_statefulset_not_the_spec_says_how_many_nodes_to_wait_for() -> None:
+    c = Cluster3()  # spec asks for 4; the StatefulSet has not grown yet
+    p = c.run(replicas=4)
+    assert "NodesJoining" not in reasons(p.not_ready)
+
+
+def test_an_already_initialised_cluster_goes_on_to_probe_in_the_same_pass() -> None:
+    c = Cluster3()
+    c.admin.init_outcome = InitOutcome.ALREADY_INITIALIZED
+    p = c.run(status={})
+    assert c.admin.commands()[:2] == ["init", "node status --decommission"]
+    assert [a.action for a in p.actions] == ["Initialized"]
+    assert p.actions[0].message == "kwbase init: the cluster was already initialized"
+
+
+def test_with_no_pod_running_kwbase_the_probe_says_so() -> None:
+    c = Cluster3()
+    for i in range(3):
+        c.world.put(k.POD, pod(i, ""))
+    p = c.run()
+    assert ("WaitingForPods", "no pod runs kwbase") in p.not_ready
+    assert "node status --decommission" not in c.admin.commands()
+
+
+def test_a_failed_probe_is_retried_at_the_next_pass_even_with_nothing_changed() -> None:
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=3, update="rev2"))  # forces a probe
+    c.admin.failing.add("node status --decommission")
+    p = c.run(now=NOW + 1, status=status)
+    assert ("NodeStatusUnknown", "kwbase node status failed (retrying in 1s): "
+            "node status --decommission: connection refused") in p.not_ready
+    c.admin.failing.clear()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=3))
+    c.run(now=NOW + 2, status=status)
+    assert c.admin.commands().count("node status --decommission") == 3
+
+
+def test_every_node_without_a_pod_is_named() -> None:
+    c = Cluster3()
+    c.world.kwdb += [kw_node(4, f"{NAME}-3"), kw_node(5, f"{NAME}-4")]
+    p = c.run()
+    assert ("NodesWithoutPods", f"KaiwuDB nodes whose pod is gone: 4 ({NAME}-3), "
+            f"5 ({NAME}-4)") in p.not_ready
+
+
+def test_versions_are_read_from_image_tags_even_behind_a_registry_port() -> None:
+    pods = {f"{NAME}-0": running(0), f"{NAME}-1": running(1), f"{NAME}-2": running(2)}
+    pods[f"{NAME}-0"]["spec"]["containers"][0]["image"] = "registry.local:5000/kwdb/kwdb:3.2.0"
+    pods[f"{NAME}-1"]["spec"]["containers"][0]["image"] = "registry.local:5000/kwdb/kwdb"
+    pods[f"{NAME}-2"]["spec"]["containers"].insert(0, {"name": "init", "image": "busybox:1.0"})
+    assert "3.2.0" in version_change_problem("3.1.0", pods)
+    assert version_change_problem("3.2.0", pods) == ""
+
+
+def test_our_own_template_writes_are_not_someone_elses_drift() -> None:
+    c = rolling_cluster(partition=2)
+    sts = c.sts()
+    sts["metadata"]["managedFields"] = [
+        {"manager": "kaiwu-reconciler", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+    c.world.put(k.STATEFUL_SET, sts)
+    assert c.run(version="3.2.1").live.partition == 1
+    sts["metadata"]["managedFields"] += [
+        {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "helm", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+    c.world.put(k.STATEFUL_SET, sts)
+    p = c.run(version="3.2.1")
+    assert "the pod template was changed by kubectl-edit, helm: that is drift" in text(
+        p.progressing)
+
+
+def test_a_rollout_names_every_node_that_is_not_live() -> None:
+    c = rolling_cluster(partition=2)
+    c.kaiwu(0, live=False)
+    c.kaiwu(1, live=False)
+    p = c.run(version="3.2.1")
+    assert "next pod waits: KaiwuDB nodes not live: 1, 2" in text(p.progressing)
+
+
+def test_a_rollout_during_a_scale_out_checks_only_the_statefulsets_pods() -> None:
+    c = rolling_cluster(partition=2)
+    p = c.run(replicas=4, version="3.2.1")  # dev-3 is not made yet
+    assert p.live.partition == 1
+
+
+def test_a_claim_the_cache_lacks_is_read_from_the_api() -> None:
+    c = Cluster3()
+    view, kube = FakeView(c.world), cast(KubeClient, Kube(c.world))
+    assert claim_of(view, kube, NS, f"{NAME}-1") == c.world.find(k.PVC, NS, f"data-{NAME}-1")
+
+    class Empty(FakeView):
+        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            return None
+
+    assert claim_of(Empty(c.world), kube, NS, f"{NAME}-1") is not None
+    cached = copy.deepcopy(c.world.find(k.PVC, NS, f"data-{NAME}-1"))
+    del c.world.objects[("PersistentVolumeClaim", NS, f"data-{NAME}-1")]
+
+    class Cached(FakeView):
+        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            return cached
+
+    assert claim_of(Cached(c.world), kube, NS, f"{NAME}-1") == cached, "the cache is enough"
