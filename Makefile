@@ -4,6 +4,7 @@
 #   make preview  render the example clusters in clusters/ into out/ (no cluster needed)
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
+#   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test lint world lock image clean
+.PHONY: demo preview test lint world lock image mutation clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,12 @@ lint: $(STAMP)
 
 test: world lint
 	$(BIN)/pytest
+
+# Mutation testing of the modules listed in pyproject.toml's [tool.kaiwu-mutation] against the
+# fast tests mapped to each (mutmut; see docs/mutation.md). Takes minutes, so it is not part of
+# `make test`. MUTATION_ARGS="reconciler/kaiwudb/ --sample 0" narrows it or tries every mutant.
+mutation: $(STAMP)
+	$(BIN)/python -m bench.mutation $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) out .testworld
