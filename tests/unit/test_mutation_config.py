@@ -29,7 +29,7 @@ def test_each_module_is_imported_by_one_of_its_test_files() -> None:
         dotted = module.removesuffix(".py").replace("/", ".")
         package, _, name = dotted.rpartition(".")
         texts = [(ROOT / test).read_text() for test in tests]
-        assert any(dotted in text or f"from {package} import" in text and name in text
+        assert any(dotted in text or (f"from {package} import" in text and name in text)
                    for text in texts), f"no test file of {module} imports it"
 
 
@@ -43,7 +43,7 @@ def test_accepted_survivors_name_a_configured_module_and_say_why() -> None:
 def test_mutmut_is_pointed_at_the_source_trees() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     assert all((ROOT / path).is_dir() for path in config["source_paths"])
-    assert 0 < SETTINGS.sample and 0 < SETTINGS.target <= 100
+    assert SETTINGS.sample > 0 and 0 < SETTINGS.target <= 100
 
 
 def test_names_rates_and_diffs_of_mutants() -> None:
