@@ -168,7 +168,10 @@ def functions_of(scratch: Path, module: str) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno:
-            found[node.name] = lines[node.body[0].lineno - 1:node.end_lineno]
+            # The signature too (a default can be mutated), with the name made neutral.
+            body = lines[node.lineno - 1:node.end_lineno]
+            body[0] = body[0].replace(node.name, re.sub(r"__mutmut_\w+$", "", node.name), 1)
+            found[node.name] = body
     return found
 
 

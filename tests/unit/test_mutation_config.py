@@ -52,8 +52,8 @@ def test_names_rates_and_diffs_of_mutants() -> None:
                       accepted=["c"], seconds=1.0)
     assert (outcome.tried, outcome.rate) == (10, 90.0)
     assert Outcome("m.py", 0, [], [], [], [], 0.0).rate == 100.0
-    functions = {"x_f__mutmut_orig": ["    a = 1", "    return a"],
-                 "x_f__mutmut_3": ["    a = 2", "    return a"]}
+    functions = {"x_f__mutmut_orig": ["def x_f():", "    a = 1", "    return a"],
+                 "x_f__mutmut_3": ["def x_f():", "    a = 2", "    return a"]}
     assert show(functions, "pkg.mod.x_f__mutmut_3") == "        -    a = 1\n        +    a = 2"
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from reconciler.kaiwudb.failover import (
     CRASH_LOOP,
     CRASH_RESTARTS,
@@ -338,8 +340,9 @@ def test_a_pod_recreated_against_a_deleted_claim_is_deleted_once_the_claim_is_go
     assert world.writes == [], "a terminating claim is waited for"
     assert reasons(p)[0] == "Replacing"
     del world.objects[("PersistentVolumeClaim", NS, "data-dev-1")]
-    run_pass(world, replaceLostVolumes=True)
+    p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [("delete", "Pod", "dev-1")]
+    assert said(p).startswith("Replacing: pod dev-1 is recreated with a new claim")
 
 
 def test_after_a_crash_the_pod_recreated_with_a_fresh_claim_is_left_alone() -> None:
@@ -725,3 +728,59 @@ def test_a_restarted_pod_that_is_not_back_yet_is_waited_for() -> None:
     assert said(p).startswith("CrashLoop: pod dev-2 was restarted after crashing; waiting")
     assert Finding("dev-2", CRASH_LOOP, restarts=1).record() == {
         "stage": CRASH_LOOP, "restarts": 1, "lastWords": ""}
+
+
+class StaleView(FakeView):
+    """The watch cache, still showing pod dev-1 as it was before the StatefulSet replaced it."""
+
+    def __init__(self, world: World, stale: Obj) -> None:
+        super().__init__(world)
+        self.stale = stale
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        if kind.kind == "Pod" and name == "dev-1":
+            return copy.deepcopy(self.stale)
+        return super().get(kind, namespace, name)
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        found = super().list(kind, namespace, labels)
+        if kind.kind != "Pod":
+            return found
+        return [copy.deepcopy(self.stale) if o["metadata"]["name"] == "dev-1" else o
+                for o in found]
+
+
+def test_a_force_delete_that_finds_a_successor_already_there_leaves_it_alone() -> None:
+    """The cache still shows the lost pod; the API has its successor (another uid): the
+    delete's uid precondition fails with 409, which means the work is done."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    stale = world.find(k.POD, NS, "dev-1")
+    assert stale is not None
+    world.put(k.POD, pod(1, "n3", uid="successor"))
+    view, kube = StaleView(world, stale), FakeKube(world)
+    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
+                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
+    step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    p = new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)})
+    step.run(p)
+    assert world.writes == [] and world.find(k.POD, NS, "dev-1") is not None
+    assert [a.action for a in p.actions] == ["PodForceDeleted"]
+
+
+def test_an_api_error_other_than_a_conflict_is_not_swallowed() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+
+    class Refusing(FakeKube):
+        def delete(self, kind: Kind, namespace: str | None, name: str, *,
+                   uid: str | None = None, grace_period_seconds: int | None = None,
+                   propagation: str | None = None) -> bool:
+            raise ApiError(403, "Forbidden", "pods is forbidden")
+
+    view, kube = FakeView(world), Refusing(world)
+    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
+                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
+    step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    with pytest.raises(ApiError):
+        step.run(new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)}))

@@ -1108,3 +1108,10 @@ def test_a_claim_the_cache_lacks_is_read_from_the_api() -> None:
             return cached
 
     assert claim_of(Cached(c.world), kube, NS, f"{NAME}-1") == cached, "the cache is enough"
+
+
+def test_a_rollout_waits_while_a_scale_in_runs() -> None:
+    c = rolling_cluster(partition=3)
+    p = c.run(replicas=2, version="3.2.1")
+    assert p.live.partition == 3
+    assert "next pod waits: a scale-in is in progress" in text(p.progressing)
