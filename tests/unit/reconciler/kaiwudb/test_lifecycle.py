@@ -1115,3 +1115,47 @@ def test_a_rollout_waits_while_a_scale_in_runs() -> None:
     p = c.run(replicas=2, version="3.2.1")
     assert p.live.partition == 3
     assert "next pod waits: a scale-in is in progress" in text(p.progressing)
+
+
+def test_scale_in_checks_are_asked_of_another_pod_than_the_one_leaving() -> None:
+    c = Cluster3()
+    for i in (0, 1):
+        c.world.put(k.POD, pod(i, f"n{i}", ready=False))  # kwbase runs, readiness fails
+    c.run(replicas=2)
+    asked = {(command, pod_) for command, pod_, _ in c.admin.asked}
+    assert ("replication health", f"{NAME}-0") in asked
+    assert ("decommission", f"{NAME}-0") in asked
+    assert not any(pod_ == f"{NAME}-2" for command, pod_ in asked if command != "node status"
+                   " --decommission")
+
+
+def test_a_scale_out_cancel_waits_for_a_pod_that_runs_kwbase() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    for i in range(3):
+        c.world.put(k.POD, pod(i, ""))
+    p = c.run(replicas=3, status=scale_in_status())
+    assert p.kaiwu.operation is not None and "recommission" not in c.admin.commands()
+    assert ("ScalingIn", "recommission waits for a pod that runs kwbase") in p.not_ready
+    assert POLL in p.requeue
+
+
+class StaleClaims(FakeView):
+    """The watch cache, still showing claim data-dev-3 with the uid it had before."""
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = super().get(kind, namespace, name)
+        if found is not None and kind.kind == "PersistentVolumeClaim":
+            found["metadata"]["uid"] = "an-older-claim"
+        return found
+
+
+def test_a_strays_claim_is_deleted_only_as_it_was_judged() -> None:
+    """A claim of the same name made since (another uid) is not the one judged empty."""
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    c.lifecycle = Lifecycle(Kube(c.world), StaleClaims(c.world),  # type: ignore[arg-type]
+                            c.metrics, admin_factory=lambda *_: c.admin)  # type: ignore[arg-type]
+    c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+    assert c.world.find(k.PVC, NS, f"data-{NAME}-3") is not None
