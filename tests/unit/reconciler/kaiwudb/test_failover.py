@@ -76,6 +76,7 @@ class FakeView:
         self.world = world
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        assert isinstance(namespace, str), "the cache keys cluster-scoped objects by \"\""
         return self.world.find(kind, namespace, name)
 
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
@@ -286,8 +287,10 @@ def test_without_the_policy_the_pod_is_force_deleted_and_its_claim_kept() -> Non
     world.put(k.POD, pod(1, uid="successor"))  # the StatefulSet recreates it: Pending
     waiting = run_pass(world)
     assert world.writes == [("delete", "Pod", "dev-1")], "nothing more"
-    assert reasons(waiting)[0] == "VolumeOnLostNode"
-    assert "spec.failover.replaceLostVolumes" in waiting.not_ready[0][1]
+    assert waiting.not_ready[0] == ("VolumeOnLostNode", (
+        "pod dev-1 cannot start elsewhere: its volume (data-dev-1) is on the lost node n1. "
+        "Bring the node back, or set spec.failover.replaceLostVolumes to give up that copy of "
+        "the data and start a fresh store"))
 
 
 def test_the_claim_is_kept_while_kaiwudb_still_counts_the_pods_node_live() -> None:
@@ -507,8 +510,9 @@ def test_the_node_lost_timeout_is_met_on_the_second_it_runs_out_not_a_second_bef
     assert world.grace["dev-1"] == 0, "force-deleted: no kubelet will confirm a graceful one"
     assert counted(world, "lifecycle_actions", action="force-delete-pod") == 1
     assert counted(world, "writes", verb="delete", kind="Pod") == 1
-    assert p.events[0][:2] == ("Warning", "PodForceDeleted")
-    assert f"since {stamp(NOW - TIMEOUT)}" in p.events[0][2]
+    assert p.events[0] == ("Warning", "PodForceDeleted", (
+        f"Pod/dev-1: its node n1 has been Unknown since {stamp(NOW - TIMEOUT)} (longer than "
+        "nodeLostTimeout 60s): force-deleted so the StatefulSet recreates it"))
     assert (p.kaiwu.failures or {})["dev-1"] == {
         "stage": NODE_LOST, "node": "n1", "nodeReady": "Unknown", "since": stamp(NOW - TIMEOUT)}
 
@@ -543,6 +547,8 @@ def test_a_pending_pod_and_its_claim_on_a_lost_node_both_go_and_are_counted() ->
     world.put(k.POD, pod(1, uid="recreated"))  # Pending against the old claim
     p = run_pass(world, replaceLostVolumes=True)
     assert world.grace["dev-1"] == 0 and p.wrote
+    assert [(a.action, a.target) for a in p.actions] == [
+        ("VolumeReplaced", "PersistentVolumeClaim/data-dev-1")]
     assert counted(world, "lifecycle_actions", action="replace-volume") == 1
     assert p.requeue == [1.0]
 
@@ -622,6 +628,7 @@ def test_the_dead_node_decommission_says_which_node_replaces_it_and_looks_again(
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))
     p = run_pass(world, replaceLostVolumes=True)
+    assert (p.kaiwu.failures or {})["dev-1"] == {"stage": "StoreReplaced", "deadNodeIds": [2]}
     assert "node 4 replaces them" in p.actions[0].message
     assert counted(world, "lifecycle_actions", action="decommission-dead-node") == 1
     assert p.requeue == [1.0]
@@ -784,3 +791,14 @@ def test_an_api_error_other_than_a_conflict_is_not_swallowed() -> None:
     step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
     with pytest.raises(ApiError):
         step.run(new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)}))
+
+
+def test_a_claim_already_going_is_not_deleted_again_when_its_pod_is_evicted() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    going = claim(1, "n1")
+    going["metadata"]["deletionTimestamp"] = stamp(NOW - 1)
+    world.put(k.PVC, going)
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert [a.action for a in p.actions] == ["PodForceDeleted"]
