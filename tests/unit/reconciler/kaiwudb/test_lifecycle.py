@@ -1159,3 +1159,30 @@ def test_a_strays_claim_is_deleted_only_as_it_was_judged() -> None:
     c.run()
     assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
     assert c.world.find(k.PVC, NS, f"data-{NAME}-3") is not None
+
+
+def test_once_our_write_shows_the_memory_ends_and_later_changes_win() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    decided = new_pass(status={"initialized": False})
+    decided.kaiwu.initialized = True
+    memory.save(decided)
+    arrived = new_pass(now=NOW + 1, status={"initialized": True})
+    arrived.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(arrived)
+    assert arrived.kaiwu.initialized
+    reset = new_pass(now=NOW + 2, status={"initialized": False})  # someone else's change
+    reset.obj["metadata"]["resourceVersion"] = "3"
+    memory.recall(reset)
+    assert not reset.kaiwu.initialized
+
+
+def test_the_lifecycle_step_runs_for_a_valid_cluster_that_is_not_paused_or_halted() -> None:
+    lifecycle = Cluster3().lifecycle
+    assert lifecycle.wanted(new_pass())
+    assert not lifecycle.wanted(new_pass(paused=True))
+    halted = new_pass()
+    halted.halted = True
+    assert not lifecycle.wanted(halted)
+    invalid = new_pass()
+    invalid.cluster = None
+    assert not lifecycle.wanted(invalid)
