@@ -228,3 +228,68 @@ def test_a_drift_report_is_worded_up_to_its_limit_then_counted() -> None:
     worded = changes_text(report(7), limit=5)
     assert worded.count("->") == 5 and worded.endswith("; and 2 more")
     assert "and" not in changes_text(report(1))
+
+
+def test_every_stall_and_drifted_object_is_named_in_order() -> None:
+    p = ready_pass()
+    p.stalled += [("CrashLoop", "pod dev-2 keeps crashing"), ("StoreReplaced", "node 2 lost")]
+    assert conditions_of(p)["Stalled"].message == "pod dev-2 keeps crashing; node 2 lost"
+    drifted = ready_pass()
+    drifted.states.append(service_state("drifted", report=report(1)))
+    drifted.states.append(sts_state(ready=3, verdict="drifted"))
+    assert conditions_of(drifted)["Ready"].message == (
+        f"objects differ from the spec: Service/{NAME}-public, StatefulSet/{NAME}")
+
+
+def test_an_invalid_spec_is_halted_not_stalled_by_the_lifecycle() -> None:
+    p = a_pass()
+    p.halted = True
+    found = conditions_of(p)
+    assert (found["Stalled"].status, found["Stalled"].reason) == ("False", "Halted")
+    assert (found["Ready"].reason, found["Ready"].message) == (
+        "InvalidSpec", "the spec cannot be rendered")
+
+
+def test_drift_policy_off_says_live_objects_are_not_checked() -> None:
+    off = ready_pass(drift={"policy": "off"})
+    assert conditions_of(off)["Drifted"].message == \
+        "drift policy is off: live objects are not checked"
+
+
+def test_kinds_this_kubernetes_does_not_serve_are_named_in_ready() -> None:
+    p = ready_pass()
+    for name in ("a", "b"):
+        p.states.append(ObjectState(ObjectRef("monitoring.coreos.com/v1", "ServiceMonitor", NS,
+                                              name), k.SERVICE, {}, None,
+                                    verdict="unserved"))  # type: ignore[arg-type]
+    assert conditions_of(p)["Ready"].message == (
+        "3/3 pods ready (not served by this Kubernetes, skipped: ServiceMonitor/a, "
+        "ServiceMonitor/b; install the CRDs that serve them)")
+
+
+def test_a_terminating_object_is_not_in_the_inventory() -> None:
+    p = ready_pass()
+    p.states.append(service_state("terminating"))
+    assert not any("Service" in ref for ref in observed(p).inventory)
+
+
+def test_reconciling_is_true_while_work_is_left_and_says_what() -> None:
+    p = ready_pass()
+    p.progressing.append(("ScalingIn", "3 -> 2"))
+    p.not_ready.append(("ScalingIn", "3 -> 2"))
+    assert conditions_of(p)["Reconciling"].status == "True"
+    waiting = a_pass()
+    waiting.states.append(sts_state(ready=1))
+    reconciling = conditions_of(waiting)["Reconciling"]
+    assert (reconciling.status, reconciling.reason, reconciling.message) == (
+        "True", "WaitingForPods", "1/3 pods ready")
+
+
+def test_a_statefulset_that_reports_no_updated_pods_is_still_rolling_out() -> None:
+    p = a_pass(replicas=1, startMode="single-node")
+    state = sts_state(ready=1)
+    assert state.live is not None
+    state.desired["spec"]["replicas"] = 1
+    state.live["status"] = {"observedGeneration": 1, "replicas": 1, "readyReplicas": 1}
+    p.states.append(state)
+    assert conditions_of(p)["Ready"].message == "1/1 pods ready, rollout in progress"

@@ -459,7 +459,7 @@ def test_a_rollout_moves_one_pod_per_pass_once_the_moved_pods_are_ready() -> Non
     assert c.sts()["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 1
     assert [a.action for a in p.actions] == ["Upgrading"]
     assert f"{NAME}-1" in p.actions[0].target
-    assert "1/3 pods moved" in text(p.progressing)
+    assert p.progressing == [("Upgrading", "rolling update to revision rev2: 1/3 pods moved")]
     assert p.requeue == [POLL]
 
 
@@ -1186,3 +1186,30 @@ def test_the_lifecycle_step_runs_for_a_valid_cluster_that_is_not_paused_or_halte
     invalid = new_pass()
     invalid.cluster = None
     assert not lifecycle.wanted(invalid)
+
+
+def test_every_wanted_node_recommissioned_at_once_is_named() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    c.kaiwu(2, decommissioning=True)
+    p = c.run()
+    assert ("recommission", f"{NAME}-0", (2, 3)) in c.admin.asked
+    assert p.actions[0].message.startswith(
+        f"KaiwuDB node(s) 2, 3 of wanted pods ({NAME}-1, {NAME}-2) were decommissioning")
+
+
+def test_every_stray_is_named_and_a_claim_already_going_is_left_alone() -> None:
+    c = stray_cluster()
+    c.world.kwdb.append(kw_node(5, f"{NAME}-4", live=False))
+    p = c.run(startMode="single-replica")
+    assert f"KaiwuDB node(s) 4, 5 of pod(s) {NAME}-3, {NAME}-4 beyond" in text(p.stalled)
+    p = c.run()
+    assert p.events[0][2].endswith("their claims go once no replica is left on them")
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    going = claim(3, "n3")
+    going["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    c.world.put(k.PVC, going)
+    c.run()
+    assert "decommission" not in c.admin.commands(), "no replica count asked for it"
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
