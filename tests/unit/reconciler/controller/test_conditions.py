@@ -261,7 +261,7 @@ def test_kinds_this_kubernetes_does_not_serve_are_named_in_ready() -> None:
     for name in ("a", "b"):
         p.states.append(ObjectState(ObjectRef("monitoring.coreos.com/v1", "ServiceMonitor", NS,
                                               name), k.SERVICE, {}, None,
-                                    verdict="unserved"))  # type: ignore[arg-type]
+                                    verdict="unserved"))
     assert conditions_of(p)["Ready"].message == (
         "3/3 pods ready (not served by this Kubernetes, skipped: ServiceMonitor/a, "
         "ServiceMonitor/b; install the CRDs that serve them)")
