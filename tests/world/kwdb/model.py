@@ -11,7 +11,8 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   `time_until_store_dead_s` has passed after the liveness record expired.
 - availability (`node status`'s is_available): a live node's liveness record is current only
   while the liveness range (range 1 here) has a quorum of live replicas to take heartbeats;
-  without one, running nodes print is_live true and is_available false.
+  without one, running nodes print is_live true and is_available false (replicated liveness
+  ranges only: a single-replica cluster's nodes stay available).
 - ranges: `range_count` ranges, each with an ordered replica list and a leaseholder. A fresh
   cluster puts every range on the bootstrap node, then up-replicates to the replication factor.
 - the replicate queue, one move at a time at `snapshot_rate_per_s`, in priority order: replace a
@@ -168,7 +169,12 @@ class LogicalCluster:
         is_available false (kwbase/pkg/cmd/roachtest/cli.go: "false true")."""
         if not self.is_live(node, t):
             return False
-        return not self.ranges or self._has_quorum(self.ranges[0], t)
+        liveness = self.ranges[0] if self.ranges else None
+        # Modelled for replicated liveness ranges only: where a single-replica cluster keeps
+        # its one copy of the liveness range is not known, so its nodes stay available.
+        if liveness is None or len(liveness.replicas) < 3:
+            return True
+        return self._has_quorum(liveness, t)
 
     def liveness_status(self, node: NodeRecord, t: float) -> str:
         """kvserver Liveness.LivenessStatus as of simulated time t."""
