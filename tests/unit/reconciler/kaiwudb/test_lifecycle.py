@@ -45,6 +45,7 @@ from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
 from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
@@ -1212,4 +1213,85 @@ def test_every_stray_is_named_and_a_claim_already_going_is_left_alone() -> None:
     c.world.put(k.PVC, going)
     c.run()
     assert "decommission" not in c.admin.commands(), "no replica count asked for it"
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+
+
+def test_versions_are_read_from_short_image_names_and_a_capital_v() -> None:
+    pods = {f"{NAME}-0": running(0)}
+    pods[f"{NAME}-0"]["spec"]["containers"][0]["image"] = "kwdb:3.2.0"
+    assert "3.2.0" in version_change_problem("3.1.0", pods)
+    assert version_tuple("V3.2.1") == (3, 2, 1)
+
+
+def test_a_partition_patch_that_meets_a_conflict_is_tried_again_later() -> None:
+    c = rolling_cluster(partition=2)
+
+    class Conflicting(Kube):
+        def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+                  subresource: str = "") -> Obj:
+            raise ApiError(409, "Conflict", "the object has been modified")
+
+    c.lifecycle.rollouts.kube = Conflicting(c.world)  # type: ignore[assignment]
+    p = c.run(version="3.2.1")
+    assert p.requeue.count(POLL) >= 2 and p.wrote
+
+    class Refusing(Kube):
+        def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+                  subresource: str = "") -> Obj:
+            raise ApiError(422, "Invalid", "spec.updateStrategy: Invalid value")
+
+    c.lifecycle.rollouts.kube = Refusing(c.world)  # type: ignore[assignment]
+    with pytest.raises(ApiError):
+        c.run(version="3.2.1")
+
+
+def test_a_rollout_waits_while_the_node_status_is_unknown_and_says_drift_is_repaired() -> None:
+    c = rolling_cluster(partition=2)
+    c.admin.failing.add("node status --decommission")
+    p = c.run(version="3.2.1")
+    assert "next pod waits: KaiwuDB node status unknown" in text(p.progressing)
+    c = rolling_cluster(partition=2)
+    sts = c.sts()
+    sts["metadata"]["managedFields"] = [
+        {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+    c.world.put(k.STATEFUL_SET, sts)
+    p = c.run(version="3.2.1")
+    assert text(p.progressing).endswith(
+        "the pod template was changed by kubectl-edit: that is drift, repaired rather than "
+        "rolled out")
+
+
+def test_a_draining_node_with_its_status_unknown_keeps_the_scale_in_going() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.admin.failing.add("node status --decommission")
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3 and p.kaiwu.operation is not None
+    assert ("ScalingIn", f"scaling in 3 -> 2: decommissioning KaiwuDB node 3 ({NAME}-2)") in \
+        p.progressing
+
+
+def test_a_scale_in_needs_a_pod_that_runs_kwbase_to_ask() -> None:
+    c = Cluster3()
+    assert c.lifecycle.scaling.scale_in_blocker(
+        c.world.kwdb, c.admin, {}, f"{NAME}-2") == "no pod runs kwbase"  # type: ignore[arg-type]
+
+
+def test_a_recommission_of_wanted_nodes_says_why() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run()
+    assert p.events[0][2].endswith("recommissioned so they hold replicas again")
+
+
+def test_each_decommissioned_strays_claim_is_looked_at_past_one_already_going() -> None:
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    c.world.kwdb.append(kw_node(5, f"{NAME}-4", live=False, decommissioning=True))
+    going = claim(3, "n3")
+    going["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    c.world.put(k.PVC, going)
+    c.world.put(k.PVC, claim(4, "n4"))
+    c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-4") in c.world.writes
     assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
