@@ -802,3 +802,46 @@ def test_a_claim_already_going_is_not_deleted_again_when_its_pod_is_evicted() ->
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [("delete", "Pod", "dev-1")]
     assert [a.action for a in p.actions] == ["PodForceDeleted"]
+
+
+def test_failover_reasons_go_before_the_lifecycles_in_ready() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    world.put(k.POD, pod(1, uid="recreated"))
+    going = claim(1, "n1")
+    going["metadata"]["deletionTimestamp"] = stamp(NOW - 1)
+    world.put(k.PVC, going)
+    p = new_pass(cluster_obj(replaceLostVolumes=True), NOW, {"nodes": status_nodes(world)})
+    p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: 2 (dev-1)"))
+    failover_step(world).run(p)
+    assert p.not_ready[0] == ("Replacing", "pod dev-1 waits for its old claim to go")
+
+
+def test_a_node_that_came_back_and_went_again_is_lost_from_its_second_disappearance() -> None:
+    world = healthy_world()
+    step = failover_step(world)
+    obj = cluster_obj()
+    back = world.objects[("Node", "", "n1")]
+    del world.objects[("Node", "", "n1")]
+    step.run(new_pass(obj, NOW, {"nodes": status_nodes(world)}))
+    world.put(k.NODE, back)
+    step.run(new_pass(obj, NOW + 10, {"nodes": status_nodes(world)}))
+    del world.objects[("Node", "", "n1")]
+    step.run(new_pass(obj, NOW + TIMEOUT + 1, {"nodes": status_nodes(world)}))
+    assert world.writes == [], "lost for one second, not since the first time"
+
+
+def test_a_volume_pinned_by_a_local_volumes_affinity_on_a_lost_node_is_replaced() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(1, uid="recreated"))
+    local = claim(1, "")
+    del local["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+    world.put(k.PVC, local)
+    world.put(k.PV, {"apiVersion": "v1", "kind": "PersistentVolume",
+                     "metadata": {"name": "pv-1"},
+                     "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{
+                         "matchExpressions": [{"key": "kubernetes.io/hostname",
+                                               "operator": "In", "values": ["n1"]}]}]}}}})
+    run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes

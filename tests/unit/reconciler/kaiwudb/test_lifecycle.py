@@ -343,6 +343,7 @@ def test_ready_waits_for_every_node_live_and_one_fewer_is_still_joining() -> Non
     p = c.run()
     assert p.not_ready == [] and p.requeue == []
     assert [e.state for e in p.kaiwu.nodes or ()] == ["live"] * 3
+    assert c.admin.asked == [("node status --decommission", f"{NAME}-0", ())]
 
     c.world.kwdb.pop()  # dev-2 runs but its node has not joined yet
     c.lifecycle.forget(NS, NAME)
