@@ -196,3 +196,24 @@ def test_a_controller_pass_over_a_secret_drift_writes_masked_events_and_logs(
     assert_masked(caplog.text, *OLD, *NEW)
     status = objects[("KaiwuCluster", "shop", "orders")].get("status") or {}
     assert_masked(str(status.get("conditions")), *OLD, *NEW)
+
+
+def test_masks_use_the_key_given_for_every_form() -> None:
+    """Masks comparable across processes need one key (the drift normaliser passes its own):
+    each form is masked under the key given, not the process's."""
+    key = b"cluster-key"
+    obj = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "annotations": {
+        "example.com/api-token": "t1"}},
+           "data": {"a": "aHVudGVyMg=="}, "stringData": {"b": "hunter2"},
+           "spec": {"containers": [{"name": "c", "args": ["--password=p1", "--cache=.25"],
+                                    "command": ["kwbase", "--api-key=k1"],
+                                    "env": [{"name": "DB_PASSWORD", "value": "e1"}]}]}}
+    shown = redact(obj, key)
+    container = shown["spec"]["containers"][0]
+    assert container["args"] == [f"--password={mask('p1', key)}", "--cache=.25"]
+    assert container["command"] == ["kwbase", f"--api-key={mask('k1', key)}"]
+    assert container["env"][0]["value"] == mask("e1", key)
+    assert shown["metadata"]["annotations"]["example.com/api-token"] == mask("t1", key)
+    assert shown["data"]["a"] == mask(b"hunter2", key) == shown["stringData"]["b"]
+    assert mask("p1", key) != mask("p1")
+    assert mask_flag("--password=p1", key=key) == f"--password={mask('p1', key)}"
