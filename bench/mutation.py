@@ -199,12 +199,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{MUTMUT} missing: pip install -e '.[dev]' installs mutmut")
     scratch = Path(tempfile.mkdtemp(prefix="kaiwu-mutation-"))
     outcomes: list[Outcome] = []
+    failed: list[str] = []
     try:
         _copy_tree(scratch)
         print(f"mutation testing: {len(modules)} modules, sample {sample or 'all'} per module, "
               f"seed {settings.seed}, scratch {scratch}")
         for module, tests in modules.items():
-            outcome = run_module(scratch, module, tests, settings, sample)
+            try:
+                outcome = run_module(scratch, module, tests, settings, sample)
+            except SystemExit as error:  # this module could not run: say so, go on
+                print(f"  FAILED {module}: {error}", flush=True)
+                failed.append(module)
+                continue
             outcomes.append(outcome)
             print(f"{outcome.rate:5.1f}%  {module}: {len(outcome.killed)}/{outcome.tried} killed "
                   f"of {outcome.total_mutants} mutants ({len(outcome.accepted)} accepted as "
@@ -220,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     killed = sum(len(o.killed) for o in outcomes)
     tried = sum(o.tried for o in outcomes)
-    below = [o.module for o in outcomes if o.rate < settings.target]
+    below = [o.module for o in outcomes if o.rate < settings.target] + failed
     print(f"\ntotal: {killed}/{tried} killed ({100.0 * killed / max(tried, 1):.1f}%); "
           f"{len(below)} modules below {settings.target:.0f}%: {', '.join(below) or 'none'}")
     return 1 if below else 0
