@@ -151,6 +151,7 @@ def test_the_size_limit_is_exact_for_every_kind_of_suffix(suffix: str, zeros: in
 
 def test_zero_tiny_and_the_largest_binary_suffix_spell_as_kubernetes_does() -> None:
     assert quantity.canonical("0") == "0" and quantity.canonical("0Ki") == "0"
+    assert quantity.parse("0e99").value == 0, "zero is never too large"
     assert quantity.canonical("0.0000000000001") == "1n"  # below nano: rounds up
     assert quantity.canonical("1e-13") == "1e-9"
     assert quantity.canonical("1024Ei") == "1024Ei"  # no suffix above Ei
