@@ -1456,3 +1456,18 @@ def test_json_pointer_escapes() -> None:
             parse_pointer(bad)
     with pytest.raises(ValueError):
         IgnoreRule.parse({"kind": "StatefulSet"})
+
+
+def test_a_report_line_names_who_changed_a_value_only_when_known_and_keeps_unicode() -> None:
+    report = DriftReport("ConfigMap", "kaiwu", "notes", True, (
+        Change("changed", "/data/a", "data.a", "café", "cafe"),
+        Change("changed", "/data/b", "data.b", "1", "2", ("kubectl-edit",))), "x", "y")
+    assert format_report(report).splitlines() == [
+        "ConfigMap kaiwu/notes: drifted (2 changes)",
+        '  data.a: "café" -> "cafe" [changed]',
+        '  data.b: "1" -> "2" [changed] (by kubectl-edit)']
+
+
+def test_a_projection_with_a_nan_has_no_hash() -> None:
+    with pytest.raises(ValueError):
+        projection_hash({"a": float("nan")})
