@@ -370,8 +370,9 @@ def test_two_lost_nodes_at_once_touch_nothing() -> None:
     lose(world, 2, since=NOW - TIMEOUT - 5)
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == []
-    assert reasons(p)[0] == "FailoverWaiting"
-    assert "other pods are failing too" in p.not_ready[0][1]
+    assert p.not_ready[0] == ("FailoverWaiting", (
+        "pod dev-2: other pods are failing too (dev-0): one node at a time, and never below "
+        "quorum; bring nodes back or replace pods by hand"))
 
 
 def test_a_second_loss_waits_until_the_first_replacement_is_ready() -> None:
@@ -692,6 +693,8 @@ def test_the_last_restart_allowed_is_made_and_the_next_one_stalls() -> None:
     world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 600))
     p = run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")
     assert ("delete", "Pod", "dev-2") in world.writes, "restart 2 of 2 is made"
+    assert counted(world, "writes", verb="delete", kind="Pod") == 1
+    assert counted(world, "writes", verb="patch", kind="PersistentVolumeClaim") == 1
     assert p.events[0][:2] == ("Warning", "CrashLoopRestarted")
     assert "restart 2 of 2" in p.events[0][2] and p.stalled == []
     assert counted(world, "lifecycle_actions", action="restart-crashing-pod") == 1
@@ -845,3 +848,23 @@ def test_a_volume_pinned_by_a_local_volumes_affinity_on_a_lost_node_is_replaced(
                                                "operator": "In", "values": ["n1"]}]}]}}}})
     run_pass(world, replaceLostVolumes=True)
     assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
+
+
+def test_a_replaced_store_is_found_beside_another_pods_crash_loop() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(1, "n3", uid="replacement"))
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 5))
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert (p.kaiwu.failures or {})["dev-1"] == {"stage": "StoreReplaced", "deadNodeIds": [2]}
+    assert world.decommissioned == [2]
+
+
+def test_a_waiting_volume_says_the_pods_volume_is_on_the_lost_node() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - 5)
+    world.put(k.POD, pod(1, uid="recreated"))
+    p = run_pass(world)
+    assert ("NodeLost", "pod dev-1: Kubernetes node n1 is Unknown (the pod's volume is there)") \
+        in p.not_ready
