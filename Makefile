@@ -5,6 +5,7 @@
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
+#   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
@@ -12,7 +13,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test lint world lock image soak clean
+.PHONY: demo preview test lint world lock image soak mutation clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +61,12 @@ test: world lint
 soak: world
 	KAIWU_SOAK=long $(if $(SEED),KAIWU_SOAK_SEED=$(SEED)) $(BIN)/pytest -s -p no:cacheprovider \
 	    tests/world_stories/chaos/test_soak.py
+
+# Mutation testing of the modules listed in pyproject.toml's [tool.kaiwu-mutation] against the
+# fast tests mapped to each (mutmut; see docs/mutation.md). Takes minutes, so it is not part of
+# `make test`. MUTATION_ARGS="reconciler/kaiwudb/ --sample 0" narrows it or tries every mutant.
+mutation: $(STAMP)
+	$(BIN)/python -m bench.mutation $(MUTATION_ARGS)
 
 clean:
 	rm -rf $(VENV) out .testworld

@@ -1,4 +1,5 @@
-"""Masking of secret values in everything we print: diffs, drift reports, logs, Events.
+"""Masking of secret values in everything we print: diffs, drift reports, logs, Events (Secret
+data, env values, annotations and `--flag=value` arguments whose names look secret).
 
 Called by `renderer.diff` (rendered objects), by the drift normaliser (reconciler.drift.normalise),
 which masks while it projects so hashes and reports never carry a value, and by
@@ -62,7 +63,8 @@ def mask_flag(argument: str, pattern: re.Pattern[str] = _SECRET_NAME,
 
 def redact(obj: dict[str, Any], key: bytes = PROCESS_KEY) -> dict[str, Any]:
     """A copy of one Kubernetes object with secret values masked: Secret data and stringData,
-    env values whose names look secret, and secret-looking `--flag=value` arguments."""
+    env values and annotations whose names look secret, and secret-looking `--flag=value`
+    arguments."""
     result = copy.deepcopy(obj)
     if result.get("kind") == "Secret":
         if isinstance(result.get("data"), dict):
@@ -75,19 +77,22 @@ def redact(obj: dict[str, Any], key: bytes = PROCESS_KEY) -> dict[str, Any]:
     return result
 
 
-def _redact_containers(node: Any, key: bytes) -> None:
+def _redact_containers(node: Any, mask_key: bytes) -> None:
     if isinstance(node, dict):
         for name, value in node.items():
             if name == "env" and isinstance(value, list):
                 for item in value:
                     if (isinstance(item, dict) and "value" in item
                             and is_secret_name(str(item.get("name", "")))):
-                        item["value"] = mask(str(item["value"]), key)
+                        item["value"] = mask(str(item["value"]), mask_key)
+            elif name == "annotations" and isinstance(value, dict):
+                node[name] = {name_: mask(str(text), mask_key) if is_secret_name(str(name_))
+                              else text for name_, text in value.items()}
             elif name in ("command", "args") and isinstance(value, list):
-                node[name] = [mask_flag(arg, key=key) if isinstance(arg, str) else arg
+                node[name] = [mask_flag(arg, key=mask_key) if isinstance(arg, str) else arg
                               for arg in value]
             else:
-                _redact_containers(value, key)
+                _redact_containers(value, mask_key)
     elif isinstance(node, list):
         for item in node:
-            _redact_containers(item, key)
+            _redact_containers(item, mask_key)

@@ -68,7 +68,8 @@ class DriftSettings:
     counted_operations: frozenset[str] = frozenset({"Update", "Apply"})
     # Apply reconciler.ignore.BUILTIN_IGNORE_RULES (fields other controllers own by design).
     builtin_ignores: bool = True
-    # Env vars and --flags whose names match have their values masked (Secret data always is).
+    # Env vars, annotations and --flags whose names match have their values masked (Secret
+    # data always is).
     secret_names: str = SECRET_NAMES
     # HMAC key of the masks. Random per process by default: masks are comparable within one
     # process; pass a fixed key (e.g. derived from the KaiwuCluster uid) for masks that stay
@@ -450,6 +451,9 @@ class _Walker(_Lists):
                 quantity = "plain"
             if key == "value" and self._secret_env(ref_map, live_map):
                 mask_mode = "value"
+            if spec.map_kind == "labels" and ctx.path[-1:] == ("annotations",) and \
+                    is_secret_name(key, self.secret_names):
+                mask_mode = "value"  # an annotation whose name looks secret
             if key in ("args", "command") and "args" in spec.lists:
                 mask_mode = "flags"
         owners = tuple(child for owner in ctx.owners if (child := owner.at_field(key)) is not None)

@@ -394,9 +394,9 @@ class Failover:
                 p.requeue_in(self.settings.poll_s)
                 return
             if f.stage == NODE_LOST:
-                self.evict(p, cluster, f, pods, names, timeout)
+                self.evict(p, cluster, f, pods, timeout)
             else:
-                self.replace_volume(p, cluster, f, pods, names)
+                self.replace_volume(p, cluster, f, pods)
         elif f.stage == CLAIM_GONE:
             self.recreate_pending(p, cluster, f, pods)
         elif f.stage == STORE_REPLACED:
@@ -465,7 +465,7 @@ class Failover:
         return ""
 
     def evict(self, p: Pass, cluster: Cluster, f: Finding, pods: Mapping[str, Obj],
-              names: list[str], timeout: float) -> None:
+              timeout: float) -> None:
         """Force-delete the pod on the lost node, and its claim with it when the policy allows
         and its volume is on that node (one step: the new pod then needs no second pass)."""
         pod = pods[f.pod]
@@ -492,8 +492,8 @@ class Failover:
             self.announce_volume(p, f, replace)
         p.requeue_in(self.settings.poll_s)
 
-    def replace_volume(self, p: Pass, cluster: Cluster, f: Finding, pods: Mapping[str, Obj],
-                       names: list[str]) -> None:
+    def replace_volume(self, p: Pass, cluster: Cluster, f: Finding,
+                       pods: Mapping[str, Obj]) -> None:
         """The pod is gone or pending; its volume is on the lost node: give it up."""
         refused = self.kaiwudb_allows_replacing(p, cluster, f.pod, pods)
         if refused:

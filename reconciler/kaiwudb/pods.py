@@ -80,9 +80,11 @@ def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
     first, else any whose kwbase runs; never `avoid` (the node being removed) if another will do.
     """
     names = sorted(pods, key=ordinal)
-    for check in (pod_ready, kwbase_running):
-        found = [name for name in names if check(pods[name])]
-        preferred = [name for name in found if name != avoid]
-        if preferred or found:
-            return (preferred or found)[0]
+    # Any other pod that runs kwbase comes before `avoid`, even a Ready `avoid`: the node
+    # being removed may be cut off, and a pod whose readiness fails still answers.
+    for allowed in ([name for name in names if name != avoid], names):
+        for check in (pod_ready, kwbase_running):
+            found = [name for name in allowed if check(pods[name])]
+            if found:
+                return found[0]
     return None

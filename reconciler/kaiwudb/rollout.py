@@ -114,7 +114,7 @@ class Rollout(Part):
             refused = version_change_problem(cluster.version, pods)
             if refused:
                 p.stalled.append(("VersionChangeRefused", refused))
-            blocker = refused or busy or self.rollout_blocker(p, sts, pods, admin, nodes,
+            blocker = refused or busy or self.rollout_blocker(sts, pods, admin, nodes,
                                                               partition, update)
             if not blocker and partition > 0:
                 partition -= 1
@@ -145,7 +145,7 @@ class Rollout(Part):
                 p.requeue_in(self.settings.poll_s)
             p.wrote = True
 
-    def rollout_blocker(self, p: Pass, sts: Obj, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+    def rollout_blocker(self, sts: Obj, pods: Mapping[str, Obj], admin: KwbaseAdmin,
                         nodes: list[NodeStatus] | None, partition: int, update: str) -> str:
         """Why the rollout may not move the next pod now ("" when it may)."""
         others = template_changed_by_others(sts, self.kube.field_manager)

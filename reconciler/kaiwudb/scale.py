@@ -170,7 +170,7 @@ class Scaling(Part):
                 p.kaiwu.operation = None
                 p.requeue_in(0)
                 return
-            remaining = self.replicas_left(p, pods, admin, node_id, pod)
+            remaining = self.replicas_left(pods, admin, node_id, pod)
             if remaining != 0:
                 self.scaling(p, operation, remaining)
                 return
@@ -210,8 +210,8 @@ class Scaling(Part):
             p.requeue_in(0)  # the next node
         self.nodes.forget(cluster.namespace, cluster.name)
 
-    def replicas_left(self, p: Pass, pods: Mapping[str, Obj], admin: KwbaseAdmin,
-                      node_id: int, pod: str) -> int | str:
+    def replicas_left(self, pods: Mapping[str, Obj], admin: KwbaseAdmin, node_id: int,
+                      pod: str) -> int | str:
         """The replicas range descriptors still list on node_id: the `replicas` column of
         `node decommission <id> --wait=none` (a meta scan; asking again is idempotent while
         the node decommissions). Why it is unknown, as text, when no pod could answer."""
@@ -308,7 +308,7 @@ class Strays(Part):
             claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{node.pod_name}")
             if claim is None or meta(claim).get("deletionTimestamp"):
                 continue
-            left = self.scaling.replicas_left(p, pods, admin, node.id, str(node.pod_name))
+            left = self.scaling.replicas_left(pods, admin, node.id, str(node.pod_name))
             if left != 0:
                 p.not_ready.append(("StrayNodes", (
                     f"KaiwuDB node {node.id} ({node.pod_name}) is decommissioning; its claim is "

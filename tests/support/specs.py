@@ -32,17 +32,30 @@ DNS_SUBDOMAIN = st.from_regex(
     fullmatch=True)
 NAME_PART = st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,8}[A-Za-z0-9])?", fullmatch=True)
 QUALIFIED_NAME = st.one_of(NAME_PART, st.builds("{}/{}".format, DNS_SUBDOMAIN, NAME_PART))
-LABEL_KEY = QUALIFIED_NAME.filter(lambda key: key not in semantics.SELECTOR_LABELS)
+# What the renderer must refuse in a spec, written down here from docs/architecture.md and
+# /work/shared/kaiwudb-facts.md, never read from renderer.semantics: a generator filtered with
+# the product's own set would silently follow a flag dropped from it, and so would the tests
+# (tests/unit/renderer/test_semantics.py) that check each one is refused.
+SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                   "app.kubernetes.io/managed-by", "app.kubernetes.io/component")
+RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR",
+                "KWBASE_SKIP_KEY_PERMISSION_CHECK")
+MANAGED_FLAGS = ("--join", "--store", "--listen-addr", "--advertise-addr", "--brpc-addr",
+                 "--http-addr", "--sql-addr", "--advertise-host", "--insecure", "--certs-dir",
+                 "--cache", "--max-sql-memory", "--background", "--pid-file",
+                 "--upgrade-complete")
+RESERVED_USERS = ("root", "node")
+LABEL_KEY = QUALIFIED_NAME.filter(lambda key: key not in SELECTOR_LABELS)
 LABEL_VALUE = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,8})?[A-Za-z0-9])?", fullmatch=True)
 # Free text (annotation values, env values, flag values): any printable character, no controls.
 FREE_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zl", "Zp")),
                     max_size=12)
 ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True).filter(
-    lambda name: name not in semantics.RESERVED_ENV)
+    lambda name: name not in RESERVED_ENV)
 SECRET_KEY = st.from_regex(r"[-._a-zA-Z0-9]{1,10}", fullmatch=True).filter(
     lambda key: not key.startswith(".."))
 FLAG_NAME = st.from_regex(r"--[a-z][a-z0-9-]{0,10}", fullmatch=True).filter(
-    lambda flag: flag not in semantics.MANAGED_FLAGS)
+    lambda flag: flag not in MANAGED_FLAGS)
 # Positive quantities as people write them: plain numbers, suffixes, exponents, YAML integers.
 QUANTITY = st.one_of(
     st.builds("{}{}".format, st.integers(1, 999),
@@ -207,7 +220,7 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         tls.pop("nodeSecretName", None)
         tls.pop("clientSecretName", None)
     if "clientUsers" in tls:  # issued by the reconciler's CA: TLS on, its own certificates
-        users = [u for u in dict.fromkeys(tls["clientUsers"]) if u not in semantics.RESERVED_USERS]
+        users = [u for u in dict.fromkeys(tls["clientUsers"]) if u not in RESERVED_USERS]
         tls["clientUsers"] = users
         if "nodeSecretName" in tls or not tls.get("enabled", True):
             del tls["clientUsers"]

@@ -209,7 +209,12 @@ def count(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[objec
 def test_a_respelt_quantity_is_no_change(tmp_path: Path) -> None:
     write_yaml(tmp_path / "old" / "dev.yaml", dev(storage={"size": "1Gi"}))
     write_yaml(tmp_path / "new" / "dev.yaml", dev(storage={"size": "1024Mi"}))
-    assert kaiwu("diff", tmp_path / "old", tmp_path / "new").code == 0
+    same = kaiwu("diff", tmp_path / "old", tmp_path / "new")
+    assert (same.code, same.stderr) == (0, "")
+    assert re.match(r"No changes \(\d+ objects unchanged\)\.", same.stdout), same.stdout
+    write_yaml(tmp_path / "new" / "dev.yaml", dev(storage={"size": "1025Mi"}))
+    bigger = kaiwu("diff", tmp_path / "old", tmp_path / "new")
+    assert bigger.code == 1 and "changed  StatefulSet kaiwu-dev/dev" in bigger.stdout
 
 
 def test_a_bad_revision_is_an_error_not_a_traceback(repo: Repo) -> None:
@@ -356,10 +361,16 @@ def test_scaling_in_a_single_replica_cluster_is_refused(tmp_path: Path) -> None:
     assert "a single-replica cluster cannot scale in" in run.stderr
 
 
-def test_diff_usage_mistakes_exit_2(tmp_path: Path) -> None:
-    assert kaiwu("diff", tmp_path).code == 2
-    assert kaiwu("diff", tmp_path, tmp_path, "--base", "HEAD").code == 2
-    assert kaiwu("diff", tmp_path, tmp_path, "--head", "HEAD").code == 2
+def test_diff_usage_mistakes_exit_2_and_say_what_diff_takes(tmp_path: Path) -> None:
+    for args, said in [
+        ((tmp_path,), "diff takes two directories, or one path with --base REV"),
+        ((tmp_path, tmp_path, "--base", "HEAD"), "with --base, diff takes exactly one path"),
+        ((tmp_path, tmp_path, "--head", "HEAD"),
+         "diff takes two directories, or one path with --base REV"),
+    ]:
+        run = kaiwu("diff", *args)
+        assert (run.code, run.stdout) == (2, ""), args
+        assert run.stderr.strip() == f"kaiwu diff: {said}", args
 
 
 # --- secrets -----------------------------------------------------------------------------------

@@ -138,3 +138,22 @@ def test_absurd_magnitudes_are_refused_and_tiny_ones_round_up_to_one_nano() -> N
         quantity.parse("1" + "0" * 40)
     assert quantity.canonical("1e-999999") == "1e-9"
     assert quantity.canonical("-0.00000000000000000005") == "-1n"
+
+
+@pytest.mark.parametrize(("suffix", "zeros"), [("", 30), ("k", 27), ("Ki", 11), ("e0", 30)])
+def test_the_size_limit_is_exact_for_every_kind_of_suffix(suffix: str, zeros: int) -> None:
+    """1e30 is the largest magnitude accepted, whatever the suffix adds (a binary suffix
+    counts as up to 19 digits: 2^60 < 10^19)."""
+    assert quantity.parse("1" + "0" * zeros + suffix).value > 0
+    with pytest.raises(quantity.QuantityError, match="too large"):
+        quantity.parse("1" + "0" * (zeros + 1) + suffix)
+
+
+def test_zero_tiny_and_the_largest_binary_suffix_spell_as_kubernetes_does() -> None:
+    assert quantity.canonical("0") == "0" and quantity.canonical("0Ki") == "0"
+    assert quantity.parse("0e99").value == 0, "zero is never too large"
+    assert quantity.canonical("0.0000000000001") == "1n"  # below nano: rounds up
+    assert quantity.canonical("1e-13") == "1e-9"
+    assert quantity.canonical("1024Ei") == "1024Ei"  # no suffix above Ei
+    with pytest.raises(quantity.QuantityError, match="True is not a quantity"):
+        quantity.parse(True)

@@ -14,6 +14,7 @@ import pytest
 
 from renderer import schema, semantics
 from renderer.render import check_object
+from tests.support import specs
 from tests.support.render import cluster, dotted
 
 GOOD_SPEC: dict[str, Any] = {
@@ -187,7 +188,7 @@ def test_a_volume_must_have_a_positive_size(size: str) -> None:
 
 # --- extra kwbase flags ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag", sorted(semantics.MANAGED_FLAGS))
+@pytest.mark.parametrize("flag", specs.MANAGED_FLAGS)
 def test_flags_the_operator_manages_cannot_be_passed_through(flag: str) -> None:
     message, fix = violations(with_spec(extraArgs=[f"{flag}=x"]))["spec.extraArgs[0]"]
     assert message == f"{flag} is managed by the operator"
@@ -222,7 +223,7 @@ def test_an_env_var_needs_a_valid_name() -> None:
     assert "is not an environment variable name" in found["spec.extraEnv[0].name"][0]
 
 
-@pytest.mark.parametrize("name", sorted(semantics.RESERVED_ENV))
+@pytest.mark.parametrize("name", specs.RESERVED_ENV)
 def test_env_vars_the_operator_sets_are_reserved(name: str) -> None:
     found = violations(with_spec(extraEnv=[{"name": name, "value": "x"}]))
     assert found["spec.extraEnv[0].name"][0] == f"{name} is set by the operator"
@@ -277,7 +278,7 @@ def test_annotation_values_may_be_anything_but_keys_must_be_qualified() -> None:
     assert "is not a valid key" in found["spec.annotations./note"][0]
 
 
-@pytest.mark.parametrize("key", semantics.SELECTOR_LABELS)
+@pytest.mark.parametrize("key", specs.SELECTOR_LABELS)
 def test_labels_that_select_the_pods_are_the_operators(key: str) -> None:
     found = violations(with_spec(labels={key: "mine"}))
     assert found[f"spec.labels.{key}"][0] == f"label {key!r} is set by the operator"

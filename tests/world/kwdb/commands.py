@@ -138,7 +138,7 @@ def run_node_status(env: Env, inv: Invocation) -> ExecResult:
             format_timestamp(cluster.last_heartbeat(n, t), epoch),
             n.locality,
             n.start_mode,
-            bool_text(live),
+            bool_text(cluster.is_available(n, t)),
             bool_text(live),
         ]
         m = cluster.metrics(n, t)

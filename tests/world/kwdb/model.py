@@ -9,6 +9,10 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   `liveness_ttl_s` after the last heartbeat. Its liveness status (kvserver LivenessStatus) is LIVE,
   UNAVAILABLE (not live yet, or draining), DECOMMISSIONING, or DEAD / DECOMMISSIONED once
   `time_until_store_dead_s` has passed after the liveness record expired.
+- availability (`node status`'s is_available): a live node's liveness record is current only
+  while the liveness range (range 1 here) has a quorum of live replicas to take heartbeats;
+  without one, running nodes print is_live true and is_available false (replicated liveness
+  ranges only: a single-replica cluster's nodes stay available).
 - ranges: `range_count` ranges, each with an ordered replica list and a leaseholder. A fresh
   cluster puts every range on the bootstrap node, then up-replicates to the replication factor.
 - the replicate queue, one move at a time at `snapshot_rate_per_s`, in priority order: replace a
@@ -158,6 +162,21 @@ class LogicalCluster:
 
     def is_live(self, node: NodeRecord, t: float) -> bool:
         return node.heartbeating or t < node.last_heartbeat + self.settings.liveness_ttl_s
+
+    def is_available(self, node: NodeRecord, t: float) -> bool:
+        """`node status`'s is_available: the node's liveness record is current
+        (kwbase/pkg/cli/node.go: expiration > now and not upgrading). A heartbeat renews the
+        record only through the liveness range (here: range 1), which needs a quorum of live
+        replicas: without one, the nodes still running stay is_live (gossip) and turn
+        is_available false (kwbase/pkg/cmd/roachtest/cli.go: "false true")."""
+        if not self.is_live(node, t):
+            return False
+        liveness = self.ranges[0] if self.ranges else None
+        # Modelled for replicated liveness ranges only: where a single-replica cluster keeps
+        # its one copy of the liveness range is not known, so its nodes stay available.
+        if liveness is None or len(liveness.replicas) < 3:
+            return True
+        return self._has_quorum(liveness, t)
 
     def liveness_status(self, node: NodeRecord, t: float) -> str:
         """kvserver Liveness.LivenessStatus as of simulated time t."""

@@ -539,3 +539,19 @@ def test_a_single_replica_cluster_refuses_to_decommission_like_kwdb(command: str
     assert f"ERROR: {prefix}{refusal}\n" in got.stderr
     assert got.stderr.endswith(f'Failed running "node {command}"\n')
     assert not any(n.decommissioning for n in op.world.nodes(KEY, 2.0))
+
+
+def test_a_cluster_that_lost_quorum_shows_live_nodes_that_are_not_available() -> None:
+    """As kwbase's own roachtest (pkg/cmd/roachtest/cli.go) shows: with two of three nodes
+    stopped, the liveness range has no quorum, so the running node stays is_live but its
+    liveness record cannot be renewed: is_available false."""
+    op = Operator()
+    t = op.healthy_cluster(3)
+    op.world.stop_process(KEY, "kw-1", t, graceful=False)
+    t += FAST.liveness_ttl_s + 1
+    assert [(n["is_available"], n["is_live"]) for n in op.status(t)] == [
+        ("true", "true"), ("false", "false"), ("true", "true")]
+    op.world.stop_process(KEY, "kw-2", t, graceful=False)
+    t += FAST.liveness_ttl_s + 1
+    assert [(n["is_available"], n["is_live"]) for n in op.status(t)] == [
+        ("false", "true"), ("false", "false"), ("false", "false")]

@@ -15,15 +15,26 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.kaiwudb.failover import CRASH_RESTARTS, Failover
-from reconciler.kaiwudb.kwbase import NodeStatus, ReplicationHealth
+import pytest
+
+from reconciler.kaiwudb.failover import (
+    CRASH_LOOP,
+    CRASH_RESTARTS,
+    NODE_LOST,
+    Failover,
+    Finding,
+    crash_restarts,
+    crash_state,
+    replaced_stores,
+)
+from reconciler.kaiwudb.kwbase import KwbaseError, NodeStatus, ReplicationHealth
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind, slim
 from reconciler.metrics import Metrics
-from reconciler.model import Obj, Pass
+from reconciler.model import NodeEntry, Obj, Pass
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 
@@ -48,6 +59,9 @@ class World:
         self.decommissioned: list[int] = []
         # What KaiwuDB says of its ranges (a lost node's ranges keep a quorum: available).
         self.health = ReplicationHealth(unavailable=0, underreplicated=10)
+        self.kwdb_error = ""  # when set, every kwbase command fails with it
+        self.grace: dict[str, int | None] = {}  # pod -> grace period of its delete
+        self.metrics = Metrics()
 
     def put(self, kind: Kind, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -66,6 +80,7 @@ class FakeView:
     """The watch caches: the world's objects, slimmed as the caches keep them."""
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        assert isinstance(namespace, str), "the cache keys cluster-scoped objects by \"\""
         found = self.world.find(kind, namespace, name)
         return slim(found) if found is not None else None
 
@@ -96,6 +111,8 @@ class FakeKube:
         if uid and found["metadata"]["uid"] != uid:
             raise ApiError(409, "Conflict", "Precondition failed: UID")
         self.world.writes.append(("delete", kind.kind, name))
+        if kind.kind == "Pod":
+            self.world.grace[name] = grace_period_seconds
         del self.world.objects[(kind.kind, namespace or "", name)]
         return True
 
@@ -121,6 +138,8 @@ class FakeAdmin:
 
     def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
+        if self.world.kwdb_error:
+            raise KwbaseError(self.world.kwdb_error, pod, ["node", "status"])
         return tuple(self.world.kwdb)
 
     def replication_health(self, pod: str) -> ReplicationHealth:
@@ -210,9 +229,9 @@ def cluster_obj(*, single: bool = False, **failover: Any) -> Obj:
 
 def failover_step(world: World) -> Failover:
     view, kube = FakeView(world), FakeKube(world)
-    lifecycle = Lifecycle(kube, view, Metrics(),  # type: ignore[arg-type]
+    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
                           admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
-    return Failover(kube, view, Metrics(), lifecycle)  # type: ignore[arg-type]
+    return Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
 
 
 def new_pass(obj: Obj, now: float, previous: dict[str, Any]) -> Pass:
@@ -242,6 +261,17 @@ def reasons(p: Pass) -> list[str]:
     return [reason for reason, _ in p.not_ready]
 
 
+def said(p: Pass) -> str:
+    """Everything the pass said in Ready, one reason per line."""
+    return "\n".join(f"{reason}: {message}" for reason, message in p.not_ready)
+
+
+def counted(world: World, metric: str, **labels: str) -> float:
+    """A counter of the reconciler's metrics (0 when never counted)."""
+    value = world.metrics.registry.get_sample_value(f"kaiwu_{metric}_total", labels)
+    return value or 0.0
+
+
 # ---- a node is lost ---------------------------------------------------------------------------
 
 def test_nothing_happens_before_node_lost_timeout_then_pod_and_claim_go_in_one_step() -> None:
@@ -268,8 +298,10 @@ def test_without_the_policy_the_pod_is_force_deleted_and_its_claim_kept() -> Non
     world.put(k.POD, pod(1, uid="successor"))  # the StatefulSet recreates it: Pending
     waiting = run_pass(world)
     assert world.writes == [("delete", "Pod", "dev-1")], "nothing more"
-    assert reasons(waiting)[0] == "VolumeOnLostNode"
-    assert "spec.failover.replaceLostVolumes" in waiting.not_ready[0][1]
+    assert waiting.not_ready[0] == ("VolumeOnLostNode", (
+        "pod dev-1 cannot start elsewhere: its volume (data-dev-1) is on the lost node n1. "
+        "Bring the node back, or set spec.failover.replaceLostVolumes to give up that copy of "
+        "the data and start a fresh store"))
 
 
 def test_the_claim_is_kept_while_kaiwudb_still_counts_the_pods_node_live() -> None:
@@ -339,8 +371,9 @@ def test_a_pod_recreated_against_a_deleted_claim_is_deleted_once_the_claim_is_go
     assert world.writes == [], "a terminating claim is waited for"
     assert reasons(p)[0] == "Replacing"
     del world.objects[("PersistentVolumeClaim", NS, "data-dev-1")]
-    run_pass(world, replaceLostVolumes=True)
+    p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [("delete", "Pod", "dev-1")]
+    assert said(p).startswith("Replacing: pod dev-1 is recreated with a new claim")
 
 
 def test_after_a_crash_the_pod_recreated_with_a_fresh_claim_is_left_alone() -> None:
@@ -365,8 +398,9 @@ def test_two_lost_nodes_at_once_touch_nothing() -> None:
     lose(world, 2, since=NOW - TIMEOUT - 5)
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == []
-    assert reasons(p)[0] == "FailoverWaiting"
-    assert "other pods are failing too" in p.not_ready[0][1]
+    assert p.not_ready[0] == ("FailoverWaiting", (
+        "pod dev-2: other pods are failing too (dev-0): one node at a time, and never below "
+        "quorum; bring nodes back or replace pods by hand"))
 
 
 def test_a_second_loss_waits_until_the_first_replacement_is_ready() -> None:
@@ -504,3 +538,376 @@ def test_a_healthy_cluster_makes_no_write_and_reports_nothing() -> None:
     world = healthy_world()
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [] and p.not_ready == [] and p.kaiwu.failures is None
+
+
+# ---- boundaries: each decision on both sides of its edge -------------------------------------
+
+def test_the_node_lost_timeout_is_met_on_the_second_it_runs_out_not_a_second_before() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT + 1)
+    p = run_pass(world)
+    assert world.writes == [] and p.requeue == [1.0]
+    assert said(p).startswith("NodeLost: pod dev-1: Kubernetes node n1 is Unknown")
+    lose(world, 1, since=NOW - TIMEOUT)
+    p = run_pass(world)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert world.grace["dev-1"] == 0, "force-deleted: no kubelet will confirm a graceful one"
+    assert counted(world, "lifecycle_actions", action="force-delete-pod") == 1
+    assert counted(world, "writes", verb="delete", kind="Pod") == 1
+    assert p.events[0] == ("Warning", "PodForceDeleted", (
+        f"Pod/dev-1: its node n1 has been Unknown since {stamp(NOW - TIMEOUT)} (longer than "
+        "nodeLostTimeout 60s): force-deleted so the StatefulSet recreates it"))
+    assert (p.kaiwu.failures or {})["dev-1"] == {
+        "stage": NODE_LOST, "node": "n1", "nodeReady": "Unknown", "since": stamp(NOW - TIMEOUT)}
+
+
+def test_a_node_whose_ready_condition_is_false_is_lost_too_and_a_ready_one_is_not() -> None:
+    world = healthy_world()
+    world.put(k.NODE, node("n1", "False", NOW - TIMEOUT))
+    run_pass(world)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    world = healthy_world()
+    world.put(k.NODE, node("n1", "True", NOW - TIMEOUT))
+    world.put(k.POD, pod(1, "n1", ready=False, since=NOW - TIMEOUT))
+    p = run_pass(world)
+    assert world.writes == [] and p.kaiwu.failures is None
+
+
+def test_a_volume_is_replaced_with_the_claim_and_pod_metrics_and_a_warning() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    p = run_pass(world, replaceLostVolumes=True)
+    assert counted(world, "writes", verb="delete", kind="PersistentVolumeClaim") == 1
+    assert counted(world, "lifecycle_actions", action="replace-volume") == 1
+    assert [(e[0], e[1]) for e in p.events] == [("Warning", "PodForceDeleted"),
+                                                 ("Warning", "VolumeReplaced")]
+    assert "lost node n1" in p.events[1][2] and "pod dev-1" in p.events[1][2]
+    assert p.requeue == [1.0]
+
+
+def test_a_pending_pod_and_its_claim_on_a_lost_node_both_go_and_are_counted() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(1, uid="recreated"))  # Pending against the old claim
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.grace["dev-1"] == 0 and p.wrote
+    assert [(a.action, a.target) for a in p.actions] == [
+        ("VolumeReplaced", "PersistentVolumeClaim/data-dev-1")]
+    assert counted(world, "lifecycle_actions", action="replace-volume") == 1
+    assert p.requeue == [1.0]
+
+
+def test_a_volume_on_a_lost_node_waits_while_kaiwudb_cannot_be_asked() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(1, uid="recreated"))
+    world.kwdb_error = "connection refused"
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "FailoverWaiting: pod dev-1: the volume is replaced only when KaiwuDB allows: " \
+        "KaiwuDB node status unknown: connection refused" in said(p)
+    assert counted(world, "errors", stage="failover") == 1
+    assert p.requeue == [1.0]
+
+
+def test_the_claim_waits_when_no_other_pod_runs_kwbase_to_ask() -> None:
+    """A StatefulSet of one pod (as during a by-hand scale-down): nobody else to ask."""
+    world = healthy_world()
+    world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] = 1
+    for i in (1, 2):
+        del world.objects[("Pod", NS, f"dev-{i}")]
+    lose(world, 0, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(0, uid="recreated"))
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "no other pod runs kwbase to ask KaiwuDB" in said(p)
+
+
+def test_a_lost_node_also_holding_another_pods_volume_blocks_both() -> None:
+    """Two nodes lost at once, one of them seen only through a pending pod's volume: still two
+    failures, still nothing done."""
+    world = healthy_world()
+    lose(world, 0, since=NOW - TIMEOUT - 5)
+    lose(world, 2, since=NOW - TIMEOUT - 5)
+    world.put(k.POD, pod(2, uid="recreated"))  # its volume is on lost n2
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
+    assert "other pods are failing too (dev-2)" in said(p)
+    assert "other pods are failing too (dev-0)" in said(p)
+    assert p.requeue and min(p.requeue) == 1.0
+
+
+def test_a_pod_that_is_down_elsewhere_blocks_a_failover_and_a_ready_one_does_not() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(2, ""))  # dev-2 is unscheduled: down
+    p = run_pass(world)
+    assert world.writes == [] and "pods dev-2 are not Ready yet" in said(p)
+    world.put(k.POD, pod(2, "n2"))
+    run_pass(world)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+
+
+def test_a_node_gone_before_a_restart_waits_no_longer_than_status_failures_shows() -> None:
+    """A new reconciler first sees Node n1 missing now, but status.failures says since when."""
+    world = healthy_world()
+    del world.objects[("Node", "", "n1")]
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    shown = {"failures": {"dev-1": {"stage": NODE_LOST, "node": "n1",
+                                    "since": stamp(NOW - TIMEOUT)}}}
+    p = run_pass(world, previous=shown)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert (p.kaiwu.failures or {})["dev-1"]["nodeReady"] == "Missing"
+    # What status shows about another node says nothing about this one.
+    world = healthy_world()
+    del world.objects[("Node", "", "n1")]
+    shown["failures"]["dev-1"]["node"] = "n7"
+    run_pass(world, previous=shown)
+    assert world.writes == []
+
+
+def test_the_dead_node_decommission_says_which_node_replaces_it_and_looks_again() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(1, "n3", uid="replacement"))
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    p = run_pass(world, replaceLostVolumes=True)
+    assert (p.kaiwu.failures or {})["dev-1"] == {"stage": "StoreReplaced", "deadNodeIds": [2]}
+    assert "node 4 replaces them" in p.actions[0].message
+    assert counted(world, "lifecycle_actions", action="decommission-dead-node") == 1
+    assert p.requeue == [1.0]
+
+
+def test_the_dead_node_decommission_waits_for_a_pod_to_run_it_from_and_for_kaiwudb() -> None:
+    world = healthy_world()
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    for i in range(3):
+        world.put(k.POD, pod(i, ""))  # all rescheduling at once: kwbase runs nowhere
+    p = run_pass(world)
+    assert world.decommissioned == []
+    assert "Replacing: no pod runs kwbase to decommission the lost node(s) 2" in said(p)
+    world = healthy_world()
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    world.kwdb_error = "timed out"
+    p = run_pass(world)
+    assert world.decommissioned == [] and "failed (retrying): timed out" in said(p)
+    assert counted(world, "errors", stage="failover") == 1 and p.requeue == [1.0]
+
+
+def test_replaced_stores_are_dead_ids_beside_a_live_one_at_the_same_pod() -> None:
+    entries = [NodeEntry(2, "a", "not-live", "dev-1"), NodeEntry(4, "a", "live", "dev-1"),
+               NodeEntry(5, "b", "not-live", "dev-2"),  # no live id there: just down
+               NodeEntry(6, "c", "decommissioning", "dev-0"), NodeEntry(1, "c", "live", "dev-0")]
+    assert replaced_stores(entries) == {"dev-1": (2,)}
+
+
+# ---- crash loops: what a crash looks like and the restart bound -------------------------------
+
+def test_a_crash_is_a_crash_loop_back_off_or_a_terminated_container_that_restarted() -> None:
+    assert crash_state(pod(0, "n0", crashing=True)) == (True, "exit code 3: invalid --cache")
+    assert crash_state(pod(0, "n0")) == (False, "no exit status yet")
+    terminated = pod(0, "n0")
+    status = terminated["status"]["containerStatuses"][0]
+    status["state"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    status["restartCount"] = 1
+    assert crash_state(terminated) == (True, "exit code 1: Error")
+    status["restartCount"] = 0  # its first run ended: not a loop yet
+    assert crash_state(terminated)[0] is False
+    status["name"] = "exporter"
+    assert crash_state(terminated) == (False, "")
+
+
+def test_restarts_are_counted_per_template_revision() -> None:
+    counted_on = claim(0, "n0")
+    counted_on["metadata"]["annotations"][CRASH_RESTARTS] = "rev1:2"
+    assert crash_restarts(counted_on, "rev1") == 2
+    assert crash_restarts(counted_on, "rev2") == 0
+    counted_on["metadata"]["annotations"][CRASH_RESTARTS] = "rev1:x"
+    assert crash_restarts(counted_on, "rev1") == 0
+    assert crash_restarts(None, "rev1") == 0
+
+
+def test_the_last_restart_allowed_is_made_and_the_next_one_stalls() -> None:
+    world = healthy_world()
+    world.objects[("PersistentVolumeClaim", NS, "data-dev-2")]["metadata"]["annotations"][
+        CRASH_RESTARTS] = "rev1:1"
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 600))
+    p = run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")
+    assert ("delete", "Pod", "dev-2") in world.writes, "restart 2 of 2 is made"
+    assert counted(world, "writes", verb="delete", kind="Pod") == 1
+    assert counted(world, "writes", verb="patch", kind="PersistentVolumeClaim") == 1
+    assert p.events[0][:2] == ("Warning", "CrashLoopRestarted")
+    assert "restart 2 of 2" in p.events[0][2] and p.stalled == []
+    assert counted(world, "lifecycle_actions", action="restart-crashing-pod") == 1
+    assert (p.kaiwu.failures or {})["dev-2"]["restarts"] == 1
+    assert (p.kaiwu.failures or {})["dev-2"]["lastWords"] == "exit code 3: invalid --cache"
+
+
+def test_a_crash_loop_waits_for_the_whole_pod_not_ready_timeout() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 599))
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == [] and p.requeue == [1.0], "one second to go"
+    assert reasons(p)[0] == CRASH_LOOP and "dev-2 is crash-looping" in said(p)
+
+
+def test_a_crash_loop_restart_waits_while_another_pod_is_down() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 700))
+    world.put(k.POD, pod(0, ""))
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == []
+    assert said(p).startswith("FailoverWaiting: pod dev-2: pods dev-0 are not Ready yet")
+    assert p.requeue == [1.0]
+
+
+def test_a_crash_loop_without_a_claim_is_not_restarted() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 700))
+    del world.objects[("PersistentVolumeClaim", NS, "data-dev-2")]
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == [] and "has no claim to count restarts on" in said(p)
+
+
+def test_a_restarted_pod_that_is_not_back_yet_is_waited_for() -> None:
+    world = healthy_world()
+    world.objects[("PersistentVolumeClaim", NS, "data-dev-2")]["metadata"]["annotations"][
+        CRASH_RESTARTS] = "rev1:1"
+    world.put(k.POD, pod(2, "n2", ready=False))  # running, not Ready, not crashing (yet)
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert world.writes == []
+    assert said(p).startswith("CrashLoop: pod dev-2 was restarted after crashing; waiting")
+    assert Finding("dev-2", CRASH_LOOP, restarts=1).record() == {
+        "stage": CRASH_LOOP, "restarts": 1, "lastWords": ""}
+
+
+class StaleView(FakeView):
+    """The watch cache, still showing pod dev-1 as it was before the StatefulSet replaced it."""
+
+    def __init__(self, world: World, stale: Obj) -> None:
+        super().__init__(world)
+        self.stale = stale
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        if kind.kind == "Pod" and name == "dev-1":
+            return copy.deepcopy(self.stale)
+        return super().get(kind, namespace, name)
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        found = super().list(kind, namespace, labels)
+        if kind.kind != "Pod":
+            return found
+        return [copy.deepcopy(self.stale) if o["metadata"]["name"] == "dev-1" else o
+                for o in found]
+
+
+def test_a_force_delete_that_finds_a_successor_already_there_leaves_it_alone() -> None:
+    """The cache still shows the lost pod; the API has its successor (another uid): the
+    delete's uid precondition fails with 409, which means the work is done."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    stale = world.find(k.POD, NS, "dev-1")
+    assert stale is not None
+    world.put(k.POD, pod(1, "n3", uid="successor"))
+    view, kube = StaleView(world, stale), FakeKube(world)
+    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
+                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
+    step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    p = new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)})
+    step.run(p)
+    assert world.writes == [] and world.find(k.POD, NS, "dev-1") is not None
+    assert [a.action for a in p.actions] == ["PodForceDeleted"]
+
+
+def test_an_api_error_other_than_a_conflict_is_not_swallowed() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+
+    class Refusing(FakeKube):
+        def delete(self, kind: Kind, namespace: str | None, name: str, *,
+                   uid: str | None = None, grace_period_seconds: int | None = None,
+                   propagation: str | None = None) -> bool:
+            raise ApiError(403, "Forbidden", "pods is forbidden")
+
+    view, kube = FakeView(world), Refusing(world)
+    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
+                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
+    step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    with pytest.raises(ApiError):
+        step.run(new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)}))
+
+
+def test_a_claim_already_going_is_not_deleted_again_when_its_pod_is_evicted() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    going = claim(1, "n1")
+    going["metadata"]["deletionTimestamp"] = stamp(NOW - 1)
+    world.put(k.PVC, going)
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert [a.action for a in p.actions] == ["PodForceDeleted"]
+
+
+def test_failover_reasons_go_before_the_lifecycles_in_ready() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    world.put(k.POD, pod(1, uid="recreated"))
+    going = claim(1, "n1")
+    going["metadata"]["deletionTimestamp"] = stamp(NOW - 1)
+    world.put(k.PVC, going)
+    p = new_pass(cluster_obj(replaceLostVolumes=True), NOW, {"nodes": status_nodes(world)})
+    p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: 2 (dev-1)"))
+    failover_step(world).run(p)
+    assert p.not_ready[0] == ("Replacing", "pod dev-1 waits for its old claim to go")
+
+
+def test_a_node_that_came_back_and_went_again_is_lost_from_its_second_disappearance() -> None:
+    world = healthy_world()
+    step = failover_step(world)
+    obj = cluster_obj()
+    back = world.objects[("Node", "", "n1")]
+    del world.objects[("Node", "", "n1")]
+    step.run(new_pass(obj, NOW, {"nodes": status_nodes(world)}))
+    world.put(k.NODE, back)
+    step.run(new_pass(obj, NOW + 10, {"nodes": status_nodes(world)}))
+    del world.objects[("Node", "", "n1")]
+    step.run(new_pass(obj, NOW + TIMEOUT + 1, {"nodes": status_nodes(world)}))
+    assert world.writes == [], "lost for one second, not since the first time"
+
+
+def test_a_volume_pinned_by_a_local_volumes_affinity_on_a_lost_node_is_replaced() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT)
+    world.put(k.POD, pod(1, uid="recreated"))
+    local = claim(1, "")
+    del local["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+    world.put(k.PVC, local)
+    world.put(k.PV, {"apiVersion": "v1", "kind": "PersistentVolume",
+                     "metadata": {"name": "pv-1"},
+                     "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{
+                         "matchExpressions": [{"key": "kubernetes.io/hostname",
+                                               "operator": "In", "values": ["n1"]}]}]}}}})
+    run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
+
+
+def test_a_replaced_store_is_found_beside_another_pods_crash_loop() -> None:
+    world = healthy_world()
+    world.put(k.POD, pod(1, "n3", uid="replacement"))
+    world.kwdb[1] = kw_node(2, "dev-1", live=False)
+    world.kwdb.append(kw_node(4, "dev-1"))
+    world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 5))
+    p = run_pass(world, podNotReadyTimeout="600s")
+    assert (p.kaiwu.failures or {})["dev-1"] == {"stage": "StoreReplaced", "deadNodeIds": [2]}
+    assert world.decommissioned == [2]
+
+
+def test_a_waiting_volume_says_the_pods_volume_is_on_the_lost_node() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - 5)
+    world.put(k.POD, pod(1, uid="recreated"))
+    p = run_pass(world)
+    assert ("NodeLost", "pod dev-1: Kubernetes node n1 is Unknown (the pod's volume is there)") \
+        in p.not_ready

@@ -407,3 +407,20 @@ def test_exports_are_read_with_their_notices_and_the_files_found_where_the_store
     assert cluster.admin.file_sums("orders-0", f"{EXTERN_DIR}/b") == {}
     with pytest.raises(CommandFailed, match="does not exist"):
         cluster.admin.sql("orders-0", 'EXPORT INTO CSV "nodelocal://1/x" FROM DATABASE nope')
+
+
+def test_liveness_and_availability_are_read_from_their_own_columns() -> None:
+    """KWDB prints is_available false while is_live is true when a node's liveness record
+    expired or it upgrades (kwbase/pkg/cli/node.go), and the reverse is possible in between:
+    each flag comes from its own column, and healthy needs both."""
+    header = ("id,address,sql_address,build,started_at,updated_at,locality,start_mode,"
+              "is_available,is_live\n")
+    row = ("{id},dev-{i}.dev.db.svc.cluster.local:26257,dev-{i}:26257,V3.2.1,"
+           "2027-01-15 08:00:00,2027-01-15 08:01:00,,start,{available},{live}\n")
+    text = header + "".join(row.format(id=i + 1, i=i, available=a, live=live_) for i, (a, live_) in
+                            enumerate([("true", "true"), ("false", "true"), ("true", "false"),
+                                       ("false", "false")]))
+    nodes = kwbase.parse_node_status(text)
+    assert [(n.is_available, n.is_live) for n in nodes] == [
+        (True, True), (False, True), (True, False), (False, False)]
+    assert [n.healthy for n in nodes] == [True, False, False, False]

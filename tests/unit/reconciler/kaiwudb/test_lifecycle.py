@@ -1,0 +1,1298 @@
+"""Stories about the lifecycle step's decisions, on small fakes (no test world, milliseconds each).
+
+The same cluster `dev` as tests/unit/reconciler/kaiwudb/test_failover.py (its fakes are reused):
+three pods on Kubernetes nodes n0..n2, KaiwuDB nodes 1..3. Each story sets what the cluster and
+KaiwuDB show, runs one part of the lifecycle step (init and node probes, rollout, scale-in,
+stray nodes) and checks what it wrote, asked KaiwuDB to do, and told the user. Every boundary is
+tested on both sides (one pod fewer, one replica left, one version older), so a decision
+inverted or off by one fails a story. (The same decisions against the real apiserver:
+tests/world_stories/.)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+
+from reconciler.kaiwudb.kwbase import (
+    DecommissionStatus,
+    InitOutcome,
+    KwbaseError,
+    KwbaseSettings,
+    NodeStatus,
+    ReplicationHealth,
+)
+from reconciler.kaiwudb.lifecycle import Lifecycle, StatusMemory
+from reconciler.kaiwudb.nodes import node_entries, node_state
+from reconciler.kaiwudb.pods import (
+    claim_of,
+    exec_pod,
+    kwbase_running,
+    ordinal,
+    partition_of,
+    pod_ready,
+)
+from reconciler.kaiwudb.rollout import (
+    template_changed_by_others,
+    version_change_problem,
+    version_tuple,
+)
+from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
+from reconciler.kaiwudb.tools import LifecycleSettings
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from reconciler.kube.client import Kube as KubeClient
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj, Pass, ScaleIn
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
+from tests.unit.reconciler.kaiwudb.test_failover import (
+    NAME,
+    NOW,
+    NS,
+    FakeKube,
+    FakeView,
+    World,
+    claim,
+    kw_node,
+    node,
+    pod,
+)
+
+POLL = LifecycleSettings().poll_s
+PROBE_EVERY = LifecycleSettings().probe_every_s
+
+
+class Kube(FakeKube):
+    """The failover fake, plus patches of any field (the rollout patches the partition)."""
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
+        if "metadata" in patch:
+            return super().patch(kind, namespace, name, patch, subresource)
+        obj = self.world.objects[(kind.kind, namespace or "", name)]
+        merge(obj, patch)
+        self.world.writes.append(("patch", kind.kind, name))
+        return copy.deepcopy(obj)
+
+
+def merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if isinstance(value, dict):
+            merge(into.setdefault(key, {}), value)
+        else:
+            into[key] = value
+
+
+class Admin:
+    """KaiwuDB's answers: node status from world.kwdb, the replicas the meta scan lists per
+    node id from `replicas`, replication health and running jobs; `failing` names commands
+    that fail. Every command asked is recorded in `asked` as (command, pod, node ids)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.replicas: dict[int, int] = {}
+        self.health = ReplicationHealth(0, 0)
+        self.jobs = 0
+        self.init_outcome = InitOutcome.INITIALIZED
+        self.failing: set[str] = set()
+        self.asked: list[tuple[str, str, tuple[int, ...]]] = []
+
+    def _ask(self, command: str, pod: str, ids: Sequence[int] = ()) -> None:
+        self.asked.append((command, pod, tuple(ids)))
+        if command in self.failing:
+            raise KwbaseError(f"{command}: connection refused", pod, [command])
+
+    def commands(self) -> list[str]:
+        return [command for command, _, _ in self.asked]
+
+    def init(self, pod: str) -> InitOutcome:
+        self._ask("init", pod)
+        return self.init_outcome
+
+    def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
+                    decommission: bool = False) -> tuple[NodeStatus, ...]:
+        self._ask("node status --decommission" if decommission else "node status", pod)
+        return tuple(self.world.kwdb)
+
+    def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        self._ask("decommission", pod, node_ids)
+        return tuple(DecommissionStatus(i, True, self.replicas.get(i, 0), True, False)
+                     for i in node_ids)
+
+    def recommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        self._ask("recommission", pod, node_ids)
+        return tuple(DecommissionStatus(i, True, 0, False, False) for i in node_ids)
+
+    def replication_health(self, pod: str) -> ReplicationHealth:
+        self._ask("replication health", pod)
+        return self.health
+
+    def running_jobs(self, pod: str) -> int:
+        self._ask("jobs", pod)
+        return self.jobs
+
+
+class Cluster3:
+    """One cluster's world with the lifecycle step wired to the fakes."""
+
+    def __init__(self, *, pods: int = 3, sts_replicas: int = 3) -> None:
+        self.world = World()
+        for i in range(max(pods, sts_replicas) + 1):
+            self.world.put(k.NODE, node(f"n{i}"))
+        for i in range(pods):
+            self.world.put(k.POD, pod(i, f"n{i}"))
+            self.world.put(k.PVC, claim(i, f"n{i}"))
+        self.world.put(k.STATEFUL_SET, statefulset(sts_replicas))
+        self.world.kwdb = [kw_node(i + 1, f"{NAME}-{i}") for i in range(pods)]
+        self.admin = Admin(self.world)
+        self.metrics = Metrics()
+        self.admins_for: list[tuple[str, float]] = []  # (cluster, exec time-out) per adapter
+
+        def factory(kube: Any, cluster: Cluster, settings: KwbaseSettings) -> Admin:
+            self.admins_for.append((cluster.name, settings.timeout_s))
+            return self.admin
+
+        self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
+                                   self.metrics, admin_factory=factory)  # type: ignore[arg-type]
+
+    def counted(self, metric: str, **labels: str) -> float:
+        """A counter of the reconciler's metrics (0 when never counted)."""
+        value = self.metrics.registry.get_sample_value(f"kaiwu_{metric}_total", labels)
+        return value or 0.0
+
+    def action(self, name: str) -> float:
+        return self.counted("lifecycle_actions", action=name)
+
+    def kaiwu(self, i: int, *, live: bool | None = None, decommissioning: bool | None = None,
+              available: bool | None = None) -> None:
+        """KaiwuDB node i+1 (of pod dev-i) changes: live, decommissioning, available."""
+        current = self.world.kwdb[i]
+        updated = kw_node(current.id, str(current.pod_name),
+                          current.is_live if live is None else live,
+                          bool(current.is_decommissioning) if decommissioning is None
+                          else decommissioning)
+        if available is not None:
+            updated = dataclasses.replace(updated, is_available=available)
+        self.world.kwdb[i] = updated
+
+    def sts(self) -> Obj:
+        found = self.world.find(k.STATEFUL_SET, NS, NAME)
+        assert found is not None
+        return found
+
+    def run(self, *, replicas: int = 3, now: float = NOW, status: dict[str, Any] | None = None,
+            **spec: Any) -> Pass:
+        p = new_pass(replicas=replicas, now=now, status=status, **spec)
+        self.lifecycle.run(p)
+        return p
+
+
+def statefulset(replicas: int, *, partition: int | None = None, current: str = "rev1",
+                update: str = "rev1") -> Obj:
+    spec: Obj = {"replicas": replicas}
+    if partition is not None:
+        spec["updateStrategy"] = {"rollingUpdate": {"partition": partition}}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": NAME, "namespace": NS}, "spec": spec,
+            "status": {"currentRevision": current, "updateRevision": update}}
+
+
+def new_pass(*, replicas: int = 3, now: float = NOW, status: dict[str, Any] | None = None,
+             **spec: Any) -> Pass:
+    obj: Obj = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+                "metadata": {"name": NAME, "namespace": NS, "uid": "cluster-uid",
+                             "resourceVersion": "1"},
+                "spec": {"replicas": replicas, "tls": {"enabled": False}, **spec},
+                "status": status if status is not None else {"initialized": True}}
+    p = Pass(ClusterKey(NS, NAME), obj, now, obj["status"])
+    p.cluster = Cluster.from_object(apply_defaults(copy.deepcopy(obj)))
+    return p
+
+
+def reasons(items: list[tuple[str, str]]) -> list[str]:
+    return [reason for reason, _ in items]
+
+
+def text(items: list[tuple[str, str]]) -> str:
+    return "\n".join(message for _, message in items)
+
+
+def running(ordinal_: int, *, version: str = "3.2.1", revision: str = "rev1",
+            ready: bool = True) -> Obj:
+    found = pod(ordinal_, f"n{ordinal_}", ready=ready, revision=revision)
+    found["spec"]["containers"] = [{"name": "kwbase", "image": f"kwdb/kwdb:{version}"}]
+    return found
+
+
+# ---- pods: which pod answers, which one is Ready -----------------------------------------------
+
+def test_pod_ordinals_are_read_from_the_name_and_anything_else_has_none() -> None:
+    assert [ordinal("dev-0"), ordinal("dev-12"), ordinal("my-db-3")] == [0, 12, 3]
+    assert [ordinal("dev"), ordinal("dev-x")] == [-1, -1]
+
+
+def test_kwbase_runs_only_in_a_running_pod_whose_kwbase_container_runs() -> None:
+    assert kwbase_running(pod(0, "n0"))
+    assert not kwbase_running(None)
+    assert not kwbase_running(pod(0, ""))  # pending, no container yet
+    assert not kwbase_running(pod(0, "n0", crashing=True))
+    terminating = pod(0, "n0")
+    terminating["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    assert not kwbase_running(terminating)
+    sidecar_only = pod(0, "n0")
+    sidecar_only["status"]["containerStatuses"][0]["name"] = "exporter"
+    assert not kwbase_running(sidecar_only)
+
+
+def test_a_pod_is_ready_when_kwbase_runs_and_its_ready_condition_is_true() -> None:
+    assert pod_ready(pod(0, "n0"))
+    assert not pod_ready(pod(0, "n0", ready=False))
+    assert not pod_ready(pod(0, "n0", crashing=True))  # Ready says True, kwbase does not run
+
+
+def test_commands_run_in_the_lowest_ready_pod_and_never_in_the_one_being_removed() -> None:
+    pods = {f"{NAME}-{i}": pod(i, f"n{i}") for i in (10, 2, 1)}
+    assert exec_pod(pods) == f"{NAME}-1"  # by ordinal, not by name: dev-10 sorts last
+    assert exec_pod(pods, avoid=f"{NAME}-1") == f"{NAME}-2"
+    pods[f"{NAME}-1"] = pod(1, "n1", ready=False)
+    assert exec_pod(pods) == f"{NAME}-2"  # a Ready pod before one that only runs kwbase
+    alone = {f"{NAME}-0": pod(0, "n0")}
+    assert exec_pod(alone, avoid=f"{NAME}-0") == f"{NAME}-0"  # rather than nowhere
+    leaving_ready = {f"{NAME}-0": pod(0, "n0", ready=False), f"{NAME}-2": pod(2, "n2")}
+    assert exec_pod(leaving_ready, avoid=f"{NAME}-2") == f"{NAME}-0", \
+        "a pod that runs kwbase before the one being removed, even a Ready one"
+    not_ready = {f"{NAME}-0": pod(0, "n0", ready=False)}
+    assert exec_pod(not_ready) == f"{NAME}-0"  # kwbase runs: it can still answer
+    assert exec_pod({f"{NAME}-0": pod(0, "")}) is None
+
+
+def test_the_partition_is_read_from_the_rolling_update_strategy() -> None:
+    assert partition_of(statefulset(3, partition=2)) == 2
+    assert partition_of(statefulset(3, partition=0)) == 0
+    assert partition_of(statefulset(3)) is None
+    assert partition_of(None) is None
+
+
+# ---- nodes: what status.nodes shows, init, probes ----------------------------------------------
+
+def test_status_nodes_list_live_not_live_and_decommissioning_but_not_decommissioned_nodes() -> None:
+    nodes = [kw_node(3, "dev-2", live=False), kw_node(1, "dev-0"),
+             kw_node(2, "dev-1", decommissioning=True),
+             kw_node(4, "dev-3", live=False, decommissioning=True)]
+    unavailable = dataclasses.replace(kw_node(5, "dev-4"), is_available=False)
+    entries = node_entries([*nodes, unavailable])
+    assert [(e.node_id, e.state, e.pod) for e in entries] == [
+        (1, "live", "dev-0"), (2, "decommissioning", "dev-1"), (3, "not-live", "dev-2"),
+        (5, "not-live", "dev-4")]  # live but not available is not healthy; 4 is gone for good
+    assert node_state(kw_node(9, "dev-0", live=False, decommissioning=True)) == "decommissioning"
+
+
+def test_init_waits_for_every_pod_of_the_spec_then_runs_once_in_the_first_pod() -> None:
+    c = Cluster3(pods=2)
+    p = c.run(status={})
+    assert not p.kaiwu.initialized and c.admin.asked == []
+    assert reasons(p.not_ready)[0] == "WaitingForInit"
+    assert f"{NAME}-2" in text(p.not_ready) and f"{NAME}-1" not in text(p.not_ready)
+
+    c.world.put(k.POD, pod(2, "n2"))
+    c.world.kwdb.append(kw_node(3, f"{NAME}-2"))
+    p = c.run(status={})
+    assert p.kaiwu.initialized
+    assert c.admin.asked[0] == ("init", f"{NAME}-0", ())
+    assert [a.action for a in p.actions][:1] == ["Initialized"]
+    assert p.events and "successfully initialized" in p.events[0][2]
+
+
+def test_an_init_that_finds_the_cluster_initialised_counts_as_done_without_an_event() -> None:
+    c = Cluster3()
+    c.admin.init_outcome = InitOutcome.ALREADY_INITIALIZED
+    p = c.run(status={})
+    assert p.kaiwu.initialized
+    assert "already" in p.actions[0].message and not p.events
+
+
+def test_a_failed_init_is_retried_after_poll_s_and_nothing_else_happens() -> None:
+    c = Cluster3()
+    c.admin.failing.add("init")
+    p = c.run(status={})
+    assert not p.kaiwu.initialized
+    assert reasons(p.not_ready) == ["WaitingForInit"] and "retrying" in text(p.not_ready)
+    assert p.requeue == [POLL]
+    assert c.admin.commands() == ["init"]
+
+
+def test_a_single_node_cluster_is_initialised_once_its_pod_runs() -> None:
+    c = Cluster3(pods=0, sts_replicas=1)
+    p = c.run(replicas=1, status={}, startMode="single-node")
+    assert not p.kaiwu.initialized and reasons(p.not_ready) == ["WaitingForPods"]
+    c.world.put(k.POD, pod(0, "n0"))
+    c.world.kwdb = [kw_node(1, f"{NAME}-0")]
+    p = c.run(replicas=1, status={}, startMode="single-node")
+    assert p.kaiwu.initialized and "init" not in c.admin.commands()
+
+
+def test_ready_waits_for_every_node_live_and_one_fewer_is_still_joining() -> None:
+    c = Cluster3()
+    p = c.run()
+    assert p.not_ready == [] and p.requeue == []
+    assert [e.state for e in p.kaiwu.nodes or ()] == ["live"] * 3
+    assert c.admin.asked == [("node status --decommission", f"{NAME}-0", ())]
+
+    c.world.kwdb.pop()  # dev-2 runs but its node has not joined yet
+    c.lifecycle.forget(NS, NAME)
+    p = c.run()
+    assert p.not_ready == [("NodesJoining", "2/3 KaiwuDB nodes live")]
+    assert p.requeue == [POLL]
+
+
+def test_a_node_that_is_live_but_not_available_is_not_live_for_readiness() -> None:
+    c = Cluster3()
+    c.kaiwu(1, available=False)
+    p = c.run()
+    assert reasons(p.not_ready) == ["NodesNotLive"] and "2 (dev-1)" in text(p.not_ready)
+    assert p.requeue == [POLL]
+
+
+def test_a_live_node_whose_pod_is_gone_keeps_the_cluster_not_ready() -> None:
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))  # live, but no pod dev-3
+    p = c.run()
+    assert reasons(p.not_ready) == ["NodesWithoutPods"] and "4 (dev-3)" in text(p.not_ready)
+
+
+def test_a_steady_cluster_is_probed_again_only_after_probe_every_s() -> None:
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    c.run(now=NOW + PROBE_EVERY - 1, status=status)
+    assert c.admin.commands() == ["node status --decommission"]
+    c.run(now=NOW + PROBE_EVERY, status=status)
+    assert c.admin.commands() == ["node status --decommission"] * 2
+
+
+def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_node_down() -> None:
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    c.world.put(k.POD, pod(1, "n1", uid="a-new-pod"))
+    c.run(now=NOW + 1, status=status)
+    assert c.admin.commands() == ["node status --decommission"] * 2
+
+    c.kaiwu(2, live=False)
+    c.lifecycle.forget(NS, NAME)
+    c.run(now=NOW + 2, status=status)  # finds node 3 down
+    c.kaiwu(2, live=True)
+    c.run(now=NOW + 3, status=status)  # looks again at once: finds it back
+    c.run(now=NOW + 4, status=status)  # steady again: no exec
+    assert c.admin.commands() == ["node status --decommission"] * 4
+
+
+def test_a_failed_probe_says_why_and_looks_again_after_poll_s() -> None:
+    c = Cluster3()
+    c.admin.failing.add("node status --decommission")
+    p = c.run()
+    assert reasons(p.not_ready) == ["NodeStatusUnknown"] and p.requeue == [POLL]
+
+
+# ---- rollout: versions and the partition -----------------------------------------------------
+
+def test_plain_versions_are_read_from_tags_and_anything_else_is_no_version() -> None:
+    assert version_tuple("3.2.1") == (3, 2, 1)
+    assert version_tuple("v3.2.0-rc1") == (3, 2, 0)
+    assert version_tuple("latest") is None
+    assert version_tuple("3..1") is None
+
+
+@pytest.mark.parametrize(("wanted", "refused"), [
+    ("3.2.1", ""),  # the version they run
+    ("3.2.2", ""),  # an upgrade within the major version
+    ("3.3.0", ""),
+    ("3.2.0", "cannot be downgraded"),  # one patch older than the oldest node
+    ("2.9.9", "cannot be downgraded"),
+    ("4.0.0", "changes the major version"),
+    ("latest", ""),  # not a plain version: nothing to compare
+])
+def test_downgrades_and_major_version_changes_are_refused(wanted: str, refused: str) -> None:
+    pods = {f"{NAME}-{i}": running(i, version="3.2.1") for i in range(3)}
+    problem = version_change_problem(wanted, pods)
+    assert (refused in problem) if refused else problem == ""
+    if refused:
+        assert "3.2.1" in problem
+
+
+def test_the_oldest_version_a_node_runs_is_the_floor_during_a_rollout() -> None:
+    pods = {f"{NAME}-0": running(0, version="3.2.0"), f"{NAME}-1": running(1, version="3.2.1")}
+    assert version_change_problem("3.2.0", pods) == ""  # back to where the rollout started
+    assert "3.2.0" in version_change_problem("3.1.9", pods)
+    assert version_change_problem("3.1.9", {}) == ""  # no pod runs: nothing to compare
+
+
+def test_a_template_edited_by_someone_else_is_drift_not_a_rollout() -> None:
+    sts = statefulset(3)
+    sts["metadata"]["managedFields"] = [
+        {"manager": "kaiwu-reconciler", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "kubectl-scale", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+    ]
+    assert template_changed_by_others(sts, "kaiwu-reconciler") == ["kubectl-edit"]
+
+
+def rolling_cluster(partition: int = 3) -> Cluster3:
+    """A rollout from rev1 to rev2 gated at `partition`; pods from `partition` up are moved."""
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=partition, update="rev2"))
+    for i in range(3):
+        c.world.put(k.POD, running(i, revision="rev2" if i >= partition else "rev1"))
+    return c
+
+
+def test_a_rollout_moves_one_pod_per_pass_once_the_moved_pods_are_ready() -> None:
+    c = rolling_cluster(partition=2)
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 1
+    assert c.sts()["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 1
+    assert [a.action for a in p.actions] == ["Upgrading"]
+    assert f"{NAME}-1" in p.actions[0].target
+    assert p.progressing == [("Upgrading", "rolling update to revision rev2: 1/3 pods moved")]
+    assert p.requeue == [POLL]
+
+
+def test_the_last_pod_moved_leaves_the_partition_at_zero_not_below() -> None:
+    c = rolling_cluster(partition=0)
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=0, update="rev2"))
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 0 and p.actions == []
+
+
+@pytest.mark.parametrize("why", ["not ready", "old revision", "node not live",
+                                 "under-replicated", "health unknown", "drift", "busy"])
+def test_a_rollout_waits_while_anything_is_not_healthy(why: str) -> None:
+    c = rolling_cluster(partition=2)
+    if why == "not ready":
+        c.world.put(k.POD, running(2, revision="rev2", ready=False))
+    elif why == "old revision":
+        c.world.put(k.POD, running(2, revision="rev1"))
+    elif why == "node not live":
+        c.kaiwu(0, live=False)
+    elif why == "under-replicated":
+        c.admin.health = ReplicationHealth(0, 4)
+    elif why == "health unknown":
+        c.admin.failing.add("replication health")
+    elif why == "drift":
+        sts = c.sts()
+        sts["metadata"]["managedFields"] = [
+            {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+        c.world.put(k.STATEFUL_SET, sts)
+    elif why == "busy":
+        c.world.put(k.NODE, node("n1", "Unknown"))  # pod dev-1 is down
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 2, why
+    assert p.actions == [] and "next pod waits" in text(p.not_ready)
+    assert "partition" not in str(c.world.writes)
+
+
+def test_a_downgrade_is_refused_stalled_with_no_pod_moved() -> None:
+    c = rolling_cluster(partition=3)
+    p = c.run(version="3.1.0")
+    assert reasons(p.stalled) == ["VersionChangeRefused"]
+    assert "cannot be downgraded" in text(p.stalled)
+    assert p.live.partition == 3 and p.actions == []
+
+
+def test_without_a_rollout_the_partition_closes_at_the_replica_count() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=1))
+    p = c.run()
+    assert p.live.partition == 3
+    assert c.sts()["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3
+    assert p.wrote
+    c.world.writes.clear()
+    p = c.run()
+    assert c.world.writes == [] and not p.wrote  # already closed: nothing to write
+
+
+# ---- scale-in ---------------------------------------------------------------------------------
+
+def scale_in_status(phase: str = DECOMMISSIONING, node_id: int | None = 3) -> dict[str, Any]:
+    operation = ScaleIn(replicas=3, target_replicas=2, pod=f"{NAME}-2",
+                        started_at="2027-01-15T08:00:00Z", phase=phase, node_id=node_id)
+    return {"initialized": True, "operation": operation.to_status()}
+
+
+def test_a_scale_in_decommissions_the_highest_ordinals_node_from_another_pod() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2)
+    assert ("decommission", f"{NAME}-0", (3,)) in c.admin.asked
+    assert p.kaiwu.operation is not None
+    assert (p.kaiwu.operation.phase, p.kaiwu.operation.node_id) == (DECOMMISSIONING, 3)
+    assert p.live.replicas == 3  # the StatefulSet keeps every pod while the node drains
+    assert [a.action for a in p.actions] == ["Decommissioning"]
+    assert reasons(p.progressing) == ["ScalingIn"]
+
+
+@pytest.mark.parametrize("why", ["node not live", "unavailable", "another decommissioning",
+                                 "under-replicated", "jobs", "health unknown"])
+def test_a_scale_in_does_not_start_while_the_cluster_is_not_healthy(why: str) -> None:
+    c = Cluster3()
+    if why == "node not live":
+        c.kaiwu(0, live=False)
+    elif why == "unavailable":
+        c.kaiwu(0, available=False)
+    elif why == "another decommissioning":
+        c.kaiwu(1, decommissioning=True)
+    elif why == "under-replicated":
+        c.admin.health = ReplicationHealth(0, 1)
+    elif why == "jobs":
+        c.admin.jobs = 1
+    elif why == "health unknown":
+        c.admin.failing.add("replication health")
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands(), why
+    assert p.kaiwu.operation is None
+    assert reasons(p.progressing) == ["ScaleInWaiting"]
+    assert POLL in p.requeue
+
+
+def test_the_scale_ins_own_target_may_already_be_decommissioning() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    p = c.run(replicas=2)
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.node_id == 3
+
+
+def test_a_single_replica_cluster_refuses_to_scale_in() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2, startMode="single-replica")
+    assert reasons(p.stalled) == ["ScaleInRefused"]
+    assert "set spec.replicas back to 3" in text(p.stalled)
+    assert "decommission" not in c.admin.commands() and p.live.replicas == 3
+
+
+def test_the_statefulset_shrinks_only_once_no_replica_is_left_whatever_gossip_says() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)  # kw_node gossips 0 replicas: never evidence
+    c.admin.replicas[3] = 1
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == DECOMMISSIONING
+    assert "1 replicas left on it" in text(p.progressing)
+    # The replica count is asked of another pod, never of the node being removed.
+    assert [pod_ for command, pod_, _ in c.admin.asked if command == "decommission"] == [
+        f"{NAME}-0"]
+
+    c.admin.replicas[3] = 0
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 2 and p.sync
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+    assert [a.action for a in p.actions] == ["NodeDecommissioned"]
+
+
+def test_once_the_pod_is_gone_its_claim_is_deleted_and_the_scale_in_ends() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert p.kaiwu.operation is not None  # the pod is still terminating
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-2") not in c.world.writes
+
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-2") in c.world.writes
+    assert p.kaiwu.operation is None
+    assert [a.action for a in p.actions] == ["ClaimDeleted", "ScaledIn"]
+    assert min(p.requeue, default=POLL) >= POLL  # 2 was the target: no next node
+
+
+def test_a_scale_in_by_two_goes_on_to_the_next_node_at_once() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=1, status=scale_in_status(REMOVING))
+    assert p.kaiwu.operation is None and min(p.requeue) < POLL
+
+
+def test_a_scale_out_while_a_node_decommissions_recommissions_it() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    p = c.run(replicas=3, status=scale_in_status())
+    assert ("recommission", f"{NAME}-0", (3,)) in c.admin.asked
+    assert p.kaiwu.operation is None and p.live.replicas == 3
+    assert [a.action for a in p.actions] == ["Recommissioned"]
+
+
+def test_a_node_recommissioned_by_hand_restarts_the_scale_in_from_its_checks() -> None:
+    c = Cluster3()  # node 3 is no longer decommissioning
+    c.admin.jobs = 1  # and the checks now find a job running
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.kaiwu.operation is None and min(p.requeue) < POLL
+    assert "decommission" not in c.admin.commands()
+
+
+# ---- stray nodes and wanted nodes that decommission -------------------------------------------
+
+def stray_cluster() -> Cluster3:
+    """Pods dev-0..2; KaiwuDB still lists node 4 of dev-3, gone without a decommission."""
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3", live=False))
+    c.world.put(k.PVC, claim(3, "n3"))
+    return c
+
+
+def test_a_node_of_a_pod_beyond_the_statefulset_is_decommissioned() -> None:
+    c = stray_cluster()
+    p = c.run()
+    assert ("decommission", f"{NAME}-0", (4,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["StrayNodeDecommissioned"]
+
+
+def test_a_node_of_the_last_wanted_ordinal_is_not_a_stray() -> None:
+    c = Cluster3()
+    c.kaiwu(2, live=False)  # dev-2 (ordinal 2 < 3 replicas) is just down
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    c.run()
+    assert "decommission" not in c.admin.commands()
+
+
+def test_strays_wait_while_another_node_is_not_live() -> None:
+    c = stray_cluster()
+    c.kaiwu(0, live=False)
+    c.run()
+    assert "decommission" not in c.admin.commands()
+
+
+def test_a_single_replica_cluster_keeps_a_strays_claim_and_says_how_to_bring_it_back() -> None:
+    c = stray_cluster()
+    p = c.run(startMode="single-replica")
+    assert "decommission" not in c.admin.commands()
+    assert reasons(p.stalled) == ["StrayNodeNotRemovable"]
+    assert "Set spec.replicas to 4" in text(p.stalled)
+
+
+def test_a_decommissioned_strays_claim_goes_once_no_replica_is_left_on_it() -> None:
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    c.admin.replicas[4] = 2
+    p = c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+    assert "2 left" in text(p.not_ready)
+    c.admin.replicas[4] = 0
+    p = c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") in c.world.writes
+    assert [a.action for a in p.actions] == ["ClaimDeleted"]
+
+
+def test_no_stray_is_touched_while_pods_are_down() -> None:
+    c = stray_cluster()
+    c.world.put(k.NODE, node("n1", "Unknown"))
+    c.run()
+    assert "decommission" not in c.admin.commands()
+
+
+def test_a_wanted_pods_node_that_came_back_decommissioning_is_recommissioned() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run()
+    assert ("recommission", f"{NAME}-0", (2,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["Recommissioned"]
+
+
+def test_an_older_decommissioning_id_of_a_pod_with_a_new_store_is_left_alone() -> None:
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(7, f"{NAME}-1", decommissioning=True))
+    c.run()
+    assert "recommission" not in c.admin.commands()
+
+
+# ---- the step as a whole ----------------------------------------------------------------------
+
+def test_a_statefulset_scaled_up_by_hand_is_drift_not_a_scale_in_after_we_applied_it() -> None:
+    c = Cluster3()
+    c.run()  # we applied 3
+    c.world.put(k.STATEFUL_SET, statefulset(4))
+    c.world.put(k.POD, pod(3, "n3"))
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+    p = c.run()
+    assert p.kaiwu.operation is None and "decommission" not in c.admin.commands()
+
+
+def test_fewer_replicas_in_the_spec_than_live_after_a_restart_is_a_scale_in() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2)
+    assert p.kaiwu.operation is not None
+
+
+def test_the_memory_of_a_decision_outlasts_a_stale_copy_for_the_grace_period_only() -> None:
+    memory = Cluster3().lifecycle.memory  # five seconds by default
+    decided = new_pass(status={"initialized": False})
+    decided.kaiwu.initialized = True
+    memory.save(decided)
+    stale = new_pass(now=NOW + 5, status={"initialized": False})
+    stale.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(stale)
+    assert stale.kaiwu.initialized  # an older copy of ours, within the grace period
+    late = new_pass(now=NOW + 5.5, status={"initialized": False})
+    late.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(late)
+    assert not late.kaiwu.initialized  # grace over: the newer object wins
+
+
+# ---- what each decision says and counts ---------------------------------------------------------
+
+def test_init_and_its_failure_are_counted() -> None:
+    c = Cluster3()
+    c.run(status={})
+    assert c.action("init") == 1
+    failing = Cluster3()
+    failing.admin.failing.add("init")
+    p = failing.run(status={})
+    assert failing.counted("errors", stage="lifecycle") == 1
+    assert p.not_ready == [("WaitingForInit", "kwbase init failed (retrying in 1s): "
+                            "init: connection refused")]
+
+
+def test_a_scale_in_waiting_says_why_in_ready_and_progressing() -> None:
+    c = Cluster3()
+    c.admin.jobs = 2
+    p = c.run(replicas=2)
+    assert ("ScaleInWaiting", "scale-in to 2 waits: 2 jobs running (SHOW JOBS)") in p.not_ready
+    assert p.progressing == [("ScaleInWaiting", "2 jobs running (SHOW JOBS)")]
+    assert ("jobs", f"{NAME}-0", ()) in c.admin.asked
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run(replicas=2)
+    assert p.progressing == [("ScaleInWaiting", "KaiwuDB nodes decommissioning: 2")]
+    c = Cluster3()
+    c.admin.health = ReplicationHealth(1, 2)
+    p = c.run(replicas=2)
+    assert p.progressing == [("ScaleInWaiting",
+                              "1 unavailable and 2 under-replicated ranges")]
+    assert "jobs" not in c.admin.commands(), "jobs are asked only once replication is healthy"
+    c = Cluster3()
+    c.admin.failing.add("replication health")
+    p = c.run(replicas=2)
+    assert p.progressing == [("ScaleInWaiting", "replication health unknown: "
+                              "replication health: connection refused")]
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_a_started_scale_in_is_counted_and_says_what_it_does() -> None:
+    c = Cluster3()
+    p = c.run(replicas=2)
+    assert c.action("decommission") == 1
+    assert p.actions[0].target == f"Pod/{NAME}-2"
+    assert p.actions[0].message.startswith("scale-in 3 -> 2: decommissioning KaiwuDB node 3")
+    assert p.not_ready == [("ScalingIn", f"scaling in 3 -> 2: decommissioning KaiwuDB node 3 "
+                            f"({NAME}-2)")]
+    assert p.kaiwu.operation == ScaleIn(3, 2, f"{NAME}-2", "2027-01-15T08:00:00Z",
+                                        DECOMMISSIONING, 3) or (
+        p.kaiwu.operation is not None and p.kaiwu.operation.target_replicas == 2)
+
+
+def test_a_pod_that_never_joined_is_removed_without_a_decommission() -> None:
+    c = Cluster3()
+    c.world.kwdb.pop()  # dev-2 has no KaiwuDB node
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands()
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+    assert p.kaiwu.operation.node_id is None
+    assert p.not_ready[-1] == ("ScalingIn", f"scaling in 3 -> 2: removing pod {NAME}-2")
+
+
+def test_a_failed_decommission_is_retried_and_no_operation_is_recorded() -> None:
+    c = Cluster3()
+    c.admin.failing.add("decommission")
+    p = c.run(replicas=2)
+    assert p.kaiwu.operation is None
+    assert ("ScaleInWaiting", "decommission of node 3 failed (retrying in 1s): "
+            "decommission: connection refused") in p.not_ready
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_the_replica_count_unknown_keeps_the_scale_in_waiting_and_says_why() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.admin.failing.add("decommission")
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3 and p.kaiwu.operation is not None
+    assert p.progressing == [("ScalingIn", f"scaling in 3 -> 2: decommissioning KaiwuDB node 3 "
+                              f"({NAME}-2); replica count unknown (decommission: connection "
+                              "refused)")]
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_the_replica_count_is_never_asked_of_the_node_being_removed() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    for i in (0, 1):
+        c.world.put(k.POD, pod(i, f"n{i}", ready=False))  # kwbase runs, readiness fails
+    c.admin.replicas[3] = 0
+    p = c.run(replicas=2, status=scale_in_status())
+    asked = [pod_ for command, pod_, _ in c.admin.asked if command == "decommission"]
+    assert asked == [f"{NAME}-0"], "a pod that runs kwbase rather than the one leaving"
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+
+
+def test_a_node_missing_from_the_decommission_answer_is_not_taken_as_empty() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+
+    def nothing(pod_: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
+        c.admin.asked.append(("decommission", pod_, tuple(node_ids)))
+        return ()
+
+    c.admin.decommission = nothing  # type: ignore[method-assign,assignment]
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3
+    assert "node 3 missing from the decommission status" in text(p.progressing)
+
+
+def test_a_finished_node_shrinks_the_statefulset_by_exactly_one() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.actions[0].message.endswith("the StatefulSet shrinks to 2")
+    assert p.events[0][:2] == ("Normal", "NodeDecommissioned")
+    assert p.actions[0].target == f"Pod/{NAME}-2"
+
+
+def test_the_end_of_a_scale_in_step_is_counted_with_its_claim_deletion() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert c.action("delete-claim") == 1 and c.action("scale-in-step") == 1
+    assert c.counted("writes", verb="delete", kind="PersistentVolumeClaim") == 1
+    assert [(a.action, a.target) for a in p.actions] == [
+        ("ClaimDeleted", f"PersistentVolumeClaim/data-{NAME}-2"),
+        ("ScaledIn", f"StatefulSet/{NAME}")]
+    assert p.actions[1].message == f"3 -> 2 replicas ({NAME}-2 removed)"
+
+
+def test_a_scale_out_that_cannot_recommission_yet_keeps_the_operation() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.admin.failing.add("recommission")
+    p = c.run(replicas=3, status=scale_in_status())
+    assert p.kaiwu.operation is not None
+    assert ("ScalingIn", "recommission of node 3 failed (retrying in 1s): recommission: "
+            "connection refused") in p.not_ready
+    c.admin.failing.clear()
+    p = c.run(replicas=3, status=scale_in_status())
+    assert c.action("recommission") == 1 and p.requeue and POLL in p.requeue
+    assert p.actions[0].target == f"Pod/{NAME}-2"
+    assert p.actions[0].message.startswith("spec.replicas is 3 again: KaiwuDB node 3")
+
+
+def test_stray_decommission_is_counted_warned_and_its_failure_retried() -> None:
+    c = stray_cluster()
+    p = c.run()
+    assert c.action("decommission-stray-node") == 1
+    assert p.events[0][:2] == ("Warning", "StrayNodeDecommissioned")
+    assert f"({NAME}-3)" in p.events[0][2] and POLL in p.requeue
+    c = stray_cluster()
+    c.admin.failing.add("decommission")
+    p = c.run()
+    assert ("StrayNodes", "decommission of nodes [4] whose pods are gone failed (retrying in "
+            "1s): decommission: connection refused") in p.not_ready
+
+
+def test_a_stray_claim_deletion_is_counted_and_says_why() -> None:
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    p = c.run()
+    assert c.action("delete-claim") == 1
+    assert c.counted("writes", verb="delete", kind="PersistentVolumeClaim") == 1
+    assert p.actions[0].message.startswith("KaiwuDB node 4 is decommissioned")
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") in c.world.writes
+
+
+def test_recommissioning_a_wanted_node_is_counted_warned_and_retried_on_failure() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run()
+    assert c.action("recommission") == 1
+    assert p.events[0][:2] == ("Warning", "Recommissioned")
+    assert POLL in p.requeue
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    c.admin.failing.add("recommission")
+    p = c.run()
+    assert "NodesDecommissioning" in reasons(p.not_ready)
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.run(replicas=2, status=scale_in_status())
+    assert "recommission" not in c.admin.commands(), "the scale-in's own target is not wanted"
+
+
+def test_a_rollout_step_is_counted_and_patches_the_statefulset() -> None:
+    c = rolling_cluster(partition=2)
+    c.run(version="3.2.1")
+    assert c.action("upgrade-step") == 1
+    assert c.counted("writes", verb="patch", kind="StatefulSet") == 1
+    assert ("replication health", f"{NAME}-0", ()) in c.admin.asked
+
+
+def test_an_uninitialised_cluster_rolls_nothing_and_says_so() -> None:
+    c = rolling_cluster(partition=2)
+    c.world.put(k.POD, running(0, revision="rev1", ready=False))
+    c.world.objects.pop(("Pod", NS, f"{NAME}-1"))
+    p = c.run(status={}, version="3.2.1")
+    assert p.live.partition == 2
+    assert "next pod waits: the cluster is not initialised" in text(p.progressing)
+
+
+def test_pods_down_within_the_live_statefulset_block_the_rollout_and_name_the_pod() -> None:
+    c = rolling_cluster(partition=2)
+    c.world.put(k.STATEFUL_SET, statefulset(4, partition=2, update="rev2"))
+    c.world.put(k.POD, running(3, revision="rev2"))
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+    del c.world.objects[("Pod", NS, f"{NAME}-3")]
+    p = c.run(replicas=4, version="3.2.1")
+    assert p.live.partition == 2
+    assert f"next pod waits: pods are down: {NAME}-3" in text(p.progressing)
+
+
+def test_a_pass_reading_the_version_it_wrote_from_takes_the_remembered_fields() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    decided = new_pass(status={"initialized": False})
+    decided.kaiwu.initialized = True
+    memory.save(decided)
+    again = new_pass(now=NOW + 60, status={"initialized": False})  # same resourceVersion "1"
+    memory.recall(again)
+    assert again.kaiwu.initialized, "the cache has not seen our write yet"
+
+
+def test_a_pass_that_decided_nothing_new_leaves_nothing_pending() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    steady = new_pass(status={"initialized": True})
+    memory.save(steady)
+    changed = new_pass(now=NOW + 1, status={"initialized": False})
+    changed.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(changed)
+    assert not changed.kaiwu.initialized, "someone else's newer object wins at once"
+    memory.forget(NS, NAME)
+    memory.recall(again := new_pass(status={"initialized": False}))
+    assert not again.kaiwu.initialized
+
+
+def test_each_pass_makes_the_admin_adapter_for_its_cluster_with_the_exec_time_out() -> None:
+    c = Cluster3()
+    c.run()
+    assert c.admins_for and set(c.admins_for) == {(NAME, LifecycleSettings().exec_timeout_s)}
+
+
+def test_a_running_scale_in_probes_the_nodes_on_every_pass() -> None:
+    c = Cluster3()
+    first = c.run()
+    nodes = [n.to_status() for n in first.kaiwu.nodes or ()]
+    c.kaiwu(2, decommissioning=True)
+    c.admin.replicas[3] = 5
+    c.run(replicas=2, now=NOW + 1, status={**scale_in_status(), "nodes": nodes})
+    assert c.admin.commands().count("node status --decommission") == 2
+
+
+def test_without_a_statefulset_the_spec_says_how_many_nodes_to_wait_for() -> None:
+    c = Cluster3()
+    del c.world.objects[("StatefulSet", NS, NAME)]
+    c.world.kwdb.pop()
+    p = c.run()
+    assert ("NodesJoining", "2/3 KaiwuDB nodes live") in p.not_ready
+
+
+def test_the_statefulset_not_the_spec_says_how_many_nodes_to_wait_for() -> None:
+    c = Cluster3()  # spec asks for 4; the StatefulSet has not grown yet
+    p = c.run(replicas=4)
+    assert "NodesJoining" not in reasons(p.not_ready)
+
+
+def test_an_already_initialised_cluster_goes_on_to_probe_in_the_same_pass() -> None:
+    c = Cluster3()
+    c.admin.init_outcome = InitOutcome.ALREADY_INITIALIZED
+    p = c.run(status={})
+    assert c.admin.commands()[:2] == ["init", "node status --decommission"]
+    assert [a.action for a in p.actions] == ["Initialized"]
+    assert p.actions[0].message == "kwbase init: the cluster was already initialized"
+
+
+def test_with_no_pod_running_kwbase_the_probe_says_so() -> None:
+    c = Cluster3()
+    for i in range(3):
+        c.world.put(k.POD, pod(i, ""))
+    p = c.run()
+    assert ("WaitingForPods", "no pod runs kwbase") in p.not_ready
+    assert "node status --decommission" not in c.admin.commands()
+
+
+def test_a_failed_probe_is_retried_at_the_next_pass_even_with_nothing_changed() -> None:
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=3, update="rev2"))  # forces a probe
+    c.admin.failing.add("node status --decommission")
+    p = c.run(now=NOW + 1, status=status)
+    assert ("NodeStatusUnknown", "kwbase node status failed (retrying in 1s): "
+            "node status --decommission: connection refused") in p.not_ready
+    c.admin.failing.clear()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=3))
+    c.run(now=NOW + 2, status=status)
+    assert c.admin.commands().count("node status --decommission") == 3
+
+
+def test_every_node_without_a_pod_is_named() -> None:
+    c = Cluster3()
+    c.world.kwdb += [kw_node(4, f"{NAME}-3"), kw_node(5, f"{NAME}-4")]
+    p = c.run()
+    assert ("NodesWithoutPods", f"KaiwuDB nodes whose pod is gone: 4 ({NAME}-3), "
+            f"5 ({NAME}-4)") in p.not_ready
+
+
+def test_versions_are_read_from_image_tags_even_behind_a_registry_port() -> None:
+    pods = {f"{NAME}-0": running(0), f"{NAME}-1": running(1), f"{NAME}-2": running(2)}
+    pods[f"{NAME}-0"]["spec"]["containers"][0]["image"] = "registry.local:5000/kwdb/kwdb:3.2.0"
+    pods[f"{NAME}-1"]["spec"]["containers"][0]["image"] = "registry.local:5000/kwdb/kwdb"
+    pods[f"{NAME}-2"]["spec"]["containers"].insert(0, {"name": "init", "image": "busybox:1.0"})
+    assert "3.2.0" in version_change_problem("3.1.0", pods)
+    assert version_change_problem("3.2.0", pods) == ""
+
+
+def test_our_own_template_writes_are_not_someone_elses_drift() -> None:
+    c = rolling_cluster(partition=2)
+    sts = c.sts()
+    sts["metadata"]["managedFields"] = [
+        {"manager": "kaiwu-reconciler", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+    c.world.put(k.STATEFUL_SET, sts)
+    assert c.run(version="3.2.1").live.partition == 1
+    sts["metadata"]["managedFields"] += [
+        {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}},
+        {"manager": "helm", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+    c.world.put(k.STATEFUL_SET, sts)
+    p = c.run(version="3.2.1")
+    assert "the pod template was changed by kubectl-edit, helm: that is drift" in text(
+        p.progressing)
+
+
+def test_a_rollout_names_every_node_that_is_not_live() -> None:
+    c = rolling_cluster(partition=2)
+    c.kaiwu(0, live=False)
+    c.kaiwu(1, live=False)
+    p = c.run(version="3.2.1")
+    assert "next pod waits: KaiwuDB nodes not live: 1, 2" in text(p.progressing)
+
+
+def test_a_rollout_during_a_scale_out_checks_only_the_statefulsets_pods() -> None:
+    c = rolling_cluster(partition=2)
+    p = c.run(replicas=4, version="3.2.1")  # dev-3 is not made yet
+    assert p.live.partition == 1
+
+
+def test_a_claim_the_cache_lacks_is_read_from_the_api() -> None:
+    c = Cluster3()
+    view, kube = FakeView(c.world), cast(KubeClient, Kube(c.world))
+    assert claim_of(view, kube, NS, f"{NAME}-1") == c.world.find(k.PVC, NS, f"data-{NAME}-1")
+
+    class Empty(FakeView):
+        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            return None
+
+    assert claim_of(Empty(c.world), kube, NS, f"{NAME}-1") is not None
+    cached = copy.deepcopy(c.world.find(k.PVC, NS, f"data-{NAME}-1"))
+    del c.world.objects[("PersistentVolumeClaim", NS, f"data-{NAME}-1")]
+
+    class Cached(FakeView):
+        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            return cached
+
+    assert claim_of(Cached(c.world), kube, NS, f"{NAME}-1") == cached, "the cache is enough"
+
+
+def test_a_rollout_waits_while_a_scale_in_runs() -> None:
+    c = rolling_cluster(partition=3)
+    p = c.run(replicas=2, version="3.2.1")
+    assert p.live.partition == 3
+    assert "next pod waits: a scale-in is in progress" in text(p.progressing)
+
+
+def test_scale_in_checks_are_asked_of_another_pod_than_the_one_leaving() -> None:
+    c = Cluster3()
+    for i in (0, 1):
+        c.world.put(k.POD, pod(i, f"n{i}", ready=False))  # kwbase runs, readiness fails
+    c.run(replicas=2)
+    asked = {(command, pod_) for command, pod_, _ in c.admin.asked}
+    assert ("replication health", f"{NAME}-0") in asked
+    assert ("decommission", f"{NAME}-0") in asked
+    assert not any(pod_ == f"{NAME}-2" for command, pod_ in asked if command != "node status"
+                   " --decommission")
+
+
+def test_a_scale_out_cancel_waits_for_a_pod_that_runs_kwbase() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    for i in range(3):
+        c.world.put(k.POD, pod(i, ""))
+    p = c.run(replicas=3, status=scale_in_status())
+    assert p.kaiwu.operation is not None and "recommission" not in c.admin.commands()
+    assert ("ScalingIn", "recommission waits for a pod that runs kwbase") in p.not_ready
+    assert POLL in p.requeue
+
+
+class StaleClaims(FakeView):
+    """The watch cache, still showing claim data-dev-3 with the uid it had before."""
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = super().get(kind, namespace, name)
+        if found is not None and kind.kind == "PersistentVolumeClaim":
+            found["metadata"]["uid"] = "an-older-claim"
+        return found
+
+
+def test_a_strays_claim_is_deleted_only_as_it_was_judged() -> None:
+    """A claim of the same name made since (another uid) is not the one judged empty."""
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    c.lifecycle = Lifecycle(Kube(c.world), StaleClaims(c.world),  # type: ignore[arg-type]
+                            c.metrics, admin_factory=lambda *_: c.admin)  # type: ignore[arg-type]
+    c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+    assert c.world.find(k.PVC, NS, f"data-{NAME}-3") is not None
+
+
+def test_once_our_write_shows_the_memory_ends_and_later_changes_win() -> None:
+    memory = StatusMemory(grace_s=5.0)
+    decided = new_pass(status={"initialized": False})
+    decided.kaiwu.initialized = True
+    memory.save(decided)
+    arrived = new_pass(now=NOW + 1, status={"initialized": True})
+    arrived.obj["metadata"]["resourceVersion"] = "2"
+    memory.recall(arrived)
+    assert arrived.kaiwu.initialized
+    reset = new_pass(now=NOW + 2, status={"initialized": False})  # someone else's change
+    reset.obj["metadata"]["resourceVersion"] = "3"
+    memory.recall(reset)
+    assert not reset.kaiwu.initialized
+
+
+def test_the_lifecycle_step_runs_for_a_valid_cluster_that_is_not_paused_or_halted() -> None:
+    lifecycle = Cluster3().lifecycle
+    assert lifecycle.wanted(new_pass())
+    assert not lifecycle.wanted(new_pass(paused=True))
+    halted = new_pass()
+    halted.halted = True
+    assert not lifecycle.wanted(halted)
+    invalid = new_pass()
+    invalid.cluster = None
+    assert not lifecycle.wanted(invalid)
+
+
+def test_every_wanted_node_recommissioned_at_once_is_named() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    c.kaiwu(2, decommissioning=True)
+    p = c.run()
+    assert ("recommission", f"{NAME}-0", (2, 3)) in c.admin.asked
+    assert p.actions[0].message.startswith(
+        f"KaiwuDB node(s) 2, 3 of wanted pods ({NAME}-1, {NAME}-2) were decommissioning")
+
+
+def test_every_stray_is_named_and_a_claim_already_going_is_left_alone() -> None:
+    c = stray_cluster()
+    c.world.kwdb.append(kw_node(5, f"{NAME}-4", live=False))
+    p = c.run(startMode="single-replica")
+    assert f"KaiwuDB node(s) 4, 5 of pod(s) {NAME}-3, {NAME}-4 beyond" in text(p.stalled)
+    p = c.run()
+    assert p.events[0][2].endswith("their claims go once no replica is left on them")
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    going = claim(3, "n3")
+    going["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    c.world.put(k.PVC, going)
+    c.run()
+    assert "decommission" not in c.admin.commands(), "no replica count asked for it"
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+
+
+def test_versions_are_read_from_short_image_names_and_a_capital_v() -> None:
+    pods = {f"{NAME}-0": running(0)}
+    pods[f"{NAME}-0"]["spec"]["containers"][0]["image"] = "kwdb:3.2.0"
+    assert "3.2.0" in version_change_problem("3.1.0", pods)
+    assert version_tuple("V3.2.1") == (3, 2, 1)
+
+
+def test_a_partition_patch_that_meets_a_conflict_is_tried_again_later() -> None:
+    c = rolling_cluster(partition=2)
+
+    class Conflicting(Kube):
+        def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+                  subresource: str = "") -> Obj:
+            raise ApiError(409, "Conflict", "the object has been modified")
+
+    c.lifecycle.rollouts.kube = Conflicting(c.world)  # type: ignore[assignment]
+    p = c.run(version="3.2.1")
+    assert p.requeue.count(POLL) >= 2 and p.wrote
+
+    class Refusing(Kube):
+        def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+                  subresource: str = "") -> Obj:
+            raise ApiError(422, "Invalid", "spec.updateStrategy: Invalid value")
+
+    c.lifecycle.rollouts.kube = Refusing(c.world)  # type: ignore[assignment]
+    with pytest.raises(ApiError):
+        c.run(version="3.2.1")
+
+
+def test_a_rollout_waits_while_the_node_status_is_unknown_and_says_drift_is_repaired() -> None:
+    c = rolling_cluster(partition=2)
+    c.admin.failing.add("node status --decommission")
+    p = c.run(version="3.2.1")
+    assert "next pod waits: KaiwuDB node status unknown" in text(p.progressing)
+    c = rolling_cluster(partition=2)
+    sts = c.sts()
+    sts["metadata"]["managedFields"] = [
+        {"manager": "kubectl-edit", "fieldsV1": {"f:spec": {"f:template": {}}}}]
+    c.world.put(k.STATEFUL_SET, sts)
+    p = c.run(version="3.2.1")
+    assert text(p.progressing).endswith(
+        "the pod template was changed by kubectl-edit: that is drift, repaired rather than "
+        "rolled out")
+
+
+def test_a_draining_node_with_its_status_unknown_keeps_the_scale_in_going() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    c.admin.failing.add("node status --decommission")
+    p = c.run(replicas=2, status=scale_in_status())
+    assert p.live.replicas == 3 and p.kaiwu.operation is not None
+    assert ("ScalingIn", f"scaling in 3 -> 2: decommissioning KaiwuDB node 3 ({NAME}-2)") in \
+        p.progressing
+
+
+def test_a_scale_in_needs_a_pod_that_runs_kwbase_to_ask() -> None:
+    c = Cluster3()
+    assert c.lifecycle.scaling.scale_in_blocker(
+        c.world.kwdb, c.admin, {}, f"{NAME}-2") == "no pod runs kwbase"  # type: ignore[arg-type]
+
+
+def test_a_recommission_of_wanted_nodes_says_why() -> None:
+    c = Cluster3()
+    c.kaiwu(1, decommissioning=True)
+    p = c.run()
+    assert p.events[0][2].endswith("recommissioned so they hold replicas again")
+
+
+def test_each_decommissioned_strays_claim_is_looked_at_past_one_already_going() -> None:
+    c = stray_cluster()
+    c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
+    c.world.kwdb.append(kw_node(5, f"{NAME}-4", live=False, decommissioning=True))
+    going = claim(3, "n3")
+    going["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    c.world.put(k.PVC, going)
+    c.world.put(k.PVC, claim(4, "n4"))
+    c.run()
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-4") in c.world.writes
+    assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes

@@ -1,0 +1,63 @@
+"""The mutation command's configuration (pyproject.toml [tool.kaiwu-mutation], read by
+bench/mutation.py) names modules and fast tests that exist, and each test file reaches its
+module, so `make mutation` does not rot when files move. The run itself takes minutes and is not
+part of the test suite (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from bench.mutation import ROOT, Outcome, load_settings, mutant_prefix, show
+
+SETTINGS = load_settings()
+
+
+def test_every_configured_module_and_test_file_exists_in_the_fast_tier() -> None:
+    assert SETTINGS.modules, "no module configured"
+    for module, tests in SETTINGS.modules.items():
+        assert (ROOT / module).is_file(), module
+        assert module.startswith(("renderer/", "reconciler/")) and module.endswith(".py"), module
+        assert tests, f"{module}: no test mapped"
+        for test in tests:
+            assert (ROOT / test).is_file(), f"{module}: {test} is missing"
+            assert test.startswith("tests/unit/"), f"{test}: only the fast tier is used"
+
+
+def test_each_module_is_imported_by_one_of_its_test_files() -> None:
+    for module, tests in SETTINGS.modules.items():
+        dotted = module.removesuffix(".py").replace("/", ".")
+        package, _, name = dotted.rpartition(".")
+        texts = [(ROOT / test).read_text() for test in tests]
+        assert any(dotted in text or (f"from {package} import" in text and name in text)
+                   for text in texts), f"no test file of {module} imports it"
+
+
+def test_accepted_survivors_name_a_configured_module_and_say_why() -> None:
+    prefixes = tuple(mutant_prefix(module) for module in SETTINGS.modules)
+    for name, why in SETTINGS.accepted.items():
+        assert name.startswith(prefixes), name
+        assert len(why) > 20, f"{name}: say why it is equivalent"
+
+
+def test_mutmut_is_pointed_at_the_source_trees() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert all((ROOT / path).is_dir() for path in config["source_paths"])
+    assert SETTINGS.sample > 0 and 0 < SETTINGS.target <= 100
+
+
+def test_names_rates_and_diffs_of_mutants() -> None:
+    assert mutant_prefix("reconciler/kaiwudb/loss.py") == "reconciler.kaiwudb.loss."
+    outcome = Outcome("m.py", 100, killed=["a"] * 9, survived=["b"], no_tests=[],
+                      accepted=["c"], seconds=1.0)
+    assert (outcome.tried, outcome.rate) == (10, 90.0)
+    assert Outcome("m.py", 0, [], [], [], [], 0.0).rate == 100.0
+    functions = {"x_f__mutmut_orig": ["def x_f():", "    a = 1", "    return a"],
+                 "x_f__mutmut_3": ["def x_f():", "    a = 2", "    return a"]}
+    assert show(functions, "pkg.mod.x_f__mutmut_3") == "        -    a = 1\n        +    a = 2"
+
+
+def test_the_make_target_runs_the_script() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "mutation:" in makefile and "-m bench.mutation" in makefile
+    assert Path(ROOT / "bench" / "mutation.py").is_file()
