@@ -44,6 +44,10 @@ BACKUP_CRD_FILES: tuple[Traversable, ...] = (
 )
 
 
+# The ranges of the integer formats the CRD uses.
+INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
 @dataclass(frozen=True)
 class SchemaViolation:
     """One schema error: the path inside the object, the message and the fix."""
@@ -82,6 +86,12 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
         result["anyOf"] = [{"type": "integer"}, string_schema]
     if node.get("nullable"):
         result.pop("nullable")
+    if node.get("type") == "integer" and node.get("format") in INT_RANGES:
+        # The format's range, as the API server's decoding into Go int32/int64 fields enforces
+        # it (the CRD cannot state int64 bounds: they would be held as float64).
+        low, high = INT_RANGES[node["format"]]
+        result.setdefault("minimum", low)
+        result.setdefault("maximum", high)
     if "properties" in node:
         result["properties"] = {name: _to_json_schema(child)
                                 for name, child in node["properties"].items()}

@@ -22,7 +22,7 @@ PROPERTY = settings(derandomize=True, database=None, deadline=None, max_examples
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 SPEC_SCHEMA: dict[str, Any] = schema.openapi_schema()["properties"]["spec"]
-INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+INT_FORMATS = schema.INT_RANGES
 
 # --- names, keys and values Kubernetes accepts (short, so failing examples stay readable) -----
 
