@@ -418,7 +418,7 @@ def _namespace(given: str | None, kubeconfig: str | None, context: str | None) -
     try:
         from kubernetes import config
         listed = config.list_kube_config_contexts  # untyped in the client
-        contexts, current = listed(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        contexts, current = listed(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
         if context:
             current = next((x for x in contexts if x["name"] == context), current)
         found = (current or {}).get("context", {}).get("namespace")

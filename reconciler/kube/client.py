@@ -87,7 +87,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     Raises ConnectionSetupError (invalid) when neither is usable."""
     if kubeconfig is None:
         try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
             return client.ApiClient()
         except config.ConfigException:
             pass
@@ -104,7 +104,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
             invalid=True)
     configuration = client.Configuration()
     try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
+        config.load_kube_config(  # type: ignore[no-untyped-call,unused-ignore]
             config_file=kubeconfig, context=context, client_configuration=configuration)
     except (config.ConfigException, OSError, ValueError, TypeError, AttributeError,
             yaml.YAMLError) as error:
@@ -398,5 +398,5 @@ class Kube:
             finally:
                 response.close()
         finally:
-            own.close()  # type: ignore[no-untyped-call]  # the client leaves close() unannotated
+            own.close()  # type: ignore[no-untyped-call,unused-ignore]  # the client leaves close() unannotated
         return "".join(stdout), "".join(stderr), int(code if code is not None else -1)

@@ -264,7 +264,7 @@ class Api:
 
     def close(self) -> None:
         self._http.clear()
-        self.client.close()  # type: ignore[no-untyped-call]
+        self.client.close()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
@@ -467,7 +467,7 @@ class Demo:
             # KaiwuDB. So its Service (a metrics endpoint for the pods) is left out with it.
             if doc["kind"] in ("Deployment", "Service"):
                 continue
-            k8s_utils.create_from_dict(api.client, doc)  # type: ignore[no-untyped-call]
+            k8s_utils.create_from_dict(api.client, doc)  # type: ignore[no-untyped-call,unused-ignore]
             applied.append(f"{doc['kind']}/{doc['metadata']['name']}")
         crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
 

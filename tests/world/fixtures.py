@@ -50,7 +50,7 @@ def kube(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
     """An admin API client (``system:masters``) for the test world's apiserver."""
     api = control_plane.api_client()
     yield api
-    api.close()  # type: ignore[no-untyped-call]  # the client leaves close() unannotated
+    api.close()  # type: ignore[no-untyped-call,unused-ignore]  # the client leaves close() unannotated
 
 
 def _namespace_name(test_name: str) -> str:

@@ -179,7 +179,7 @@ def test_rbac_is_enforced_for_a_service_account_token(
     with pytest.raises(k8s.ApiException) as still_forbidden:
         reader_core.list_namespaced_secret(namespace)
     assert still_forbidden.value.status == 403
-    as_reader.close()  # type: ignore[no-untyped-call]  # the client leaves close() unannotated
+    as_reader.close()  # type: ignore[no-untyped-call,unused-ignore]  # the client leaves close() unannotated
 
 
 @pytest.mark.world

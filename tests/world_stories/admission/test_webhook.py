@@ -69,7 +69,7 @@ def scale_patch(kube: k8s.ApiClient, namespace: str, name: str, replicas: int) -
 def scale_put(kube: k8s.ApiClient, namespace: str, name: str, replicas: int) -> Any:
     """What `kubectl scale --current-replicas` (and older clients) send: a PUT of the Scale."""
     api = k8s.CustomObjectsApi(kube)
-    current: dict[str, Any] = api.get_namespaced_custom_object_scale(  # type: ignore[assignment]
+    current: dict[str, Any] = api.get_namespaced_custom_object_scale(  # type: ignore[assignment,unused-ignore]
         GROUP, VERSION, namespace, PLURAL, name)
     current["spec"]["replicas"] = replicas
     return api.replace_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name,
@@ -152,7 +152,7 @@ def test_the_renderers_refusals_happen_at_the_door_with_its_message_and_are_audi
             # stored.
             patch(kube, namespace, "orders", {"replicas": 4, "storage": {"size": "30Gi"}})
             scale_patch(kube, namespace, "orders", 5)
-            stored: dict[str, Any] = k8s.CustomObjectsApi(  # type: ignore[assignment]
+            stored: dict[str, Any] = k8s.CustomObjectsApi(  # type: ignore[assignment,unused-ignore]
                 kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "orders")
             assert (stored["spec"]["replicas"], stored["spec"]["startMode"],
                     stored["spec"]["storage"]["size"], stored["spec"]["version"]) == \

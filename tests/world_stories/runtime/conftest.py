@@ -31,7 +31,7 @@ def installed(kube: k8s.ApiClient) -> Iterator[Callable[[install.Options], list[
         for doc in docs:
             if doc["kind"] in PREINSTALLED or doc["kind"] in ("Deployment", "Service"):
                 continue
-            k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call]
+            k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call,unused-ignore]
             if doc["kind"].startswith("Cluster"):
                 cluster_wide.append((doc["kind"], doc["metadata"]["name"]))
         return docs

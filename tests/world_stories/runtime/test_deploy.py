@@ -72,7 +72,7 @@ def test_the_reconciler_needs_no_more_than_the_bundles_rbac(
     docs = rbac_for(namespace)
     for doc in docs:
         # kubectl create -f, with the client's helper (it leaves itself unannotated).
-        k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call]
+        k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call,unused-ignore]
     token = service_account_token(kube, namespace, "kaiwu-reconciler")
     user = f"system:serviceaccount:{namespace}:kaiwu-reconciler"
     settings = runtime_settings(control_plane, namespace, kubeconfig=None,
@@ -134,8 +134,8 @@ def test_the_deployment_is_accepted_and_matches_the_reconcilers_defaults(
     # Server-side dry run: schema, defaulting and admission, nothing stored.
     # The client sends plain dicts as they are; its annotations only know its model classes.
     k8s.AppsV1Api(kube).create_namespaced_deployment(
-        namespace, deployment, dry_run="All")  # type: ignore[arg-type]
+        namespace, deployment, dry_run="All")  # type: ignore[arg-type,unused-ignore]
     k8s.CoreV1Api(kube).create_namespaced_service(
-        namespace, service, dry_run="All")  # type: ignore[arg-type]
+        namespace, service, dry_run="All")  # type: ignore[arg-type,unused-ignore]
 
 

@@ -147,6 +147,6 @@ def test_every_variants_deployment_and_service_pass_the_api_servers_dry_run(
     service = next(d for d in docs if d["kind"] == "Service")
     # The client sends plain dicts as they are; its annotations only know its model classes.
     k8s.AppsV1Api(kube).create_namespaced_deployment(
-        namespace, deployment, dry_run="All")  # type: ignore[arg-type]
+        namespace, deployment, dry_run="All")  # type: ignore[arg-type,unused-ignore]
     k8s.CoreV1Api(kube).create_namespaced_service(
-        namespace, service, dry_run="All")  # type: ignore[arg-type]
+        namespace, service, dry_run="All")  # type: ignore[arg-type,unused-ignore]

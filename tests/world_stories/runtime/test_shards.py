@@ -140,7 +140,7 @@ def shards(control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
         for doc in bundles[shard]:
             if doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"].startswith(
                     f"{install.NAME}-{shard}-"):
-                k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call]
+                k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call,unused-ignore]
     running = Shards(control_plane, kube, namespace, tmp_path)
     try:
         yield running, bundles

@@ -473,7 +473,8 @@ def test_the_last_pod_moved_leaves_the_partition_at_zero_not_below() -> None:
 
 
 @pytest.mark.parametrize("why", ["not ready", "old revision", "node not live",
-                                 "under-replicated", "health unknown", "drift", "busy"])
+                                 "under-replicated", "health unknown", "drift", "busy",
+                                 "backup running"])
 def test_a_rollout_waits_while_anything_is_not_healthy(why: str) -> None:
     c = rolling_cluster(partition=2)
     if why == "not ready":
@@ -493,10 +494,37 @@ def test_a_rollout_waits_while_anything_is_not_healthy(why: str) -> None:
         c.world.put(k.STATEFUL_SET, sts)
     elif why == "busy":
         c.world.put(k.NODE, node("n1", "Unknown"))  # pod dev-1 is down
+    elif why == "backup running":
+        c.world.put(k.KAIWU_BACKUP, backup("nightly", "running"))
     p = c.run(version="3.2.1")
     assert p.live.partition == 2, why
     assert p.actions == [] and "next pod waits" in text(p.not_ready)
     assert "partition" not in str(c.world.writes)
+
+
+def backup(name: str, phase: str, cluster: str = NAME) -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackup",
+            "metadata": {"name": name, "namespace": NS,
+                         "creationTimestamp": "2027-01-15T07:00:00Z"},
+            "spec": {"cluster": {"name": cluster}}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("phase", ["completed", "failed", "pending"])
+def test_a_rollout_goes_on_beside_a_backup_that_is_not_running_or_another_clusters(
+        phase: str) -> None:
+    c = rolling_cluster(partition=2)
+    c.world.put(k.KAIWU_BACKUP, backup("earlier", phase))
+    c.world.put(k.KAIWU_BACKUP, backup("theirs", "running", cluster="other"))
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 1, "the rollout moved the next pod"
+    assert "KaiwuBackup" not in text(p.not_ready)
+
+
+def test_a_rollout_held_by_a_backup_says_which_backup() -> None:
+    c = rolling_cluster(partition=2)
+    c.world.put(k.KAIWU_BACKUP, backup("nightly", "running"))
+    p = c.run(version="3.2.1")
+    assert "KaiwuBackup nightly is running" in text(p.not_ready)
 
 
 def test_a_downgrade_is_refused_stalled_with_no_pod_moved() -> None:
