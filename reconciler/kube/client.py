@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 import yaml
@@ -120,7 +120,11 @@ def check_reachable(api: client.ApiClient, timeout_s: float) -> None:
     reported at start, in one line, instead of as watch retries that never end."""
     host = api.configuration.host
     try:
-        client.VersionApi(api).get_code(_request_timeout=timeout_s)
+        # One try: the pool's own retries would log a warning per attempt before the one line.
+        answer = send(api, "GET", "/version", timeout=timeout_s, retries=False)
+        if not 200 <= int(answer.status) < 300:
+            raise ApiException(status=answer.status, reason=answer.reason)
+        answer.release_conn()
     except ApiException as error:
         if error.status in (401, 403):
             raise ConnectionSetupError(
@@ -202,6 +206,38 @@ def count_requests(api: client.ApiClient, metrics: Metrics) -> None:
     rest.request = counted
 
 
+def send(api: client.ApiClient, method: str, path: str, *,
+         query: list[tuple[str, Any]] | None = None, headers: dict[str, str] | None = None,
+         body: Any = None, timeout: float | tuple[float, float] | None = None,
+         retries: bool | None = None) -> Any:
+    """One request through the ApiClient's connection pool, with its host, credentials (TLS in
+    the pool, the bearer token refreshed by its configuration) and default headers (the user
+    agent); returns the raw urllib3 response, not yet read, whatever its status.
+
+    Written against the pool rather than the generated `call_api`, whose signature and body
+    handling changed between client releases (36: `call_api(path, method, ...)`, a string body
+    JSON-encoded again; 37: `param_serialize` then `call_api`). A dict or list body is sent as
+    JSON, a string or bytes as they are (an apply-patch YAML/JSON document). `retries`: None
+    keeps the pool's setting, False makes one attempt."""
+    configuration = api.configuration
+    url = configuration.host + path + (f"?{urlencode(query)}" if query else "")
+    all_headers = {**api.default_headers, **(headers or {})}
+    for auth in configuration.auth_settings().values():
+        if auth.get("in") == "header" and auth.get("value"):
+            all_headers[auth["key"]] = auth["value"]
+    data = body if body is None or isinstance(body, (str, bytes)) else json.dumps(body)
+    limit = (urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple)
+             else urllib3.Timeout(total=timeout) if timeout else None)
+    try:
+        extra: dict[str, Any] = {} if retries is None else {"retries": retries}
+        return api.rest_client.pool_manager.request(method, url, body=data, headers=all_headers,
+                                                    preload_content=False, timeout=limit,
+                                                    **extra)
+    except urllib3.exceptions.SSLError as error:
+        # As the generated client says it: status 0 (no answer), the TLS failure as the reason.
+        raise ApiException(status=0, reason=f"{type(error).__name__}\n{error}") from error
+
+
 class Kube:
     """Plain-dict API calls. Thread-safe: the `kubernetes` ApiClient pools connections, and
     exec never touches it (see `exec`)."""
@@ -220,21 +256,16 @@ class Kube:
                  content_type: str = "application/json",
                  timeout: float | tuple[float, float] | None = None) -> Any:
         """Send one request; returns the raw urllib3 response (not yet read) of a 2xx answer."""
-        method, url, headers, serialized, post = self.api.param_serialize(
-            method, path, query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body, auth_settings=["BearerToken"])
         try:
-            response = self.api.call_api(method, url, headers, serialized, post,
-                                         _request_timeout=timeout or self.timeout)
+            raw = send(self.api, method, path, query=query,
+                       headers={"Accept": "application/json", "Content-Type": content_type},
+                       body=body, timeout=timeout or self.timeout)
         except ApiException as error:
             raise ApiError.of(error) from error
-        raw = response.response
-        if not 200 <= int(response.status) < 300:
+        if not 200 <= int(raw.status) < 300:
             text = raw.data.decode("utf-8", "replace")
             raw.release_conn()
-            raise ApiError.of(ApiException(status=response.status, reason=response.reason,
-                                           body=text))
+            raise ApiError.of(ApiException(status=raw.status, reason=raw.reason, body=text))
         return raw
 
     def _call(self, method: str, path: str, *, body: Any = None,

@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 
 from reconciler import statuscmd
 from reconciler.kube import kinds as kk
-from reconciler.kube.client import Kube, load_api_client
+from reconciler.kube.client import Kube, load_api_client, send
 from reconciler.model import Obj
 from tests.support.harness import Reconciler, condition, parked, user, wait_for
 from tests.support.lifecycle import node_lost_since, report, small_cluster
@@ -50,11 +50,8 @@ def kaiwu_status(plane: ControlPlane, *args: str) -> tuple[int, str, str]:
 def printed(api: k8s.ApiClient, namespace: str) -> tuple[list[str], dict[str, list[Any]]]:
     """What `kubectl get kwc` prints: the Table the apiserver makes from the CRD's printer
     columns (column names; cells by cluster name)."""
-    method, url, headers, body, post = api.param_serialize(
-        "GET", kk.KAIWU_CLUSTER.path(namespace),
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
-        auth_settings=["BearerToken"])
-    table = json.loads(api.call_api(method, url, headers, body, post).response.data)
+    table = json.loads(send(api, "GET", kk.KAIWU_CLUSTER.path(namespace), headers={
+        "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}).data)
     assert table["kind"] == "Table", table
     return ([c["name"] for c in table["columnDefinitions"]],
             {row["cells"][0]: row["cells"] for row in table["rows"]})
