@@ -309,8 +309,11 @@ class ControlPlane:
         config = k8s.Configuration()
         config.host = self.server
         config.ssl_ca_cert = str(self.ca_path)
-        config.api_key = {"authorization": token or self.admin_token}
-        config.api_key_prefix = {"authorization": "Bearer"}
+        # The client looks the token up as "BearerToken" (36 and later) or "authorization"
+        # (before), and the prefix under the name it found the token by: set both.
+        bearer = token or self.admin_token
+        config.api_key = {"BearerToken": bearer, "authorization": bearer}
+        config.api_key_prefix = {"BearerToken": "Bearer", "authorization": "Bearer"}
         return k8s.ApiClient(config)
 
     def stop_apiserver(self) -> None:
