@@ -24,7 +24,7 @@ COPY reconciler /src/reconciler
 # python3 -m venv, not a fixed interpreter path: the slim image has /usr/local/bin/python3,
 # a Debian base /usr/bin/python3.
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --require-hashes -r /src/requirements.lock \
+    && /opt/venv/bin/pip install --no-deps --require-hashes -r /src/requirements.lock \
     && /opt/venv/bin/pip wheel --no-deps -w /dist /src \
     && /opt/venv/bin/pip install --no-deps /dist/kaiwu_operator-*.whl \
     && /opt/venv/bin/pip uninstall --yes pip

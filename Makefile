@@ -15,10 +15,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo preview test lint world lock image soak mutation clean
 
-$(STAMP): pyproject.toml
+# uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
+# python-dateutil ranges do not meet; overrides.txt says why that is safe).
+$(STAMP): pyproject.toml overrides.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --upgrade pip uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --override overrides.txt -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -33,14 +35,12 @@ world: $(STAMP)
 	bash tests/world/install_deps.sh
 	$(BIN)/python -m tests.world.build
 
-# requirements.lock: the runtime dependencies pinned with hashes (the image installs exactly
-# these). Refresh it after changing pyproject.toml's dependencies; pip-tools lives in a scratch
-# venv outside the work tree.
-PIP_TOOLS := $(HOME)/.cache/kaiwu-testworld/pip-tools
-lock:
-	test -x $(PIP_TOOLS)/bin/pip-compile || ($(PYTHON) -m venv $(PIP_TOOLS) && $(PIP_TOOLS)/bin/pip install --quiet pip-tools)
-	CUSTOM_COMPILE_COMMAND="make lock" $(PIP_TOOLS)/bin/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
-	    --no-emit-find-links --output-file requirements.lock pyproject.toml
+# requirements.lock: the runtime dependencies (with the s3 extra) pinned with hashes, resolved
+# with overrides.txt; the image installs exactly these (--no-deps). Refresh it after changing
+# pyproject.toml's dependencies.
+lock: $(STAMP)
+	$(BIN)/uv pip compile --quiet --generate-hashes --extra s3 --override overrides.txt \
+	    --custom-compile-command "make lock" --output-file requirements.lock pyproject.toml
 
 # The reconciler's image, localhost/kaiwu-reconciler:<version>, built with podman FROM a Debian
 # base debootstrapped once into the test world's cache (tests/world/image.py; needs root and the

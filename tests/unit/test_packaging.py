@@ -39,7 +39,8 @@ def test_a_wheel_installed_into_a_fresh_venv_validates_and_renders_from_anywhere
     # No --system-site-packages: the venv sees only what is installed into it below.
     run([sys.executable, "-m", "venv", str(venv)], cwd=elsewhere)
     pip, kaiwu, python = (venv / "bin" / name for name in ("pip", "kaiwu", "python"))
-    run([str(pip), "install", "--quiet", "--require-hashes", "-r",
+    # --no-deps: the lock is complete, resolved with overrides.txt (pip alone would refuse it).
+    run([str(pip), "install", "--quiet", "--no-deps", "--require-hashes", "-r",
          str(REPO_ROOT / "requirements.lock")], cwd=elsewhere)
     run([str(pip), "install", "--quiet", "--no-deps", str(wheel)], cwd=elsewhere)
 

@@ -166,7 +166,9 @@ def wheelhouse() -> Path:
     partial = house.with_name(house.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     pip = [sys.executable, "-m", "pip", "--quiet"]
-    subprocess.run([*pip, "wheel", "--require-hashes", "-r", str(lock), "-w", str(partial)],
+    # --no-deps: the lock is complete, and resolved with overrides.txt (pip would refuse it).
+    subprocess.run([*pip, "wheel", "--no-deps", "--require-hashes", "-r", str(lock), "-w",
+                    str(partial)],
                    check=True)
     subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(partial),
                     BUILD_REQUIREMENT], check=True)
