@@ -10,6 +10,7 @@ loaders (in-cluster service account, or a kubeconfig file).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -154,7 +155,10 @@ class Watch:
 
     def close(self) -> None:
         self._closed = True
-        self._raw.shutdown()
+        # urllib3 raises when the answer is already over (closed, or its connection back in the
+        # pool): a watch the server ended, e.g. across an API server restart. Nothing blocks then.
+        with contextlib.suppress(ValueError, RuntimeError):
+            self._raw.shutdown()
 
     def __iter__(self) -> Iterator[tuple[str, Obj]]:
         buffer = b""
@@ -186,24 +190,22 @@ def count_requests(api: client.ApiClient, metrics: Metrics) -> None:
     controller-runtime counts client-go's. Called by the runtime on the API client it shares
     between the caches, the workers and the leader election. `code` is the HTTP status, or
     "<error>" when no answer came (client-go's value); `host` is the API server's host:port, so
-    every label takes a handful of values. Exec's websocket connections are not counted."""
-    rest: Any = api.rest_client
-    send = rest.request
+    every label takes a handful of values. Counted at the connection pool, which `send` and the
+    generated client both go through. Exec's websocket connections are not counted."""
+    pool: Any = api.rest_client.pool_manager
+    request = pool.request
 
     def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         code = "<error>"
         try:
-            response = send(method, url, *args, **kwargs)
+            response = request(method, url, *args, **kwargs)
             code = str(getattr(response, "status", "<error>"))
             return response
-        except ApiException as error:
-            code = str(error.status) if error.status else "<error>"
-            raise
         finally:
             metrics.rest_client_requests.labels(
                 code=code, method=method.upper(), host=urlsplit(url).netloc).inc()
 
-    rest.request = counted
+    pool.request = counted
 
 
 def send(api: client.ApiClient, method: str, path: str, *,

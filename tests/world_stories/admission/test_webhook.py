@@ -187,7 +187,7 @@ def test_the_standby_keeps_the_door_when_the_leader_is_killed(
         standby = started(webhook_settings(control_plane, namespace, proxy,
                                            identity="standby"), proxy)
         try:
-            eventually(leader.is_leader, 10, "the first replica to lead")
+            eventually(leader.is_leader, 30, "the first replica to lead")
             wait_for_the_door(kube, namespace)
             eventually(lambda: standby.webhook is not None and standby.webhook.serving, 10,
                        "the standby to serve the leader's certificate")

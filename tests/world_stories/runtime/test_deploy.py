@@ -117,7 +117,10 @@ def test_the_reconciler_needs_no_more_than_the_bundles_rbac(
 
 def test_the_deployment_is_accepted_and_matches_the_reconcilers_defaults(
         kube: k8s.ApiClient, namespace: str) -> None:
-    service, deployment = manifests("Service", "Deployment")
+    services = manifests("Service")  # the metrics Service and the webhook's
+    (deployment,) = manifests("Deployment")
+    assert sorted(doc["metadata"]["name"] for doc in services) == [
+        "kaiwu-reconciler-metrics", "kaiwu-reconciler-webhook"]
     defaults = Settings()
     _, port = defaults.http_host_port
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -129,13 +132,14 @@ def test_the_deployment_is_accepted_and_matches_the_reconcilers_defaults(
     assert grace > defaults.shutdown_grace_s, "time to finish reconciles and release the lease"
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "kaiwu-reconciler"
 
-    for doc in (deployment, service):
+    for doc in (deployment, *services):
         doc["metadata"]["namespace"] = namespace
     # Server-side dry run: schema, defaulting and admission, nothing stored.
     # The client sends plain dicts as they are; its annotations only know its model classes.
     k8s.AppsV1Api(kube).create_namespaced_deployment(
         namespace, deployment, dry_run="All")  # type: ignore[arg-type,unused-ignore]
-    k8s.CoreV1Api(kube).create_namespaced_service(
-        namespace, service, dry_run="All")  # type: ignore[arg-type,unused-ignore]
+    for service in services:
+        k8s.CoreV1Api(kube).create_namespaced_service(
+            namespace, service, dry_run="All")  # type: ignore[arg-type,unused-ignore]
 
 

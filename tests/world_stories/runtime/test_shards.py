@@ -79,7 +79,11 @@ class Shards:
                **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
         argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(self.kubeconfig),
                 "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
-                "--http-address", "127.0.0.1:0", "--log-format", "text"]
+                "--http-address", "127.0.0.1:0", "--log-format", "text",
+                # The unnamed shard's bundle turns the admission webhook on; this world has no
+                # Service routing the API server to a local process, so a registration would
+                # refuse every KaiwuCluster write (the webhook has its own stories).
+                "--no-webhook"]
         with (self.tmp / f"shard-{shard}-{self.starts}.log").open("wb") as out:
             self.processes[shard] = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out,
                                                      stderr=subprocess.STDOUT)
