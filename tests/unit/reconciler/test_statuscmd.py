@@ -222,3 +222,22 @@ def test_bad_input_is_one_line_naming_the_flag_exit_2(argv: list[str], says: str
     code, out, err = run(argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("kaiwu status: ") and says in err, err
+
+
+def test_a_healthy_clusters_conditions_are_all_green() -> None:
+    healthy = kwc(conditions=[
+        {"type": "Ready", "status": "True", "reason": "Ready"},
+        {"type": "Reconciling", "status": "False", "reason": "Done"},
+        {"type": "Stalled", "status": "False", "reason": "Progressing"},
+        {"type": "Drifted", "status": "False", "reason": "InSync"}])
+    rows = statuscmd.table([report(healthy)], colour=True).splitlines()[2:6]
+    assert [row.split()[1] for row in rows] == [
+        "\033[32mTrue", "\033[32mFalse", "\033[32mFalse", "\033[32mFalse"]
+    busy = kwc(False, conditions=[
+        {"type": "Ready", "status": "False", "reason": "Waiting"},
+        {"type": "Reconciling", "status": "True", "reason": "Applying"},
+        {"type": "Stalled", "status": "True", "reason": "DriftFight"},
+        {"type": "Drifted", "status": "Unknown", "reason": "Off"}])
+    rows = statuscmd.table([report(busy)], colour=True).splitlines()[2:6]
+    assert [row.split()[1] for row in rows] == [
+        "\033[31mFalse", "\033[33mTrue", "\033[31mTrue", "\033[33mUnknown\033[0m"]
