@@ -81,7 +81,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
 
 
 def families(metrics: Metrics) -> dict[str, MetricWrapperBase]:
-    return {m.describe()[0].name: m for m in vars(metrics).values()
+    return {next(iter(m.describe())).name: m for m in vars(metrics).values()
             if isinstance(m, MetricWrapperBase)}
 
 

@@ -67,6 +67,10 @@ def test_kaiwu_reconcile_exits_2_on_invalid_settings(capsys: pytest.CaptureFixtu
     assert "--retry-period-s: must be shorter than --renew-deadline-s" in capsys.readouterr().err
 
 
+def settings_with(**changes: Any) -> Settings:
+    return Settings(**changes)
+
+
 def refusal(**changes: Any) -> str:
     """What `kaiwu reconcile` says about settings with these values."""
     with pytest.raises(SettingsError) as refused:
@@ -87,20 +91,20 @@ def test_periods_and_rates_must_be_above_zero_and_a_fraction_of_a_second_will_do
     # (These four must also stay above another setting, so a tenth of a second is too little.)
     if name not in ("lease_duration_s", "renew_deadline_s", "webhook_ca_validity_s",
                     "webhook_ca_overlap_s"):
-        assert getattr(Settings(**{name: 0.1}), name) == 0.1
+        assert getattr(settings_with(**{name: 0.1}), name) == 0.1
 
 
 @pytest.mark.parametrize("name", ["min_reconcile_interval_s", "shutdown_grace_s",
                                   "source_debounce_s", "shard_handover_s"])
 def test_waits_may_be_zero_but_not_negative(name: str) -> None:
-    assert getattr(Settings(**{name: 0}), name) == 0
+    assert getattr(settings_with(**{name: 0}), name) == 0
     assert refusal(**{name: -0.5}) == f"--{name.replace('_', '-')}: must not be negative"
 
 
 @pytest.mark.parametrize("name", ["workers", "cluster_burst", "overall_burst",
                                   "watch_timeout_s", "fight_threshold"])
 def test_counts_start_at_one(name: str) -> None:
-    assert getattr(Settings(**{name: 1}), name) == 1
+    assert getattr(settings_with(**{name: 1}), name) == 1
     assert refusal(**{name: 0}) == f"--{name.replace('_', '-')}: must be at least 1"
 
 

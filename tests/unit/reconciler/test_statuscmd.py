@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from reconciler import statuscmd
+from reconciler.kube.client import ApiError
 from reconciler.model import Obj
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
@@ -471,9 +472,9 @@ class FakeKube:
                      label_selector: str | None = None) -> tuple[list[Obj], str]:
         self.calls.append((kind.kind, namespace, label_selector))
         if kind.kind in self.failing:
-            raise statuscmd.ApiError(500, "InternalError", "etcd is away")
+            raise ApiError(500, "InternalError", "etcd is away")
         if kind.kind in self.forbidden:
-            raise statuscmd.ApiError(403, "Forbidden", "secrets is forbidden")
+            raise ApiError(403, "Forbidden", "secrets is forbidden")
         return [o for k, o in self.objects if k == kind.kind
                 and self._matches(o, namespace, label_selector)], "1"
 
@@ -552,15 +553,15 @@ def test_without_the_right_to_read_secrets_the_rest_is_still_shown() -> None:
     reports = statuscmd.gather(kube, "db", None, now=NOW)  # type: ignore[arg-type]
     assert [r["certificates"] for r in reports] == [None, None]
     assert [len(r["pods"]) for r in reports] == [1, 2]
-    with pytest.raises(statuscmd.ApiError):
+    with pytest.raises(ApiError):
         statuscmd.gather(FakeKube(fleet(), failing=("Pod",)), "db", None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("error", "says"), [
-    (statuscmd.ApiError(404, "NotFound", "the server could not find the requested resource"),
+    (ApiError(404, "NotFound", "the server could not find the requested resource"),
      "kaiwu status: the KaiwuCluster CRD is not installed here (kaiwu install | kubectl apply "
      "-f -, or check --context)\n"),
-    (statuscmd.ApiError(403, "Forbidden", "kaiwuclusters is forbidden"),
+    (ApiError(403, "Forbidden", "kaiwuclusters is forbidden"),
      "kaiwu status: reading the API failed: HTTP 403 Forbidden: kaiwuclusters is forbidden\n"),
     (ConnectionRefusedError(111, "Connection\n  refused"),
      "kaiwu status: lost the API server: [Errno 111] Connection refused (check that it is "
@@ -654,7 +655,11 @@ def test_the_certificate_expiry_is_in_utc_whatever_the_local_time_zone(
 def test_the_kubeconfig_may_come_from_kaiwu_kubeconfig(monkeypatch: pytest.MonkeyPatch) -> None:
     used: list[tuple[Any, ...]] = []
     monkeypatch.setenv("KAIWU_KUBECONFIG", "/etc/kaiwu/kubeconfig")
-    monkeypatch.setattr(statuscmd, "load_api_client", lambda *a: used.append(a) or object())
+    def load(*args: Any) -> object:
+        used.append(args)
+        return object()
+
+    monkeypatch.setattr(statuscmd, "load_api_client", load)
     monkeypatch.setattr(statuscmd, "check_reachable", lambda *a: None)
     monkeypatch.setattr(statuscmd, "gather", lambda *a: [])
     assert run(["-n", "db", "--context", "prod"]) == (0, "No KaiwuClusters found.\n", "")
