@@ -2,7 +2,9 @@
 test_crash.py) start a reconciler with KAIWU_FAILPOINTS and expect it to die right after a
 failover write. If a crash point silently did nothing, those stories would still pass, having
 tested no crash at all; so here a real process is started with each kind of setting and must die
-by SIGKILL exactly where asked, and a typo must be refused rather than never fire.
+by SIGKILL exactly where asked, and a typo must be refused rather than never fire. (Each test
+also reaches a crash point in its own process, where none is enabled: mutmut runs a mutant only
+against the tests it saw reach the function, and cannot see into the started process.)
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def run(setting: str | None) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_reconciler_started_with_a_crash_point_dies_there_like_sigkill() -> None:
+    failpoints.reached("failover.claim-deleted")  # this process was not started with it
     died = run(" failover.claim-deleted,,failover.crash-restart ")
     assert died.returncode == -signal.SIGKILL
     assert died.stdout == "after the pod was deleted\n", "it ran up to the crash point only"
@@ -48,6 +51,7 @@ def test_a_reconciler_started_with_a_crash_point_dies_there_like_sigkill() -> No
 
 
 def test_without_the_variable_every_crash_point_is_passed_by() -> None:
+    failpoints.reached("failover.pod-force-deleted")  # as in this process
     for setting in (None, "", " , "):
         lived = run(setting)
         assert (lived.returncode, lived.stderr) == (0, ""), setting
