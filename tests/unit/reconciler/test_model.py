@@ -6,7 +6,10 @@ incident, and the actions and Events a step records.
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
+
+import pytest
 
 from reconciler.keys import ClusterKey
 from reconciler.model import (
@@ -38,9 +41,17 @@ def new_pass(obj: dict[str, Any], previous: dict[str, Any] | None = None,
     return p
 
 
-def test_timestamps_are_whole_utc_seconds_as_the_api_writes_them() -> None:
+def test_timestamps_are_whole_utc_seconds_as_the_api_writes_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     assert rfc3339(NEW_YEAR + 0.9) == "2026-01-01T00:00:00Z"
     assert rfc3339(NEW_YEAR + 3661) == "2026-01-01T01:01:01Z"
+    monkeypatch.setenv("TZ", "Asia/Shanghai")  # a reconciler run on a laptop in Beijing
+    time.tzset()
+    try:
+        assert rfc3339(NEW_YEAR) == "2026-01-01T00:00:00Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_metadata_of_an_object_without_any_is_empty() -> None:
