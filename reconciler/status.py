@@ -40,8 +40,12 @@ ACTION_MESSAGE_LIMIT = 512
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
+TRUNCATED = " ...(truncated)"
+
+
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 14] + " ...(truncated)"
+    """`text`, or its start with TRUNCATED after it, at most `limit` characters in all."""
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
 @dataclass(frozen=True)

@@ -296,9 +296,9 @@ def use_colour(stream: TextIO) -> bool:
 
 
 def _rows(header: Sequence[str], rows: Iterable[Sequence[str]], indent: str,
-          paint: Callable[[int, str, str], str]) -> list[str]:
-    """Aligned columns; `paint(column, raw, padded)` may colour a padded cell, so colour codes
-    never count towards the widths."""
+          paint: Callable[[int, Sequence[str], str], str]) -> list[str]:
+    """Aligned columns; `paint(column, row, padded)` may colour a padded cell (`row`: the
+    row's raw cells), so colour codes never count towards the widths."""
     rows = [list(header)] + [list(r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = []
@@ -306,7 +306,7 @@ def _rows(header: Sequence[str], rows: Iterable[Sequence[str]], indent: str,
         cells = [cell.ljust(widths[i]) if i < len(row) - 1 else cell
                  for i, cell in enumerate(row)]
         if n > 0:
-            cells = [paint(i, row[i], cells[i]) for i in range(len(cells))]
+            cells = [paint(i, row, cells[i]) for i in range(len(cells))]
         lines.append(indent + "  ".join(cells).rstrip())
     return lines
 
@@ -316,14 +316,24 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
     def c(code: str, text: str) -> str:
         return f"{code}{text}{RESET}" if colour else text
 
-    def status_colour(raw: str, padded: str, good: str = "True") -> str:
-        if raw in (good, "live", "yes"):
+    def status_colour(raw: str, padded: str) -> str:
+        if raw in ("True", "live", "yes"):
             return c(GREEN, padded)
         if raw in ("False", "not-live", "no", "CrashLoopBackOff", "Error"):
             return c(RED, padded)
         if raw in ("Unknown", "decommissioning", "Pending"):
             return c(YELLOW, padded)
         return padded
+
+    def condition_colour(row: Sequence[str], padded: str) -> str:
+        # Ready is good when True; Reconciling, Stalled and Drifted (kstatus's abnormal-true
+        # conditions) when False: a healthy cluster's condition table is all green.
+        kind, status = row[0], row[1]
+        if kind in (st.RECONCILING, st.STALLED, st.DRIFTED) and status in ("True", "False"):
+            if status == "False":
+                return c(GREEN, padded)
+            return c(YELLOW if kind == st.RECONCILING else RED, padded)
+        return status_colour(status, padded)
 
     if not reports:
         return "No KaiwuClusters found.\n"
@@ -345,7 +355,8 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
                          ((x["type"] or "", x["status"] or "", x["reason"],
                            f"{x['for']} ago" if x["for"] else "-", _short(x["message"]))
                           for x in r["conditions"]), "  ",
-                         lambda i, raw, padded: status_colour(raw, padded) if i == 1 else padded)
+                         lambda i, row, padded: condition_colour(row, padded) if i == 1
+                         else padded)
         op = r["operation"]
         out.append("  operation: " + (c(YELLOW, f"{op['type']} {op['summary']}") if op
                                       else "none"))
@@ -376,7 +387,7 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
                            str(p["nodeId"]) if p["nodeId"] is not None else "-",
                            p["liveness"] or "-", "yes" if p["ready"] else "no",
                            str(p["restarts"]), p["state"]) for p in r["pods"]), "  ",
-                         lambda i, raw, padded: status_colour(raw, padded)
+                         lambda i, row, padded: status_colour(row[i], padded)
                          if i in (3, 4, 6) else padded)
         else:
             out.append("  pods: none")
@@ -387,7 +398,7 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
             out += _rows(("TIME", "ACTION", "TARGET", "MESSAGE"),
                          ((a.get("time", ""), a.get("action", ""), a.get("target", ""),
                            _short(a.get("message", ""))) for a in r["lastActions"][:5]),
-                         "    ", lambda i, raw, padded: padded)
+                         "    ", lambda i, row, padded: padded)
         out.append("")
     return "\n".join(out)
 

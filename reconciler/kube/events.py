@@ -32,8 +32,12 @@ COMPONENT = "kaiwu-reconciler"
 MESSAGE_LIMIT = 1024
 
 
+TRUNCATED = " ...(truncated)"
+
+
 def truncate(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 14] + " ...(truncated)"
+    """`text`, or its start with TRUNCATED after it, at most `limit` characters in all."""
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
 @dataclass(frozen=True)

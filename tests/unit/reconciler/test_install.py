@@ -223,3 +223,184 @@ def test_a_shard_bundle_has_its_own_deployment_lease_and_metrics_beside_the_othe
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                  "CustomResourceDefinition"):
         assert by_kind(shard_a, kind) == by_kind(default, kind), kind
+
+
+def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per flag: no hyphen is broken across lines
+    with pytest.raises(SystemExit) as exit_:
+        main(["install", "--help"])
+    assert exit_.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert help_text.startswith("usage: kaiwu install [-h] [--image IMAGE] ")
+    assert "[--git-repo URL]" in help_text
+    for line in [
+        "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
+        "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -",
+        f"--image IMAGE the reconciler's image (default: kaiwu-reconciler:{install.version()})",
+        "--namespace NAMESPACE where the reconciler runs (default: kaiwu-system)",
+        "--scope {cluster,namespaced} cluster: reconcile every namespace (default); namespaced: "
+        "only --watch-namespace, with Roles there and no cluster-wide writes",
+        "--watch-namespace NS with --scope namespaced: the one namespace to reconcile",
+        "--directory-mode GitOps pull: a git-sync sidecar (example image) and the rights to "
+        "create, apply and delete KaiwuClusters from its checkout",
+        "--git-repo URL with --directory-mode: the repository holding KaiwuCluster files",
+        "--kube-version KUBE_VERSION the cluster's Kubernetes version: from 1.25 the CRD carries "
+        "CEL validation rules (default: 1.20, which installs everywhere)",
+        "--shard NAME a bundle for one shard: its Deployment (kaiwu-reconciler-NAME), Lease and "
+        "metrics Service reconcile only KaiwuClusters labelled kaiwu.inspur.com/shard=NAME "
+        "(default: the unnamed shard, the clusters without the label)",
+        "--backup-volume-claim NAME a ReadWriteMany claim in --namespace to mount for "
+        "KaiwuBackups with a volume target (repeatable; docs/backup.md)",
+    ]:
+        assert line in help_text, line
+
+
+@pytest.mark.parametrize(("options", "problem"), [
+    (install.Options(namespace="Kaiwu_System"),
+     "--namespace: 'Kaiwu_System' is not a namespace name (lower-case letters, digits and '-', "
+     "at most 63)"),
+    (install.Options(namespace="k" * 64),
+     f"--namespace: {'k' * 64!r} is not a namespace name (lower-case letters, digits and '-', "
+     "at most 63)"),
+    (install.Options(scope="everything"),
+     "--scope: 'everything' is not one of cluster, namespaced"),
+    (install.Options(scope="namespaced"),
+     "--scope namespaced: needs --watch-namespace NS (the namespace whose KaiwuClusters it "
+     "reconciles)"),
+    (install.Options(watch_namespace="team-a"),
+     "--watch-namespace: only with --scope namespaced (a cluster-wide install watches every "
+     "namespace)"),
+    (install.Options(scope="namespaced", watch_namespace="Team-A"),
+     "--watch-namespace: 'Team-A' is not a namespace name"),
+    (install.Options(directory_mode=True),
+     "--directory-mode: needs --git-repo URL (the repository git-sync clones the KaiwuCluster "
+     "files from)"),
+    (install.Options(git_repo="https://g.example/c.git"), "--git-repo: only with --directory-mode"),
+    (install.Options(shard="Team_A"),
+     "--shard: 'Team_A' is not a shard name (lower-case letters, digits and '-': it names the "
+     "Deployment and the Lease)"),
+    (install.Options(shard="s" * 47),
+     f"--shard: {'s' * 47!r} is too long (the Deployment kaiwu-reconciler-{'s' * 47} must be at "
+     "most 63 characters)"),
+    (install.Options(shard="a", directory_mode=True, git_repo="https://g.example/c.git"),
+     "--shard: not with --directory-mode (directory mode applies every file it finds: run it "
+     "unsharded)"),
+    (install.Options(backup_volume_claims=("dumps", "-dumps")),
+     "--backup-volume-claim: '-dumps' is not a claim name (lower-case letters, digits, '-' and "
+     "'.')"),
+    (install.Options(image="registry.example/kaiwu reconciler:1"),
+     "--image: 'registry.example/kaiwu reconciler:1' is not an image reference"),
+    (install.Options(image="  "), "--image: '  ' is not an image reference"),
+])
+def test_each_option_the_bundle_cannot_be_made_with_is_named_with_the_fix(
+        options: install.Options, problem: str) -> None:
+    assert options.problems() == [problem]
+    with pytest.raises(ValueError) as refused:
+        install.bundle(options)
+    assert str(refused.value) == problem
+
+
+@pytest.mark.parametrize("options", [
+    install.Options(namespace="k" * 63, shard="s" * 46),
+    install.Options(backup_volume_claims=("nightly.dumps-1", "d" * 253)),
+    install.Options(scope="namespaced", watch_namespace="w" * 63),
+])
+def test_names_at_the_length_limits_are_accepted(options: install.Options) -> None:
+    assert options.problems() == []
+
+
+def test_the_header_says_how_the_bundle_was_made() -> None:
+    options = install.Options(image="registry.example/kaiwu:1", namespace="ops",
+                              scope="namespaced", watch_namespace="team-a", directory_mode=True,
+                              git_repo="https://g.example/c.git",
+                              kube_version=KubeVersion(1, 29),
+                              backup_volume_claims=("nightly", "weekly"))
+    assert options.command() == (
+        "kaiwu install --namespace ops --scope namespaced --watch-namespace team-a "
+        "--directory-mode --git-repo https://g.example/c.git --kube-version 1.29 "
+        "--backup-volume-claim nightly --backup-volume-claim weekly "
+        "--image registry.example/kaiwu:1")
+    assert install.Options(shard="eu").command() == (
+        "kaiwu install --namespace kaiwu-system --scope cluster --shard eu "
+        f"--image kaiwu-reconciler:{install.version()}")
+    head = install.render(options).splitlines()[:4]
+    assert head == [f"# kaiwu-operator {install.version()}: the reconciler's install bundle, "
+                    "made by", f"#   {options.command()}",
+                    "# Apply it with `kubectl apply -f`. Do not edit: change "
+                    "reconciler/install.py.", "---"]
+
+
+def test_a_namespaced_shard_bundle_says_why_each_object_is_there() -> None:
+    options = install.Options(scope="namespaced", watch_namespace="team-a", shard="eu")
+    said = [(d.obj["kind"], d.obj["metadata"]["name"], d.comment)
+            for d in install.bundle(options)]
+    assert said[5:] == [
+        ("ClusterRole", "kaiwu-reconciler-kaiwu-system",
+         "Namespaced install: the only cluster-wide rights left: read-only (Nodes for failover, "
+         "PersistentVolumes for a local volume's node) and the reconciler's own webhook "
+         "registration."),
+        ("ClusterRoleBinding", "kaiwu-reconciler-kaiwu-system", ""),
+        ("Role", "kaiwu-reconciler",
+         "What the reconciler does in the one namespace it watches, team-a."),
+        ("RoleBinding", "kaiwu-reconciler", ""),
+        ("Role", "kaiwu-reconciler-eu-leader-election",
+         "Leader election: shard eu's Lease, in the reconciler's own namespace. `create` cannot "
+         "be limited to a name (the name is in the body); get and patch can."),
+        ("RoleBinding", "kaiwu-reconciler-eu-leader-election", ""),
+        ("Role", "kaiwu-reconciler-webhook",
+         "The webhook's serving certificate: one Secret in the reconciler's own namespace, made "
+         "and rotated by the leader, read by every replica."),
+        ("RoleBinding", "kaiwu-reconciler-webhook", ""),
+        ("Service", "kaiwu-reconciler-eu-metrics",
+         "For Prometheus: scrape kaiwu-reconciler-eu-metrics.kaiwu-system:8090/metrics (both "
+         "replicas report; kaiwu_leader tells which one leads)."),
+        ("Service", "kaiwu-reconciler-webhook",
+         "The admission webhook: the API server sends KaiwuCluster creates and updates here, to "
+         "any ready replica. The reconciler registers it (its ValidatingWebhookConfiguration "
+         "kaiwu-reconciler-kaiwu-system, failurePolicy Fail)."),
+        ("Deployment", "kaiwu-reconciler-eu",
+         "Two replicas: one leads (holds the Lease) and writes, the other takes over within "
+         "seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). Shard eu: "
+         "reconciles only the KaiwuClusters labelled kaiwu.inspur.com/shard=eu."),
+    ]
+    # The Role in the watched namespace is bound to the reconciler in its own namespace.
+    binding = install.bundle(options)[8].obj
+    assert binding["metadata"]["namespace"] == "team-a"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "kaiwu-reconciler"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kaiwu-reconciler",
+                                    "namespace": "kaiwu-system"}]
+    # The shard's own objects carry its name as their app label, and its Service selects it.
+    service = install.bundle(options)[13].obj
+    assert service["metadata"]["labels"]["app.kubernetes.io/name"] == "kaiwu-reconciler-eu"
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "kaiwu-reconciler-eu"}
+    env = install.bundle(options)[-1].obj["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "KAIWU_WEBHOOK" not in {e["name"] for e in env}, "the unnamed shard serves it"
+
+
+def test_the_git_sync_sidecar_shares_a_checkout_the_reconciler_only_reads() -> None:
+    options = install.Options(directory_mode=True, git_repo="https://g.example/c.git",
+                              backup_volume_claims=("dumps",))
+    pod = install.bundle(options)[-1].obj["spec"]["template"]["spec"]
+    reconciler, sidecar = pod["containers"]
+    assert sidecar == {
+        "name": "git-sync", "image": "registry.k8s.io/git-sync/git-sync:v4.2.4",
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["--repo=https://g.example/c.git", "--root=/git", "--link=repo", "--period=30s"],
+        "volumeMounts": [{"name": "git", "mountPath": "/git"}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "128Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    assert reconciler["volumeMounts"] == [
+        {"name": "git", "mountPath": "/git", "readOnly": True},
+        {"name": "backup-0", "mountPath": "/backup-volumes/dumps"}]
+    assert pod["volumes"] == [{"name": "git", "emptyDir": {}},
+                              {"name": "backup-0",
+                               "persistentVolumeClaim": {"claimName": "dumps"}}]
+    # A cluster whose file disappears from git is reported, not deleted, unless turned on.
+    assert reconciler["env"][-2:] == [{"name": "KAIWU_SOURCE", "value": "dir:/git/repo"},
+                                      {"name": "KAIWU_PRUNE_DELETED_CLUSTERS", "value": "false"}]
+    assert verbs(rules(options, "ClusterRole"), "kaiwuclusters") == {
+        "get", "list", "watch", "patch", "create", "delete"}

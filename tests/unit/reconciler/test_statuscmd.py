@@ -9,6 +9,7 @@ import base64
 import io
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from reconciler import statuscmd
+from reconciler.kube.client import ApiError
 from reconciler.model import Obj
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
@@ -222,3 +224,453 @@ def test_bad_input_is_one_line_naming_the_flag_exit_2(argv: list[str], says: str
     code, out, err = run(argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("kaiwu status: ") and says in err, err
+
+
+def test_ages_read_like_kubectl() -> None:
+    assert [statuscmd.ago(s) for s in (-5, 0, 45.9, 59, 60, 119 * 60 + 59, 2 * 3600,
+                                       47 * 3600 + 3599, 2 * 86400, 400 * 86400)] == [
+        "0s", "0s", "45s", "59s", "1m", "119m", "2h", "47h", "2d", "400d"]
+
+
+def text_of(obj: Obj | None = None, **kw: Any) -> str:
+    return statuscmd.table([report(obj, **kw)])
+
+
+def test_a_cluster_without_status_is_not_ready_with_no_status_yet() -> None:
+    obj = kwc()
+    del obj["status"]
+    found = report(obj, sts=None, pods=[], secret=None)
+    assert (found["ready"], found["reason"], found["message"], found["phase"]) == (
+        False, "NoStatus", "", "")
+    assert (found["version"], found["readyNodes"], found["observedGeneration"]) == ("", 0, None)
+    assert found["nodesWithoutPod"] == [] and found["lastActions"] == []
+    lines = statuscmd.table([found]).splitlines()
+    assert lines == [
+        "db/orders  NotReady (NoStatus)  nodes 0/3  version - (spec 3.2.1)",
+        "  operation: none",
+        "  rollout: no StatefulSet yet",
+        "  drift: not reported yet",
+        "  certificates: none found",
+        "  pods: none"]
+    obj["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
+    assert "NotReady (no status yet)" in text_of(obj)
+    obj["spec"]["tls"] = {"enabled": False}
+    assert "  certificates: TLS off" in text_of(obj, secret=None)
+    del obj["spec"]["tls"]
+    assert "  certificates: none found" in text_of(obj, secret=None), "TLS is on by default"
+
+
+def test_a_not_ready_cluster_says_why_under_its_name_and_a_pause_is_shown() -> None:
+    obj = kwc(False, phase="")
+    obj["metadata"]["annotations"] = {"kaiwu.inspur.com/paused": "true"}
+    lines = text_of(obj).splitlines()
+    assert lines[:2] == ["db/orders  NotReady (ScalingIn)  nodes 2/3  version 3.2.1  PAUSED",
+                         "  3/3 pods ready"]
+    obj["metadata"]["annotations"] = {"kaiwu.inspur.com/paused": "false"}
+    assert not report(obj)["paused"]
+    spec_paused = kwc()
+    spec_paused["spec"]["paused"] = True
+    assert report(spec_paused)["paused"] and "PAUSED" in text_of(spec_paused)
+    # A Ready cluster's message is in its condition row, not repeated under the name.
+    assert text_of().splitlines()[1].startswith("  CONDITION")
+
+
+def test_conditions_show_since_when_and_short_messages() -> None:
+    obj = kwc(conditions=[
+        {"type": "Stalled", "status": "True", "reason": "DriftFight",
+         "message": "StatefulSet/orders keeps being changed back by another controller   "
+                    "(kubectl-edit); find and stop it, or set spec.drift.policy: warn",
+         "lastTransitionTime": "2026-06-01T09:00:00Z"},
+        {"type": "Reconciling", "status": "Unknown", "reason": "Paused",
+         "lastTransitionTime": "whenever"}])
+    found = report(obj)["conditions"]
+    assert found[0]["for"] == "3h" and found[1]["for"] == ""
+    assert found[1]["message"] == "" and found[1]["since"] == "whenever"
+    text = text_of(obj)
+    assert ("  Stalled      True     DriftFight  3h ago  StatefulSet/orders keeps being changed "
+            "back by another controller (kubectl-ed...") in text.splitlines()
+    assert re.search(r"^  Reconciling +Unknown +Paused +-$", text, re.M)
+    lines = text.splitlines()
+    assert lines[1] == "  CONDITION    STATUS   REASON      SINCE   MESSAGE"
+
+
+def test_pods_show_why_they_wait_or_that_they_are_going() -> None:
+    waiting = pod(0, False, 0, "ContainerCreating")
+    going = pod(1)
+    going["metadata"]["deletionTimestamp"] = "2026-06-01T11:59:00Z"
+    pending = pod(2, False)
+    pending["status"] = {"phase": "Pending"}
+    unknown = pod(3, False)
+    unknown["status"] = {}
+    del unknown["spec"]
+    restarted = pod(4, True, 2)
+    restarted["status"]["containerStatuses"].append({"name": "sidecar", "restartCount": 3})
+    other = {"metadata": {"name": "debug"}, "status": {"phase": "Running"}}
+    rows = report(pods=[other, restarted, unknown, pending, going, waiting])["pods"]
+    assert [(p["name"], p["state"], p["ready"], p["restarts"], p["node"]) for p in rows] == [
+        ("orders-0", "ContainerCreating", False, 0, "worker-0"),
+        ("orders-1", "Terminating", True, 0, "worker-1"),
+        ("orders-2", "Pending", False, 0, "worker-2"),
+        ("orders-3", "Unknown", False, 0, ""),
+        ("orders-4", "Running", True, 5, "worker-4"),
+        ("debug", "Running", False, 0, "")]
+    assert rows[3]["nodeId"] is None and rows[3]["liveness"] == "" and rows[5]["revision"] == ""
+    text = statuscmd.table([report(pods=[unknown])])
+    assert re.search(r"^  orders-3 +- +- +- +no +0 +Unknown$", text, re.M)
+
+
+def test_node_ids_without_a_pod_are_listed_after_the_pods() -> None:
+    obj = kwc(nodes=[{"nodeId": 1, "address": "orders-0.orders.db.svc:26257", "state": "live",
+                      "pod": "orders-0"},
+                     {"nodeId": 4, "address": "10.0.0.9:26257", "state": "not-live"}])
+    found = report(obj, pods=[pod(0)])
+    assert found["nodesWithoutPod"] == [
+        {"nodeId": 4, "address": "10.0.0.9:26257", "state": "not-live"}]
+    lines = text_of(obj, pods=[pod(0)]).splitlines()
+    assert lines[lines.index("  last actions:") - 1] == (
+        "  kwdb node 4 (10.0.0.9:26257): not-live, no pod")
+
+
+def test_drift_shows_the_report_only_while_it_is_there() -> None:
+    drifted = kwc(conditions=[{"type": "Drifted", "status": "True", "reason": "Pending",
+                               "message": "StatefulSet/orders: spec.replicas 3 -> 4; " * 5}])
+    assert report(drifted)["drift"] == {
+        "status": "True", "reason": "Pending",
+        "message": "StatefulSet/orders: spec.replicas 3 -> 4; " * 5}
+    line = next(x for x in text_of(drifted).splitlines() if x.startswith("  drift:"))
+    assert line == ("  drift: Pending (" + ("StatefulSet/orders: spec.replicas 3 -> 4; " * 3)[:97]
+                    + "...)")
+    quiet = kwc(conditions=[{"type": "Drifted", "status": "Unknown", "reason": "Off"}])
+    assert report(quiet)["drift"] == {"status": "Unknown", "reason": "Off", "message": ""}
+    assert "  drift: Off" in text_of(quiet).splitlines()
+
+
+def test_a_certificate_close_to_expiry_is_red_and_an_expired_one_says_so() -> None:
+    soon = datetime(2026, 6, 20, 12, 0, 0, tzinfo=UTC)
+    found = report(secret=secret(soon))["certificates"]
+    assert found == {"secret": "orders-node-certs", "notAfter": "2026-06-20T12:00:00Z",
+                     "expiresIn": "19d", "days": 19}
+    assert ("\033[31mnode certificate (orders-node-certs) expires 2026-06-20T12:00:00Z "
+            "(in 19d)\033[0m") in statuscmd.table([report(secret=secret(soon))], colour=True)
+    month = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
+    assert "\033[31mnode" not in statuscmd.table([report(secret=secret(month))], colour=True)
+    past = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
+    found = report(secret=secret(past))["certificates"]
+    assert (found["expiresIn"], found["days"]) == ("expired", -31)
+    assert ("  certificates: node certificate (orders-node-certs) expires 2026-05-01T12:00:00Z "
+            "(EXPIRED)") in text_of(secret=secret(past)).splitlines()
+    assert statuscmd.node_cert_expiry({"data": {"node.crt": base64.b64encode(
+        b"not a certificate").decode()}}) is None
+    assert statuscmd.node_cert_expiry({"data": {}}) is None
+    assert statuscmd.node_cert_expiry(None) is None
+
+
+def test_a_rollout_of_a_new_statefulset_without_revisions_yet() -> None:
+    fresh = {"metadata": {"name": "orders"}, "spec": {}, "status": {}}
+    found = report(sts=fresh)
+    assert found["rollout"] == {"replicas": 0, "partition": 0, "currentRevision": "",
+                                "updateRevision": "", "updated": 0, "ready": 0}
+    assert found["operation"] is None
+    assert "  rollout: 0/0 updated, partition 0, revision -" in text_of(sts=fresh).splitlines()
+    half = sts("orders-new", "")
+    assert report(sts=half)["operation"] is None, "no current revision: nothing to upgrade from"
+    upgrading = report(kwc(False, version=""), sts=sts("orders-new", "orders-old", 1))
+    assert upgrading["operation"] == {
+        "type": "Upgrade", "from": "", "to": "3.2.1", "updated": 3, "replicas": 3,
+        "partition": 1, "summary": "? -> 3.2.1: 3/3 pods updated, partition 1"}
+    assert "(current -)" in text_of(sts=sts("orders-new", ""))
+
+
+def test_a_failover_names_each_pod_and_comes_before_any_scale_in() -> None:
+    obj = kwc(False, failures={"orders-2": {"stage": "Evicting"},
+                               "orders-0": {"stage": "NodeLost", "since": "2026-06-01T11:00:00Z"},
+                               "orders-1": {}},
+              operation={"type": "ScaleIn", "replicas": 4, "targetReplicas": 3})
+    op = report(obj)["operation"]
+    assert op["type"] == "Failover"
+    assert list(op["pods"]) == ["orders-0", "orders-1", "orders-2"]
+    assert op["summary"] == ("orders-0: NodeLost since 2026-06-01T11:00:00Z; orders-1: ?; "
+                             "orders-2: Evicting")
+    removing = report(kwc(False, operation={
+        "type": "ScaleIn", "replicas": 4, "targetReplicas": 3, "pod": "orders-3",
+        "startedAt": "2026-06-01T11:58:00Z", "phase": "Removing", "nodeId": 0}))["operation"]
+    assert removing["summary"] == "4 -> 3: Removing node 0 (orders-3) since 2026-06-01T11:58:00Z"
+    assert removing["pod"] == "orders-3"
+    unnamed = report(kwc(False, operation={
+        "type": "ScaleIn", "replicas": 4, "targetReplicas": 3, "pod": "orders-3",
+        "startedAt": "2026-06-01T11:58:00Z", "phase": "Removing"}))["operation"]
+    assert unnamed["summary"] == "4 -> 3: Removing (orders-3) since 2026-06-01T11:58:00Z"
+    assert report(kwc(False, operation={"type": "Backup"}))["operation"] is None
+
+
+def test_colours_mark_what_is_good_bad_and_in_between() -> None:
+    obj = kwc(False, nodes=[{"nodeId": 1, "state": "decommissioning", "pod": "orders-0"}],
+              conditions=[{"type": "Reconciling", "status": "Unknown", "reason": "Waiting"}],
+              lastActions=[])
+    pods = [pod(0, False, 0, "Error")]
+    coloured = statuscmd.table([report(obj, pods=pods)], colour=True)
+    assert coloured.splitlines()[0] == (
+        "\033[1mdb/orders\033[0m  \033[31mNotReady (no status yet)\033[0m  nodes 2/3  "
+        "version 3.2.1  phase Degraded")
+    assert "\033[33mUnknown\033[0m" in coloured
+    assert "\033[33mdecommissioning\033[0m" in coloured and "\033[31mno   \033[0m" in coloured
+    assert "\033[31mError\033[0m" in coloured
+    assert ANSI.sub("", coloured) == statuscmd.table([report(obj, pods=pods)])
+    ok = statuscmd.table([report()], colour=True)
+    assert ok.splitlines()[0].startswith("\033[1mdb/orders\033[0m  \033[32mReady\033[0m")
+    assert "\033[32mlive    \033[0m" in ok and "\033[32myes  \033[0m" in ok
+    assert "\033[32mFalse \033[0m  InSync" in ok, "Drifted False is good news"
+    # Only the status columns are painted: not a pod's name, nor an action's words.
+    assert "\033[32mRunning" not in ok and "\033[32morders-0" not in ok
+    paused = kwc()
+    paused["spec"]["paused"] = True
+    assert "  \033[33mPAUSED\033[0m" in statuscmd.table([report(paused)], colour=True)
+    assert "\033[33mScaleIn 4 -> 3" in statuscmd.table([report(kwc(False, operation={
+        "type": "ScaleIn", "replicas": 4, "targetReplicas": 3}))], colour=True)
+
+
+def test_only_the_five_latest_actions_are_shown_with_short_messages() -> None:
+    actions = [{"time": f"2026-06-01T11:0{i}:00Z", "action": "DriftRepaired",
+                "target": "Service/orders", "message": f"repair {i} " + "x" * 100}
+               for i in range(7)]
+    lines = text_of(kwc(lastActions=actions)).splitlines()
+    start = lines.index("  last actions:")
+    assert lines[start + 1] == "    TIME                  ACTION         TARGET          MESSAGE"
+    shown = lines[start + 2:]
+    assert [line.split()[0] for line in shown] == [f"2026-06-01T11:0{i}:00Z" for i in range(5)]
+    assert shown[0].endswith("repair 0 " + "x" * 68 + "...")
+    assert report(kwc(lastActions=actions))["lastActions"] == actions
+
+
+def test_no_cluster_found_is_said_in_words() -> None:
+    assert statuscmd.table([]) == "No KaiwuClusters found.\n"
+    assert json.loads(statuscmd.render([], "json", colour=False)) == {"clusters": []}
+    assert statuscmd.render([], "table", colour=True) == "No KaiwuClusters found.\n"
+
+
+class FakeKube:
+    """The API as `kaiwu status` reads it: lists by kind, namespace and selector; one get."""
+
+    def __init__(self, objects: list[tuple[str, Obj]], forbidden: tuple[str, ...] = (),
+                 failing: tuple[str, ...] = ()) -> None:
+        self.objects = objects
+        self.forbidden = forbidden
+        self.failing = failing
+        self.calls: list[tuple[str, str | None, str | None]] = []
+
+    def _matches(self, obj: Obj, namespace: str | None, selector: str | None) -> bool:
+        meta = obj["metadata"]
+        if namespace is not None and meta.get("namespace") != namespace:
+            return False
+        labels = meta.get("labels") or {}
+        for term in (selector or "").split(","):
+            if term and labels.get(term.split("=")[0]) != term.split("=")[1]:
+                return False
+        return True
+
+    def list_objects(self, kind: Any, namespace: str | None = None,
+                     label_selector: str | None = None) -> tuple[list[Obj], str]:
+        self.calls.append((kind.kind, namespace, label_selector))
+        if kind.kind in self.failing:
+            raise ApiError(500, "InternalError", "etcd is away")
+        if kind.kind in self.forbidden:
+            raise ApiError(403, "Forbidden", "secrets is forbidden")
+        return [o for k, o in self.objects if k == kind.kind
+                and self._matches(o, namespace, label_selector)], "1"
+
+    def get(self, kind: Any, namespace: str | None, name: str) -> Obj | None:
+        self.calls.append((kind.kind, namespace, name))
+        return next((o for k, o in self.objects if k == kind.kind
+                     and self._matches(o, namespace, None) and o["metadata"]["name"] == name),
+                    None)
+
+
+def managed(obj: Obj, namespace: str, instance: str) -> Obj:
+    obj = json.loads(json.dumps(obj))
+    obj["metadata"]["namespace"] = namespace
+    obj["metadata"].setdefault("labels", {}).update({
+        "app.kubernetes.io/managed-by": "kaiwu-operator", "app.kubernetes.io/instance": instance})
+    return obj
+
+
+def fleet() -> list[tuple[str, Obj]]:
+    billing = kwc(False)
+    billing["metadata"]["name"] = "billing"
+    billing["spec"]["tls"]["nodeSecretName"] = "billing-certs"
+    orders_b = kwc()
+    orders_b["metadata"]["namespace"] = "aaa"
+    certs = managed(secret(EXPIRY), "db", "billing")
+    certs["metadata"]["name"] = "billing-certs"
+    other_sts = managed(sts(), "db", "billing")
+    other_sts["metadata"]["name"] = "billing-backup"
+    return [("KaiwuCluster", kwc()), ("KaiwuCluster", billing), ("KaiwuCluster", orders_b),
+            ("StatefulSet", managed(sts(), "db", "orders")), ("StatefulSet", other_sts),
+            ("Pod", managed(pod(0), "db", "orders")), ("Pod", managed(pod(1), "db", "orders")),
+            ("Pod", managed(pod(0), "db", "billing")),
+            ("Pod", {"metadata": {"name": "stray", "namespace": "db",
+                                  "labels": {"app.kubernetes.io/managed-by": "kaiwu-operator"}}}),
+            ("Secret", managed(secret(EXPIRY), "db", "orders")), ("Secret", certs)]
+
+
+def test_status_of_a_namespace_costs_four_lists_and_matches_objects_to_their_cluster() -> None:
+    kube = FakeKube(fleet())
+    reports = statuscmd.gather(kube, "db", None, now=NOW)  # type: ignore[arg-type]
+    managed_by = "app.kubernetes.io/managed-by=kaiwu-operator"
+    assert kube.calls == [("KaiwuCluster", "db", None), ("StatefulSet", "db", managed_by),
+                          ("Pod", "db", managed_by), ("Secret", "db", managed_by)]
+    assert [(r["namespace"], r["name"]) for r in reports] == [("db", "billing"), ("db", "orders")]
+    billing, orders = reports
+    assert billing["rollout"] is None, "billing-backup is not billing's StatefulSet"
+    assert [p["name"] for p in billing["pods"]] == ["orders-0"]
+    assert billing["certificates"]["secret"] == "billing-certs"
+    assert [p["name"] for p in orders["pods"]] == ["orders-0", "orders-1"]
+    assert orders["rollout"] is not None and orders["certificates"]["secret"] == (
+        "orders-node-certs")
+    everywhere = statuscmd.gather(FakeKube(fleet()), None, None, now=NOW)  # type: ignore[arg-type]
+    assert [(r["namespace"], r["name"]) for r in everywhere] == [
+        ("aaa", "orders"), ("db", "billing"), ("db", "orders")]
+    assert everywhere[0]["pods"] == [], "another namespace's orders has none of these pods"
+
+
+def test_status_of_one_cluster_asks_for_it_and_only_its_objects() -> None:
+    kube = FakeKube(fleet())
+    [found] = statuscmd.gather(kube, "db", "orders", now=NOW)  # type: ignore[arg-type]
+    selector = "app.kubernetes.io/managed-by=kaiwu-operator,app.kubernetes.io/instance=orders"
+    assert kube.calls == [("KaiwuCluster", "db", "orders"), ("StatefulSet", "db", selector),
+                          ("Pod", "db", selector), ("Secret", "db", selector)]
+    assert found["name"] == "orders" and len(found["pods"]) == 2
+    with pytest.raises(LookupError) as missing:
+        statuscmd.gather(FakeKube(fleet()), "db", "payments", now=NOW)  # type: ignore[arg-type]
+    assert missing.value.args[0] == ("KaiwuCluster db/payments not found (check the name, or "
+                                     "the namespace with -n)")
+    empty = FakeKube([])
+    assert statuscmd.gather(empty, "db", None) == []  # type: ignore[arg-type]
+    assert empty.calls == [("KaiwuCluster", "db", None)], "no cluster: nothing else is read"
+
+
+def test_without_the_right_to_read_secrets_the_rest_is_still_shown() -> None:
+    kube = FakeKube(fleet(), forbidden=("Secret",))
+    reports = statuscmd.gather(kube, "db", None, now=NOW)  # type: ignore[arg-type]
+    assert [r["certificates"] for r in reports] == [None, None]
+    assert [len(r["pods"]) for r in reports] == [1, 2]
+    with pytest.raises(ApiError):
+        statuscmd.gather(FakeKube(fleet(), failing=("Pod",)), "db", None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("error", "says"), [
+    (ApiError(404, "NotFound", "the server could not find the requested resource"),
+     "kaiwu status: the KaiwuCluster CRD is not installed here (kaiwu install | kubectl apply "
+     "-f -, or check --context)\n"),
+    (ApiError(403, "Forbidden", "kaiwuclusters is forbidden"),
+     "kaiwu status: reading the API failed: HTTP 403 Forbidden: kaiwuclusters is forbidden\n"),
+    (ConnectionRefusedError(111, "Connection\n  refused"),
+     "kaiwu status: lost the API server: [Errno 111] Connection refused (check that it is "
+     "running, and --context)\n"),
+    (LookupError("KaiwuCluster db/payments not found"),
+     "kaiwu status: KaiwuCluster db/payments not found\n"),
+])
+def test_api_failures_are_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                               error: Exception, says: str) -> None:
+    monkeypatch.setattr(statuscmd, "load_api_client", lambda *a: object())
+    monkeypatch.setattr(statuscmd, "check_reachable", lambda *a: None)
+
+    def gather(*_: Any) -> list[dict[str, Any]]:
+        raise error
+
+    monkeypatch.setattr(statuscmd, "gather", gather)
+    assert run(["-n", "db"]) == (2, "", says)
+
+
+def test_watch_on_a_terminal_redraws_in_place_and_json_has_no_clock(
+        offline: list[list[dict[str, Any]]]) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    offline += [[report()], [report(kwc(False))]]
+    out = Tty()
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    code = statuscmd.main(["-n", "db", "--watch", "-o", "json"], out, io.StringIO(), sleep)
+    assert code == 1, "the last view was not Ready"
+    assert sleeps == [3.0, 3.0]
+    text = out.getvalue()
+    assert text.count("\033[H\033[2J") == 2 and "Ctrl-C" not in text
+    assert json.loads(text.split("\033[H\033[2J")[1])["clusters"][0]["ready"] is True
+
+
+def test_the_namespace_is_the_flag_else_the_contexts_else_default(tmp_path: Any) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dev",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "dev", "context": {"cluster": "c", "user": "u",
+                                                 "namespace": "shop"}},
+                     {"name": "ops", "context": {"cluster": "c", "user": "u",
+                                                 "namespace": "kaiwu-system"}},
+                     {"name": "bare", "context": {"cluster": "c", "user": "u"}}]}))
+    assert statuscmd._namespace("db", str(kubeconfig), None) == "db"
+    assert statuscmd._namespace(None, str(kubeconfig), None) == "shop"
+    assert statuscmd._namespace(None, str(kubeconfig), "ops") == "kaiwu-system"
+    assert statuscmd._namespace(None, str(kubeconfig), "nosuch") == "shop"
+    assert statuscmd._namespace(None, str(kubeconfig), "bare") == "default"
+
+
+def test_a_healthy_clusters_conditions_are_all_green() -> None:
+    healthy = kwc(conditions=[
+        {"type": "Ready", "status": "True", "reason": "Ready"},
+        {"type": "Reconciling", "status": "False", "reason": "Done"},
+        {"type": "Stalled", "status": "False", "reason": "Progressing"},
+        {"type": "Drifted", "status": "False", "reason": "InSync"}])
+    rows = statuscmd.table([report(healthy)], colour=True).splitlines()[2:6]
+    assert [row.split()[1] for row in rows] == [
+        "\033[32mTrue", "\033[32mFalse", "\033[32mFalse", "\033[32mFalse"]
+    busy = kwc(False, conditions=[
+        {"type": "Ready", "status": "False", "reason": "Waiting"},
+        {"type": "Reconciling", "status": "True", "reason": "Applying"},
+        {"type": "Stalled", "status": "True", "reason": "DriftFight"},
+        {"type": "Drifted", "status": "Unknown", "reason": "Off"}])
+    rows = statuscmd.table([report(busy)], colour=True).splitlines()[2:6]
+    assert [row.split()[1] for row in rows] == [
+        "\033[31mFalse", "\033[33mTrue", "\033[31mTrue", "\033[33mUnknown\033[0m"]
+
+
+def test_the_certificate_expiry_is_in_utc_whatever_the_local_time_zone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        assert report()["certificates"]["notAfter"] == "2027-03-01T00:00:00Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_the_kubeconfig_may_come_from_kaiwu_kubeconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[tuple[Any, ...]] = []
+    monkeypatch.setenv("KAIWU_KUBECONFIG", "/etc/kaiwu/kubeconfig")
+    def load(*args: Any) -> object:
+        used.append(args)
+        return object()
+
+    monkeypatch.setattr(statuscmd, "load_api_client", load)
+    monkeypatch.setattr(statuscmd, "check_reachable", lambda *a: None)
+    monkeypatch.setattr(statuscmd, "gather", lambda *a: [])
+    assert run(["-n", "db", "--context", "prod"]) == (0, "No KaiwuClusters found.\n", "")
+    assert used == [("/etc/kaiwu/kubeconfig", "prod")]
+    assert run(["-n", "db", "--kubeconfig", "/home/me/.kube/other"])[0] == 0
+    assert used[-1] == ("/home/me/.kube/other", None)
+
+
+def test_the_pod_table_has_a_header_and_an_action_without_a_time_leaves_it_blank() -> None:
+    lines = text_of(kwc(lastActions=[{"action": "Paused", "target": "KaiwuCluster/orders"}]
+                        )).splitlines()
+    assert "  POD       K8S NODE  KWDB ID  LIVENESS  READY  RESTARTS  STATE" in lines
+    assert lines[-2:] == ["    TIME  ACTION  TARGET               MESSAGE",
+                          "          Paused  KaiwuCluster/orders"]
