@@ -75,6 +75,39 @@ def test_a_whole_quiet_window_ends_the_fight_and_only_that() -> None:
     assert fights.fights(KEY) == {}
 
 
+def test_no_strike_no_back_off() -> None:
+    assert POLICY.delay(0) == 0
+    assert POLICY.delay(1) == POLICY.base_s
+
+
+def test_the_quiet_window_counts_from_the_last_repair_of_the_fight() -> None:
+    clock = FakeClock()
+    fights = FightTracker(POLICY, clock)
+    fights.record_repair(KEY, STS, "image")
+    clock.now += 1
+    fights.record_repair(KEY, STS, "image")
+    clock.now += 30
+    last = fights.record_repair(KEY, STS, "image")
+    assert last.fighting
+    # One window after the second repair is only half a window after the last one.
+    clock.now += POLICY.window_s - 30
+    assert fights.record_in_sync(KEY, STS).fighting
+    assert fights.quiet_in_s(KEY, STS) == 30
+    clock.now += 30
+    assert fights.quiet_in_s(KEY, STS) == 0
+    clock.now += 5  # nobody looked in time: still no negative wait
+    assert fights.quiet_in_s(KEY, STS) == 0
+
+
+def test_an_object_repaired_now_and_then_has_no_fight_to_wait_out() -> None:
+    clock = FakeClock()
+    fights = FightTracker(POLICY, clock)
+    fights.record_repair(KEY, STS, "image")
+    assert not fights.state(KEY, STS).fighting
+    assert fights.quiet_in_s(KEY, STS) == 0
+    assert fights.quiet_in_s(KEY, ObjectRef("v1", "Service", "db", "orders")) == 0
+
+
 def test_fights_belong_to_their_cluster() -> None:
     clock = FakeClock()
     fights = FightTracker(POLICY, clock)
