@@ -30,6 +30,7 @@ from reconciler.drift.managed_fields import (
 )
 from reconciler.drift.normalise import DriftSettings, normalise
 from renderer.quantity import comparable, parse
+from tests.support.hypothesis_profiles import examples
 
 Obj = dict[str, Any]
 SETTINGS = DriftSettings(mask_key=b"test-key")
@@ -1295,7 +1296,7 @@ def _owned_by_an_update(obj: Obj) -> Obj:
 variations = st.lists(st.sampled_from(_server_variations()), unique=True)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), changes=variations, owned=st.booleans())
 def test_permuted_keyed_lists_and_server_defaults_never_change_the_hash(
     data: st.DataObject, changes: list[Callable[[Obj], None]], owned: bool
@@ -1333,7 +1334,7 @@ def _real_drift() -> list[Callable[[Obj], None]]:
     ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     noise=variations,
     drift=st.lists(st.sampled_from(_real_drift()), min_size=1, unique=True),
