@@ -41,7 +41,9 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 14] + " ...(truncated)"
+    """`text`, or its start marked as cut, `limit` characters at most."""
+    marker = " ...(truncated)"
+    return text if len(text) <= limit else text[: limit - len(marker)] + marker
 
 
 @dataclass(frozen=True)

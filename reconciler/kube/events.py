@@ -30,10 +30,12 @@ COMPONENT = "kaiwu-reconciler"
 # The API server accepts longer messages, but Events are for people: the full drift report goes
 # to the log and the status; an Event says what happened in a screenful at most.
 MESSAGE_LIMIT = 1024
+TRUNCATED = " ...(truncated)"
 
 
 def truncate(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    return text if len(text) <= limit else text[: limit - 14] + " ...(truncated)"
+    """`text`, or its start marked as cut, `limit` characters at most."""
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
 @dataclass(frozen=True)

@@ -212,3 +212,18 @@ def test_removals_test_each_value_and_go_from_the_highest_index_down() -> None:
          "value": {"name": "sidecar", "image": "busybox"}},
         {"op": "remove", "path": "/spec/template/spec/containers/0"},
     ]
+
+
+def test_long_condition_and_action_messages_are_cut_to_their_limits_and_marked() -> None:
+    long = "x" * 5000
+    action = st.Action("2026-01-01T00:00:00Z", "DriftRepaired", "StatefulSet/orders", long)
+    built = st.build({}, observed(actions=(action,)), "t")
+    message = built["lastActions"][0]["message"]
+    assert len(message) == st.ACTION_MESSAGE_LIMIT and message.endswith(" ...(truncated)")
+    stalled = st.Observed(
+        generation=1, conditions=(st.Condition(st.STALLED, "True", "Fighting", long),),
+        phase="Running", replicas=3, ready_nodes=3, selector="", version=None, inventory=(),
+        actions=(), fields=())
+    condition = st.condition(st.build({}, stalled, "t"), st.STALLED)
+    assert condition is not None
+    assert len(condition["message"]) == st.CONDITION_MESSAGE_LIMIT
