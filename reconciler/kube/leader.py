@@ -159,23 +159,29 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                attempt = self._try_acquire_or_renew()
-            except Exception as error:  # connection refused, timeouts: retried below
-                log.warning("lease request failed", extra={
-                    "lease": f"{self.namespace}/{self.name}", "error": str(error)[:300]})
-                attempt = Attempt.FAILED
-            now = self._clock()
-            if attempt is Attempt.HELD:
-                self._last_renew = now
-                if not self._leading and not self._stop.is_set():
-                    self._start_leading()
-            elif self._leading:
-                if attempt is Attempt.OTHER:
-                    self._stop_leading(f"lease taken by {self.holder}")
-                elif now - self._last_renew >= self.settings.renew_deadline_s:
-                    self._stop_leading("could not renew the lease within the renew deadline")
+            self.step()
             self._stop.wait(self.settings.retry_period_s)
+
+    def step(self) -> Attempt:
+        """One round of the campaign (the loop runs one per retry period): try to acquire or
+        renew the Lease, then start or stop leading as its outcome says."""
+        try:
+            attempt = self._try_acquire_or_renew()
+        except Exception as error:  # connection refused, timeouts: retried next round
+            log.warning("lease request failed", extra={
+                "lease": f"{self.namespace}/{self.name}", "error": str(error)[:300]})
+            attempt = Attempt.FAILED
+        now = self._clock()
+        if attempt is Attempt.HELD:
+            self._last_renew = now
+            if not self._leading and not self._stop.is_set():
+                self._start_leading()
+        elif self._leading:
+            if attempt is Attempt.OTHER:
+                self._stop_leading(f"lease taken by {self.holder}")
+            elif now - self._last_renew >= self.settings.renew_deadline_s:
+                self._stop_leading("could not renew the lease within the renew deadline")
+        return attempt
 
     def _start_leading(self) -> None:
         with self._transition:
