@@ -102,8 +102,8 @@ def test_without_an_instance_or_a_resource_version_those_fields_are_left_out() -
     assert "resourceVersion" not in event["involvedObject"]
 
 
-def test_a_repeat_within_the_correlation_window_bumps_the_count_of_the_same_event() -> None:
-    events, store, clock, metrics = recorder(correlation_s=600)
+def test_a_repeat_within_ten_minutes_bumps_the_count_of_the_same_event() -> None:
+    events, store, clock, metrics = recorder()
     events.emit(ORDERS, "Warning", "DriftDetected", "StatefulSet/orders: replicas")
     clock.now += 600  # exactly the window: still the same Event
     events.emit(ORDERS, "Warning", "DriftDetected", "StatefulSet/orders: replicas")
@@ -112,13 +112,14 @@ def test_a_repeat_within_the_correlation_window_bumps_the_count_of_the_same_even
     event = store.only()
     assert (event["count"], event["firstTimestamp"], event["lastTimestamp"]) == (
         3, "2026-01-01T00:00:00Z", "2026-01-01T00:15:00Z")
-    assert [e.count for e in events.emitted] == [1, 2, 3]
+    assert [(e.type, e.reason, e.message, e.count) for e in events.emitted] == [
+        ("Warning", "DriftDetected", "StatefulSet/orders: replicas", n) for n in (1, 2, 3)]
     assert counted(metrics, "writes_total", verb="patch", kind="Event") == 2
     assert counted(metrics, "writes_total", verb="create", kind="Event") == 1
 
 
 def test_another_reason_message_or_a_quiet_window_makes_a_new_event() -> None:
-    events, store, clock, _ = recorder(correlation_s=600)
+    events, store, clock, _ = recorder()
     events.emit(ORDERS, "Warning", "DriftDetected", "replicas")
     events.emit(ORDERS, "Warning", "DriftDetected", "image")
     events.emit(ORDERS, "Warning", "Stalled", "image")
@@ -147,7 +148,8 @@ def test_a_failed_event_write_is_counted_and_logged_and_the_reconcile_goes_on(
         events.emit(ORDERS, "Normal", "Scaled", "3 -> 5")  # the patch fails
         events.emit(ORDERS, "Normal", "Created", "Service/orders")  # the create fails
     assert counted(metrics, "errors_total", stage="event") == 2
-    assert "could not write event Normal Scaled for shop/orders" in caplog.text
+    assert "could not write event Normal Scaled for shop/orders: HTTP 403 Error" \
+        in caplog.text
     assert [e.reason for e in events.emitted] == ["Scaled"]
 
 
@@ -161,11 +163,29 @@ def test_long_messages_are_cut_to_a_screenful_and_marked() -> None:
     assert truncate("x" * MESSAGE_LIMIT) == "x" * MESSAGE_LIMIT
 
 
-def test_a_cluster_without_a_namespace_gets_its_events_in_default() -> None:
+def test_a_cluster_without_a_namespace_or_name_still_gets_its_events() -> None:
     events, store, _, _ = recorder()
     events.emit({"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-                 "metadata": {"name": "orders", "uid": "u-2"}}, "Normal", "Created", "x")
-    assert store.only()["metadata"]["namespace"] == "default"
+                 "metadata": {"uid": "u-2"}}, "Normal", "Created", "x")
+    meta = store.only()["metadata"]
+    assert meta["namespace"] == "default" and meta["name"].startswith("kaiwucluster.")
+
+
+def test_a_cluster_recreated_under_the_same_name_gets_events_of_its_own() -> None:
+    events, store, _, _ = recorder()
+    events.emit(ORDERS, "Normal", "Created", "StatefulSet/orders")
+    again = copy.deepcopy(ORDERS)
+    again["metadata"]["uid"] = "u-9"
+    events.emit(again, "Normal", "Created", "StatefulSet/orders")
+    assert sorted((e["involvedObject"]["uid"], e["count"]) for e in store.events.values()) == [
+        ("u-1", 1), ("u-9", 1)]
+
+
+def test_each_event_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    events, _, _, _ = recorder()
+    with caplog.at_level(logging.INFO, logger="reconciler.kube.events"):
+        events.emit(ORDERS, "Normal", "Scaled", "3 -> 5")
+    assert "event Normal Scaled: 3 -> 5" in caplog.messages
 
 
 def test_the_recorder_remembers_its_last_two_hundred_events() -> None:
