@@ -123,7 +123,6 @@ class LeaderElector:
         self._last_renew = -math.inf
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = -math.inf
-        self._resource_version = ""
         self.holder = ""  # the holder identity last seen
         self.became_leader_at: float | None = None  # clock() when leadership last started
 
@@ -269,7 +268,6 @@ class LeaderElector:
             self._observed = record
             self._observed_at = self._clock()
         self.holder = str(spec.get("holderIdentity") or "")
-        self._resource_version = str(lease["metadata"].get("resourceVersion", ""))
 
     def _release(self) -> None:
         """Give the Lease up so a standby need not wait for it to expire."""
