@@ -273,6 +273,12 @@ def test_an_answer_that_is_not_a_status_keeps_the_http_reason_and_text() -> None
     assert ApiError(410, "Expired", "too old").gone and ApiError(404, "", "").not_found
 
 
+def test_requests_wait_thirty_seconds_unless_told_otherwise() -> None:
+    api, pool = api_client()
+    Kube(api, "kaiwu-reconciler").server_version()
+    assert pool.last.timeout.total == 30.0
+
+
 def test_the_server_version_and_an_empty_answer() -> None:
     k, pool = kube()
     pool.answers.append(Answer(200, {"gitVersion": "v1.20.2", "major": "1"}))
@@ -430,7 +436,10 @@ def test_every_request_is_counted_by_code_method_and_host() -> None:
     answers: list[Any] = [Answer(201), ApiException(status=409), ApiException(status=0),
                           urllib3.exceptions.NewConnectionError(None, "refused")]  # type: ignore[arg-type]
 
+    passed: list[dict[str, Any]] = []
+
     def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        passed.append(kwargs)
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -438,7 +447,8 @@ def test_every_request_is_counted_by_code_method_and_host() -> None:
 
     api.rest_client.request = request
     count_requests(api, metrics)
-    api.rest_client.request("post", f"{HOST}/api/v1/namespaces/shop/pods")
+    api.rest_client.request("post", f"{HOST}/api/v1/namespaces/shop/pods", body={"a": 1})
+    assert passed == [{"body": {"a": 1}}], "the request itself is passed on as it was"
     for _ in range(3):
         with pytest.raises((ApiException, urllib3.exceptions.HTTPError)):
             api.rest_client.request("get", f"{HOST}/version")

@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from reconciler.kube.client import ApiError
+from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.kinds import LEASE, Kind
-from reconciler.kube.leader import Attempt, GuardedKube, LeaderElector, NotLeaderError
+from reconciler.kube.leader import (
+    Attempt,
+    GuardedKube,
+    LeaderElector,
+    NotLeaderError,
+    NotOwnerError,
+)
 from reconciler.metrics import NAMESPACE, Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
+from tests.unit.reconciler.kube.test_client import Pool, api_client, sts
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -137,9 +146,13 @@ def test_the_first_replica_creates_the_lease_and_leads() -> None:
     store, clock = LeaseStore(), Clock()
     a = Candidate(store, clock, lease_duration_s=14.2, renew_deadline_s=10.0)
     assert a.elector.step() is Attempt.HELD
-    assert store.spec == {"holderIdentity": "replica-a", "leaseDurationSeconds": 15,
-                          "acquireTime": "2026-01-01T00:00:00.000000Z",
-                          "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 0}
+    assert store.lease == {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "kaiwu-reconciler", "namespace": "kaiwu-system",
+                     "resourceVersion": "1"},
+        "spec": {"holderIdentity": "replica-a", "leaseDurationSeconds": 15,
+                 "acquireTime": "2026-01-01T00:00:00.000000Z",
+                 "renewTime": "2026-01-01T00:00:00.000000Z", "leaseTransitions": 0}}
     assert a.elector.is_leader() and a.elector.holder == "replica-a"
     assert a.events == ["started"] and a.elector.became_leader_at == 100.0
     assert a.gauge("leader") == 1 and a.gauge("leader_transitions_total") == 1
@@ -361,3 +374,117 @@ def test_a_deposed_leader_cannot_write_through_its_guarded_kube() -> None:
             kube._request(method, "/api/v1/namespaces/shop/services/orders")
     with pytest.raises(NotLeaderError, match="exec refused"):
         kube.exec("shop", "orders-0", "kwbase", ["kwbase", "init"])
+
+
+def stopped_reasons(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [getattr(r, "reason", "") for r in caplog.records if r.getMessage() == "stopped leading"]
+
+
+def test_each_stop_of_leadership_is_logged_with_its_reason(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    with caplog.at_level(logging.INFO, logger="reconciler.kube.leader"):
+        taken = LeaseStore()
+        a = Candidate(taken, clock)
+        a.elector.step()
+        taken.held_by("replica-b", renew="2026-01-01T00:00:01.000000Z")
+        a.elector.step()
+
+        cut_off = LeaseStore()
+        b = Candidate(cut_off, clock, "replica-b")
+        b.elector.step()
+        cut_off.down = True
+        clock.now += 10
+        b.elector.step()
+
+        c = Candidate(LeaseStore(), clock, "replica-c")
+        c.fail_start = True
+        c.elector.step()
+
+        d = Candidate(LeaseStore(), clock, "replica-d")
+        d.elector.step()
+        d.elector.stop()
+    assert stopped_reasons(caplog) == [
+        "lease taken by replica-b", "could not renew the lease within the renew deadline",
+        "start failed", "shutting down"]
+    records = [r for r in caplog.records if r.getMessage() == "stopped leading"]
+    assert [(getattr(r, "lease", ""), getattr(r, "identity", "")) for r in records] == [
+        ("kaiwu-system/kaiwu-reconciler", f"replica-{x}") for x in "abcd"]
+    failed = [r for r in caplog.records if r.getMessage() == "lease request failed"]
+    assert [getattr(r, "error", "") for r in failed] == ["connection refused"]
+    released = [r for r in caplog.records if r.getMessage() == "released the lease"]
+    assert [getattr(r, "identity", "") for r in released] == ["replica-c", "replica-d"]
+
+
+def test_a_failing_stop_callback_is_logged_and_leadership_ends_all_the_same(
+        caplog: pytest.LogCaptureFixture) -> None:
+    store, clock = LeaseStore(), Clock()
+    a = Candidate(store, clock)
+
+    def failing() -> None:
+        raise RuntimeError("workers hung")
+
+    a.elector.on_stopped_leading = failing
+    a.elector.step()
+    with caplog.at_level(logging.ERROR, logger="reconciler.kube.leader"):
+        a.elector.stop()
+    assert "stopping to lead failed" in caplog.messages
+    assert not a.elector.is_leader() and store.spec["holderIdentity"] == ""
+
+
+def test_a_started_elector_campaigns_every_retry_period_until_stopped() -> None:
+    store = LeaseStore()
+    store.down = True  # the first tries fail
+    leading = threading.Event()
+    settings = Settings(identity="replica-a", lease_namespace="kaiwu-system",
+                        lease_duration_s=1.0, renew_deadline_s=0.5, retry_period_s=0.01)
+    elector = LeaderElector(store, settings,  # type: ignore[arg-type]
+                            on_started_leading=leading.set, on_stopped_leading=lambda: None)
+    elector.start()
+    try:
+        time.sleep(0.05)
+        assert elector.alive and not elector.is_leader()
+        store.down = False
+        assert leading.wait(5), "it tried again"
+        assert elector.is_leader()
+    finally:
+        elector.stop()
+    assert not elector.alive and not elector.is_leader()
+    assert store.spec["holderIdentity"] == ""
+
+
+def guarded(leading: bool, owned: bool = True) -> tuple[GuardedKube, Pool]:
+    api, pool = api_client()
+    return GuardedKube(api, "kaiwu-reconciler", 3.0, may_write=lambda: leading,
+                       owns_current=lambda: owned), pool
+
+
+def test_a_leader_writes_and_anyone_reads_or_dry_runs_through_the_guarded_kube() -> None:
+    kube, pool = guarded(leading=False)
+    kube.get(LEASE, "kaiwu-system", "kaiwu-reconciler")
+    kube.apply(sts(), dry_run=True)
+    with pytest.raises(NotLeaderError,
+                       match=r"^PATCH /apis/apps/v1/namespaces/shop/statefulsets/orders "
+                             r"refused: this replica is not the leader$"):
+        kube.apply(sts())
+    leader, leader_pool = guarded(leading=True)
+    leader.apply(sts())
+    assert [(s.method, s.timeout.total) for s in pool.sent + leader_pool.sent] == [
+        ("GET", 3.0), ("PATCH", 3.0), ("PATCH", 3.0)]
+    assert leader.field_manager == "kaiwu-reconciler"
+    moved, _ = guarded(leading=True, owned=False)
+    with pytest.raises(NotOwnerError, match=r"^DELETE .* refused: the cluster has left this shard"):
+        moved.delete(LEASE, "kaiwu-system", "kaiwu-reconciler")
+
+
+def test_a_leaders_exec_runs_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[Any, ...]] = []
+
+    def exec_(self: Kube, *args: Any) -> tuple[str, str, int]:
+        ran.append(args)
+        return "ok", "", 0
+
+    monkeypatch.setattr(Kube, "exec", exec_)
+    kube, _ = guarded(leading=True)
+    assert kube.exec("shop", "orders-0", "kwbase", ["kwbase", "init"], 12.0) == ("ok", "", 0)
+    assert ran == [("shop", "orders-0", "kwbase", ["kwbase", "init"], 12.0)]
