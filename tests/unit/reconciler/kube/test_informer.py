@@ -169,14 +169,16 @@ def test_an_event_without_kind_gets_the_informers_and_copies_are_the_callers() -
 def test_history_gone_relists_and_delivers_only_what_changed_meanwhile() -> None:
     run = Informed(
         lists=[([pod("a", "1"), pod("b", "1"), pod("c", "1")], "100"),
+               ([pod("a", "1"), pod("b", "1"), pod("c", "1")], "150"),
                ([pod("a", "2"), pod("b", "1"), pod("d", "1")], "200")],
-        watches=[ApiError(410, "Expired", "too old resource version")])
+        watches=[ApiError(410, "Expired", "too old resource version"),
+                 ApiError(410, "Expired", "too old resource version")])
     run.run()
     assert run.delivered == [("ADDED", "a", None), ("ADDED", "b", None), ("ADDED", "c", None),
                              ("MODIFIED", "a", "1"), ("ADDED", "d", None),
                              ("DELETED", "c", "1")]
-    assert [watched[0] for watched in run.kube.watched] == ["100", "200"]
-    assert run.informer.relists == 1 and run.restarts("gone") == 1
+    assert [watched[0] for watched in run.kube.watched] == ["100", "150", "200"]
+    assert run.informer.relists == 2 and run.restarts("gone") == 2
     assert run.waits.waited == [], "a relist is at once, no back-off"
     assert sorted(p["metadata"]["name"] for p in run.informer.list()) == ["a", "b", "d"]
 
@@ -427,3 +429,73 @@ def test_the_caches_answer_for_their_informers() -> None:
     assert caches.dead() == [], "not started: nothing is dead"
     caches.informers[k.POD].served = True
     assert caches.served(k.POD) is True
+
+
+def test_nodes_are_cached_by_name_alone() -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1",
+                                                             "resourceVersion": "3"}}
+    run = Informed(lists=[([node], "100")], watches=[], kind=k.NODE)
+    run.run()
+    assert run.informer.namespace == ""
+    assert run.informer.get("", "node-1") == node
+    assert run.informer.get("shop", "node-1") == node, "a namespace means nothing for Nodes"
+    assert run.informer.has("shop", "node-1")
+
+
+def test_waiting_for_a_cache_that_never_syncs_gives_up() -> None:
+    run = Informed(lists=[], watches=[])
+    assert run.informer.wait_synced(0.01) is False
+    run.informer._synced.set()
+    assert run.informer.wait_synced(0.01) is True
+
+
+class Quiet:
+    """An API server with nothing to list, whose watches end at once (their timeout)."""
+
+    def list_objects(self, kind: Kind, *args: Any, **kwargs: Any) -> tuple[list[Obj], str]:
+        return [], "1"
+
+    def watch(self, *args: Any, **kwargs: Any) -> Stream:
+        threading.Event().wait(0.002)
+        return Stream([])
+
+
+def test_started_caches_sync_and_none_is_dead_while_watching_or_once_stopped() -> None:
+    caches = Caches(Quiet(), Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
+                    lambda key: None, managed_kinds=(k.POD,))
+    caches.start()
+    try:
+        assert caches.wait_synced(5) and caches.synced()
+        assert all(informer.alive for informer in caches.informers.values())
+        assert caches.dead() == []
+    finally:
+        caches.stop()
+    for informer in caches.informers.values():
+        assert informer._thread is not None
+        informer._thread.join(5)
+    assert caches.dead() == [], "stopped on purpose"
+
+
+def test_a_cluster_handed_over_to_the_unnamed_shard_is_logged_with_the_delay(
+        caplog: pytest.LogCaptureFixture) -> None:
+    handed: list[tuple[ClusterKey, float]] = []
+    now = [50.0]
+    caches = Caches(None, Settings(leader_election=False, shard_handover_s=4.0),  # type: ignore[arg-type]
+                    Metrics(), lambda key: None,
+                    on_handover=lambda key, delay: handed.append((key, delay)),
+                    clock=lambda: now[0])
+    clusters = caches.informers[k.KAIWU_CLUSTER]
+    clusters._synced.set()
+    clusters._store.put(("shop", "orders"), kwc())
+    with caplog.at_level(logging.INFO, logger="reconciler.kube.cache"):
+        caches._on_event("ADDED", kwc(), None)
+    assert handed == [(ORDERS, 4.0)]
+    now[0] = 53.9
+    assert not caches.owns(ORDERS), "the shard it left may still be at work"
+    now[0] = 54.0
+    assert caches.owns(ORDERS), "ours from the end of the delay on"
+    now[0] = 0.0
+    assert caches.owns(ORDERS), "and for good"
+    (record,) = [r for r in caplog.records if r.getMessage() == "cluster handed over to this shard"]
+    assert (getattr(record, "cluster", ""), getattr(record, "shard", ""),
+            getattr(record, "first_reconcile_in_s", 0)) == (str(ORDERS), "(unnamed)", 4.0)
