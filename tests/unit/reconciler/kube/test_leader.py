@@ -91,8 +91,9 @@ class LeaseStore:
         return copy.deepcopy(self.lease)
 
     def patch(self, kind: Kind, namespace: str, name: str, patch: Obj) -> Obj:
+        assert (kind, namespace, name) == (LEASE, "kaiwu-system", "kaiwu-reconciler")
         self._write()
-        assert self.lease is not None and kind == LEASE
+        assert self.lease is not None
         if patch["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", "the object has been modified")
         self.version += 1
@@ -194,13 +195,31 @@ def test_a_lease_nobody_renewed_for_its_duration_is_taken_over() -> None:
     store, clock = LeaseStore(), Clock()
     store.held_by("replica-b", duration=20, transitions=4)
     a = Candidate(store, clock)
+    assert a.elector.holder == "", "nobody seen before the first read"
     a.elector.step()
-    clock.now += 20  # b's own duration, not ours (15)
+    clock.now += 19  # past our duration (15), not b's own
+    assert a.elector.step() is Attempt.OTHER
+    clock.now += 1
     assert a.elector.step() is Attempt.HELD
     assert store.spec == {"holderIdentity": "replica-a", "leaseDurationSeconds": 15,
                           "acquireTime": "2026-01-01T00:00:20.000000Z",
                           "renewTime": "2026-01-01T00:00:20.000000Z", "leaseTransitions": 5}
     assert a.events == ["started"]
+
+
+@pytest.mark.parametrize("change", [{"holder": "replica-c"}, {"duration": 20},
+                                    {"transitions": 5}])
+def test_any_change_to_the_lease_counts_as_a_sign_of_life(change: dict[str, Any]) -> None:
+    store, clock = LeaseStore(), Clock()
+    renew = "2025-12-31T23:59:59.000000Z"
+    store.held_by("replica-b", renew=renew)
+    a = Candidate(store, clock)
+    a.elector.step()  # t=100
+    clock.now += 10
+    store.held_by(**{"holder": "replica-b", "renew": renew, **change})
+    assert a.elector.step() is Attempt.OTHER  # seen changed at 110
+    clock.now += 10
+    assert a.elector.step() is Attempt.OTHER, "20 s since a first saw it, 10 since it changed"
 
 
 def test_a_released_lease_is_taken_at_once() -> None:
@@ -337,8 +356,13 @@ def test_a_release_that_conflicts_is_tried_again_and_a_failing_one_is_left_to_ex
     clock.now += 15
     assert c.elector.step() is Attempt.HELD
     store.down = True
-    c.elector.stop()  # a connection error: logged, not raised
+    with caplog.at_level(logging.WARNING, logger="reconciler.kube.leader"):
+        c.elector.stop()  # a connection error: logged, not raised
     assert store.spec["holderIdentity"] == "replica-c"
+    warned = [r for r in caplog.records
+              if r.getMessage() == "releasing the lease failed; it expires by itself"]
+    assert [getattr(r, "error", "") for r in warned] == [
+        "HTTP 500 Error: refused", "connection refused"]
 
 
 def test_stopping_without_release_keeps_the_lease_until_it_expires() -> None:
@@ -411,7 +435,11 @@ def test_each_stop_of_leadership_is_logged_with_its_reason(
     assert [(getattr(r, "lease", ""), getattr(r, "identity", "")) for r in records] == [
         ("kaiwu-system/kaiwu-reconciler", f"replica-{x}") for x in "abcd"]
     failed = [r for r in caplog.records if r.getMessage() == "lease request failed"]
-    assert [getattr(r, "error", "") for r in failed] == ["connection refused"]
+    assert [(getattr(r, "lease", ""), getattr(r, "error", "")) for r in failed] == [
+        ("kaiwu-system/kaiwu-reconciler", "connection refused")]
+    became = [r for r in caplog.records if r.getMessage() == "became leader"]
+    assert [(getattr(r, "lease", ""), getattr(r, "identity", "")) for r in became] == [
+        ("kaiwu-system/kaiwu-reconciler", f"replica-{x}") for x in "abcd"]
     released = [r for r in caplog.records if r.getMessage() == "released the lease"]
     assert [getattr(r, "identity", "") for r in released] == ["replica-c", "replica-d"]
 
@@ -441,6 +469,9 @@ def test_a_started_elector_campaigns_every_retry_period_until_stopped() -> None:
     elector = LeaderElector(store, settings,  # type: ignore[arg-type]
                             on_started_leading=leading.set, on_stopped_leading=lambda: None)
     elector.start()
+    assert elector._thread is not None
+    assert elector._thread.name == "leader-election" and elector._thread.daemon, \
+        "named in thread dumps, and no reason to keep a stopping process alive"
     try:
         time.sleep(0.05)
         assert elector.alive and not elector.is_leader()
