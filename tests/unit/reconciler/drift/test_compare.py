@@ -1472,3 +1472,55 @@ def test_a_report_line_names_who_changed_a_value_only_when_known_and_keeps_unico
 def test_a_projection_with_a_nan_has_no_hash() -> None:
     with pytest.raises(ValueError):
         projection_hash({"a": float("nan")})
+
+
+def test_ignore_rules_read_back_as_written_and_bad_ones_say_what_is_wrong() -> None:
+    rule = IgnoreRule.of("Service", "/spec/ports/*/nodePort", name="kw*", unless_rendered=True)
+    assert rule == IgnoreRule(("spec", "ports", "*", "nodePort"), "Service", "kw*", True)
+    assert str(rule) == "Service/kw* /spec/ports/*/nodePort (unless rendered)"
+    assert str(IgnoreRule.of("", "/metadata/annotations/a~1b")) == "*/* /metadata/annotations/a~1b"
+    assert IgnoreRule.parse({"pointer": "/spec/replicas", "kind": None}) == \
+        IgnoreRule.of("", "/spec/replicas")
+    assert parse_ignore_rules(None) == ()
+    with pytest.raises(ValueError, match=r"an ignore rule needs a string 'pointer': \{'kind'"):
+        IgnoreRule.parse({"kind": "StatefulSet", "pointer": 3})
+    with pytest.raises(ValueError, match="ignore rule 'kind' and 'name' must be strings"):
+        IgnoreRule.parse({"kind": ["StatefulSet"], "pointer": "/spec"})
+    with pytest.raises(ValueError, match="bad '~' escape in JSON pointer '/a~2b'"):
+        parse_pointer("/a~2b")
+    with pytest.raises(ValueError, match="a JSON pointer starts with '/': 'spec'"):
+        parse_pointer("spec")
+
+
+def test_managed_fields_from_the_typed_client_and_odd_entries() -> None:
+    typed = {"manager": "kubectl-edit", "operation": "Update", "api_version": "apps/v1",
+             "fields_type": "FieldsV1", "fields_v1": {"f:spec": {"f:replicas": {}}},
+             "subresource": "scale"}
+    odd = ["not an entry", {"manager": "future", "fieldsType": "FieldsV2", "fieldsV1": {}},
+           {"fields_type": "FieldsV2", "fields_v1": {}}, {"operation": "Apply"}, typed]
+    entries, warnings = parse_managed_fields(odd)
+    assert warnings == ("managedFields[0] is not an object",
+                        "managedFields[1] (future): fieldsType 'FieldsV2'",
+                        "managedFields[2] (): fieldsType 'FieldsV2'")
+    assert [(e.manager, e.operation, e.api_version, e.subresource) for e in entries] == [
+        ("", "Apply", "", ""), ("kubectl-edit", "Update", "apps/v1", "scale")]
+    assert [[str(e) for e in path] for path in entries[1].fields.paths()] == [
+        ["f:spec", "f:replicas"]]
+    assert parse_managed_fields(None) == ((), ())
+    assert parse_managed_fields("f:spec") == ((), ("metadata.managedFields is not a list: str",))
+    with pytest.raises(FieldsV1Error, match=r"bad JSON in path element: 'k:\{'"):
+        PathElement.parse("k:{")
+
+
+def test_path_elements_name_list_items_by_key_value_or_position() -> None:
+    port = PathElement.parse('k:{"protocol":"TCP","containerPort":26257}')
+    assert port == PathElement.parse('k:{"containerPort":26257,"protocol":"TCP"}')
+    assert str(port) == 'k:{"containerPort":26257,"protocol":"TCP"}'
+    assert str(PathElement.parse('v:"a, b"')) == 'v:"a, b"'
+    assert not port.matches_item("26257/TCP") and not PathElement("i", 0).matches_item({})
+    assert not PathElement("f", "name").matches_item({"name": "x"})
+    ports = parse_fields_v1({"i:1": {"f:name": {}}, 'k:{"name":"sql"}': {}})
+    second = ports.item_child({"name": "http"}, 1)
+    assert second is not None and second.field_child("name") is not None
+    assert ports.item_child({"name": "http"}, 0) is None
+    assert ports.item_child({"name": "sql"}, 1) == parse_fields_v1({})
