@@ -10,9 +10,10 @@ import threading
 import time
 
 from reconciler.keys import ClusterKey
-from reconciler.kube.ratelimit import Limits
+from reconciler.kube.ratelimit import Limiter, Limits, TokenBucket
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
+from reconciler.settings import Settings
 
 A = ClusterKey("shop", "orders")
 B = ClusterKey("shop", "payments")
@@ -263,3 +264,38 @@ def test_the_queue_feeds_controller_runtimes_workqueue_metrics() -> None:
     assert metrics.value("workqueue_retries_total", q) == 1
     assert metrics.value("workqueue_longest_running_processor_seconds", q) == 0.0
     assert metrics.value("workqueue_depth", q) == 2, "b waiting, a due after its back-off"
+
+
+def test_the_settings_choose_the_buckets_or_the_old_fixed_interval() -> None:
+    assert Limits.of(Settings(cluster_burst=5, cluster_rate_per_s=0.5, overall_burst=50,
+                              overall_rate_per_s=20.0, free_echoes=False)) == Limits(
+        cluster_burst=5.0, cluster_rate_per_s=0.5, overall_burst=50.0, overall_rate_per_s=20.0,
+        free_echoes=False, charge_requeues=False)
+    assert Limits.of(Settings(min_reconcile_interval_s=4.0)) == Limits(
+        cluster_burst=1.0, cluster_rate_per_s=0.25, overall_burst=1e9, overall_rate_per_s=1e9,
+        free_echoes=False, charge_requeues=True)
+
+
+def test_a_bucket_refills_at_its_rate_up_to_its_burst_and_says_how_long_to_wait() -> None:
+    bucket = TokenBucket(burst=2, rate_per_s=0.5, now=100.0)
+    assert [bucket.reserve(100.0) for _ in range(3)] == [0.0, 0.0, 2.0]
+    assert bucket.reserve(100.0) == 4.0, "each reservation waits behind the last"
+    assert not bucket.full(100.0)
+    assert bucket.reserve(99.0) == 6.0, "a clock that steps back refills nothing"
+    assert bucket.full(100.0 + 100) and bucket.tokens == 2, "never more than the burst"
+    assert bucket.reserve(200.0) == 0.0
+
+
+def test_buckets_of_quiet_clusters_are_forgotten_and_start_full_again() -> None:
+    limiter = Limiter(Limits(cluster_burst=2, cluster_rate_per_s=1.0, overall_burst=3,
+                             overall_rate_per_s=1.0))
+    assert limiter.reserve_overall(10.0) == 0.0, "an echo first: the overall bucket starts"
+    assert limiter.reserve(A, 10.0) == 0.0 and limiter.reserve(B, 10.0) == 0.0
+    assert limiter.reserve(A, 10.0) == 1.0, "the overall bucket is empty now"
+    assert len(limiter) == 2
+    limiter.forget_full(10.5)
+    assert len(limiter) == 2, "both still refilling"
+    limiter.forget_full(11.0)
+    assert len(limiter) == 1, "B is full again, A (two reservations) is not"
+    limiter.forget_full(12.0)
+    assert len(limiter) == 0
