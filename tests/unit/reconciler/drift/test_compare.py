@@ -1524,3 +1524,51 @@ def test_path_elements_name_list_items_by_key_value_or_position() -> None:
     assert second is not None and second.field_child("name") is not None
     assert ports.item_child({"name": "http"}, 0) is None
     assert ports.item_child({"name": "sql"}, 1) == parse_fields_v1({})
+
+
+def test_a_rendered_value_of_one_removed_by_hand_is_drift_unlike_a_zero() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["minReadySeconds"] = 1
+    live = live_statefulset()
+    assert "minReadySeconds" not in live["spec"]
+    assert [c.pointer for c in check(desired, live).changes] == ["/spec/minReadySeconds"]
+    desired["spec"]["minReadySeconds"] = 0
+    assert not check(desired, live).drifted, "the server drops a zero on output"
+
+
+def test_an_ignored_env_var_hides_only_itself() -> None:
+    live = live_statefulset()
+    env = kwbase(live)["env"]
+    env[0] = {"name": "POD_NAME", "value": "changed by hand"}
+    env[1] = {"name": "LD_LIBRARY_PATH", "value": "/tmp"}
+    rules = [IgnoreRule.parse(
+        {"pointer": "/spec/template/spec/containers/kwbase/env/POD_NAME"})]
+    report = check(desired_statefulset(), live, ignore_rules=rules)
+    assert [c.pointer for c in report.changes] == [
+        "/spec/template/spec/containers/kwbase/env/LD_LIBRARY_PATH/value"]
+
+
+def test_an_ignored_field_someone_added_hides_only_itself() -> None:
+    live = live_statefulset()
+    kwbase(live)["tty"] = True
+    kwbase(live)["stdin"] = True
+    edit: Obj = {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+        KWBASE: {"f:tty": {}, "f:stdin": {}}}}}}}
+    live["metadata"]["managedFields"].append(entry("kubectl-edit", "Update", edit))
+    rules = [IgnoreRule.parse({"pointer": "/spec/template/spec/containers/kwbase/tty"})]
+    report = check(desired_statefulset(), live, ignore_rules=rules)
+    assert [c.path for c in report.changes] == ["spec.template.spec.containers[kwbase].stdin"]
+
+
+def test_a_secret_looking_annotation_changed_by_hand_shows_masks_only() -> None:
+    desired = desired_statefulset()
+    desired["metadata"]["annotations"] = {"vault.example.com/secret-token": "t0ken-one",
+                                          "team": "orders"}
+    live = live_statefulset()
+    live["metadata"]["annotations"] = {"vault.example.com/secret-token": "t0ken-two",
+                                       "team": "orders"}
+    report = check(desired, live)
+    change = change_at(report, "/metadata/annotations/vault.example.com~1secret-token")
+    assert change.desired.startswith("***") and change.live.startswith("***")
+    assert change.desired != change.live
+    assert "t0ken" not in format_report(report)
