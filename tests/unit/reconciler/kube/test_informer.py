@@ -359,6 +359,7 @@ def test_a_backup_or_schedule_counts_for_the_cluster_it_names() -> None:
     assert routed.event("MODIFIED", backup("orders", 2), backup("orders")) == ([ORDERS], [])
     assert routed.event("MODIFIED", backup("orders"), backup("orders")) == ([], [])
     assert routed.event("ADDED", backup(None)) == ([], [])
+    assert cluster_of(backup(None)) is None, "a backup that names no cluster belongs to none"
     assert routed.event("ADDED", backup("payments")) == ([], []), "not a cluster of ours"
     schedule = backup("orders") | {"kind": "KaiwuBackupSchedule"}
     assert routed.event("MODIFIED", schedule, backup("orders")) == ([], [])
