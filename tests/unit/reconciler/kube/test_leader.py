@@ -519,3 +519,10 @@ def test_a_leaders_exec_runs_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     kube, _ = guarded(leading=True)
     assert kube.exec("shop", "orders-0", "kwbase", ["kwbase", "init"], 12.0) == ("ok", "", 0)
     assert ran == [("shop", "orders-0", "kwbase", ["kwbase", "init"], 12.0)]
+
+
+def test_a_lease_duration_under_a_second_is_written_as_one_second() -> None:
+    store, clock = LeaseStore(), Clock()
+    a = Candidate(store, clock, lease_duration_s=0.6, renew_deadline_s=0.5, retry_period_s=0.1)
+    a.elector.step()
+    assert store.spec["leaseDurationSeconds"] == 1, "whole seconds, at least one"
