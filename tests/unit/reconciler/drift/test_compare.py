@@ -1572,3 +1572,47 @@ def test_a_secret_looking_annotation_changed_by_hand_shows_masks_only() -> None:
     assert change.desired.startswith("***") and change.live.startswith("***")
     assert change.desired != change.live
     assert "t0ken" not in format_report(report)
+
+
+def network_policies() -> tuple[Obj, Obj]:
+    """A NetworkPolicy as we render it, and as the server keeps it after a client-side
+    `kubectl apply` created it (that manager owns the atomic ingress rules whole)."""
+    desired: Obj = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "kwdb", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "spec": {"podSelector": {"matchLabels": dict(SELECTOR)},
+                 "ingress": [{"ports": [{"port": 26257}]}]}}
+    live = copy.deepcopy(desired)
+    live["metadata"].update(uid="np-1", resourceVersion="8", managedFields=[entry(
+        "kubectl-client-side-apply", "Update",
+        {"f:spec": {"f:ingress": {}, "f:podSelector": {}, "f:policyTypes": {}}},
+        "networking.k8s.io/v1")])
+    live["spec"]["ingress"][0]["ports"][0]["protocol"] = "TCP"
+    live["spec"]["policyTypes"] = ["Ingress"]
+    return desired, live
+
+
+def test_defaults_inside_atomic_rules_another_manager_owns_are_not_drift() -> None:
+    desired, live = network_policies()
+    assert not check(desired, live).drifted
+    live["spec"]["ingress"][0]["ports"][0]["protocol"] = "UDP"
+    assert [c.pointer for c in check(desired, live).changes] == [
+        "/spec/ingress/0/ports/0/protocol"]
+
+
+def test_an_empty_dir_volume_in_sync_is_no_drift() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["template"]["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    live = live_statefulset()
+    live["spec"]["template"]["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    assert not check(desired, live).drifted
+
+
+def test_a_map_replaced_by_a_scalar_shows_the_scalar() -> None:
+    desired: Obj = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                    "metadata": {"name": "kwdb", "namespace": "kaiwu"},
+                    "spec": {"selector": {"matchLabels": dict(SELECTOR)}}}
+    live = copy.deepcopy(desired)
+    live["spec"]["selector"] = "app=kwdb"
+    (change,) = check(desired, live).changes
+    assert (change.pointer, change.live) == ("/spec/selector", "app=kwdb")
