@@ -316,6 +316,9 @@ def test_without_limits_nothing_is_ever_held_back() -> None:
             queue.add(key)
         assert len(drain(queue)) == 300
         clock.advance(0.01)
+    for _ in range(10):  # one cluster, again and again, at one instant
+        queue.add(A)
+        assert drain(queue) == [A]
     assert queue.throttled == 0
 
 
