@@ -112,7 +112,7 @@ def api_client() -> tuple[k8s.ApiClient, Pool]:
     configuration.api_key = {"authorization": "Bearer t0k"}
     api = k8s.ApiClient(configuration)
     pool = Pool()
-    api.rest_client.pool_manager = pool
+    api.rest_client.pool_manager = pool  # type: ignore[assignment]
     return api, pool
 
 
@@ -352,7 +352,7 @@ def test_an_event_of_an_object_during_our_write_to_it_or_its_status_is_ours() ->
             return super().request(*args, **kwargs)
 
     meanwhile = Meanwhile()
-    k.api.rest_client.pool_manager = meanwhile
+    k.api.rest_client.pool_manager = meanwhile  # type: ignore[assignment]
     k.replace_status(sts("5"))
     k.patch(STATEFUL_SET, "shop", "orders", {}, subresource="scale")
     k.apply(sts(), dry_run=True)
@@ -423,7 +423,7 @@ def test_a_closed_watch_ends_quietly_and_an_open_one_reports_a_broken_stream() -
         seen.append(event)
         watch.close()  # another thread stops the informer
     assert seen == [("ADDED", {"n": 1})]
-    assert watch._raw.shut  # type: ignore[attr-defined]
+    assert watch._raw.shut
     with pytest.raises(urllib3.exceptions.ProtocolError):
         list(Watch(Broken()))
 
@@ -445,7 +445,7 @@ def test_every_request_is_counted_by_code_method_and_host() -> None:
             raise answer
         return answer
 
-    api.rest_client.request = request
+    api.rest_client.request = request  # type: ignore[method-assign]
     count_requests(api, metrics)
     api.rest_client.request("post", f"{HOST}/api/v1/namespaces/shop/pods", body={"a": 1})
     assert passed == [{"body": {"a": 1}}], "the request itself is passed on as it was"

@@ -242,7 +242,7 @@ def test_a_watch_started_after_stop_is_closed_at_once() -> None:
     run.kube.watch = watch_then_stop  # type: ignore[method-assign]
     run.informer._watch()
     assert stream[0].closed and run.delivered == []
-    run.informer._current_watch = stream[0]
+    run.informer._current_watch = stream[0]  # type: ignore[assignment]
     stream[0].closed = False
     run.informer.stop()
     assert stream[0].closed

@@ -68,8 +68,8 @@ class LeaseStore:
 
     def _write(self) -> None:
         self._request()
-        if self.meanwhile is not None:
-            self.meanwhile, meanwhile = None, self.meanwhile
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
             meanwhile()
         self.writes += 1
         if self.error:
