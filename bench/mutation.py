@@ -23,6 +23,7 @@ import argparse
 import ast
 import difflib
 import json
+import os
 import random
 import re
 import shutil
@@ -39,6 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MUTMUT = Path(sys.executable).parent / "mutmut"
 KILLED_CODES = {1, 3, 36, 24, -24, 152, 255, -9, -11}  # a failing test, or a timeout / crash
 NO_TESTS_CODES = {5, 33}
+# The fast Hypothesis profile of tests/support/hypothesis_profiles.py: few derandomized examples,
+# no shrinking (every mutant pays for every property test it reaches).
+HYPOTHESIS_ENV = {"KAIWU_HYPOTHESIS_PROFILE": "mutation"}
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def _write_config(scratch: Path, module: str, tests: list[str]) -> None:
 
 def _mutmut(scratch: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(MUTMUT), *args], cwd=scratch, capture_output=True, text=True,
-                          check=False)
+                          check=False, env={**os.environ, **HYPOTHESIS_ENV})
 
 
 def _exit_codes(scratch: Path, module: str) -> dict[str, int | None]:

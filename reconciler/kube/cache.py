@@ -447,8 +447,10 @@ class Caches:
                  managed_kinds: Iterable[Kind] = k.CACHED_KINDS,
                  own_writes: OwnWrites | None = None,
                  on_echo: Callable[[ClusterKey], None] | None = None,
-                 on_handover: Callable[[ClusterKey, float], None] | None = None) -> None:
+                 on_handover: Callable[[ClusterKey, float], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
+        self._clock = clock  # times handovers (injectable for tests)
         self.settings = settings
         self.metrics = metrics
         self.on_key = on_key
@@ -548,7 +550,7 @@ class Caches:
             return False
         with self._arriving_lock:
             until = self._arriving.get(key)
-            if until is not None and time.monotonic() >= until:
+            if until is not None and self._clock() >= until:
                 del self._arriving[key]
                 until = None
         return until is None
@@ -604,7 +606,7 @@ class Caches:
             # moved here from another shard. Ours once that shard has surely stopped.
             delay = self.settings.shard_handover_s
             with self._arriving_lock:
-                self._arriving[key] = time.monotonic() + delay
+                self._arriving[key] = self._clock() + delay
             log.info("cluster handed over to this shard", extra={
                 "cluster": str(key), "shard": self.settings.shard or "(unnamed)",
                 "first_reconcile_in_s": delay})

@@ -30,8 +30,6 @@ COMPONENT = "kaiwu-reconciler"
 # The API server accepts longer messages, but Events are for people: the full drift report goes
 # to the log and the status; an Event says what happened in a screenful at most.
 MESSAGE_LIMIT = 1024
-
-
 TRUNCATED = " ...(truncated)"
 
 
@@ -55,7 +53,6 @@ class _Seen:
     name: str
     namespace: str
     count: int
-    first: str
     last_at: float
 
 
@@ -96,7 +93,7 @@ class EventRecorder:
             namespace = str(meta.get("namespace") or "default")
             self.kube.create(self._body(cluster, name, namespace, type_, reason, message, stamp))
             self.metrics.writes_total.labels(verb="create", kind="Event").inc()
-            self._seen[key] = _Seen(name, namespace, 1, stamp, now)
+            self._seen[key] = _Seen(name, namespace, 1, now)
             self._note(type_, reason, message, 1)
         except ApiError as error:
             # An Event is a courtesy to people; the reconcile goes on without it.

@@ -123,7 +123,6 @@ class LeaderElector:
         self._last_renew = -math.inf
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = -math.inf
-        self._resource_version = ""
         self.holder = ""  # the holder identity last seen
         self.became_leader_at: float | None = None  # clock() when leadership last started
 
@@ -159,23 +158,29 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                attempt = self._try_acquire_or_renew()
-            except Exception as error:  # connection refused, timeouts: retried below
-                log.warning("lease request failed", extra={
-                    "lease": f"{self.namespace}/{self.name}", "error": str(error)[:300]})
-                attempt = Attempt.FAILED
-            now = self._clock()
-            if attempt is Attempt.HELD:
-                self._last_renew = now
-                if not self._leading and not self._stop.is_set():
-                    self._start_leading()
-            elif self._leading:
-                if attempt is Attempt.OTHER:
-                    self._stop_leading(f"lease taken by {self.holder}")
-                elif now - self._last_renew >= self.settings.renew_deadline_s:
-                    self._stop_leading("could not renew the lease within the renew deadline")
+            self.step()
             self._stop.wait(self.settings.retry_period_s)
+
+    def step(self) -> Attempt:
+        """One round of the campaign (the loop runs one per retry period): try to acquire or
+        renew the Lease, then start or stop leading as its outcome says."""
+        try:
+            attempt = self._try_acquire_or_renew()
+        except Exception as error:  # connection refused, timeouts: retried next round
+            log.warning("lease request failed", extra={
+                "lease": f"{self.namespace}/{self.name}", "error": str(error)[:300]})
+            attempt = Attempt.FAILED
+        now = self._clock()
+        if attempt is Attempt.HELD:
+            self._last_renew = now
+            if not self._leading and not self._stop.is_set():
+                self._start_leading()
+        elif self._leading:
+            if attempt is Attempt.OTHER:
+                self._stop_leading(f"lease taken by {self.holder}")
+            elif now - self._last_renew >= self.settings.renew_deadline_s:
+                self._stop_leading("could not renew the lease within the renew deadline")
+        return attempt
 
     def _start_leading(self) -> None:
         with self._transition:
@@ -263,7 +268,6 @@ class LeaderElector:
             self._observed = record
             self._observed_at = self._clock()
         self.holder = str(spec.get("holderIdentity") or "")
-        self._resource_version = str(lease["metadata"].get("resourceVersion", ""))
 
     def _release(self) -> None:
         """Give the Lease up so a standby need not wait for it to expire."""

@@ -4,6 +4,9 @@ At collection, any test under tests/unit that uses ``control_plane``, ``kube``, 
 ``sim_world`` or ``faults`` (itself or through another fixture) fails the run with its name; a
 test that asks for one at run time (``request.getfixturevalue``) fails instead of starting it.
 Such a test belongs in tests/world_stories/ (or tests/world/selftest/ for the simulator).
+
+It also loads the Hypothesis profile KAIWU_HYPOTHESIS_PROFILE names (tests/support/
+hypothesis_profiles.py): mutation runs (bench/mutation.py) ask for a fast one.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import hypothesis_profiles
 from tests.world.fixtures import world_fixtures_of
+
+hypothesis_profiles.load()
 
 UNIT = Path(__file__).resolve().parent
 

@@ -61,3 +61,14 @@ def test_the_make_target_runs_the_script() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "mutation:" in makefile and "-m bench.mutation" in makefile
     assert Path(ROOT / "bench" / "mutation.py").is_file()
+
+
+def test_mutation_runs_ask_for_a_fast_hypothesis_profile_that_exists() -> None:
+    from hypothesis import settings
+
+    from bench.mutation import HYPOTHESIS_ENV
+    from tests.support import hypothesis_profiles
+
+    assert HYPOTHESIS_ENV == {hypothesis_profiles.PROFILE_ENV: hypothesis_profiles.MUTATION}
+    profile = settings.get_profile(hypothesis_profiles.MUTATION)
+    assert profile.max_examples <= 20 and profile.derandomize and profile.database is None

@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from renderer import quantity
+from tests.support.hypothesis_profiles import examples
 
-PROPERTY_SETTINGS = settings(max_examples=200, derandomize=True, database=None, deadline=None,
-                             suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(max_examples=examples(200), derandomize=True, database=None,
+                             deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize(("written", "stored"), [

@@ -75,6 +75,39 @@ def test_a_whole_quiet_window_ends_the_fight_and_only_that() -> None:
     assert fights.fights(KEY) == {}
 
 
+def test_no_strike_no_back_off() -> None:
+    assert POLICY.delay(0) == 0
+    assert POLICY.delay(1) == POLICY.base_s
+
+
+def test_the_quiet_window_counts_from_the_last_repair_of_the_fight() -> None:
+    clock = FakeClock()
+    fights = FightTracker(POLICY, clock)
+    fights.record_repair(KEY, STS, "image")
+    clock.now += 1
+    fights.record_repair(KEY, STS, "image")
+    clock.now += 30
+    last = fights.record_repair(KEY, STS, "image")
+    assert last.fighting
+    # One window after the second repair is only half a window after the last one.
+    clock.now += POLICY.window_s - 30
+    assert fights.record_in_sync(KEY, STS).fighting
+    assert fights.quiet_in_s(KEY, STS) == 30
+    clock.now += 30
+    assert fights.quiet_in_s(KEY, STS) == 0
+    clock.now += 5  # nobody looked in time: still no negative wait
+    assert fights.quiet_in_s(KEY, STS) == 0
+
+
+def test_an_object_repaired_now_and_then_has_no_fight_to_wait_out() -> None:
+    clock = FakeClock()
+    fights = FightTracker(POLICY, clock)
+    fights.record_repair(KEY, STS, "image")
+    assert not fights.state(KEY, STS).fighting
+    assert fights.quiet_in_s(KEY, STS) == 0
+    assert fights.quiet_in_s(KEY, ObjectRef("v1", "Service", "db", "orders")) == 0
+
+
 def test_fights_belong_to_their_cluster() -> None:
     clock = FakeClock()
     fights = FightTracker(POLICY, clock)
@@ -179,3 +212,18 @@ def test_removals_test_each_value_and_go_from_the_highest_index_down() -> None:
          "value": {"name": "sidecar", "image": "busybox"}},
         {"op": "remove", "path": "/spec/template/spec/containers/0"},
     ]
+
+
+def test_long_condition_and_action_messages_are_cut_to_their_limits_and_marked() -> None:
+    long = "x" * 5000
+    action = st.Action("2026-01-01T00:00:00Z", "DriftRepaired", "StatefulSet/orders", long)
+    built = st.build({}, observed(actions=(action,)), "t")
+    message = built["lastActions"][0]["message"]
+    assert len(message) == st.ACTION_MESSAGE_LIMIT and message.endswith(" ...(truncated)")
+    stalled = st.Observed(
+        generation=1, conditions=(st.Condition(st.STALLED, "True", "Fighting", long),),
+        phase="Running", replicas=3, ready_nodes=3, selector="", version=None, inventory=(),
+        actions=(), fields=())
+    condition = st.condition(st.build({}, stalled, "t"), st.STALLED)
+    assert condition is not None
+    assert len(condition["message"]) == st.CONDITION_MESSAGE_LIMIT

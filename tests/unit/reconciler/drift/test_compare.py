@@ -30,6 +30,7 @@ from reconciler.drift.managed_fields import (
 )
 from reconciler.drift.normalise import DriftSettings, normalise
 from renderer.quantity import comparable, parse
+from tests.support.hypothesis_profiles import examples
 
 Obj = dict[str, Any]
 SETTINGS = DriftSettings(mask_key=b"test-key")
@@ -1295,7 +1296,7 @@ def _owned_by_an_update(obj: Obj) -> Obj:
 variations = st.lists(st.sampled_from(_server_variations()), unique=True)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(data=st.data(), changes=variations, owned=st.booleans())
 def test_permuted_keyed_lists_and_server_defaults_never_change_the_hash(
     data: st.DataObject, changes: list[Callable[[Obj], None]], owned: bool
@@ -1333,7 +1334,7 @@ def _real_drift() -> list[Callable[[Obj], None]]:
     ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     noise=variations,
     drift=st.lists(st.sampled_from(_real_drift()), min_size=1, unique=True),
@@ -1471,3 +1472,147 @@ def test_a_report_line_names_who_changed_a_value_only_when_known_and_keeps_unico
 def test_a_projection_with_a_nan_has_no_hash() -> None:
     with pytest.raises(ValueError):
         projection_hash({"a": float("nan")})
+
+
+def test_ignore_rules_read_back_as_written_and_bad_ones_say_what_is_wrong() -> None:
+    rule = IgnoreRule.of("Service", "/spec/ports/*/nodePort", name="kw*", unless_rendered=True)
+    assert rule == IgnoreRule(("spec", "ports", "*", "nodePort"), "Service", "kw*", True)
+    assert str(rule) == "Service/kw* /spec/ports/*/nodePort (unless rendered)"
+    assert str(IgnoreRule.of("", "/metadata/annotations/a~1b")) == "*/* /metadata/annotations/a~1b"
+    assert IgnoreRule.parse({"pointer": "/spec/replicas", "kind": None}) == \
+        IgnoreRule.of("", "/spec/replicas")
+    assert parse_ignore_rules(None) == ()
+    with pytest.raises(ValueError, match=r"an ignore rule needs a string 'pointer': \{'kind'"):
+        IgnoreRule.parse({"kind": "StatefulSet", "pointer": 3})
+    with pytest.raises(ValueError, match="ignore rule 'kind' and 'name' must be strings"):
+        IgnoreRule.parse({"kind": ["StatefulSet"], "pointer": "/spec"})
+    with pytest.raises(ValueError, match="bad '~' escape in JSON pointer '/a~2b'"):
+        parse_pointer("/a~2b")
+    with pytest.raises(ValueError, match="a JSON pointer starts with '/': 'spec'"):
+        parse_pointer("spec")
+
+
+def test_managed_fields_from_the_typed_client_and_odd_entries() -> None:
+    typed = {"manager": "kubectl-edit", "operation": "Update", "api_version": "apps/v1",
+             "fields_type": "FieldsV1", "fields_v1": {"f:spec": {"f:replicas": {}}},
+             "subresource": "scale"}
+    odd = ["not an entry", {"manager": "future", "fieldsType": "FieldsV2", "fieldsV1": {}},
+           {"fields_type": "FieldsV2", "fields_v1": {}}, {"operation": "Apply"}, typed]
+    entries, warnings = parse_managed_fields(odd)
+    assert warnings == ("managedFields[0] is not an object",
+                        "managedFields[1] (future): fieldsType 'FieldsV2'",
+                        "managedFields[2] (): fieldsType 'FieldsV2'")
+    assert [(e.manager, e.operation, e.api_version, e.subresource) for e in entries] == [
+        ("", "Apply", "", ""), ("kubectl-edit", "Update", "apps/v1", "scale")]
+    assert [[str(e) for e in path] for path in entries[1].fields.paths()] == [
+        ["f:spec", "f:replicas"]]
+    assert parse_managed_fields(None) == ((), ())
+    assert parse_managed_fields("f:spec") == ((), ("metadata.managedFields is not a list: str",))
+    with pytest.raises(FieldsV1Error, match=r"bad JSON in path element: 'k:\{'"):
+        PathElement.parse("k:{")
+
+
+def test_path_elements_name_list_items_by_key_value_or_position() -> None:
+    port = PathElement.parse('k:{"protocol":"TCP","containerPort":26257}')
+    assert port == PathElement.parse('k:{"containerPort":26257,"protocol":"TCP"}')
+    assert str(port) == 'k:{"containerPort":26257,"protocol":"TCP"}'
+    assert str(PathElement.parse('v:"a, b"')) == 'v:"a, b"'
+    assert not port.matches_item("26257/TCP") and not PathElement("i", 0).matches_item({})
+    assert not PathElement("f", "name").matches_item({"name": "x"})
+    ports = parse_fields_v1({"i:1": {"f:name": {}}, 'k:{"name":"sql"}': {}})
+    second = ports.item_child({"name": "http"}, 1)
+    assert second is not None and second.field_child("name") is not None
+    assert ports.item_child({"name": "http"}, 0) is None
+    assert ports.item_child({"name": "sql"}, 1) == parse_fields_v1({})
+
+
+def test_a_rendered_value_of_one_removed_by_hand_is_drift_unlike_a_zero() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["minReadySeconds"] = 1
+    live = live_statefulset()
+    assert "minReadySeconds" not in live["spec"]
+    assert [c.pointer for c in check(desired, live).changes] == ["/spec/minReadySeconds"]
+    desired["spec"]["minReadySeconds"] = 0
+    assert not check(desired, live).drifted, "the server drops a zero on output"
+
+
+def test_an_ignored_env_var_hides_only_itself() -> None:
+    live = live_statefulset()
+    env = kwbase(live)["env"]
+    env[0] = {"name": "POD_NAME", "value": "changed by hand"}
+    env[1] = {"name": "LD_LIBRARY_PATH", "value": "/tmp"}
+    rules = [IgnoreRule.parse(
+        {"pointer": "/spec/template/spec/containers/kwbase/env/POD_NAME"})]
+    report = check(desired_statefulset(), live, ignore_rules=rules)
+    assert [c.pointer for c in report.changes] == [
+        "/spec/template/spec/containers/kwbase/env/LD_LIBRARY_PATH/value"]
+
+
+def test_an_ignored_field_someone_added_hides_only_itself() -> None:
+    live = live_statefulset()
+    kwbase(live)["tty"] = True
+    kwbase(live)["stdin"] = True
+    edit: Obj = {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+        KWBASE: {"f:tty": {}, "f:stdin": {}}}}}}}
+    live["metadata"]["managedFields"].append(entry("kubectl-edit", "Update", edit))
+    rules = [IgnoreRule.parse({"pointer": "/spec/template/spec/containers/kwbase/tty"})]
+    report = check(desired_statefulset(), live, ignore_rules=rules)
+    assert [c.path for c in report.changes] == ["spec.template.spec.containers[kwbase].stdin"]
+
+
+def test_a_secret_looking_annotation_changed_by_hand_shows_masks_only() -> None:
+    desired = desired_statefulset()
+    desired["metadata"]["annotations"] = {"vault.example.com/secret-token": "t0ken-one",
+                                          "team": "orders"}
+    live = live_statefulset()
+    live["metadata"]["annotations"] = {"vault.example.com/secret-token": "t0ken-two",
+                                       "team": "orders"}
+    report = check(desired, live)
+    change = change_at(report, "/metadata/annotations/vault.example.com~1secret-token")
+    assert change.desired.startswith("***") and change.live.startswith("***")
+    assert change.desired != change.live
+    assert "t0ken" not in format_report(report)
+
+
+def network_policies() -> tuple[Obj, Obj]:
+    """A NetworkPolicy as we render it, and as the server keeps it after a client-side
+    `kubectl apply` created it (that manager owns the atomic ingress rules whole)."""
+    desired: Obj = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "kwdb", "namespace": "kaiwu", "labels": dict(LABELS)},
+        "spec": {"podSelector": {"matchLabels": dict(SELECTOR)},
+                 "ingress": [{"ports": [{"port": 26257}]}]}}
+    live = copy.deepcopy(desired)
+    live["metadata"].update(uid="np-1", resourceVersion="8", managedFields=[entry(
+        "kubectl-client-side-apply", "Update",
+        {"f:spec": {"f:ingress": {}, "f:podSelector": {}, "f:policyTypes": {}}},
+        "networking.k8s.io/v1")])
+    live["spec"]["ingress"][0]["ports"][0]["protocol"] = "TCP"
+    live["spec"]["policyTypes"] = ["Ingress"]
+    return desired, live
+
+
+def test_defaults_inside_atomic_rules_another_manager_owns_are_not_drift() -> None:
+    desired, live = network_policies()
+    assert not check(desired, live).drifted
+    live["spec"]["ingress"][0]["ports"][0]["protocol"] = "UDP"
+    assert [c.pointer for c in check(desired, live).changes] == [
+        "/spec/ingress/0/ports/0/protocol"]
+
+
+def test_an_empty_dir_volume_in_sync_is_no_drift() -> None:
+    desired = desired_statefulset()
+    desired["spec"]["template"]["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    live = live_statefulset()
+    live["spec"]["template"]["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    assert not check(desired, live).drifted
+
+
+def test_a_map_replaced_by_a_scalar_shows_the_scalar() -> None:
+    desired: Obj = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                    "metadata": {"name": "kwdb", "namespace": "kaiwu"},
+                    "spec": {"selector": {"matchLabels": dict(SELECTOR)}}}
+    live = copy.deepcopy(desired)
+    live["spec"]["selector"] = "app=kwdb"
+    (change,) = check(desired, live).changes
+    assert (change.pointer, change.live) == ("/spec/selector", "app=kwdb")

@@ -187,3 +187,55 @@ def test_entries_go_with_the_objects_and_clusters_that_go(fleet: list[LiveCluste
     assert len(memo) == 1 + len(fleet[1].desired)
     memo.forget(other)
     assert len(memo) == 1
+
+
+class Recording:
+    """compare, recording what each comparison was given."""
+
+    def __init__(self) -> None:
+        self.given: list[dict[str, Any]] = []
+
+    def __call__(self, desired: Obj, live: Obj | None, **kwargs: Any) -> DriftReport:
+        self.given.append({"live": live, **kwargs})
+        return compare(desired, live, **kwargs)
+
+
+def config_map(**metadata: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "shop", **metadata},
+            "data": {"mode": "fast"}}
+
+
+def test_what_the_memo_is_given_reaches_the_comparison_and_hits_and_misses_are_counted() -> None:
+    recording = Recording()
+    memo = ComparisonMemo(recording)
+    desired = config_map()
+    live = config_map(uid="u-1", resourceVersion="7")
+    dry_run = config_map(labels={"defaulted": "yes"})
+    rules = [IgnoreRule(("data", "mode"))]
+    for _ in range(3):
+        memo.compare(OWNER, desired, live, ignore_rules=rules, dry_run=dry_run,
+                     settings=SETTINGS)
+    assert (memo.hits, memo.misses) == (2, 1)
+    assert recording.given == [{"live": live, "ignore_rules": tuple(rules), "dry_run": dry_run,
+                                "settings": SETTINGS}]
+
+
+def test_an_object_that_is_missing_or_lacks_a_uid_or_version_is_compared_every_time() -> None:
+    recording = Recording()
+    memo = ComparisonMemo(recording)
+    dry_run = config_map()
+    for live in (None, config_map(resourceVersion="7"), config_map(uid="u-1")):
+        for _ in range(2):
+            report = memo.compare(OWNER, config_map(), live, dry_run=dry_run, settings=SETTINGS)
+        assert report == compare(config_map(), live, dry_run=dry_run, settings=SETTINGS)
+    assert [given["dry_run"] for given in recording.given] == [dry_run] * 6
+    assert all(given["settings"] is SETTINGS for given in recording.given)
+    assert (memo.hits, memo.misses, len(memo)) == (0, 0, 0)
+
+
+def test_forgetting_a_cluster_never_compared_is_no_error() -> None:
+    memo = ComparisonMemo()
+    memo.forget(OWNER)
+    memo.retain(OWNER, [])
+    assert len(memo) == 0

@@ -19,7 +19,17 @@ import pytest
 
 from reconciler.drift.compare import compare
 from reconciler.drift.normalise import DriftSettings
-from reconciler.drift.schema import ZERO_IS_A_VALUE
+from reconciler.drift.schema import (
+    NO_DEFAULT,
+    ZERO_IS_A_VALUE,
+    Derived,
+    TypeSpec,
+    _atomic,
+    _keyed,
+    child_type,
+    image_pull_policy_default,
+    root_type,
+)
 from renderer.loader import parse_text
 from renderer.render import build_objects, read_clusters
 from renderer.settings import RenderSettings
@@ -85,3 +95,61 @@ def test_a_rendered_false_the_server_drops_is_not_drift_when_absent() -> None:
     live = copy.deepcopy(desired)
     del live["spec"]["template"]["spec"]["containers"][0]["stdin"]
     assert not compare(desired, live, settings=SETTINGS).drifted
+
+
+# ---- the defaults and list keys the schema knows (reconciler.drift.schema) -------------------
+
+def spec_type(kind: str) -> TypeSpec:
+    spec, _ = child_type(root_type(kind), "spec")
+    assert spec is not None
+    return spec
+
+
+def derived(kind: str, field: str, holder: dict[str, Any]) -> Any:
+    default = spec_type(kind).defaults[field]
+    assert isinstance(default, Derived)
+    return default.compute(holder)
+
+
+@pytest.mark.parametrize(("image", "policy"), [
+    ("kwdb/kwdb", "Always"), ("kwdb/kwdb:latest", "Always"), ("kwdb/kwdb:3.2.1", "IfNotPresent"),
+    ("registry.local:5000/kwdb/kwdb", "Always"), ("registry.local:5000/kwdb:3.2", "IfNotPresent"),
+    ("kwdb/kwdb@sha256:0123", "IfNotPresent"), ("kwdb/kwdb:latest@sha256:0123", "Always"),
+])
+def test_the_pull_policy_the_server_fills_in_follows_the_image_tag(image: str,
+                                                                   policy: str) -> None:
+    assert image_pull_policy_default({"image": image}) == policy
+    assert image_pull_policy_default({}) is NO_DEFAULT
+
+
+def test_service_and_network_policy_defaults_depend_on_the_object() -> None:
+    for kind, policy in (("NodePort", "Cluster"), ("LoadBalancer", "Cluster"),
+                         ("ClusterIP", NO_DEFAULT)):
+        assert derived("Service", "externalTrafficPolicy", {"type": kind}) == policy
+    assert derived("Service", "allocateLoadBalancerNodePorts", {"type": "LoadBalancer"}) is True
+    assert derived("Service", "allocateLoadBalancerNodePorts", {"type": "NodePort"}) \
+        is NO_DEFAULT
+    assert derived("NetworkPolicy", "policyTypes", {"ingress": [{}]}) == ["Ingress"]
+    assert derived("NetworkPolicy", "policyTypes", {"egress": [{}]}) == ["Ingress", "Egress"]
+    assert repr(NO_DEFAULT) == "NO_DEFAULT"
+
+
+def test_list_items_are_named_by_their_keys_with_server_defaults_filled_in() -> None:
+    ports = _keyed("ContainerPort", "containerPort", "protocol", protocol="TCP")
+    assert (ports.semantics, ports.item_type, ports.ordered) == ("keyed", "ContainerPort", False)
+    assert ports.key_text({"containerPort": 26257}) == "26257/TCP"
+    assert _keyed().item_type == "" and _keyed("", "name", ordered=True).ordered
+    tolerations = _keyed("", "key", "operator", "value", "effect", operator="Equal")
+    assert tolerations.key_text({"key": "dedicated", "effect": "NoSchedule"}) == \
+        "dedicated/Equal//NoSchedule"
+    claims = _keyed("PersistentVolumeClaim", "metadata.name")
+    assert claims.key_text({"metadata": {"name": "data"}}) == "data"
+    assert claims.key_text({"name": "data"}) is None
+    args = _atomic("x")
+    assert (args.semantics, args.item_type, args.key_fields) == ("atomic", "x", ())
+    assert _atomic().item_type == ""
+
+
+def test_a_kind_the_schema_does_not_know_still_has_typed_metadata() -> None:
+    monitor = root_type("ServiceMonitor")
+    assert monitor is root_type("Object") and "metadata" in monitor.fields

@@ -39,3 +39,32 @@ def test_the_memory_is_bounded() -> None:
         writes.record(sts(str(version)))
     assert len(writes) == 3
     assert not writes.is_echo(sts("0")) and writes.is_echo(sts("9"))
+
+
+def test_while_two_of_our_writes_to_an_object_are_under_way_one_ending_leaves_the_other() -> None:
+    writes = OwnWrites()
+    path = STATEFUL_SET.path("shop", "orders")
+    writes.begin(path)
+    writes.begin(path)  # a status update while the apply is under way
+    writes.end(path)
+    assert writes.is_echo(sts("45")), "the other write is still under way"
+    writes.end(path)
+    assert not writes.is_echo(sts("46"))
+    writes.begin(path)
+    assert writes.is_echo(sts("47")), "a new write after both ended"
+
+
+def test_an_answer_without_a_version_is_not_remembered() -> None:
+    writes = OwnWrites()
+    writes.record({"kind": "Status", "status": "Success", "metadata": {}})
+    writes.record({"kind": "Status"})
+    assert len(writes) == 0
+    assert not writes.is_echo({"kind": "StatefulSet", "metadata": {"name": "orders"}})
+
+
+def test_an_object_of_a_kind_we_do_not_write_is_never_our_echo() -> None:
+    writes = OwnWrites()
+    writes.begin(STATEFUL_SET.path("shop", "orders"))
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "orders", "namespace": "shop", "resourceVersion": "3"}}
+    assert not writes.is_echo(deployment)

@@ -1,0 +1,502 @@
+"""Stories of one watch cache's list+watch loop (reconciler.kube.cache.Informer) and of how the
+caches turn events into clusters to reconcile (Caches._on_event): where a watch resumes, what a
+relist after 410 Gone delivers, how an unreachable API server is retried, a kind the server does
+not serve, and which events cost a reconcile, which are echoes and which are nothing.
+
+`ScriptedKube` answers the informer's lists and watches from a script and stops the informer when
+the script runs out; the back-off waits are recorded instead of slept (`Waits`). The same caches
+against the real apiserver: tests/world_stories/runtime/test_caches.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.cache import Caches, Informer, cluster_of
+from reconciler.kube.client import ApiError
+from reconciler.kube.echo import OwnWrites
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import NAMESPACE, Metrics
+from reconciler.model import Obj
+from reconciler.settings import Settings
+from renderer.builders import INSTANCE_LABEL, MANAGED_SELECTOR
+
+SETTINGS = Settings(leader_election=False, reconnect_backoff_base_s=0.5,
+                    reconnect_backoff_max_s=3.0, watch_timeout_s=240)
+
+
+def pod(name: str, version: str, cluster: str = "orders", node: str = "node-1") -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "shop", "resourceVersion": version,
+                         "labels": {INSTANCE_LABEL: cluster}},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+class Waits(threading.Event):
+    """The informer's stop event, with back-off waits recorded instead of slept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited.append(float(timeout or 0))
+        return self.is_set()
+
+
+class ScriptedKube:
+    """Each list and watch takes the next step of its script: a list answer (items, version),
+    watch events, or an exception (raised; in a watch, after the events before it)."""
+
+    def __init__(self, lists: list[Any], watches: list[Any]) -> None:
+        self.lists, self.watches = lists, watches
+        self.listed: list[tuple[Kind, str | None, str | None]] = []
+        self.watched: list[tuple[str, str | None, str | None, int]] = []
+        self.informer: Informer | None = None
+
+    def _out_of_script(self) -> None:
+        assert self.informer is not None
+        self.informer._stop.set()
+
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+                     label_selector: str | None = None, *, keep: Any = None) -> Any:
+        self.listed.append((kind, namespace, label_selector))
+        if not self.lists:
+            self._out_of_script()
+            return [], ""
+        step = self.lists.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        items, version = step
+        return [keep(copy.deepcopy(item)) for item in items], version
+
+    def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
+              label_selector: str | None = None, timeout_seconds: int = 300) -> Any:
+        self.watched.append((resource_version, namespace, label_selector, timeout_seconds))
+        if not self.watches:
+            self._out_of_script()
+            return Stream([])
+        step = self.watches.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return Stream(copy.deepcopy(step))
+
+
+class Stream:
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = steps
+        self.closed = False
+
+    def __iter__(self) -> Iterator[tuple[str, Obj]]:
+        for step in self.steps:
+            if isinstance(step, Exception):
+                raise step
+            yield step
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Informed:
+    """An informer of Pods over a script, with what it delivered."""
+
+    def __init__(self, lists: list[Any], watches: list[Any], *,
+                 settings: Settings = SETTINGS, kind: Kind = k.POD) -> None:
+        self.kube = ScriptedKube(lists, watches)
+        self.delivered: list[tuple[str, str, str | None]] = []
+        self.metrics = Metrics()
+        self.informer = Informer(self.kube, kind, settings,  # type: ignore[arg-type]
+                                 namespace="shop", label_selector=MANAGED_SELECTOR,
+                                 on_event=self.on_event, metrics=self.metrics)
+        self.kube.informer = self.informer
+        self.waits = Waits()
+        self.informer._stop = self.waits
+
+    def on_event(self, kind: str, obj: Obj, before: Obj | None) -> None:
+        version = (before or {}).get("metadata", {}).get("resourceVersion")
+        self.delivered.append((kind, obj["metadata"]["name"], version))
+
+    def run(self) -> None:
+        self.informer._run()
+
+    def restarts(self, reason: str) -> float:
+        return self.metrics.registry.get_sample_value(
+            f"{NAMESPACE}_watch_restarts_total", {"kind": "Pod", "reason": reason}) or 0.0
+
+
+def test_a_watch_resumes_from_the_last_version_seen_bookmarks_included() -> None:
+    run = Informed(
+        lists=[([pod("orders-0", "10")], "100")],
+        watches=[[("ADDED", pod("orders-1", "101")), ("BOOKMARK", {"metadata": {
+                     "resourceVersion": "150"}}), ("BOOKMARK", {"metadata": {}})],
+                 [("MODIFIED", pod("orders-1", "151")), ("DELETED", pod("orders-0", "152"))]])
+    run.run()
+    assert run.kube.listed == [(k.POD, "shop", MANAGED_SELECTOR)]
+    assert run.kube.watched == [("100", "shop", MANAGED_SELECTOR, 240),
+                                ("150", "shop", MANAGED_SELECTOR, 240),
+                                ("152", "shop", MANAGED_SELECTOR, 240)]
+    assert run.delivered == [("ADDED", "orders-0", None), ("ADDED", "orders-1", None),
+                             ("MODIFIED", "orders-1", "101"), ("DELETED", "orders-0", "10")]
+    informer = run.informer
+    assert informer.synced and informer.served and len(informer) == 1
+    assert informer.get("shop", "orders-1") == pod("orders-1", "151")
+    assert informer.peek("shop", "orders-0") is None and not informer.has("shop", "orders-0")
+    assert run.restarts("expired") == 2 and informer.relists == informer.reconnects == 0
+    assert run.metrics.registry.get_sample_value(
+        f"{NAMESPACE}_cache_objects", {"kind": "Pod"}) == 1
+
+
+def test_an_event_without_kind_gets_the_informers_and_copies_are_the_callers() -> None:
+    bare = pod("orders-2", "103")
+    del bare["apiVersion"], bare["kind"]
+    run = Informed(lists=[([], "100")], watches=[[("ADDED", bare)]])
+    run.run()
+    stored = run.informer.get("shop", "orders-2")
+    assert stored is not None and (stored["apiVersion"], stored["kind"]) == ("v1", "Pod")
+    stored["spec"]["nodeName"] = "changed"
+    assert run.informer.list("shop")[0]["spec"]["nodeName"] == "node-1"
+    assert run.informer.clusters_on_node("node-1") == [ClusterKey("shop", "orders")]
+
+
+def test_history_gone_relists_and_delivers_only_what_changed_meanwhile() -> None:
+    run = Informed(
+        lists=[([pod("a", "1"), pod("b", "1"), pod("c", "1")], "100"),
+               ([pod("a", "1"), pod("b", "1"), pod("c", "1")], "150"),
+               ([pod("a", "2"), pod("b", "1"), pod("d", "1")], "200")],
+        watches=[ApiError(410, "Expired", "too old resource version"),
+                 ApiError(410, "Expired", "too old resource version")])
+    run.run()
+    assert run.delivered == [("ADDED", "a", None), ("ADDED", "b", None), ("ADDED", "c", None),
+                             ("MODIFIED", "a", "1"), ("ADDED", "d", None),
+                             ("DELETED", "c", "1")]
+    assert [watched[0] for watched in run.kube.watched] == ["100", "150", "200"]
+    assert run.informer.relists == 2 and run.restarts("gone") == 2
+    assert run.waits.waited == [], "a relist is at once, no back-off"
+    assert sorted(p["metadata"]["name"] for p in run.informer.list()) == ["a", "b", "d"]
+
+
+def test_an_unreachable_server_is_retried_with_doubling_waits_reset_by_a_good_watch() -> None:
+    refused = ConnectionRefusedError("connection refused")
+    run = Informed(lists=[refused, ([], "100")],
+                   watches=[ApiError(500, "InternalError", "etcd"), refused, refused, refused,
+                            [("ADDED", pod("a", "101"))], refused])
+    run.run()
+    assert run.waits.waited == [0.5, 1.0, 2.0, 3.0, 3.0, 0.5]
+    assert run.informer.reconnects == 6 and run.restarts("disconnected") == 6
+    assert run.informer.last_error == "ConnectionRefusedError: connection refused"
+    assert run.delivered == [("ADDED", "a", None)]
+
+
+def test_a_kind_the_server_does_not_serve_is_synced_and_empty_and_not_watched(
+        caplog: pytest.LogCaptureFixture) -> None:
+    run = Informed(lists=[ApiError(404, "NotFound", "the server could not find it")],
+                   watches=[], kind=k.SERVICE_MONITOR)
+    run.informer._store.put(("shop", "old"), pod("old", "1"))  # served before, CRD removed
+    run.run()
+    assert run.informer.served is False and run.informer.synced
+    assert len(run.informer) == 0 and run.kube.watched == []
+
+
+def test_a_forbidden_list_is_retried_not_taken_for_an_unserved_kind() -> None:
+    run = Informed(lists=[ApiError(403, "Forbidden", "pods is forbidden"), ([], "100")],
+                   watches=[])
+    run.run()
+    assert run.informer.served is True and run.waits.waited == [0.5]
+
+
+def test_nothing_is_delivered_or_counted_once_the_informer_is_stopped() -> None:
+    run = Informed(lists=[([], "100")],
+                   watches=[[("ADDED", pod("a", "101")), ("ADDED", pod("b", "102"))]])
+
+    def stop_after_first(kind: str, obj: Obj, before: Obj | None) -> None:
+        run.delivered.append((kind, obj["metadata"]["name"], None))
+        run.informer.stop()
+
+    run.informer.on_event = stop_after_first
+    run.run()
+    assert run.delivered == [("ADDED", "a", None)]
+    assert run.restarts("expired") == 0
+    assert run.informer.peek("shop", "b") is None
+
+
+def test_a_watch_started_after_stop_is_closed_at_once() -> None:
+    run = Informed(lists=[], watches=[[("ADDED", pod("a", "1"))]])
+    run.informer.resource_version = "100"
+    stream: list[Stream] = []
+    watch = run.kube.watch
+
+    def watch_then_stop(*args: Any, **kwargs: Any) -> Any:
+        answer = watch(*args, **kwargs)
+        stream.append(answer)
+        run.informer._stop.set()
+        return answer
+
+    run.kube.watch = watch_then_stop  # type: ignore[method-assign]
+    run.informer._watch()
+    assert stream[0].closed and run.delivered == []
+    run.informer._current_watch = stream[0]  # type: ignore[assignment]
+    stream[0].closed = False
+    run.informer.stop()
+    assert stream[0].closed
+
+
+def test_a_failing_event_handler_is_logged_and_the_cache_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    run = Informed(lists=[([], "100")],
+                   watches=[[("ADDED", pod("a", "101")), ("ADDED", pod("b", "102"))]])
+
+    def failing(kind: str, obj: Obj, before: Obj | None) -> None:
+        raise RuntimeError("handler bug")
+
+    run.informer.on_event = failing
+    with caplog.at_level(logging.ERROR, logger="reconciler.kube.cache"):
+        run.run()
+    assert len(run.informer) == 2
+    assert caplog.messages.count("event handler failed") == 2
+
+
+# ---- events -> clusters ----------------------------------------------------------------------
+
+ORDERS = ClusterKey("shop", "orders")
+
+
+class Routed:
+    """Caches over nothing, with the keys queued as work and as echoes."""
+
+    def __init__(self, *, echoes: bool = True, managed: tuple[Kind, ...] = k.CACHED_KINDS,
+                 **settings: Any) -> None:
+        self.keys: list[ClusterKey] = []
+        self.echoes: list[ClusterKey] = []
+        self.writes = OwnWrites()
+        self.caches = Caches(None, Settings(leader_election=False, **settings),  # type: ignore[arg-type]
+                             Metrics(), self.keys.append, managed_kinds=managed,
+                             own_writes=self.writes if echoes else None,
+                             on_echo=self.echoes.append if echoes else None)
+        clusters = self.caches.informers[k.KAIWU_CLUSTER]
+        clusters._synced.set()
+        clusters._store.put(("shop", "orders"), kwc())
+
+    def event(self, kind: str, obj: Obj, old: Obj | None = None) -> tuple[list[Any], list[Any]]:
+        self.keys.clear()
+        self.echoes.clear()
+        self.caches._on_event(kind, obj, old)
+        return list(self.keys), list(self.echoes)
+
+
+def kwc(generation: int = 1, **meta: Any) -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": "orders", "namespace": "shop", "generation": generation,
+                         "uid": "u-1", "labels": {}, **meta},
+            "status": {"observedGeneration": 1}}
+
+
+def sts(generation: int = 1, version: str = "5", **meta: Any) -> Obj:
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "orders", "namespace": "shop", "resourceVersion": version,
+                         "generation": generation, "labels": {INSTANCE_LABEL: "orders"},
+                         "annotations": {}, **meta}}
+
+
+def test_a_spec_change_costs_a_reconcile_and_a_status_report_on_it_is_an_echo() -> None:
+    routed = Routed()
+    assert routed.event("MODIFIED", sts(2), sts(1)) == ([ORDERS], [])
+    assert routed.event("MODIFIED", sts(2, "6"), sts(2)) == ([], [ORDERS]), "status report"
+    assert routed.event("ADDED", sts(1)) == ([ORDERS], [])
+    assert routed.event("MODIFIED", sts(2, labels={INSTANCE_LABEL: "orders", "x": "1"}),
+                        sts(2)) == ([ORDERS], [])
+    assert routed.event("MODIFIED", sts(2, annotations={"a": "1"}), sts(2)) == ([ORDERS], [])
+    assert routed.event("MODIFIED", sts(2, deletionTimestamp="2026-01-01T00:00:00Z"),
+                        sts(2)) == ([ORDERS], [])
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "orders", "namespace": "shop",
+                            "labels": {INSTANCE_LABEL: "orders"}}}
+    assert routed.event("MODIFIED", service, service) == ([ORDERS], []), "no generation"
+
+
+def test_the_echo_of_our_own_write_is_an_echo() -> None:
+    routed = Routed()
+    routed.writes.record(sts(3, "77"))
+    assert routed.event("MODIFIED", sts(3, "77"), sts(2)) == ([], [ORDERS])
+    assert routed.event("MODIFIED", sts(4, "78"), sts(3, "77")) == ([ORDERS], [])
+
+
+def test_without_an_echo_handler_every_event_costs_a_reconcile() -> None:
+    routed = Routed(echoes=False)
+    assert routed.event("MODIFIED", sts(2, "6"), sts(2)) == ([ORDERS], [])
+
+
+def test_kaiwucluster_events_that_change_nothing_the_controller_reads_are_nothing() -> None:
+    routed = Routed()
+    assert routed.event("MODIFIED", kwc(1, resourceVersion="9"), kwc(1)) == ([], [])
+    assert routed.event("MODIFIED", kwc(2), kwc(1)) == ([ORDERS], [])
+    for changed in ({"labels": {"team": "x"}}, {"annotations": {"a": "b"}},
+                    {"deletionTimestamp": "2026-01-01T00:00:00Z"}, {"finalizers": ["f"]},
+                    {"uid": "u-2"}):
+        assert routed.event("MODIFIED", kwc(1, **changed), kwc(1)) == ([ORDERS], []), changed
+    assert routed.event("ADDED", kwc(1)) == ([ORDERS], [])
+    assert routed.event("DELETED", kwc(1), kwc(1)) == ([ORDERS], [])
+    assert routed.event("ADDED", {"kind": "KaiwuCluster", "metadata": {"name": "x"}}) == ([], [])
+
+
+def backup(cluster: str | None, generation: int = 1) -> Obj:
+    spec = {"cluster": {"name": cluster}} if cluster else {}
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackup",
+            "metadata": {"name": "nightly", "namespace": "shop", "generation": generation},
+            "spec": spec}
+
+
+def test_a_backup_or_schedule_counts_for_the_cluster_it_names() -> None:
+    routed = Routed()
+    assert routed.event("ADDED", backup("orders")) == ([ORDERS], [])
+    assert routed.event("MODIFIED", backup("orders", 2), backup("orders")) == ([ORDERS], [])
+    assert routed.event("MODIFIED", backup("orders"), backup("orders")) == ([], [])
+    assert routed.event("ADDED", backup(None)) == ([], [])
+    assert cluster_of(backup(None)) is None, "a backup that names no cluster belongs to none"
+    assert routed.event("ADDED", backup("payments")) == ([], []), "not a cluster of ours"
+    schedule = backup("orders") | {"kind": "KaiwuBackupSchedule"}
+    assert routed.event("MODIFIED", schedule, backup("orders")) == ([], [])
+    assert cluster_of(schedule) == ORDERS
+
+
+def test_an_object_is_the_clusters_by_its_instance_label_or_its_owner() -> None:
+    owned = {"kind": "Secret", "metadata": {"name": "orders-ca", "namespace": "shop",
+                                            "ownerReferences": [
+                                                {"kind": "StatefulSet", "name": "x"},
+                                                {"kind": "KaiwuCluster", "name": "orders"}]}}
+    assert cluster_of(owned) == ORDERS
+    assert cluster_of({"kind": "Secret", "metadata": {"name": "s", "namespace": "shop"}}) is None
+    assert cluster_of({"kind": "Node", "metadata": {"name": "node-1"}}) is None
+    routed = Routed()
+    assert routed.event("ADDED", owned) == ([ORDERS], [])
+
+
+def node(ready: str = "True", heartbeat: str = "t0", **spec: Any) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+            "spec": spec, "status": {"conditions": [
+                {"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat}]}}
+
+
+def test_a_node_heartbeat_is_nothing_but_a_node_going_bad_queues_its_clusters() -> None:
+    routed = Routed()
+    pods = routed.caches.informers[k.POD]
+    pods._store.put(("shop", "orders-0"), pod("orders-0", "1"))
+    pods._store.put(("shop", "other-0"), pod("other-0", "1", cluster="payments"))
+    assert routed.event("MODIFIED", node(heartbeat="t1"), node()) == ([], [])
+    assert routed.event("MODIFIED", node("Unknown"), node()) == ([ORDERS], []), \
+        "payments is not in this shard's cache"
+    assert routed.event("MODIFIED", node(unschedulable=True), node()) == ([ORDERS], [])
+    assert routed.event("ADDED", node()) == ([ORDERS], [])
+    assert Routed(managed=()).event("MODIFIED", node("False"), node()) == ([], [])
+
+
+def test_reading_a_kind_that_is_not_cached_is_a_mistake() -> None:
+    caches = Routed(managed=()).caches
+    for read in (caches.get, caches.peek):
+        with pytest.raises(KeyError, match="Pod"):
+            read(k.POD, "shop", "orders-0")
+    with pytest.raises(KeyError, match=r"Pod \(v1\) is not cached"):
+        caches.list(k.POD, "shop")
+    assert caches.served(k.POD) is None
+
+
+def test_the_caches_answer_for_their_informers() -> None:
+    routed = Routed(managed=(k.POD,), watch_namespace="shop")
+    caches = routed.caches
+    assert set(caches.informers) == {k.KAIWU_CLUSTER, k.KAIWU_BACKUP,
+                                     k.KAIWU_BACKUP_SCHEDULE, k.POD, k.NODE}
+    assert caches.informers[k.POD].label_selector == MANAGED_SELECTOR
+    assert caches.informers[k.POD].namespace == "shop"
+    assert caches.informers[k.NODE].namespace == "", "Nodes are not namespaced"
+    assert caches.informers[k.KAIWU_BACKUP].label_selector == ""
+    assert caches.cluster_keys() == [ORDERS]
+    assert caches.get(k.KAIWU_CLUSTER, "shop", "orders") == kwc()
+    assert caches.peek(k.KAIWU_CLUSTER, "shop", "orders") == kwc()
+    assert caches.list(k.KAIWU_CLUSTER, "shop") == [kwc()]
+    assert not caches.synced()
+    assert sorted(caches.unsynced()) == ["KaiwuBackup.kaiwu.inspur.com/v1",
+                                         "KaiwuBackupSchedule.kaiwu.inspur.com/v1",
+                                         "Node.v1", "Pod.v1"]
+    for informer in caches.informers.values():
+        informer._synced.set()
+    assert caches.synced() and caches.unsynced() == [] and caches.wait_synced(0.1)
+    assert caches.dead() == [], "not started: nothing is dead"
+    caches.informers[k.POD].served = True
+    assert caches.served(k.POD) is True
+
+
+def test_nodes_are_cached_by_name_alone() -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1",
+                                                             "resourceVersion": "3"}}
+    run = Informed(lists=[([node], "100")], watches=[], kind=k.NODE)
+    run.run()
+    assert run.informer.namespace == ""
+    assert run.informer.get("", "node-1") == node
+    assert run.informer.get("shop", "node-1") == node, "a namespace means nothing for Nodes"
+    assert run.informer.has("shop", "node-1")
+
+
+def test_waiting_for_a_cache_that_never_syncs_gives_up() -> None:
+    run = Informed(lists=[], watches=[])
+    assert run.informer.wait_synced(0.01) is False
+    run.informer._synced.set()
+    assert run.informer.wait_synced(0.01) is True
+
+
+class Quiet:
+    """An API server with nothing to list, whose watches end at once (their timeout)."""
+
+    def list_objects(self, kind: Kind, *args: Any, **kwargs: Any) -> tuple[list[Obj], str]:
+        return [], "1"
+
+    def watch(self, *args: Any, **kwargs: Any) -> Stream:
+        threading.Event().wait(0.002)
+        return Stream([])
+
+
+def test_started_caches_sync_and_none_is_dead_while_watching_or_once_stopped() -> None:
+    caches = Caches(Quiet(), Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
+                    lambda key: None, managed_kinds=(k.POD,))
+    caches.start()
+    try:
+        assert caches.wait_synced(5) and caches.synced()
+        assert all(informer.alive for informer in caches.informers.values())
+        assert caches.dead() == []
+    finally:
+        caches.stop()
+    for informer in caches.informers.values():
+        assert informer._thread is not None
+        informer._thread.join(5)
+    assert caches.dead() == [], "stopped on purpose"
+
+
+def test_a_cluster_handed_over_to_the_unnamed_shard_is_logged_with_the_delay(
+        caplog: pytest.LogCaptureFixture) -> None:
+    handed: list[tuple[ClusterKey, float]] = []
+    now = [50.0]
+    caches = Caches(None, Settings(leader_election=False, shard_handover_s=4.0),  # type: ignore[arg-type]
+                    Metrics(), lambda key: None,
+                    on_handover=lambda key, delay: handed.append((key, delay)),
+                    clock=lambda: now[0])
+    clusters = caches.informers[k.KAIWU_CLUSTER]
+    clusters._synced.set()
+    clusters._store.put(("shop", "orders"), kwc())
+    with caplog.at_level(logging.INFO, logger="reconciler.kube.cache"):
+        caches._on_event("ADDED", kwc(), None)
+    assert handed == [(ORDERS, 4.0)]
+    now[0] = 53.9
+    assert not caches.owns(ORDERS), "the shard it left may still be at work"
+    now[0] = 54.0
+    assert caches.owns(ORDERS), "ours from the end of the delay on"
+    now[0] = 0.0
+    assert caches.owns(ORDERS), "and for good"
+    (record,) = [r for r in caplog.records if r.getMessage() == "cluster handed over to this shard"]
+    assert (getattr(record, "cluster", ""), getattr(record, "shard", ""),
+            getattr(record, "first_reconcile_in_s", 0)) == (str(ORDERS), "(unnamed)", 4.0)
