@@ -1,0 +1,371 @@
+"""A backup running to its end in the fast tier (reconciler/kaiwudb/backup.py against the
+simulated KaiwuDB and a volume target in a temporary directory; tests/unit/reconciler/kaiwudb/
+backup_world.py).
+
+Stories: a person asks for a backup of a cluster with relational and time-series data; pass by
+pass the step plans it on one node at one timestamp, exports each item, checks and moves its
+files to the claim and writes the manifest last, and the KaiwuBackup says what it holds; the
+node's disk is left clean. A backup of named databases holds only those; a database that does
+not exist fails it. A failed export, a file corrupted on the way, a node lost midway or a target
+that lost the plan each fail the backup with a reason a person can act on, once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup import EXTERN_DIR, FAILED_FILE, BackupSettings, running_backup
+from reconciler.kube import kinds as k
+from tests.unit.reconciler.kaiwudb.backup_world import (
+    CLAIM,
+    NS,
+    a_site,
+    load_shop,
+    manifest,
+    stamp,
+)
+
+
+def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first")
+    started_at = site.now
+
+    passes = site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status
+    assert status["reason"] is None
+    assert status["location"] == f"volume://{CLAIM}/{NS}/dev/first"
+    assert status["startedAt"] == stamp(started_at)
+    assert status["completedAt"] == stamp(started_at + len(passes) - 1)
+    assert {d["name"]: (d["engine"], d["tables"], d["rows"]) for d in status["databases"]} == {
+        "shop": ("RELATIONAL", 2, 4), "sensors": ("TIME SERIES", 1, 2)}
+    base = site.files("dev", "first")
+    written = sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+    assert written == sorted([
+        "plan.json", "manifest.json", "items/settings.json", "items/users.json",
+        "items/shop.schema.json", "items/shop.customers.json", "items/shop.orders.json",
+        "items/sensors.json", "settings/clustersetting.sql", "users/users.sql",
+        "shop/meta.sql", "shop/public/customers/meta.sql", "shop/public/orders/meta.sql",
+        "shop/public/customers/n1.0.csv", "shop/public/orders/n1.0.csv", "sensors/meta.sql",
+        "sensors/temps/n1.0.csv"]), written
+    assert (base / "shop/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n"
+    assert (base / "users/users.sql").read_text() == "CREATE USER app;\n"
+    found = manifest(site, "dev", "first")
+    data_files = [p for p in written if not p.endswith(".json")]
+    assert found["files"] == status["files"] == len(data_files)
+    assert found["sizeBytes"] == status["sizeBytes"] == sum(
+        (base / p).stat().st_size for p in data_files)
+    assert found["consistentTo"] == status["consistentTo"]
+    # The one timestamp every relational table is read at: when the backup started.
+    assert found["consistentToTime"] == status["consistentToTime"] == stamp(started_at)
+    assert bp.hlc_time(status["consistentTo"]).timestamp() == pytest.approx(
+        bp.hlc_time(found["plan"]["consistent_to"]).timestamp())
+    assert found["plan"]["pod"] == status["pod"] == "dev-0"
+    assert found["plan"]["node_id"] == status["nodeId"] == 1
+    # Nothing is left in the node's external-I/O directory.
+    assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
+    # One event when it started and one when it completed, saying what and where.
+    events = [e for p in passes for e in p.events]
+    assert [e[1] for e in events] == ["BackupStarted", "BackupCompleted"]
+    assert events[0][2] == ("KaiwuBackup/first: exporting 6 item(s) from pod dev-0 (node 1), "
+                            f"relational tables as of {status['consistentTo']}")
+    assert events[1][2] == (f"KaiwuBackup/first: {status['files']} file(s), "
+                            f"{status['sizeBytes']} bytes in volume://{CLAIM}/{NS}/dev/first, "
+                            f"relational tables consistent to {status['consistentToTime']}")
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
+
+
+def test_a_backup_of_named_databases_holds_only_those(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("only-shop", databases=["shop"])
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "only-shop")
+    assert status["phase"] == "completed"
+    assert [d["name"] for d in status["databases"]] == ["shop"]
+    assert sorted(manifest(site, "dev", "only-shop")["items"]) == [
+        "settings", "shop.customers", "shop.orders", "shop.schema", "users"]
+    assert not (site.files("dev", "only-shop") / "sensors").exists()
+
+
+def test_a_database_that_does_not_exist_fails_the_backup_before_anything_is_written(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("typo", databases=["shop", "crm"])
+
+    passes = site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "typo")
+    assert (status["phase"], status["reason"]) == ("failed", "DatabaseNotFound")
+    assert status["message"] == "spec.databases: crm do(es) not exist in the cluster"
+    assert not site.files("dev", "typo").exists()
+    assert [e[1:] for p in passes for e in p.events] == [
+        ("BackupFailed", "KaiwuBackup/typo: DatabaseNotFound: spec.databases: crm do(es) not "
+                         "exist in the cluster")]
+
+
+def test_an_export_that_reports_a_notice_fails_the_backup_once_and_cleans_the_node(
+        tmp_path: Path) -> None:
+    """A time-series database export that fails a table says so only in a notice and
+    result = fail (kaiwudb-facts.md): the backup fails all the same."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.kwdb.fail_export((NS, "dev"), site.now, "temps")
+    site.backup("noticed")
+
+    passes = site.run_backup()
+    for _ in range(3):  # later passes leave a failed backup alone
+        site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "noticed")
+    assert (status["phase"], status["reason"]) == ("failed", "ExportFailed")
+    assert status["message"] == ("sensors: EXPORT reported: export table sensors.temps "
+                                 "failed: simulated storage error")
+    assert status["completedAt"] >= status["startedAt"]
+    recorded = json.loads((site.files("dev", "noticed") / FAILED_FILE).read_text())
+    assert recorded == {"reason": "ExportFailed", "message": status["message"]}
+    assert not (site.files("dev", "noticed") / bp.MANIFEST_FILE).exists()
+    assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
+    failed = [e for p in passes for e in p.events if e[1] == "BackupFailed"]
+    assert failed == [("Warning", "BackupFailed",
+                       f"KaiwuBackup/noticed: ExportFailed: {status['message']}")]
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 1
+    assert running_backup(site.api, NS, "dev") is None  # type: ignore[arg-type]
+
+
+def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("interrupted")
+    site.backups.run(site.a_pass("dev"))  # planned: exports from dev-0 (node 1)
+    site.backups.run(site.a_pass("dev"))  # the first item
+    assert running_backup(site.api, NS, "dev") == "interrupted"  # type: ignore[arg-type]
+    assert site.status(k.KAIWU_BACKUP, "interrupted")["message"] == \
+        "exporting from pod dev-0: 1/6 items"
+
+    nodes = site.nodes("dev")
+    nodes[0] = {**nodes[0], "state": "not-live"}
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+
+    status = site.status(k.KAIWU_BACKUP, "interrupted")
+    assert (status["phase"], status["reason"]) == ("failed", "NodeLost")
+    assert status["message"] == ("KaiwuDB node 1 (pod dev-0) that holds the export files is "
+                                 "not available (not-live, pod dev-0; pod Ready)")
+
+
+def test_an_export_pod_that_stopped_answering_is_a_lost_node(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("stopped")
+    site.backups.run(site.a_pass("dev"))
+    nodes = site.nodes("dev")
+    site.kwdb.stop_process((NS, "dev"), "dev-0", site.now)
+
+    site.backups.run(site.a_pass("dev", nodes=nodes))  # the cache still shows it Ready
+
+    status = site.status(k.KAIWU_BACKUP, "stopped")
+    assert (status["phase"], status["reason"]) == ("failed", "NodeLost")
+    assert status["message"].startswith("settings: pod dev-0 (node 1) cannot be reached: ")
+
+
+def test_a_target_that_lost_the_plan_fails_the_backup(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("wiped")
+    site.backups.run(site.a_pass("dev"))
+    (site.files("dev", "wiped") / bp.PLAN_FILE).unlink()
+
+    site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "wiped")
+    assert (status["phase"], status["reason"]) == ("failed", "PlanMissing")
+    assert status["message"] == (f"volume://{CLAIM}/{NS}/dev/wiped/plan.json is gone: the "
+                                 "target lost the backup's files")
+
+
+def test_a_file_changed_on_its_way_out_fails_the_backup(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    real_exec = site.runner.exec
+
+    def corrupting(namespace: str, pod: str, container: str, command: list[str],
+                   timeout: float = 60.0) -> tuple[str, str, int]:
+        out, err, code = real_exec(namespace, pod, container, command, timeout)
+        if command[0] == "cat" and command[1].endswith(".csv"):
+            out = out.replace("tea", "tee")
+        return out, err, code
+    site.runner.exec = corrupting  # type: ignore[method-assign]
+    site.backup("garbled", databases=["shop"])
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "garbled")
+    assert (status["phase"], status["reason"]) == ("failed", "ChecksumMismatch")
+    assert status["message"].startswith("shop.orders/n1.0.csv: checksum ")
+    assert not (site.files("dev", "garbled") / "shop/public/orders/n1.0.csv").exists()
+
+
+def test_a_restarted_reconciler_carries_on_with_the_same_node_and_timestamp(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("resumed")
+    for _ in range(3):  # planned, then two items exported
+        site.backups.run(site.a_pass("dev"))
+        site.at(site.now + 1)
+    planned = json.loads((site.files("dev", "resumed") / bp.PLAN_FILE).read_text())
+
+    restarted = a_site(tmp_path)
+    restarted.api, restarted.kwdb, restarted.runner = site.api, site.kwdb, site.runner
+    restarted.backups.view = restarted.backups.kube = site.api  # type: ignore[assignment]
+    restarted.backups.admin = site.backups.admin
+    restarted.at(site.now)
+    passes = restarted.run_backup()
+
+    status = restarted.status(k.KAIWU_BACKUP, "resumed")
+    assert status["phase"] == "completed"
+    assert status["consistentTo"] == planned["consistent_to"]
+    assert status["pod"] == planned["pod"]
+    assert sum(1 for p in passes for e in p.events if e[1] == "BackupStarted") == 0
+    assert len(passes) == 5, "the other four items, then the manifest"
+
+
+def test_a_busy_cluster_keeps_the_backup_pending_and_says_why(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    site.backup("later")
+    pod = site.api.objects[("Pod", NS, "dev-2")]
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    assert site.status(k.KAIWU_BACKUP, "later") == {
+        "phase": "pending", "message": "waiting: pods are not Ready: dev-2"}
+    assert p.requeue and min(p.requeue) == pytest.approx(1.0)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    site.backups.run(site.a_pass("dev"))
+    assert site.status(k.KAIWU_BACKUP, "later")["phase"] == "running"
+
+
+def test_the_export_pod_is_the_lowest_ready_pod_with_a_live_node(tmp_path: Path) -> None:
+    site = a_site(tmp_path, BackupSettings(volumes_dir=str(tmp_path), remove_node_files=False))
+    site.start_cluster("dev", replicas=3)
+    load_shop(site)
+    site.backup("elsewhere", databases=["shop"])
+    nodes = site.nodes("dev")
+    nodes[0] = {**nodes[0], "state": "not-live"}
+
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+
+    status = site.status(k.KAIWU_BACKUP, "elsewhere")
+    assert (status["pod"], status["nodeId"]) == ("dev-1", 2)
+    # Kept on the node when asked to (settings.remove_node_files off).
+    assert sorted(site.kwdb.extern_files((NS, "dev"), "dev-1")) == [
+        "kaiwu-backup-uid-elsewhere/settings/clustersetting.sql"]
+    assert EXTERN_DIR.endswith("/extern")
+
+
+def test_a_table_export_that_errors_fails_the_backup_with_the_error(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.kwdb.fail_export((NS, "dev"), site.now, "orders")
+    site.backup("broken", databases=["shop"])
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "broken")
+    assert (status["phase"], status["reason"]) == ("failed", "ExportFailed")
+    assert status["message"].startswith("shop.orders: /kaiwudb/bin/kwbase sql --format=csv -e "
+                                        'EXPORT INTO CSV "nodelocal://1/kaiwu-backup-uid-broken/')
+    assert "ERROR: export table shop.public.orders failed: simulated storage error" in \
+        status["message"]
+    assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
+
+
+def test_a_lost_status_write_is_recovered_from_the_target(tmp_path: Path) -> None:
+    """The target, not status, is the memory: plan.json means started, manifest.json means
+    completed, failed.json means failed, whatever status says."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first", databases=["shop"])
+    site.run_backup()
+    done = site.status(k.KAIWU_BACKUP, "first")
+    site.api.objects[("KaiwuBackup", NS, "first")]["status"] = {"phase": "running"}
+
+    fresh = a_site(tmp_path)  # a new process: nothing in memory
+    fresh.api, fresh.kwdb, fresh.runner = site.api, site.kwdb, site.runner
+    fresh.backups.view = fresh.backups.kube = site.api  # type: ignore[assignment]
+    fresh.backups.admin = site.backups.admin
+    p = fresh.a_pass("dev")
+    fresh.backups.run(p)
+    again = fresh.status(k.KAIWU_BACKUP, "first")
+    assert again["phase"] == "completed"
+    assert again["message"] == f"{done['files']} file(s) verified in {done['location']}"
+    assert (again["files"], again["sizeBytes"], again["databases"]) == (
+        done["files"], done["sizeBytes"], done["databases"])
+    assert [e[1] for e in p.events] == ["BackupCompleted"]
+
+    # Started: plan.json written, the status write lost.
+    site.backup("second", databases=["shop"])
+    site.backups.run(site.a_pass("dev"))
+    site.api.objects[("KaiwuBackup", NS, "second")]["status"] = {}
+    p = fresh.a_pass("dev")
+    fresh.backups.run(p)
+    assert fresh.status(k.KAIWU_BACKUP, "second")["phase"] == "running"
+    assert [e[1] for e in p.events] == [], "not started twice"
+    planned = json.loads((site.files("dev", "second") / bp.PLAN_FILE).read_text())
+    assert fresh.status(k.KAIWU_BACKUP, "second")["consistentTo"] == planned["consistent_to"]
+
+    # Failed: failed.json written, the status write lost.
+    (site.files("dev", "second") / FAILED_FILE).write_text(json.dumps(
+        {"reason": "NodeLost", "message": "node 1 went away"}))
+    p = fresh.a_pass("dev")
+    fresh.backups.run(p)
+    status = fresh.status(k.KAIWU_BACKUP, "second")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "NodeLost", "node 1 went away")
+    assert p.events == [("Warning", "BackupFailed", "KaiwuBackup/second: NodeLost: node 1 "
+                                                     "went away")]
+
+
+def test_a_file_lost_from_the_target_before_the_manifest_fails_the_backup(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("leaky", databases=["shop"])
+    for _ in range(6):  # planned and every item exported: the manifest is next
+        site.backups.run(site.a_pass("dev"))
+    assert site.status(k.KAIWU_BACKUP, "leaky")["message"].endswith("5/5 items")
+    (site.files("dev", "leaky") / "shop/public/orders/n1.0.csv").unlink()
+
+    site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "leaky")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "TargetIncomplete",
+        "item shop.orders: missing or changed in the target: shop/public/orders/n1.0.csv")
+    assert not (site.files("dev", "leaky") / bp.MANIFEST_FILE).exists()
