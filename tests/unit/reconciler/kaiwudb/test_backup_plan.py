@@ -139,7 +139,7 @@ HEALTHY = bp.ClusterState(initialized=True, scale_in=False, rolling=False, not_r
     ({"initialized": False}, "the cluster is not initialised"),
     ({"scale_in": True}, "a scale-in is in progress"),
     ({"rolling": True}, "a rolling update is in progress"),
-    ({"failing": ("dev-2",)}, "failover is looking after dev-2"),
+    ({"failing": ("dev-1", "dev-2")}, "failover is looking after dev-1, dev-2"),
     ({"not_ready": ("dev-1",)}, "pods are not Ready: dev-1"),
     ({"restoring": True}, "the cluster is being restored from a backup"),
 ])
@@ -204,3 +204,15 @@ def test_slot_names_and_times_are_utc_whatever_the_reconcilers_time_zone(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_restore_is_pending_until_its_record_says_completed() -> None:
+    started = {bp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"]})}
+    finished = {bp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"],
+                                                   "completedAt": "2026-01-01T00:00:00Z"})}
+    assert bp.restore_pending({}, "first")
+    assert bp.restore_pending(started, "first")
+    assert not bp.restore_pending(finished, "first")
+    assert not bp.restore_pending({}, None), "no fromBackup: nothing to restore"
+    assert bp.restore_record({bp.RESTORE_ANNOTATION: "not json"}) is None
+    assert bp.restore_record({bp.RESTORE_ANNOTATION: "[1]"}) is None
