@@ -369,3 +369,22 @@ def test_a_file_lost_from_the_target_before_the_manifest_fails_the_backup(
         "failed", "TargetIncomplete",
         "item shop.orders: missing or changed in the target: shop/public/orders/n1.0.csv")
     assert not (site.files("dev", "leaky") / bp.MANIFEST_FILE).exists()
+
+
+def test_a_claim_that_refuses_the_plan_fails_the_backup_and_the_pass_goes_on(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("blocked")
+    site.files("dev", "blocked").parent.mkdir(parents=True)
+    site.files("dev", "blocked").write_text("a file where the backup's directory belongs")
+
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    status = site.status(k.KAIWU_BACKUP, "blocked")
+    assert (status["phase"], status["reason"]) == ("failed", "TargetFailed")
+    assert status["message"].startswith(f"volume://{CLAIM}/{NS}/dev/blocked/plan.json: ")
+    assert p.events == [("Warning", "BackupFailed",
+                         f"KaiwuBackup/blocked: TargetFailed: {status['message']}")]

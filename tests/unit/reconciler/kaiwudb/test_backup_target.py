@@ -67,3 +67,18 @@ def test_an_unusable_target_says_which_field_and_the_fix(spec: dict[str, object]
         target_for(spec, "ns", "dev", "b1", volumes_dir="/nowhere",
                    secrets=lambda ns, name: secret)  # type: ignore[arg-type,return-value]
     assert message in str(caught.value)
+
+
+def test_a_volume_that_refuses_a_write_is_a_target_error_naming_the_file(tmp_path: Path) -> None:
+    """A full or read-only claim, or a file where the backup's directory belongs: the backup
+    fails with the target's reason (a bare OSError would fail every pass of the cluster)."""
+    (tmp_path / "dumps" / "ns" / "dev").mkdir(parents=True)
+    (tmp_path / "dumps" / "ns" / "dev" / "b1").write_text("a file, not a directory")
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+
+    with pytest.raises(TargetError) as refused:
+        target.put("plan.json", b"{}")
+    assert str(refused.value).startswith("volume://dumps/ns/dev/b1/plan.json: ")
+    assert target.get("plan.json") is None
+    assert target.list("") == {}
