@@ -197,15 +197,17 @@ class Site:
         return self.volumes / CLAIM / NS / cluster / backup
 
     def run_backup(self, cluster: str = "dev", passes: int = 20) -> list[Pass]:
-        """Passes of the backup step, a second apart, until no backup of the cluster runs."""
+        """Passes of the backup step, a second apart, until every backup of the cluster has
+        completed or failed (a schedule's new one included)."""
         done = []
         for _ in range(passes):
             p = self.a_pass(cluster)
             self.backups.run(p)
             done.append(p)
             self.at(self.now + 1)
-            if not any((b.get("status") or {}).get("phase") in ("running", "pending")
-                       for b in self.api.list(k.KAIWU_BACKUP, NS)):
+            if not any((b.get("status") or {}).get("phase") not in ("completed", "failed")
+                       for b in self.api.list(k.KAIWU_BACKUP, NS)
+                       if b["spec"]["cluster"]["name"] == cluster):
                 break
         return done
 

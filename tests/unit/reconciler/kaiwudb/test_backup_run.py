@@ -12,17 +12,23 @@ that lost the plan each fail the backup with a reason a person can act on, once.
 
 from __future__ import annotations
 
+import base64
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import EXTERN_DIR, FAILED_FILE, BackupSettings, running_backup
 from reconciler.kube import kinds as k
+from reconciler.model import Obj
 from tests.unit.reconciler.kaiwudb.backup_world import (
     CLAIM,
     NS,
+    Site,
     a_site,
     load_shop,
     manifest,
@@ -41,6 +47,9 @@ def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Pat
 
     status = site.status(k.KAIWU_BACKUP, "first")
     assert status["phase"] == "completed", status
+    assert sorted(status) == sorted([
+        "phase", "reason", "message", "startedAt", "completedAt", "consistentTo",
+        "consistentToTime", "pod", "nodeId", "location", "files", "sizeBytes", "databases"])
     assert status["reason"] is None
     assert status["location"] == f"volume://{CLAIM}/{NS}/dev/first"
     assert status["startedAt"] == stamp(started_at)
@@ -168,6 +177,22 @@ def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(tmp_path: Pat
                                  "not available (not-live, pod dev-0; pod Ready)")
 
 
+def test_an_export_pod_no_longer_ready_fails_the_backup(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("unready")
+    site.backups.run(site.a_pass("dev"))
+    site.api.objects[("Pod", NS, "dev-0")]["status"]["conditions"] = [
+        {"type": "Ready", "status": "False"}]
+
+    site.backups.run(site.a_pass("dev"))
+
+    assert site.status(k.KAIWU_BACKUP, "unready")["message"] == (
+        "KaiwuDB node 1 (pod dev-0) that holds the export files is not available (live, pod "
+        "dev-0; pod not Ready)")
+
+
 def test_an_export_pod_that_stopped_answering_is_a_lost_node(tmp_path: Path) -> None:
     site = a_site(tmp_path)
     site.start_cluster("dev")
@@ -274,14 +299,21 @@ def test_the_export_pod_is_the_lowest_ready_pod_with_a_live_node(tmp_path: Path)
     site.backup("elsewhere", databases=["shop"])
     nodes = site.nodes("dev")
     nodes[0] = {**nodes[0], "state": "not-live"}
+    nodes[1] = {**nodes[1], "state": "not-live"}
+    # An eleventh pod, Ready with a live node: ordinals count, not names (dev-10 < dev-2).
+    site.api.add({**site.api.objects[("Pod", NS, "dev-2")],
+                  "metadata": {**site.api.objects[("Pod", NS, "dev-2")]["metadata"],
+                               "name": "dev-10", "uid": "uid-dev-10"}})
+    nodes.append({"nodeId": 11, "address": "dev-10.dev.shop.svc.cluster.local:26257",
+                  "state": "live", "pod": "dev-10"})
 
     site.backups.run(site.a_pass("dev", nodes=nodes))
     site.backups.run(site.a_pass("dev", nodes=nodes))
 
     status = site.status(k.KAIWU_BACKUP, "elsewhere")
-    assert (status["pod"], status["nodeId"]) == ("dev-1", 2)
+    assert (status["pod"], status["nodeId"]) == ("dev-2", 3)
     # Kept on the node when asked to (settings.remove_node_files off).
-    assert sorted(site.kwdb.extern_files((NS, "dev"), "dev-1")) == [
+    assert sorted(site.kwdb.extern_files((NS, "dev"), "dev-2")) == [
         "kaiwu-backup-uid-elsewhere/settings/clustersetting.sql"]
     assert EXTERN_DIR.endswith("/extern")
 
@@ -388,3 +420,149 @@ def test_a_claim_that_refuses_the_plan_fails_the_backup_and_the_pass_goes_on(
     assert status["message"].startswith(f"volume://{CLAIM}/{NS}/dev/blocked/plan.json: ")
     assert p.events == [("Warning", "BackupFailed",
                          f"KaiwuBackup/blocked: TargetFailed: {status['message']}")]
+
+
+def a_schedule(site: Site, name: str, cron: str, *, keep: int = 7, immediate: bool = False,
+               claim: str = CLAIM) -> Obj:
+    return site.api.add({
+        "apiVersion": k.KAIWU_BACKUP_SCHEDULE.api_version, "kind": k.KAIWU_BACKUP_SCHEDULE.kind,
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"cluster": {"name": "dev"}, "schedule": cron, "immediate": immediate,
+                 "retention": {"keep": keep},
+                 "template": {"target": {"volume": {"claimName": claim}},
+                              "databases": ["shop"]}}})
+
+
+def test_a_schedule_backs_up_at_once_then_daily_and_keeps_the_newest(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    a_schedule(site, "nightly", "0 0 3 * * *", keep=1, immediate=True)
+
+    passes = site.run_backup()
+    first = "nightly-20260101000000"
+    made = site.api.get(k.KAIWU_BACKUP, NS, first) or {}
+    assert (made["apiVersion"], made["kind"]) == ("kaiwu.inspur.com/v1", "KaiwuBackup")
+    assert made["metadata"]["labels"] == {"kaiwu.inspur.com/schedule": "nightly"}
+    assert made["metadata"]["annotations"] == {
+        "kaiwu.inspur.com/schedule-slot": "2026-01-01T00:00:00Z"}
+    assert made["spec"] == {"cluster": {"name": "dev"}, "databases": ["shop"],
+                            "target": {"volume": {"claimName": CLAIM}}}
+    assert site.status(k.KAIWU_BACKUP, first)["phase"] == "completed"
+    assert passes[0].events == [("Normal", "BackupScheduled",
+                                 f"KaiwuBackup/{first}: made by schedule nightly")]
+    site.backups.run(site.a_pass("dev"))
+    assert site.status(k.KAIWU_BACKUP_SCHEDULE, "nightly") == {
+        "lastScheduleTime": "2026-01-01T00:00:00Z",
+        "nextScheduleTime": "2026-01-01T03:00:00Z", "lastSuccessfulBackup": first}
+
+    site.at(3 * 3600 + 1.0)
+    site.run_backup()
+    site.backups.run(site.a_pass("dev"))  # retention, now that the second one completed
+    second = "nightly-20260101030000"
+    assert site.status(k.KAIWU_BACKUP, second)["phase"] == "completed"
+    assert site.api.get(k.KAIWU_BACKUP, NS, first) is None
+    assert not site.files("dev", first).exists() and site.files("dev", second).exists()
+    assert site.status(k.KAIWU_BACKUP_SCHEDULE, "nightly")["lastSuccessfulBackup"] == second
+
+
+def test_files_retention_cannot_reach_keep_their_backup_and_say_why(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    a_schedule(site, "nightly", "0 0 3 * * *", keep=1)
+    for name, day in (("old", "2025-12-01"), ("new", "2025-12-02")):
+        obj = site.backup(name, target={"volume": {"claimName": "unmounted"}})
+        obj["metadata"].update(creationTimestamp=f"{day}T03:00:00Z",
+                               labels={"kaiwu.inspur.com/schedule": "nightly"})
+        obj["status"] = {"phase": "completed", "completedAt": f"{day}T03:05:00Z"}
+
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    assert site.api.get(k.KAIWU_BACKUP, NS, "old") is not None
+    assert [e for e in p.events if e[1] == "BackupRetentionFailed"] == [(
+        "Warning", "BackupRetentionFailed",
+        "KaiwuBackup/old: files not deleted: spec.target.volume.claimName 'unmounted': not "
+        f"mounted in the reconciler at {tmp_path}/unmounted; install with `kaiwu install "
+        "--backup-volume-claim unmounted` (a ReadWriteMany claim in the reconciler's "
+        "namespace)")]
+    # The newest completed backup's time is what the metric says.
+    assert site.backups.metrics.value("kaiwu_backup_last_success_timestamp_seconds",
+                                      {"namespace": NS, "cluster": "dev"}) == \
+        datetime(2025, 12, 2, 3, 5, tzinfo=UTC).timestamp()
+
+
+def test_every_failed_backup_is_announced_once(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("one", databases=["crm"])
+    site.backup("two", databases=["hr"])
+
+    events = [e for p in site.run_backup() for e in p.events]
+    site.backups.run(site.a_pass("dev"))
+
+    assert [e[2] for e in events] == [
+        "KaiwuBackup/one: DatabaseNotFound: spec.databases: crm do(es) not exist in the cluster",
+        "KaiwuBackup/two: DatabaseNotFound: spec.databases: hr do(es) not exist in the cluster"]
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 2
+
+
+def test_a_cluster_being_restored_is_not_backed_up_yet(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("fresh", restore_from="elsewhere")
+    site.backup("early", cluster="fresh")
+
+    for _ in range(2):
+        site.backups.run(site.a_pass("fresh"))
+
+    assert site.status(k.KAIWU_BACKUP, "early") == {
+        "phase": "pending", "message": "waiting: the cluster is being restored from a backup"}
+    assert [w for w in site.api.writes if w[2] == "early"] == [
+        ("patch/status", "KaiwuBackup", "early")], "the same message is written once"
+
+    site.api.objects[("KaiwuCluster", NS, "fresh")]["metadata"]["annotations"] = {
+        bp.RESTORE_ANNOTATION: json.dumps({"backup": "elsewhere", "done": [],
+                                           "completedAt": "2026-01-01T00:01:00Z"})}
+    site.backups.run(site.a_pass("fresh"))
+    assert site.status(k.KAIWU_BACKUP, "early")["phase"] == "running"
+
+
+def test_a_backups_files_sit_under_the_cluster_it_was_taken_of(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    fresh = site.start_cluster("fresh", replicas=3, restore_from="first")
+    taken = site.backup("first", cluster="dev")
+
+    assert site.backups.target(fresh, taken).location == f"volume://{CLAIM}/{NS}/dev/first"
+
+
+def test_an_s3_backup_keeps_one_client_per_endpoint_and_credentials(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    made: list[tuple[object, ...]] = []
+
+    def factory(*args: object, **kwargs: object) -> object:
+        made.append((*args, *sorted(kwargs.items())))
+        return boto3.client(*args, **kwargs)
+    site.backups._s3_make = factory
+    site.start_cluster("dev")
+    load_shop(site)
+    site.api.add({"apiVersion": "v1", "kind": "Secret",
+                  "metadata": {"name": "creds", "namespace": NS},
+                  "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode(),
+                           "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"key").decode()}})
+    s3 = {"s3": {"bucket": "backups", "prefix": "nightly", "credentialsSecret":
+                 {"name": "creds"}}}
+    site.backup("to-s3", databases=["shop"], target=s3)
+
+    with mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="backups")
+        passes = site.run_backup()
+        keys = {o["Key"] for o in boto3.client("s3", region_name="us-east-1").list_objects_v2(
+            Bucket="backups")["Contents"]}
+
+    status = site.status(k.KAIWU_BACKUP, "to-s3")
+    assert status["phase"] == "completed"
+    assert status["location"] == f"s3://backups/nightly/{NS}/dev/to-s3"
+    assert f"nightly/{NS}/dev/to-s3/shop/public/orders/n1.0.csv" in keys
+    assert len(passes) > 2 and len(made) == 1
+    assert made[0][0] == "s3" and ("aws_access_key_id", "id") in made[0]
