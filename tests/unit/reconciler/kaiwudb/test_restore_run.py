@@ -93,6 +93,16 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
         [("Restoring", f"restoring KaiwuBackup first: {i}/4 imports done ({step})")]
         for i, step in enumerate(found["done"], start=1)]
     assert passes[-1].not_ready == [] and passes[-1].stalled == []
+    # The record, as the annotation holds it (keys sorted), and as later steps of the same
+    # pass see it (the backup step waits for a restore to complete).
+    text = json.dumps({"backup": "first", "completedAt": found["completedAt"],
+                       "done": found["done"]}, sort_keys=False)
+    assert (site.api.get(k.KAIWU_CLUSTER, NS, "fresh") or {})["metadata"]["annotations"][
+        bp.RESTORE_ANNOTATION] == text
+    assert passes[-1].obj["metadata"]["annotations"][bp.RESTORE_ANNOTATION] == text
+    assert not bp.restore_pending(passes[-1].obj["metadata"]["annotations"], "first")
+    assert site.backups.metrics.value("kaiwu_writes_total", {
+        "verb": "patch", "kind": "KaiwuCluster"}) == 6, "the record: begun, 4 imports, done"
     assert [e[1] for p in passes for e in p.events] == ["RestoreStep"] * 4 + ["RestoreCompleted"]
     manifest = json.loads((site.files("dev", "first") / bp.MANIFEST_FILE).read_text())
     assert passes[-1].events[-1][2] == (f"KaiwuBackup/first: 4 imports done; relational tables "
@@ -286,3 +296,78 @@ def test_the_file_server_lists_directories_and_serves_only_what_is_published(
         urllib.request.urlopen(other, timeout=5)
     server.withdraw("shop/fresh")
     assert get("/shop/public/orders/n1.0.csv")[0] == 404
+
+
+def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went_further(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = a_site(tmp_path)
+    restore = Restore(site.backups, server)
+    cluster = site.start_cluster("fresh", restore_from="first")
+    p = site.a_pass("fresh")
+    restore.annotate(p, cluster, {"backup": "first", "done": ["settings", "users", "db"]})
+
+    assert restore.recall(cluster, None) == {"backup": "first",
+                                             "done": ["settings", "users", "db"]}
+    behind = {"backup": "first", "done": ["settings"]}
+    assert restore.recall(cluster, behind)["done"] == ["settings", "users", "db"]  # type: ignore
+    failed = {"backup": "first", "done": ["settings"], "failed": "the backup is not intact"}
+    assert restore.recall(cluster, failed) == failed, "a finished record outranks more imports"
+    other = {"backup": "second", "done": []}
+    assert restore.recall(cluster, other) == other, "a record of another backup is not ours"
+
+    restore.annotate(p, cluster, {"backup": "first", "done": ["settings"], "failed": "boom"})
+    ahead = {"backup": "first", "done": ["settings", "users"]}
+    assert restore.recall(cluster, ahead)["failed"] == "boom"  # type: ignore[index]
+
+    restore.forget(NS, "fresh")
+    restore.forget(NS, "never-restored")
+    assert restore.recall(cluster, ahead) == ahead
+
+
+def test_a_backup_without_its_manifest_fails_the_restore(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    (site.files("dev", "first") / bp.MANIFEST_FILE).unlink()
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.stalled == [("RestoreFailed", "restore from KaiwuBackup first: the backup is not "
+                                           "intact: manifest.json is missing or lists no files")]
+
+
+def test_a_pod_that_stopped_answering_fails_the_restore_before_it_began(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    p = site.a_pass("fresh")  # the cache still shows every pod Ready
+    for ordinal in range(3):
+        site.kwdb.stop_process((NS, "fresh"), f"fresh-{ordinal}", site.now)
+
+    restore.run(p)
+
+    (reason, message), = p.stalled
+    assert reason == "RestoreFailed"
+    assert message.startswith("restore from KaiwuBackup first: ")
+    assert record(site) == {"backup": "first", "failed": message}
+
+
+def test_the_restore_step_runs_for_an_initialised_cluster_made_from_a_backup(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = a_site(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("dev")
+    site.start_cluster("fresh", restore_from="first")
+
+    assert restore.wanted(site.a_pass("fresh"))
+    assert not restore.wanted(site.a_pass("dev")), "no spec.bootstrap.fromBackup"
+    assert not restore.wanted(site.a_pass("fresh", initialized=False))
+    halted = site.a_pass("fresh")
+    halted.halted = True
+    assert not restore.wanted(halted)
+    site.api.objects[("KaiwuCluster", NS, "fresh")]["metadata"]["annotations"] = {
+        "kaiwu.inspur.com/paused": "true"}
+    assert not restore.wanted(site.a_pass("fresh"))
