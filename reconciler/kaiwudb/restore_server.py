@@ -93,7 +93,10 @@ class BackupFileServer:
         token, _, rel = path.partition("/")
         with self._lock:
             target = self._published.get(token)
-        if target is None or ".." in rel.split("/"):
+        # Only relative paths inside the backup: no `..`, no empty segment (`//etc/passwd`
+        # would join to an absolute path outside the target's directory).
+        parts = rel.split("/")
+        if target is None or ".." in parts or "" in parts[:-1]:
             request.send_error(404)
             return
         try:

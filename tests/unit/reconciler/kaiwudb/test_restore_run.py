@@ -371,3 +371,22 @@ def test_the_restore_step_runs_for_an_initialised_cluster_made_from_a_backup(
     site.api.objects[("KaiwuCluster", NS, "fresh")]["metadata"]["annotations"] = {
         "kaiwu.inspur.com/paused": "true"}
     assert not restore.wanted(site.a_pass("fresh"))
+
+
+def test_the_file_server_serves_nothing_outside_the_backup(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """KaiwuDB's SQL users can see an IMPORT's URL in SHOW JOBS: a path that joins to an absolute
+    one (an empty segment) or climbs out must not reach the reconciler's own files."""
+    site = backed_up(tmp_path)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    url = server.publish("shop/fresh", site.backups.target(
+        dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {}))
+    secret = tmp_path / "token"
+    secret.write_text("the reconciler's service account token")
+
+    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + path, timeout=5)
+        assert refused.value.code == 404, path
+    with urllib.request.urlopen(url + "/shop/meta.sql", timeout=5) as answer:
+        assert answer.status == 200
