@@ -83,8 +83,7 @@ class BackupFileServer:
                 def log_message(self, fmt: str, *args: object) -> None:
                     log.debug("restore server: " + fmt, *args)
 
-            self._server = ThreadingHTTPServer(self._bind, Handler)
-            self._server.daemon_threads = True
+            self._server = ThreadingHTTPServer(self._bind, Handler)  # daemon request threads
             threading.Thread(target=self._server.serve_forever, name="restore-files",
                              daemon=True).start()
 

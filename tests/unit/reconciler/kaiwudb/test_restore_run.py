@@ -13,7 +13,10 @@ twice; a lagging cache does not make an import run twice.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup_target import TargetError
 from reconciler.kaiwudb.restore import Restore
-from reconciler.kaiwudb.restore_server import BackupFileServer
+from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
 from reconciler.kube import kinds as k
 from reconciler.model import Pass
 from renderer.render import read_live
@@ -390,3 +394,40 @@ def test_the_file_server_serves_nothing_outside_the_backup(
         assert refused.value.code == 404, path
     with urllib.request.urlopen(url + "/shop/meta.sql", timeout=5) as answer:
         assert answer.status == 200
+
+
+def test_the_file_server_says_what_it_sends_and_logs_what_fails(
+        tmp_path: Path, server: BackupFileServer, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    site = backed_up(tmp_path)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    target = site.backups.target(dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {})
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n: "X-token-starting-with-X")
+    caplog.set_level(logging.DEBUG, logger="reconciler.kaiwudb.restore_server")
+    url = server.publish("shop/fresh", target)
+    assert url.endswith("/X-token-starting-with-X")
+    assert [t.daemon for t in threading.enumerate() if t.name == "restore-files"] == [True]
+
+    with urllib.request.urlopen(url + "/shop/", timeout=5) as index:
+        assert index.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert int(index.headers["Content-Length"]) == len(index.read())
+    with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as file:
+        assert file.headers["Content-Type"] == "application/octet-stream"
+        assert file.headers["Content-Length"] == "17" and file.read() == b"CREATE USER app;\n"
+    assert any(r.getMessage().startswith('restore server: "GET /X-token-starting-with-X/shop/ ')
+               for r in caplog.records)
+
+    def broken(key: str) -> bytes:
+        raise TargetError("s3://backups/x: ConnectionError: refused")
+    monkeypatch.setattr(target, "get", broken)
+    with pytest.raises(urllib.error.HTTPError) as failed:
+        urllib.request.urlopen(url + "/users/users.sql", timeout=5)
+    assert failed.value.code == 502
+    assert "restore server: s3://backups/x: ConnectionError: refused" in [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    # Withdrawn, the token is dead for good: publishing again gives a new one.
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n: "another-token")
+    server.withdraw("shop/fresh")
+    assert server.publish("shop/fresh", target).endswith("/another-token")
+    assert ipaddress.ip_address(default_advertise_host())
