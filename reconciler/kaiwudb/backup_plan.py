@@ -207,16 +207,6 @@ def missing_in_target(expected: Mapping[str, tuple[str, int]],
     return sorted(p for p, (_, size) in expected.items() if stored.get(p) != size)
 
 
-def parse_sha256sum(text: str, root: str) -> dict[str, str]:
-    """`sha256sum` output -> path relative to root -> checksum."""
-    sums = {}
-    for line in text.splitlines():
-        digest, _, path = line.partition("  ")
-        if path.startswith(root.rstrip("/") + "/"):
-            sums[path[len(root.rstrip("/")) + 1:]] = digest
-    return sums
-
-
 # ----- schedules and retention -------------------------------------------------------------------
 def cron_problem(expr: str) -> str:
     """Why a schedule string is not usable ("" when it is)."""

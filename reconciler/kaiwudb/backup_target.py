@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,7 +42,9 @@ class Target(Protocol):
 
 
 class VolumeTarget:
-    """A directory on a mounted ReadWriteMany claim."""
+    """A directory on a mounted ReadWriteMany claim. The file system's errors (a full or
+    read-only volume, a file where a directory belongs) become TargetError, as S3's do, so the
+    backup fails with its reason instead of the pass failing over and over."""
 
     def __init__(self, root: Path, claim: str, base: str) -> None:
         self.root = root / base
@@ -49,36 +52,47 @@ class VolumeTarget:
 
     def put(self, key: str, data: bytes) -> None:
         path = self.root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        with open(partial, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        partial.replace(path)
+        with self._errors(key):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            with open(partial, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            partial.replace(path)
 
     def get(self, key: str) -> bytes | None:
         path = self.root / key
-        return path.read_bytes() if path.is_file() else None
+        with self._errors(key):
+            return path.read_bytes() if path.is_file() else None
 
     def list(self, prefix: str = "") -> dict[str, int]:
         base = self.root / prefix if prefix else self.root
-        if not base.exists():
-            return {}
-        return {str(p.relative_to(self.root)): p.stat().st_size for p in base.rglob("*")
-                if p.is_file() and not p.name.endswith(".partial")}
+        with self._errors(prefix):
+            if not base.exists():
+                return {}
+            return {str(p.relative_to(self.root)): p.stat().st_size for p in base.rglob("*")
+                    if p.is_file() and not p.name.endswith(".partial")}
 
     def delete(self, prefix: str = "") -> int:
         found = [self.root / k for k in self.list(prefix)]
-        for path in found:
-            path.unlink(missing_ok=True)
         base = self.root / prefix if prefix else self.root
-        for directory in sorted((p for p in base.rglob("*") if p.is_dir()), reverse=True) \
-                if base.exists() else ():
-            directory.rmdir() if not any(directory.iterdir()) else None
-        if base.exists() and base.is_dir() and not any(base.iterdir()):
-            base.rmdir()
+        with self._errors(prefix):
+            for path in found:
+                path.unlink(missing_ok=True)
+            for directory in sorted((p for p in base.rglob("*") if p.is_dir()), reverse=True) \
+                    if base.exists() else ():
+                directory.rmdir() if not any(directory.iterdir()) else None
+            if base.exists() and base.is_dir() and not any(base.iterdir()):
+                base.rmdir()
         return len(found)
+
+    @contextmanager
+    def _errors(self, key: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as err:
+            raise TargetError(f"{self.location}/{key}: {err.strerror or err}") from err
 
 
 class S3Target:

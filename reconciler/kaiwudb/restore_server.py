@@ -83,8 +83,7 @@ class BackupFileServer:
                 def log_message(self, fmt: str, *args: object) -> None:
                     log.debug("restore server: " + fmt, *args)
 
-            self._server = ThreadingHTTPServer(self._bind, Handler)
-            self._server.daemon_threads = True
+            self._server = ThreadingHTTPServer(self._bind, Handler)  # daemon request threads
             threading.Thread(target=self._server.serve_forever, name="restore-files",
                              daemon=True).start()
 
@@ -93,7 +92,10 @@ class BackupFileServer:
         token, _, rel = path.partition("/")
         with self._lock:
             target = self._published.get(token)
-        if target is None or ".." in rel.split("/"):
+        # Only relative paths inside the backup: no `..`, no empty segment (`//etc/passwd`
+        # would join to an absolute path outside the target's directory).
+        parts = rel.split("/")
+        if target is None or ".." in parts or "" in parts[:-1]:
             request.send_error(404)
             return
         try:

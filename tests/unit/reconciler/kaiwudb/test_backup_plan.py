@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -138,7 +139,7 @@ HEALTHY = bp.ClusterState(initialized=True, scale_in=False, rolling=False, not_r
     ({"initialized": False}, "the cluster is not initialised"),
     ({"scale_in": True}, "a scale-in is in progress"),
     ({"rolling": True}, "a rolling update is in progress"),
-    ({"failing": ("dev-2",)}, "failover is looking after dev-2"),
+    ({"failing": ("dev-1", "dev-2")}, "failover is looking after dev-1, dev-2"),
     ({"not_ready": ("dev-1",)}, "pods are not Ready: dev-1"),
     ({"restoring": True}, "the cluster is being restored from a backup"),
 ])
@@ -161,7 +162,8 @@ def test_reject_rows_fail_an_import_although_kwdb_says_succeeded() -> None:
     assert bp.import_problem("database shop", [ok], []) == ""
     rejected = bp.import_problem("database shop", [{**ok, "reject_rows": "2", "note":
                                                     "There is a REJECT FILE"}], [])
-    assert rejected.startswith("database shop: 2 row(s) rejected")
+    assert rejected == ("database shop: 2 row(s) rejected (There is a REJECT FILE): the "
+                        "restored data would be incomplete")
     assert "ended failed" in bp.import_problem("users", [{**ok, "status": "failed"}], [])
     assert "IMPORT reported" in bp.import_problem("users", [ok], ["something"])
 
@@ -178,3 +180,39 @@ def test_a_damaged_backup_is_found_before_anything_is_restored() -> None:
     altered = {"shop/public/orders/n1.0.csv": b"1,pie\n"}
     assert "differs" in bp.backup_problem(manifest, listing, altered.get)
     assert "lists no files" in bp.backup_problem({}, listing, files.get)
+
+
+def test_a_time_series_export_that_answers_in_another_shape_is_a_failure() -> None:
+    ts = item("ts-database")
+    assert bp.export_problem(ts, EXPORT, [{"filename": "meta.sql", "rows": "0"}], [],
+                             ["meta.sql"]) == "sensors: time-series EXPORT answered result=?"
+    assert bp.export_problem(ts, ["result"], [], [], ["meta.sql"]) == \
+        "sensors: time-series EXPORT answered result=?"
+    assert bp.export_problem(ts, ["result"], [{"result": "succeed"}], [], ["temps/n1.0.csv"]) \
+        == "sensors: meta.sql missing after the export"
+
+
+def test_slot_names_and_times_are_utc_whatever_the_reconcilers_time_zone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        slot = at("2026-01-02T03:00:00")
+        assert bp.slot_name("nightly", slot) == "nightly-20260102030000"
+        assert bp.next_slot("0 0 3 * * *", slot) == at("2026-01-03T03:00:00")
+        assert bp.latest_slot("0 0 3 * * *", at("2026-01-03T02:59:59")) == slot
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_restore_is_pending_until_its_record_says_completed() -> None:
+    started = {bp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"]})}
+    finished = {bp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"],
+                                                   "completedAt": "2026-01-01T00:00:00Z"})}
+    assert bp.restore_pending({}, "first")
+    assert bp.restore_pending(started, "first")
+    assert not bp.restore_pending(finished, "first")
+    assert not bp.restore_pending({}, None), "no fromBackup: nothing to restore"
+    assert bp.restore_record({bp.RESTORE_ANNOTATION: "not json"}) is None
+    assert bp.restore_record({bp.RESTORE_ANNOTATION: "[1]"}) is None

@@ -6,7 +6,9 @@ target that cannot be used is named in one line with its fix.
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -59,6 +61,12 @@ def test_an_s3_target_keeps_files_under_prefix_namespace_cluster_backup() -> Non
      "spec.target.s3.credentialsSecret 'creds': no such Secret in namespace ns"),
     ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}}, {"data": {}},
      "the Secret has no key 'AWS_ACCESS_KEY_ID'"),
+    ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}},
+     {"data": {"AWS_ACCESS_KEY_ID": "aWQ="}},
+     "spec.target.s3.credentialsSecret 'creds': the Secret has no key 'AWS_SECRET_ACCESS_KEY'; "
+     "add it or set secretAccessKeyKey"),
+    ({"volume": {"claimName": ""}}, None,
+     "spec.target.volume.claimName '': not mounted in the reconciler at /nowhere; install"),
     ({}, None, "spec.target: set exactly one of s3 and volume"),
 ])
 def test_an_unusable_target_says_which_field_and_the_fix(spec: dict[str, object],
@@ -67,3 +75,100 @@ def test_an_unusable_target_says_which_field_and_the_fix(spec: dict[str, object]
         target_for(spec, "ns", "dev", "b1", volumes_dir="/nowhere",
                    secrets=lambda ns, name: secret)  # type: ignore[arg-type,return-value]
     assert message in str(caught.value)
+
+
+def test_a_volume_that_refuses_a_write_is_a_target_error_naming_the_file(tmp_path: Path) -> None:
+    """A full or read-only claim, or a file where the backup's directory belongs: the backup
+    fails with the target's reason (a bare OSError would fail every pass of the cluster)."""
+    (tmp_path / "dumps" / "ns" / "dev").mkdir(parents=True)
+    (tmp_path / "dumps" / "ns" / "dev" / "b1").write_text("a file, not a directory")
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+
+    with pytest.raises(TargetError) as refused:
+        target.put("plan.json", b"{}")
+    assert str(refused.value).startswith("volume://dumps/ns/dev/b1/plan.json: ")
+    assert target.get("plan.json") is None
+    assert target.list("") == {}
+
+
+def test_an_s3_client_is_made_for_the_endpoint_region_and_keys_of_the_spec() -> None:
+    made: list[dict[str, Any]] = []
+    asked: list[tuple[str, str]] = []
+
+    def factory(service: str, **kwargs: Any) -> object:
+        made.append({"service": service, **kwargs})
+        return object()
+
+    def secrets(namespace: str, name: str) -> dict[str, Any]:
+        asked.append((namespace, name))
+        return SECRET
+
+    target = target_for({"s3": {"bucket": "backups", "endpoint": "http://minio.store:9000",
+                                "region": "eu-west-1", "credentialsSecret": {"name": "creds"}}},
+                        "ns", "dev", "b1", volumes_dir="/nowhere", secrets=secrets,
+                        s3_factory=factory)
+    assert made == [{"service": "s3", "endpoint_url": "http://minio.store:9000",
+                     "region_name": "eu-west-1", "aws_access_key_id": "id",
+                     "aws_secret_access_key": "key"}]
+    assert target.location == "s3://backups/ns/dev/b1"
+    target_for({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}},
+               "ns", "dev", "b1", volumes_dir="/nowhere", secrets=secrets, s3_factory=factory)
+    assert (made[1]["endpoint_url"], made[1]["region_name"]) == (None, "us-east-1")
+    with pytest.raises(TargetError, match="credentialsSecret None: no such Secret"):
+        target_for({"s3": {"bucket": "backups"}}, "ns", "dev", "b1", volumes_dir="/nowhere",
+                   secrets=lambda ns, name: None if name == "" else SECRET, s3_factory=factory)
+    assert asked == [("ns", "creds"), ("ns", "creds")]
+
+
+def test_s3_deletes_at_most_a_thousand_keys_per_request() -> None:
+    """DeleteObjects takes up to 1000 keys (the S3 API's limit)."""
+    keys = [f"base/f{i}" for i in range(2500)]
+    chunks: list[int] = []
+
+    class Client:
+        def get_paginator(self, name: str) -> Any:
+            class Pages:
+                def paginate(self, **_: Any) -> list[dict[str, Any]]:
+                    return [{"Contents": [{"Key": key, "Size": 1} for key in keys]}]
+            return Pages()
+
+        def delete_objects(self, Bucket: str, Delete: dict[str, Any]) -> None:
+            chunks.append(len(Delete["Objects"]))
+
+    from reconciler.kaiwudb.backup_target import S3Target
+    assert S3Target(Client(), "backups", "base").delete("") == 2500
+    assert chunks == [1000, 1000, 500]
+
+
+def test_deleting_one_items_files_leaves_the_rest_of_the_backup(tmp_path: Path) -> None:
+    (tmp_path / "dumps").mkdir()
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+    target.put("plan.json", b"{}")
+    target.put("shop/public/orders/n1.0.csv", b"1,tea\n")
+    target.put("shop/meta.sql", b"CREATE TABLE orders ();\n")
+    (tmp_path / "dumps/ns/dev/b1/sensors").mkdir()  # an export that wrote no file yet
+
+    assert target.delete("shop") == 2
+
+    assert target.list("") == {"plan.json": 2}
+    assert not (tmp_path / "dumps/ns/dev/b1/shop").exists()
+    assert (tmp_path / "dumps/ns/dev/b1/sensors").is_dir()
+
+
+def test_a_write_that_fails_midway_leaves_nothing_under_a_listed_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "dumps").mkdir()
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(TargetError, match=r"plan\.json: No space left on device"):
+        target.put("plan.json", b"{}")
+
+    assert target.get("plan.json") is None
+    assert target.list("") == {}
+    assert [p.name for p in (tmp_path / "dumps/ns/dev/b1").iterdir()] == ["plan.json.partial"]

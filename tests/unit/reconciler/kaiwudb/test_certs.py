@@ -493,3 +493,140 @@ def test_san_matching_follows_go_wildcards() -> None:
     assert certs.san_covers(sans, "localhost")
     assert not certs.san_covers(sans, "a.b.orders.shop.svc")
     assert not certs.san_covers(sans, "orders.shop.svc")
+
+
+# --- what each message says, word for word -------------------------------------------------
+
+
+def test_the_ca_may_sign_certificates_and_revocation_lists_and_nothing_else() -> None:
+    ca = cert_of(fresh_cluster_secrets(make_cluster())["orders-ca"], "ca.crt")
+
+    usage = ca.extensions.get_extension_for_class(x509.KeyUsage)
+    assert usage.critical
+    assert usage.value == x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=False,
+        data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+        encipher_only=False, decipher_only=False)
+    constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints)
+    assert constraints.critical and constraints.value.path_length == 1
+
+
+def test_issued_by_and_covers_host_answer_for_the_issuing_ca_and_the_names() -> None:
+    ca = certs.new_ca("Shop CA", NOW)
+    other = certs.new_ca("Other CA", NOW)
+    node = certs.issue_node(ca, ("localhost", "127.0.0.1", "*.orders.shop.svc"), NOW)
+
+    assert certs.issued_by(node.cert, ca.cert)
+    assert not certs.issued_by(node.cert, other.cert)
+    assert certs.covers_host(node.cert, "127.0.0.1")
+    assert certs.covers_host(node.cert, "localhost")
+    assert not certs.covers_host(node.cert, "10.0.0.1")
+    assert not certs.covers_host(node.cert, "db.example")
+    assert not certs.covers_host(certs.issue_client(ca, "root", NOW).cert, "127.0.0.1")
+
+
+def test_a_value_with_stray_characters_is_not_silently_repaired() -> None:
+    """Kubernetes Secret data is plain base64; a value with characters outside it is reported,
+    never decoded by dropping them."""
+    secrets = user_secrets()
+    good = secrets["my-node-tls"]["data"]["node.crt"]
+    secrets["my-node-tls"]["data"]["node.crt"] = good[:40] + "*" + good[40:]
+
+    (problem,) = problems_of(secrets)
+
+    assert (problem.secret, problem.key) == ("my-node-tls", "node.crt")
+    assert problem.message.endswith("is not valid base64")
+    assert problem.fix == "put the PEM certificate in node.crt"
+
+
+def test_missing_user_secrets_say_how_to_make_them_in_either_layout() -> None:
+    secrets = user_secrets()
+    del secrets["my-node-tls"]
+
+    (problem,) = problems_of(secrets)
+
+    assert certs.format_problem(problem) == (
+        "Secret my-node-tls: the Secret does not exist in namespace shop; fix: create it with "
+        "ca.crt, node.crt, node.key (kwbase cert create-ca, create-node), or clear "
+        "spec.tls.nodeSecretName and clientSecretName to let the operator manage certificates")
+    secrets = user_secrets()
+    del secrets["my-root-tls"]
+    (problem,) = problems_of(secrets)
+    assert problem.fix == (
+        "create it with ca.crt, client.root.crt, client.root.key (kwbase cert create-client "
+        "root), or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
+        "manage certificates")
+
+    layout = make_cluster(nodeSecretName="my-node-tls", clientSecretName="my-root-tls",
+                          secretLayout="cert-manager")
+    plan = certs_action(layout, {}, NOW)
+    assert [p.fix for p in plan.problems] == [
+        "create it with ca.crt, tls.crt, tls.key (a cert-manager Certificate with commonName "
+        "node), or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
+        "manage certificates",
+        "create it with ca.crt, tls.crt, tls.key (a cert-manager Certificate with commonName "
+        "root), or clear spec.tls.nodeSecretName and clientSecretName to let the operator "
+        "manage certificates"]
+
+
+def test_a_certificate_issued_by_a_clock_running_ahead_is_not_yet_valid() -> None:
+    secrets = user_secrets(now=NOW + timedelta(days=2))
+
+    problems = problems_of(secrets)
+
+    assert [(p.secret, p.key) for p in problems] == [("my-node-tls", "node.crt"),
+                                                     ("my-root-tls", "client.root.crt")]
+    not_before = (NOW + timedelta(days=2) - timedelta(hours=1)).isoformat()
+    assert problems[0].message == f"the certificate is not valid before {not_before}"
+    assert problems[0].fix == ("issue it with a notBefore in the past (check the issuing "
+                               "machine's clock)")
+
+
+def test_a_root_certificate_for_another_user_or_only_for_serving_is_refused() -> None:
+    cluster = user_cluster()
+    ca = certs.new_ca("Shop CA", NOW)
+    secrets = {"my-node-tls": certs.node_secret(cluster, ca.cert_pem, certs.issue_node(
+        ca, ("*.orders.shop.svc.cluster.local",), NOW))}
+    serving = certs.issue_server(ca, "app", ("localhost",), NOW)
+    secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem, serving)
+
+    problems = problems_of(secrets)
+
+    assert [certs.format_problem(p) for p in problems] == [
+        "Secret my-root-tls key client.root.crt: the subject CN is 'app'; the root user's "
+        "certificate needs CN root; fix: issue it with kwbase cert create-client root",
+        "Secret my-root-tls key client.root.crt: the certificate lacks client authentication "
+        "in its extended key usage; fix: issue it with the clientAuth extended key usage"]
+
+
+def test_an_unreadable_managed_certificate_is_reissued_whole() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    live["orders-node-certs"]["data"]["node.crt"] = base64.b64encode(b"garbage").decode()
+
+    plan = certs_action(cluster, live, NOW)
+
+    ((verb, name, reason),) = [(w.verb, w.name, w.reason) for w in plan.writes]
+    assert (verb, name, reason) == ("update", "orders-node-certs",
+                                    "node.crt: not a PEM certificate")
+    written = plan.writes[0].secret
+    node = cert_of(written, "node.crt")
+    assert certs.issued_by(node, cert_of(live["orders-ca"], "ca.crt"))
+    assert written["metadata"]["resourceVersion"] == "1"
+    assert plan.restart
+
+
+def test_a_lost_ca_says_both_ways_out() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    del live["orders-ca"]
+
+    (problem,) = certs_action(cluster, live, NOW).problems
+
+    assert certs.format_problem(problem) == (
+        "Secret orders-ca: the cluster CA is unusable (the Secret does not exist) while "
+        "orders-node-certs or orders-root-client-certs still exist, so certificates can be "
+        "neither issued nor renewed; fix: restore orders-ca from a backup; or delete "
+        "orders-node-certs and orders-root-client-certs as well to have a new CA and "
+        "certificates issued (every pod must then be restarted together, since old and new "
+        "certificates do not trust each other)")

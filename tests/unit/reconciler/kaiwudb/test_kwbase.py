@@ -424,3 +424,98 @@ def test_liveness_and_availability_are_read_from_their_own_columns() -> None:
     assert [(n.is_available, n.is_live) for n in nodes] == [
         (True, True), (False, True), (True, False), (False, False)]
     assert [n.healthy for n in nodes] == [True, False, False, False]
+
+
+@dataclass
+class Scripted:
+    """A pod whose exec answers are given by the test: (stdout, stderr, exit code) in turn."""
+
+    answers: list[tuple[str, str, int]]
+    calls: list[list[str]] = field(default_factory=list)
+
+    def exec(self, namespace: str, pod: str, container: str, command: list[str],
+             timeout: float = 60.0) -> tuple[str, str, int]:
+        self.calls.append(command)
+        return self.answers.pop(0)
+
+
+def test_every_column_of_node_status_all_lands_in_the_field_of_its_name() -> None:
+    """`node status --all` prints four column groups (kwbase/pkg/cli/node.go); each count must
+    come from its own column, or a byte count would be read as a range count."""
+    counts = ("replicas_leaders", "replicas_leaseholders", "ranges", "ranges_unavailable",
+              "ranges_underreplicated", "live_bytes", "key_bytes", "value_bytes",
+              "intent_bytes", "system_bytes", "gossiped_replicas")
+    header = ("id,address,sql_address,build,started_at,updated_at,locality,start_mode,"
+              "is_available,is_live," + ",".join(counts) + ",is_decommissioning,is_draining\n")
+    row = ("7,orders-6.orders.shop.svc.cluster.local:26257,orders-6:26257,V3.2.1,"
+           "2026-01-01 00:00:05.25,2026-01-01 00:10:00+00:00,region=east,start,true,true,"
+           + ",".join(str(100 + i) for i in range(len(counts))) + ",true,false\n")
+
+    (node,) = kwbase.parse_node_status(header + row)
+
+    assert {column: getattr(node, column) for column in counts} == {
+        column: 100 + i for i, column in enumerate(counts)}
+    assert (node.is_decommissioning, node.is_draining) == (True, False)
+    assert node.started_at == datetime(2026, 1, 1, 0, 0, 5, 250000, tzinfo=UTC)
+    assert node.updated_at == datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
+    assert (node.locality, node.sql_address, node.pod_name) == (
+        "region=east", "orders-6:26257", "orders-6")
+
+
+def test_a_table_between_blank_lines_and_a_trailing_note_is_read() -> None:
+    text = ("\nid,is_live,replicas,is_decommissioning,is_draining\n4,true,12,true,false\n\n"
+            "No more data reported on target nodes. Please verify cluster health before "
+            "removing the nodes.\n")
+    assert kwbase.parse_decommission(text) == (DecommissionStatus(
+        id=4, is_live=True, replicas=12, is_decommissioning=True, is_draining=False),)
+
+
+def test_a_command_that_never_returns_says_what_it_printed_or_that_it_printed_nothing() -> None:
+    silent = KwbaseAdmin(Scripted([("", "", -1)]), NAMESPACE, NAME, secure=True,
+                         settings=KwbaseSettings(timeout_s=20))
+    with pytest.raises(ExecFailed) as failed:
+        silent.drain("orders-0")
+    assert str(failed.value).endswith("gave no exit status within 20 s (no output)")
+
+    talking = KwbaseAdmin(Scripted([("", "W: slow\nERROR: context deadline exceeded\n", -1)]),
+                          NAMESPACE, NAME, secure=True)
+    with pytest.raises(ExecFailed) as talked:
+        talking.drain("orders-0")
+    assert str(talked.value).endswith("within 60 s (ERROR: context deadline exceeded)")
+
+
+def test_a_failed_init_names_the_command_and_the_pod() -> None:
+    runner = Scripted([("", "ERROR: problem using security settings: no certificates found\n"
+                        'Failed running "init"\n', 1)])
+    admin = KwbaseAdmin(runner, NAMESPACE, NAME, secure=True)
+
+    with pytest.raises(CommandFailed) as failed:
+        admin.init("orders-0")
+    assert failed.value.argv == tuple(runner.calls[0])
+    assert failed.value.pod == "orders-0"
+    assert "no certificates found" in str(failed.value)
+
+
+def test_a_job_count_without_its_column_is_unexpected_output() -> None:
+    admin = KwbaseAdmin(Scripted([("jobs\n3\n", "", 0)]), NAMESPACE, NAME, secure=True)
+    with pytest.raises(UnexpectedOutput, match="expected one row with a count column"):
+        admin.running_jobs("orders-0")
+
+
+def test_file_sums_keep_names_with_double_spaces_and_report_a_failed_find() -> None:
+    """sha256sum prints `<digest>  <path>`: the path is everything after the first two
+    spaces, even when a table name holds two spaces itself."""
+    listing = f"{EXTERN_DIR}/b/shop/public/my  table/n1.0.csv\n"
+    sums = f"{'ab' * 32}  {EXTERN_DIR}/b/shop/public/my  table/n1.0.csv\n"
+    admin = KwbaseAdmin(Scripted([(listing, "", 0), (sums, "", 0)]), NAMESPACE, NAME,
+                        secure=True)
+    assert admin.file_sums("orders-0", f"{EXTERN_DIR}/b/") == {
+        "shop/public/my  table/n1.0.csv": "ab" * 32}
+
+    denied = KwbaseAdmin(Scripted([("", f"find: '{EXTERN_DIR}/b': Permission denied\n", 1)]),
+                         NAMESPACE, NAME, secure=True)
+    with pytest.raises(CommandFailed) as failed:
+        denied.file_sums("orders-1", f"{EXTERN_DIR}/b")
+    assert failed.value.pod == "orders-1"
+    assert failed.value.argv == ("find", f"{EXTERN_DIR}/b", "-type", "f")
+    assert "Permission denied" in str(failed.value)

@@ -42,7 +42,7 @@ from reconciler.kaiwudb.rollout import (
     version_tuple,
 )
 from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
-from reconciler.kaiwudb.tools import LifecycleSettings
+from reconciler.kaiwudb.tools import LifecycleSettings, Tools
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -1324,3 +1324,28 @@ def test_each_decommissioned_strays_claim_is_looked_at_past_one_already_going() 
     c.run()
     assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-4") in c.world.writes
     assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
+
+
+def test_lifecycle_commands_go_through_the_api_exec_with_the_configured_time_out() -> None:
+    """Tools.admin with its default factory: kwbase runs in the cluster's pods through the
+    API's exec, secure as the cluster is, and may take exec_timeout_s."""
+    seen: list[tuple[str, str, list[str], float]] = []
+
+    class Exec:
+        def exec(self, namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = 60.0) -> tuple[str, str, int]:
+            seen.append((namespace, pod, command, timeout))
+            return "", "", 0
+
+    cluster = Cluster.from_object(apply_defaults({
+        "apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+        "metadata": {"name": "orders", "namespace": "shop"},
+        "spec": {"version": "3.2.1", "replicas": 3, "tls": {"enabled": True}}}))
+    tools = Tools(cast(KubeClient, Exec()), cast(Any, None), Metrics(),
+                  LifecycleSettings(exec_timeout_s=12.5))
+
+    tools.admin(cluster).drain("orders-1")
+
+    assert seen == [("shop", "orders-1", ["/kaiwudb/bin/kwbase", "node", "drain",
+                                          "--host=localhost:26257",
+                                          "--certs-dir=/kaiwudb/certs"], 12.5)]

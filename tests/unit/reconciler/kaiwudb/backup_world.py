@@ -1,0 +1,244 @@
+"""A fast stand-in for the backup and restore stories' world: the API's objects in memory, pods
+that run the simulated KaiwuDB (tests/world/kwdb, no Kubernetes in between), a volume target in
+a temporary directory, and passes of the backup and restore steps run one after another.
+
+Used by tests/unit/reconciler/kaiwudb/test_backup_run.py and test_restore_run.py; the world
+stories (tests/world_stories/backup) run the same steps against a real API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from reconciler.kaiwudb.backup import Backups, BackupSettings
+from reconciler.kaiwudb.kwbase import KwbaseAdmin
+from reconciler.keys import ClusterKey
+from reconciler.kube import kinds as k
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import NodeEntry, Obj, Pass
+from renderer.render import build_objects, read_live
+from renderer.settings import RenderSettings
+from renderer.spec import Cluster
+from tests.world.kwdb.world import KwdbWorld
+
+NS = "shop"
+CLAIM = "dumps"
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC).timestamp()  # KwdbSettings.epoch_unix_s: t = 0
+
+
+def stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Api:
+    """The API's objects by (kind, namespace, name), serving as the cache view and as Kube;
+    every write is recorded."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.writes: list[tuple[str, str, str]] = []
+        self.created_at = 0.0
+
+    def add(self, obj: Obj) -> Obj:
+        obj.setdefault("metadata", {}).setdefault("uid", f"uid-{obj['metadata']['name']}")
+        obj["metadata"].setdefault("creationTimestamp", stamp(self.created_at))
+        self.objects[(obj["kind"], obj["metadata"].get("namespace", NS),
+                      obj["metadata"]["name"])] = obj
+        return obj
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = self.objects.get((kind.kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        return [copy.deepcopy(o) for (kd, ns, _), o in self.objects.items()
+                if kd == kind.kind and ns == namespace and all(
+                    (o["metadata"].get("labels") or {}).get(key) == value
+                    for key, value in labels.items())]
+
+    def create(self, obj: Obj) -> Obj:
+        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return self.add(copy.deepcopy(obj))
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
+        self.writes.append(("patch" + (f"/{subresource}" if subresource else ""), kind.kind,
+                            name))
+        found = self.objects[(kind.kind, namespace or "", name)]
+        if subresource == "status":
+            found.setdefault("status", {}).update(patch.get("status") or {})
+        else:
+            annotations = (patch.get("metadata") or {}).get("annotations") or {}
+            found["metadata"].setdefault("annotations", {}).update(annotations)
+        return found
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, **_: Any) -> bool:
+        self.writes.append(("delete", kind.kind, name))
+        return self.objects.pop((kind.kind, namespace or "", name), None) is not None
+
+
+@dataclass
+class PodExec:
+    """Exec into the simulated KaiwuDB the way Kube.exec reports it: the pod name says the
+    cluster (<cluster>-<ordinal>); a pod without a process is a 404 from the API server."""
+
+    kwdb: KwdbWorld
+    now: float = 0.0
+    calls: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def exec(self, namespace: str, pod: str, container: str, command: list[str],
+             timeout: float = 60.0) -> tuple[str, str, int]:
+        assert container == "kwbase"
+        self.calls.append((pod, command))
+        key = (namespace, pod.rsplit("-", 1)[0])
+        if not self.kwdb.logs(key, pod):
+            raise ApiException(status=404, reason="Not Found")
+        result = self.kwdb.exec(key, pod, command, self.now)
+        code = result.exit_code if result.duration_s <= timeout else -1
+        return result.stdout, result.stderr, code
+
+
+def cluster_obj(name: str, replicas: int = 3, restore_from: str = "") -> Obj:
+    spec: Obj = {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": False}}
+    if restore_from:
+        spec["bootstrap"] = {"fromBackup": {"name": restore_from}}
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}"}, "spec": spec}
+
+
+def pod_obj(cluster: Cluster, ordinal: int, ready: bool = True) -> Obj:
+    sts = next(o for o in build_objects(cluster, RenderSettings()) if o["kind"] == "StatefulSet")
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": cluster.pod_name(ordinal), "namespace": NS,
+                         "labels": dict(sts["spec"]["selector"]["matchLabels"])},
+            "status": {"phase": "Running",
+                       "containerStatuses": [{"name": "kwbase", "state": {"running": {}}}],
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+@dataclass
+class Site:
+    """KaiwuDB clusters in one namespace, their API objects, and the steps under test."""
+
+    api: Api
+    kwdb: KwdbWorld
+    runner: PodExec
+    volumes: Path
+    backups: Backups
+    now: float = 30.0
+    clusters: dict[str, Obj] = field(default_factory=dict)
+
+    def admin(self, cluster: Cluster) -> KwbaseAdmin:
+        return KwbaseAdmin.for_cluster(self.runner, cluster)
+
+    def at(self, seconds: float) -> None:
+        self.now = seconds
+        self.runner.now = seconds
+
+    def start_cluster(self, name: str, replicas: int = 3, restore_from: str = "") -> Cluster:
+        """The rendered StatefulSet's pods running kwbase, initialised, all Ready."""
+        obj = self.api.add(cluster_obj(name, replicas, restore_from))
+        self.clusters[name] = obj
+        cluster = read_live(obj)
+        sts = next(o for o in build_objects(cluster, RenderSettings())
+                   if o["kind"] == "StatefulSet")
+        command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
+        key = (NS, name)
+        for ordinal in range(replicas):
+            pod = cluster.pod_name(ordinal)
+            argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
+            started = self.kwdb.start_process(key, pod, f"claim-{pod}", argv, self.now,
+                                              image="kwdb/kwdb:3.2.1")
+            assert started.ok, started.stderr
+            self.api.add(pod_obj(cluster, ordinal))
+        self.api.add({**sts, "metadata": {**sts["metadata"], "namespace": NS}})
+        self.admin(cluster).init(cluster.pod_name(0))
+        self.at(self.now + 30)
+        return cluster
+
+    def nodes(self, name: str) -> list[Obj]:
+        """status.nodes as the node probe writes them: node id -> pod, live or not."""
+        return [NodeEntry(n.id, n.address, "live" if n.is_live else "not-live",
+                          n.pod_name).to_status()
+                for n in KwbaseAdmin(self.runner, NS, name, secure=False).node_status(
+                    f"{name}-0")]
+
+    def a_pass(self, name: str, nodes: list[Obj] | None = None, **status: Any) -> Pass:
+        obj = self.api.get(k.KAIWU_CLUSTER, NS, name) or {}
+        previous = {"initialized": True, "nodes": self.nodes(name) if nodes is None else nodes,
+                    **status}
+        p = Pass(ClusterKey(NS, name), obj, EPOCH + self.now, previous)
+        p.cluster = read_live(obj)
+        return p
+
+    def backup(self, name: str, cluster: str = "dev", databases: list[str] | None = None,
+               target: Obj | None = None) -> Obj:
+        spec: Obj = {"cluster": {"name": cluster},
+                     "target": target or {"volume": {"claimName": CLAIM}}}
+        if databases:
+            spec["databases"] = databases
+        return self.api.add({"apiVersion": k.KAIWU_BACKUP.api_version,
+                             "kind": k.KAIWU_BACKUP.kind,
+                             "metadata": {"name": name, "namespace": NS}, "spec": spec})
+
+    def status(self, kind: Kind, name: str) -> Obj:
+        return dict((self.api.get(kind, NS, name) or {}).get("status") or {})
+
+    def files(self, cluster: str, backup: str) -> Path:
+        return self.volumes / CLAIM / NS / cluster / backup
+
+    def run_backup(self, cluster: str = "dev", passes: int = 20) -> list[Pass]:
+        """Passes of the backup step, a second apart, until every backup of the cluster has
+        completed or failed (a schedule's new one included)."""
+        done = []
+        for _ in range(passes):
+            p = self.a_pass(cluster)
+            self.backups.run(p)
+            done.append(p)
+            self.at(self.now + 1)
+            if not any((b.get("status") or {}).get("phase") not in ("completed", "failed")
+                       for b in self.api.list(k.KAIWU_BACKUP, NS)
+                       if b["spec"]["cluster"]["name"] == cluster):
+                break
+        return done
+
+
+def a_site(tmp_path: Path, settings: BackupSettings | None = None) -> Site:
+    (tmp_path / CLAIM).mkdir(exist_ok=True)
+    api, kwdb = Api(), KwdbWorld()
+    runner = PodExec(kwdb)
+    site_settings = settings or BackupSettings(volumes_dir=str(tmp_path))
+    backups = Backups(api, api, Metrics(), site_settings,  # type: ignore[arg-type]
+                      lambda cluster: KwbaseAdmin.for_cluster(runner, cluster))
+    return Site(api, kwdb, runner, tmp_path, backups)
+
+
+def load_shop(site: Site, name: str = "dev") -> None:
+    """A relational database with two tables, a time-series one, a user and a setting (as the
+    world stories' tests/support/backup.load_shop)."""
+    key, now = (NS, name), site.now
+    site.kwdb.load(key, now, database="shop", table="orders",
+                   columns=[("id", "INT8"), ("item", "STRING")],
+                   rows=[("1", "tea"), ("2", "rice"), ("3", "salt")])
+    site.kwdb.load(key, now, database="shop", table="customers",
+                   columns=[("id", "INT8"), ("name", "STRING")], rows=[("7", "Ada")])
+    site.kwdb.load(key, now, database="sensors", table="temps",
+                   columns=[("ts", "TIMESTAMPTZ"), ("v", "FLOAT8")],
+                   rows=[("2026-01-01 00:00:00", "20.5"), ("2026-01-01 00:01:00", "20.7")],
+                   time_series=True)
+    site.kwdb.set_user(key, now, "app")
+    site.kwdb.set_setting(key, now, "sql.defaults.idle_timeout", "10m")
+
+
+def manifest(site: Site, cluster: str, backup: str) -> Obj:
+    loaded: Obj = json.loads((site.files(cluster, backup) / "manifest.json").read_text())
+    return loaded

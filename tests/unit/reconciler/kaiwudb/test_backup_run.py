@@ -1,0 +1,568 @@
+"""A backup running to its end in the fast tier (reconciler/kaiwudb/backup.py against the
+simulated KaiwuDB and a volume target in a temporary directory; tests/unit/reconciler/kaiwudb/
+backup_world.py).
+
+Stories: a person asks for a backup of a cluster with relational and time-series data; pass by
+pass the step plans it on one node at one timestamp, exports each item, checks and moves its
+files to the claim and writes the manifest last, and the KaiwuBackup says what it holds; the
+node's disk is left clean. A backup of named databases holds only those; a database that does
+not exist fails it. A failed export, a file corrupted on the way, a node lost midway or a target
+that lost the plan each fail the backup with a reason a person can act on, once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup import EXTERN_DIR, FAILED_FILE, BackupSettings, running_backup
+from reconciler.kube import kinds as k
+from reconciler.model import Obj
+from tests.unit.reconciler.kaiwudb.backup_world import (
+    CLAIM,
+    NS,
+    Site,
+    a_site,
+    load_shop,
+    manifest,
+    stamp,
+)
+
+
+def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first")
+    started_at = site.now
+
+    passes = site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status
+    assert sorted(status) == sorted([
+        "phase", "reason", "message", "startedAt", "completedAt", "consistentTo",
+        "consistentToTime", "pod", "nodeId", "location", "files", "sizeBytes", "databases"])
+    assert status["reason"] is None
+    assert status["location"] == f"volume://{CLAIM}/{NS}/dev/first"
+    assert status["startedAt"] == stamp(started_at)
+    assert status["completedAt"] == stamp(started_at + len(passes) - 1)
+    assert {d["name"]: (d["engine"], d["tables"], d["rows"]) for d in status["databases"]} == {
+        "shop": ("RELATIONAL", 2, 4), "sensors": ("TIME SERIES", 1, 2)}
+    base = site.files("dev", "first")
+    written = sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+    assert written == sorted([
+        "plan.json", "manifest.json", "items/settings.json", "items/users.json",
+        "items/shop.schema.json", "items/shop.customers.json", "items/shop.orders.json",
+        "items/sensors.json", "settings/clustersetting.sql", "users/users.sql",
+        "shop/meta.sql", "shop/public/customers/meta.sql", "shop/public/orders/meta.sql",
+        "shop/public/customers/n1.0.csv", "shop/public/orders/n1.0.csv", "sensors/meta.sql",
+        "sensors/temps/n1.0.csv"]), written
+    assert (base / "shop/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n"
+    assert (base / "users/users.sql").read_text() == "CREATE USER app;\n"
+    found = manifest(site, "dev", "first")
+    data_files = [p for p in written if not p.endswith(".json")]
+    assert found["files"] == status["files"] == len(data_files)
+    assert found["sizeBytes"] == status["sizeBytes"] == sum(
+        (base / p).stat().st_size for p in data_files)
+    assert found["consistentTo"] == status["consistentTo"]
+    # The one timestamp every relational table is read at: when the backup started.
+    assert found["consistentToTime"] == status["consistentToTime"] == stamp(started_at)
+    assert bp.hlc_time(status["consistentTo"]).timestamp() == pytest.approx(
+        bp.hlc_time(found["plan"]["consistent_to"]).timestamp())
+    assert found["plan"]["pod"] == status["pod"] == "dev-0"
+    assert found["plan"]["node_id"] == status["nodeId"] == 1
+    # Nothing is left in the node's external-I/O directory.
+    assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
+    # One event when it started and one when it completed, saying what and where.
+    events = [e for p in passes for e in p.events]
+    assert [e[1] for e in events] == ["BackupStarted", "BackupCompleted"]
+    assert events[0][2] == ("KaiwuBackup/first: exporting 6 item(s) from pod dev-0 (node 1), "
+                            f"relational tables as of {status['consistentTo']}")
+    assert events[1][2] == (f"KaiwuBackup/first: {status['files']} file(s), "
+                            f"{status['sizeBytes']} bytes in volume://{CLAIM}/{NS}/dev/first, "
+                            f"relational tables consistent to {status['consistentToTime']}")
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
+
+
+def test_a_backup_of_named_databases_holds_only_those(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("only-shop", databases=["shop"])
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "only-shop")
+    assert status["phase"] == "completed"
+    assert [d["name"] for d in status["databases"]] == ["shop"]
+    assert sorted(manifest(site, "dev", "only-shop")["items"]) == [
+        "settings", "shop.customers", "shop.orders", "shop.schema", "users"]
+    assert not (site.files("dev", "only-shop") / "sensors").exists()
+
+
+def test_a_database_that_does_not_exist_fails_the_backup_before_anything_is_written(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("typo", databases=["shop", "crm"])
+
+    passes = site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "typo")
+    assert (status["phase"], status["reason"]) == ("failed", "DatabaseNotFound")
+    assert status["message"] == "spec.databases: crm do(es) not exist in the cluster"
+    assert not site.files("dev", "typo").exists()
+    assert [e[1:] for p in passes for e in p.events] == [
+        ("BackupFailed", "KaiwuBackup/typo: DatabaseNotFound: spec.databases: crm do(es) not "
+                         "exist in the cluster")]
+
+
+def test_an_export_that_reports_a_notice_fails_the_backup_once_and_cleans_the_node(
+        tmp_path: Path) -> None:
+    """A time-series database export that fails a table says so only in a notice and
+    result = fail (kaiwudb-facts.md): the backup fails all the same."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.kwdb.fail_export((NS, "dev"), site.now, "temps")
+    site.backup("noticed")
+
+    passes = site.run_backup()
+    for _ in range(3):  # later passes leave a failed backup alone
+        site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "noticed")
+    assert (status["phase"], status["reason"]) == ("failed", "ExportFailed")
+    assert status["message"] == ("sensors: EXPORT reported: export table sensors.temps "
+                                 "failed: simulated storage error")
+    assert status["completedAt"] >= status["startedAt"]
+    recorded = json.loads((site.files("dev", "noticed") / FAILED_FILE).read_text())
+    assert recorded == {"reason": "ExportFailed", "message": status["message"]}
+    assert not (site.files("dev", "noticed") / bp.MANIFEST_FILE).exists()
+    assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
+    failed = [e for p in passes for e in p.events if e[1] == "BackupFailed"]
+    assert failed == [("Warning", "BackupFailed",
+                       f"KaiwuBackup/noticed: ExportFailed: {status['message']}")]
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 1
+    assert running_backup(site.api, NS, "dev") is None  # type: ignore[arg-type]
+
+
+def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("interrupted")
+    site.backups.run(site.a_pass("dev"))  # planned: exports from dev-0 (node 1)
+    site.backups.run(site.a_pass("dev"))  # the first item
+    assert running_backup(site.api, NS, "dev") == "interrupted"  # type: ignore[arg-type]
+    assert site.status(k.KAIWU_BACKUP, "interrupted")["message"] == \
+        "exporting from pod dev-0: 1/6 items"
+
+    nodes = site.nodes("dev")
+    nodes[0] = {**nodes[0], "state": "not-live"}
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+
+    status = site.status(k.KAIWU_BACKUP, "interrupted")
+    assert (status["phase"], status["reason"]) == ("failed", "NodeLost")
+    assert status["message"] == ("KaiwuDB node 1 (pod dev-0) that holds the export files is "
+                                 "not available (not-live, pod dev-0; pod Ready)")
+
+
+def test_an_export_pod_no_longer_ready_fails_the_backup(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("unready")
+    site.backups.run(site.a_pass("dev"))
+    site.api.objects[("Pod", NS, "dev-0")]["status"]["conditions"] = [
+        {"type": "Ready", "status": "False"}]
+
+    site.backups.run(site.a_pass("dev"))
+
+    assert site.status(k.KAIWU_BACKUP, "unready")["message"] == (
+        "KaiwuDB node 1 (pod dev-0) that holds the export files is not available (live, pod "
+        "dev-0; pod not Ready)")
+
+
+def test_an_export_pod_that_stopped_answering_is_a_lost_node(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("stopped")
+    site.backups.run(site.a_pass("dev"))
+    nodes = site.nodes("dev")
+    site.kwdb.stop_process((NS, "dev"), "dev-0", site.now)
+
+    site.backups.run(site.a_pass("dev", nodes=nodes))  # the cache still shows it Ready
+
+    status = site.status(k.KAIWU_BACKUP, "stopped")
+    assert (status["phase"], status["reason"]) == ("failed", "NodeLost")
+    assert status["message"].startswith("settings: pod dev-0 (node 1) cannot be reached: ")
+
+
+def test_a_target_that_lost_the_plan_fails_the_backup(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("wiped")
+    site.backups.run(site.a_pass("dev"))
+    (site.files("dev", "wiped") / bp.PLAN_FILE).unlink()
+
+    site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "wiped")
+    assert (status["phase"], status["reason"]) == ("failed", "PlanMissing")
+    assert status["message"] == (f"volume://{CLAIM}/{NS}/dev/wiped/plan.json is gone: the "
+                                 "target lost the backup's files")
+
+
+def test_a_file_changed_on_its_way_out_fails_the_backup(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    real_exec = site.runner.exec
+
+    def corrupting(namespace: str, pod: str, container: str, command: list[str],
+                   timeout: float = 60.0) -> tuple[str, str, int]:
+        out, err, code = real_exec(namespace, pod, container, command, timeout)
+        if command[0] == "cat" and command[1].endswith(".csv"):
+            out = out.replace("tea", "tee")
+        return out, err, code
+    site.runner.exec = corrupting  # type: ignore[method-assign]
+    site.backup("garbled", databases=["shop"])
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "garbled")
+    assert (status["phase"], status["reason"]) == ("failed", "ChecksumMismatch")
+    assert status["message"].startswith("shop.orders/n1.0.csv: checksum ")
+    assert not (site.files("dev", "garbled") / "shop/public/orders/n1.0.csv").exists()
+
+
+def test_a_restarted_reconciler_carries_on_with_the_same_node_and_timestamp(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("resumed")
+    for _ in range(3):  # planned, then two items exported
+        site.backups.run(site.a_pass("dev"))
+        site.at(site.now + 1)
+    planned = json.loads((site.files("dev", "resumed") / bp.PLAN_FILE).read_text())
+
+    restarted = a_site(tmp_path)
+    restarted.api, restarted.kwdb, restarted.runner = site.api, site.kwdb, site.runner
+    restarted.backups.view = restarted.backups.kube = site.api  # type: ignore[assignment]
+    restarted.backups.admin = site.backups.admin
+    restarted.at(site.now)
+    passes = restarted.run_backup()
+
+    status = restarted.status(k.KAIWU_BACKUP, "resumed")
+    assert status["phase"] == "completed"
+    assert status["consistentTo"] == planned["consistent_to"]
+    assert status["pod"] == planned["pod"]
+    assert sum(1 for p in passes for e in p.events if e[1] == "BackupStarted") == 0
+    assert len(passes) == 5, "the other four items, then the manifest"
+
+
+def test_a_busy_cluster_keeps_the_backup_pending_and_says_why(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    site.backup("later")
+    pod = site.api.objects[("Pod", NS, "dev-2")]
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    assert site.status(k.KAIWU_BACKUP, "later") == {
+        "phase": "pending", "message": "waiting: pods are not Ready: dev-2"}
+    assert p.requeue and min(p.requeue) == pytest.approx(1.0)
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    site.backups.run(site.a_pass("dev"))
+    assert site.status(k.KAIWU_BACKUP, "later")["phase"] == "running"
+
+
+def test_the_export_pod_is_the_lowest_ready_pod_with_a_live_node(tmp_path: Path) -> None:
+    site = a_site(tmp_path, BackupSettings(volumes_dir=str(tmp_path), remove_node_files=False))
+    site.start_cluster("dev", replicas=3)
+    load_shop(site)
+    site.backup("elsewhere", databases=["shop"])
+    nodes = site.nodes("dev")
+    nodes[0] = {**nodes[0], "state": "not-live"}
+    nodes[1] = {**nodes[1], "state": "not-live"}
+    # An eleventh pod, Ready with a live node: ordinals count, not names (dev-10 < dev-2).
+    site.api.add({**site.api.objects[("Pod", NS, "dev-2")],
+                  "metadata": {**site.api.objects[("Pod", NS, "dev-2")]["metadata"],
+                               "name": "dev-10", "uid": "uid-dev-10"}})
+    nodes.append({"nodeId": 11, "address": "dev-10.dev.shop.svc.cluster.local:26257",
+                  "state": "live", "pod": "dev-10"})
+
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+
+    status = site.status(k.KAIWU_BACKUP, "elsewhere")
+    assert (status["pod"], status["nodeId"]) == ("dev-2", 3)
+    # Kept on the node when asked to (settings.remove_node_files off).
+    assert sorted(site.kwdb.extern_files((NS, "dev"), "dev-2")) == [
+        "kaiwu-backup-uid-elsewhere/settings/clustersetting.sql"]
+    assert EXTERN_DIR.endswith("/extern")
+
+
+def test_a_table_export_that_errors_fails_the_backup_with_the_error(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.kwdb.fail_export((NS, "dev"), site.now, "orders")
+    site.backup("broken", databases=["shop"])
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "broken")
+    assert (status["phase"], status["reason"]) == ("failed", "ExportFailed")
+    assert status["message"].startswith("shop.orders: /kaiwudb/bin/kwbase sql --format=csv -e "
+                                        'EXPORT INTO CSV "nodelocal://1/kaiwu-backup-uid-broken/')
+    assert "ERROR: export table shop.public.orders failed: simulated storage error" in \
+        status["message"]
+    assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
+
+
+def test_a_lost_status_write_is_recovered_from_the_target(tmp_path: Path) -> None:
+    """The target, not status, is the memory: plan.json means started, manifest.json means
+    completed, failed.json means failed, whatever status says."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first", databases=["shop"])
+    site.run_backup()
+    done = site.status(k.KAIWU_BACKUP, "first")
+    site.api.objects[("KaiwuBackup", NS, "first")]["status"] = {"phase": "running"}
+
+    fresh = a_site(tmp_path)  # a new process: nothing in memory
+    fresh.api, fresh.kwdb, fresh.runner = site.api, site.kwdb, site.runner
+    fresh.backups.view = fresh.backups.kube = site.api  # type: ignore[assignment]
+    fresh.backups.admin = site.backups.admin
+    p = fresh.a_pass("dev")
+    fresh.backups.run(p)
+    again = fresh.status(k.KAIWU_BACKUP, "first")
+    assert again["phase"] == "completed"
+    assert again["message"] == f"{done['files']} file(s) verified in {done['location']}"
+    assert (again["files"], again["sizeBytes"], again["databases"]) == (
+        done["files"], done["sizeBytes"], done["databases"])
+    assert [e[1] for e in p.events] == ["BackupCompleted"]
+
+    # Started: plan.json written, the status write lost.
+    site.backup("second", databases=["shop"])
+    site.backups.run(site.a_pass("dev"))
+    site.api.objects[("KaiwuBackup", NS, "second")]["status"] = {}
+    p = fresh.a_pass("dev")
+    fresh.backups.run(p)
+    assert fresh.status(k.KAIWU_BACKUP, "second")["phase"] == "running"
+    assert [e[1] for e in p.events] == [], "not started twice"
+    planned = json.loads((site.files("dev", "second") / bp.PLAN_FILE).read_text())
+    assert fresh.status(k.KAIWU_BACKUP, "second")["consistentTo"] == planned["consistent_to"]
+
+    # Failed: failed.json written, the status write lost.
+    (site.files("dev", "second") / FAILED_FILE).write_text(json.dumps(
+        {"reason": "NodeLost", "message": "node 1 went away"}))
+    p = fresh.a_pass("dev")
+    fresh.backups.run(p)
+    status = fresh.status(k.KAIWU_BACKUP, "second")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "NodeLost", "node 1 went away")
+    assert p.events == [("Warning", "BackupFailed", "KaiwuBackup/second: NodeLost: node 1 "
+                                                     "went away")]
+
+
+def test_a_file_lost_from_the_target_before_the_manifest_fails_the_backup(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("leaky", databases=["shop"])
+    for _ in range(6):  # planned and every item exported: the manifest is next
+        site.backups.run(site.a_pass("dev"))
+    assert site.status(k.KAIWU_BACKUP, "leaky")["message"].endswith("5/5 items")
+    (site.files("dev", "leaky") / "shop/public/orders/n1.0.csv").unlink()
+
+    site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "leaky")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "TargetIncomplete",
+        "item shop.orders: missing or changed in the target: shop/public/orders/n1.0.csv")
+    assert not (site.files("dev", "leaky") / bp.MANIFEST_FILE).exists()
+
+
+def test_a_claim_that_refuses_the_plan_fails_the_backup_and_the_pass_goes_on(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("blocked")
+    site.files("dev", "blocked").parent.mkdir(parents=True)
+    site.files("dev", "blocked").write_text("a file where the backup's directory belongs")
+
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    status = site.status(k.KAIWU_BACKUP, "blocked")
+    assert (status["phase"], status["reason"]) == ("failed", "TargetFailed")
+    assert status["message"].startswith(f"volume://{CLAIM}/{NS}/dev/blocked/plan.json: ")
+    assert p.events == [("Warning", "BackupFailed",
+                         f"KaiwuBackup/blocked: TargetFailed: {status['message']}")]
+
+
+def a_schedule(site: Site, name: str, cron: str, *, keep: int = 7, immediate: bool = False,
+               claim: str = CLAIM) -> Obj:
+    return site.api.add({
+        "apiVersion": k.KAIWU_BACKUP_SCHEDULE.api_version, "kind": k.KAIWU_BACKUP_SCHEDULE.kind,
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"cluster": {"name": "dev"}, "schedule": cron, "immediate": immediate,
+                 "retention": {"keep": keep},
+                 "template": {"target": {"volume": {"claimName": claim}},
+                              "databases": ["shop"]}}})
+
+
+def test_a_schedule_backs_up_at_once_then_daily_and_keeps_the_newest(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    a_schedule(site, "nightly", "0 0 3 * * *", keep=1, immediate=True)
+
+    passes = site.run_backup()
+    first = "nightly-20260101000000"
+    made = site.api.get(k.KAIWU_BACKUP, NS, first) or {}
+    assert (made["apiVersion"], made["kind"]) == ("kaiwu.inspur.com/v1", "KaiwuBackup")
+    assert made["metadata"]["labels"] == {"kaiwu.inspur.com/schedule": "nightly"}
+    assert made["metadata"]["annotations"] == {
+        "kaiwu.inspur.com/schedule-slot": "2026-01-01T00:00:00Z"}
+    assert made["spec"] == {"cluster": {"name": "dev"}, "databases": ["shop"],
+                            "target": {"volume": {"claimName": CLAIM}}}
+    assert site.status(k.KAIWU_BACKUP, first)["phase"] == "completed"
+    assert passes[0].events == [("Normal", "BackupScheduled",
+                                 f"KaiwuBackup/{first}: made by schedule nightly")]
+    site.backups.run(site.a_pass("dev"))
+    assert site.status(k.KAIWU_BACKUP_SCHEDULE, "nightly") == {
+        "lastScheduleTime": "2026-01-01T00:00:00Z",
+        "nextScheduleTime": "2026-01-01T03:00:00Z", "lastSuccessfulBackup": first}
+
+    site.at(3 * 3600 + 1.0)
+    site.run_backup()
+    site.backups.run(site.a_pass("dev"))  # retention, now that the second one completed
+    second = "nightly-20260101030000"
+    assert site.status(k.KAIWU_BACKUP, second)["phase"] == "completed"
+    assert site.api.get(k.KAIWU_BACKUP, NS, first) is None
+    assert not site.files("dev", first).exists() and site.files("dev", second).exists()
+    assert site.status(k.KAIWU_BACKUP_SCHEDULE, "nightly")["lastSuccessfulBackup"] == second
+
+
+def test_files_retention_cannot_reach_keep_their_backup_and_say_why(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    a_schedule(site, "nightly", "0 0 3 * * *", keep=1)
+    for name, day in (("old", "2025-12-01"), ("new", "2025-12-02")):
+        obj = site.backup(name, target={"volume": {"claimName": "unmounted"}})
+        obj["metadata"].update(creationTimestamp=f"{day}T03:00:00Z",
+                               labels={"kaiwu.inspur.com/schedule": "nightly"})
+        obj["status"] = {"phase": "completed", "completedAt": f"{day}T03:05:00Z"}
+
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    assert site.api.get(k.KAIWU_BACKUP, NS, "old") is not None
+    assert [e for e in p.events if e[1] == "BackupRetentionFailed"] == [(
+        "Warning", "BackupRetentionFailed",
+        "KaiwuBackup/old: files not deleted: spec.target.volume.claimName 'unmounted': not "
+        f"mounted in the reconciler at {tmp_path}/unmounted; install with `kaiwu install "
+        "--backup-volume-claim unmounted` (a ReadWriteMany claim in the reconciler's "
+        "namespace)")]
+    # The newest completed backup's time is what the metric says.
+    assert site.backups.metrics.value("kaiwu_backup_last_success_timestamp_seconds",
+                                      {"namespace": NS, "cluster": "dev"}) == \
+        datetime(2025, 12, 2, 3, 5, tzinfo=UTC).timestamp()
+
+
+def test_every_failed_backup_is_announced_once(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("one", databases=["crm"])
+    site.backup("two", databases=["hr"])
+
+    events = [e for p in site.run_backup() for e in p.events]
+    site.backups.run(site.a_pass("dev"))
+
+    assert [e[2] for e in events] == [
+        "KaiwuBackup/one: DatabaseNotFound: spec.databases: crm do(es) not exist in the cluster",
+        "KaiwuBackup/two: DatabaseNotFound: spec.databases: hr do(es) not exist in the cluster"]
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 2
+
+
+def test_a_cluster_being_restored_is_not_backed_up_yet(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("fresh", restore_from="elsewhere")
+    site.backup("early", cluster="fresh")
+
+    for _ in range(2):
+        site.backups.run(site.a_pass("fresh"))
+
+    assert site.status(k.KAIWU_BACKUP, "early") == {
+        "phase": "pending", "message": "waiting: the cluster is being restored from a backup"}
+    assert [w for w in site.api.writes if w[2] == "early"] == [
+        ("patch/status", "KaiwuBackup", "early")], "the same message is written once"
+
+    site.api.objects[("KaiwuCluster", NS, "fresh")]["metadata"]["annotations"] = {
+        bp.RESTORE_ANNOTATION: json.dumps({"backup": "elsewhere", "done": [],
+                                           "completedAt": "2026-01-01T00:01:00Z"})}
+    site.backups.run(site.a_pass("fresh"))
+    assert site.status(k.KAIWU_BACKUP, "early")["phase"] == "running"
+
+
+def test_a_backups_files_sit_under_the_cluster_it_was_taken_of(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    fresh = site.start_cluster("fresh", replicas=3, restore_from="first")
+    taken = site.backup("first", cluster="dev")
+
+    assert site.backups.target(fresh, taken).location == f"volume://{CLAIM}/{NS}/dev/first"
+
+
+def test_an_s3_backup_keeps_one_client_per_endpoint_and_credentials(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    made: list[tuple[object, ...]] = []
+
+    def factory(*args: object, **kwargs: object) -> object:
+        made.append((*args, *sorted(kwargs.items())))
+        return boto3.client(*args, **kwargs)
+    site.backups._s3_make = factory
+    site.start_cluster("dev")
+    load_shop(site)
+    site.api.add({"apiVersion": "v1", "kind": "Secret",
+                  "metadata": {"name": "creds", "namespace": NS},
+                  "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode(),
+                           "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"key").decode()}})
+    s3 = {"s3": {"bucket": "backups", "prefix": "nightly", "credentialsSecret":
+                 {"name": "creds"}}}
+    site.backup("to-s3", databases=["shop"], target=s3)
+
+    with mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="backups")
+        passes = site.run_backup()
+        keys = {o["Key"] for o in boto3.client("s3", region_name="us-east-1").list_objects_v2(
+            Bucket="backups")["Contents"]}
+
+    status = site.status(k.KAIWU_BACKUP, "to-s3")
+    assert status["phase"] == "completed"
+    assert status["location"] == f"s3://backups/nightly/{NS}/dev/to-s3"
+    assert f"nightly/{NS}/dev/to-s3/shop/public/orders/n1.0.csv" in keys
+    assert len(passes) > 2 and len(made) == 1
+    assert made[0][0] == "s3" and ("aws_access_key_id", "id") in made[0]

@@ -1,0 +1,433 @@
+"""A restore in the fast tier (reconciler/kaiwudb/restore.py and restore_server.py against the
+simulated KaiwuDB, which reads the backup over http from the reconciler's file server, as KWDB's
+IMPORT does; tests/unit/reconciler/kaiwudb/backup_world.py).
+
+Stories: a new cluster made with spec.bootstrap.fromBackup waits for its backup to complete,
+then imports settings, users and each database one pass at a time, is not Ready until then, and
+ends with the same data as the cluster backed up; the file server stops serving the backup when
+the restore is over. A cluster that already holds data is refused untouched; a damaged backup
+fails before anything is imported; a database found although its import was never recorded
+stops the restore; a reconciler that lost its record of the users' import does not import them
+twice; a lagging cache does not make an import run twice.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup_target import TargetError
+from reconciler.kaiwudb.restore import Restore
+from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
+from reconciler.kube import kinds as k
+from reconciler.model import Pass
+from renderer.render import read_live
+from tests.unit.reconciler.kaiwudb.backup_world import NS, Site, a_site, load_shop
+
+
+@pytest.fixture
+def server() -> Iterator[BackupFileServer]:
+    found = BackupFileServer("127.0.0.1:0", "127.0.0.1")
+    try:
+        yield found
+    finally:
+        found.stop()
+
+
+def backed_up(tmp_path: Path) -> Site:
+    """The shop cluster "dev", backed up completely as KaiwuBackup "first"."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first")
+    site.run_backup()
+    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
+    return site
+
+
+def record(site: Site, name: str = "fresh") -> dict[str, object] | None:
+    obj = site.api.get(k.KAIWU_CLUSTER, NS, name) or {}
+    return bp.restore_record((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def restore_passes(site: Site, restore: Restore, name: str = "fresh",
+                   passes: int = 10) -> list[Pass]:
+    done = []
+    for _ in range(passes):
+        p = site.a_pass(name)
+        restore.run(p)
+        done.append(p)
+        site.at(site.now + 1)
+        found = record(site, name) or {}
+        if found.get("completedAt") or found.get("failed") or p.stalled:
+            break
+    return done
+
+
+def sql_run(site: Site, pod_prefix: str) -> list[str]:
+    """The statements run through `kwbase sql -e` in a cluster's pods, in order."""
+    return [command[command.index("-e") + 1] for pod, command in site.runner.calls
+            if pod.startswith(pod_prefix) and "-e" in command]
+
+
+def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    passes = restore_passes(site, restore)
+
+    assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents((NS, "dev"),
+                                                                               site.now)
+    found = record(site) or {}
+    assert found["backup"] == "first"
+    assert found["done"] == ["settings", "users", "database sensors", "database shop"]
+    assert found["completedAt"]
+    assert [p.not_ready for p in passes[:-1]] == [
+        [("Restoring", f"restoring KaiwuBackup first: {i}/4 imports done ({step})")]
+        for i, step in enumerate(found["done"], start=1)]
+    assert passes[-1].not_ready == [] and passes[-1].stalled == []
+    # The record, as the annotation holds it (keys sorted), and as later steps of the same
+    # pass see it (the backup step waits for a restore to complete).
+    text = json.dumps({"backup": "first", "completedAt": found["completedAt"],
+                       "done": found["done"]}, sort_keys=False)
+    assert (site.api.get(k.KAIWU_CLUSTER, NS, "fresh") or {})["metadata"]["annotations"][
+        bp.RESTORE_ANNOTATION] == text
+    assert passes[-1].obj["metadata"]["annotations"][bp.RESTORE_ANNOTATION] == text
+    assert not bp.restore_pending(passes[-1].obj["metadata"]["annotations"], "first")
+    assert site.backups.metrics.value("kaiwu_writes_total", {
+        "verb": "patch", "kind": "KaiwuCluster"}) == 6, "the record: begun, 4 imports, done"
+    assert [e[1] for p in passes for e in p.events] == ["RestoreStep"] * 4 + ["RestoreCompleted"]
+    manifest = json.loads((site.files("dev", "first") / bp.MANIFEST_FILE).read_text())
+    assert passes[-1].events[-1][2] == (f"KaiwuBackup/first: 4 imports done; relational tables "
+                                        f"as of {manifest['consistentToTime']}")
+    imports = [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
+    assert len(imports) == 4 and all("http://127.0.0.1:" in s for s in imports)
+    # The backup is no longer served.
+    url = imports[0].split('("')[1].split('")')[0]
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(url, timeout=5)
+    assert gone.value.code == 404
+    # A completed restore does nothing more.
+    p = site.a_pass("fresh")
+    calls = len(site.runner.calls)
+    restore.run(p)
+    assert len(site.runner.calls) == calls and p.not_ready == [] and p.events == []
+
+
+def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
+                                                      server: BackupFileServer) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    restore = Restore(site.backups, server, poll_s=2.5)
+    site.start_cluster("fresh", restore_from="first")
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+    assert p.not_ready == [("Restoring", "KaiwuBackup first does not exist; the restore waits "
+                                         "for it to complete")]
+    assert p.progressing == p.not_ready and min(p.requeue) == pytest.approx(2.5)
+
+    site.backup("first")
+    p = site.a_pass("fresh")
+    restore.run(p)
+    assert p.not_ready == [("Restoring", "KaiwuBackup first is new; the restore waits for it "
+                                         "to complete")]
+    site.backups.run(site.a_pass("dev"))
+    p = site.a_pass("fresh")
+    restore.run(p)
+    assert p.not_ready[0][1].startswith("KaiwuBackup first is running;")
+    assert record(site) is None and sql_run(site, "fresh-") == []
+
+
+def test_a_cluster_that_holds_data_is_refused_and_left_untouched(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    site.kwdb.load((NS, "fresh"), site.now, database="crm", table="leads",
+                   columns=[("id", "INT8")], rows=[("1",)])
+    site.kwdb.set_user((NS, "fresh"), site.now, "sales")
+    before = site.kwdb.contents((NS, "fresh"), site.now)
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.stalled == [("RestoreRefused", "spec.bootstrap.fromBackup: the cluster already "
+                          "holds data (databases crm; users sales); a backup is restored only "
+                          "into a new, empty cluster")]
+    assert record(site) is None
+    assert site.kwdb.contents((NS, "fresh"), site.now) == before
+    assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
+
+
+def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    orders = site.files("dev", "first") / "shop/public/orders/n1.0.csv"
+    orders.write_text(orders.read_text().replace("tea", "tee"))
+
+    passes = restore_passes(site, restore)
+
+    (reason, message), = passes[-1].stalled
+    assert reason == "RestoreFailed"
+    assert message.startswith("restore from KaiwuBackup first: the backup is not intact: "
+                              "shop/public/orders/n1.0.csv: checksum ")
+    assert passes[-1].events == [("Warning", "RestoreFailed", message)]
+    assert (record(site) or {})["failed"] == message
+    assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
+    # Later passes report it again and import nothing.
+    p = site.a_pass("fresh")
+    calls = len(site.runner.calls)
+    restore.run(p)
+    assert p.stalled == [("RestoreFailed", message)] and len(site.runner.calls) == calls
+
+
+def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    for _ in range(3):  # settings, users, database sensors
+        restore.run(site.a_pass("fresh"))
+    # The reconciler died after importing shop and before recording it.
+    site.kwdb.load((NS, "fresh"), site.now, database="shop", table="orders",
+                   columns=[("id", "INT8")], rows=[("1",)])
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.stalled == [("RestoreFailed", (
+        "restore from KaiwuBackup first: database shop: exists although its import was not "
+        "recorded as finished (an earlier attempt stopped midway?); drop it and delete the "
+        "annotation kaiwu.inspur.com/restore to restart"))]
+
+
+def test_users_imported_before_a_crash_are_not_imported_again(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    restore.run(site.a_pass("fresh"))  # settings
+    site.kwdb.set_user((NS, "fresh"), site.now, "app")  # imported, never recorded
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert (record(site) or {})["done"] == ["settings", "users"]
+    assert p.events == [("Normal", "RestoreStep", "KaiwuBackup/first: users imported")]
+    assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT USERS")]
+    restore_passes(site, restore)
+    assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents((NS, "dev"),
+                                                                               site.now)
+
+
+def test_a_lagging_cache_does_not_run_an_import_twice(tmp_path: Path,
+                                                      server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    stale = site.a_pass("fresh")  # the cluster as the cache shows it: no record yet
+    restore.run(site.a_pass("fresh"))  # settings imported and recorded
+
+    restore.run(stale)  # a pass on the stale object
+    assert stale.events == [("Normal", "RestoreStep", "KaiwuBackup/first: users imported")]
+    assert [s.split(" ")[1] for s in sql_run(site, "fresh-") if s.startswith("IMPORT")] == [
+        "CLUSTER", "USERS"]
+
+    # Forgotten (the cluster was deleted): the annotation is all there is.
+    restore.forget(NS, "fresh")
+    assert restore.recall(stale.cluster, None) is None  # type: ignore[arg-type]
+
+
+def test_no_ready_pod_with_a_live_node_keeps_the_restore_waiting(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    for ordinal in range(3):
+        site.api.objects[("Pod", NS, f"fresh-{ordinal}")]["status"]["conditions"] = [
+            {"type": "Ready", "status": "False"}]
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.not_ready == [("Restoring", "no Ready pod with a live KaiwuDB node to import "
+                                         "through")]
+    assert record(site) is None
+
+
+def test_the_file_server_lists_directories_and_serves_only_what_is_published(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    target = site.backups.target(dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {})
+    url = server.publish("shop/fresh", target)
+    assert server.publish("shop/fresh", target) == url, "the same key keeps its token"
+
+    def get(path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(url + path, timeout=5) as answer:
+                return answer.status, answer.read()
+        except urllib.error.HTTPError as err:
+            return err.code, b""
+
+    status, index = get("/shop/")
+    assert status == 200
+    assert index.decode() == ('<html><body><pre>\n<a href="meta.sql">meta.sql</a>\n'
+                              '<a href="public/">public/</a>\n</pre></body></html>\n')
+    assert get("/shop/public/orders/n1.0.csv") == (200, b"1,tea\n2,rice\n3,salt\n")
+    assert get("/shop/public/nothing.csv")[0] == 404
+    assert get("/../dev/first/plan.json")[0] == 404
+    assert get("/shop/../plan.json")[0] == 404
+    root = get("/")[1].decode()
+    assert '<a href="manifest.json">manifest.json</a>' in root and '<a href="shop/">' in root
+    other = url.rsplit("/", 1)[0] + "/not-a-token/plan.json"
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(other, timeout=5)
+    server.withdraw("shop/fresh")
+    assert get("/shop/public/orders/n1.0.csv")[0] == 404
+
+
+def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went_further(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = a_site(tmp_path)
+    restore = Restore(site.backups, server)
+    cluster = site.start_cluster("fresh", restore_from="first")
+    p = site.a_pass("fresh")
+    restore.annotate(p, cluster, {"backup": "first", "done": ["settings", "users", "db"]})
+
+    assert restore.recall(cluster, None) == {"backup": "first",
+                                             "done": ["settings", "users", "db"]}
+    behind = {"backup": "first", "done": ["settings"]}
+    assert restore.recall(cluster, behind)["done"] == ["settings", "users", "db"]  # type: ignore
+    failed = {"backup": "first", "done": ["settings"], "failed": "the backup is not intact"}
+    assert restore.recall(cluster, failed) == failed, "a finished record outranks more imports"
+    other = {"backup": "second", "done": []}
+    assert restore.recall(cluster, other) == other, "a record of another backup is not ours"
+
+    restore.annotate(p, cluster, {"backup": "first", "done": ["settings"], "failed": "boom"})
+    ahead = {"backup": "first", "done": ["settings", "users"]}
+    assert restore.recall(cluster, ahead)["failed"] == "boom"  # type: ignore[index]
+
+    restore.forget(NS, "fresh")
+    restore.forget(NS, "never-restored")
+    assert restore.recall(cluster, ahead) == ahead
+
+
+def test_a_backup_without_its_manifest_fails_the_restore(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    (site.files("dev", "first") / bp.MANIFEST_FILE).unlink()
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.stalled == [("RestoreFailed", "restore from KaiwuBackup first: the backup is not "
+                                           "intact: manifest.json is missing or lists no files")]
+
+
+def test_a_pod_that_stopped_answering_fails_the_restore_before_it_began(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    p = site.a_pass("fresh")  # the cache still shows every pod Ready
+    for ordinal in range(3):
+        site.kwdb.stop_process((NS, "fresh"), f"fresh-{ordinal}", site.now)
+
+    restore.run(p)
+
+    (reason, message), = p.stalled
+    assert reason == "RestoreFailed"
+    assert message.startswith("restore from KaiwuBackup first: ")
+    assert record(site) == {"backup": "first", "failed": message}
+
+
+def test_the_restore_step_runs_for_an_initialised_cluster_made_from_a_backup(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = a_site(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("dev")
+    site.start_cluster("fresh", restore_from="first")
+
+    assert restore.wanted(site.a_pass("fresh"))
+    assert not restore.wanted(site.a_pass("dev")), "no spec.bootstrap.fromBackup"
+    assert not restore.wanted(site.a_pass("fresh", initialized=False))
+    halted = site.a_pass("fresh")
+    halted.halted = True
+    assert not restore.wanted(halted)
+    site.api.objects[("KaiwuCluster", NS, "fresh")]["metadata"]["annotations"] = {
+        "kaiwu.inspur.com/paused": "true"}
+    assert not restore.wanted(site.a_pass("fresh"))
+
+
+def test_the_file_server_serves_nothing_outside_the_backup(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """KaiwuDB's SQL users can see an IMPORT's URL in SHOW JOBS: a path that joins to an absolute
+    one (an empty segment) or climbs out must not reach the reconciler's own files."""
+    site = backed_up(tmp_path)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    url = server.publish("shop/fresh", site.backups.target(
+        dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {}))
+    secret = tmp_path / "token"
+    secret.write_text("the reconciler's service account token")
+
+    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + path, timeout=5)
+        assert refused.value.code == 404, path
+    with urllib.request.urlopen(url + "/shop/meta.sql", timeout=5) as answer:
+        assert answer.status == 200
+
+
+def test_the_file_server_says_what_it_sends_and_logs_what_fails(
+        tmp_path: Path, server: BackupFileServer, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    site = backed_up(tmp_path)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    target = site.backups.target(dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {})
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n: "X-token-starting-with-X")
+    caplog.set_level(logging.DEBUG, logger="reconciler.kaiwudb.restore_server")
+    url = server.publish("shop/fresh", target)
+    assert url.endswith("/X-token-starting-with-X")
+    assert [t.daemon for t in threading.enumerate() if t.name == "restore-files"] == [True]
+
+    with urllib.request.urlopen(url + "/shop/", timeout=5) as index:
+        assert index.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert int(index.headers["Content-Length"]) == len(index.read())
+    with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as file:
+        assert file.headers["Content-Type"] == "application/octet-stream"
+        assert file.headers["Content-Length"] == "17" and file.read() == b"CREATE USER app;\n"
+    assert any(r.getMessage().startswith('restore server: "GET /X-token-starting-with-X/shop/ ')
+               for r in caplog.records)
+
+    def broken(key: str) -> bytes:
+        raise TargetError("s3://backups/x: ConnectionError: refused")
+    monkeypatch.setattr(target, "get", broken)
+    with pytest.raises(urllib.error.HTTPError) as failed:
+        urllib.request.urlopen(url + "/users/users.sql", timeout=5)
+    assert failed.value.code == 502
+    assert "restore server: s3://backups/x: ConnectionError: refused" in [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    # Withdrawn, the token is dead for good: publishing again gives a new one.
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n: "another-token")
+    server.withdraw("shop/fresh")
+    assert server.publish("shop/fresh", target).endswith("/another-token")
+    assert ipaddress.ip_address(default_advertise_host())
