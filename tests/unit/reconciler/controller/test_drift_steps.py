@@ -1,0 +1,547 @@
+"""Stories about what the controller does when what it applied changes behind its back: the
+observe, repair, recreate, prune and report steps over several passes, on the small fakes of
+test_steps.py (a dict of objects for the caches, an API that stores what is applied). A person
+edits or deletes an object between passes; the stories check what the next pass writes, which
+actions and Events it reports and what the status says. The same passes against the real
+apiserver: tests/world_stories/drift/.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from reconciler import status as st
+from reconciler.controller.controller import Controller
+from reconciler.controller.objects import Result
+from reconciler.controller.prune import PruneStep
+from reconciler.controller.repair import RepairStep
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S
+from reconciler.keys import ClusterKey
+from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj, rfc3339
+from reconciler.settings import Settings
+from tests.unit.reconciler.controller.test_steps import NAME, NOW, NS, FakeKube, FakeView, cluster
+
+KEY = ClusterKey(NS, NAME)
+PUBLIC = f"{NAME}-public"
+
+
+def _walk(obj: Any, pointer: str) -> tuple[Any, str | int]:
+    """The container of an RFC 6901 pointer's target, and the target's key there."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+    for part in parts[:-1]:
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    last = parts[-1]
+    return obj, int(last) if isinstance(obj, list) else last
+
+
+class DriftKube(FakeKube):
+    """The API of test_steps.py plus deletes, JSON patches and Events (each recorded), and
+    answers set per object: `refuse[(kind, name)]` is raised by an apply of that object."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        super().__init__(objects)
+        self.events: list[tuple[str, str, str]] = []
+        self.deletes: list[tuple[str, str, str | None]] = []  # (kind, name, propagation)
+        self.refuse: dict[tuple[str, str], ApiError] = {}
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        refused = self.refuse.get((obj["kind"], obj["metadata"]["name"]))
+        if refused is not None:
+            raise refused
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+    def create(self, obj: Obj) -> Obj:
+        if obj["kind"] == "Event":
+            self.events.append((obj["type"], obj["reason"], obj["message"]))
+            return copy.deepcopy(obj)
+        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return self._store(obj)
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               grace_period_seconds: int | None = None, propagation: str | None = None) -> bool:
+        stored = self.objects.get((kind.kind, namespace or "", name))
+        if stored is None:
+            return False
+        if uid and stored["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        self.deletes.append((kind.kind, name, propagation))
+        del self.objects[(kind.kind, namespace or "", name)]
+        return True
+
+    def json_patch(self, kind: Kind, namespace: str | None, name: str,
+                   ops: list[dict[str, Any]]) -> Obj:
+        self.writes.append(("json_patch", kind.kind, name))
+        stored = copy.deepcopy(self.objects[(kind.kind, namespace or "", name)])
+        for op in ops:
+            parent, key = _walk(stored, op["path"])
+            if op["op"] == "test" and parent[key] != op["value"]:
+                raise ApiError(422, "Invalid", f"the test of {op['path']} failed")
+            if op["op"] == "remove":
+                del parent[key]
+        return self._store(stored)
+
+
+class World:
+    """One cluster, its reconciler and the API, over several passes."""
+
+    def __init__(self, settings: Settings | None = None, **spec: Any) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME):
+                                                         cluster(**spec)}
+        self.kube = DriftKube(self.objects)
+        self.metrics = Metrics()
+        self.now = NOW
+        self.settings = settings or Settings(watch_namespace=NS,  # type: ignore[arg-type]
+                                             leader_election=False)
+        self.controller = Controller(self.kube, FakeView(self.objects), self.settings,
+                                     self.metrics, clock=lambda: self.now)
+
+    def reconcile(self) -> Result:
+        self.kube.writes.clear()
+        self.kube.events.clear()
+        self.kube.deletes.clear()
+        return self.controller.reconcile(KEY)
+
+    def settle(self) -> None:
+        """Time passes: the watch has shown our writes (a deletion right after our create
+        would otherwise be taken for that create still on its way: STALE_GRACE_S)."""
+        self.controller.shared.marks.forget(KEY)
+
+    def edit(self, kind: str, name: str, change: Callable[[Obj], Any]) -> None:
+        """Someone else changes a stored object (a new resourceVersion, as the API gives)."""
+        obj = self.objects[(kind, NS, name)]
+        change(obj)
+        self.kube.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.kube.version)
+
+    def edit_spec(self, **changes: Any) -> None:
+        def change(obj: Obj) -> None:
+            obj["spec"].update(changes)
+            obj["metadata"]["generation"] += 1
+        self.edit("KaiwuCluster", NAME, change)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.objects[("KaiwuCluster", NS, NAME)].get("status") or {}
+        return found
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        found = st.condition(self.status, type_)
+        assert found is not None, (type_, self.status)
+        return dict(found)
+
+    def actions(self) -> list[tuple[str, str, str]]:
+        """This pass's actions in status.lastActions (action, target, message)."""
+        return [(a["action"], a["target"], a["message"])
+                for a in self.status.get("lastActions") or () if a["time"] == rfc3339(self.now)]
+
+    def applied(self) -> list[tuple[str, str]]:
+        return [(kind, name) for verb, kind, name in self.kube.writes if verb == "apply"]
+
+
+def change_port(port: int) -> Callable[[Obj], None]:
+    def change(obj: Obj) -> None:
+        obj["spec"]["ports"][0]["port"] = port
+    return change
+
+
+def add_port(obj: Obj) -> None:
+    obj["spec"]["ports"].append({"name": "extra", "port": 9999, "protocol": "TCP",
+                                 "targetPort": 9999})
+
+
+def test_a_new_cluster_reports_what_it_created_in_one_event() -> None:
+    world = World()
+    world.reconcile()
+    created = [e for e in world.kube.events if e[1] == "Created"]
+    assert created == [("Normal", "Created", f"created ServiceAccount/{NAME}, Service/{NAME}, "
+                        f"Service/{PUBLIC}, StatefulSet/{NAME}, PodDisruptionBudget/{NAME}")]
+    assert ("Created", f"Service/{PUBLIC}", "created") in world.actions()
+
+
+def test_a_new_generation_is_applied_and_announced_with_its_number() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(replicas=5)
+    world.reconcile()
+    assert ("StatefulSet", NAME) in world.applied()
+    assert ("Applied", f"StatefulSet/{NAME}", "applied the spec's new generation") in \
+        world.actions()
+    applied = [e for e in world.kube.events if e[1] == "Applied"]
+    assert applied and applied[0][2].startswith(f"applied generation 2 to StatefulSet/{NAME}")
+    assert world.status["observedGeneration"] == 2
+
+
+def test_a_port_changed_by_hand_is_put_back_and_the_repair_is_told() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    assert world.objects[("Service", NS, PUBLIC)]["spec"]["ports"][0]["port"] == 26257
+    [(action, target, message)] = [a for a in world.actions() if a[0] == "DriftRepaired"]
+    assert (action, target) == ("DriftRepaired", f"Service/{PUBLIC}")
+    assert message.startswith("repaired: spec.ports[")
+    assert ("Normal", "DriftRepaired", f"Service/{PUBLIC}: {message}") in world.kube.events
+    assert world.metrics.value("kaiwu_drift_repaired_total", {"kind": "Service"}) == 1
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 1
+    drifted = world.condition("Drifted")
+    assert (drifted["status"], drifted["reason"]) == ("False", "Repaired")
+    # The next pass finds it as rendered: nothing to write, nothing to say.
+    world.reconcile()
+    assert world.applied() == [] and world.kube.events == []
+
+
+def test_an_object_deleted_by_hand_is_recreated() -> None:
+    world = World()
+    world.reconcile()
+    del world.objects[("Service", NS, PUBLIC)]
+    world.settle()
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    assert ("DriftRepaired", f"Service/{PUBLIC}", "recreated (it had been deleted)") in \
+        world.actions()
+
+
+def test_a_port_someone_added_is_removed_without_applying_the_rest() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, add_port)
+    world.reconcile()
+    assert world.applied() == [], "only what others added differs: no apply"
+    assert ("json_patch", "Service", PUBLIC) in world.kube.writes
+    ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
+    assert ports == [26257, 8080]
+    assert world.condition("Drifted")["status"] == "False"
+
+
+def test_a_port_added_while_ours_was_changed_goes_with_the_repair() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.edit("Service", PUBLIC, add_port)
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
+    assert 9999 not in ports and 26257 in ports
+
+
+def test_with_the_warn_policy_drift_is_told_once_and_left_alone() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == []
+    [warning] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert warning[0] == "Warning"
+    assert warning[2].startswith(f"Service/{PUBLIC}: spec.ports[")
+    assert warning[2].endswith("(drift policy is warn)")
+    drifted = world.condition("Drifted")
+    assert (drifted["status"], drifted["reason"]) == ("True", "WarnOnly")
+    world.reconcile()
+    assert [e for e in world.kube.events if e[1] == "DriftDetected"] == [], "told once"
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 1
+    # Deleted too: told again, as missing, and still not recreated.
+    del world.objects[("Service", NS, PUBLIC)]
+    world.settle()
+    world.reconcile()
+    assert world.applied() == []
+    assert ("Warning", "DriftDetected", f"Service/{PUBLIC}: missing (drift policy is warn)") \
+        in world.kube.events
+
+
+def test_a_paused_cluster_tells_its_drift_and_why_it_is_not_repaired() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(paused=True)
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == []
+    [warning] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert warning[2].startswith(f"Service/{PUBLIC}: spec.ports[")
+    assert warning[2].endswith("(the cluster is paused)")
+
+
+def test_with_the_off_policy_drift_is_neither_repaired_nor_told() -> None:
+    world = World(drift={"policy": "off"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == []
+    assert [e for e in world.kube.events if e[1] == "DriftDetected"] == []
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 0
+
+
+def test_an_object_someone_keeps_changing_back_is_a_fight_and_repairs_back_off() -> None:
+    world = World()
+    world.reconcile()
+    threshold = world.settings.fight_threshold
+    for _ in range(threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        result = world.reconcile()
+    fight = [e for e in world.kube.events if e[1] == "DriftFight" and "keeps changing" in e[2]]
+    assert len(fight) == 1 and fight[0][0] == "Warning"
+    assert fight[0][2].startswith(f"Service/{PUBLIC} keeps changing back ({threshold} repairs "
+                                  f"within {world.settings.fight_window_s:g}s): next repair "
+                                  "not before ")
+    wait = float(fight[0][2].rsplit(" ", 1)[1].removesuffix("s"))
+    assert 0 < wait <= world.settings.drift_backoff_max_s
+    assert result.requeue_after_s is not None and result.requeue_after_s <= wait
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "DriftFight")
+    assert f"Service/{PUBLIC} keeps being changed back after each repair" in stalled["message"]
+    # Changed again at once: left drifted while the back-off lasts, and said so.
+    world.now += 0.25
+    world.edit("Service", PUBLIC, change_port(4321))
+    result = world.reconcile()
+    assert world.applied() == []
+    assert result.requeue_after_s is not None and 0.5 < result.requeue_after_s <= wait - 0.25
+    assert any(e[1] == "DriftDetected" and "(repairs are backing off for " in e[2]
+               for e in world.kube.events)
+
+
+def test_an_apply_the_api_server_refuses_stalls_the_cluster_with_its_words() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.kube.refuse[("Service", PUBLIC)] = ApiError(400, "BadRequest", "spec.ports: forbidden")
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ApplyRejected")
+    assert stalled["message"] == (f"Service/{PUBLIC}: the API server refused it: "
+                                  "spec.ports: forbidden")
+    assert world.metrics.value("kaiwu_errors_total", {"stage": "apply"}) == 0, \
+        "the dry run already said no: no apply was tried"
+
+
+def test_a_port_renumbered_by_hand_that_keeps_its_name_is_removed_before_the_apply() -> None:
+    # The server refuses to merge our port "sql" into a list holding another port of that
+    # name (422), so the repair removes theirs first.
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    real_apply = world.kube.apply
+
+    def apply(obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        stored = world.objects[("Service", NS, PUBLIC)]
+        if obj["metadata"]["name"] == PUBLIC and any(
+                p["port"] == 1234 for p in stored["spec"]["ports"]):
+            raise ApiError(422, "Invalid", "spec.ports[0].name: Duplicate value: \"sql\"")
+        return real_apply(obj, dry_run=dry_run, force=force)
+    world.kube.apply = apply  # type: ignore[method-assign]
+    world.reconcile()
+    verbs = [(verb, kind) for verb, kind, name in world.kube.writes if name == PUBLIC]
+    assert verbs == [("json_patch", "Service"), ("apply", "Service")]
+    ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
+    assert ports == [26257, 8080]
+    assert world.condition("Stalled")["status"] == "False"
+    assert world.condition("Drifted")["reason"] == "Repaired"
+
+
+def test_an_apply_that_fails_after_its_dry_run_passed_is_counted_and_reported() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    refusal = ApiError(403, "Forbidden", "not allowed")
+    real_apply = world.kube.apply
+
+    def apply(obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        if not dry_run and obj["metadata"]["name"] == PUBLIC:
+            raise refusal
+        return real_apply(obj, dry_run=dry_run, force=force)
+    world.kube.apply = apply  # type: ignore[method-assign]
+    world.reconcile()
+    assert world.metrics.value("kaiwu_errors_total", {"stage": "apply"}) == 1
+    assert world.condition("Stalled")["message"] == (
+        f"Service/{PUBLIC}: the API server refused it: not allowed")
+    # A lost race (409) is no refusal: looked at again shortly.
+    refusal.status = 409
+    world.edit("Service", PUBLIC, change_port(1235))
+    result = world.reconcile()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.condition("Stalled")["status"] == "False"
+
+
+def test_a_changed_volume_claim_template_recreates_the_statefulset_keeping_pods_and_claims(
+        ) -> None:
+    world = World()
+    world.reconcile()
+
+    def other_claims(sts: Obj) -> None:
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = \
+            "1Gi"
+    world.edit("StatefulSet", NAME, other_claims)
+    result = world.reconcile()
+    assert world.kube.deletes == [("StatefulSet", NAME, "Orphan")]
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    [recreating] = [a for a in world.actions() if a[0] == "Recreating"]
+    assert recreating[1] == f"StatefulSet/{NAME}"
+    assert recreating[2].startswith("/spec/volumeClaimTemplates")
+    assert "cannot change in place: deleted with its pods and claims orphaned" in recreating[2]
+    reconciling = world.condition("Reconciling")
+    assert (reconciling["status"], reconciling["reason"]) == ("True", "Recreating")
+    assert reconciling["message"].startswith(f"recreating StatefulSet/{NAME}: "
+                                             "/spec/volumeClaimTemplates")
+    # The next pass creates it again, as rendered.
+    world.reconcile()
+    assert ("StatefulSet", NAME) in world.applied()
+
+
+def test_a_statefulset_still_being_deleted_is_waited_for() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME,
+               lambda sts: sts["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    result = world.reconcile()
+    assert ("StatefulSet", NAME) not in world.applied()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    reconciling = world.condition("Reconciling")
+    assert (reconciling["status"], reconciling["reason"]) == ("True", "Recreating")
+    assert reconciling["message"] == (f"waiting for StatefulSet/{NAME} to be deleted (pods and "
+                                      "claims are kept) to recreate it")
+    assert world.condition("Ready")["reason"] == "Applying"
+
+
+def test_a_new_selector_is_not_applied_and_the_stall_says_how_to_move_the_pods() -> None:
+    world = World()
+    world.reconcile()
+
+    def old_selector(sts: Obj) -> None:
+        sts["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = "old"
+    world.edit("StatefulSet", NAME, old_selector)
+    world.reconcile()
+    assert world.kube.deletes == [] and ("StatefulSet", NAME) not in world.applied()
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ImmutableField")
+    assert stalled["message"] == (
+        f"StatefulSet/{NAME}: /spec/selector/matchLabels/app.kubernetes.io~1instance cannot be "
+        "changed in place: the running pods would not match the new selector. To apply it, "
+        f"delete the StatefulSet keeping its pods (kubectl delete statefulset {NAME} "
+        "--cascade=orphan), give them the new labels (kubectl label pods -l "
+        "app.kubernetes.io/instance=old,app.kubernetes.io/name=kaiwudb "
+        f"app.kubernetes.io/instance={NAME}); the reconciler then recreates it and the new one "
+        "adopts them")
+
+
+def test_a_statefulset_the_server_refuses_to_change_is_stalled_with_its_words() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(replicas=7))
+    world.kube.refuse[("StatefulSet", NAME)] = ApiError(
+        422, "Invalid", "spec: Forbidden: updates to statefulset spec for fields other than")
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert stalled["reason"] == "ImmutableField"
+    assert stalled["message"] == (
+        f"StatefulSet/{NAME}: an immutable field cannot be changed in place: spec: Forbidden: "
+        "updates to statefulset spec for fields other than. To apply it, delete the "
+        f"StatefulSet keeping its pods (kubectl delete statefulset {NAME} --cascade=orphan); "
+        "the reconciler recreates it and the new one adopts them")
+
+
+# ---- prune ----------------------------------------------------------------------------------
+
+def leftover(world: World, name: str = f"{NAME}-old", instance: str = NAME,
+             managed_by: str = "kaiwu-operator") -> str:
+    """A Service a former spec rendered: stored, and listed in status.inventory."""
+    ref = f"v1/Service/{NS}/{name}"
+    world.objects[("Service", NS, name)] = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                     "resourceVersion": "50", "labels": {
+                         "app.kubernetes.io/managed-by": managed_by,
+                         "app.kubernetes.io/instance": instance}},
+        "spec": {"ports": [{"port": 1}]}}
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].append(ref))
+    return ref
+
+
+def test_an_object_the_spec_no_longer_renders_is_deleted_and_leaves_the_inventory() -> None:
+    world = World()
+    world.reconcile()
+    ref = leftover(world)
+    world.reconcile()
+    assert world.kube.deletes == [("Service", f"{NAME}-old", "Background")]
+    assert ("Pruned", f"Service/{NAME}-old", "deleted: the spec no longer renders it") in \
+        world.actions()
+    assert ref not in world.status["inventory"]
+    assert f"v1/Service/{NS}/{PUBLIC}" in world.status["inventory"]
+
+
+def test_an_object_someone_took_over_is_not_pruned() -> None:
+    for labels in ({"managed-by": "helm"}, {"instance": "another"}):
+        world = World()
+        world.reconcile()
+        leftover(world, managed_by=labels.get("managed-by", "kaiwu-operator"),
+                 instance=labels.get("instance", NAME))
+        world.reconcile()
+        assert world.kube.deletes == [], labels
+
+
+def test_with_the_warn_policy_a_leftover_is_kept_listed_not_deleted() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    ref = leftover(world)
+    world.reconcile()
+    assert world.kube.deletes == []
+    assert ref in world.status["inventory"]
+
+
+def test_a_leftover_already_gone_or_unreadable_in_the_inventory_is_dropped() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].extend(
+        ["not a reference", f"v1/Service/{NS}/{NAME}-gone", f"example.com/v9/Thing/{NS}/x"]))
+    world.reconcile()
+    assert world.kube.deletes == []
+    assert all(NAME + "-gone" not in ref and "Thing" not in ref
+               for ref in world.status["inventory"])
+
+
+def test_a_leftover_whose_delete_lost_a_race_is_kept_and_looked_at_again() -> None:
+    world = World()
+    world.reconcile()
+    ref = leftover(world)
+    world.objects[("Service", NS, f"{NAME}-old")]["metadata"]["uid"] = "a-successor"
+    world.controller.shared.view.objects = world.objects  # type: ignore[attr-defined]
+    real_delete = world.kube.delete
+
+    def delete(kind: Kind, namespace: str | None, name: str, **options: Any) -> bool:
+        raise ApiError(409, "Conflict", "the object changed")
+    world.kube.delete = delete  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert ref in world.status["inventory"]
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    world.kube.delete = real_delete  # type: ignore[method-assign]
+    world.reconcile()
+    assert world.kube.deletes == [("Service", f"{NAME}-old", "Background")]
+
+
+def test_the_repair_and_prune_steps_rest_while_the_cluster_is_paused() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(paused=True)
+    leftover(world)
+    world.reconcile()
+    assert world.kube.deletes == []
+    steps = {step.name: step for step in world.controller.steps}
+    assert isinstance(steps["repair"], RepairStep) and isinstance(steps["prune"], PruneStep)
+
+
+def test_a_pass_right_after_our_own_write_waits_for_the_cache_to_show_it() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    shown = copy.deepcopy(world.objects[("Service", NS, PUBLIC)])
+    world.reconcile()
+    # The watch has not delivered our repair yet: the cache still shows the edited copy.
+    world.objects[("Service", NS, PUBLIC)] = shown
+    result = world.reconcile()
+    assert world.applied() == [], "not repaired twice"
+    assert result.requeue_after_s == STALE_RECHECK_S
