@@ -9,10 +9,14 @@ apiserver: tests/world_stories/drift/.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from reconciler import status as st
+from reconciler.controller import render
 from reconciler.controller.controller import Controller
 from reconciler.controller.objects import Result
 from reconciler.controller.prune import PruneStep
@@ -48,8 +52,10 @@ class DriftKube(FakeKube):
         self.events: list[tuple[str, str, str]] = []
         self.deletes: list[tuple[str, str, str | None]] = []  # (kind, name, propagation)
         self.refuse: dict[tuple[str, str], ApiError] = {}
+        self.dry_runs = 0
 
     def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        self.dry_runs += dry_run
         refused = self.refuse.get((obj["kind"], obj["metadata"]["name"]))
         if refused is not None:
             raise refused
@@ -104,6 +110,7 @@ class World:
         self.kube.writes.clear()
         self.kube.events.clear()
         self.kube.deletes.clear()
+        self.kube.dry_runs = 0
         return self.controller.reconcile(KEY)
 
     def settle(self) -> None:
@@ -275,6 +282,11 @@ def test_with_the_off_policy_drift_is_neither_repaired_nor_told() -> None:
     assert world.applied() == []
     assert [e for e in world.kube.events if e[1] == "DriftDetected"] == []
     assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 0
+    assert world.kube.dry_runs == 0, "nothing will be done about it: no dry run spent"
+    # A new generation is applied all the same, drift and all.
+    world.edit_spec(replicas=4)
+    world.reconcile()
+    assert ("Service", PUBLIC) in world.applied()
 
 
 def test_an_object_someone_keeps_changing_back_is_a_fight_and_repairs_back_off() -> None:
@@ -545,3 +557,194 @@ def test_a_pass_right_after_our_own_write_waits_for_the_cache_to_show_it() -> No
     result = world.reconcile()
     assert world.applied() == [], "not repaired twice"
     assert result.requeue_after_s == STALE_RECHECK_S
+
+
+# ---- the pass as a whole (reconciler.controller.controller, reconciler.controller.render) ---
+
+def series(world: World) -> str:
+    return world.metrics.exposition().decode()
+
+
+def test_a_pass_that_runs_to_its_end_resets_the_clusters_success_clock() -> None:
+    world = World()
+    world.now = time.time() - 30.0
+    world.reconcile()
+    since = world.metrics.value("kaiwu_cluster_seconds_since_last_success",
+                                {"namespace": NS, "cluster": NAME})
+    assert 30 <= since < 90, "counted from the pass's own time"
+
+
+def test_a_deleted_cluster_is_forgotten_with_its_series() -> None:
+    world = World()
+    world.reconcile()
+    assert f'cluster="{NAME}"' in series(world)
+    world.edit("KaiwuCluster", NAME,
+               lambda obj: obj["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    assert world.reconcile() == Result()
+    assert world.kube.writes == [], "its objects go with it (ownerReferences)"
+    assert f'cluster="{NAME}"' not in series(world)
+    # Gone from the cache altogether: the same.
+    world = World()
+    world.reconcile()
+    del world.objects[("KaiwuCluster", NS, NAME)]
+    assert world.reconcile() == Result()
+    assert f'cluster="{NAME}"' not in series(world)
+
+
+def test_a_cluster_deleted_and_made_again_starts_with_a_clean_memory() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert any(e[1] == "DriftDetected" for e in world.kube.events)
+    world.edit("KaiwuCluster", NAME,
+               lambda obj: obj["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    world.reconcile()
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["metadata"].pop("deletionTimestamp"))
+    world.reconcile()
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 2, \
+        "told again"
+
+
+def test_the_pass_asks_to_come_back_at_the_soonest_time_a_step_asked_for() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    shown = copy.deepcopy(world.objects[("Service", NS, PUBLIC)])
+    world.reconcile()
+    world.objects[("Service", NS, PUBLIC)] = shown
+    world.edit("StatefulSet", NAME,
+               lambda sts: sts["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    result = world.reconcile()
+    assert result.requeue_after_s == min(STALE_RECHECK_S, SHORT_REQUEUE_S)
+
+
+class ServingView(FakeView):
+    """Caches of an API server that serves every optional kind too."""
+
+    def served(self, kind: Kind) -> bool:
+        return True
+
+
+class Versioned(DriftKube):
+    """An API server of a given version, counting how often it is asked for it."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj], version: str) -> None:
+        super().__init__(objects)
+        self.served_version = version
+        self.asked = 0
+
+    def server_version(self) -> str:
+        self.asked += 1
+        return self.served_version
+
+
+def test_objects_are_rendered_for_the_servers_version_read_once_per_resync_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World()
+    world.kube = Versioned(world.objects, "v1.25.3")
+    world.controller = Controller(world.kube, ServingView(world.objects), world.settings,
+                                  world.metrics, clock=lambda: world.now)
+    world.reconcile()
+    world.reconcile()
+    assert world.objects[("PodDisruptionBudget", NS, NAME)]["apiVersion"] == "policy/v1"
+    assert world.kube.asked == 1  # type: ignore[attr-defined]
+    later = render.time.monotonic() + world.settings.resync_period_s + 1
+    monkeypatch.setattr(render.time, "monotonic", lambda: later)
+    world.reconcile()
+    assert world.kube.asked == 2  # type: ignore[attr-defined]
+
+
+def test_an_invalid_spec_is_counted_as_a_render_error() -> None:
+    world = World(replicas=2)
+    world.reconcile()
+    assert world.metrics.value("kaiwu_errors_total", {"stage": "render"}) == 1
+    assert world.condition("Stalled")["message"].startswith(
+        "the spec cannot be rendered: KaiwuCluster db/dev: spec.replicas: multi-replica needs "
+        "at least 3 nodes, got 2")
+    assert "observedGeneration" in world.status
+
+
+class Defaulting(DriftKube):
+    """An API server that fills in a default of its own on every Service it stores (as
+    sessionAffinity is filled in), and answers dry runs with it too."""
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] == "Service":
+            obj["spec"].setdefault("trafficDefault", "Cluster")
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+
+def with_kube(world: World, kube: DriftKube) -> World:
+    world.kube = kube
+    world.controller = Controller(kube, FakeView(world.objects), world.settings, world.metrics,
+                                  clock=lambda: world.now)
+    return world
+
+
+def test_removing_what_someone_added_keeps_what_the_server_filled_in() -> None:
+    world = World()
+    with_kube(world, Defaulting(world.objects))
+    world.reconcile()
+    world.edit("Service", PUBLIC, add_port)
+    world.reconcile()
+    spec = world.objects[("Service", NS, PUBLIC)]["spec"]
+    assert [p["port"] for p in spec["ports"]] == [26257, 8080]
+    assert spec["trafficDefault"] == "Cluster", "the server's default is no addition"
+
+
+def test_an_object_changed_between_our_look_and_our_patch_is_looked_at_again() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, add_port)
+
+    def json_patch(kind: Kind, namespace: str | None, name: str,
+                   ops: list[dict[str, Any]]) -> Obj:
+        raise ApiError(422, "Invalid", "the test of /spec/ports/2 failed")
+    world.kube.json_patch = json_patch  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.condition("Stalled")["status"] == "False", "a race, not a refusal"
+
+
+
+def test_a_changed_service_name_recreates_the_statefulset_too() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(serviceName="elsewhere"))
+    world.reconcile()
+    assert world.kube.deletes == [("StatefulSet", NAME, "Orphan")]
+    assert world.kube.dry_runs == 0, "the offline comparison already knows: no dry run"
+
+
+def test_with_the_warn_policy_an_immutable_change_is_left_alone() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(serviceName="elsewhere"))
+    world.reconcile()
+    assert world.kube.deletes == []
+
+
+def test_an_optional_kind_this_kubernetes_does_not_serve_is_skipped_and_said() -> None:
+    world = World()
+    with_kube(world, Versioned(world.objects, "v1.25.3"))
+    world.reconcile()
+    assert ("PodDisruptionBudget", NAME) not in world.applied()
+    assert world.condition("Ready")["message"].endswith(
+        f"(not served by this Kubernetes, skipped: PodDisruptionBudget/{NAME}; install the "
+        "CRDs that serve them)")
+    assert world.condition("Drifted")["status"] == "False"
+
+
+def test_an_object_being_deleted_by_someone_is_left_to_go_and_made_again_after() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC,
+               lambda svc: svc["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    world.reconcile()
+    assert world.applied() == [] and world.kube.dry_runs == 0
+    del world.objects[("Service", NS, PUBLIC)]
+    world.settle()
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
