@@ -486,14 +486,15 @@ def test_an_object_the_spec_no_longer_renders_is_deleted_and_leaves_the_inventor
     assert f"v1/Service/{NS}/{PUBLIC}" in world.status["inventory"]
 
 
-def test_an_object_someone_took_over_is_not_pruned() -> None:
+def test_an_object_someone_took_over_is_not_pruned_and_the_next_one_still_is() -> None:
     for labels in ({"managed-by": "helm"}, {"instance": "another"}):
         world = World()
         world.reconcile()
-        leftover(world, managed_by=labels.get("managed-by", "kaiwu-operator"),
+        leftover(world, name="a-taken", managed_by=labels.get("managed-by", "kaiwu-operator"),
                  instance=labels.get("instance", NAME))
+        leftover(world, name="b-ours")
         world.reconcile()
-        assert world.kube.deletes == [], labels
+        assert world.kube.deletes == [("Service", "b-ours", "Background")], labels
 
 
 def test_with_the_warn_policy_a_leftover_is_kept_listed_not_deleted() -> None:
@@ -508,31 +509,52 @@ def test_with_the_warn_policy_a_leftover_is_kept_listed_not_deleted() -> None:
 def test_a_leftover_already_gone_or_unreadable_in_the_inventory_is_dropped() -> None:
     world = World()
     world.reconcile()
-    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].extend(
-        ["not a reference", f"v1/Service/{NS}/{NAME}-gone", f"example.com/v9/Thing/{NS}/x"]))
+    # Listed first (status.inventory is sorted; these sort before what the spec renders).
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"].update(inventory=[
+        "a reference nobody can read", f"example.com/v9/Thing/{NS}/x",
+        f"v1/Secret/{NS}/{NAME}-ca", *obj["status"]["inventory"],
+        f"v1/Service/{NS}/{NAME}-gone"]))
+    ref = leftover(world, name=f"{NAME}-old")
     world.reconcile()
-    assert world.kube.deletes == []
-    assert all(NAME + "-gone" not in ref and "Thing" not in ref
+    assert world.kube.deletes == [("Service", f"{NAME}-old", "Background")]
+    assert ref not in world.status["inventory"]
+    assert all(NAME + "-gone" not in ref and "Thing" not in ref and "reference" not in ref
                for ref in world.status["inventory"])
+
+
+def test_a_pass_before_the_cache_shows_our_delete_does_not_delete_again() -> None:
+    world = World()
+    world.reconcile()
+    ref = leftover(world)
+    shown = copy.deepcopy(world.objects[("Service", NS, f"{NAME}-old")])
+    world.reconcile()
+    world.objects[("Service", NS, f"{NAME}-old")] = shown
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].append(ref))
+    result = world.reconcile()
+    assert world.kube.deletes == []
+    assert ref in world.status["inventory"], "still listed while our delete is on its way"
+    assert result.requeue_after_s == STALE_RECHECK_S
 
 
 def test_a_leftover_whose_delete_lost_a_race_is_kept_and_looked_at_again() -> None:
     world = World()
     world.reconcile()
-    ref = leftover(world)
-    world.objects[("Service", NS, f"{NAME}-old")]["metadata"]["uid"] = "a-successor"
-    world.controller.shared.view.objects = world.objects  # type: ignore[attr-defined]
+    ref = leftover(world, name="a-replaced")
+    leftover(world, name="b-ours")
     real_delete = world.kube.delete
 
     def delete(kind: Kind, namespace: str | None, name: str, **options: Any) -> bool:
-        raise ApiError(409, "Conflict", "the object changed")
+        if name == "a-replaced":  # a successor of that name: the uid precondition fails
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        return real_delete(kind, namespace, name, **options)
     world.kube.delete = delete  # type: ignore[method-assign]
     result = world.reconcile()
     assert ref in world.status["inventory"]
     assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.kube.deletes == [("Service", "b-ours", "Background")]
     world.kube.delete = real_delete  # type: ignore[method-assign]
     world.reconcile()
-    assert world.kube.deletes == [("Service", f"{NAME}-old", "Background")]
+    assert world.kube.deletes == [("Service", "a-replaced", "Background")]
 
 
 def test_the_repair_and_prune_steps_rest_while_the_cluster_is_paused() -> None:
@@ -748,3 +770,43 @@ def test_an_object_being_deleted_by_someone_is_left_to_go_and_made_again_after()
     world.settle()
     world.reconcile()
     assert world.applied() == [("Service", PUBLIC)]
+
+
+class Unknowing(FakeView):
+    """Caches that do not know yet whether an optional kind is served."""
+
+    def served(self, kind: Kind) -> bool | None:  # type: ignore[override]
+        return None if not kind.always_served else True
+
+
+class Listing(DriftKube):
+    """Records in which namespace each kind was listed."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        super().__init__(objects)
+        self.lists: list[tuple[str, str | None]] = []
+
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+                     label_selector: str | None = None) -> tuple[list[Obj], str]:
+        self.lists.append((kind.kind, namespace))
+        return [], "1"
+
+
+def test_a_leftover_of_an_optional_kind_is_looked_for_in_the_clusters_namespace() -> None:
+    # A namespaced install may list nowhere else.
+    world = World()
+    kube = Listing(world.objects)
+    world.kube = kube
+    world.controller = Controller(kube, Unknowing(world.objects), world.settings,
+                                  world.metrics, clock=lambda: world.now)
+    world.reconcile()
+    ref = f"monitoring.coreos.com/v1/ServiceMonitor/{NS}/{NAME}-old"
+    world.objects[("ServiceMonitor", NS, f"{NAME}-old")] = {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": f"{NAME}-old", "namespace": NS, "uid": "sm", "labels": {
+            "app.kubernetes.io/managed-by": "kaiwu-operator",
+            "app.kubernetes.io/instance": NAME}}}
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].append(ref))
+    world.reconcile()
+    assert ("ServiceMonitor", NS) in kube.lists and ("ServiceMonitor", None) not in kube.lists
+    assert world.kube.deletes == [("ServiceMonitor", f"{NAME}-old", "Background")]
