@@ -16,7 +16,8 @@ from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from renderer.builders import CERTS_HASH_ANNOTATION
-from tests.unit.reconciler.controller.test_drift_steps import NAME, NS, World
+from tests.unit.reconciler.controller.test_drift_steps import World
+from tests.unit.reconciler.controller.test_steps import NAME, NS
 
 SECRETS = [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
 

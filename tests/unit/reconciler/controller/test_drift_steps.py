@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -101,9 +101,8 @@ class World:
         self.kube = DriftKube(self.objects)
         self.metrics = Metrics()
         self.now = NOW
-        self.settings = settings or Settings(watch_namespace=NS,  # type: ignore[arg-type]
-                                             leader_election=False)
-        self.controller = Controller(self.kube, FakeView(self.objects), self.settings,
+        self.settings = settings or Settings(watch_namespace=NS, leader_election=False)
+        self.controller = Controller(cast(Any, self.kube), FakeView(self.objects), self.settings,
                                      self.metrics, clock=lambda: self.now)
 
     def reconcile(self) -> Result:
@@ -664,17 +663,17 @@ class Versioned(DriftKube):
 def test_objects_are_rendered_for_the_servers_version_read_once_per_resync_period(
         monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
-    world.kube = Versioned(world.objects, "v1.25.3")
-    world.controller = Controller(world.kube, ServingView(world.objects), world.settings,
+    kube = world.kube = Versioned(world.objects, "v1.25.3")
+    world.controller = Controller(cast(Any, kube), ServingView(world.objects), world.settings,
                                   world.metrics, clock=lambda: world.now)
     world.reconcile()
     world.reconcile()
     assert world.objects[("PodDisruptionBudget", NS, NAME)]["apiVersion"] == "policy/v1"
-    assert world.kube.asked == 1  # type: ignore[attr-defined]
-    later = render.time.monotonic() + world.settings.resync_period_s + 1
-    monkeypatch.setattr(render.time, "monotonic", lambda: later)
+    assert kube.asked == 1
+    later = time.monotonic() + world.settings.resync_period_s + 1
+    monkeypatch.setattr(render.time, "monotonic", lambda: later)  # type: ignore[attr-defined]
     world.reconcile()
-    assert world.kube.asked == 2  # type: ignore[attr-defined]
+    assert kube.asked == 2
 
 
 def test_an_invalid_spec_is_counted_as_a_render_error() -> None:
@@ -700,7 +699,8 @@ class Defaulting(DriftKube):
 
 def with_kube(world: World, kube: DriftKube) -> World:
     world.kube = kube
-    world.controller = Controller(kube, FakeView(world.objects), world.settings, world.metrics,
+    world.controller = Controller(cast(Any, kube), FakeView(world.objects), world.settings,
+                                  world.metrics,
                                   clock=lambda: world.now)
     return world
 
@@ -797,7 +797,7 @@ def test_a_leftover_of_an_optional_kind_is_looked_for_in_the_clusters_namespace(
     world = World()
     kube = Listing(world.objects)
     world.kube = kube
-    world.controller = Controller(kube, Unknowing(world.objects), world.settings,
+    world.controller = Controller(cast(Any, kube), Unknowing(world.objects), world.settings,
                                   world.metrics, clock=lambda: world.now)
     world.reconcile()
     ref = f"monitoring.coreos.com/v1/ServiceMonitor/{NS}/{NAME}-old"

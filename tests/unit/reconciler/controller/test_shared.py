@@ -7,7 +7,8 @@ what it would ask; the passes that use them: test_drift_steps.py.
 from __future__ import annotations
 
 import copy
-from typing import Any
+import time
+from typing import Any, cast
 
 import pytest
 
@@ -133,10 +134,10 @@ def test_a_write_is_ours_on_its_way_while_the_cache_shows_what_it_replaced(
     # For a few seconds only: the write may have failed on the way.
     marks.wrote(ORDERS, "Service/orders", before)
     marks.wrote(SHOP, "Service/orders", before)
-    clock = shared.time.monotonic() + shared.STALE_GRACE_S + 0.01
-    monkeypatch.setattr(shared.time, "monotonic", lambda: clock)
+    clock = time.monotonic() + shared.STALE_GRACE_S + 0.01
+    monkeypatch.setattr(time, "monotonic", lambda: clock)
     assert not marks.stale(ORDERS, "Service/orders", before)
-    monkeypatch.setattr(shared.time, "monotonic", lambda: clock - 0.02)
+    monkeypatch.setattr(time, "monotonic", lambda: clock - 0.02)
     assert marks.stale(SHOP, "Service/orders", before)
 
 
@@ -179,17 +180,17 @@ def test_an_optional_kind_is_asked_about_once_per_resync_period(
     assert not kinds.served(k.SERVICE_MONITOR, "other"), "another namespace: asked"
     assert kinds.served(k.SERVICE_MONITOR, "db"), "remembered until the next resync period"
     assert kube.lists == ["ServiceMonitor"] * 2
-    later = shared.time.monotonic() + 61
-    monkeypatch.setattr(shared.time, "monotonic", lambda: later)
+    later = time.monotonic() + 61
+    monkeypatch.setattr(time, "monotonic", lambda: later)
     assert not kinds.served(k.SERVICE_MONITOR, "db")
     assert kube.lists == ["ServiceMonitor"] * 3
 
 
 def test_a_kind_is_unserved_only_when_the_api_says_not_found() -> None:
-    kinds = ServedKinds(Kube(set()), View(), Settings())  # type: ignore[arg-type]
+    kinds = ServedKinds(cast(Any, Kube(set())), cast(Any, View()), Settings())
     assert not kinds.served(k.SERVICE_MONITOR, "db")
-    refused = ServedKinds(Kube({"ServiceMonitor"}, ApiError(403, "Forbidden", "rbac")), View(),
-                          Settings())  # type: ignore[arg-type]
+    refused = ServedKinds(cast(Any, Kube({"ServiceMonitor"}, ApiError(403, "Forbidden", "rbac"))),
+                          cast(Any, View()), Settings())
     with pytest.raises(ApiError):
         refused.served(k.SERVICE_MONITOR, "db")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -47,12 +48,14 @@ def test_a_replica_that_cannot_reach_the_api_server_is_alive_but_not_ready(
 def test_probes_get_each_check_and_its_lines_and_prometheus_its_page() -> None:
     metrics = Metrics()
     metrics.reconcile_total.labels(result="success").inc()
-    state = {"healthy": (True, ["leader: yes"]), "ready": (False, ["caches: waiting for Pod"])}
+    state: dict[str, Any] = {"healthy": (True, ["leader: yes"]),
+                             "ready": (False, ["caches: waiting for Pod"])}
 
     def ready() -> tuple[bool, list[str]]:
         if state.get("broken"):
             raise RuntimeError("the caches are gone")
-        return state["ready"]
+        answer: tuple[bool, list[str]] = state["ready"]
+        return answer
     server = HealthServer("127.0.0.1", 0, metrics, healthy=lambda: state["healthy"],
                           ready=ready)
     server.start()

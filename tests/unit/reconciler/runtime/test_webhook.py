@@ -12,7 +12,7 @@ import json
 import ssl
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from cryptography import x509
@@ -338,8 +338,7 @@ def test_a_scale_is_judged_from_the_cache_or_else_from_the_api() -> None:
 
 def test_a_scale_whose_cluster_cannot_be_read_passes_with_a_warning() -> None:
     for error in (ApiError(403, "Forbidden", "rbac"), OSError("connection refused")):
-        decide = decider(OneClusterView(None), ReadingKube(error=error),
-                         Settings())  # type: ignore[arg-type]
+        decide = decider(OneClusterView(None), cast(Any, ReadingKube(error=error)), Settings())
         answer = decide(scale_review(2))["response"]
         assert answer["allowed"] is True
         assert answer["warnings"] == ["KaiwuCluster db/orders could not be read: the "
@@ -347,8 +346,8 @@ def test_a_scale_whose_cluster_cannot_be_read_passes_with_a_warning() -> None:
 
 
 def test_a_namespaced_install_judges_only_its_own_namespace() -> None:
-    decide = decider(OneClusterView(stored_cluster()), ReadingKube(),
-                     Settings(watch_namespace="db"))  # type: ignore[arg-type]
+    decide = decider(OneClusterView(stored_cluster()), cast(Any, ReadingKube()),
+                     Settings(watch_namespace="db"))
     assert decide(scale_review(2))["response"]["allowed"] is False
     assert decide(scale_review(2, namespace="other"))["response"]["allowed"] is True
 
