@@ -331,7 +331,8 @@ def test_an_apply_the_api_server_refuses_stalls_the_cluster_with_its_words() -> 
         "the dry run already said no: no apply was tried"
 
 
-def test_a_port_renumbered_by_hand_that_keeps_its_name_is_removed_before_the_apply() -> None:
+def test_a_port_renumbered_by_hand_that_keeps_its_name_is_removed_before_the_apply(
+        caplog: pytest.LogCaptureFixture) -> None:
     # The server refuses to merge our port "sql" into a list holding another port of that
     # name (422), so the repair removes theirs first.
     world = World()
@@ -346,7 +347,10 @@ def test_a_port_renumbered_by_hand_that_keeps_its_name_is_removed_before_the_app
             raise ApiError(422, "Invalid", "spec.ports[0].name: Duplicate value: \"sql\"")
         return real_apply(obj, dry_run=dry_run, force=force)
     world.kube.apply = apply  # type: ignore[method-assign]
-    world.reconcile()
+    with caplog.at_level("INFO", logger="reconciler.controller.report"):
+        world.reconcile()
+    assert any(r.getMessage().startswith(f"drift detected: Service {NS}/{PUBLIC}: drifted")
+               for r in caplog.records)
     verbs = [(verb, kind) for verb, kind, name in world.kube.writes if name == PUBLIC]
     assert verbs == [("json_patch", "Service"), ("apply", "Service")]
     ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
@@ -810,3 +814,61 @@ def test_a_leftover_of_an_optional_kind_is_looked_for_in_the_clusters_namespace(
     world.reconcile()
     assert ("ServiceMonitor", NS) in kube.lists and ("ServiceMonitor", None) not in kube.lists
     assert world.kube.deletes == [("ServiceMonitor", f"{NAME}-old", "Background")]
+
+
+# ---- what observe decides (reconciler.controller.observe) ------------------------------------
+
+def test_an_ignore_rule_covers_the_object_it_names_and_no_other() -> None:
+    world = World(drift={"ignore": [{"kind": "Service", "name": PUBLIC, "pointer": "/spec/ports"},
+                                    {"kind": "Service", "name": NAME,
+                                     "pointer": "/spec/replicas"}]})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.edit("Service", NAME, change_port(1234))
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(replicas=7))
+    world.reconcile()
+    assert sorted(world.applied()) == [("Service", NAME), ("StatefulSet", NAME)], \
+        "the rule of one Service covers neither the other nor a StatefulSet of its name"
+    assert world.objects[("Service", NS, PUBLIC)]["spec"]["ports"][0]["port"] == 1234
+
+
+def test_a_service_the_server_refuses_to_change_is_rejected_not_recreated() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, lambda svc: svc["spec"].update(type="NodePort"))
+    world.kube.refuse[("Service", PUBLIC)] = ApiError(422, "Invalid", "spec.type: Invalid value")
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert (stalled["reason"], stalled["message"]) == (
+        "ApplyRejected", f"Service/{PUBLIC}: the API server refused it: spec.type: Invalid value")
+    assert world.kube.deletes == []
+
+
+def test_a_difference_the_server_settles_is_no_drift_and_a_later_one_is_told_again() -> None:
+    # The server fills in a default we do not render: offline it looks like drift, the dry run
+    # says it is not.
+    world = World(drift={"policy": "warn"})
+    with_kube(world, Defaulting(world.objects))
+    world.reconcile()
+    world.reconcile()
+    assert world.kube.events == [] and world.condition("Drifted")["status"] == "False"
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert [e[1] for e in world.kube.events] == ["DriftDetected"]
+    world.edit("Service", PUBLIC, change_port(26257))  # put back by hand
+    world.reconcile()
+    assert world.condition("Drifted")["status"] == "False"
+    world.edit("Service", PUBLIC, change_port(1234))  # the same drift again: news again
+    world.reconcile()
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 2
+
+
+def test_a_deleted_cluster_leaves_no_comparison_behind() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert len(world.controller.shared.comparisons) > 0
+    del world.objects[("KaiwuCluster", NS, NAME)]
+    world.reconcile()
+    assert len(world.controller.shared.comparisons) == 0
