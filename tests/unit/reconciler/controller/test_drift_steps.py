@@ -872,3 +872,74 @@ def test_a_deleted_cluster_leaves_no_comparison_behind() -> None:
     del world.objects[("KaiwuCluster", NS, NAME)]
     world.reconcile()
     assert len(world.controller.shared.comparisons) == 0
+
+
+# ---- what the report step writes and says (reconciler.controller.report) ----------------------
+
+def test_a_fight_ends_after_a_quiet_window_and_the_stall_with_it() -> None:
+    world = World()
+    world.reconcile()
+    for _ in range(world.settings.fight_threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        world.reconcile()
+    last_repair = world.now
+    assert world.condition("Stalled")["reason"] == "DriftFight"
+    world.now += 1  # nobody changes it any more
+    result = world.reconcile()
+    assert world.condition("Stalled")["reason"] == "DriftFight", "not over yet"
+    quiet = last_repair + world.settings.fight_window_s - world.now
+    assert result.requeue_after_s == quiet, "looked at again when the fight would be over"
+    world.now += quiet
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert stalled["status"] == "False"
+    assert ("Normal", "Progressing", "no longer stalled") in world.kube.events
+    assert stalled["lastTransitionTime"] == rfc3339(world.now)
+
+
+def test_a_pass_before_the_cache_shows_our_status_write_keeps_its_actions_for_the_next() -> None:
+    world = World()
+    world.reconcile()
+    before = copy.deepcopy(world.objects[("KaiwuCluster", NS, NAME)])
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()  # repaired, status written
+    written = world.objects[("KaiwuCluster", NS, NAME)]
+    # The watch has not delivered that status yet; someone deletes a Service meanwhile.
+    world.objects[("KaiwuCluster", NS, NAME)] = before
+    del world.objects[("Service", NS, NAME)]
+    result = world.reconcile()
+    assert ("Service", NAME) in world.applied()
+    assert [w for w in world.kube.writes if w[0] == "status"] == [], "not judged on old status"
+    assert result.requeue_after_s == STALE_RECHECK_S
+    assert any(e[1] == "DriftRepaired" and e[2].startswith(f"Service/{NAME}: recreated")
+               for e in world.kube.events), "Events are sent all the same"
+    # The cache catches up: the next pass reports the waiting actions with its own.
+    world.objects[("KaiwuCluster", NS, NAME)] = written
+    world.now += 1
+    world.reconcile()
+    assert ("status", "KaiwuCluster", NAME) in world.kube.writes
+    actions = [(a["action"], a["target"]) for a in world.status["lastActions"]]
+    assert ("DriftRepaired", f"Service/{NAME}") in actions
+
+
+def test_a_status_write_that_loses_a_race_is_reported_by_the_next_pass() -> None:
+    for error in (ApiError(409, "Conflict", "the object has been modified"),
+                  ApiError(404, "NotFound", "kaiwuclusters dev not found")):
+        world = World()
+        world.reconcile()
+        world.edit("Service", PUBLIC, change_port(1234))
+        real = world.kube.replace_status
+
+        def replace_status(obj: Obj, error: ApiError = error) -> Obj:
+            raise error
+        world.kube.replace_status = replace_status  # type: ignore[method-assign]
+        result = world.reconcile()
+        assert result.requeue_after_s == SHORT_REQUEUE_S, error
+        assert world.metrics.value("kaiwu_errors_total", {"stage": "status"}) == 1
+        assert any(e[1] == "DriftRepaired" for e in world.kube.events)
+        world.kube.replace_status = real  # type: ignore[method-assign]
+        world.now += 1
+        world.reconcile()
+        assert ("DriftRepaired", f"Service/{PUBLIC}") in [
+            (a["action"], a["target"]) for a in world.status["lastActions"]]
