@@ -943,3 +943,25 @@ def test_a_status_write_that_loses_a_race_is_reported_by_the_next_pass() -> None
         world.reconcile()
         assert ("DriftRepaired", f"Service/{PUBLIC}") in [
             (a["action"], a["target"]) for a in world.status["lastActions"]]
+
+
+def test_a_stall_whose_reason_changes_sends_a_new_event_and_one_that_stands_does_not() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, lambda svc: svc["spec"].update(type="NodePort"))
+    world.kube.refuse[("Service", PUBLIC)] = ApiError(422, "Invalid", "spec.type: Invalid value")
+    world.reconcile()
+    assert [e[:2] for e in world.kube.events if e[0] == "Warning"] == [
+        ("Warning", "ApplyRejected")]
+    world.now += 1
+    world.reconcile()
+    assert [e for e in world.kube.events if e[0] == "Warning"] == [], "no news"
+
+    def old_selector(sts: Obj) -> None:
+        sts["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = "old"
+    world.edit("StatefulSet", NAME, old_selector)
+    world.now += 1
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "ImmutableField"
+    [event] = [e for e in world.kube.events if e[0] == "Warning"]
+    assert event[1] == "ImmutableField" and event[2].startswith(f"StatefulSet/{NAME}: ")
