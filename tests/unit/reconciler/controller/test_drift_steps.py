@@ -844,11 +844,22 @@ def test_a_service_the_server_refuses_to_change_is_rejected_not_recreated() -> N
     assert world.kube.deletes == []
 
 
+class Platform(DriftKube):
+    """An API server whose platform's mutating webhook makes every Service a NodePort: the
+    dry run says so too."""
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] == "Service" and obj["spec"].get("type") == "ClusterIP":
+            obj["spec"]["type"] = "NodePort"
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+
 def test_a_difference_the_server_settles_is_no_drift_and_a_later_one_is_told_again() -> None:
-    # The server fills in a default we do not render: offline it looks like drift, the dry run
-    # says it is not.
+    # Offline the Service looks drifted (we render ClusterIP); the server's dry run says that
+    # is what applying it gives.
     world = World(drift={"policy": "warn"})
-    with_kube(world, Defaulting(world.objects))
+    with_kube(world, Platform(world.objects))
     world.reconcile()
     world.reconcile()
     assert world.kube.events == [] and world.condition("Drifted")["status"] == "False"
@@ -965,3 +976,31 @@ def test_a_stall_whose_reason_changes_sends_a_new_event_and_one_that_stands_does
     assert world.condition("Stalled")["reason"] == "ImmutableField"
     [event] = [e for e in world.kube.events if e[0] == "Warning"]
     assert event[1] == "ImmutableField" and event[2].startswith(f"StatefulSet/{NAME}: ")
+
+
+def test_objects_just_created_that_the_cache_does_not_show_yet_stay_listed() -> None:
+    world = World()
+    world.reconcile()
+    listed = list(world.status["inventory"])
+    for key in [key for key in world.objects if key[0] == "Service"]:
+        del world.objects[key]  # the watch has not delivered the creates yet
+    result = world.reconcile()
+    assert world.applied() == [], "not created twice"
+    assert world.status["inventory"] == listed
+    assert result.requeue_after_s == STALE_RECHECK_S
+
+
+class Listing125(Listing):
+    def server_version(self) -> str:
+        return "v1.25.3"
+
+
+def test_whether_an_optional_kind_is_served_is_asked_in_the_clusters_namespace() -> None:
+    world = World()
+    kube = Listing125(world.objects)
+    world.kube = kube
+    world.controller = Controller(cast(Any, kube), Unknowing(world.objects), world.settings,
+                                  world.metrics, clock=lambda: world.now)
+    world.reconcile()
+    assert kube.lists == [("PodDisruptionBudget", NS)]
+    assert ("PodDisruptionBudget", NAME) in world.applied(), "served: created"
