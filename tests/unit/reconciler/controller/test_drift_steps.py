@@ -178,7 +178,8 @@ def test_a_new_generation_is_applied_and_announced_with_its_number() -> None:
     assert ("Applied", f"StatefulSet/{NAME}", "applied the spec's new generation") in \
         world.actions()
     applied = [e for e in world.kube.events if e[1] == "Applied"]
-    assert applied and applied[0][2].startswith(f"applied generation 2 to StatefulSet/{NAME}")
+    assert applied and applied[0][0] == "Normal"
+    assert applied[0][2].startswith(f"applied generation 2 to StatefulSet/{NAME}")
     assert world.status["observedGeneration"] == 2
 
 
@@ -307,6 +308,9 @@ def test_an_object_someone_keeps_changing_back_is_a_fight_and_repairs_back_off()
     stalled = world.condition("Stalled")
     assert (stalled["status"], stalled["reason"]) == ("True", "DriftFight")
     assert f"Service/{PUBLIC} keeps being changed back after each repair" in stalled["message"]
+    assert stalled["message"].endswith(
+        "repairs back off up to 300s. Stop whatever changes it (its managedFields name the "
+        "manager), or add a spec.drift.ignore rule")
     # Changed again at once: left drifted while the back-off lasts, and said so.
     world.now += 0.25
     world.edit("Service", PUBLIC, change_port(4321))
@@ -381,6 +385,8 @@ def test_an_apply_that_fails_after_its_dry_run_passed_is_counted_and_reported() 
     result = world.reconcile()
     assert result.requeue_after_s == SHORT_REQUEUE_S
     assert world.condition("Stalled")["status"] == "False"
+    [told] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert told[2].endswith("(not repaired)")
 
 
 def test_a_changed_volume_claim_template_recreates_the_statefulset_keeping_pods_and_claims(
@@ -731,7 +737,9 @@ def test_an_object_changed_between_our_look_and_our_patch_is_looked_at_again() -
     world.kube.json_patch = json_patch  # type: ignore[method-assign]
     result = world.reconcile()
     assert result.requeue_after_s == SHORT_REQUEUE_S
-    assert world.condition("Stalled")["status"] == "False", "a race, not a refusal"
+    assert world.condition("Stalled")["status"] == "False"
+    [told] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert told[2].endswith("(not repaired)"), "a race, not a refusal"
 
 
 
