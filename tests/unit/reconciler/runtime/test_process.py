@@ -10,6 +10,7 @@ tests/world_stories/runtime/.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,7 +42,19 @@ class Caches:
         self._owned = owned if owned is not None else {ORDERS}
         self._unsynced = unsynced or []
         self._dead = dead or []
+        self.synced_event = threading.Event()  # set: the initial lists are done
+        self.keys = [ORDERS]  # the KaiwuClusters cached
+        self.rechecks = 0  # looks for kinds not served before
         self.informers = {KAIWU_CLUSTER: Informer(held if held is not None else self._owned)}
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        return self.synced_event.wait(timeout_s)
+
+    def cluster_keys(self) -> list[ClusterKey]:
+        return list(self.keys)
+
+    def recheck_unserved(self) -> None:
+        self.rechecks += 1
 
     def owns(self, key: ClusterKey) -> bool:
         return key in self._owned
@@ -260,3 +273,106 @@ def test_the_api_client_has_a_pool_for_every_watch_and_names_its_shard() -> None
     assert api.user_agent == "kaiwu-reconciler (shard b)"
     assert base.configuration.connection_pool_maxsize != 48, "the caller's client is left"
     assert api_client_for(Settings(), base).user_agent == "kaiwu-reconciler (shard -)"
+
+
+def eventually(condition: Any, what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_term_starts_its_workers_only_once_the_caches_are_synced_and_queues_every_cluster(
+        ) -> None:
+    controller = Controller(Result(None))
+    caches = Caches()
+    caches.keys = [ORDERS, ClusterKey("shop", "payments")]
+    replica = runtime(controller, caches, workers=3, shutdown_grace_s=1.0)
+    replica._start_term()
+    assert replica.is_leader() and replica.may_write()
+    time.sleep(0.3)
+    assert controller.calls == [] and replica.queue.depth == 0, "half-filled caches: wait"
+    caches.synced_event.set()
+    eventually(lambda: len(controller.calls) == 2, "every cluster reconciled")
+    term = replica._term
+    assert term is not None and len(term.workers) == 3
+    assert sorted(w.name for w in term.workers) == ["worker-0", "worker-1", "worker-2"]
+    replica._start_term()
+    assert replica._term is term, "one term at a time"
+    replica._end_term()
+    assert replica._term is None and not replica.is_leader()
+    assert not any(worker.is_alive() for worker in term.workers)
+    replica._end_term()  # nothing to end: no harm
+
+
+def test_a_term_ended_before_the_caches_synced_starts_nothing() -> None:
+    controller = Controller(Result(None))
+    caches = Caches()
+    replica = runtime(controller, caches)
+    replica._start_term()
+    term = replica._term
+    assert term is not None
+    replica._end_term()
+    caches.synced_event.set()
+    time.sleep(0.3)
+    assert term.workers == [] and controller.calls == []
+
+
+class SlowController(Controller):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(Result(None))
+        self.seconds = seconds
+        self.finished = 0
+
+    def reconcile(self, key: ClusterKey) -> Any:
+        self.calls.append(key)
+        time.sleep(self.seconds)
+        self.finished += 1
+        return None
+
+
+def test_a_term_ends_by_waiting_for_reconciles_in_progress_up_to_the_grace_period() -> None:
+    for grace, finished in ((2.0, 1), (0.1, 0)):
+        controller = SlowController(0.5)
+        caches = Caches()
+        caches.synced_event.set()
+        replica = runtime(controller, caches, workers=1, shutdown_grace_s=grace)
+        replica._start_term()
+        eventually(lambda: controller.calls, "a reconcile started")
+        started = time.monotonic()
+        replica._end_term()
+        assert controller.finished == finished, grace
+        assert time.monotonic() - started < grace + 0.4
+        time.sleep(0.6)  # let the abandoned reconcile end before the next story
+
+
+def test_a_stopping_replica_starts_no_new_term() -> None:
+    replica = runtime(Controller(Result(None)))
+    replica._stopping.set()
+    replica._start_term()
+    assert replica._term is None
+
+
+def test_the_periodic_resync_queues_every_cluster_and_looks_for_new_kinds() -> None:
+    caches = Caches()
+    caches.keys = [ORDERS]
+    replica = runtime(Controller(Result(None)), caches, resync_period_s=0.05)
+
+    class Source:
+        scans: list[bool] = []
+
+        def request_scan(self, force: bool = False) -> None:
+            self.scans.append(force)
+    resync = threading.Thread(target=replica._resync_loop)
+    resync.start()
+    try:
+        eventually(lambda: caches.rechecks >= 2, "unserved kinds looked at again")
+        assert replica.queue.depth == 0, "a standby queues nothing"
+        term = replica._term = _Term()
+        term.source = Source()  # type: ignore[assignment]
+        eventually(lambda: replica.queue.depth == 1 and Source.scans, "the leader resyncs")
+        assert Source.scans[0] is True, "a forced scan re-applies every file"
+    finally:
+        replica._stopping.set()
+        resync.join(2)
+    assert not resync.is_alive()
