@@ -338,7 +338,7 @@ def test_a_term_ends_by_waiting_for_reconciles_in_progress_up_to_the_grace_perio
         caches.synced_event.set()
         replica = runtime(controller, caches, workers=1, shutdown_grace_s=grace)
         replica._start_term()
-        eventually(lambda: controller.calls, "a reconcile started")
+        eventually(lambda c=controller: c.calls, "a reconcile started")
         started = time.monotonic()
         replica._end_term()
         assert controller.finished == finished, grace
@@ -358,11 +358,11 @@ def test_the_periodic_resync_queues_every_cluster_and_looks_for_new_kinds() -> N
     caches.keys = [ORDERS]
     replica = runtime(Controller(Result(None)), caches, resync_period_s=0.05)
 
-    class Source:
-        scans: list[bool] = []
+    scans: list[bool] = []
 
+    class Source:
         def request_scan(self, force: bool = False) -> None:
-            self.scans.append(force)
+            scans.append(force)
     resync = threading.Thread(target=replica._resync_loop)
     resync.start()
     try:
@@ -370,8 +370,8 @@ def test_the_periodic_resync_queues_every_cluster_and_looks_for_new_kinds() -> N
         assert replica.queue.depth == 0, "a standby queues nothing"
         term = replica._term = _Term()
         term.source = Source()  # type: ignore[assignment]
-        eventually(lambda: replica.queue.depth == 1 and Source.scans, "the leader resyncs")
-        assert Source.scans[0] is True, "a forced scan re-applies every file"
+        eventually(lambda: replica.queue.depth == 1 and scans, "the leader resyncs")
+        assert scans[0] is True, "a forced scan re-applies every file"
     finally:
         replica._stopping.set()
         resync.join(2)
