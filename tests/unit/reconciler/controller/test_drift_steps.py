@@ -694,6 +694,10 @@ def test_an_invalid_spec_is_counted_as_a_render_error() -> None:
         "the spec cannot be rendered: KaiwuCluster db/dev: spec.replicas: multi-replica needs "
         "at least 3 nodes, got 2")
     assert "observedGeneration" in world.status
+    # Every problem is told, one after the other.
+    both = World(replicas=2, extraArgs=["--join=x"])
+    both.reconcile()
+    assert both.condition("Stalled")["message"].count("; KaiwuCluster db/dev: spec.") == 1
 
 
 class Defaulting(DriftKube):
