@@ -8,6 +8,7 @@ writes. The certificates themselves (reconciler.kaiwudb.certs) have their own st
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -17,7 +18,7 @@ from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from renderer.builders import CERTS_HASH_ANNOTATION
 from tests.unit.reconciler.controller.test_drift_steps import World
-from tests.unit.reconciler.controller.test_steps import NAME, NS
+from tests.unit.reconciler.controller.test_steps import NAME, NOW, NS
 
 SECRETS = [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
 
@@ -63,11 +64,12 @@ def test_a_pass_before_the_cache_shows_the_new_secrets_makes_no_second_ca() -> N
     world.reconcile()
     first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
     made = {name: world.objects.pop(("Secret", NS, name)) for name in SECRETS}
+    world.edit_spec(replicas=4)  # the StatefulSet is applied this pass
     result = world.reconcile()
+    assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
     assert [w for w in world.kube.writes if w[1] == "Secret"] == []
     assert result.requeue_after_s == STALE_RECHECK_S
     assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == first, "the pods keep their hash"
-    assert world.condition("Ready")["reason"] == "Applying"
     for name, secret in made.items():
         world.objects[("Secret", NS, name)] = secret
     world.settle()
@@ -120,3 +122,43 @@ def test_the_users_own_secrets_are_read_from_the_api_when_the_cache_lacks_them()
     message = world.condition("Stalled")["message"]
     assert "Secret mine key ca.crt: the key is missing or empty" in message
     assert "Secret mine: the Secret does not exist" not in message
+
+
+def users_own(now: float) -> World:
+    """A cluster on the user's own Secrets (made here as the operator makes its own), `now`."""
+    made = World(tls={"enabled": True})
+    made.reconcile()
+    world = World(tls={"enabled": True, "nodeSecretName": f"{NAME}-node-certs",
+                       "clientSecretName": f"{NAME}-root-client-certs"})
+    for name in SECRETS[1:]:
+        secret = copy.deepcopy(made.objects[("Secret", NS, name)])
+        secret["metadata"].pop("ownerReferences")
+        world.objects[("Secret", NS, name)] = secret
+    world.now = now
+    return world
+
+
+def test_the_users_certificates_near_their_end_are_warned_about_and_used() -> None:
+    world = users_own(NOW + (5 * 365 - 5) * 86400)
+    world.reconcile()
+    warnings = [e for e in world.kube.events if e[1] == "CertificateWarning"]
+    assert [(e[0], e[2].split(":")[0]) for e in warnings] == [
+        ("Warning", f"Secret {NAME}-node-certs key node.crt"),
+        ("Warning", f"Secret {NAME}-root-client-certs key client.root.crt")]
+    assert "the certificate expires at " in warnings[0][2]
+    assert world.condition("Stalled")["status"] == "False", "a warning stalls nothing"
+    assert len(pod_annotations(world)[CERTS_HASH_ANNOTATION]) == 16
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "never rewritten"
+
+
+def test_unusable_certificates_keep_the_pods_on_the_ones_they_run_with() -> None:
+    world = users_own(NOW)
+    world.reconcile()
+    running = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    # The user replaces the node Secret with a broken one, and scales the cluster.
+    world.edit("Secret", f"{NAME}-node-certs", lambda secret: secret["data"].pop("node.key"))
+    world.edit_spec(replicas=4)
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "CertificatesUnusable"
+    assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == running
