@@ -162,3 +162,24 @@ def test_unusable_certificates_keep_the_pods_on_the_ones_they_run_with() -> None
     assert world.condition("Stalled")["reason"] == "CertificatesUnusable"
     assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
     assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == running
+
+
+def test_a_cluster_without_tls_gets_no_certificates() -> None:
+    world = World()
+    world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+    assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
+
+
+def test_certificates_near_their_end_are_renewed_and_the_pods_roll_onto_them() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    world.settle()
+    world.now = NOW + (5 * 365 - 5) * 86400
+    world.reconcile()
+    renewed = [name for verb, kind, name in world.kube.writes if kind == "Secret"]
+    assert renewed and all(verb == "apply" for verb, kind, _ in world.kube.writes
+                           if kind == "Secret"), "renewed in place"
+    assert f"{NAME}-ca" not in renewed, "the CA lasts longer"
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] != first
