@@ -1016,3 +1016,25 @@ def test_whether_an_optional_kind_is_served_is_asked_in_the_clusters_namespace()
     world.reconcile()
     assert kube.lists == [("PodDisruptionBudget", NS)]
     assert ("PodDisruptionBudget", NAME) in world.applied(), "served: created"
+
+
+def test_a_cluster_made_again_under_the_same_name_does_not_inherit_unreported_actions() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    real = world.kube.replace_status
+
+    def replace_status(obj: Obj) -> Obj:
+        raise ApiError(409, "Conflict", "the object has been modified")
+    world.kube.replace_status = replace_status  # type: ignore[method-assign]
+    world.reconcile()  # repaired; the report of it waits for the next pass
+    world.kube.replace_status = real  # type: ignore[method-assign]
+    stored = world.objects.pop(("KaiwuCluster", NS, NAME))
+    world.reconcile()  # deleted: forgotten
+    again = copy.deepcopy(stored)
+    again["metadata"]["uid"] = "cluster-uid-2"
+    again.pop("status", None)
+    world.objects[("KaiwuCluster", NS, NAME)] = again
+    world.now += 1
+    world.reconcile()
+    assert "DriftRepaired" not in [a["action"] for a in world.status["lastActions"]]
