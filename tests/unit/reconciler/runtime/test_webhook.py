@@ -205,6 +205,7 @@ def test_the_leader_makes_the_certificate_and_registers_it_a_standby_only_serves
     registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
     assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == \
         base64.b64decode(secret["data"]["ca.crt"])
+    assert registered["webhooks"][0]["clientConfig"]["service"]["namespace"] == "kaiwu-system"
 
 
 def test_with_a_cert_manager_secret_nothing_is_written_but_the_registration() -> None:
@@ -295,7 +296,8 @@ class OneClusterView(EmptyView):
         self.cluster = cluster
 
     def get(self, kind: Any, namespace: str, name: str) -> Any:
-        return self.cluster if kind.kind == "KaiwuCluster" and name == "orders" else None
+        return self.cluster if (kind.kind, namespace, name) == ("KaiwuCluster", "db",
+                                                                 "orders") else None
 
 
 class ReadingKube:
@@ -336,10 +338,14 @@ def test_a_scale_is_judged_from_the_cache_or_else_from_the_api() -> None:
     assert kube.reads == 1
 
 
-def test_a_scale_whose_cluster_cannot_be_read_passes_with_a_warning() -> None:
+def test_a_scale_whose_cluster_cannot_be_read_passes_with_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
     for error in (ApiError(403, "Forbidden", "rbac"), OSError("connection refused")):
         decide = decider(OneClusterView(None), cast(Any, ReadingKube(error=error)), Settings())
-        answer = decide(scale_review(2))["response"]
+        with caplog.at_level("WARNING", logger="reconciler.runtime.webhook"):
+            answer = decide(scale_review(2))["response"]
+        assert caplog.records[-1].getMessage() == \
+            f"webhook could not read KaiwuCluster db/orders: {error}"
         assert answer["allowed"] is True
         assert answer["warnings"] == ["KaiwuCluster db/orders could not be read: the "
                                       "reconciler checks this scale instead"]
@@ -415,7 +421,8 @@ def test_the_secret_is_replaced_whole_over_the_version_read() -> None:
     leader, server = manager(kube, leader=True)
     leader.tick()
     secret = kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]
-    assert secret["type"] == "kubernetes.io/tls"
+    assert (secret["apiVersion"], secret["kind"], secret["type"]) == (
+        "v1", "Secret", "kubernetes.io/tls")
     assert secret["metadata"]["labels"] == {"app.kubernetes.io/name": "kaiwu-reconciler",
                                             "app.kubernetes.io/part-of": "kaiwu-operator"}
     assert secret["metadata"]["namespace"] == "kaiwu-system"
@@ -462,3 +469,18 @@ def test_the_certificate_loop_says_what_went_wrong_and_keeps_going() -> None:
     finally:
         leader.stop()
     assert leader.alive, "a stopped loop is no failure"
+
+
+def test_a_namespaced_install_registers_for_its_namespace_on_a_server_that_can_say_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    kube = FakeKube()
+    kube.server_version = lambda: "v1.25.3"  # type: ignore[method-assign]
+    leader, _ = manager(kube, leader=True, watch_namespace="team-a")
+    with caplog.at_level("INFO", logger="reconciler.runtime.webhook"):
+        leader.tick()
+    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]} in \
+        registered["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    [logged] = [r for r in caplog.records if r.getMessage() == "webhook registered"]
+    assert (logged.configuration, logged.cas) == (  # type: ignore[attr-defined]
+        "kaiwu-reconciler-kaiwu-system", 1)
