@@ -70,6 +70,7 @@ def test_probes_get_each_check_and_its_lines_and_prometheus_its_page() -> None:
         assert fetch(port, "/readyz") == (503, "failed\ncheck failed: the caches are gone\n")
         assert fetch(port, "/") == (404, "not found: try /metrics, /healthz or /readyz\n")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            assert answer.status == 200
             assert answer.headers["Content-Type"] == CONTENT_TYPE_LATEST
             page = answer.read().decode()
         assert sample(page, 'kaiwu_reconcile_total{result="success"}') == 1
