@@ -46,6 +46,9 @@ if measure == "heap":  # slows every allocation: CPU seconds are measured in a r
     tracemalloc.start()
 with open("/proc/self/statm") as statm:  # resident now, after imports (KB, as ru_maxrss)
     base = int(statm.read().split()[1]) * resource.getpagesize() // 1024
+# Linux carries ru_maxrss over fork and exec: a large parent (a long pytest session) would
+# count as this run's growth. Growth is measured from the higher of the two.
+base = max(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 report = {}
 for name, argv in (("validate", ["validate", source]),
                    ("render", ["render", source, "-o", out]),

@@ -232,3 +232,61 @@ def test_a_version_is_judged_against_the_pods_so_a_stuck_upgrade_can_be_set_back
     done = View(sts, *(pod(f"orders-{i}", "3.2.2") for i in range(3)))
     finished = admission.applied(done, upgrading)
     assert not update(upgrading, cluster(version="3.2.1"), accepted=finished).allowed
+
+
+def test_a_namespace_this_install_watches_is_judged() -> None:
+    assert not create(cluster(replicas=2), watched=NS).allowed
+
+
+def test_a_cluster_being_deleted_is_never_refused_even_with_a_spec_that_breaks_the_rules(
+        ) -> None:
+    # Removing the last finalizer of a cluster whose stored spec is refused: the API server
+    # sends an UPDATE carrying deletionTimestamp; refusing it would keep the cluster forever.
+    old = cluster()
+    deleting = with_spec(old, replicas=2)
+    deleting["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    assert update(old, deleting).allowed
+    assert not update(old, with_spec(old, replicas=2)).allowed, "without it: refused"
+
+
+def test_a_change_to_a_cluster_paused_by_its_annotation_passes_with_a_warning() -> None:
+    old = cluster()
+    old["metadata"]["annotations"] = {"kaiwu.inspur.com/paused": "true"}
+    verdict = update(old, with_spec(old, replicas=5))
+    assert verdict.warnings == ("the cluster is paused: this change is applied once it is "
+                                "resumed",)
+    running = cluster()
+    assert update(running, with_spec(running, replicas=5)).warnings == ()
+
+
+def test_the_memory_is_written_in_one_spelling_keys_sorted() -> None:
+    text = facts_annotation(check_live(cluster(storage={"size": "20Gi"}))["spec"])
+    assert text == ('{"replicas":3,"startMode":"multi-replica","storage":{"size":"20Gi"},'
+                    '"version":"3.2.1"}')
+
+
+def test_a_memory_that_is_not_the_facts_of_a_spec_is_ignored() -> None:
+    for raw in ('["multi-replica"]', '{"startMode":"multi-replica"}',
+                '{"startMode":"multi-replica","replicas":3,"version":"3.2.1","storage":"20Gi"}',
+                '{"startMode":"multi-replica","replicas":3,"version":"3.2.1","storage":{}}'):
+        assert accepted_facts(_statefulset(raw), cluster()) is None, raw
+
+
+def test_the_answer_to_a_review_of_an_unknown_version_is_a_v1_review() -> None:
+    request = {"uid": "abc", "operation": "CREATE", "namespace": NS, "name": NAME,
+               "object": cluster(replicas=2)}
+    body = {"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": request}
+    answer = admission.response(body, review(request, **_lookups()))
+    assert answer == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "response": {"uid": "abc", "allowed": False, "status": {
+                          "code": 422, "reason": "Invalid",
+                          "message": review(request, **_lookups()).message}}}
+
+
+def test_the_statefulset_of_an_earlier_cluster_of_the_same_name_is_no_memory_for_the_webhook(
+        ) -> None:
+    sts = _statefulset(facts_annotation(check_live(cluster())["spec"]))
+    assert admission.applied(View(sts), cluster()) is not None
+    newer = cluster()
+    newer["metadata"]["uid"] = "uid-2"
+    assert admission.applied(View(sts), newer) is None

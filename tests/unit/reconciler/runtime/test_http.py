@@ -1,4 +1,5 @@
-"""What operators see of a reconciler that cannot reach the API server: alive, but not ready.
+"""What operators see of a reconciler that cannot reach the API server: alive, but not ready;
+and what each of its HTTP endpoints (reconciler.runtime.http) answers the probes and Prometheus.
 
 (The stories against the test world's apiserver: tests/world_stories/runtime/test_http.py.)
 """
@@ -6,12 +7,18 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from reconciler.metrics import Metrics
+from reconciler.runtime.http import HealthServer
 from reconciler.settings import Settings
-from tests.support.runtime import fetch, running
+from tests.support.runtime import fetch, running, sample
 from tests.world.controlplane import free_port
 
 
@@ -36,3 +43,41 @@ def test_a_replica_that_cannot_reach_the_api_server_is_alive_but_not_ready(
         assert not runtime.is_leader()
         assert runtime.metrics.value("kaiwu_watch_restarts_total",
                                      {"kind": "KaiwuCluster", "reason": "disconnected"}) >= 1
+
+
+def test_probes_get_each_check_and_its_lines_and_prometheus_its_page() -> None:
+    metrics = Metrics()
+    metrics.reconcile_total.labels(result="success").inc()
+    state: dict[str, Any] = {"healthy": (True, ["leader: yes"]),
+                             "ready": (False, ["caches: waiting for Pod"])}
+
+    def ready() -> tuple[bool, list[str]]:
+        if state.get("broken"):
+            raise RuntimeError("the caches are gone")
+        answer: tuple[bool, list[str]] = state["ready"]
+        return answer
+    server = HealthServer("127.0.0.1", 0, metrics, healthy=lambda: state["healthy"],
+                          ready=ready)
+    server.start()
+    try:
+        port = server.port
+        assert fetch(port, "/healthz") == (200, "ok\nleader: yes\n")
+        assert fetch(port, "/livez?verbose") == (200, "ok\nleader: yes\n")
+        assert fetch(port, "/readyz") == (503, "failed\ncaches: waiting for Pod\n")
+        state["ready"] = (True, [])
+        assert fetch(port, "/readyz") == (200, "ok\n")
+        state["broken"] = True
+        assert fetch(port, "/readyz") == (503, "failed\ncheck failed: the caches are gone\n")
+        assert fetch(port, "/") == (404, "not found: try /metrics, /healthz or /readyz\n")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            assert answer.status == 200
+            assert answer.headers["Content-Type"] == CONTENT_TYPE_LATEST
+            page = answer.read().decode()
+        assert sample(page, 'kaiwu_reconcile_total{result="success"}') == 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+            assert answer.headers["Content-Type"] == "text/plain; charset=utf-8"
+            assert answer.headers["Content-Length"] == str(len("ok\nleader: yes\n"))
+    finally:
+        server.stop()
+    with pytest.raises(OSError):
+        fetch(port, "/healthz")

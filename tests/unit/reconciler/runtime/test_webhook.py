@@ -10,14 +10,24 @@ import base64
 import http.client
 import json
 import ssl
+import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+import pytest
 from cryptography import x509
 
 from reconciler.kube.cache import CacheView
+from reconciler.kube.client import ApiError
 from reconciler.metrics import Metrics
-from reconciler.runtime.webhook import PATH, WebhookServer, configuration, decider
+from reconciler.runtime.webhook import (
+    PATH,
+    WebhookServer,
+    configuration,
+    decider,
+    live_bundle,
+    policy_of,
+)
 from reconciler.runtime.webhook_certs import ServingPolicy, next_step, read_state
 from reconciler.settings import Settings
 from renderer.settings import KubeVersion
@@ -142,6 +152,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
+        self.replaced_over: list[str | None] = []  # the resourceVersion each replace names
 
     def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
         return self.objects.get((kind.kind, name))
@@ -157,6 +168,7 @@ class FakeKube:
         return self._store("create", obj)
 
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.replaced_over.append(obj["metadata"].get("resourceVersion"))
         return self._store("replace", obj)
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -193,6 +205,7 @@ def test_the_leader_makes_the_certificate_and_registers_it_a_standby_only_serves
     registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
     assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == \
         base64.b64decode(secret["data"]["ca.crt"])
+    assert registered["webhooks"][0]["clientConfig"]["service"]["namespace"] == "kaiwu-system"
 
 
 def test_with_a_cert_manager_secret_nothing_is_written_but_the_registration() -> None:
@@ -208,3 +221,266 @@ def test_with_a_cert_manager_secret_nothing_is_written_but_the_registration() ->
     assert server.serving == (cert, key)
     registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
     assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == ca
+
+
+# ---- what the server answers besides reviews ---------------------------------------------------
+
+def raw_post(port: int, ca_pem: bytes, path: str, body: bytes
+             ) -> tuple[int, str, dict[str, Any]]:
+    """(status, content type, answer) of a POST with any body."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    try:
+        connection.request("POST", path, body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.getheader("Content-Type") or "", json.loads(answer.read())
+    finally:
+        connection.close()
+
+
+def test_what_is_no_review_is_answered_with_an_error_and_counted() -> None:
+    metrics = Metrics()
+
+    def decide(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("explode"):
+            raise RuntimeError("a bug")
+        return {"response": {"allowed": True}}
+    server = WebhookServer("127.0.0.1", 0, metrics, decide)
+    server.start()
+    try:
+        ca, cert, key = certificate(datetime.now(UTC))
+        server.load(cert, key)
+        assert raw_post(server.port, ca, "/other", b"") == (
+            404, "application/json", {"error": "not found: POST /validate"})
+        assert raw_post(server.port, ca, PATH, b"") == (
+            400, "application/json", {"error": "an AdmissionReview body is required"})
+        assert raw_post(server.port, ca, PATH, b'{"explode": true}') == (
+            500, "application/json", {"error": "the review could not be decided"})
+        assert raw_post(server.port, ca, PATH + "?timeout=5s", b"{}")[0] == 200
+        assert metrics.value("kaiwu_admission_reviews_total", {"result": "error"}) == 2
+        assert metrics.value("kaiwu_admission_reviews_total", {"result": "allowed"}) == 1
+        assert metrics.value("kaiwu_admission_duration_seconds_count") == 1
+        not_after = x509.load_pem_x509_certificate(cert).not_valid_after_utc
+        assert server.not_after == not_after
+        assert metrics.value("kaiwu_webhook_certificate_expiry_seconds") == \
+            not_after.timestamp()
+    finally:
+        server.stop()
+
+
+def test_a_body_larger_than_any_review_is_refused_unread() -> None:
+    metrics = Metrics()
+    server = WebhookServer("127.0.0.1", 0, metrics, lambda body: body)
+    server.start()
+    try:
+        ca, cert, key = certificate(datetime.now(UTC))
+        server.load(cert, key)
+        context = ssl.create_default_context(cadata=ca.decode())
+        connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
+                                                 timeout=10)
+        try:
+            connection.putrequest("POST", PATH)
+            connection.putheader("Content-Length", str(4 * 1024 * 1024 + 1))
+            connection.endheaders()
+            answer = connection.getresponse()
+            assert answer.status == 413
+        finally:
+            connection.close()
+        assert metrics.value("kaiwu_admission_reviews_total", {"result": "error"}) == 1
+    finally:
+        server.stop()
+
+
+class OneClusterView(EmptyView):
+    def __init__(self, cluster: dict[str, Any] | None) -> None:
+        self.cluster = cluster
+
+    def get(self, kind: Any, namespace: str, name: str) -> Any:
+        return self.cluster if (kind.kind, namespace, name) == ("KaiwuCluster", "db",
+                                                                 "orders") else None
+
+
+class ReadingKube:
+    """The API for a scale review's stored cluster: answers, or fails, and counts reads."""
+
+    def __init__(self, cluster: dict[str, Any] | None = None,
+                 error: Exception | None = None) -> None:
+        self.cluster, self.error, self.reads = cluster, error, 0
+
+    def get(self, kind: Any, namespace: str | None, name: str) -> Any:
+        self.reads += 1
+        if self.error is not None:
+            raise self.error
+        return self.cluster
+
+
+def scale_review(replicas: int, namespace: str = "db") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-2", "operation": "UPDATE", "subResource": "scale", "namespace": namespace,
+        "name": "orders", "object": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                                     "spec": {"replicas": replicas}}}}
+
+
+def stored_cluster() -> dict[str, Any]:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": "orders", "namespace": "db", "uid": "u"},
+            "spec": {"replicas": 3}}
+
+
+def test_a_scale_is_judged_from_the_cache_or_else_from_the_api() -> None:
+    kube = ReadingKube()
+    decide = decider(OneClusterView(stored_cluster()), kube, Settings())  # type: ignore[arg-type]
+    assert decide(scale_review(2))["response"]["allowed"] is False
+    assert kube.reads == 0, "the cache held it"
+    kube = ReadingKube(stored_cluster())
+    decide = decider(OneClusterView(None), kube, Settings())  # type: ignore[arg-type]
+    assert decide(scale_review(2))["response"]["allowed"] is False
+    assert kube.reads == 1
+
+
+def test_a_scale_whose_cluster_cannot_be_read_passes_with_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    for error in (ApiError(403, "Forbidden", "rbac"), OSError("connection refused")):
+        decide = decider(OneClusterView(None), cast(Any, ReadingKube(error=error)), Settings())
+        with caplog.at_level("WARNING", logger="reconciler.runtime.webhook"):
+            answer = decide(scale_review(2))["response"]
+        assert caplog.records[-1].getMessage() == \
+            f"webhook could not read KaiwuCluster db/orders: {error}"
+        assert answer["allowed"] is True
+        assert answer["warnings"] == ["KaiwuCluster db/orders could not be read: the "
+                                      "reconciler checks this scale instead"]
+
+
+def test_a_namespaced_install_judges_only_its_own_namespace() -> None:
+    decide = decider(OneClusterView(stored_cluster()), cast(Any, ReadingKube()),
+                     Settings(watch_namespace="db"))
+    assert decide(scale_review(2))["response"]["allowed"] is False
+    assert decide(scale_review(2, namespace="other"))["response"]["allowed"] is True
+
+
+def test_the_certificate_covers_the_service_in_every_form_and_the_extra_hosts() -> None:
+    policy = policy_of(Settings(webhook_service="hook", webhook_hosts=" a.example, ,10.0.0.1,"
+                                "hook"), "kaiwu-system")
+    assert policy.hosts == ("hook.kaiwu-system.svc", "hook.kaiwu-system.svc.cluster.local",
+                            "hook.kaiwu-system", "hook", "a.example", "10.0.0.1")
+    assert policy.common_name == "hook"
+    long = policy_of(Settings(webhook_service="h" * 70), "ns")
+    assert long.common_name == "h" * 64 and long.hosts[-1] == "h" * 70
+    settings = Settings(webhook_ca_validity_s=3000.0, webhook_cert_validity_s=900.0,
+                        webhook_ca_overlap_s=120.0, webhook_reload_s=30.0)
+    timed = policy_of(settings, "ns")
+    assert (timed.ca_validity, timed.cert_validity, timed.overlap) == (
+        timedelta(seconds=3000), timedelta(seconds=900), timedelta(seconds=120))
+
+
+def test_a_webhook_outside_the_cluster_is_registered_by_its_url() -> None:
+    settings = Settings(webhook=True, webhook_url="https://hook.example:8443/",
+                        lease_namespace="kaiwu-system")
+    [webhook] = configuration(settings, "kaiwu-system", b"PEM")["webhooks"]
+    assert webhook["clientConfig"] == {"url": "https://hook.example:8443/validate",
+                                       "caBundle": base64.b64encode(b"PEM").decode()}
+    assert (webhook["name"], webhook["matchPolicy"]) == ("kaiwuclusters.kaiwu.inspur.com",
+                                                         "Equivalent")
+
+
+def test_the_bundle_the_api_server_trusts_is_read_from_our_webhook_only() -> None:
+    settings = Settings(webhook=True, lease_namespace="kaiwu-system")
+    config = configuration(settings, "kaiwu-system", b"PEM")
+    assert live_bundle(config) == b"PEM"
+    assert live_bundle(None) == b""
+    other = {"webhooks": [{**config["webhooks"][0], "name": "other.example.com"}]}
+    assert live_bundle(other) == b""
+    broken = {"webhooks": [{**config["webhooks"][0], "clientConfig": {"caBundle": "%%%"}}]}
+    assert live_bundle(broken) == b""
+    two = {"webhooks": [other["webhooks"][0], config["webhooks"][0]]}
+    assert live_bundle(two) == b"PEM"
+
+
+def test_a_changed_setting_or_a_lost_registration_is_registered_again() -> None:
+    kube = FakeKube()
+    leader, _ = manager(kube, leader=True)
+    leader.tick()
+    assert kube.writes[-1] == ("apply", "ValidatingWebhookConfiguration")
+    registered = ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")
+    # Someone edits the failure policy by hand: the hash no longer matches.
+    kube.objects[registered]["metadata"]["annotations"]["kaiwu.inspur.com/config-hash"] = "x"
+    leader.tick()
+    assert len(kube.writes) == 3
+    # Someone trusts another CA: the bundle no longer matches.
+    kube.objects[registered]["webhooks"][0]["clientConfig"]["caBundle"] = \
+        base64.b64encode(b"other").decode()
+    leader.tick()
+    assert len(kube.writes) == 4
+    del kube.objects[registered]
+    leader.tick()
+    assert len(kube.writes) == 5 and registered in kube.objects
+
+
+def test_the_secret_is_replaced_whole_over_the_version_read() -> None:
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True)
+    leader.tick()
+    secret = kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]
+    assert (secret["apiVersion"], secret["kind"], secret["type"]) == (
+        "v1", "Secret", "kubernetes.io/tls")
+    assert secret["metadata"]["labels"] == {"app.kubernetes.io/name": "kaiwu-reconciler",
+                                            "app.kubernetes.io/part-of": "kaiwu-operator"}
+    assert secret["metadata"]["namespace"] == "kaiwu-system"
+    # The CA is unreadable now: a fresh one replaces it, over the version read.
+    secret["data"]["ca.crt"] = base64.b64encode(b"garbage").decode()
+    before = server.serving
+    leader.tick()
+    assert kube.writes[-2:] == [("replace", "Secret"), ("apply", "ValidatingWebhookConfiguration")]
+    assert kube.replaced_over == ["1"]
+    assert server.serving != before, "the new certificate is served"
+
+
+def test_a_cert_manager_secret_without_its_ca_yet_is_a_problem_said_in_readyz() -> None:
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True, webhook_cert_source="secret",
+                             webhook_secret="issued")
+    with pytest.raises(OSError, match="Secret kaiwu-system/issued has no ca.crt yet "
+                       r"\(cert-manager issues it\)"):
+        leader.tick()
+    assert kube.writes == [] and server.serving is None
+
+
+def test_the_certificate_loop_says_what_went_wrong_and_keeps_going() -> None:
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True, webhook_cert_source="secret",
+                             webhook_secret="issued", webhook_reload_s=0.05,
+                             webhook_ca_overlap_s=0.1)
+    leader.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not leader.problem and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert leader.problem == ("webhook certificate: Secret kaiwu-system/issued has no "
+                                  "ca.crt yet (cert-manager issues it)")
+        assert leader.alive
+        ca, cert, key = certificate(datetime.now(UTC))
+        kube.objects[("Secret", "issued")] = {"metadata": {"name": "issued"}, "data": {
+            "ca.crt": base64.b64encode(ca).decode(), "tls.crt": base64.b64encode(cert).decode(),
+            "tls.key": base64.b64encode(key).decode()}}
+        leader.wake()
+        while leader.problem and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert leader.problem == "" and server.serving == (cert, key)
+    finally:
+        leader.stop()
+    assert leader.alive, "a stopped loop is no failure"
+
+
+def test_a_namespaced_install_registers_for_its_namespace_on_a_server_that_can_say_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    kube = FakeKube()
+    kube.server_version = lambda: "v1.25.3"  # type: ignore[method-assign]
+    leader, _ = manager(kube, leader=True, watch_namespace="team-a")
+    with caplog.at_level("INFO", logger="reconciler.runtime.webhook"):
+        leader.tick()
+    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]} in \
+        registered["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    [logged] = [r for r in caplog.records if r.getMessage() == "webhook registered"]
+    assert (logged.configuration, logged.cas) == (  # type: ignore[attr-defined]
+        "kaiwu-reconciler-kaiwu-system", 1)

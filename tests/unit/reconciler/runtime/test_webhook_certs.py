@@ -7,7 +7,7 @@ what each of them serves. Three CA lifetimes pass in a second.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
@@ -171,3 +171,87 @@ def test_a_cert_manager_secret_is_read_and_its_ca_registered() -> None:
     assert serving_pair(issued) == (ours.leaf.cert_pem, ours.leaf.key_pem)
     assert serving_pair({"data": {**issued["data"], "tls.key": issued["data"]["ca.crt"]}}) \
         is None, "a key that does not belong to the certificate is not served"
+
+
+def test_an_expired_ca_is_replaced_by_a_fresh_one_with_a_new_certificate() -> None:
+    world = World()
+    world.leader_tick(START)
+    old = world.state
+    assert old.ca is not None
+    expired = old.ca.cert.not_valid_after_utc
+    world.leader_tick(expired)
+    assert world.reasons[-1] == (expired, "the CA expired: created a new CA and serving "
+                                          "certificate")
+    assert world.state.ca is not None and world.state.ca.cert_pem != old.ca.cert_pem
+    assert world.state.next_ca is None and world.state.previous_ca is None
+
+
+def test_a_certificate_of_another_ca_or_past_its_end_is_reissued_at_once() -> None:
+    world, other = World(), World()
+    world.leader_tick(START)
+    other.leader_tick(START)
+    foreign = replace(world.state, leaf=other.state.leaf)
+    step = next_step(foreign, world.bundle, START + TICK, POLICY)
+    assert step is not None and step[1] == ("the serving certificate is not issued by the CA: "
+                                            "issued a new one")
+    leaf = step[0].leaf
+    assert leaf is not None and leaf.cert.issuer == world.state.ca_cert.subject  # type: ignore[union-attr]
+    assert world.state.leaf is not None
+    ended = world.state.leaf.cert.not_valid_after_utc
+    step = next_step(world.state, world.bundle, ended, POLICY)
+    assert step is not None and step[1] == "the serving certificate expired: issued a new one"
+    no_leaf = next_step(replace(world.state, leaf=None), world.bundle, START + TICK, POLICY)
+    assert no_leaf is not None and no_leaf[1] == "no serving certificate: issued a new one"
+
+
+def test_a_certificate_never_outlives_the_ca_that_issued_it() -> None:
+    long_lived = ServingPolicy(**{**POLICY.__dict__, "cert_validity": timedelta(days=365)})
+    world = World()
+    world.leader_tick(START, long_lived)
+    assert world.state.leaf is not None and world.state.ca is not None
+    assert world.state.leaf.cert.not_valid_after_utc <= world.state.ca.cert.not_valid_after_utc
+
+
+def test_a_secret_with_unreadable_parts_is_read_as_far_as_it_can_be() -> None:
+    world = World()
+    world.leader_tick(START)
+    secret = world.secret
+    data = dict(secret["data"])  # type: ignore[call-overload]
+    broken = {"metadata": {"annotations": {"kaiwu.inspur.com/next-ca-since": "yesterday",
+                                           "kaiwu.inspur.com/previous-ca-until": ""}},
+              "data": {**data, "tls.crt": "not base64!", "previous-ca.crt":
+                       base64.b64encode(b"not a certificate").decode()}}
+    state = read_state(broken)
+    assert state.ca is not None and state.leaf is None
+    assert state.previous_ca is None and state.next_since is None and state.previous_until is None
+    assert serving_pair(broken) is None
+    assert bundle_fingerprints(b"garbage") == set()
+    assert read_state(None) == ServingState()
+
+
+def test_the_secret_says_since_when_the_next_ca_waits_and_until_when_the_old_one_is_kept(
+        ) -> None:
+    world = World()
+    now = START
+    while not world.state.next_ca:
+        world.leader_tick(now)
+        now += TICK
+    data, annotations = secret_content(world.state)
+    assert sorted(data) == ["ca.crt", "ca.key", "next-ca.crt", "next-ca.key", "tls.crt",
+                            "tls.key"]
+    assert annotations == {"kaiwu.inspur.com/next-ca-since":
+                           world.state.next_since.isoformat()}  # type: ignore[union-attr]
+    assert read_state(as_secret(world.state)).next_since == world.state.next_since
+    while world.state.previous_ca is None:
+        world.leader_tick(now)
+        now += TICK
+    data, annotations = secret_content(world.state)
+    assert "previous-ca.crt" in data and "previous-ca.key" not in data
+    assert annotations == {"kaiwu.inspur.com/previous-ca-until":
+                           world.state.previous_until.isoformat()}  # type: ignore[union-attr]
+    parsed = read_state(as_secret(world.state))
+    assert parsed.previous_until == world.state.previous_until
+    assert parsed.previous_ca == world.state.previous_ca
+    # A previous CA without its end date is dropped at the next step.
+    step = next_step(replace(world.state, previous_until=None), world.bundle, now, POLICY)
+    assert step is not None and step[0].previous_ca is None

@@ -1,0 +1,185 @@
+"""Stories about the certificates step (reconciler.controller.certificates) over passes of the
+controller on the fakes of test_drift_steps.py: the operator's own TLS Secrets made once and
+owned by the cluster, their hash rolled into the pod template, a user's Secrets read even when
+the watch cache does not hold them, and what a pass does while the cache lags behind its own
+writes. The certificates themselves (reconciler.kaiwudb.certs) have their own stories
+(tests/unit/reconciler/kaiwudb/test_certs.py); the real apiserver: the TLS world stories.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S
+from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import Kind
+from reconciler.model import Obj
+from renderer.builders import CERTS_HASH_ANNOTATION
+from tests.unit.reconciler.controller.test_drift_steps import World
+from tests.unit.reconciler.controller.test_steps import NAME, NOW, NS
+
+SECRETS = [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
+
+
+def pod_annotations(world: World) -> dict[str, str]:
+    sts = world.objects[("StatefulSet", NS, NAME)]
+    found: dict[str, str] = sts["spec"]["template"]["metadata"].get("annotations") or {}
+    return found
+
+
+def expiry(world: World) -> float:
+    return world.metrics.value("kaiwu_cluster_certificate_expiry_seconds",
+                               {"namespace": NS, "cluster": NAME})
+
+
+def test_a_tls_cluster_gets_its_secrets_once_owned_by_it_and_their_hash_on_its_pods() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    created = [name for verb, kind, name in world.kube.writes if kind == "Secret"]
+    assert sorted(created) == SECRETS
+    for name in SECRETS:
+        owner = world.objects[("Secret", NS, name)]["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "KaiwuCluster", NAME, "cluster-uid", True)
+    assert ("CertificateWritten", f"Secret/{NAME}-ca", "new cluster CA") in world.actions()
+    assert ("Normal", "CertificateWritten", f"Secret/{NAME}-ca: new cluster CA") in \
+        world.kube.events
+    first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    assert len(first) == 16
+    world.settle()
+    world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "made once"
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == first
+    # Read back, the node certificate is valid for a long time yet; the gauge says how long.
+    # (Node certificates last five years from the pass that made them; the gauge counts from
+    # the wall clock.)
+    days = (expiry(world) + time.time() - world.now) / 86400
+    assert 1824.9 < days < 1825.1
+
+
+def test_a_pass_before_the_cache_shows_the_new_secrets_makes_no_second_ca() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    made = {name: world.objects.pop(("Secret", NS, name)) for name in SECRETS}
+    world.edit_spec(replicas=4)  # the StatefulSet is applied this pass
+    result = world.reconcile()
+    assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+    assert result.requeue_after_s == STALE_RECHECK_S
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == first, "the pods keep their hash"
+    for name, secret in made.items():
+        world.objects[("Secret", NS, name)] = secret
+    world.settle()
+    world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+
+
+def test_a_secret_created_meanwhile_by_someone_else_stops_the_step_and_is_looked_at_again(
+        ) -> None:
+    world = World(tls={"enabled": True})
+    real_create = world.kube.create
+
+    def create(obj: Obj) -> Obj:
+        if obj["kind"] == "Secret":
+            raise ApiError(409, "AlreadyExists", f"secrets \"{obj['metadata']['name']}\" "
+                           "already exists")
+        return real_create(obj)
+    world.kube.create = create  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert [a for a in world.actions() if a[0] == "CertificateWritten"] == []
+    assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
+    assert world.condition("Ready")["reason"] == "Applying"
+
+
+def test_a_paused_tls_cluster_gets_no_secrets() -> None:
+    world = World(tls={"enabled": True}, paused=True)
+    world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+
+
+def test_the_users_own_secrets_are_read_from_the_api_when_the_cache_lacks_them() -> None:
+    world = World(tls={"enabled": True, "nodeSecretName": "mine",
+                       "clientSecretName": "mine-client"})
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "CertificatesUnusable")
+    assert stalled["message"].startswith("Secret mine: the Secret does not exist in namespace db")
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "never made for the user"
+    assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
+    # Unlabelled, so not in the watch cache: read from the API.
+    unlabelled = {"apiVersion": "v1", "kind": "Secret",
+                  "metadata": {"name": "mine", "namespace": NS}, "data": {}}
+    real_get = world.kube.get
+
+    def get(kind: Kind, namespace: str | None, name: str) -> Any:
+        return unlabelled if name == "mine" else real_get(kind, namespace, name)
+    world.kube.get = get  # type: ignore[method-assign]
+    world.reconcile()
+    message = world.condition("Stalled")["message"]
+    assert "Secret mine key ca.crt: the key is missing or empty" in message
+    assert "Secret mine: the Secret does not exist" not in message
+
+
+def users_own(now: float) -> World:
+    """A cluster on the user's own Secrets (made here as the operator makes its own), `now`."""
+    made = World(tls={"enabled": True})
+    made.reconcile()
+    world = World(tls={"enabled": True, "nodeSecretName": f"{NAME}-node-certs",
+                       "clientSecretName": f"{NAME}-root-client-certs"})
+    for name in SECRETS[1:]:
+        secret = copy.deepcopy(made.objects[("Secret", NS, name)])
+        secret["metadata"].pop("ownerReferences")
+        world.objects[("Secret", NS, name)] = secret
+    world.now = now
+    return world
+
+
+def test_the_users_certificates_near_their_end_are_warned_about_and_used() -> None:
+    world = users_own(NOW + (5 * 365 - 5) * 86400)
+    world.reconcile()
+    warnings = [e for e in world.kube.events if e[1] == "CertificateWarning"]
+    assert [(e[0], e[2].split(":")[0]) for e in warnings] == [
+        ("Warning", f"Secret {NAME}-node-certs key node.crt"),
+        ("Warning", f"Secret {NAME}-root-client-certs key client.root.crt")]
+    assert "the certificate expires at " in warnings[0][2]
+    assert world.condition("Stalled")["status"] == "False", "a warning stalls nothing"
+    assert len(pod_annotations(world)[CERTS_HASH_ANNOTATION]) == 16
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "never rewritten"
+
+
+def test_unusable_certificates_keep_the_pods_on_the_ones_they_run_with() -> None:
+    world = users_own(NOW)
+    world.reconcile()
+    running = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    # The user replaces the node Secret with a broken one, and scales the cluster.
+    world.edit("Secret", f"{NAME}-node-certs", lambda secret: secret["data"].pop("node.key"))
+    world.edit_spec(replicas=4)
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "CertificatesUnusable"
+    assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == running
+
+
+def test_a_cluster_without_tls_gets_no_certificates() -> None:
+    world = World()
+    world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+    assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
+
+
+def test_certificates_near_their_end_are_renewed_and_the_pods_roll_onto_them() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    world.settle()
+    world.now = NOW + (5 * 365 - 5) * 86400
+    world.reconcile()
+    renewed = [name for verb, kind, name in world.kube.writes if kind == "Secret"]
+    assert renewed and all(verb == "apply" for verb, kind, _ in world.kube.writes
+                           if kind == "Secret"), "renewed in place"
+    assert f"{NAME}-ca" not in renewed, "the CA lasts longer"
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] != first

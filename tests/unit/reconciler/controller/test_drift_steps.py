@@ -1,0 +1,1040 @@
+"""Stories about what the controller does when what it applied changes behind its back: the
+observe, repair, recreate, prune and report steps over several passes, on the small fakes of
+test_steps.py (a dict of objects for the caches, an API that stores what is applied). A person
+edits or deletes an object between passes; the stories check what the next pass writes, which
+actions and Events it reports and what the status says. The same passes against the real
+apiserver: tests/world_stories/drift/.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+
+from reconciler import status as st
+from reconciler.controller import render
+from reconciler.controller.controller import Controller
+from reconciler.controller.objects import Result
+from reconciler.controller.prune import PruneStep
+from reconciler.controller.repair import RepairStep
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S
+from reconciler.keys import ClusterKey
+from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj, rfc3339
+from reconciler.settings import Settings
+from tests.unit.reconciler.controller.test_steps import NAME, NOW, NS, FakeKube, FakeView, cluster
+
+KEY = ClusterKey(NS, NAME)
+PUBLIC = f"{NAME}-public"
+
+
+def _walk(obj: Any, pointer: str) -> tuple[Any, str | int]:
+    """The container of an RFC 6901 pointer's target, and the target's key there."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+    for part in parts[:-1]:
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    last = parts[-1]
+    return obj, int(last) if isinstance(obj, list) else last
+
+
+class DriftKube(FakeKube):
+    """The API of test_steps.py plus deletes, JSON patches and Events (each recorded), and
+    answers set per object: `refuse[(kind, name)]` is raised by an apply of that object."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        super().__init__(objects)
+        self.events: list[tuple[str, str, str]] = []
+        self.deletes: list[tuple[str, str, str | None]] = []  # (kind, name, propagation)
+        self.refuse: dict[tuple[str, str], ApiError] = {}
+        self.dry_runs = 0
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        self.dry_runs += dry_run
+        refused = self.refuse.get((obj["kind"], obj["metadata"]["name"]))
+        if refused is not None:
+            raise refused
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+    def create(self, obj: Obj) -> Obj:
+        if obj["kind"] == "Event":
+            self.events.append((obj["type"], obj["reason"], obj["message"]))
+            return copy.deepcopy(obj)
+        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return self._store(obj)
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               grace_period_seconds: int | None = None, propagation: str | None = None) -> bool:
+        stored = self.objects.get((kind.kind, namespace or "", name))
+        if stored is None:
+            return False
+        if uid and stored["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        self.deletes.append((kind.kind, name, propagation))
+        del self.objects[(kind.kind, namespace or "", name)]
+        return True
+
+    def json_patch(self, kind: Kind, namespace: str | None, name: str,
+                   ops: list[dict[str, Any]]) -> Obj:
+        self.writes.append(("json_patch", kind.kind, name))
+        stored = copy.deepcopy(self.objects[(kind.kind, namespace or "", name)])
+        for op in ops:
+            parent, key = _walk(stored, op["path"])
+            if op["op"] == "test" and parent[key] != op["value"]:
+                raise ApiError(422, "Invalid", f"the test of {op['path']} failed")
+            if op["op"] == "remove":
+                del parent[key]
+        return self._store(stored)
+
+
+class World:
+    """One cluster, its reconciler and the API, over several passes."""
+
+    def __init__(self, settings: Settings | None = None, **spec: Any) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME):
+                                                         cluster(**spec)}
+        self.kube = DriftKube(self.objects)
+        self.metrics = Metrics()
+        self.now = NOW
+        self.settings = settings or Settings(watch_namespace=NS, leader_election=False)
+        self.controller = Controller(cast(Any, self.kube), FakeView(self.objects), self.settings,
+                                     self.metrics, clock=lambda: self.now)
+
+    def reconcile(self) -> Result:
+        self.kube.writes.clear()
+        self.kube.events.clear()
+        self.kube.deletes.clear()
+        self.kube.dry_runs = 0
+        return self.controller.reconcile(KEY)
+
+    def settle(self) -> None:
+        """Time passes: the watch has shown our writes (a deletion right after our create
+        would otherwise be taken for that create still on its way: STALE_GRACE_S)."""
+        self.controller.shared.marks.forget(KEY)
+
+    def edit(self, kind: str, name: str, change: Callable[[Obj], Any]) -> None:
+        """Someone else changes a stored object (a new resourceVersion, as the API gives)."""
+        obj = self.objects[(kind, NS, name)]
+        change(obj)
+        self.kube.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.kube.version)
+
+    def edit_spec(self, **changes: Any) -> None:
+        def change(obj: Obj) -> None:
+            obj["spec"].update(changes)
+            obj["metadata"]["generation"] += 1
+        self.edit("KaiwuCluster", NAME, change)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.objects[("KaiwuCluster", NS, NAME)].get("status") or {}
+        return found
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        found = st.condition(self.status, type_)
+        assert found is not None, (type_, self.status)
+        return dict(found)
+
+    def actions(self) -> list[tuple[str, str, str]]:
+        """This pass's actions in status.lastActions (action, target, message)."""
+        return [(a["action"], a["target"], a["message"])
+                for a in self.status.get("lastActions") or () if a["time"] == rfc3339(self.now)]
+
+    def applied(self) -> list[tuple[str, str]]:
+        return [(kind, name) for verb, kind, name in self.kube.writes if verb == "apply"]
+
+
+def change_port(port: int) -> Callable[[Obj], None]:
+    def change(obj: Obj) -> None:
+        obj["spec"]["ports"][0]["port"] = port
+    return change
+
+
+def add_port(obj: Obj) -> None:
+    obj["spec"]["ports"].append({"name": "extra", "port": 9999, "protocol": "TCP",
+                                 "targetPort": 9999})
+
+
+def test_a_new_cluster_reports_what_it_created_in_one_event() -> None:
+    world = World()
+    world.reconcile()
+    created = [e for e in world.kube.events if e[1] == "Created"]
+    assert created == [("Normal", "Created", f"created ServiceAccount/{NAME}, Service/{NAME}, "
+                        f"Service/{PUBLIC}, StatefulSet/{NAME}, PodDisruptionBudget/{NAME}")]
+    assert ("Created", f"Service/{PUBLIC}", "created") in world.actions()
+
+
+def test_a_new_generation_is_applied_and_announced_with_its_number() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(replicas=5)
+    world.reconcile()
+    assert ("StatefulSet", NAME) in world.applied()
+    assert ("Applied", f"StatefulSet/{NAME}", "applied the spec's new generation") in \
+        world.actions()
+    applied = [e for e in world.kube.events if e[1] == "Applied"]
+    assert applied and applied[0][0] == "Normal"
+    assert applied[0][2].startswith(f"applied generation 2 to StatefulSet/{NAME}")
+    assert world.status["observedGeneration"] == 2
+
+
+def test_a_port_changed_by_hand_is_put_back_and_the_repair_is_told() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    assert world.objects[("Service", NS, PUBLIC)]["spec"]["ports"][0]["port"] == 26257
+    [(action, target, message)] = [a for a in world.actions() if a[0] == "DriftRepaired"]
+    assert (action, target) == ("DriftRepaired", f"Service/{PUBLIC}")
+    assert message.startswith("repaired: spec.ports[")
+    assert ("Normal", "DriftRepaired", f"Service/{PUBLIC}: {message}") in world.kube.events
+    assert world.metrics.value("kaiwu_drift_repaired_total", {"kind": "Service"}) == 1
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 1
+    drifted = world.condition("Drifted")
+    assert (drifted["status"], drifted["reason"]) == ("False", "Repaired")
+    # The next pass finds it as rendered: nothing to write, nothing to say.
+    world.reconcile()
+    assert world.applied() == [] and world.kube.events == []
+
+
+def test_an_object_deleted_by_hand_is_recreated() -> None:
+    world = World()
+    world.reconcile()
+    del world.objects[("Service", NS, PUBLIC)]
+    world.settle()
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    assert ("DriftRepaired", f"Service/{PUBLIC}", "recreated (it had been deleted)") in \
+        world.actions()
+
+
+def test_a_port_someone_added_is_removed_without_applying_the_rest() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, add_port)
+    world.reconcile()
+    assert world.applied() == [], "only what others added differs: no apply"
+    assert ("json_patch", "Service", PUBLIC) in world.kube.writes
+    ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
+    assert ports == [26257, 8080]
+    assert world.condition("Drifted")["status"] == "False"
+
+
+def test_a_port_added_while_ours_was_changed_goes_with_the_repair() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.edit("Service", PUBLIC, add_port)
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
+    assert 9999 not in ports and 26257 in ports
+
+
+def test_with_the_warn_policy_drift_is_told_once_and_left_alone() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == []
+    [warning] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert warning[0] == "Warning"
+    assert warning[2].startswith(f"Service/{PUBLIC}: spec.ports[")
+    assert warning[2].endswith("(drift policy is warn)")
+    drifted = world.condition("Drifted")
+    assert (drifted["status"], drifted["reason"]) == ("True", "WarnOnly")
+    world.reconcile()
+    assert [e for e in world.kube.events if e[1] == "DriftDetected"] == [], "told once"
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 1
+    # Deleted too: told again, as missing, and still not recreated.
+    del world.objects[("Service", NS, PUBLIC)]
+    world.settle()
+    world.reconcile()
+    assert world.applied() == []
+    assert ("Warning", "DriftDetected", f"Service/{PUBLIC}: missing (drift policy is warn)") \
+        in world.kube.events
+
+
+def test_a_paused_cluster_tells_its_drift_and_why_it_is_not_repaired() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(paused=True)
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == []
+    [warning] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert warning[2].startswith(f"Service/{PUBLIC}: spec.ports[")
+    assert warning[2].endswith("(the cluster is paused)")
+
+
+def test_with_the_off_policy_drift_is_neither_repaired_nor_told() -> None:
+    world = World(drift={"policy": "off"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == []
+    assert [e for e in world.kube.events if e[1] == "DriftDetected"] == []
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 0
+    assert world.kube.dry_runs == 0, "nothing will be done about it: no dry run spent"
+    # A new generation is applied all the same, drift and all.
+    world.edit_spec(replicas=4)
+    world.reconcile()
+    assert ("Service", PUBLIC) in world.applied()
+
+
+def test_an_object_someone_keeps_changing_back_is_a_fight_and_repairs_back_off() -> None:
+    world = World()
+    world.reconcile()
+    threshold = world.settings.fight_threshold
+    for _ in range(threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        result = world.reconcile()
+    fight = [e for e in world.kube.events if e[1] == "DriftFight" and "keeps changing" in e[2]]
+    assert len(fight) == 1 and fight[0][0] == "Warning"
+    assert fight[0][2].startswith(f"Service/{PUBLIC} keeps changing back ({threshold} repairs "
+                                  f"within {world.settings.fight_window_s:g}s): next repair "
+                                  "not before ")
+    wait = float(fight[0][2].rsplit(" ", 1)[1].removesuffix("s"))
+    assert 0 < wait <= world.settings.drift_backoff_max_s
+    assert result.requeue_after_s is not None and result.requeue_after_s <= wait
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "DriftFight")
+    assert f"Service/{PUBLIC} keeps being changed back after each repair" in stalled["message"]
+    assert stalled["message"].endswith(
+        "repairs back off up to 300s. Stop whatever changes it (its managedFields name the "
+        "manager), or add a spec.drift.ignore rule")
+    # Changed again at once: left drifted while the back-off lasts, and said so.
+    world.now += 0.25
+    world.edit("Service", PUBLIC, change_port(4321))
+    result = world.reconcile()
+    assert world.applied() == []
+    assert result.requeue_after_s is not None and 0.5 < result.requeue_after_s <= wait - 0.25
+    assert any(e[1] == "DriftDetected" and "(repairs are backing off for " in e[2]
+               for e in world.kube.events)
+
+
+def test_an_apply_the_api_server_refuses_stalls_the_cluster_with_its_words() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.kube.refuse[("Service", PUBLIC)] = ApiError(400, "BadRequest", "spec.ports: forbidden")
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ApplyRejected")
+    assert stalled["message"] == (f"Service/{PUBLIC}: the API server refused it: "
+                                  "spec.ports: forbidden")
+    assert world.metrics.value("kaiwu_errors_total", {"stage": "apply"}) == 0, \
+        "the dry run already said no: no apply was tried"
+
+
+def test_a_port_renumbered_by_hand_that_keeps_its_name_is_removed_before_the_apply(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The server refuses to merge our port "sql" into a list holding another port of that
+    # name (422), so the repair removes theirs first.
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    real_apply = world.kube.apply
+
+    def apply(obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        stored = world.objects[("Service", NS, PUBLIC)]
+        if obj["metadata"]["name"] == PUBLIC and any(
+                p["port"] == 1234 for p in stored["spec"]["ports"]):
+            raise ApiError(422, "Invalid", "spec.ports[0].name: Duplicate value: \"sql\"")
+        return real_apply(obj, dry_run=dry_run, force=force)
+    world.kube.apply = apply  # type: ignore[method-assign]
+    with caplog.at_level("INFO", logger="reconciler.controller.report"):
+        world.reconcile()
+    assert any(r.getMessage().startswith(f"drift detected: Service {NS}/{PUBLIC}: drifted")
+               for r in caplog.records)
+    verbs = [(verb, kind) for verb, kind, name in world.kube.writes if name == PUBLIC]
+    assert verbs == [("json_patch", "Service"), ("apply", "Service")]
+    ports = [p["port"] for p in world.objects[("Service", NS, PUBLIC)]["spec"]["ports"]]
+    assert ports == [26257, 8080]
+    assert world.condition("Stalled")["status"] == "False"
+    assert world.condition("Drifted")["reason"] == "Repaired"
+
+
+def test_an_apply_that_fails_after_its_dry_run_passed_is_counted_and_reported() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    refusal = ApiError(403, "Forbidden", "not allowed")
+    real_apply = world.kube.apply
+
+    def apply(obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        if not dry_run and obj["metadata"]["name"] == PUBLIC:
+            raise refusal
+        return real_apply(obj, dry_run=dry_run, force=force)
+    world.kube.apply = apply  # type: ignore[method-assign]
+    world.reconcile()
+    assert world.metrics.value("kaiwu_errors_total", {"stage": "apply"}) == 1
+    assert world.condition("Stalled")["message"] == (
+        f"Service/{PUBLIC}: the API server refused it: not allowed")
+    # A lost race (409) is no refusal: looked at again shortly.
+    refusal.status = 409
+    world.edit("Service", PUBLIC, change_port(1235))
+    result = world.reconcile()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.condition("Stalled")["status"] == "False"
+    [told] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert told[2].endswith("(not repaired)")
+
+
+def test_a_changed_volume_claim_template_recreates_the_statefulset_keeping_pods_and_claims(
+        ) -> None:
+    world = World()
+    world.reconcile()
+
+    def other_claims(sts: Obj) -> None:
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = \
+            "1Gi"
+    world.edit("StatefulSet", NAME, other_claims)
+    result = world.reconcile()
+    assert world.kube.deletes == [("StatefulSet", NAME, "Orphan")]
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    [recreating] = [a for a in world.actions() if a[0] == "Recreating"]
+    assert recreating[1] == f"StatefulSet/{NAME}"
+    assert recreating[2].startswith("/spec/volumeClaimTemplates")
+    assert "cannot change in place: deleted with its pods and claims orphaned" in recreating[2]
+    reconciling = world.condition("Reconciling")
+    assert (reconciling["status"], reconciling["reason"]) == ("True", "Recreating")
+    assert reconciling["message"].startswith(f"recreating StatefulSet/{NAME}: "
+                                             "/spec/volumeClaimTemplates")
+    # The next pass creates it again, as rendered.
+    world.reconcile()
+    assert ("StatefulSet", NAME) in world.applied()
+
+
+def test_a_statefulset_still_being_deleted_is_waited_for() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME,
+               lambda sts: sts["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    result = world.reconcile()
+    assert ("StatefulSet", NAME) not in world.applied()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    reconciling = world.condition("Reconciling")
+    assert (reconciling["status"], reconciling["reason"]) == ("True", "Recreating")
+    assert reconciling["message"] == (f"waiting for StatefulSet/{NAME} to be deleted (pods and "
+                                      "claims are kept) to recreate it")
+    assert world.condition("Ready")["reason"] == "Applying"
+
+
+def test_a_new_selector_is_not_applied_and_the_stall_says_how_to_move_the_pods() -> None:
+    world = World()
+    world.reconcile()
+
+    def old_selector(sts: Obj) -> None:
+        sts["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = "old"
+    world.edit("StatefulSet", NAME, old_selector)
+    world.reconcile()
+    assert world.kube.deletes == [] and ("StatefulSet", NAME) not in world.applied()
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ImmutableField")
+    assert stalled["message"] == (
+        f"StatefulSet/{NAME}: /spec/selector/matchLabels/app.kubernetes.io~1instance cannot be "
+        "changed in place: the running pods would not match the new selector. To apply it, "
+        f"delete the StatefulSet keeping its pods (kubectl delete statefulset {NAME} "
+        "--cascade=orphan), give them the new labels (kubectl label pods -l "
+        "app.kubernetes.io/instance=old,app.kubernetes.io/name=kaiwudb "
+        f"app.kubernetes.io/instance={NAME}); the reconciler then recreates it and the new one "
+        "adopts them")
+
+
+def test_a_statefulset_the_server_refuses_to_change_is_stalled_with_its_words() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(replicas=7))
+    world.kube.refuse[("StatefulSet", NAME)] = ApiError(
+        422, "Invalid", "spec: Forbidden: updates to statefulset spec for fields other than")
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert stalled["reason"] == "ImmutableField"
+    assert stalled["message"] == (
+        f"StatefulSet/{NAME}: an immutable field cannot be changed in place: spec: Forbidden: "
+        "updates to statefulset spec for fields other than. To apply it, delete the "
+        f"StatefulSet keeping its pods (kubectl delete statefulset {NAME} --cascade=orphan); "
+        "the reconciler recreates it and the new one adopts them")
+
+
+# ---- prune ----------------------------------------------------------------------------------
+
+def leftover(world: World, name: str = f"{NAME}-old", instance: str = NAME,
+             managed_by: str = "kaiwu-operator") -> str:
+    """A Service a former spec rendered: stored, and listed in status.inventory."""
+    ref = f"v1/Service/{NS}/{name}"
+    world.objects[("Service", NS, name)] = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}",
+                     "resourceVersion": "50", "labels": {
+                         "app.kubernetes.io/managed-by": managed_by,
+                         "app.kubernetes.io/instance": instance}},
+        "spec": {"ports": [{"port": 1}]}}
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].append(ref))
+    return ref
+
+
+def test_an_object_the_spec_no_longer_renders_is_deleted_and_leaves_the_inventory() -> None:
+    world = World()
+    world.reconcile()
+    ref = leftover(world)
+    world.reconcile()
+    assert world.kube.deletes == [("Service", f"{NAME}-old", "Background")]
+    assert ("Pruned", f"Service/{NAME}-old", "deleted: the spec no longer renders it") in \
+        world.actions()
+    assert ref not in world.status["inventory"]
+    assert f"v1/Service/{NS}/{PUBLIC}" in world.status["inventory"]
+
+
+def test_an_object_someone_took_over_is_not_pruned_and_the_next_one_still_is() -> None:
+    for labels in ({"managed-by": "helm"}, {"instance": "another"}):
+        world = World()
+        world.reconcile()
+        leftover(world, name="a-taken", managed_by=labels.get("managed-by", "kaiwu-operator"),
+                 instance=labels.get("instance", NAME))
+        leftover(world, name="b-ours")
+        world.reconcile()
+        assert world.kube.deletes == [("Service", "b-ours", "Background")], labels
+
+
+def test_with_the_warn_policy_a_leftover_is_kept_listed_not_deleted() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    ref = leftover(world)
+    world.reconcile()
+    assert world.kube.deletes == []
+    assert ref in world.status["inventory"]
+
+
+def test_a_leftover_already_gone_or_unreadable_in_the_inventory_is_dropped() -> None:
+    world = World()
+    world.reconcile()
+    # Listed first (status.inventory is sorted; these sort before what the spec renders).
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"].update(inventory=[
+        "a reference nobody can read", f"example.com/v9/Thing/{NS}/x",
+        f"v1/Secret/{NS}/{NAME}-ca", *obj["status"]["inventory"],
+        f"v1/Service/{NS}/{NAME}-gone"]))
+    ref = leftover(world, name=f"{NAME}-old")
+    world.reconcile()
+    assert world.kube.deletes == [("Service", f"{NAME}-old", "Background")]
+    assert ref not in world.status["inventory"]
+    assert all(NAME + "-gone" not in ref and "Thing" not in ref and "reference" not in ref
+               for ref in world.status["inventory"])
+
+
+def test_a_pass_before_the_cache_shows_our_delete_does_not_delete_again() -> None:
+    world = World()
+    world.reconcile()
+    ref = leftover(world)
+    shown = copy.deepcopy(world.objects[("Service", NS, f"{NAME}-old")])
+    world.reconcile()
+    world.objects[("Service", NS, f"{NAME}-old")] = shown
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].append(ref))
+    result = world.reconcile()
+    assert world.kube.deletes == []
+    assert ref in world.status["inventory"], "still listed while our delete is on its way"
+    assert result.requeue_after_s == STALE_RECHECK_S
+
+
+def test_a_leftover_whose_delete_lost_a_race_is_kept_and_looked_at_again() -> None:
+    world = World()
+    world.reconcile()
+    ref = leftover(world, name="a-replaced")
+    leftover(world, name="b-ours")
+    real_delete = world.kube.delete
+
+    def delete(kind: Kind, namespace: str | None, name: str, **options: Any) -> bool:
+        if name == "a-replaced":  # a successor of that name: the uid precondition fails
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+        return real_delete(kind, namespace, name, **options)
+    world.kube.delete = delete  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert ref in world.status["inventory"]
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.kube.deletes == [("Service", "b-ours", "Background")]
+    world.kube.delete = real_delete  # type: ignore[method-assign]
+    world.reconcile()
+    assert world.kube.deletes == [("Service", "a-replaced", "Background")]
+
+
+def test_the_repair_and_prune_steps_rest_while_the_cluster_is_paused() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(paused=True)
+    leftover(world)
+    world.reconcile()
+    assert world.kube.deletes == []
+    steps = {step.name: step for step in world.controller.steps}
+    assert isinstance(steps["repair"], RepairStep) and isinstance(steps["prune"], PruneStep)
+
+
+def test_a_pass_right_after_our_own_write_waits_for_the_cache_to_show_it() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    shown = copy.deepcopy(world.objects[("Service", NS, PUBLIC)])
+    world.reconcile()
+    # The watch has not delivered our repair yet: the cache still shows the edited copy.
+    world.objects[("Service", NS, PUBLIC)] = shown
+    result = world.reconcile()
+    assert world.applied() == [], "not repaired twice"
+    assert result.requeue_after_s == STALE_RECHECK_S
+
+
+# ---- the pass as a whole (reconciler.controller.controller, reconciler.controller.render) ---
+
+def series(world: World) -> str:
+    return world.metrics.exposition().decode()
+
+
+def test_a_pass_that_runs_to_its_end_resets_the_clusters_success_clock() -> None:
+    world = World()
+    world.now = time.time() - 30.0
+    world.reconcile()
+    since = world.metrics.value("kaiwu_cluster_seconds_since_last_success",
+                                {"namespace": NS, "cluster": NAME})
+    assert 30 <= since < 90, "counted from the pass's own time"
+
+
+def test_a_deleted_cluster_is_forgotten_with_its_series() -> None:
+    world = World()
+    world.reconcile()
+    assert f'cluster="{NAME}"' in series(world)
+    world.edit("KaiwuCluster", NAME,
+               lambda obj: obj["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    assert world.reconcile() == Result()
+    assert world.kube.writes == [], "its objects go with it (ownerReferences)"
+    assert f'cluster="{NAME}"' not in series(world)
+    # Gone from the cache altogether: the same.
+    world = World()
+    world.reconcile()
+    del world.objects[("KaiwuCluster", NS, NAME)]
+    assert world.reconcile() == Result()
+    assert f'cluster="{NAME}"' not in series(world)
+
+
+def test_a_cluster_deleted_and_made_again_starts_with_a_clean_memory() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert any(e[1] == "DriftDetected" for e in world.kube.events)
+    world.edit("KaiwuCluster", NAME,
+               lambda obj: obj["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    world.reconcile()
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["metadata"].pop("deletionTimestamp"))
+    world.reconcile()
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 2, \
+        "told again"
+
+
+def test_the_pass_asks_to_come_back_at_the_soonest_time_a_step_asked_for() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    shown = copy.deepcopy(world.objects[("Service", NS, PUBLIC)])
+    world.reconcile()
+    world.objects[("Service", NS, PUBLIC)] = shown
+    world.edit("StatefulSet", NAME,
+               lambda sts: sts["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    result = world.reconcile()
+    assert result.requeue_after_s == min(STALE_RECHECK_S, SHORT_REQUEUE_S)
+
+
+class ServingView(FakeView):
+    """Caches of an API server that serves every optional kind too."""
+
+    def served(self, kind: Kind) -> bool:
+        return True
+
+
+class Versioned(DriftKube):
+    """An API server of a given version, counting how often it is asked for it."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj], version: str) -> None:
+        super().__init__(objects)
+        self.served_version = version
+        self.asked = 0
+
+    def server_version(self) -> str:
+        self.asked += 1
+        return self.served_version
+
+
+def test_objects_are_rendered_for_the_servers_version_read_once_per_resync_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World()
+    kube = world.kube = Versioned(world.objects, "v1.25.3")
+    world.controller = Controller(cast(Any, kube), ServingView(world.objects), world.settings,
+                                  world.metrics, clock=lambda: world.now)
+    world.reconcile()
+    world.reconcile()
+    assert world.objects[("PodDisruptionBudget", NS, NAME)]["apiVersion"] == "policy/v1"
+    assert kube.asked == 1
+    later = time.monotonic() + world.settings.resync_period_s + 1
+    monkeypatch.setattr(render.time, "monotonic", lambda: later)  # type: ignore[attr-defined]
+    world.reconcile()
+    assert kube.asked == 2
+
+
+def test_an_invalid_spec_is_counted_as_a_render_error() -> None:
+    world = World(replicas=2)
+    world.reconcile()
+    assert world.metrics.value("kaiwu_errors_total", {"stage": "render"}) == 1
+    assert world.condition("Stalled")["message"].startswith(
+        "the spec cannot be rendered: KaiwuCluster db/dev: spec.replicas: multi-replica needs "
+        "at least 3 nodes, got 2")
+    assert "observedGeneration" in world.status
+    # Every problem is told, one after the other.
+    both = World(replicas=2, extraArgs=["--join=x"])
+    both.reconcile()
+    assert both.condition("Stalled")["message"].count("; KaiwuCluster db/dev: spec.") == 1
+
+
+class Defaulting(DriftKube):
+    """An API server that fills in a default of its own on every Service it stores (as
+    sessionAffinity is filled in), and answers dry runs with it too."""
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] == "Service":
+            obj["spec"].setdefault("trafficDefault", "Cluster")
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+
+def with_kube(world: World, kube: DriftKube) -> World:
+    world.kube = kube
+    world.controller = Controller(cast(Any, kube), FakeView(world.objects), world.settings,
+                                  world.metrics,
+                                  clock=lambda: world.now)
+    return world
+
+
+def test_removing_what_someone_added_keeps_what_the_server_filled_in() -> None:
+    world = World()
+    with_kube(world, Defaulting(world.objects))
+    world.reconcile()
+    world.edit("Service", PUBLIC, add_port)
+    world.reconcile()
+    spec = world.objects[("Service", NS, PUBLIC)]["spec"]
+    assert [p["port"] for p in spec["ports"]] == [26257, 8080]
+    assert spec["trafficDefault"] == "Cluster", "the server's default is no addition"
+
+
+def test_an_object_changed_between_our_look_and_our_patch_is_looked_at_again() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, add_port)
+
+    def json_patch(kind: Kind, namespace: str | None, name: str,
+                   ops: list[dict[str, Any]]) -> Obj:
+        raise ApiError(422, "Invalid", "the test of /spec/ports/2 failed")
+    world.kube.json_patch = json_patch  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.condition("Stalled")["status"] == "False"
+    [told] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert told[2].endswith("(not repaired)"), "a race, not a refusal"
+
+
+
+def test_a_changed_service_name_recreates_the_statefulset_too() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(serviceName="elsewhere"))
+    world.reconcile()
+    assert world.kube.deletes == [("StatefulSet", NAME, "Orphan")]
+    assert world.kube.dry_runs == 0, "the offline comparison already knows: no dry run"
+
+
+def test_with_the_warn_policy_an_immutable_change_is_left_alone() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(serviceName="elsewhere"))
+    world.reconcile()
+    assert world.kube.deletes == []
+
+
+def test_an_optional_kind_this_kubernetes_does_not_serve_is_skipped_and_said() -> None:
+    world = World()
+    with_kube(world, Versioned(world.objects, "v1.25.3"))
+    world.reconcile()
+    assert ("PodDisruptionBudget", NAME) not in world.applied()
+    assert world.condition("Ready")["message"].endswith(
+        f"(not served by this Kubernetes, skipped: PodDisruptionBudget/{NAME}; install the "
+        "CRDs that serve them)")
+    assert world.condition("Drifted")["status"] == "False"
+
+
+def test_an_object_being_deleted_by_someone_is_left_to_go_and_made_again_after() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC,
+               lambda svc: svc["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    world.reconcile()
+    assert world.applied() == [] and world.kube.dry_runs == 0
+    del world.objects[("Service", NS, PUBLIC)]
+    world.settle()
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+
+
+class Unknowing(FakeView):
+    """Caches that do not know yet whether an optional kind is served."""
+
+    def served(self, kind: Kind) -> bool | None:  # type: ignore[override]
+        return None if not kind.always_served else True
+
+
+class Listing(DriftKube):
+    """Records in which namespace each kind was listed."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        super().__init__(objects)
+        self.lists: list[tuple[str, str | None]] = []
+
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+                     label_selector: str | None = None) -> tuple[list[Obj], str]:
+        self.lists.append((kind.kind, namespace))
+        return [], "1"
+
+
+def test_a_leftover_of_an_optional_kind_is_looked_for_in_the_clusters_namespace() -> None:
+    # A namespaced install may list nowhere else.
+    world = World()
+    kube = Listing(world.objects)
+    world.kube = kube
+    world.controller = Controller(cast(Any, kube), Unknowing(world.objects), world.settings,
+                                  world.metrics, clock=lambda: world.now)
+    world.reconcile()
+    ref = f"monitoring.coreos.com/v1/ServiceMonitor/{NS}/{NAME}-old"
+    world.objects[("ServiceMonitor", NS, f"{NAME}-old")] = {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": f"{NAME}-old", "namespace": NS, "uid": "sm", "labels": {
+            "app.kubernetes.io/managed-by": "kaiwu-operator",
+            "app.kubernetes.io/instance": NAME}}}
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["status"]["inventory"].append(ref))
+    world.reconcile()
+    assert ("ServiceMonitor", NS) in kube.lists and ("ServiceMonitor", None) not in kube.lists
+    assert world.kube.deletes == [("ServiceMonitor", f"{NAME}-old", "Background")]
+
+
+# ---- what observe decides (reconciler.controller.observe) ------------------------------------
+
+def test_an_ignore_rule_covers_the_object_it_names_and_no_other() -> None:
+    world = World(drift={"ignore": [{"kind": "Service", "name": PUBLIC, "pointer": "/spec/ports"},
+                                    {"kind": "Service", "name": NAME,
+                                     "pointer": "/spec/replicas"}]})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.edit("Service", NAME, change_port(1234))
+    world.edit("StatefulSet", NAME, lambda sts: sts["spec"].update(replicas=7))
+    world.reconcile()
+    assert sorted(world.applied()) == [("Service", NAME), ("StatefulSet", NAME)], \
+        "the rule of one Service covers neither the other nor a StatefulSet of its name"
+    assert world.objects[("Service", NS, PUBLIC)]["spec"]["ports"][0]["port"] == 1234
+
+
+def test_a_service_the_server_refuses_to_change_is_rejected_not_recreated() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, lambda svc: svc["spec"].update(type="NodePort"))
+    world.kube.refuse[("Service", PUBLIC)] = ApiError(422, "Invalid", "spec.type: Invalid value")
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert (stalled["reason"], stalled["message"]) == (
+        "ApplyRejected", f"Service/{PUBLIC}: the API server refused it: spec.type: Invalid value")
+    assert world.kube.deletes == []
+
+
+class Platform(DriftKube):
+    """An API server whose platform's mutating webhook makes every Service a NodePort: the
+    dry run says so too."""
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] == "Service" and obj["spec"].get("type") == "ClusterIP":
+            obj["spec"]["type"] = "NodePort"
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+
+def test_a_difference_the_server_settles_is_no_drift_and_a_later_one_is_told_again() -> None:
+    # Offline the Service looks drifted (we render ClusterIP); the server's dry run says that
+    # is what applying it gives.
+    world = World(drift={"policy": "warn"})
+    with_kube(world, Platform(world.objects))
+    world.reconcile()
+    world.reconcile()
+    assert world.kube.events == [] and world.condition("Drifted")["status"] == "False"
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert [e[1] for e in world.kube.events] == ["DriftDetected"]
+    world.edit("Service", PUBLIC, change_port(26257))  # put back by hand
+    world.reconcile()
+    assert world.condition("Drifted")["status"] == "False"
+    world.edit("Service", PUBLIC, change_port(1234))  # the same drift again: news again
+    world.reconcile()
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 2
+
+
+def test_a_deleted_cluster_leaves_no_comparison_behind() -> None:
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert len(world.controller.shared.comparisons) > 0
+    del world.objects[("KaiwuCluster", NS, NAME)]
+    world.reconcile()
+    assert len(world.controller.shared.comparisons) == 0
+
+
+# ---- what the report step writes and says (reconciler.controller.report) ----------------------
+
+def test_a_fight_ends_after_a_quiet_window_and_the_stall_with_it() -> None:
+    world = World()
+    world.reconcile()
+    for _ in range(world.settings.fight_threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        world.reconcile()
+    last_repair = world.now
+    assert world.condition("Stalled")["reason"] == "DriftFight"
+    world.now += 1  # nobody changes it any more
+    result = world.reconcile()
+    assert world.condition("Stalled")["reason"] == "DriftFight", "not over yet"
+    quiet = last_repair + world.settings.fight_window_s - world.now
+    assert result.requeue_after_s == quiet, "looked at again when the fight would be over"
+    world.now += quiet
+    world.reconcile()
+    stalled = world.condition("Stalled")
+    assert stalled["status"] == "False"
+    assert ("Normal", "Progressing", "no longer stalled") in world.kube.events
+    assert stalled["lastTransitionTime"] == rfc3339(world.now)
+
+
+def test_a_pass_before_the_cache_shows_our_status_write_keeps_its_actions_for_the_next() -> None:
+    world = World()
+    world.reconcile()
+    before = copy.deepcopy(world.objects[("KaiwuCluster", NS, NAME)])
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()  # repaired, status written
+    written = world.objects[("KaiwuCluster", NS, NAME)]
+    # The watch has not delivered that status yet; someone deletes a Service meanwhile.
+    world.objects[("KaiwuCluster", NS, NAME)] = before
+    del world.objects[("Service", NS, NAME)]
+    result = world.reconcile()
+    assert ("Service", NAME) in world.applied()
+    assert [w for w in world.kube.writes if w[0] == "status"] == [], "not judged on old status"
+    assert result.requeue_after_s == STALE_RECHECK_S
+    assert any(e[1] == "DriftRepaired" and e[2].startswith(f"Service/{NAME}: recreated")
+               for e in world.kube.events), "Events are sent all the same"
+    # The cache catches up: the next pass reports the waiting actions with its own.
+    world.objects[("KaiwuCluster", NS, NAME)] = written
+    world.now += 1
+    world.reconcile()
+    assert ("status", "KaiwuCluster", NAME) in world.kube.writes
+    actions = [(a["action"], a["target"]) for a in world.status["lastActions"]]
+    assert ("DriftRepaired", f"Service/{NAME}") in actions
+
+
+def test_a_status_write_that_loses_a_race_is_reported_by_the_next_pass() -> None:
+    for error in (ApiError(409, "Conflict", "the object has been modified"),
+                  ApiError(404, "NotFound", "kaiwuclusters dev not found")):
+        world = World()
+        world.reconcile()
+        world.edit("Service", PUBLIC, change_port(1234))
+        real = world.kube.replace_status
+
+        def replace_status(obj: Obj, error: ApiError = error) -> Obj:
+            raise error
+        world.kube.replace_status = replace_status  # type: ignore[method-assign]
+        result = world.reconcile()
+        assert result.requeue_after_s == SHORT_REQUEUE_S, error
+        assert world.metrics.value("kaiwu_errors_total", {"stage": "status"}) == 1
+        assert any(e[1] == "DriftRepaired" for e in world.kube.events)
+        world.kube.replace_status = real  # type: ignore[method-assign]
+        world.now += 1
+        world.reconcile()
+        assert ("DriftRepaired", f"Service/{PUBLIC}") in [
+            (a["action"], a["target"]) for a in world.status["lastActions"]]
+
+
+def test_a_stall_whose_reason_changes_sends_a_new_event_and_one_that_stands_does_not() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, lambda svc: svc["spec"].update(type="NodePort"))
+    world.kube.refuse[("Service", PUBLIC)] = ApiError(422, "Invalid", "spec.type: Invalid value")
+    world.reconcile()
+    assert [e[:2] for e in world.kube.events if e[0] == "Warning"] == [
+        ("Warning", "ApplyRejected")]
+    world.now += 1
+    world.reconcile()
+    assert [e for e in world.kube.events if e[0] == "Warning"] == [], "no news"
+
+    def old_selector(sts: Obj) -> None:
+        sts["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = "old"
+    world.edit("StatefulSet", NAME, old_selector)
+    world.now += 1
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "ImmutableField"
+    [event] = [e for e in world.kube.events if e[0] == "Warning"]
+    assert event[1] == "ImmutableField" and event[2].startswith(f"StatefulSet/{NAME}: ")
+
+
+def test_objects_just_created_that_the_cache_does_not_show_yet_stay_listed() -> None:
+    world = World()
+    world.reconcile()
+    listed = list(world.status["inventory"])
+    for key in [key for key in world.objects if key[0] == "Service"]:
+        del world.objects[key]  # the watch has not delivered the creates yet
+    result = world.reconcile()
+    assert world.applied() == [], "not created twice"
+    assert world.status["inventory"] == listed
+    assert result.requeue_after_s == STALE_RECHECK_S
+
+
+class Listing125(Listing):
+    def server_version(self) -> str:
+        return "v1.25.3"
+
+
+def test_whether_an_optional_kind_is_served_is_asked_in_the_clusters_namespace() -> None:
+    world = World()
+    kube = Listing125(world.objects)
+    world.kube = kube
+    world.controller = Controller(cast(Any, kube), Unknowing(world.objects), world.settings,
+                                  world.metrics, clock=lambda: world.now)
+    world.reconcile()
+    assert kube.lists == [("PodDisruptionBudget", NS)]
+    assert ("PodDisruptionBudget", NAME) in world.applied(), "served: created"
+
+
+def test_a_cluster_made_again_under_the_same_name_does_not_inherit_unreported_actions() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change_port(1234))
+    real = world.kube.replace_status
+
+    def replace_status(obj: Obj) -> Obj:
+        raise ApiError(409, "Conflict", "the object has been modified")
+    world.kube.replace_status = replace_status  # type: ignore[method-assign]
+    world.reconcile()  # repaired; the report of it waits for the next pass
+    world.kube.replace_status = real  # type: ignore[method-assign]
+    stored = world.objects.pop(("KaiwuCluster", NS, NAME))
+    world.reconcile()  # deleted: forgotten
+    again = copy.deepcopy(stored)
+    again["metadata"]["uid"] = "cluster-uid-2"
+    again.pop("status", None)
+    world.objects[("KaiwuCluster", NS, NAME)] = again
+    world.now += 1
+    world.reconcile()
+    assert "DriftRepaired" not in [a["action"] for a in world.status["lastActions"]]

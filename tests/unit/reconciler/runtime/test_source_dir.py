@@ -1,0 +1,274 @@
+"""Stories about directory mode's decisions (reconciler.runtime.source_dir), one scan at a time:
+which files become which KaiwuClusters, what is applied again and what is not, what a broken
+file costs, and when a cluster whose file is gone is deleted. `DirectorySource.scan` is called
+directly on a temporary directory; the API is a dictionary that stores what is applied (the
+same dictionary serves as the watch cache). Watching with inotify, git-sync's symlink swaps and
+the real apiserver: tests/world_stories/runtime/test_source_dir.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from reconciler.keys import ClusterKey
+from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import Kind
+from reconciler.metrics import Metrics
+from reconciler.model import Obj
+from reconciler.runtime.source_dir import (
+    SOURCE_ANNOTATION,
+    SOURCE_FILE_ANNOTATION,
+    DirectorySource,
+    symlink_parents,
+)
+from reconciler.settings import Settings
+
+ORDERS, PAYMENTS = ClusterKey("shop", "orders"), ClusterKey("shop", "payments")
+
+
+def cluster_file(name: str, replicas: int = 3, namespace: str = "shop") -> str:
+    return (f"apiVersion: kaiwu.inspur.com/v1\nkind: KaiwuCluster\n"
+            f"metadata:\n  name: {name}\n  namespace: {namespace}\n"
+            f"spec:\n  replicas: {replicas}\n")
+
+
+class Api:
+    """KaiwuClusters by (namespace, name): applies store (with a uid), deletes remove; the
+    watch cache reads the same. `refuse` names clusters whose apply fails."""
+
+    def __init__(self) -> None:
+        self.clusters: dict[tuple[str, str], Obj] = {}
+        self.applied: list[str] = []
+        self.deleted: list[tuple[str, str | None]] = []
+        self.refuse: set[str] = set()
+        self.emitted: list[tuple[str, str, str, str]] = []
+
+    # the API
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        name = obj["metadata"]["name"]
+        if name in self.refuse:
+            raise ApiError(422, "Invalid", f"KaiwuCluster {name} is invalid: spec.replicas")
+        self.applied.append(name)
+        stored = copy.deepcopy(obj)
+        stored["metadata"].setdefault("uid", f"uid-{name}")
+        self.clusters[(obj["metadata"]["namespace"], name)] = stored
+        return stored
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *,
+               uid: str | None = None) -> bool:
+        if name in self.refuse:
+            raise ApiError(403, "Forbidden", "no")
+        self.deleted.append((name, uid))
+        self.clusters.pop((namespace or "", name), None)
+        return True
+
+    # the watch cache
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = self.clusters.get((namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, kind: Kind, namespace: str, labels: Any = None) -> list[Obj]:
+        return [copy.deepcopy(obj) for (ns, _), obj in sorted(self.clusters.items())
+                if not namespace or ns == namespace]
+
+    # the Event recorder
+    def emit(self, cluster: Obj, type_: str, reason: str, message: str) -> None:
+        self.emitted.append((cluster["metadata"]["name"], type_, reason, message))
+
+
+def source(repo: Path, api: Api, metrics: Metrics | None = None, **settings: Any
+           ) -> DirectorySource:
+    return DirectorySource(repo, api, api, Settings(**settings),  # type: ignore[arg-type]
+                           metrics or Metrics(), api)  # type: ignore[arg-type]
+
+
+def repo_with(tmp_path: Path, **files: str) -> Path:
+    repo = tmp_path / "clusters"
+    repo.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (repo / f"{name}.yaml").write_text(text)
+    return repo
+
+
+def test_each_file_becomes_its_cluster_marked_as_coming_from_the_directory(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    (repo / "team").mkdir()
+    (repo / "team" / "payments.yaml").write_text(cluster_file("payments"))
+    api, metrics = Api(), Metrics()
+    result = source(repo, api, metrics).scan()
+    assert result.clusters == (ORDERS, PAYMENTS) and result.applied == (ORDERS, PAYMENTS)
+    annotations = api.clusters[("shop", "payments")]["metadata"]["annotations"]
+    assert annotations == {SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "team/payments.yaml"}
+    assert api.clusters[("shop", "orders")]["spec"] == {"replicas": 3}, "as written"
+    assert metrics.value("kaiwu_source_clusters") == 2
+    assert metrics.value("kaiwu_writes_total", {"verb": "apply", "kind": "KaiwuCluster"}) == 2
+    assert result.summary() == [f"source dir {repo}: 2 clusters, 0 broken files"]
+
+
+def test_only_what_changed_is_applied_again_unless_forced(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"),
+                     payments=cluster_file("payments"))
+    api = Api()
+    directory = source(repo, api)
+    directory.scan()
+    (repo / "orders.yaml").write_text(cluster_file("orders", replicas=5))
+    assert directory.scan().applied == (ORDERS,)
+    assert directory.scan().applied == ()
+    # Someone deleted a cluster by hand: it comes back.
+    del api.clusters[("shop", "payments")]
+    assert directory.scan().applied == (PAYMENTS,)
+    # The periodic resync re-applies everything (undoing hand edits).
+    assert directory.scan(force=True).applied == (ORDERS, PAYMENTS)
+    assert directory.scans == 5
+
+
+def test_a_broken_file_is_reported_once_and_its_cluster_keeps_its_last_good_spec(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"),
+                     payments=cluster_file("payments"))
+    api, metrics = Api(), Metrics()
+    directory = source(repo, api, metrics)
+    directory.scan()
+    (repo / "payments.yaml").write_text(cluster_file("payments", replicas=2))
+    (repo / "orders.yaml").write_text(cluster_file("orders", replicas=5))
+    result = directory.scan()
+    assert result.applied == (ORDERS,) and result.clusters == (ORDERS,)
+    [broken] = result.broken
+    assert broken.file == "payments.yaml"
+    assert "spec.replicas: multi-replica needs at least 3 nodes, got 2" in broken.problems[0]
+    assert api.clusters[("shop", "payments")]["spec"]["replicas"] == 3
+    assert metrics.value("kaiwu_source_broken_files") == 1
+    assert metrics.value("kaiwu_source_errors_total") == 1
+    [(name, type_, reason, message)] = api.emitted
+    assert (name, type_, reason) == ("payments", "Warning", "InvalidSourceFile")
+    assert message.startswith("payments.yaml is broken, the cluster keeps its last good spec: ")
+    assert result.summary()[:2] == [f"source dir {repo}: 1 clusters, 1 broken files",
+                                    f"broken file payments.yaml: {broken.problems[0]}"]
+    # The same broken version is not reported again; not pruned either, though no good file
+    # defines it.
+    again = directory.scan()
+    assert len(again.broken) == 1 and len(api.emitted) == 1
+    assert metrics.value("kaiwu_source_errors_total") == 1
+    assert ("shop", "payments") in api.clusters
+    # Broken differently: reported again.
+    (repo / "payments.yaml").write_text("kind: [")
+    directory.scan()
+    assert len(api.emitted) == 2 and metrics.value("kaiwu_source_errors_total") == 2
+    # Fixed: applied, and nothing broken is left.
+    (repo / "payments.yaml").write_text(cluster_file("payments", replicas=4))
+    fixed = directory.scan()
+    assert fixed.applied == (PAYMENTS,) and fixed.broken == ()
+    assert metrics.value("kaiwu_source_broken_files") == 0
+
+
+def test_a_cluster_defined_twice_is_kept_from_the_first_file(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, a=cluster_file("orders"), b=cluster_file("orders", replicas=5))
+    api = Api()
+    result = source(repo, api).scan()
+    assert result.applied == (ORDERS,)
+    assert api.clusters[("shop", "orders")]["spec"]["replicas"] == 3
+    [broken] = result.broken
+    assert broken.problems == ("b.yaml: cluster shop/orders is already defined in a.yaml",)
+
+
+def test_a_cluster_outside_the_watched_namespace_is_refused(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"),
+                     other=cluster_file("other", namespace="elsewhere"))
+    api = Api()
+    result = source(repo, api, watch_namespace="shop").scan()
+    assert result.applied == (ORDERS,)
+    assert result.failed == ((ClusterKey("elsewhere", "other"),
+                              "outside the watched namespace shop"),)
+    assert "apply of elsewhere/other refused: outside the watched namespace shop" in \
+        result.summary()
+
+
+def test_an_apply_the_api_server_refuses_is_reported_and_tried_again_next_time(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api, metrics = Api(), Metrics()
+    api.refuse.add("orders")
+    directory = source(repo, api, metrics)
+    result = directory.scan()
+    assert result.failed == ((ORDERS, "HTTP 422: KaiwuCluster orders is invalid: "
+                                      "spec.replicas"),)
+    assert metrics.value("kaiwu_errors_total", {"stage": "source"}) == 1
+    api.refuse.clear()
+    assert directory.scan().applied == (ORDERS,)
+
+
+def test_a_cluster_whose_file_is_gone_is_kept_unless_pruning_is_allowed(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"),
+                     payments=cluster_file("payments"))
+    api = Api()
+    api.clusters[("shop", "by-hand")] = {"metadata": {"name": "by-hand", "namespace": "shop"}}
+    keeping = source(repo, api)
+    keeping.scan()
+    (repo / "payments.yaml").unlink()
+    result = keeping.scan()
+    assert result.kept == (PAYMENTS,) and result.pruned == () and api.deleted == []
+    assert result.summary()[-1] == ("cluster shop/payments is no longer in the directory; "
+                                    "kept (pruning is off)")
+    metrics = Metrics()
+    pruning = source(repo, api, metrics, prune_deleted_clusters=True)
+    result = pruning.scan()
+    assert result.pruned == (PAYMENTS,) and result.kept == ()
+    assert api.deleted == [("payments", "uid-payments")], "a cluster made by hand is not ours"
+    assert metrics.value("kaiwu_writes_total", {"verb": "delete", "kind": "KaiwuCluster"}) == 1
+    # Added back: applied again, though the same content was applied before it went.
+    (repo / "payments.yaml").write_text(cluster_file("payments"))
+    assert pruning.scan().applied == (PAYMENTS,)
+
+
+def test_a_prune_the_api_server_refuses_is_counted_and_the_rest_go_on(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), a=cluster_file("a"),
+                     payments=cluster_file("payments"))
+    api, metrics = Api(), Metrics()
+    directory = source(repo, api, metrics, prune_deleted_clusters=True)
+    directory.scan()
+    (repo / "a.yaml").unlink()
+    (repo / "payments.yaml").unlink()
+    api.refuse.add("a")
+    result = directory.scan()
+    assert result.pruned == (PAYMENTS,)
+    assert metrics.value("kaiwu_errors_total", {"stage": "source"}) == 1
+
+
+def test_an_empty_or_missing_directory_prunes_nothing(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api, metrics = Api(), Metrics()
+    directory = source(repo, api, metrics, prune_deleted_clusters=True)
+    directory.scan()
+    (repo / "orders.yaml").unlink()
+    result = directory.scan()
+    assert result.pruned == () and result.kept == (ORDERS,) and api.deleted == []
+    assert result.error == f"no KaiwuCluster files under {repo}: not pruning 1 clusters"
+    assert metrics.value("kaiwu_source_errors_total") == 1
+    repo.rmdir()
+    missing = directory.scan()
+    assert missing.error == f"{repo} is not a directory" and api.deleted == []
+    assert missing.summary() == [f"source dir {repo}: 0 clusters, 0 broken files",
+                                 f"source error: {repo} is not a directory"]
+    assert metrics.value("kaiwu_source_errors_total") == 2
+
+
+def test_readyz_says_the_directory_was_not_read_yet_then_what_it_holds(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    directory = source(repo, Api())
+    assert directory.status() == [f"source dir {repo}: not read yet"]
+    directory.scan()
+    assert directory.status() == [f"source dir {repo}: 1 clusters, 0 broken files"]
+
+
+def test_the_directories_holding_each_symlink_on_the_way_are_watched(tmp_path: Path) -> None:
+    checkout = tmp_path / "worktrees" / "abc123"
+    checkout.mkdir(parents=True)
+    (tmp_path / "git").mkdir()
+    (tmp_path / "git" / "repo").symlink_to(checkout)
+    assert symlink_parents(tmp_path / "git" / "repo" / "clusters") == [
+        (tmp_path / "git").resolve()]
+    assert symlink_parents(checkout) == []
