@@ -90,18 +90,94 @@ StoreKey = tuple[str, str]  # (namespace, name)
 # Strings up to this long are interned as they enter a cache: keys, label values, kinds, states,
 # timestamps repeat across thousands of objects, and each JSON parse makes its own copies.
 INTERNED_MAX = 64
+# How many maps and lists `Shared` remembers before it starts afresh (what is shared stays
+# shared; only later arrivals stop finding the earlier ones). At 1,000 clusters the caches hold
+# about 100,000 distinct maps and lists, 586,000 in all.
+SHARED_MAX = 1 << 17
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two items of maps or lists already made by `Shared`: the same object (maps and lists are
+    the shared ones, short strings are interned; a long string, a certificate or a key, is
+    unique to its object in any real fleet), or equal numbers, booleans or nulls of the same
+    type (True, 1 and 1.0 are equal in Python but are written differently)."""
+    return a is b or (type(a) is type(b) and not isinstance(a, (str, dict, list)) and a == b)
+
+
+class Shared:
+    """Stores each map and list value once: a map or list equal to one seen before (the same
+    keys in the same order, the same items, scalars of the same types) is replaced by that one.
+    The applied objects of a fleet repeat themselves: the managedFields of every cluster's
+    Service list the same fields, its StatefulSet's probes, resources and volume mounts are
+    those of the other clusters of its template. Shared values are safe because nobody changes
+    a cached object: `get` and `list` hand out deep copies, `peek` readers only read.
+
+    Built bottom up: a value's items are shared first, so telling two maps apart costs one look
+    at each item. The table holds each value under a hash of its keys and items (maps, lists
+    and strings, which are interned, by identity; numbers with their type) and is checked item
+    by item on a hit: a collision shares nothing. It starts afresh past `capacity` values, so
+    it never grows with the cache's history. Informers call it from their threads: a lookup
+    racing an insert at worst misses a chance to share."""
+
+    def __init__(self, capacity: int = SHARED_MAX) -> None:
+        self.capacity = capacity
+        self._seen: dict[int, Any] = {}
+        self._empty_map: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def value(self, value: Any) -> Any:
+        """`value` with its maps and lists shared, its map keys and short strings interned."""
+        if isinstance(value, dict):
+            if not value:  # the leaves of managedFields: most of their maps
+                return self._empty_map
+            built = {}
+            tokens: list[Any] = [dict]
+            for key, item in value.items():
+                key = sys.intern(key) if isinstance(key, str) else key
+                if isinstance(item, (dict, list)):
+                    item = self.value(item)
+                elif isinstance(item, str) and len(item) <= INTERNED_MAX:
+                    item = sys.intern(item)
+                built[key] = item
+                tokens.append(id(key))
+                tokens.append((type(item), item) if isinstance(item, (int, float)) else id(item))
+            marker = hash(tuple(tokens))
+            found = self._seen.get(marker)
+            if type(found) is dict and len(found) == len(built) and all(
+                    a is b and _same(found[a], built[b])
+                    for a, b in zip(found, built, strict=True)):
+                return found
+            return self._remember(marker, built)
+        if isinstance(value, list):
+            items = [self.value(item) for item in value]
+            marker = hash((list, *[(type(item), item) if isinstance(item, (int, float))
+                                   else id(item) for item in items]))
+            found = self._seen.get(marker)
+            if type(found) is list and len(found) == len(items) and all(
+                    _same(a, b) for a, b in zip(found, items, strict=True)):
+                return found
+            return self._remember(marker, items)
+        if isinstance(value, str) and len(value) <= INTERNED_MAX:
+            return sys.intern(value)
+        return value
+
+    def _remember(self, marker: int, built: Any) -> Any:
+        if len(self._seen) >= self.capacity:
+            self._seen.clear()
+        self._seen[marker] = built
+        return built
+
+
+SHARED = Shared()
 
 
 def compact(value: Any) -> Any:
-    """`value` with its map keys and short strings interned (equal, and immutable: sharing them
-    changes nothing a reader can see)."""
-    if isinstance(value, dict):
-        return {sys.intern(key): compact(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [compact(item) for item in value]
-    if isinstance(value, str) and len(value) <= INTERNED_MAX:
-        return sys.intern(value)
-    return value
+    """`value` with its map keys and short strings interned and its maps and lists shared with
+    equal ones already cached (`Shared`): equal and never changed, so sharing them changes
+    nothing a reader can see."""
+    return SHARED.value(value)
 
 
 def kept(obj: Obj) -> Obj:
