@@ -25,11 +25,15 @@ shard's clusters are cached; events of other objects count only for clusters thi
 A cluster leaving the selector arrives as DELETED and is forgotten like a deleted one.
 
 What is kept: of the kinds the reconciler only reads (Pods, claims, Secrets, Nodes), the fields
-its readers use (`kinds.slim`: no managedFields, a Pod's spec down to its node and images). Each
-store is indexed by cluster (namespace and instance label: a cluster's pods are found without a
-scan) and by node (a Node event finds the clusters with a pod there without looking at, or
-copying, any other pod). `get` and `list` return copies; `peek` returns the cached object itself,
-for the hot read-only path (the observe step), which must not change it.
+its readers use (`kinds.slim`: no managedFields, a Pod's spec down to its node and images); the
+kinds it applies whole, managedFields and all (drift attribution reads them). Every map and list
+equal to one already cached is stored once (`Shared`: the clusters of a fleet repeat each
+other's managedFields, probes, labels and volume mounts), map keys and short strings are
+interned. Each store is indexed by cluster (namespace and instance label: a cluster's pods are
+found without a scan) and by node (a Node event finds the clusters with a pod there without
+looking at, or copying, any other pod). `get` and `list` return copies; `peek` returns the
+cached object itself, for the hot read-only paths (the observe step, the spec step's look at
+the StatefulSet), which must not change it: its parts may be other objects' too.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ class CacheView(Protocol):
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None: ...
 
     def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        """The cached object itself, not a copy: read it, never change it."""
+        """The cached object itself, not a copy: read it, never change it (its maps and lists
+        may be shared with other cached objects)."""
 
     def list(self, kind: Kind, namespace: str,
              labels: Mapping[str, str] = {}) -> list[Obj]: ...
@@ -91,9 +96,11 @@ StoreKey = tuple[str, str]  # (namespace, name)
 # timestamps repeat across thousands of objects, and each JSON parse makes its own copies.
 INTERNED_MAX = 64
 # How many maps and lists `Shared` remembers before it starts afresh (what is shared stays
-# shared; only later arrivals stop finding the earlier ones). At 1,000 clusters the caches hold
-# about 100,000 distinct maps and lists, 586,000 in all.
-SHARED_MAX = 1 << 17
+# shared; only later arrivals stop finding the earlier ones). Each costs about 70 bytes, and
+# the equal ones arrive close together (a list answers a kind cluster by cluster): at 1,000
+# clusters (586,000 maps and lists, 75,000 distinct) a table of 32,768 keeps the caches 3 MiB
+# smaller than one holding every distinct value (bench/cache_memory.py).
+SHARED_MAX = 1 << 15
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -127,7 +134,13 @@ class Shared:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def value(self, value: Any) -> Any:
+    def object(self, obj: Obj) -> Obj:
+        """An object from the API with its parts shared (`value`); the object itself and its
+        metadata are its own (a name, a uid, a resourceVersion: nothing else equals them), so
+        they are not remembered: the table holds no whole object, deleted or replaced."""
+        return self.value(obj, remember=False)
+
+    def value(self, value: Any, remember: bool = True) -> Any:
         """`value` with its maps and lists shared, its map keys and short strings interned."""
         if isinstance(value, dict):
             if not value:  # the leaves of managedFields: most of their maps
@@ -143,6 +156,8 @@ class Shared:
                 built[key] = item
                 tokens.append(id(key))
                 tokens.append((type(item), item) if isinstance(item, (int, float)) else id(item))
+            if not remember or "resourceVersion" in built:  # an object, its metadata
+                return built
             marker = hash(tuple(tokens))
             found = self._seen.get(marker)
             if type(found) is dict and len(found) == len(built) and all(
@@ -173,17 +188,11 @@ class Shared:
 SHARED = Shared()
 
 
-def compact(value: Any) -> Any:
-    """`value` with its map keys and short strings interned and its maps and lists shared with
-    equal ones already cached (`Shared`): equal and never changed, so sharing them changes
-    nothing a reader can see."""
-    return SHARED.value(value)
-
-
 def kept(obj: Obj) -> Obj:
-    """What a cache stores of an object from the API: slimmed (kinds.slim), then compacted."""
-    stored: Obj = compact(k.slim(obj))
-    return stored
+    """What a cache stores of an object from the API: slimmed (kinds.slim), its parts shared
+    with equal ones already cached (`Shared`: equal, and never changed, so sharing them changes
+    nothing a reader can see)."""
+    return SHARED.object(k.slim(obj))
 
 
 class Store:
