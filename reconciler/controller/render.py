@@ -96,10 +96,15 @@ def _judge(obj: Obj, reference: dict[str, Any] | None) -> Judged:
 
 
 def _digest(obj: Obj, reference: dict[str, Any] | None) -> bytes:
-    """What `judge` reads: the KaiwuCluster but its status (check_live drops it), and the
-    reference it judges a change against."""
-    text = json.dumps([{key: value for key, value in obj.items() if key != "status"},
-                       reference], sort_keys=True, separators=(",", ":"), default=str)
+    """What `judge` reads: the KaiwuCluster but its status (check_live drops it) and its
+    resourceVersion (each status write changes it; no rule reads it: the metadata rules read
+    the name, namespace, labels and annotations), and the reference it judges a change
+    against."""
+    md = {key: value for key, value in (obj.get("metadata") or {}).items()
+          if key not in ("resourceVersion", "managedFields")}
+    text = json.dumps([{**{key: value for key, value in obj.items() if key != "status"},
+                        "metadata": md}, reference],
+                      sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
