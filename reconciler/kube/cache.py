@@ -138,7 +138,8 @@ class Shared:
         """An object from the API with its parts shared (`value`); the object itself and its
         metadata are its own (a name, a uid, a resourceVersion: nothing else equals them), so
         they are not remembered: the table holds no whole object, deleted or replaced."""
-        return self.value(obj, remember=False)
+        shared: Obj = self.value(obj, remember=False)
+        return shared
 
     def value(self, value: Any, remember: bool = True) -> Any:
         """`value` with its maps and lists shared, its map keys and short strings interned."""

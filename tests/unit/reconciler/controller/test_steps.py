@@ -393,9 +393,9 @@ def test_an_env_var_added_by_hand_is_removed_with_one_patch_and_no_dry_run() -> 
 
 def test_a_pass_that_changes_nothing_the_spec_step_reads_does_not_check_the_spec_again(
         monkeypatch: Any) -> None:
-    from reconciler.controller import render
+    from reconciler.controller import admission, render
     judged: list[str] = []
-    real_judge = render.judge
+    real_judge = admission.judge
 
     def counting(obj: Obj, reference: Any) -> Any:
         judged.append(str(obj["metadata"].get("resourceVersion")))
