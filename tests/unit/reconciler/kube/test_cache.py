@@ -16,6 +16,7 @@ import pytest
 from bench.fleet import LiveCluster, live_fleet
 from reconciler.kaiwudb import failover, loss, pods, rollout
 from reconciler.keys import ClusterKey
+from reconciler.kube import cache
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import (
     INTERNED_MAX,
@@ -253,7 +254,8 @@ def as_json(obj: Obj) -> str:
 
 
 def test_what_the_clusters_repeat_is_cached_once_and_every_object_reads_as_the_api_sent_it(
-        fleet: list[LiveCluster]) -> None:
+        fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "SHARED", Shared())  # not started afresh halfway by chance
     kube = FakeKube()
     services = applied_informer(kube, k.SERVICE, fleet)
     sets = applied_informer(kube, k.STATEFUL_SET, fleet)
