@@ -125,7 +125,8 @@ def applied(view: CacheView, cluster: Obj) -> dict[str, Any] | None:
     crashed there) can still be set back, a finished one cannot be downgraded."""
     m = meta(cluster)
     namespace, name = str(m.get("namespace") or ""), str(m.get("name") or "")
-    facts = accepted_facts(view.get(k.STATEFUL_SET, namespace, name), cluster)
+    # peek: the cached StatefulSet is only read (its annotation and owners), not copied.
+    facts = accepted_facts(view.peek(k.STATEFUL_SET, namespace, name), cluster)
     if facts is None:
         return None
     pods = {str(meta(pod).get("name")): pod

@@ -104,8 +104,9 @@ class Controller:
             settings.restore_http_address,
             settings.restore_advertise_host or default_advertise_host()),
             poll_s=settings.backup_poll_s)
+        self.spec = SpecStep(self.shared)
         self.steps: list[Step] = [
-            SpecStep(self.shared),
+            self.spec,
             CertificatesStep(self.shared),
             self.lifecycle,
             RenderStep(self.shared),
@@ -135,6 +136,7 @@ class Controller:
         return Result(min(p.requeue) if p.requeue else None)
 
     def forget(self, key: ClusterKey) -> None:
+        self.spec.forget(key)
         self.shared.fights.forget(key)
         self.lifecycle.forget(key.namespace, key.name)
         self.shared.pending.forget(key)

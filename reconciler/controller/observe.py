@@ -6,7 +6,9 @@ StatefulSet replicas and partition this pass applies). The comparison is offline
 hash and rules are those of its last comparison is not compared again); when it sees drift, a
 server-side-apply dry run has the last word (the server's own defaults settle false alarms),
 remembered per (desired, live) in `Shared.dry_runs`, so an unchanged object never costs one
-again.
+again. Drift made only of fields others added (a hand edit adding an env var or a label) needs
+no dry run: nothing of what we render differs, so there is no false alarm for the server to
+settle, and the repair removes them without an apply.
 """
 
 from __future__ import annotations
@@ -92,6 +94,16 @@ class ObserveStep:
             # Nothing will be done or said about it: spend no dry run on it.
             state.verdict = "drifted"
             return
+        if others_only(report, self.shared.settings.field_manager):
+            # Only fields another manager added (a hand edit adding an env var or a label):
+            # the dry run could settle nothing. Server-side apply keeps others' fields, so
+            # the forced apply of ours would give the live object back, every field we
+            # render as it is (nothing of ours changed), and the comparison with it would
+            # report the same additions (it takes the dry run's values only where we render
+            # something). The repair removes them without an apply (RepairStep.write).
+            state.verdict = "drifted"
+            state.detail = format_report(report)
+            return
         dry = self.shared.dry_runs.run(state.desired, state.live)
         if isinstance(dry, ApiError):
             if dry.status == 422 and state.kind != k.STATEFUL_SET and \
@@ -112,6 +124,12 @@ class ObserveStep:
         state.verdict = "drifted" if report.drifted else "in-sync"
         if report.drifted:
             state.detail = format_report(report)
+
+
+def others_only(report: DriftReport, field_manager: str) -> bool:
+    """Whether every change of a drifted report is something another manager added."""
+    return bool(report.changes) and all(
+        c.kind == "added" and field_manager not in c.managers for c in report.changes)
 
 
 def others_added(report: DriftReport | None, field_manager: str) -> list[str]:

@@ -11,13 +11,19 @@ objects, built by the renderer from the cluster and what those steps decided for
 renderer stays the only producer of desired objects; the one thing added is the StatefulSet's
 `ACCEPTED_ANNOTATION`, the memory of the spec being applied, so it changes exactly when the
 StatefulSet is written from a new spec. Rendering targets the API server's version, read once per
-resync period. Both run by the Controller (reconciler.controller.controller).
+resync period. Both run by the Controller (reconciler.controller.controller). The spec step
+remembers its last judgement per cluster with a digest of what it read (the cluster but its
+status, and the reference): a pass where neither changed (a repair after a hand edit, a pod's
+status change) does not run the schema check and defaults again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from reconciler.controller.admission import (
     ACCEPTED_ANNOTATION,
@@ -27,6 +33,8 @@ from reconciler.controller.admission import (
 )
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import Shared
+from reconciler.keys import ClusterKey
+from reconciler.model import Obj
 from renderer.render import build_objects
 from renderer.settings import KubeVersion, RenderSettings
 from renderer.spec import Cluster
@@ -40,20 +48,64 @@ class SpecStep:
 
     def __init__(self, shared: Shared) -> None:
         self.shared = shared
+        # Per cluster: the last judgement and a digest of what it read. The schema check and
+        # defaults cost most of a pass that changes nothing of the spec (a repair after a
+        # hand edit, a pod's status), and are a pure function of those inputs.
+        self._judged: dict[ClusterKey, tuple[bytes, Judged]] = {}
 
     def wanted(self, p: ObjectPass) -> bool:
         return True
 
     def run(self, p: ObjectPass) -> None:
-        judged = judge(p.obj, applied(self.shared.view, p.obj))
-        if judged.defaulted is None:
+        reference = applied(self.shared.view, p.obj)
+        digest = _digest(p.obj, reference)
+        known = self._judged.get(p.key)
+        if known is None or known[0] != digest:
+            known = (digest, _judge(p.obj, reference))
+            self._judged[p.key] = known
+        judged = known[1]
+        if judged.cluster is None:
             self.shared.metrics.errors_total.labels(stage="render").inc()
             p.stalled.append(("InvalidSpec", "the spec cannot be rendered: "
                               + "; ".join(judged.problems)))
             p.halted = True
             return
-        p.cluster = Cluster.from_object(judged.defaulted)
-        p.accepted = facts_annotation(judged.defaulted["spec"])
+        p.cluster = judged.cluster
+        p.accepted = judged.accepted
+
+    def forget(self, key: ClusterKey) -> None:
+        self._judged.pop(key, None)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What the spec step makes of a KaiwuCluster: the renderer's `Cluster` (frozen) and the
+    accepted-spec annotation, or the problems that stop the pass."""
+
+    cluster: Cluster | None
+    accepted: str
+    problems: tuple[str, ...]
+
+
+def _judge(obj: Obj, reference: dict[str, Any] | None) -> Judged:
+    judged = judge(obj, reference)
+    if judged.defaulted is None:
+        return Judged(None, "", judged.problems)
+    return Judged(Cluster.from_object(judged.defaulted),
+                  facts_annotation(judged.defaulted["spec"]), ())
+
+
+def _digest(obj: Obj, reference: dict[str, Any] | None) -> bytes:
+    """What `judge` reads: the KaiwuCluster but its status (check_live drops it) and its
+    resourceVersion (each status write changes it; no rule reads it: the metadata rules read
+    the name, namespace, labels and annotations), and the reference it judges a change
+    against."""
+    md = {key: value for key, value in (obj.get("metadata") or {}).items()
+          if key not in ("resourceVersion", "managedFields")}
+    text = json.dumps([{**{key: value for key, value in obj.items() if key != "status"},
+                        "metadata": md}, reference],
+                      sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
 class RenderStep:

@@ -4,14 +4,18 @@ The controller's observe and repair steps (reconciler.controller.observe, .repai
 `ComparisonMemo.compare` instead of reconciler.drift.compare.compare. A verdict depends only on:
 
 - the live object: its uid and resourceVersion (the API server gives every change to an object a
-  new resourceVersion, and a recreated object a new uid);
+  new resourceVersion, and a recreated object a new uid); and when only the resourceVersion
+  differs, its content (`content_key`): a status update (a StatefulSet's revisions after each
+  template change, a readiness count) changes nothing the comparison reads, so it is no new
+  verdict either;
 - the desired object: the hash of its canonical JSON (rendering is deterministic, so an
   unchanged spec hashes the same on every pass);
 - the server-side-apply dry run, when one is given (its hash);
 - the ignore rules and the DriftSettings (field manager, built-in rules, secret names, mask key).
 
-When all of these equal what the object's last comparison used, the last report is returned as it
-is (reports are frozen); otherwise the comparison runs and its report replaces the old one. A live
+When all of these equal what the object's last comparison used (or all but the resourceVersion,
+and the content is the same), the last report is returned as it is (reports are frozen);
+otherwise the comparison runs and its report replaces the old one. A live
 object without a uid or resourceVersion (never the case for an object read from the API) is
 compared every time.
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from reconciler.drift.compare import DriftReport, compare, projection_hash
@@ -49,6 +53,29 @@ class _Inputs:
     settings: DriftSettings
 
 
+def content_key(live: Mapping[str, Any]) -> str:
+    """The live object but what a status update changes and the comparison never reads
+    (reconciler.drift.normalise drops status and server-set metadata, and reads managedFields
+    without their times): its resourceVersion, its status, each managedFields entry's time and
+    the status fields it owns. Every entry stays, in its place (a warning names its index)."""
+    md = dict(live.get("metadata") or {})
+    md.pop("resourceVersion", None)
+    managed = []
+    for entry in md.get("managedFields") or ():
+        if not isinstance(entry, Mapping):
+            managed.append(entry)
+            continue
+        kept = {key: value for key, value in entry.items() if key != "time"}
+        fields = entry.get("fieldsV1")
+        if isinstance(fields, Mapping):
+            kept["fieldsV1"] = {key: value for key, value in fields.items() if key != "f:status"}
+        managed.append(kept)
+    if "managedFields" in md:
+        md["managedFields"] = managed
+    return projection_hash({"metadata": md, **{key: value for key, value in live.items()
+                                               if key not in ("status", "metadata")}})
+
+
 def object_name(obj: Mapping[str, Any]) -> ObjectName:
     """The (kind, namespace, name) an entry is kept under."""
     md = obj.get("metadata") or {}
@@ -61,9 +88,9 @@ class ComparisonMemo:
     def __init__(self, compare_fn: Compare = compare) -> None:
         self._compare = compare_fn
         self._lock = threading.Lock()
-        # owner (a ClusterKey) -> (object, with a dry run) -> (inputs, report)
+        # owner (a ClusterKey) -> (object, with a dry run) -> (inputs, content_key, report)
         self._entries: dict[Hashable, dict[tuple[ObjectName, bool],
-                                           tuple[_Inputs, DriftReport]]] = {}
+                                           tuple[_Inputs, str, DriftReport]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -84,14 +111,24 @@ class ComparisonMemo:
         slot = (object_name(desired), dry_run is not None)
         with self._lock:
             known = self._entries.get(owner, {}).get(slot)
-            if known is not None and known[0] == inputs:
+        if known is not None and known[0] == inputs:
+            with self._lock:
                 self.hits += 1
-                return known[1]
+            return known[2]
+        content = content_key(live)
+        if known is not None and known[1] == content and \
+                known[0] == replace(inputs, resource_version=known[0].resource_version):
+            # A new version of the same content (a status update): the same verdict.
+            with self._lock:
+                self.hits += 1
+                self._entries.setdefault(owner, {})[slot] = (inputs, content, known[2])
+            return known[2]
+        with self._lock:
             self.misses += 1
         report = self._compare(desired, live, ignore_rules=rules, dry_run=dry_run,
                                settings=settings)
         with self._lock:
-            self._entries.setdefault(owner, {})[slot] = (inputs, report)
+            self._entries.setdefault(owner, {})[slot] = (inputs, content, report)
         return report
 
     def retain(self, owner: Hashable, names: Iterable[ObjectName]) -> None:

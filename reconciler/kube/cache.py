@@ -25,11 +25,15 @@ shard's clusters are cached; events of other objects count only for clusters thi
 A cluster leaving the selector arrives as DELETED and is forgotten like a deleted one.
 
 What is kept: of the kinds the reconciler only reads (Pods, claims, Secrets, Nodes), the fields
-its readers use (`kinds.slim`: no managedFields, a Pod's spec down to its node and images). Each
-store is indexed by cluster (namespace and instance label: a cluster's pods are found without a
-scan) and by node (a Node event finds the clusters with a pod there without looking at, or
-copying, any other pod). `get` and `list` return copies; `peek` returns the cached object itself,
-for the hot read-only path (the observe step), which must not change it.
+its readers use (`kinds.slim`: no managedFields, a Pod's spec down to its node and images); the
+kinds it applies whole, managedFields and all (drift attribution reads them). Every map and list
+equal to one already cached is stored once (`Shared`: the clusters of a fleet repeat each
+other's managedFields, probes, labels and volume mounts), map keys and short strings are
+interned. Each store is indexed by cluster (namespace and instance label: a cluster's pods are
+found without a scan) and by node (a Node event finds the clusters with a pod there without
+looking at, or copying, any other pod). `get` and `list` return copies; `peek` returns the
+cached object itself, for the hot read-only paths (the observe step, the spec step's look at
+the StatefulSet), which must not change it: its parts may be other objects' too.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ class CacheView(Protocol):
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None: ...
 
     def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        """The cached object itself, not a copy: read it, never change it."""
+        """The cached object itself, not a copy: read it, never change it (its maps and lists
+        may be shared with other cached objects)."""
 
     def list(self, kind: Kind, namespace: str,
              labels: Mapping[str, str] = {}) -> list[Obj]: ...
@@ -90,24 +95,105 @@ StoreKey = tuple[str, str]  # (namespace, name)
 # Strings up to this long are interned as they enter a cache: keys, label values, kinds, states,
 # timestamps repeat across thousands of objects, and each JSON parse makes its own copies.
 INTERNED_MAX = 64
+# How many maps and lists `Shared` remembers before it starts afresh (what is shared stays
+# shared; only later arrivals stop finding the earlier ones). Each costs about 70 bytes, and
+# the equal ones arrive close together (a list answers a kind cluster by cluster): at 1,000
+# clusters (586,000 maps and lists, 75,000 distinct) a table of 32,768 keeps the caches 3 MiB
+# smaller than one holding every distinct value (bench/cache_memory.py).
+SHARED_MAX = 1 << 15
 
 
-def compact(value: Any) -> Any:
-    """`value` with its map keys and short strings interned (equal, and immutable: sharing them
-    changes nothing a reader can see)."""
-    if isinstance(value, dict):
-        return {sys.intern(key): compact(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [compact(item) for item in value]
-    if isinstance(value, str) and len(value) <= INTERNED_MAX:
-        return sys.intern(value)
-    return value
+def _same(a: Any, b: Any) -> bool:
+    """Two items of maps or lists already made by `Shared`: the same object (maps and lists are
+    the shared ones, short strings are interned; a long string, a certificate or a key, is
+    unique to its object in any real fleet), or equal numbers, booleans or nulls of the same
+    type (True, 1 and 1.0 are equal in Python but are written differently)."""
+    return a is b or (type(a) is type(b) and not isinstance(a, (str, dict, list)) and a == b)
+
+
+class Shared:
+    """Stores each map and list value once: a map or list equal to one seen before (the same
+    keys in the same order, the same items, scalars of the same types) is replaced by that one.
+    The applied objects of a fleet repeat themselves: the managedFields of every cluster's
+    Service list the same fields, its StatefulSet's probes, resources and volume mounts are
+    those of the other clusters of its template. Shared values are safe because nobody changes
+    a cached object: `get` and `list` hand out deep copies, `peek` readers only read.
+
+    Built bottom up: a value's items are shared first, so telling two maps apart costs one look
+    at each item. The table holds each value under a hash of its keys and items (maps, lists
+    and strings, which are interned, by identity; numbers with their type) and is checked item
+    by item on a hit: a collision shares nothing. It starts afresh past `capacity` values, so
+    it never grows with the cache's history. Informers call it from their threads: a lookup
+    racing an insert at worst misses a chance to share."""
+
+    def __init__(self, capacity: int = SHARED_MAX) -> None:
+        self.capacity = capacity
+        self._seen: dict[int, Any] = {}
+        self._empty_map: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def object(self, obj: Obj) -> Obj:
+        """An object from the API with its parts shared (`value`); the object itself and its
+        metadata are its own (a name, a uid, a resourceVersion: nothing else equals them), so
+        they are not remembered: the table holds no whole object, deleted or replaced."""
+        shared: Obj = self.value(obj, remember=False)
+        return shared
+
+    def value(self, value: Any, remember: bool = True) -> Any:
+        """`value` with its maps and lists shared, its map keys and short strings interned."""
+        if isinstance(value, dict):
+            if not value:  # the leaves of managedFields: most of their maps
+                return self._empty_map
+            built = {}
+            tokens: list[Any] = [dict]
+            for key, item in value.items():
+                key = sys.intern(key) if isinstance(key, str) else key
+                if isinstance(item, (dict, list)):
+                    item = self.value(item)
+                elif isinstance(item, str) and len(item) <= INTERNED_MAX:
+                    item = sys.intern(item)
+                built[key] = item
+                tokens.append(id(key))
+                tokens.append((type(item), item) if isinstance(item, (int, float)) else id(item))
+            if not remember or "resourceVersion" in built:  # an object, its metadata
+                return built
+            marker = hash(tuple(tokens))
+            found = self._seen.get(marker)
+            if type(found) is dict and len(found) == len(built) and all(
+                    a is b and _same(found[a], built[b])
+                    for a, b in zip(found, built, strict=True)):
+                return found
+            return self._remember(marker, built)
+        if isinstance(value, list):
+            items = [self.value(item) for item in value]
+            marker = hash((list, *[(type(item), item) if isinstance(item, (int, float))
+                                   else id(item) for item in items]))
+            found = self._seen.get(marker)
+            if type(found) is list and len(found) == len(items) and all(
+                    _same(a, b) for a, b in zip(found, items, strict=True)):
+                return found
+            return self._remember(marker, items)
+        if isinstance(value, str) and len(value) <= INTERNED_MAX:
+            return sys.intern(value)
+        return value
+
+    def _remember(self, marker: int, built: Any) -> Any:
+        if len(self._seen) >= self.capacity:
+            self._seen.clear()
+        self._seen[marker] = built
+        return built
+
+
+SHARED = Shared()
 
 
 def kept(obj: Obj) -> Obj:
-    """What a cache stores of an object from the API: slimmed (kinds.slim), then compacted."""
-    stored: Obj = compact(k.slim(obj))
-    return stored
+    """What a cache stores of an object from the API: slimmed (kinds.slim), its parts shared
+    with equal ones already cached (`Shared`: equal, and never changed, so sharing them changes
+    nothing a reader can see)."""
+    return SHARED.object(k.slim(obj))
 
 
 class Store:

@@ -321,3 +321,105 @@ def test_observing_a_pass_changes_nothing_in_it() -> None:
     before = (list(p.stalled), list(p.not_ready), list(p.requeue))
     observed(p)
     assert (p.stalled, p.not_ready, p.requeue) == before
+
+
+class PatchingKube(FakeKube):
+    """The fake API, also counting dry runs and answering JSON patches (remove operations)."""
+
+    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
+        super().__init__(objects)
+        self.dry_runs = 0
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        self.dry_runs += dry_run
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+    def json_patch(self, kind: Kind, namespace: str | None, name: str,
+                   ops: list[dict[str, Any]]) -> Obj:
+        stored = copy.deepcopy(self.objects[(kind.kind, namespace or "", name)])
+        for op in ops:
+            *parents, last = [part.replace("~1", "/").replace("~0", "~")
+                              for part in op["path"].split("/")[1:]]
+            node: Any = stored
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            if op["op"] == "remove":
+                node.pop(int(last) if isinstance(node, list) else last)
+        self.writes.append(("patch", kind.kind, name))
+        return self._store(stored)
+
+
+def edit_statefulset(objects: dict[tuple[str, str, str], Obj], manager: str,
+                     change: Any, owned: dict[str, Any]) -> None:
+    """A hand edit of the StatefulSet by `manager`, who then owns the fields in `owned`."""
+    sts = objects[("StatefulSet", NS, NAME)]
+    change(sts["spec"]["template"]["spec"]["containers"][0])
+    sts["metadata"]["resourceVersion"] = str(int(sts["metadata"]["resourceVersion"]) + 1000)
+    sts["metadata"]["managedFields"] = [{
+        "manager": manager, "operation": "Update", "apiVersion": "apps/v1",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {
+            "f:containers": {'k:{"name":"kwbase"}': owned}}}}}}]
+
+
+def test_an_env_var_added_by_hand_is_removed_with_one_patch_and_no_dry_run() -> None:
+    objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME): cluster()}
+    kube = PatchingKube(objects)
+    controller = Controller(kube, FakeView(objects), Settings(watch_namespace=NS,  # type: ignore[arg-type]
+                                                              leader_election=False),
+                            Metrics(), clock=lambda: NOW)
+    key = ClusterKey(NS, NAME)
+    controller.reconcile(key)
+    kube.writes.clear()
+
+    # kubectl set env statefulset/dev DEBUG=1
+    edit_statefulset(objects, "kubectl-set",
+                     lambda c: c.setdefault("env", []).append({"name": "DEBUG", "value": "1"}),
+                     {"f:env": {'k:{"name":"DEBUG"}': {".": {}, "f:name": {}, "f:value": {}}}})
+    controller.reconcile(key)
+    env = objects[("StatefulSet", NS, NAME)]["spec"]["template"]["spec"]["containers"][0].get(
+        "env") or []
+    assert "DEBUG" not in [item["name"] for item in env]
+    assert [w for w in kube.writes if w[1] == "StatefulSet"] == [("patch", "StatefulSet", NAME)]
+    assert kube.dry_runs == 0, "nothing of ours changed: no false alarm for the server to settle"
+
+    # kubectl set image: a field we render changed; the server's dry run has the last word.
+    edit_statefulset(objects, "kubectl-set", lambda c: c.update(image="kwdb/kwdb:0.0.1"),
+                     {"f:image": {}})
+    controller.reconcile(key)
+    assert kube.dry_runs == 1
+    assert objects[("StatefulSet", NS, NAME)]["spec"]["template"]["spec"]["containers"][0][
+        "image"] != "kwdb/kwdb:0.0.1"
+
+
+def test_a_pass_that_changes_nothing_the_spec_step_reads_does_not_check_the_spec_again(
+        monkeypatch: Any) -> None:
+    from reconciler.controller import admission, render
+    judged: list[str] = []
+    real_judge = admission.judge
+
+    def counting(obj: Obj, reference: Any) -> Any:
+        judged.append(str(obj["metadata"].get("resourceVersion")))
+        return real_judge(obj, reference)
+    monkeypatch.setattr(render, "judge", counting)
+    objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME): cluster()}
+    controller = Controller(FakeKube(objects), FakeView(objects),  # type: ignore[arg-type]
+                            Settings(watch_namespace=NS, leader_election=False), Metrics(),
+                            clock=lambda: NOW)
+    key = ClusterKey(NS, NAME)
+    controller.reconcile(key)  # creates everything and writes the status
+    controller.reconcile(key)  # the StatefulSet now remembers the spec: judged against it
+    count = len(judged)
+    controller.reconcile(key)
+    assert len(judged) == count, "nothing changed: the last judgement holds"
+
+    objects[("KaiwuCluster", NS, NAME)]["spec"]["replicas"] = 1
+    objects[("KaiwuCluster", NS, NAME)]["metadata"]["generation"] = 2
+    controller.reconcile(key)
+    assert len(judged) == count + 1
+    status = objects[("KaiwuCluster", NS, NAME)]["status"]
+    assert condition(status, "Stalled")["reason"] == "InvalidSpec", \
+        "the change is judged: a three-node cluster cannot become one node"
+
+    controller.forget(key)
+    controller.reconcile(key)
+    assert len(judged) == count + 2

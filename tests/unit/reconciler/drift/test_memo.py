@@ -139,8 +139,9 @@ def test_an_unchanged_pair_is_compared_once_and_any_change_to_what_it_depends_on
     judge()
     assert counting.calls == 1, "an unchanged pair is not compared again"
 
-    newer = copy.deepcopy(live)
+    newer = copy.deepcopy(live)  # edited: a new version with a label added by hand
     newer["metadata"]["resourceVersion"] = "999999"
+    newer["metadata"].setdefault("labels", {})["edited-by"] = "hand"
     recreated = copy.deepcopy(live)
     recreated["metadata"]["uid"] = "another-uid"
     changed_spec = copy.deepcopy(desired)
@@ -239,3 +240,35 @@ def test_forgetting_a_cluster_never_compared_is_no_error() -> None:
     memo.forget(OWNER)
     memo.retain(OWNER, [])
     assert len(memo) == 0
+def test_a_status_update_is_a_new_version_but_no_new_comparison(
+        fleet: list[LiveCluster]) -> None:
+    sts = next(obj for obj in fleet[0].live if obj["kind"] == "StatefulSet")
+    desired = next(obj for obj in fleet[0].desired if obj["kind"] == "StatefulSet")
+    counting = Counting()
+    memo = ComparisonMemo(counting)
+    first = memo.compare(OWNER, desired, sts, settings=SETTINGS)
+
+    # The StatefulSet controller reports new revisions: status, resourceVersion, the time and
+    # status fields of its managedFields entry change; nothing the comparison reads does.
+    reported = copy.deepcopy(sts)
+    reported["metadata"]["resourceVersion"] = str(int(sts["metadata"]["resourceVersion"]) + 1)
+    reported["status"] = {**sts.get("status", {}), "updateRevision": "dev-abc", "replicas": 2}
+    controller = next(entry for entry in reported["metadata"]["managedFields"]
+                      if entry["manager"] == "kube-controller-manager")
+    controller.update(time="2026-11-30T09:00:00Z",
+                      fieldsV1={"f:status": {"f:updateRevision": {}, "f:replicas": {}}})
+    assert memo.compare(OWNER, desired, reported, settings=SETTINGS) is first
+    assert counting.calls == 1
+    assert compare(desired, reported, settings=SETTINGS) == first, "the same verdict, fresh"
+
+    # A hand edit in the same kind of update is compared again.
+    edited = copy.deepcopy(reported)
+    edited["metadata"]["resourceVersion"] = str(int(reported["metadata"]["resourceVersion"]) + 1)
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = "kwdb/kwdb:0.0.1"
+    edited["metadata"]["managedFields"].append({
+        "manager": "kubectl-set", "operation": "Update", "apiVersion": "apps/v1",
+        "time": "2026-11-30T09:00:01Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            'k:{"name":"kwbase"}': {"f:image": {}}}}}}}})
+    report = memo.compare(OWNER, desired, edited, settings=SETTINGS)
+    assert counting.calls == 2 and report.drifted and not first.drifted

@@ -7,6 +7,7 @@ them. The same caches against the real apiserver: tests/world_stories/runtime/te
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,8 +16,16 @@ import pytest
 from bench.fleet import LiveCluster, live_fleet
 from reconciler.kaiwudb import failover, loss, pods, rollout
 from reconciler.keys import ClusterKey
+from reconciler.kube import cache
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import Caches, Informer, _node_projection, cluster_of
+from reconciler.kube.cache import (
+    INTERNED_MAX,
+    Caches,
+    Informer,
+    Shared,
+    _node_projection,
+    cluster_of,
+)
 from reconciler.kube.kinds import Kind, slim
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
@@ -229,3 +238,94 @@ def test_a_kaiwucluster_is_kept_but_for_its_managed_fields(fleet: list[LiveClust
     without = {**cluster, "metadata": {key: value for key, value in cluster["metadata"].items()
                                        if key != "managedFields"}}
     assert kept == without
+
+
+def applied_informer(kube: FakeKube, kind: Kind, fleet: list[LiveCluster]) -> Informer:
+    kube.items[kind.kind] = [live for cluster in fleet for live in cluster.live
+                             if live["kind"] == kind.kind]
+    informer = Informer(kube, kind, Settings(leader_election=False))  # type: ignore[arg-type]
+    informer._list()
+    return informer
+
+
+def as_json(obj: Obj) -> str:
+    """The object as it would be written: key order, types (1, 1.0, true) and all."""
+    return json.dumps(obj)
+
+
+def test_what_the_clusters_repeat_is_cached_once_and_every_object_reads_as_the_api_sent_it(
+        fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "SHARED", Shared())  # not started afresh halfway by chance
+    kube = FakeKube()
+    services = applied_informer(kube, k.SERVICE, fleet)
+    sets = applied_informer(kube, k.STATEFUL_SET, fleet)
+    for cluster in fleet:
+        for live in cluster.live:
+            if live["kind"] in ("Service", "StatefulSet"):
+                md = live["metadata"]
+                cached = (services if live["kind"] == "Service" else sets).peek(
+                    md["namespace"], md["name"])
+                assert cached is not None and as_json(cached) == as_json(live)
+
+    # Two clusters of one template, their headless Services (named as the cluster): the
+    # fields our apply owns are listed once for both.
+    first, second = (services.peek(c.cluster["metadata"]["namespace"],
+                                   c.cluster["metadata"]["name"]) for c in fleet[0:4:3])
+    assert first is not None and second is not None and first is not second
+    owned = [entry["fieldsV1"]["f:spec"] for entry in (first["metadata"]["managedFields"][0],
+                                                        second["metadata"]["managedFields"][0])]
+    assert owned[0] == owned[1] and owned[0] is owned[1]
+    assert first["metadata"]["uid"] != second["metadata"]["uid"]
+
+
+def test_a_copy_from_the_cache_can_be_changed_without_touching_the_other_clusters(
+        fleet: list[LiveCluster]) -> None:
+    kube = FakeKube()
+    services = applied_informer(kube, k.SERVICE, fleet)
+    names = [(c.cluster["metadata"]["namespace"], c.cluster["metadata"]["name"])
+             for c in fleet[0:4:3]]
+    copied = services.get(*names[0])
+    assert copied is not None
+    copied["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:edited"] = {}
+    copied["spec"]["ports"][0]["port"] = 1
+    for namespace, name in names:
+        cached = services.peek(namespace, name)
+        assert cached is not None
+        assert "f:edited" not in cached["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
+        assert cached["spec"]["ports"][0]["port"] != 1
+
+    # An edit arrives by watch: that Service changes in the cache, the other does not.
+    edited = copy.deepcopy(next(live for live in fleet[0].live if live["kind"] == "Service"
+                                and live["metadata"]["name"] == names[0][1]))
+    edited["spec"]["ports"][0]["port"] = 2
+    kube.events = [("MODIFIED", edited)]
+    services._watch()
+    assert services.peek(*names[0])["spec"]["ports"][0]["port"] == 2  # type: ignore[index]
+    assert services.peek(*names[1])["spec"]["ports"][0]["port"] != 2  # type: ignore[index]
+
+
+def test_values_equal_in_python_but_written_differently_are_not_shared() -> None:
+    shared = Shared()
+    long_text = "x" * (INTERNED_MAX + 1)
+    stored = [shared.value(obj) for obj in (
+        {"replicas": 1}, {"replicas": True}, {"replicas": 1.0}, {"replicas": 1},
+        {"a": 1, "b": 2}, {"b": 2, "a": 1},
+        {"ca.crt": long_text}, {"ca.crt": "".join(["x"] * (INTERNED_MAX + 1))})]
+    assert [as_json(obj) for obj in stored] == [
+        '{"replicas": 1}', '{"replicas": true}', '{"replicas": 1.0}', '{"replicas": 1}',
+        '{"a": 1, "b": 2}', '{"b": 2, "a": 1}',
+        f'{{"ca.crt": "{long_text}"}}', f'{{"ca.crt": "{long_text}"}}']
+    assert stored[0] is stored[3]  # the same value and type: one map
+    assert stored[4] is not stored[5]  # the order a reader sees is kept
+    assert stored[6] is not stored[7]  # certificates are compared by identity, never by text
+
+
+def test_the_table_of_shared_values_starts_afresh_when_full_and_keeps_what_it_shared() -> None:
+    shared = Shared(capacity=4)
+    first = shared.value({"labels": {"app": "kaiwudb"}})
+    assert shared.value({"labels": {"app": "kaiwudb"}}) is first
+    for index in range(10):
+        shared.value({"index": index})
+    assert len(shared) <= 4
+    again = shared.value({"labels": {"app": "kaiwudb"}})
+    assert again == first and first == {"labels": {"app": "kaiwudb"}}
