@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,51 @@ def test_diff_can_name_the_repository_from_outside_it(tmp_path: Path) -> None:
                             "infra", cwd=tmp_path, env=env)
     assert outside.code == 2
     assert "is not inside the git repository" in outside.stderr
+
+
+def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None:
+    """The help a user reads before the first run, command by command (in-process)."""
+    top = words(kaiwu("--help").stdout)
+    assert top.startswith("usage: kaiwu [-h] [--version] COMMAND")
+    for line in ("The `kaiwu` command: render, validate and diff KaiwuCluster files; run the "
+                 "reconciler.", "render render KaiwuCluster files to manifests",
+                 "validate check KaiwuCluster files, write nothing",
+                 "diff show how rendered objects change (exit 0 none, 1 changes, 2 error)",
+                 "crd print the KaiwuCluster CRD for a Kubernetes version",
+                 "reconcile run the reconciler (see kaiwu reconcile --help)"):
+        assert line in top
+    render = words(kaiwu("render", "--help").stdout)
+    for line in ("source directory or file of KaiwuCluster specs (default clusters)",
+                 "-o OUT, --out OUT output directory, replaced as a whole (default out)",
+                 "--stdout print one YAML stream instead",
+                 "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)",
+                 "--cluster-domain CLUSTER_DOMAIN cluster DNS domain (default cluster.local)"):
+        assert line in render
+    validate = words(kaiwu("validate", "--help").stdout)
+    assert "sources directories or files (default clusters)" in validate
+    assert "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)" in validate
+    diff = words(kaiwu("diff", "--help").stdout)
+    for line in ("kaiwu diff OLD NEW (two directories), or kaiwu diff PATH --base REV [--head REV] "
+                 "(one path at two git revisions; head defaults to the working tree)",
+                 "--base BASE git revision of the old side, e.g. origin/main",
+                 "--head HEAD git revision of the new side (default: working tree)",
+                 "--repo REPO git repository for --base/--head (default: current directory)",
+                 "--format {text,markdown}",
+                 "--cluster-domain CLUSTER_DOMAIN cluster DNS domain (default cluster.local)"):
+        assert line in diff
+    crd = words(kaiwu("crd", "--help").stdout)
+    assert ("Print the KaiwuCluster CRD: the schema, plus the CEL validation rules "
+            "(x-kubernetes-validations) from Kubernetes 1.25 on.") in crd
+    assert "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)" in crd
+
+
+def test_the_version_is_the_installed_release() -> None:
+    run = kaiwu("--version")
+    assert (run.code, run.stdout) == (0, f"kaiwu {metadata.version('kaiwu-operator')}\n")
+
+
+def test_reconcile_is_not_run_by_the_renderers_entry_point() -> None:
+    """`kaiwu reconcile` belongs to reconciler.cli; reaching the renderer's main says so."""
+    run = kaiwu("reconcile")
+    assert run.code == 2
+    assert run.stderr == "kaiwu reconcile: run it through the kaiwu command\n"
