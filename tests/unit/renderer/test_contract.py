@@ -307,3 +307,17 @@ def test_the_reconcilers_decisions_shape_the_running_statefulset() -> None:
     assert plain["spec"]["replicas"] == 5
     assert plain["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
     assert "annotations" not in plain["spec"]["template"]["metadata"]
+
+
+def test_prometheus_scrapes_an_insecure_cluster_over_plain_http(tmp_path: Path) -> None:
+    secure = render_one(tmp_path / "a", monitoring={"serviceMonitor": True})
+    endpoint = secure["ServiceMonitor/orders"]["spec"]["endpoints"][0]
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "orders-node-certs", "key": "ca.crt"}},
+        "serverName": "orders-public.shop.svc.cluster.local"}
+
+    insecure = render_one(tmp_path / "b", monitoring={"serviceMonitor": True},
+                          tls={"enabled": False})
+    endpoint = insecure["ServiceMonitor/orders"]["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "http"
+    assert "tlsConfig" not in endpoint
