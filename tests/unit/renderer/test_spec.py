@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from renderer.errors import RenderError
 from renderer.render import read_live
 from renderer.settings import KubeVersion, RenderSettings, supported_version
 from renderer.spec import Cluster, StartMode, parse_duration
@@ -211,3 +212,16 @@ def test_an_unsupported_version_flag_is_a_usage_error_naming_the_oldest() -> Non
     run = kaiwu("render", "--stdout", "--kube-version", "1.19")
     assert run.code == 2
     assert "Kubernetes 1.19 is older than the oldest supported release, 1.20" in run.stderr
+
+
+def test_a_live_cluster_that_breaks_a_rule_is_named_by_namespace_and_name() -> None:
+    """The reconciler reads a live object: no file, so a problem names the object instead."""
+    with pytest.raises(RenderError) as raised:
+        read(tls={"enabled": False, "clientUsers": ["app"]})
+    assert str(raised.value) == (
+        "KaiwuCluster shop/orders: spec.tls.clientUsers: client certificates need TLS (set "
+        "spec.tls.enabled: true, or remove clientUsers)")
+    with pytest.raises(RenderError) as raised:
+        read_live({**cluster("orders", None, version="3.2.1", replicas="three"),
+                   "status": {"phase": "Running"}})
+    assert str(raised.value).startswith("KaiwuCluster default/orders: spec.replicas: ")
