@@ -479,3 +479,45 @@ def test_the_storage_class_of_existing_volumes_cannot_change() -> None:
                        spec_of(storage={"size": "100Gi", "storageClassName": "fast-ssd"}))
     assert found == {"spec.storage.storageClassName":
                      "the storage class of existing volumes cannot change"}
+
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(dotted(v.path), v.message, v.fix) for v in semantics.check_change(old, new)]
+
+
+def test_a_version_never_goes_back_nor_jumps_a_major_release() -> None:
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.2.2")) == []
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.10.0")) == [], "by number"
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.2.0")) == [(
+        "spec.version", "the version cannot go back (3.2.1 -> 3.2.0): KaiwuDB cannot be "
+        "downgraded", "keep 3.2.1 or later")]
+    assert changes(spec_of(version="2.2.0"), spec_of(version="3.0.0")) == [(
+        "spec.version", "the major version cannot change in place (2.2.0 -> 3.0.0): KaiwuDB "
+        "needs an export and import into a new cluster", "keep 2.x")]
+
+
+def test_tags_that_are_not_plain_versions_are_not_judged() -> None:
+    assert changes(spec_of(version="3.2.1"), spec_of(version="1.0.0.custom")) == []
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.2.0-rc.1")) != [], "3.2.0"
+    assert semantics.version_tuple("v3.2.1-rc.1") == (3, 2, 1)
+    assert semantics.version_tuple("3.2.1.1") == (3, 2, 1, 1), "KaiwuDB's four-part versions"
+    assert semantics.version_tuple("latest") is None
+    assert semantics.version_tuple("3.x") is None
+    assert semantics.check_version_change({"version": "latest"}, {"version": "1.0.0"}) == []
+    assert semantics.check_version_change({}, {"version": "1.0.0"}) == []
+
+
+def test_the_reconciler_remembers_what_it_needs_to_judge_the_next_change() -> None:
+    """transition_facts: what the reconciler keeps of the spec it last applied; judging a new
+    spec against them gives the same verdicts as against the whole old spec."""
+    old = spec_of(startMode="single-replica", replicas=2, version="3.2.1",
+                  storage={"size": "100Gi", "storageClassName": "standard"})
+    facts = semantics.transition_facts(old)
+    assert facts == {"startMode": "single-replica", "replicas": 2, "version": "3.2.1",
+                     "storage": {"size": "100Gi", "storageClassName": "standard"}}
+    assert semantics.transition_facts(spec_of())["storage"] == {"size": "100Gi"}
+    new = spec_of(startMode="single-replica", replicas=1, version="3.2.0",
+                  storage={"size": "50Gi"})
+    assert changes(facts, new) == changes(old, new)
+    assert [path for path, _, _ in changes(facts, new)] == [
+        "spec.replicas", "spec.storage.size", "spec.storage.storageClassName", "spec.version"]
