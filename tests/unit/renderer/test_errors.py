@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from renderer.errors import Problem, RenderError
 from tests.support.render import (
     EXAMPLES,
     SUMMARY_LINE,
@@ -230,3 +231,19 @@ def test_validate_checks_every_source_and_writes_nothing(tmp_path: Path) -> None
     assert run.code == 2
     assert {path for _, _, path, _, _ in problems(run)} == {"spec.replicas", "spec.startMode"}
     assert read_tree(tmp_path) == before
+
+
+def test_a_problem_says_only_what_it_knows_and_the_error_lists_each_once_in_order() -> None:
+    """A problem without a line, a path or a fix (a git revision, a whole file) is still one
+    readable line; the error a caller sees (the reconciler logs it) is every problem, sorted,
+    duplicates once."""
+    whole = Problem("origin/main", 0, "", "is not a revision of this repository", "")
+    placed = Problem("a.yaml", 3, "spec.replicas", "2 is too few", "use 3")
+    assert str(whole) == "origin/main: is not a revision of this repository"
+    assert str(placed) == "a.yaml:3: spec.replicas: 2 is too few (use 3)"
+    assert str(Problem("a.yaml", 0, "", "unreadable", "fix it")) == "a.yaml: unreadable (fix it)"
+    error = RenderError([placed, whole, placed])
+    assert error.problems == (placed, whole)
+    assert str(error) == (
+        "a.yaml:3: spec.replicas: 2 is too few (use 3)\n"
+        "origin/main: is not a revision of this repository")
