@@ -152,7 +152,9 @@ def test_a_list_where_a_cluster_belongs_is_refused(tmp_path: Path) -> None:
     (tmp_path / "src" / "c.yaml").write_text("- name: a\n- name: b\n")
     run = kaiwu("render", tmp_path / "src", "-o", tmp_path / "out")
     assert_refused(run, tmp_path / "out")
-    assert "expected a KaiwuCluster mapping, got list" in run.stderr
+    assert problems(run) == [(str(tmp_path / "src" / "c.yaml"), 1, None,
+                              "expected a KaiwuCluster mapping, got list",
+                              "each YAML document must be one KaiwuCluster object")]
 
 
 def test_the_same_cluster_defined_in_two_files_names_both_places(tmp_path: Path) -> None:

@@ -225,3 +225,11 @@ def test_a_live_cluster_that_breaks_a_rule_is_named_by_namespace_and_name() -> N
         read_live({**cluster("orders", None, version="3.2.1", replicas="three"),
                    "status": {"phase": "Running"}})
     assert str(raised.value).startswith("KaiwuCluster default/orders: spec.replicas: ")
+
+
+def test_a_live_object_without_a_name_is_still_named_as_far_as_it_can_be() -> None:
+    with pytest.raises(RenderError) as raised:
+        read_live({"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+                   "metadata": {"namespace": "shop"}, "spec": {"version": "3.2.1"}})
+    assert str(raised.value) == (
+        "KaiwuCluster shop/?: metadata.name: the cluster has no name (set metadata.name)")
