@@ -205,7 +205,7 @@ def test_fs_an_earlier_render_is_put_back_when_the_new_one_cannot_take_its_place
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(target))
         real_rename(source, target)
 
-    monkeypatch.setattr(emit.os, "rename", refuse_the_swap)
+    monkeypatch.setattr(os, "rename", refuse_the_swap)
     line = refused_once(kaiwu("render", scratch / "src", "-o", out))
     assert "Input/output error" in line, line
     assert read_tree(out) == earlier
