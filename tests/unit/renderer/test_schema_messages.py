@@ -81,7 +81,8 @@ CASES: list[tuple[dict[str, Any], str, str, str]] = [
 
 
 @pytest.mark.parametrize(("spec", "path", "message", "fix"), CASES,
-                         ids=[case[1] + ":" + case[2][:30] for case in CASES])
+                         ids=[f"{index}-{case[1]}".replace("[", "-").replace("]", "")
+                              for index, case in enumerate(CASES)])
 def test_a_schema_mistake_reads_as_what_is_wrong_and_what_to_write(
         spec: dict[str, Any], path: str, message: str, fix: str) -> None:
     found = schema.validate(cluster("orders", "shop", **{"version": "3.2.1", **spec}))
