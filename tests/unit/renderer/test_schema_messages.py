@@ -37,6 +37,11 @@ CASES: list[tuple[dict[str, Any], str, str, str]] = [
      "write a value of type string"),
     ({"paused": "yes"}, "spec.paused", "expected boolean, got string 'yes'",
      "write a value of type boolean"),
+    ({"replicas": True}, "spec.replicas", "expected integer, got boolean True",
+     "write a value of type integer"),
+    ({"cache": 5}, "spec.cache", "expected string, got integer 5", "write a value of type string"),
+    ({"cache": (1, 2)}, "spec.cache", "expected string, got tuple (1, 2)",
+     "write a value of type string"),
     ({"storage": {"size": [1]}}, "spec.storage.size",
      "expected integer or string, got list [1]", "write a value of type integer or string"),
     ({"storage": {"size": {"a": 1}}}, "spec.storage.size",
@@ -109,3 +114,52 @@ def test_defaults_fill_what_the_user_left_out_at_every_depth_but_never_what_they
     assert "scheduling" not in cluster("orders", "shop")["spec"], "the input is left alone"
     assert written["spec"]["scheduling"] == {"topologySpread": [{"topologyKey": "zone"}]}
     assert defaulted["metadata"] == {"name": "orders", "namespace": "shop"}
+
+
+def test_the_crds_structural_schema_becomes_the_json_schema_the_api_server_enforces() -> None:
+    """The translation the checks above rest on (the validator is built once and cached, so
+    it is shown here on small schemas): int-or-string keeps its pattern for strings only, the
+    Go decoding's int32/int64 ranges become bounds, objects refuse unknown fields, and what only
+    documents or defaults a field is dropped."""
+    node = {"type": "object", "description": "d", "default": {},
+            "x-kubernetes-validations": [{"rule": "true"}],
+            "properties": {
+                "size": {"x-kubernetes-int-or-string": True, "pattern": "^[0-9]+Gi$"},
+                "any": {"x-kubernetes-int-or-string": True},
+                "count": {"type": "integer", "format": "int32", "minimum": 1},
+                "big": {"type": "integer", "format": "int64"},
+                "ratio": {"type": "number", "format": "int32"},
+                "note": {"type": "string", "nullable": True, "maxLength": 3},
+                "labels": {"type": "object", "additionalProperties": {
+                    "type": "string", "description": "v"}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                         "properties": {"a": {"type": "string"}}},
+                "items": {"type": "array", "items": {"type": "integer", "format": "int32",
+                                                     "default": 1}}}}
+    assert schema._to_json_schema(node) == {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "size": {"anyOf": [{"type": "integer"},
+                               {"type": "string", "pattern": "^[0-9]+Gi$"}]},
+            "any": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "count": {"type": "integer", "format": "int32", "minimum": 1,
+                      "maximum": 2**31 - 1},
+            "big": {"type": "integer", "format": "int64", "minimum": -(2**63),
+                    "maximum": 2**63 - 1},
+            "ratio": {"type": "number", "format": "int32"},
+            "note": {"type": "string", "maxLength": 3},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "free": {"type": "object", "properties": {"a": {"type": "string"}}},
+            "items": {"type": "array", "items": {"type": "integer", "format": "int32",
+                                                 "minimum": -(2**31), "maximum": 2**31 - 1}}}}
+
+
+def test_defaults_reach_the_values_of_a_map_too() -> None:
+    """A map whose values are objects with defaults (none in the CRD today) gets them per value,
+    as the API server defaults them."""
+    node = {"type": "object", "properties": {"pools": {
+        "type": "object", "additionalProperties": {
+            "type": "object", "properties": {"size": {"type": "integer", "default": 3}}}}}}
+    value = {"pools": {"a": {}, "b": {"size": 5}}}
+    schema._default(value, node)
+    assert value == {"pools": {"a": {"size": 3}, "b": {"size": 5}}}
