@@ -190,3 +190,36 @@ def test_reconcile_is_not_run_by_the_renderers_entry_point() -> None:
     run = kaiwu("reconcile")
     assert run.code == 2
     assert run.stderr == "kaiwu reconcile: run it through the kaiwu command\n"
+
+
+def test_no_command_is_a_usage_error_in_process_too() -> None:
+    run = kaiwu()
+    assert run.code == 2
+    assert "the following arguments are required: COMMAND" in run.stderr
+
+
+def test_kaiwu_crd_refuses_a_release_it_does_not_support() -> None:
+    run = kaiwu("crd", "--kube-version", "1.19")
+    assert run.code == 2
+    assert "Kubernetes 1.19 is older than the oldest supported release, 1.20" in run.stderr
+    assert kaiwu("crd", "--kube-version", "v1.29.3").stdout == kaiwu(
+        "crd", "--kube-version", "1.29").stdout
+
+
+def test_a_disk_error_is_one_line_naming_the_file_when_it_is_known(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(path: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    run = kaiwu("render", EXAMPLES, "-o", tmp_path / "out")
+    assert (run.code, run.stderr) == (2, (
+        "kaiwu render: No space left on device, nothing written (use a path that exists, that "
+        "you may write, on a disk with space)\n"))
+
+    def named(path: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(Path, "write_text", named)
+    run = kaiwu("render", EXAMPLES, "-o", tmp_path / "out")
+    assert run.stderr.startswith(f"kaiwu render: No space left on device: {tmp_path}/.out.")
