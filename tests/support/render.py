@@ -78,6 +78,11 @@ def kaiwu_process(*args: str | Path, cwd: Path | None = None,
     run_env = dict(os.environ if env is None else env)
     run_env["PYTHONPATH"] = os.pathsep.join(
         part for part in (str(REPO), run_env.get("PYTHONPATH", "")) if part)
+    # Under mutation testing (bench/mutation.py) mutmut first records which test reaches which
+    # function ("stats"), reading its settings from the working directory: a child started
+    # elsewhere cannot, so it runs the plain code then. A mutant's name is passed on as is.
+    if run_env.get("MUTANT_UNDER_TEST") == "stats":
+        del run_env["MUTANT_UNDER_TEST"]
     result = subprocess.run([*command, *(str(arg) for arg in args)], cwd=cwd, env=run_env,
                             capture_output=True, text=True, timeout=120, check=False)
     return Run(result.returncode, result.stdout, result.stderr)

@@ -217,3 +217,17 @@ def test_kaiwu_crd_prints_the_crd_for_the_release_asked() -> None:
     assert reader.load(oldest.stdout) == schema.crd_manifest()
     too_old = kaiwu("crd", "--kube-version", "1.19")
     assert too_old.code == 2 and "older than the oldest supported release" in too_old.stderr
+
+
+def test_the_api_server_answers_a_refusal_with_the_renderers_message_and_fix() -> None:
+    """A rule in the CRD carries its message: what `kubectl apply` prints when CEL refuses."""
+    spec = crd_for(KubeVersion(1, 35))["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["spec"]
+    assert {"rule": "self.startMode != 'single-node' || self.replicas == 1",
+            "message": "single-node runs exactly 1 node (set replicas: 1, or use startMode "
+                       "multi-replica for a cluster)"} in spec["x-kubernetes-validations"]
+    security = spec["properties"]["podSecurity"]["x-kubernetes-validations"]
+    assert security == [{"rule": "!self.runAsNonRoot || self.runAsUser != 0",
+                         "message": "runAsUser 0 is root, which runAsNonRoot forbids (use a "
+                                    "non-root uid such as 1000, or set runAsNonRoot: false for "
+                                    "an image that needs root)"}]

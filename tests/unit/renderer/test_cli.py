@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,84 @@ def test_diff_can_name_the_repository_from_outside_it(tmp_path: Path) -> None:
                             "infra", cwd=tmp_path, env=env)
     assert outside.code == 2
     assert "is not inside the git repository" in outside.stderr
+
+
+def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None:
+    """The help a user reads before the first run, command by command (in-process)."""
+    top = words(kaiwu("--help").stdout)
+    assert top.startswith("usage: kaiwu [-h] [--version] COMMAND")
+    for line in ("The `kaiwu` command: render, validate and diff KaiwuCluster files; run the "
+                 "reconciler.", "render render KaiwuCluster files to manifests",
+                 "validate check KaiwuCluster files, write nothing",
+                 "diff show how rendered objects change (exit 0 none, 1 changes, 2 error)",
+                 "crd print the KaiwuCluster CRD for a Kubernetes version",
+                 "reconcile run the reconciler (see kaiwu reconcile --help)"):
+        assert line in top
+    render = words(kaiwu("render", "--help").stdout)
+    for line in ("source directory or file of KaiwuCluster specs (default clusters)",
+                 "-o OUT, --out OUT output directory, replaced as a whole (default out)",
+                 "--stdout print one YAML stream instead",
+                 "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)",
+                 "--cluster-domain CLUSTER_DOMAIN cluster DNS domain (default cluster.local)"):
+        assert line in render
+    validate = words(kaiwu("validate", "--help").stdout)
+    assert "sources directories or files (default clusters)" in validate
+    assert "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)" in validate
+    diff = words(kaiwu("diff", "--help").stdout)
+    for line in ("kaiwu diff OLD NEW (two directories), or kaiwu diff PATH --base REV [--head REV] "
+                 "(one path at two git revisions; head defaults to the working tree)",
+                 "--base BASE git revision of the old side, e.g. origin/main",
+                 "--head HEAD git revision of the new side (default: working tree)",
+                 "--repo REPO git repository for --base/--head (default: current directory)",
+                 "--format {text,markdown}",
+                 "--cluster-domain CLUSTER_DOMAIN cluster DNS domain (default cluster.local)"):
+        assert line in diff
+    crd = words(kaiwu("crd", "--help").stdout)
+    assert ("Print the KaiwuCluster CRD: the schema, plus the CEL validation rules "
+            "(x-kubernetes-validations) from Kubernetes 1.25 on.") in crd
+    assert "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)" in crd
+
+
+def test_the_version_is_the_installed_release() -> None:
+    run = kaiwu("--version")
+    assert (run.code, run.stdout) == (0, f"kaiwu {metadata.version('kaiwu-operator')}\n")
+
+
+def test_reconcile_is_not_run_by_the_renderers_entry_point() -> None:
+    """`kaiwu reconcile` belongs to reconciler.cli; reaching the renderer's main says so."""
+    run = kaiwu("reconcile")
+    assert run.code == 2
+    assert run.stderr == "kaiwu reconcile: run it through the kaiwu command\n"
+
+
+def test_no_command_is_a_usage_error_in_process_too() -> None:
+    run = kaiwu()
+    assert run.code == 2
+    assert "the following arguments are required: COMMAND" in run.stderr
+
+
+def test_kaiwu_crd_refuses_a_release_it_does_not_support() -> None:
+    run = kaiwu("crd", "--kube-version", "1.19")
+    assert run.code == 2
+    assert "Kubernetes 1.19 is older than the oldest supported release, 1.20" in run.stderr
+    assert kaiwu("crd", "--kube-version", "v1.29.3").stdout == kaiwu(
+        "crd", "--kube-version", "1.29").stdout
+
+
+def test_a_disk_error_is_one_line_naming_the_file_when_it_is_known(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(path: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    run = kaiwu("render", EXAMPLES, "-o", tmp_path / "out")
+    assert (run.code, run.stderr) == (2, (
+        "kaiwu render: No space left on device, nothing written (use a path that exists, that "
+        "you may write, on a disk with space)\n"))
+
+    def named(path: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(Path, "write_text", named)
+    run = kaiwu("render", EXAMPLES, "-o", tmp_path / "out")
+    assert run.stderr.startswith(f"kaiwu render: No space left on device: {tmp_path}/.out.")

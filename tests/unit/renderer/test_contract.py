@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from renderer.render import build_objects, read_live
+from renderer.settings import LiveState, RenderSettings
 from tests.support.render import cluster, render_tree, write_yaml
 
 LABELS = {"app.kubernetes.io/name": "kaiwudb", "app.kubernetes.io/instance": "orders",
@@ -275,3 +277,47 @@ def test_a_cluster_without_a_namespace_lands_in_default(tmp_path: Path) -> None:
     write_yaml(tmp_path / "src" / "x.yaml", cluster("orders", None))
     objects = render_tree(tmp_path / "src", tmp_path / "out")
     assert {name.split("/")[0] for name in objects} == {"default"}
+
+
+def test_private_registry_credentials_reach_the_pods(tmp_path: Path) -> None:
+    pod = render_one(tmp_path, image={"repository": "registry.example.com/kwdb",
+                                      "pullSecrets": ["regcred", "mirror"]})[
+        "StatefulSet/orders"]["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    assert "imagePullSecrets" not in render_one(tmp_path / "plain")["StatefulSet/orders"][
+        "spec"]["template"]["spec"]
+
+
+def test_the_reconcilers_decisions_shape_the_running_statefulset() -> None:
+    """Mid scale-in, mid rollout, after a certificate renewal: the reconciler hands the renderer
+    the replicas, the partition and the certificates' hash, and they land where Kubernetes acts
+    on them (a new hash on the pod template rolls the pods)."""
+    orders = read_live(cluster("orders", "shop", version="3.2.1", replicas=5))
+    live = LiveState(replicas=4, partition=2, certs_hash="sha256:abc")
+    (statefulset,) = [obj for obj in build_objects(orders, RenderSettings(live=live))
+                      if obj["kind"] == "StatefulSet"]
+    assert statefulset["spec"]["replicas"] == 4
+    assert statefulset["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                                     "rollingUpdate": {"partition": 2}}
+    template = statefulset["spec"]["template"]["metadata"]
+    assert template["annotations"] == {"kaiwu.inspur.com/certs-hash": "sha256:abc"}
+
+    (plain,) = [obj for obj in build_objects(orders, RenderSettings())
+                if obj["kind"] == "StatefulSet"]
+    assert plain["spec"]["replicas"] == 5
+    assert plain["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    assert "annotations" not in plain["spec"]["template"]["metadata"]
+
+
+def test_prometheus_scrapes_an_insecure_cluster_over_plain_http(tmp_path: Path) -> None:
+    secure = render_one(tmp_path / "a", monitoring={"serviceMonitor": True})
+    endpoint = secure["ServiceMonitor/orders"]["spec"]["endpoints"][0]
+    assert endpoint["tlsConfig"] == {
+        "ca": {"secret": {"name": "orders-node-certs", "key": "ca.crt"}},
+        "serverName": "orders-public.shop.svc.cluster.local"}
+
+    insecure = render_one(tmp_path / "b", monitoring={"serviceMonitor": True},
+                          tls={"enabled": False})
+    endpoint = insecure["ServiceMonitor/orders"]["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "http"
+    assert "tlsConfig" not in endpoint

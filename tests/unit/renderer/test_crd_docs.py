@@ -79,3 +79,20 @@ def test_the_reference_lists_every_field_with_its_bounds_and_default() -> None:
     assert "| `status.conditions[].lastTransitionTime` |" in section
     replicas = next(line for line in section.splitlines() if line.startswith("| `spec.replicas`"))
     assert "1..99" in replicas and "`3`" in replicas
+
+
+@pytest.mark.parametrize(("node", "shown"), [
+    ({"type": "integer", "maximum": 5}, "integer; ..5"),
+    ({"type": "integer", "minimum": 1}, "integer; 1.."),
+    ({"type": "integer", "format": "int32", "minimum": 1, "maximum": 99},
+     "integer (int32); 1..99"),
+    ({"type": "object", "additionalProperties": {}}, "map of object"),
+    ({"type": "object", "additionalProperties": {"type": "string"}}, "map of string"),
+    ({"type": "array", "items": {}}, "list of object"),
+    ({}, "object"),
+])
+def test_a_fields_type_and_bounds_read_as_the_reference_shows_them(node: dict[str, Any],
+                                                                  shown: str) -> None:
+    """Bounds the CRD does not use today (only a maximum, a map of untyped values) still read
+    right when a field gets them."""
+    assert reference._type(node) == shown

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from renderer.errors import Problem, RenderError
 from tests.support.render import (
     EXAMPLES,
     SUMMARY_LINE,
@@ -151,7 +152,9 @@ def test_a_list_where_a_cluster_belongs_is_refused(tmp_path: Path) -> None:
     (tmp_path / "src" / "c.yaml").write_text("- name: a\n- name: b\n")
     run = kaiwu("render", tmp_path / "src", "-o", tmp_path / "out")
     assert_refused(run, tmp_path / "out")
-    assert "expected a KaiwuCluster mapping, got list" in run.stderr
+    assert problems(run) == [(str(tmp_path / "src" / "c.yaml"), 1, None,
+                              "expected a KaiwuCluster mapping, got list",
+                              "each YAML document must be one KaiwuCluster object")]
 
 
 def test_the_same_cluster_defined_in_two_files_names_both_places(tmp_path: Path) -> None:
@@ -230,3 +233,19 @@ def test_validate_checks_every_source_and_writes_nothing(tmp_path: Path) -> None
     assert run.code == 2
     assert {path for _, _, path, _, _ in problems(run)} == {"spec.replicas", "spec.startMode"}
     assert read_tree(tmp_path) == before
+
+
+def test_a_problem_says_only_what_it_knows_and_the_error_lists_each_once_in_order() -> None:
+    """A problem without a line, a path or a fix (a git revision, a whole file) is still one
+    readable line; the error a caller sees (the reconciler logs it) is every problem, sorted,
+    duplicates once."""
+    whole = Problem("origin/main", 0, "", "is not a revision of this repository", "")
+    placed = Problem("a.yaml", 3, "spec.replicas", "2 is too few", "use 3")
+    assert str(whole) == "origin/main: is not a revision of this repository"
+    assert str(placed) == "a.yaml:3: spec.replicas: 2 is too few (use 3)"
+    assert str(Problem("a.yaml", 0, "", "unreadable", "fix it")) == "a.yaml: unreadable (fix it)"
+    error = RenderError([placed, whole, placed])
+    assert error.problems == (placed, whole)
+    assert str(error) == (
+        "a.yaml:3: spec.replicas: 2 is too few (use 3)\n"
+        "origin/main: is not a revision of this repository")

@@ -117,7 +117,8 @@ def test_fs_an_output_directory_inside_a_read_only_parent_is_refused(scratch: Pa
     parent.chmod(0o555)
     with unprivileged():
         line = refused_once(kaiwu("render", scratch / "src", "-o", parent / "out"))
-    assert f"{parent} is read-only" in line, line
+    assert line == (f"kaiwu render: {parent / 'out'}: cannot create it, {parent} is read-only "
+                    "for this user; choose a writable place, or make it writable"), line
     assert listing(parent) == {}
 
 
@@ -176,3 +177,36 @@ def test_fs_the_staging_directory_name_is_never_reported(scratch: Path) -> None:
         line = refused_once(kaiwu("render", scratch / "src", "-o", parent / "out"))
     assert ".out." not in line
     assert emit.KUSTOMIZATION not in os.listdir(parent)
+
+
+def test_fs_an_output_path_behind_a_directory_that_cannot_be_entered_is_refused(
+        scratch: Path) -> None:
+    locked = scratch / "locked"
+    (locked / "deploy").mkdir(parents=True)
+    locked.chmod(0o600)  # listable by its owner only, not enterable by anyone else
+    with unprivileged():
+        line = refused_once(kaiwu("render", scratch / "src", "-o", locked / "deploy" / "out"))
+    assert line == (f"kaiwu render: {locked / 'deploy' / 'out'}: Permission denied: "
+                    f"{locked / 'deploy'}; choose a path you may read and write"), line
+
+
+def test_fs_an_earlier_render_is_put_back_when_the_new_one_cannot_take_its_place(
+        scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The earlier render is moved aside before the new one is renamed in: when that last
+    rename fails, the earlier render goes back where it was and nothing else is left."""
+    out = scratch / "out"
+    assert kaiwu("render", scratch / "src", "-o", out).code == 0
+    earlier = read_tree(out)
+    before = listing(scratch)
+    real_rename = os.rename
+
+    def refuse_the_swap(source: Any, target: Any) -> None:
+        if Path(target) == out and Path(source).name.startswith(".out."):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(target))
+        real_rename(source, target)
+
+    monkeypatch.setattr(os, "rename", refuse_the_swap)
+    line = refused_once(kaiwu("render", scratch / "src", "-o", out))
+    assert "Input/output error" in line, line
+    assert read_tree(out) == earlier
+    assert listing(scratch) == before

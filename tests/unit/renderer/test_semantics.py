@@ -309,7 +309,10 @@ def test_names_of_other_objects_must_be_valid_object_names(spec: dict[str, Any],
 
 def test_your_own_certificates_need_both_secrets() -> None:
     found = violations(with_spec(tls={"nodeSecretName": "orders-node"}))
-    assert found["spec.tls"][0] == "name both nodeSecretName and clientSecretName, or neither"
+    assert found["spec.tls"] == (
+        "name both nodeSecretName and clientSecretName, or neither",
+        "your own certificates need both Secrets; leave both empty to let the operator manage "
+        "them")
     assert violations(with_spec(tls={"nodeSecretName": "n", "clientSecretName": "c"})) == {}
 
 
@@ -320,6 +323,7 @@ def test_client_users_are_plain_sql_names_listed_once_and_never_root_or_node() -
         "'root' is reserved: root's certificate is the cluster's <cluster>-root-client-certs",
         "remove it")
     assert "authenticates as a KaiwuDB node" in found["spec.tls.clientUsers[2]"][0]
+    assert found["spec.tls.clientUsers[2]"][1] == "choose another user name"
     assert found["spec.tls.clientUsers[3]"] == ("'app' is listed twice", "keep one")
 
 
@@ -393,6 +397,12 @@ def test_tolerations_follow_the_api_servers_rules(toleration: dict[str, Any], pa
     assert found[path][0] == message
 
 
+def test_a_toleration_without_a_key_says_how_to_tolerate_every_taint() -> None:
+    found = violations(with_spec(scheduling={"tolerations": [{"operator": "Equal"}]}))
+    assert found["spec.scheduling.tolerations[0]"][1] == (
+        "set a key, or operator: Exists to tolerate every taint")
+
+
 def test_valid_tolerations_pass() -> None:
     assert violations(with_spec(scheduling={"tolerations": [
         {"operator": "Exists"},
@@ -408,6 +418,18 @@ def test_a_topology_spread_is_not_given_twice() -> None:
         "topology.kubernetes.io/zone with DoNotSchedule is given twice")
     assert violations(with_spec(scheduling={"topologySpread": [
         spread, {**spread, "whenUnsatisfiable": "ScheduleAnyway"}]})) == {}
+
+
+def test_a_secret_key_may_be_as_long_as_kubernetes_allows_and_no_longer() -> None:
+    # The CRD's maxLength refuses it first; a live object the reconciler reads is checked again.
+    def key_problem(key: str) -> tuple[str, str] | None:
+        obj = schema.apply_defaults(cluster("orders", "shop", **with_spec(extraEnv=[{
+            "name": "DB_PASSWORD", "secretKeyRef": {"name": "db", "key": key}}])))
+        found = {dotted(v.path): (v.message, v.fix) for v in semantics.check(obj)}
+        return found.get("spec.extraEnv[0].secretKeyRef.key")
+    assert key_problem("k" * 253) is None
+    assert key_problem("k" * 254) == (f"{'k' * 254!r} is not a Secret key",
+                                      "use letters, digits, '-', '_' and '.'")
 
 
 @pytest.mark.parametrize("key", ["my key", "..", ".", "..hidden", "a/b"])
@@ -462,7 +484,8 @@ def test_the_start_mode_can_never_change() -> None:
 def test_a_single_replica_cluster_cannot_scale_in() -> None:
     old = spec_of(startMode="single-replica", replicas=2)
     found = transition(old, spec_of(startMode="single-replica", replicas=1))
-    assert "cannot scale in" in found["spec.replicas"]
+    assert found["spec.replicas"] == (
+        "a single-replica cluster cannot scale in (no second copy of the data exists)")
     assert transition(old, spec_of(startMode="single-replica", replicas=3)) == {}
 
 
@@ -479,3 +502,55 @@ def test_the_storage_class_of_existing_volumes_cannot_change() -> None:
                        spec_of(storage={"size": "100Gi", "storageClassName": "fast-ssd"}))
     assert found == {"spec.storage.storageClassName":
                      "the storage class of existing volumes cannot change"}
+
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(dotted(v.path), v.message, v.fix) for v in semantics.check_change(old, new)]
+
+
+def test_a_version_never_goes_back_nor_jumps_a_major_release() -> None:
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.2.2")) == []
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.10.0")) == [], "by number"
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.2.0")) == [(
+        "spec.version", "the version cannot go back (3.2.1 -> 3.2.0): KaiwuDB cannot be "
+        "downgraded", "keep 3.2.1 or later")]
+    assert changes(spec_of(version="2.2.0"), spec_of(version="3.0.0")) == [(
+        "spec.version", "the major version cannot change in place (2.2.0 -> 3.0.0): KaiwuDB "
+        "needs an export and import into a new cluster", "keep 2.x")]
+
+
+def test_tags_that_are_not_plain_versions_are_not_judged() -> None:
+    assert changes(spec_of(version="3.2.1"), spec_of(version="1.0.0.custom")) == []
+    assert changes(spec_of(version="3.2.1"), spec_of(version="3.2.0-rc.1")) != [], "3.2.0"
+    assert semantics.version_tuple("v3.2.1-rc.1") == (3, 2, 1)
+    assert semantics.version_tuple("3.2.1.1") == (3, 2, 1, 1), "KaiwuDB's four-part versions"
+    assert semantics.version_tuple("latest") is None
+    assert semantics.version_tuple("3.x") is None
+    assert semantics.check_version_change({"version": "latest"}, {"version": "1.0.0"}) == []
+    assert semantics.check_version_change({}, {"version": "1.0.0"}) == []
+
+
+def test_the_reconciler_remembers_what_it_needs_to_judge_the_next_change() -> None:
+    """transition_facts: what the reconciler keeps of the spec it last applied; judging a new
+    spec against them gives the same verdicts as against the whole old spec."""
+    old = spec_of(startMode="single-replica", replicas=2, version="3.2.1",
+                  storage={"size": "100Gi", "storageClassName": "standard"})
+    facts = semantics.transition_facts(old)
+    assert facts == {"startMode": "single-replica", "replicas": 2, "version": "3.2.1",
+                     "storage": {"size": "100Gi", "storageClassName": "standard"}}
+    assert semantics.transition_facts(spec_of())["storage"] == {"size": "100Gi"}
+    new = spec_of(startMode="single-replica", replicas=1, version="3.2.0",
+                  storage={"size": "50Gi"})
+    assert changes(facts, new) == changes(old, new)
+    assert [path for path, _, _ in changes(facts, new)] == [
+        "spec.replicas", "spec.storage.size", "spec.storage.storageClassName", "spec.version"]
+
+
+def test_a_lone_surrogate_in_the_spec_is_named_by_its_path() -> None:
+    """A live object can carry what no file can (JSON allows "\\ud800"): the rule finds it and
+    names the field."""
+    obj = schema.apply_defaults(cluster("orders", "shop", **with_spec(
+        annotations={"note": "bad \ud800 text"})))
+    found = {dotted(v.path): v.message for v in semantics.check(obj)}
+    assert found == {"spec.annotations.note": "contains a lone UTF-16 surrogate (an escape such "
+                     "as \\ud800), which is not text"}
