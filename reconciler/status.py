@@ -43,8 +43,9 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 TRUNCATED = " ...(truncated)"
 
 
-def _clip(text: str, limit: int) -> str:
-    """`text`, or its start with TRUNCATED after it, at most `limit` characters in all."""
+def clip(text: str, limit: int) -> str:
+    """`text`, or its start with TRUNCATED after it, at most `limit` characters in all. Status
+    messages here and Events (reconciler.kube.events) are cut the same way."""
     return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
@@ -70,7 +71,7 @@ class Action:
     def to_dict(self) -> dict[str, str]:
         entry = {"time": self.time, "action": self.action, "target": self.target}
         if self.message:
-            entry["message"] = _clip(self.message, ACTION_MESSAGE_LIMIT)
+            entry["message"] = clip(self.message, ACTION_MESSAGE_LIMIT)
         return entry
 
 
@@ -121,7 +122,7 @@ def build(previous: Mapping[str, Any] | None, observed: Observed, now: str) -> d
         entry: dict[str, Any] = {"type": item.type, "status": item.status,
                                  "reason": item.reason, "lastTransitionTime": since}
         if item.message:
-            entry["message"] = _clip(item.message, CONDITION_MESSAGE_LIMIT)
+            entry["message"] = clip(item.message, CONDITION_MESSAGE_LIMIT)
         if generation is not None:
             entry["observedGeneration"] = generation
         conditions.append(entry)

@@ -23,6 +23,7 @@ from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.kinds import EVENT
 from reconciler.metrics import Metrics
 from reconciler.model import EventType, Obj, rfc3339
+from reconciler.status import clip
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,11 @@ COMPONENT = "kaiwu-reconciler"
 # The API server accepts longer messages, but Events are for people: the full drift report goes
 # to the log and the status; an Event says what happened in a screenful at most.
 MESSAGE_LIMIT = 1024
-TRUNCATED = " ...(truncated)"
 
 
 def truncate(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """`text`, or its start with TRUNCATED after it, at most `limit` characters in all."""
-    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+    """`text`, or its start marked as cut, at most `limit` characters in all (status.clip)."""
+    return clip(text, limit)
 
 
 @dataclass(frozen=True)
