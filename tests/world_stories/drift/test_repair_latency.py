@@ -40,8 +40,9 @@ def test_hand_edits_are_undone_at_once_and_a_storm_costs_a_handful_of_reconciles
     # so the latency bound is loose.
     assert throttled <= 5, f"{throttled} of 20 edits waited for the rate limit"
     assert p50 < 0.6, f"the median repair took {p50:.2f} s: {latencies}"
-    # The burst, a token a second while the storm lasts (a busy machine stretches it), the
-    # free reconcile after each (our repair's echo), and the last one; far fewer than 50.
+    # The burst, a token a second from the first edit to the last one's repair (a busy machine
+    # stretches it), the free reconcile after each (our repair's echo), and the last one; far
+    # fewer than 50.
     settings = Settings()
     bound = settings.cluster_burst + 2 * math.ceil(storm_s * settings.cluster_rate_per_s) + 2
     assert 1 <= storm_reconciles <= min(bound, 25), \
