@@ -1,7 +1,8 @@
 """Shared pytest setup for every tier: the test world's fixtures, their hooks, the golden flag.
 
 The tiers (docs/testworld.md): tests/unit needs nothing built (`pytest tests/unit`);
-tests/world_stories and tests/world/selftest need the test world; tests/golden compares renders.
+tests/world_stories and tests/world/selftest need the test world; tests/golden compares renders;
+tests/packaging installs a built wheel into a fresh venv (pip and its index).
 World fixtures live in tests/world/fixtures.py (``control_plane``, ``kube``, ``namespace``) and
 tests/world/kubelet_fixtures.py (``sim_world``, ``faults``); ``cluster`` (a plain three-node
 KaiwuDB, used by the simulator's self-tests and the adapter stories) in tests/support/pods.py.
