@@ -12,6 +12,7 @@ figures and the notes on accepted survivors live in docs/mutation.md.
     python -m bench.mutation                      # every configured module
     python -m bench.mutation reconciler/kaiwudb/  # modules under a prefix
     python -m bench.mutation --sample 0 ...       # every mutant, no sampling
+    python -m bench.mutation --accepted ...       # each accepted mutant's diff and reason
 
 Exit status 1 when a module is below `target` (percent killed). Not part of `make test`: a full
 run takes minutes. tests/unit/test_mutation_config.py checks the configured paths exist.
@@ -137,17 +138,23 @@ def _exit_codes(scratch: Path, module: str) -> dict[str, int | None]:
     return codes
 
 
-def run_module(scratch: Path, module: str, tests: list[str], settings: Settings,
-               sample: int) -> Outcome:
-    started = time.monotonic()
+def generate(scratch: Path, module: str, tests: list[str]) -> list[str]:
+    """Every mutant of `module`, by name, generated in the scratch copy; no mutant runs yet."""
     shutil.rmtree(scratch / "mutants", ignore_errors=True)
     _write_config(scratch, module, tests)
-    # First pass: generate the mutants and record which test reaches which function; the
-    # filter matches nothing on purpose, so no mutant runs yet.
+    # Generate the mutants and record which test reaches which function; the filter matches
+    # nothing on purpose.
     _mutmut(scratch, "run", "--max-children", "2", mutant_prefix(module) + "__none__")
     names = sorted(_exit_codes(scratch, module))
     if not names:
         raise SystemExit(f"{module}: mutmut generated no mutants (is it under source_paths?)")
+    return names
+
+
+def run_module(scratch: Path, module: str, tests: list[str], settings: Settings,
+               sample: int) -> Outcome:
+    started = time.monotonic()
+    names = generate(scratch, module, tests)
     accepted = [name for name in names if name in settings.accepted]
     candidates = [name for name in names if name not in settings.accepted]
     chosen = candidates
@@ -189,11 +196,33 @@ def show(functions: dict[str, list[str]], name: str) -> str:
     return "\n".join("        " + line.rstrip() for line in changed)
 
 
+def check_accepted(scratch: Path, module: str, tests: list[str], settings: Settings) -> int:
+    """Print each accepted mutant of `module` as its diff beside the reason it was accepted, so
+    a reader can see the reason still fits (mutmut numbers mutants per function: an edit to a
+    function renumbers its mutants); the count of accepted names mutmut no longer makes."""
+    prefix = mutant_prefix(module)
+    accepted = {name: why for name, why in settings.accepted.items() if name.startswith(prefix)}
+    if not accepted:
+        return 0
+    names = set(generate(scratch, module, tests))
+    functions = functions_of(scratch, module)
+    gone = 0
+    for name, why in sorted(accepted.items()):
+        if name not in names:
+            gone += 1
+            print(f"    GONE: {name} (mutmut makes no such mutant now)\n        reason: {why}")
+            continue
+        print(f"    {name}\n        reason: {why}\n{show(functions, name)}", flush=True)
+    return gone
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("prefixes", nargs="*", help="only modules whose path starts with these")
     parser.add_argument("--sample", type=int, help="mutants per module (0: all)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy")
+    parser.add_argument("--accepted", action="store_true",
+                        help="run nothing: print each accepted mutant's diff beside its reason")
     args = parser.parse_args(argv)
     settings = load_settings()
     sample = settings.sample if args.sample is None else args.sample
@@ -206,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     try:
         _copy_tree(scratch)
+        if args.accepted:
+            gone = 0
+            for module, tests in modules.items():
+                print(module, flush=True)
+                gone += check_accepted(scratch, module, tests, settings)
+            print(f"\n{gone} accepted names match no mutant")
+            return 1 if gone else 0
         print(f"mutation testing: {len(modules)} modules, sample {sample or 'all'} per module, "
               f"seed {settings.seed}, scratch {scratch}")
         for module, tests in modules.items():

@@ -143,7 +143,6 @@ class Pass:
     sync: bool = False
     # Every desired object exists as rendered (or is stalled): the generation is observed.
     complete: bool = True
-    wrote: bool = False
     stalled: list[tuple[str, str]] = field(default_factory=list)
     progressing: list[tuple[str, str]] = field(default_factory=list)
     actions: list[st.Action] = field(default_factory=list)

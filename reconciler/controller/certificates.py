@@ -75,7 +75,6 @@ class CertificatesStep:
                         p.complete = False
                         return
                     raise
-                p.wrote = True
                 self.shared.marks.wrote(p.key, target, secrets.get(write.name))
                 p.act("CertificateWritten", target, write.reason)
         for problem in plan.problems:

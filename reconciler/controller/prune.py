@@ -69,5 +69,4 @@ class PruneStep:
                     p.requeue_in(SHORT_REQUEUE_S)
                     continue
                 raise
-            p.wrote = True
             p.act("Pruned", ref.short, "deleted: the spec no longer renders it")

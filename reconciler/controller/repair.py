@@ -79,7 +79,6 @@ class RepairStep:
                     state.detail = error.message
                     continue
                 raise
-            p.wrote = True
             self.shared.marks.wrote(p.key, str(state.ref), before)
             self._after_write(p, state, first, drift_repair)
 
@@ -186,7 +185,6 @@ class RecreateStep:
                     p.requeue_in(SHORT_REQUEUE_S)
                     continue
                 raise
-            p.wrote = True
             p.complete = False
             state.repaired = True
             p.progressing.append(("Recreating", f"recreating {state.ref.short}: "

@@ -192,7 +192,6 @@ class CrashLoops:
         if ready and pod_ready(pod):
             if claim is not None and CRASH_RESTARTS in (meta(claim).get("annotations") or {}):
                 self.write_restarts(cluster, claim, None)  # the story ends: a fresh count
-                p.wrote = True
             return None
         crashing, words = crash_state(pod)
         restarts = crash_restarts(claim, revision)
@@ -247,7 +246,6 @@ class CrashLoops:
                 raise
         failpoints.reached("failover.crash-restart")
         self.metrics.lifecycle_actions_total.labels(action="restart-crashing-pod").inc()
-        p.wrote = True
         p.act("CrashLoopRestarted", f"Pod/{f.pod}", (
             f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({f.words}): deleted "
             f"for a fresh start, restart {f.restarts + 1} of {limit}"), event="Warning")
@@ -483,7 +481,6 @@ class Failover:
         self.force_delete(pod)
         failpoints.reached("failover.pod-force-deleted")
         self.count("force-delete-pod")
-        p.wrote = True
         p.act("PodForceDeleted", f"Pod/{f.pod}", (
             f"its node {f.node} has been {f.node_ready} since {rfc3339(f.since or p.now)} "
             f"(longer than nodeLostTimeout {timeout:g}s): force-deleted so the StatefulSet "
@@ -509,7 +506,6 @@ class Failover:
             # StatefulSet creates a new claim (a fresh volume on a live node) with the next pod.
             self.force_delete(pending)
         failpoints.reached("failover.claim-deleted")
-        p.wrote = True
         self.announce_volume(p, f, name)
         p.requeue_in(self.settings.poll_s)
 
@@ -530,7 +526,6 @@ class Failover:
         # a claim that is gone and would wait forever. Deleted, it comes back with a new claim.
         self.force_delete(pods[f.pod])
         failpoints.reached("failover.pending-pod-deleted")
-        p.wrote = True
         p.not_ready.insert(0, ("Replacing", f"pod {f.pod} is recreated with a new claim"))
         p.requeue_in(self.settings.poll_s)
 

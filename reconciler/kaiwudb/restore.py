@@ -192,7 +192,6 @@ class Restore:
                 raise
         p.obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION] = text
         self._written[(cluster.namespace, cluster.name)] = json.loads(text)
-        p.wrote = True
 
 
 def _progress(record: dict[str, Any]) -> tuple[int, int]:

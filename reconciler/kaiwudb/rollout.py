@@ -143,7 +143,6 @@ class Rollout(Part):
                 if not (error.conflict or error.not_found):
                     raise
                 p.requeue_in(self.settings.poll_s)
-            p.wrote = True
 
     def rollout_blocker(self, sts: Obj, pods: Mapping[str, Obj], admin: KwbaseAdmin,
                         nodes: list[NodeStatus] | None, partition: int, update: str) -> str:
