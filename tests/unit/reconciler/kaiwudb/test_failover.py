@@ -37,6 +37,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import NodeEntry, Obj, Pass
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support.kwbase_view import node_status_shows
 
 NS, NAME = "db", "dev"
 NOW = 1_800_000_000.0
@@ -140,7 +141,7 @@ class FakeAdmin:
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
         if self.world.kwdb_error:
             raise KwbaseError(self.world.kwdb_error, pod, ["node", "status"])
-        return tuple(self.world.kwdb)
+        return node_status_shows(self.world.kwdb, decommission=decommission)
 
     def replication_health(self, pod: str) -> ReplicationHealth:
         return self.world.health

@@ -52,6 +52,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, ScaleIn
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support.kwbase_view import node_status_shows
 from tests.unit.reconciler.kaiwudb.test_failover import (
     NAME,
     NOW,
@@ -119,7 +120,7 @@ class Admin:
     def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
         self._ask("node status --decommission" if decommission else "node status", pod)
-        return tuple(self.world.kwdb)
+        return node_status_shows(self.world.kwdb, decommission=decommission)
 
     def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
         self._ask("decommission", pod, node_ids)
