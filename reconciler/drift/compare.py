@@ -127,7 +127,7 @@ def report(projection: Projection) -> DriftReport:
     changes: tuple[Change, ...] = ()
     if desired_hash != live_hash:
         changes = _changes(projection)
-        if not changes:  # pragma: no cover - hash and deepdiff disagree: say so, never "none"
+        if not changes:  # hash and deepdiff disagree (1 and 1.0): say so, never "none"
             whole = Change("changed", "", "(whole object)", projection.desired, projection.live)
             changes = (whole,)
     return DriftReport(

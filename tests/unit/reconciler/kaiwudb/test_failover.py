@@ -522,6 +522,20 @@ def test_a_crash_loop_is_restarted_up_to_the_limit_counted_on_the_claim() -> Non
         "annotations"][CRASH_RESTARTS] == "rev2:1"
 
 
+def test_a_crash_loop_without_a_ready_condition_is_timed_from_the_pods_creation() -> None:
+    # A pod that never got a Ready condition (the kubelet writes none until it reports): how
+    # long it has crashed is how old it is.
+    world = healthy_world()
+    crashing = pod(2, "n2", ready=False, crashing=True, since=NOW - 599)
+    crashing["status"]["conditions"] = []
+    world.put(k.POD, crashing)
+    run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")
+    assert world.writes == [], "599 s old: not yet"
+    run_pass(world, now=NOW + 2, maxCrashRestarts=2, podNotReadyTimeout="600s")
+    assert world.writes == [("patch", "PersistentVolumeClaim", "data-dev-2"),
+                            ("delete", "Pod", "dev-2")]
+
+
 def test_a_pod_that_turns_ready_clears_its_restart_count() -> None:
     world = healthy_world()
     world.objects[("PersistentVolumeClaim", NS, "data-dev-0")]["metadata"]["annotations"][
