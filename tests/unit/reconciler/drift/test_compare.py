@@ -616,6 +616,14 @@ def test_when_the_hashes_differ_but_deepdiff_sees_no_change_the_whole_object_is_
     assert "(whole object)" in format_report(found)
 
 
+def test_the_normaliser_warnings_reach_the_report_whether_or_not_the_object_exists() -> None:
+    warned = ("ignore rule /spec/nothing matched nothing",)
+    for live in ({"spec": {"replicas": 1}}, None):
+        projection = Projection("StatefulSet", "kaiwu", "kwdb", {"spec": {"replicas": 1}}, live,
+                                frozenset(), {}, warned)
+        assert report(projection).warnings == warned
+
+
 # --- hand edits are drift ---
 
 
