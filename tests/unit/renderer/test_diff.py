@@ -11,6 +11,7 @@ Secrets never appear in the output.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -20,13 +21,12 @@ from typing import Any
 
 import pytest
 
-from renderer import diff, render
+from renderer import diff, loader, render
 from tests.support.render import (
     Run,
     clean_env,
     cluster,
     kaiwu,
-    kaiwu_process,
     line_of,
     to_text,
     write_yaml,
@@ -67,10 +67,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repo]:
     """Two clusters committed once: dev (insecure, 3 nodes) and orders (TLS, 5 nodes)."""
     root = tmp_path / "infra"
     root.mkdir()
-    env = clean_env(tmp_path)
-    for key in ("HOME", "GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
-        monkeypatch.setenv(key, env[key])
+    env = isolated_git(monkeypatch, tmp_path)
     repo = Repo(root, env)
     repo.git("init", "-q", "-b", "main")
     repo.write("dev.yaml", dev())
@@ -78,6 +75,18 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repo]:
     repo.commit("two clusters")
     monkeypatch.chdir(root)
     yield repo
+
+
+def isolated_git(monkeypatch: pytest.MonkeyPatch, home: Path) -> dict[str, str]:
+    """This process's git sees no user configuration (as clean_env's subprocesses)."""
+    env = clean_env(home)
+    for key in os.environ:
+        if key.startswith("GIT_") and key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key == "HOME" or key.startswith("GIT_"):
+            monkeypatch.setenv(key, value)
+    return env
 
 
 def dev(**changes: Any) -> dict[str, Any]:
@@ -193,6 +202,25 @@ def test_what_both_sides_hold_alike_is_checked_built_and_written_once_or_not_at_
         "alpha and beta once each, gamma on each side; two texts for the one changed object"
 
 
+def test_two_revisions_or_a_revision_and_the_working_tree_share_what_they_hold_alike(
+        repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same with git revisions: a file both sides hold alike is read and checked once."""
+    repo.write("dev.yaml", dev(replicas=4))
+    repo.commit("dev: four")
+    reads, checks = count(monkeypatch, loader, "_read"), count(monkeypatch, render, "_read_one")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 1 and listed(run) == [("changed", "StatefulSet kaiwu-dev/dev")]
+    assert (len(reads), len(checks)) == (3, 3), "orders once, dev on each side"
+
+    repo.write("dev.yaml", dev(replicas=5))
+    reads.clear()
+    checks.clear()
+    assert repo.diff("clusters", "--base", "HEAD").code == 1
+    assert (len(reads), len(checks)) == (3, 3)
+
+
 def count(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[object]:
     """Record the calls of module.name (and still make them)."""
     calls: list[object] = []
@@ -218,8 +246,7 @@ def test_a_respelt_quantity_is_no_change(tmp_path: Path) -> None:
 
 
 def test_a_bad_revision_is_an_error_not_a_traceback(repo: Repo) -> None:
-    run = kaiwu_process("diff", "clusters", "--base", "no-such-branch", cwd=repo.root,
-                        env=repo.env)
+    run = repo.diff("clusters", "--base", "no-such-branch")
     assert run.code == 2
     assert "Traceback" not in run.stderr
     assert "no-such-branch" in run.stderr
@@ -294,15 +321,33 @@ def test_a_major_version_change_is_flagged_and_a_minor_upgrade_is_not(repo: Repo
     assert "REFUSED" not in repo.diff("clusters", "--base", "HEAD").stdout
 
 
-def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(repo: Repo,
-                                                                   tmp_path: Path) -> None:
+def test_a_version_that_is_no_plain_number_is_not_judged(repo: Repo) -> None:
+    """3.2.1.beta is a valid spec.version but no number to compare: the change is shown, neither
+    refused nor an error."""
+    repo.write("orders.yaml", orders(version="3.2.1.beta"))
+    repo.commit("orders: beta")
+    repo.write("orders.yaml", orders(version="3.2.0"))
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert run.code == 1, run.stderr
+    assert "REFUSED" not in run.stdout
+    assert listed(run) == [("changed", "StatefulSet shop/orders")]
+    repo.write("orders.yaml", orders(version="3.2.1.beta"))
+    back = repo.diff("clusters", "--base", "HEAD~1")  # 3.2.1 -> 3.2.1.beta
+    assert back.code == 1 and "REFUSED" not in back.stdout
+
+
+def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(
+        repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo.write("dev.yaml", dev(replicas=5))
     repo.commit("dev: five nodes")
     clone = tmp_path / "shallow"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo.root}", str(clone)],
                    check=True, env=repo.env)
+    monkeypatch.chdir(clone)
 
-    run = kaiwu_process("diff", "clusters", "--base", "HEAD~1", cwd=clone, env=repo.env)
+    run = kaiwu("diff", "clusters", "--base", "HEAD~1")
 
     assert run.code == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[0] == (
@@ -311,14 +356,62 @@ def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(repo: Repo,
         "--unshallow origin)")
 
 
-def test_outside_a_git_repository_diff_names_the_fix(tmp_path: Path) -> None:
+def test_outside_a_git_repository_diff_names_the_fix(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     write_yaml(tmp_path / "plain" / "clusters" / "dev.yaml", dev())
-    run = kaiwu_process("diff", "clusters", "--base", "origin/main", cwd=tmp_path / "plain",
-                        env=clean_env(tmp_path))
+    isolated_git(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path / "plain")
+    run = kaiwu("diff", "clusters", "--base", "origin/main")
     assert run.code == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[0] == (
         ".: is not a git repository (run kaiwu diff inside the repository, name it with "
         "--repo DIR, or compare two directories)")
+
+
+def test_without_git_diff_of_revisions_says_to_install_it(repo: Repo, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "no-git").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git"))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert (run.code, run.stdout) == (2, "")
+    assert run.stderr.splitlines()[0] == (
+        "git: git is not installed (install git, or compare two directories)")
+
+
+def test_a_repository_missing_an_object_names_the_git_command_that_failed(repo: Repo) -> None:
+    """A clone that lost a file's blob (a broken partial clone, a pruned object store): git's
+    own last line of complaint, the command that gave it, and what to check."""
+    blob = repo.git("rev-parse", "HEAD:clusters/dev.yaml")
+    (repo.root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert (run.code, run.stdout) == (2, "")
+    said = run.stderr.splitlines()[0]
+    assert said.startswith("git show HEAD:clusters/dev.yaml: fatal: "), said  # git's words vary
+    assert said.endswith(" (check the revision name (e.g. origin/main) and the path)"), said
+
+
+def test_a_git_that_fails_without_a_word_is_still_named(repo: Repo, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "mute-git" / "git"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 2
+    assert run.stderr.splitlines()[0] == (
+        "git rev-parse --show-toplevel: failed (check the revision name (e.g. origin/main) and "
+        "the path)")
+
+
+def test_a_path_outside_the_repository_is_named(repo: Repo, tmp_path: Path) -> None:
+    run = repo.diff(str(tmp_path / "elsewhere"), "--base", "HEAD")
+    assert (run.code, run.stdout) == (2, "")
+    assert run.stderr.splitlines()[0] == (
+        f"{tmp_path / 'elsewhere'}: is not inside the git repository (run kaiwu diff from "
+        f"inside {repo.root})")
 
 
 def test_an_invalid_spec_in_the_working_tree_is_named_with_its_path(repo: Repo) -> None:
@@ -433,7 +526,7 @@ def test_markdown_has_a_summary_table_and_one_collapsible_diff_per_object(repo: 
     assert run.code == 1
     lines = run.stdout.splitlines()
     assert lines[0] == "### KaiwuDB manifests: 5 added, 1 changed, 0 removed, 9 unchanged"
-    assert lines[2:4] == ["| change | object |", "| --- | --- |"]
+    assert lines[1:4] == ["", "| change | object |", "| --- | --- |"]
     assert "| changed | `StatefulSet kaiwu-dev/dev` |" in lines
     assert run.stdout.count("<details><summary>") == 6
     assert run.stdout.count("```diff\n") == run.stdout.count("</details>") == 6
