@@ -232,9 +232,15 @@ def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS,
             what += " (a \\uD800-\\uDFFF escape is a lone UTF-16 surrogate, not text)"
             fix = "write the character itself, or a \\U00XXXXXX escape for it"
         raise RenderError([Problem(file, line, "", f"invalid YAML: {what}", fix)]) from None
-    except yaml.YAMLError as error:
-        raise RenderError([Problem(file, 0, "", f"invalid YAML: {error}",
-                                   "fix the YAML syntax")]) from None
+    except yaml.reader.ReaderError as error:
+        # A character YAML allows nowhere (a control character): the reader stops at its first
+        # occurrence, and says where as an offset (libyaml's counts UTF-8 bytes), so the line is
+        # found from the character.
+        line = text.count("\n", 0, text.find(chr(error.character))) + 1
+        raise RenderError([Problem(
+            file, line, "", f"invalid YAML: character U+{error.character:04X} is not allowed",
+            "remove it, or write it as an escape such as \\x07 in a double-quoted string")]) \
+            from None
 
 
 def _too_large(file: str, limits: InputLimits = INPUT_LIMITS) -> Problem:

@@ -132,3 +132,14 @@ def test_every_unreadable_file_is_reported_not_only_the_first(tmp_path: Path) ->
     assert lines[1].endswith("(make it a readable UTF-8 text file)")
     assert lines[2].startswith(f"large.yaml: file is larger than {INPUT_LIMITS.max_file_bytes}")
     assert len(lines) == 3
+
+
+@pytest.mark.parametrize("character", ["\x07", "\x00", "\x1b"])
+def test_a_control_character_is_one_problem_line_at_its_line(character: str) -> None:
+    """A bell or an escape sequence pasted into a spec: YAML allows neither anywhere. The user
+    reads one line, with the line of the character, like every other problem."""
+    with pytest.raises(RenderError) as raised:
+        values(f"a: 1\nbé: é{character}x\n")
+    assert str(raised.value) == (
+        f"spec.yaml:2: invalid YAML: character U+{ord(character):04X} is not allowed (remove "
+        "it, or write it as an escape such as \\x07 in a double-quoted string)")
