@@ -41,12 +41,11 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True)
 class Document:
-    """One YAML document: its file (as the user named it), position and parsed content (plain
+    """One YAML document: its file (as the user named it), first line and parsed content (plain
     dicts, lists and scalars); `lines` maps id() of each mapping to {key: line} and of each
     sequence to [line of each item] (1-based)."""
 
     file: str
-    index: int
     line: int
     content: Any
     lines: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -346,7 +345,7 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                 anchors.clear()
             elif kind is yaml.DocumentEndEvent:
                 if root is not None:
-                    documents.append(Document(file, count - 1, root_line, root, lines))
+                    documents.append(Document(file, root_line, root, lines))
                 lines = {}
             elif kind is yaml.StreamEndEvent:
                 return documents

@@ -8,6 +8,8 @@ YAML 1.1 made of them; explicit tags (`!!int "3"`) convert or are refused at the
 from __future__ import annotations
 
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +97,13 @@ def test_yaml_a_spec_cannot_use_is_refused_at_its_line_with_the_fix(text: str,
 
 
 def test_the_node_limit_admits_exactly_its_number_of_nodes() -> None:
-    text = "a: [1, 2, 3]\n"  # the mapping, its key, the list and three items: 6 nodes
-    assert parse_text(text, "spec.yaml", InputLimits(max_nodes=6))
-    with pytest.raises(RenderError) as raised:
-        parse_text(text, "spec.yaml", InputLimits(max_nodes=5))
-    assert "more than 5 nodes with aliases expanded" in str(raised.value)
+    text = "a: [1, 2, 3]\nb:\n  c: 1\n"  # the mapping, a, the list, 3 items, b, a mapping...
+    assert parse_text(text, "spec.yaml", InputLimits(max_nodes=10))
+    for limit, line in ((5, 1), (7, 3)):  # crossed at an item, and at b's mapping (line 3)
+        with pytest.raises(RenderError) as raised:
+            parse_text(text, "spec.yaml", InputLimits(max_nodes=limit))
+        assert str(raised.value).startswith(
+            f"spec.yaml:{line}: more than {limit} nodes with aliases expanded"), limit
 
 
 def test_limits_name_themselves_and_say_what_to_do() -> None:
@@ -115,6 +119,29 @@ def test_limits_name_themselves_and_say_what_to_do() -> None:
         "big.yaml: file is larger than 50 bytes, the limit of renderer.settings.InputLimits."
         "max_file_bytes (a KaiwuCluster spec is a few KB; split the file, keep large data out "
         "of it)")
+
+
+def test_a_file_that_grows_after_its_size_was_checked_is_still_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written to between the size check and the read (a log, an editor saving) is read
+    only up to the limit, and refused by name like any file too large."""
+    growing = tmp_path / "growing.yaml"
+    growing.write_bytes(b"a: " + b"x" * INPUT_LIMITS.max_file_bytes + b"\n")
+    real_stat = Path.stat
+
+    def stat_before_it_grew(path: Path, **options: Any) -> os.stat_result:
+        found = real_stat(path, **options)
+        if path != growing:
+            return found
+        fields = list(found)
+        fields[stat.ST_SIZE] = 10
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(Path, "stat", stat_before_it_grew)
+    with pytest.raises(RenderError) as raised:
+        load_documents([growing], display_root=tmp_path)
+    assert str(raised.value).startswith(
+        f"growing.yaml: file is larger than {INPUT_LIMITS.max_file_bytes} bytes")
 
 
 def test_every_unreadable_file_is_reported_not_only_the_first(tmp_path: Path) -> None:
