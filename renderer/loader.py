@@ -132,7 +132,7 @@ def _plain(text: str) -> Any:
                 return float(text.replace("_", ""))
             except ValueError:  # `._`: a float by the pattern, no digits in it
                 return text
-        if text[0] != "_" and _INT.fullmatch(text):
+        if _INT.fullmatch(text):
             return _integer(text)
         return text
     if text in _NULL:

@@ -6,13 +6,17 @@ as a shell sees them); the rest call `renderer.cli.main` in-process for speed.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from renderer import cli
 from tests.support.render import (
     EXAMPLES,
     KUSTOMIZATION,
@@ -193,6 +197,23 @@ def test_no_command_is_a_usage_error_in_process_too() -> None:
     run = kaiwu()
     assert run.code == 2
     assert "the following arguments are required: COMMAND" in run.stderr
+
+
+def test_kaiwu_crd_without_a_release_prints_the_default_releases_crd() -> None:
+    run = kaiwu("crd")
+    assert run.code == 0, run.stderr
+    assert run.stdout == kaiwu("crd", "--kube-version", "1.35").stdout
+    assert "x-kubernetes-validations" in run.stdout
+
+
+def test_main_reads_the_command_line_when_given_no_arguments(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console script calls main() bare: the arguments come from sys.argv."""
+    monkeypatch.setattr(sys, "argv", ["kaiwu", "validate", str(EXAMPLES)])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main() == 0
+    assert out.getvalue() == "3 KaiwuCluster specs are valid\n"
 
 
 def test_kaiwu_crd_refuses_a_release_it_does_not_support() -> None:

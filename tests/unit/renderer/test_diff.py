@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from renderer import diff, loader, render
+from renderer.errors import RenderError
 from tests.support.render import (
     Run,
     clean_env,
@@ -406,6 +407,31 @@ def test_a_git_that_fails_without_a_word_is_still_named(repo: Repo, tmp_path: Pa
         "the path)")
 
 
+def test_gits_own_output_never_reaches_the_terminal(repo: Repo,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """git's answers (the commit a revision names, its complaints) are read, not passed on:
+    what the user sees is the diff, or the problem in kaiwu's words."""
+    assert repo.diff("clusters", "--base", "HEAD").code == 0
+    assert repo.diff("clusters", "--base", "no-such-branch").code == 2
+    assert capfd.readouterr() == ("", "")
+
+
+def test_git_problems_name_where_without_a_line_or_spec_path(repo: Repo, tmp_path: Path) -> None:
+    """The problems `kaiwu diff` prints as `where: problem (fix)`: line 0 and no path, so they
+    sort with the problems of files like any other."""
+    plain, elsewhere = tmp_path / "plain", str(tmp_path / "elsewhere")
+    plain.mkdir()
+    for path, revision, git_dir, where, message in [
+            ("clusters", "nope", repo.root, "nope", "is not a revision of this repository"),
+            ("clusters", "HEAD", plain, str(plain), "is not a git repository"),
+            (elsewhere, "HEAD", repo.root, elsewhere, "is not inside the git repository")]:
+        with pytest.raises(RenderError) as raised:
+            diff.documents_at_revision(path, revision, git_dir)
+        [problem] = raised.value.problems
+        assert (problem.file, problem.line, problem.path, problem.message) == (
+            where, 0, "", message)
+
+
 def test_a_path_outside_the_repository_is_named(repo: Repo, tmp_path: Path) -> None:
     run = repo.diff(str(tmp_path / "elsewhere"), "--base", "HEAD")
     assert (run.code, run.stdout) == (2, "")
@@ -554,6 +580,17 @@ def test_a_huge_change_stays_within_the_comment_budget(repo: Repo) -> None:
     assert re.search(r"^_[0-9]+ more object diffs left out to fit the comment; run `kaiwu diff` "
                      r"locally for all of them\._$", run.stdout, re.MULTILINE)
     assert run.stdout.count("<details>") == run.stdout.count("</details>") >= 1
+
+
+def test_a_cut_table_keeps_to_half_the_budget_and_counts_what_it_left_out() -> None:
+    changes = tuple(diff.ObjectChange(f"StatefulSet shop/c-{i:03d}", "added", "+x\n")
+                    for i in range(100))
+    text = diff.format_markdown(diff.TreeDiff(changes, unchanged=0), budget=3000)
+    more = re.search(r"^\| \.\.\. \| _([0-9]+) more objects: run `kaiwu diff` locally for the "
+                     r"full list_ \|\n", text, re.MULTILINE)
+    assert more is not None, text
+    assert more.end() <= 3000 // 2, "the table, its last row included, within half the budget"
+    assert text.count("| added |") + int(more[1]) == 100
 
 
 def test_a_table_too_long_for_the_comment_is_cut_too() -> None:

@@ -50,6 +50,11 @@ def test_floats_and_the_special_values() -> None:
     assert type(read[4]) is float
 
 
+def test_underscores_in_a_float_are_dropped_wherever_they_stand() -> None:
+    """As ruamel.yaml read them, also where Python's float() refuses an underscore."""
+    assert values("v: [1__0.5, 1_.5, 1._5]\n")["v"] == [10.5, 1.5, 1.5]
+
+
 def test_explicit_tags_convert_the_text_they_fit() -> None:
     read = values("v: [!!int '3', !!float '3', !!bool 'true', !!null '', !!str 3, "
                   "!!float '1.5', !!int '-0x10', !!int '+3']\n")["v"]
@@ -99,6 +104,10 @@ def test_yaml_a_spec_cannot_use_is_refused_at_its_line_with_the_fix(text: str,
 def test_the_node_limit_admits_exactly_its_number_of_nodes() -> None:
     text = "a: [1, 2, 3]\nb:\n  c: 1\n"  # the mapping, a, the list, 3 items, b, a mapping...
     assert parse_text(text, "spec.yaml", InputLimits(max_nodes=10))
+    aliased = "a: &x 1\nb: *x\n"  # an alias of a scalar counts as the one node it repeats
+    assert parse_text(aliased, "spec.yaml", InputLimits(max_nodes=5))
+    with pytest.raises(RenderError):
+        parse_text(aliased, "spec.yaml", InputLimits(max_nodes=4))
     for limit, line in ((5, 1), (7, 3)):  # crossed at an item, and at b's mapping (line 3)
         with pytest.raises(RenderError) as raised:
             parse_text(text, "spec.yaml", InputLimits(max_nodes=limit))
@@ -159,6 +168,7 @@ def test_every_unreadable_file_is_reported_not_only_the_first(tmp_path: Path) ->
     assert lines[1].endswith("(make it a readable UTF-8 text file)")
     assert lines[2].startswith(f"large.yaml: file is larger than {INPUT_LIMITS.max_file_bytes}")
     assert len(lines) == 3
+    assert [problem.line for problem in raised.value.problems] == [2, 0, 0]
 
 
 @pytest.mark.parametrize("character", ["\x07", "\x00", "\x1b"])
