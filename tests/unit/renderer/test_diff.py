@@ -298,6 +298,7 @@ def test_an_invalid_head_is_still_an_error(repo: Repo) -> None:
 
 
 def test_a_version_downgrade_is_flagged_as_refused_by_the_reconciler(repo: Repo) -> None:
+    repo.write("billing.yaml", cluster("billing", "shop"))  # new, and read before orders
     repo.write("orders.yaml", orders(version="3.1.0"))
 
     run = repo.diff("clusters", "--base", "HEAD")
@@ -432,6 +433,17 @@ def test_git_problems_name_where_without_a_line_or_spec_path(repo: Repo, tmp_pat
             where, 0, "", message)
 
 
+def test_the_repository_can_be_named_from_outside_it(repo: Repo, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--repo infra` from infra's parent: the path is the user's, relative to where they stand
+    (a real process does the same in test_cli.py)."""
+    repo.write("dev.yaml", dev(replicas=4))
+    monkeypatch.chdir(tmp_path)
+    run = kaiwu("diff", "infra/clusters", "--base", "HEAD", "--repo", "infra")
+    assert run.code == 1, run.stderr
+    assert listed(run) == [("changed", "StatefulSet kaiwu-dev/dev")]
+
+
 def test_a_path_outside_the_repository_is_named(repo: Repo, tmp_path: Path) -> None:
     run = repo.diff(str(tmp_path / "elsewhere"), "--base", "HEAD")
     assert (run.code, run.stdout) == (2, "")
@@ -554,6 +566,7 @@ def test_markdown_has_a_summary_table_and_one_collapsible_diff_per_object(repo: 
     assert lines[0] == "### KaiwuDB manifests: 5 added, 1 changed, 0 removed, 9 unchanged"
     assert lines[1:4] == ["", "| change | object |", "| --- | --- |"]
     assert "| changed | `StatefulSet kaiwu-dev/dev` |" in lines
+    assert "` |\n\n<details><summary>" in run.stdout, "a blank line between table and diffs"
     assert run.stdout.count("<details><summary>") == 6
     assert run.stdout.count("```diff\n") == run.stdout.count("</details>") == 6
 

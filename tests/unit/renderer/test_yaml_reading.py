@@ -176,7 +176,7 @@ def test_a_control_character_is_one_problem_line_at_its_line(character: str) -> 
     """A bell or an escape sequence pasted into a spec: YAML allows neither anywhere. The user
     reads one line, with the line of the character, like every other problem."""
     with pytest.raises(RenderError) as raised:
-        values(f"a: 1\nbé: é{character}x\n")
+        values(f"a: 1\nbé: é{character}x\nc: {character}\n")
     assert str(raised.value) == (
         f"spec.yaml:2: invalid YAML: character U+{ord(character):04X} is not allowed (remove "
         "it, or write it as an escape such as \\x07 in a double-quoted string)")
