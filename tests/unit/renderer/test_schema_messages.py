@@ -178,3 +178,10 @@ def test_a_validator_the_crd_does_not_use_yet_still_reads_as_a_mistake_and_a_fix
         {"spec": bad})
     violation = schema._describe(error)
     assert (violation.path, violation.message, violation.fix) == (("spec",), message, fix)
+
+
+def test_a_too_long_value_is_shown_whole_up_to_40_characters() -> None:
+    check = jsonschema.Draft4Validator({"properties": {"spec": {"maxLength": 3}}})
+    for value, shown in (("y" * 40, "y" * 40), ("y" * 41, "y" * 37 + "...")):
+        [error] = check.iter_errors({"spec": value})
+        assert schema._describe(error).message == f"{shown!r} is {len(value)} characters long"
