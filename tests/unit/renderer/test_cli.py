@@ -1,7 +1,9 @@
 """The `kaiwu` command as a user meets it: help, defaults, options, and what each run prints.
 
-Most stories call the console script in a fresh process (the installed entry point, exit codes
-as a shell sees them); the rest call `renderer.cli.main` in-process for speed.
+Most stories call `renderer.cli.main` in this process (fast, and mutation testing can link them
+to the code). Two start the installed console script in a fresh process: the help, and a diff
+run from outside the repository it names; tests/unit/test_cli_errors.py has the exit status of
+a usage error for every command as a shell sees it.
 """
 
 from __future__ import annotations
@@ -42,13 +44,6 @@ def test_help_names_every_command_and_the_exit_codes() -> None:
     for command in ("render", "validate", "diff", "reconcile"):
         assert f" {command} " in words(run.stdout)
     assert "(exit 0 none, 1 changes, 2 error)" in words(run.stdout)
-
-
-def test_no_command_is_a_usage_error() -> None:
-    """A usage error's exit status as a shell sees it."""
-    run = kaiwu_process()
-    assert run.code == 2
-    assert "usage: kaiwu" in run.stderr
 
 
 def test_an_unknown_option_is_a_usage_error() -> None:
@@ -193,9 +188,11 @@ def test_reconcile_is_not_run_by_the_renderers_entry_point() -> None:
     assert "unrecognized arguments: --help" in asked.stderr
 
 
-def test_no_command_is_a_usage_error_in_process_too() -> None:
+def test_no_command_is_a_usage_error() -> None:
+    """(Usage errors' exit status as a shell sees it: tests/unit/test_cli_errors.py.)"""
     run = kaiwu()
     assert run.code == 2
+    assert run.stderr.startswith("usage: kaiwu")
     assert "the following arguments are required: COMMAND" in run.stderr
 
 
