@@ -85,8 +85,8 @@ def test_lines_are_kept_for_keys_items_and_merged_keys() -> None:
                                         "size": 3}], "cpu": "1"}
     paths: list[list[str | int]] = [["spec", "memory"], ["spec", "cpu"], ["spec", "items", 1],
                                     ["spec", "items", 1, "size"], ["spec", "missing"],
-                                    ["spec", "items", 2]]
-    assert [document.line_of(path) for path in paths] == [6, 2, 9, 10, 4, 7]
+                                    ["spec", "items", 2], ["spec", "items", 9]]
+    assert [document.line_of(path) for path in paths] == [6, 2, 9, 10, 4, 7, 7]
 
 
 SCALARS = st.text("0123456789abefnotruxlNTFYo._+-:~eE ", min_size=1, max_size=8)

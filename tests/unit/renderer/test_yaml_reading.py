@@ -180,3 +180,13 @@ def test_a_control_character_is_one_problem_line_at_its_line(character: str) -> 
     assert str(raised.value) == (
         f"spec.yaml:2: invalid YAML: character U+{ord(character):04X} is not allowed (remove "
         "it, or write it as an escape such as \\x07 in a double-quoted string)")
+    assert raised.value.problems[0].path == ""
+
+
+def test_a_yaml_syntax_error_names_its_line_and_says_to_fix_the_syntax_there() -> None:
+    with pytest.raises(RenderError) as raised:
+        values("a: 1\nb: [1, 2\nc: 3\n")
+    [problem] = raised.value.problems
+    assert (problem.line, problem.path, problem.fix) == (
+        3, "", "fix the YAML syntax at this line")
+    assert problem.message.startswith("invalid YAML: ")
