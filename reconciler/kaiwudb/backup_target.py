@@ -67,7 +67,7 @@ class VolumeTarget:
             return path.read_bytes() if path.is_file() else None
 
     def list(self, prefix: str = "") -> dict[str, int]:
-        base = self.root / prefix if prefix else self.root
+        base = self.root / prefix  # an empty prefix: the root itself
         with self._errors(prefix):
             if not base.exists():
                 return {}
@@ -76,7 +76,7 @@ class VolumeTarget:
 
     def delete(self, prefix: str = "") -> int:
         found = [self.root / k for k in self.list(prefix)]
-        base = self.root / prefix if prefix else self.root
+        base = self.root / prefix
         with self._errors(prefix):
             for path in found:
                 path.unlink(missing_ok=True)
@@ -105,7 +105,7 @@ class S3Target:
         self.location = f"s3://{bucket}/{self.base}"
 
     def _key(self, key: str) -> str:
-        return f"{self.base}/{key}" if key else self.base
+        return f"{self.base}/{key}"
 
     def put(self, key: str, data: bytes) -> None:
         self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key),

@@ -26,8 +26,11 @@ def exercise(target: Target) -> None:
     assert target.get("shop/public/orders/n1.0.csv") == b"1,tea\n"
     assert target.get("manifest.json") is None
     assert target.list("") == {"plan.json": 2, "shop/public/orders/n1.0.csv": 6}
+    assert target.list() == target.list(""), "no prefix: the whole backup"
     assert target.list("shop") == {"shop/public/orders/n1.0.csv": 6}
-    assert target.delete("") == 2
+    assert target.list("shop/") == target.list("shop"), "a directory's trailing / changes nothing"
+    assert target.list("sho") == {}, "a prefix is a directory, not the start of a name"
+    assert target.delete() == 2, "no prefix: the whole backup"
     assert target.list("") == {}
 
 
@@ -121,6 +124,39 @@ def test_an_s3_client_is_made_for_the_endpoint_region_and_keys_of_the_spec() -> 
     assert asked == [("ns", "creds"), ("ns", "creds")]
 
 
+def test_the_secret_keys_holding_the_s3_credentials_can_be_named_in_the_spec() -> None:
+    made: list[dict[str, Any]] = []
+
+    def factory(service: str, **kwargs: Any) -> object:
+        made.append(kwargs)
+        return object()
+
+    minio = {"data": {"user": base64.b64encode(b"minio-user").decode(),
+                      "password": base64.b64encode(b"minio-password").decode(),
+                      **SECRET["data"]}}
+    target_for({"s3": {"bucket": "backups", "credentialsSecret": {
+        "name": "creds", "accessKeyIdKey": "user", "secretAccessKeyKey": "password"}}},
+        "ns", "dev", "b1", volumes_dir="/nowhere", secrets=lambda ns, name: minio,
+        s3_factory=factory)
+    assert (made[0]["aws_access_key_id"], made[0]["aws_secret_access_key"]) == (
+        "minio-user", "minio-password")
+
+
+def test_an_s3_endpoint_that_fails_is_a_target_error_naming_the_location_and_the_error() -> None:
+    class EndpointConnectionError(Exception):
+        pass
+
+    class Client:
+        def put_object(self, **_: Any) -> None:
+            raise EndpointConnectionError("Could not connect to http://minio.store:9000")
+
+    from reconciler.kaiwudb.backup_target import S3Target
+    with pytest.raises(TargetError) as failed:
+        S3Target(Client(), "backups", "ns/dev/b1").put("plan.json", b"{}")
+    assert str(failed.value) == ("s3://backups/ns/dev/b1: EndpointConnectionError: Could not "
+                                 "connect to http://minio.store:9000")
+
+
 def test_s3_deletes_at_most_a_thousand_keys_per_request() -> None:
     """DeleteObjects takes up to 1000 keys (the S3 API's limit)."""
     keys = [f"base/f{i}" for i in range(2500)]
@@ -172,3 +208,18 @@ def test_a_write_that_fails_midway_leaves_nothing_under_a_listed_name(
     assert target.get("plan.json") is None
     assert target.list("") == {}
     assert [p.name for p in (tmp_path / "dumps/ns/dev/b1").iterdir()] == ["plan.json.partial"]
+
+
+def test_a_volume_that_refuses_a_delete_is_a_target_error_naming_what_was_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "dumps").mkdir()
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+    target.put("shop/meta.sql", b"CREATE TABLE orders ();\n")
+
+    def read_only(self: Path, missing_ok: bool = False) -> None:
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(TargetError) as refused:
+        target.delete("shop")
+    assert str(refused.value) == "volume://dumps/ns/dev/b1/shop: Read-only file system"
