@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup_target import TargetError
+from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
+from reconciler.kaiwudb.kwbase import SqlAnswer
 from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
 from reconciler.kube import kinds as k
@@ -125,6 +126,38 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     assert len(site.runner.calls) == calls and p.not_ready == [] and p.events == []
 
 
+def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_only_then(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record says a restore began before anything is imported (a reconciler that dies
+    during that import finds it); the backup's files are read for their checksums once, before
+    that import, not again on every pass (on S3, every pass would download the whole backup)."""
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    seen_at_import: list[dict[str, object] | None] = []
+    run = site.runner.exec
+
+    def exec_pod(namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = 60.0) -> tuple[str, str, int]:
+        if any(arg.startswith("IMPORT") for arg in command):
+            seen_at_import.append(record(site))
+        return run(namespace, pod, container, command, timeout)
+    monkeypatch.setattr(site.runner, "exec", exec_pod)
+    reads: list[str] = []
+    target_get = VolumeTarget.get
+
+    def get(self: VolumeTarget, key: str) -> bytes | None:
+        reads.append(key)
+        return target_get(self, key)
+    monkeypatch.setattr(VolumeTarget, "get", get)
+
+    restore_passes(site, restore)
+
+    assert seen_at_import[0] == {"backup": "first", "done": []}
+    assert len(seen_at_import) == 4 and (record(site) or {}).get("completedAt")
+    assert reads.count("shop/public/orders/n1.0.csv") == 2, "its checksum, then its IMPORT"
+
+
 def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
                                                       server: BackupFileServer) -> None:
     site = a_site(tmp_path)
@@ -156,17 +189,19 @@ def test_a_cluster_that_holds_data_is_refused_and_left_untouched(
     site = backed_up(tmp_path)
     restore = Restore(site.backups, server)
     site.start_cluster("fresh", restore_from="first")
-    site.kwdb.load((NS, "fresh"), site.now, database="crm", table="leads",
-                   columns=[("id", "INT8")], rows=[("1",)])
-    site.kwdb.set_user((NS, "fresh"), site.now, "sales")
+    for database in ("crm", "billing"):
+        site.kwdb.load((NS, "fresh"), site.now, database=database, table="leads",
+                       columns=[("id", "INT8")], rows=[("1",)])
+    for user in ("sales", "audit"):
+        site.kwdb.set_user((NS, "fresh"), site.now, user)
     before = site.kwdb.contents((NS, "fresh"), site.now)
 
     p = site.a_pass("fresh")
     restore.run(p)
 
     assert p.stalled == [("RestoreRefused", "spec.bootstrap.fromBackup: the cluster already "
-                          "holds data (databases crm; users sales); a backup is restored only "
-                          "into a new, empty cluster")]
+                          "holds data (databases billing, crm; users audit, sales); a backup is "
+                          "restored only into a new, empty cluster")]
     assert record(site) is None
     assert site.kwdb.contents((NS, "fresh"), site.now) == before
     assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
@@ -189,11 +224,13 @@ def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
     assert passes[-1].events == [("Warning", "RestoreFailed", message)]
     assert (record(site) or {})["failed"] == message
     assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
-    # Later passes report it again and import nothing.
+    # Later passes report it again and import nothing; the Warning was sent once, the record
+    # written once.
     p = site.a_pass("fresh")
-    calls = len(site.runner.calls)
+    calls, writes = len(site.runner.calls), len(site.api.writes)
     restore.run(p)
     assert p.stalled == [("RestoreFailed", message)] and len(site.runner.calls) == calls
+    assert p.events == [] and len(site.api.writes) == writes
 
 
 def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore(
@@ -233,6 +270,25 @@ def test_users_imported_before_a_crash_are_not_imported_again(
     restore_passes(site, restore)
     assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents((NS, "dev"),
                                                                                site.now)
+
+
+def test_users_count_as_imported_when_every_user_of_the_backup_exists(tmp_path: Path) -> None:
+    class Admin:
+        def __init__(self, *users: str) -> None:
+            self.users = users
+
+        def sql(self, pod: str, statement: str) -> SqlAnswer:
+            assert statement == "SHOW USERS"
+            return SqlAnswer(("username",), tuple({"username": u} for u in self.users), ())
+
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\nCREATE USER audit WITH CREATEROLE;\n")
+
+    assert Restore.users_there(Admin("app", "audit"), "fresh-0", target), "exactly those"
+    assert Restore.users_there(Admin("root", "admin", "app", "audit"), "fresh-0", target)
+    assert not Restore.users_there(Admin("root", "admin", "app"), "fresh-0", target)
+    target.put("users/users.sql", b"")
+    assert not Restore.users_there(Admin("root", "admin"), "fresh-0", target), "no user: import"
 
 
 def test_a_lagging_cache_does_not_run_an_import_twice(tmp_path: Path,
