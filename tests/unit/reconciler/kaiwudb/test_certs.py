@@ -630,3 +630,36 @@ def test_a_lost_ca_says_both_ways_out() -> None:
         "orders-node-certs and orders-root-client-certs as well to have a new CA and "
         "certificates issued (every pod must then be restarted together, since old and new "
         "certificates do not trust each other)")
+
+
+def test_the_pod_template_hash_of_the_same_certificates_stays_what_earlier_versions_wrote() -> None:
+    """The hash is on every secure cluster's pod template: if an upgrade of the reconciler
+    computed another value for the same certificates, every pod would restart. Keys are not in
+    it (a reissued certificate always comes with its new key)."""
+    node = {"data": {"ca.crt": "Q0EgY2VydA==", "node.crt": "bm9kZSBjZXJ0", "node.key": "a2V5"}}
+    client = {"data": {"ca.crt": "Q0EgY2VydA==", "client.root.crt": "cm9vdCBjZXJ0",
+                       "client.root.key": "a2V5"}}
+
+    assert certs.certs_hash(node, client) == "eb98bec7be31f7ff"
+    other_key = {"data": {**client["data"], "client.root.key": "b3RoZXI="}}
+    assert certs.certs_hash(node, other_key) == "eb98bec7be31f7ff"
+    assert certs.certs_hash(node, None) is None
+
+
+def test_user_secrets_are_checked_for_cluster_local_names_and_a_30_day_window_by_default() -> None:
+    """validate_user_secrets, public for tools: without a cluster domain the pods' names are
+    under cluster.local, and a certificate expiring within 30 days is a warning."""
+    secrets = user_secrets()
+    node, client = secrets["my-node-tls"], secrets["my-root-tls"]
+
+    assert certs.validate_user_secrets(user_cluster(), node, client, NOW) == ((), ())
+    problems, _ = certs.validate_user_secrets(user_cluster(), node, client, NOW, "corp.example")
+    assert [p.key for p in problems] == ["node.crt"]
+    expiry = cert_of(node, "node.crt").not_valid_after_utc
+    _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
+                                              expiry - timedelta(days=30))
+    assert [(w.secret, w.key) for w in warnings] == [("my-node-tls", "node.crt"),
+                                                     ("my-root-tls", "client.root.crt")]
+    _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
+                                              expiry - timedelta(days=31))
+    assert warnings == ()
