@@ -157,6 +157,49 @@ def test_an_s3_endpoint_that_fails_is_a_target_error_naming_the_location_and_the
                                  "connect to http://minio.store:9000")
 
 
+def test_an_s3_key_that_is_not_there_reads_as_missing_and_other_errors_fail() -> None:
+    """S3 answers a missing key with NoSuchKey; some S3-compatible stores answer 404."""
+    from botocore.exceptions import ClientError
+
+    from reconciler.kaiwudb.backup_target import S3Target
+
+    class Client:
+        code = ""
+
+        def get_object(self, **_: Any) -> None:
+            raise ClientError({"Error": {"Code": self.code, "Message": "..."}}, "GetObject")
+
+    client = Client()
+    target = S3Target(client, "backups", "ns/dev/b1")
+    for code in ("NoSuchKey", "404"):
+        client.code = code
+        assert target.get("manifest.json") is None, code
+    client.code = "AccessDenied"
+    with pytest.raises(TargetError, match=r"^s3://backups/ns/dev/b1/manifest\.json: .*AccessDenied"):
+        target.get("manifest.json")
+
+
+def test_s3_lists_exactly_the_directory_asked_for() -> None:
+    """A prefix is a directory: <base>/<prefix>/, whatever its name ends in (KWDB keeps the case
+    of a quoted database name), with or without a trailing /."""
+    asked: list[str] = []
+
+    class Client:
+        def get_paginator(self, name: str) -> Any:
+            class Pages:
+                def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, Any]]:
+                    asked.append(Prefix)
+                    return [{"Contents": [{"Key": Prefix + "meta.sql", "Size": 3}]}]
+            return Pages()
+
+    from reconciler.kaiwudb.backup_target import S3Target
+    target = S3Target(Client(), "backups", "ns/dev/b1")
+    assert target.list("TAX") == {"TAX/meta.sql": 3}
+    assert target.list("TAX/") == {"TAX/meta.sql": 3}
+    assert target.list("") == {"meta.sql": 3}
+    assert asked == ["ns/dev/b1/TAX/", "ns/dev/b1/TAX/", "ns/dev/b1/"]
+
+
 def test_s3_deletes_at_most_a_thousand_keys_per_request() -> None:
     """DeleteObjects takes up to 1000 keys (the S3 API's limit)."""
     keys = [f"base/f{i}" for i in range(2500)]
@@ -208,6 +251,21 @@ def test_a_write_that_fails_midway_leaves_nothing_under_a_listed_name(
     assert target.get("plan.json") is None
     assert target.list("") == {}
     assert [p.name for p in (tmp_path / "dumps/ns/dev/b1").iterdir()] == ["plan.json.partial"]
+
+
+def test_a_volume_that_cannot_be_read_is_a_target_error_naming_what_was_listed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "dumps").mkdir()
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+    target.put("shop/meta.sql", b"CREATE TABLE orders ();\n")
+
+    def failing(self: Path, pattern: str) -> Any:
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(Path, "rglob", failing)
+    with pytest.raises(TargetError) as failed:
+        target.list("shop")
+    assert str(failed.value) == "volume://dumps/ns/dev/b1/shop: Input/output error"
 
 
 def test_a_volume_that_refuses_a_delete_is_a_target_error_naming_what_was_deleted(

@@ -655,6 +655,11 @@ def test_user_secrets_are_checked_for_cluster_local_names_and_a_30_day_window_by
     assert certs.validate_user_secrets(user_cluster(), node, client, NOW) == ((), ())
     problems, _ = certs.validate_user_secrets(user_cluster(), node, client, NOW, "corp.example")
     assert [p.key for p in problems] == ["node.crt"]
+    narrow = user_secrets(hosts=("orders-0.orders.shop.svc.cluster.local",))
+    (problem,), _ = certs.validate_user_secrets(user_cluster(replicas=2), narrow["my-node-tls"],
+                                                narrow["my-root-tls"], NOW)
+    assert problem.message.endswith("do not cover orders-1.orders.shop.svc.cluster.local")
+    assert problem.fix.startswith("reissue it with the SAN *.orders.shop.svc.cluster.local ")
     expiry = cert_of(node, "node.crt").not_valid_after_utc
     _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
                                               expiry - timedelta(days=30))
