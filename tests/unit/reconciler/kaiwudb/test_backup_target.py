@@ -253,19 +253,23 @@ def test_a_write_that_fails_midway_leaves_nothing_under_a_listed_name(
     assert [p.name for p in (tmp_path / "dumps/ns/dev/b1").iterdir()] == ["plan.json.partial"]
 
 
-def test_a_volume_that_cannot_be_read_is_a_target_error_naming_what_was_listed(
+def test_a_volume_that_cannot_be_read_is_a_target_error_naming_what_was_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "dumps").mkdir()
     target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
                         volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
     target.put("shop/meta.sql", b"CREATE TABLE orders ();\n")
 
-    def failing(self: Path, pattern: str) -> Any:
+    def failing(self: Path, *args: Any) -> Any:
         raise OSError(5, "Input/output error")
     monkeypatch.setattr(Path, "rglob", failing)
+    monkeypatch.setattr(Path, "read_bytes", failing)
     with pytest.raises(TargetError) as failed:
         target.list("shop")
     assert str(failed.value) == "volume://dumps/ns/dev/b1/shop: Input/output error"
+    with pytest.raises(TargetError) as failed:
+        target.get("shop/meta.sql")
+    assert str(failed.value) == "volume://dumps/ns/dev/b1/shop/meta.sql: Input/output error"
 
 
 def test_a_volume_that_refuses_a_delete_is_a_target_error_naming_what_was_deleted(
