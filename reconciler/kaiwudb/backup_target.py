@@ -154,11 +154,13 @@ class S3Target:
             raise TargetError(f"{self.location}: {type(err).__name__}: {err}") from err
 
 
-def _secret_value(secret: Mapping[str, Any], key: str, where: str) -> str:
+def _secret_value(secret: Mapping[str, Any], ref: Mapping[str, Any], field: str, default: str,
+                  where: str) -> str:
+    """The value of the Secret's key that credentialsSecret.<field> names (else `default`)."""
+    key = str(ref.get(field) or default)
     raw = (secret.get("data") or {}).get(key)
     if raw is None:
-        raise TargetError(f"{where}: the Secret has no key {key!r}; add it or set "
-                          f"{'accessKeyIdKey' if 'ACCESS_KEY_ID' in key else 'secretAccessKeyKey'}")
+        raise TargetError(f"{where}: the Secret has no key {key!r}; add it or set {field}")
     return base64.b64decode(raw).decode()
 
 
@@ -187,9 +189,8 @@ def target_for(spec_target: Mapping[str, Any], namespace: str, cluster: str, bac
     if secret is None:
         raise TargetError(f"{where}: no such Secret in namespace {namespace}; create it with "
                           "the access key id and secret access key")
-    key_id = _secret_value(secret, str(ref.get("accessKeyIdKey") or "AWS_ACCESS_KEY_ID"), where)
-    secret_key = _secret_value(
-        secret, str(ref.get("secretAccessKeyKey") or "AWS_SECRET_ACCESS_KEY"), where)
+    key_id = _secret_value(secret, ref, "accessKeyIdKey", "AWS_ACCESS_KEY_ID", where)
+    secret_key = _secret_value(secret, ref, "secretAccessKeyKey", "AWS_SECRET_ACCESS_KEY", where)
     if s3_factory is None:
         import boto3  # imported here: only S3 targets need it
         s3_factory = boto3.client

@@ -141,6 +141,18 @@ def test_the_secret_keys_holding_the_s3_credentials_can_be_named_in_the_spec() -
     assert (made[0]["aws_access_key_id"], made[0]["aws_secret_access_key"]) == (
         "minio-user", "minio-password")
 
+    # A key the spec names and the Secret lacks: the fix names the field that chose it.
+    for field, other, missing in (("accessKeyIdKey", "secretAccessKeyKey", "user"),
+                                  ("secretAccessKeyKey", "accessKeyIdKey", "password")):
+        without = {"data": {k: v for k, v in minio["data"].items() if k != missing}}
+        with pytest.raises(TargetError) as refused:
+            target_for({"s3": {"bucket": "backups", "credentialsSecret": {
+                "name": "creds", field: missing, other: "AWS_ACCESS_KEY_ID"}}},
+                "ns", "dev", "b1", volumes_dir="/nowhere", secrets=lambda ns, name: without,
+                s3_factory=factory)
+        assert str(refused.value) == (f"spec.target.s3.credentialsSecret 'creds': the Secret "
+                                      f"has no key {missing!r}; add it or set {field}")
+
 
 def test_an_s3_endpoint_that_fails_is_a_target_error_naming_the_location_and_the_error() -> None:
     class EndpointConnectionError(Exception):
