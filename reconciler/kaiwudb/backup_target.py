@@ -75,10 +75,13 @@ class VolumeTarget:
                     if p.is_file() and not p.name.endswith(".partial")}
 
     def delete(self, prefix: str = "") -> int:
+        """Every file under the prefix, and what a write that failed midway left (`.partial`,
+        not counted), so the directories go too."""
         found = [self.root / k for k in self.list(prefix)]
         base = self.root / prefix
         with self._errors(prefix):
-            for path in found:
+            leftovers = [p for p in base.rglob("*.partial") if p.is_file()]
+            for path in found + leftovers:
                 path.unlink(missing_ok=True)
             for directory in sorted((p for p in base.rglob("*") if p.is_dir()), reverse=True) \
                     if base.exists() else ():

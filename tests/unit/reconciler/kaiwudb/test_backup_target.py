@@ -264,6 +264,11 @@ def test_a_write_that_fails_midway_leaves_nothing_under_a_listed_name(
     assert target.list("") == {}
     assert [p.name for p in (tmp_path / "dumps/ns/dev/b1").iterdir()] == ["plan.json.partial"]
 
+    # Deleting the backup (its retention ran out) leaves nothing of it, the leftover included.
+    monkeypatch.undo()
+    assert target.delete("") == 0
+    assert not (tmp_path / "dumps/ns/dev/b1").exists()
+
 
 def test_a_volume_that_cannot_be_read_is_a_target_error_naming_what_was_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
