@@ -54,30 +54,41 @@ def test_an_s3_target_keeps_files_under_prefix_namespace_cluster_backup() -> Non
                             volumes_dir="/nowhere", secrets=lambda ns, name: SECRET)
         assert target.location == "s3://backups/nightly/ns/dev/b1"
         exercise(target)
+        slashes = target_for({"s3": {"bucket": "backups", "prefix": "/archive/TAX/",
+                                     "credentialsSecret": {"name": "creds"}}}, "ns", "dev", "b1",
+                             volumes_dir="/nowhere", secrets=lambda ns, name: SECRET)
+        assert slashes.location == "s3://backups/archive/TAX/ns/dev/b1"
 
 
 @pytest.mark.parametrize(("spec", "secret", "message"), [
     ({"volume": {"claimName": "dumps"}}, None,
-     "not mounted in the reconciler at /nowhere/dumps; install with `kaiwu install "
-     "--backup-volume-claim dumps`"),
+     "spec.target.volume.claimName 'dumps': not mounted in the reconciler at /nowhere/dumps; "
+     "install with `kaiwu install --backup-volume-claim dumps` (a ReadWriteMany claim in the "
+     "reconciler's namespace)"),
     ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}}, None,
-     "spec.target.s3.credentialsSecret 'creds': no such Secret in namespace ns"),
+     "spec.target.s3.credentialsSecret 'creds': no such Secret in namespace ns; create it with "
+     "the access key id and secret access key"),
     ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}}, {"data": {}},
-     "the Secret has no key 'AWS_ACCESS_KEY_ID'"),
+     "spec.target.s3.credentialsSecret 'creds': the Secret has no key 'AWS_ACCESS_KEY_ID'; "
+     "add it or set accessKeyIdKey"),
     ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}},
      {"data": {"AWS_ACCESS_KEY_ID": "aWQ="}},
      "spec.target.s3.credentialsSecret 'creds': the Secret has no key 'AWS_SECRET_ACCESS_KEY'; "
      "add it or set secretAccessKeyKey"),
     ({"volume": {"claimName": ""}}, None,
-     "spec.target.volume.claimName '': not mounted in the reconciler at /nowhere; install"),
+     "spec.target.volume.claimName '': not mounted in the reconciler at /nowhere; install with "
+     "`kaiwu install --backup-volume-claim ` (a ReadWriteMany claim in the reconciler's "
+     "namespace)"),
     ({}, None, "spec.target: set exactly one of s3 and volume"),
+    ({"s3": {"bucket": "backups"}, "volume": {"claimName": "dumps"}}, None,
+     "spec.target: set exactly one of s3 and volume"),
 ])
 def test_an_unusable_target_says_which_field_and_the_fix(spec: dict[str, object],
                                                           secret: object, message: str) -> None:
     with pytest.raises(TargetError) as caught:
         target_for(spec, "ns", "dev", "b1", volumes_dir="/nowhere",
                    secrets=lambda ns, name: secret)  # type: ignore[arg-type,return-value]
-    assert message in str(caught.value)
+    assert str(caught.value) == message
 
 
 def test_a_volume_that_refuses_a_write_is_a_target_error_naming_the_file(tmp_path: Path) -> None:
@@ -190,6 +201,14 @@ def test_an_s3_key_that_is_not_there_reads_as_missing_and_other_errors_fail() ->
     with pytest.raises(TargetError, match=r"^s3://backups/ns/dev/b1/manifest\.json: .*AccessDenied"):
         target.get("manifest.json")
 
+    class Unreachable:
+        def get_object(self, **_: Any) -> None:
+            raise ConnectionRefusedError("connection refused")
+    with pytest.raises(TargetError) as failed:
+        S3Target(Unreachable(), "backups", "ns/dev/b1").get("manifest.json")
+    assert str(failed.value) == ("s3://backups/ns/dev/b1/manifest.json: ConnectionRefusedError: "
+                                 "connection refused")
+
 
 def test_s3_lists_exactly_the_directory_asked_for() -> None:
     """A prefix is a directory: <base>/<prefix>/, whatever its name ends in (KWDB keeps the case
@@ -287,6 +306,28 @@ def test_a_volume_that_cannot_be_read_is_a_target_error_naming_what_was_read(
     with pytest.raises(TargetError) as failed:
         target.get("shop/meta.sql")
     assert str(failed.value) == "volume://dumps/ns/dev/b1/shop/meta.sql: Input/output error"
+
+
+def test_deleting_what_is_not_there_or_is_deleted_meanwhile_is_no_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two reconcilers (a leader that lost its lease and the next) may delete the same backup."""
+    (tmp_path / "dumps").mkdir()
+    target = target_for({"volume": {"claimName": "dumps"}}, "ns", "dev", "b1",
+                        volumes_dir=str(tmp_path), secrets=lambda ns, name: None)
+    assert target.delete("") == 0
+    target.put("plan.json", b"{}")
+    target.put("shop/meta.sql", b"CREATE TABLE orders ();\n")
+    assert target.delete("sensors") == 0
+
+    listed = target.list
+
+    def listed_then_deleted_elsewhere(prefix: str = "") -> dict[str, int]:
+        found = listed(prefix)
+        (tmp_path / "dumps/ns/dev/b1/plan.json").unlink()
+        return found
+    monkeypatch.setattr(target, "list", listed_then_deleted_elsewhere)
+    assert target.delete("") == 2
+    assert not (tmp_path / "dumps/ns/dev/b1").exists()
 
 
 def test_a_volume_that_refuses_a_delete_is_a_target_error_naming_what_was_deleted(
