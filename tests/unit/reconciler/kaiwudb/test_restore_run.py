@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -37,7 +38,7 @@ from tests.unit.reconciler.kaiwudb.backup_world import NS, Site, a_site, load_sh
 
 @pytest.fixture
 def server() -> Iterator[BackupFileServer]:
-    found = BackupFileServer("127.0.0.1:0", "127.0.0.1")
+    found = BackupFileServer("127.0.0.1:0", "127.0.0.1", poll_s=0.01)
     try:
         yield found
     finally:
@@ -119,11 +120,18 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     with pytest.raises(urllib.error.HTTPError) as gone:
         urllib.request.urlopen(url, timeout=5)
     assert gone.value.code == 404
-    # A completed restore does nothing more.
+    # A completed restore does nothing more; a file server still publishing the backup (an
+    # earlier leader's, say) stops.
     p = site.a_pass("fresh")
     calls = len(site.runner.calls)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    url = server.publish(f"{NS}/fresh", site.backups.target(
+        dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {}))
     restore.run(p)
     assert len(site.runner.calls) == calls and p.not_ready == [] and p.events == []
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(url + "/manifest.json", timeout=5)
+    assert gone.value.code == 404
 
 
 def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_only_then(
@@ -372,6 +380,8 @@ def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went
     assert restore.recall(cluster, behind)["done"] == ["settings", "users", "db"]  # type: ignore
     failed = {"backup": "first", "done": ["settings"], "failed": "the backup is not intact"}
     assert restore.recall(cluster, failed) == failed, "a finished record outranks more imports"
+    completed = {"backup": "first", "done": ["settings"], "completedAt": "2026-01-01T00:00:00Z"}
+    assert restore.recall(cluster, completed) == completed, "so does a completed one"
     other = {"backup": "second", "done": []}
     assert restore.recall(cluster, other) == other, "a record of another backup is not ours"
 
@@ -444,7 +454,7 @@ def test_the_file_server_serves_nothing_outside_the_backup(
     secret = tmp_path / "token"
     secret.write_text("the reconciler's service account token")
 
-    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x"):
+    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x", "/shop//"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + path, timeout=5)
         assert refused.value.code == 404, path
@@ -487,3 +497,47 @@ def test_the_file_server_says_what_it_sends_and_logs_what_fails(
     server.withdraw("shop/fresh")
     assert server.publish("shop/fresh", target).endswith("/another-token")
     assert ipaddress.ip_address(default_advertise_host())
+
+
+def test_the_file_server_listens_where_it_is_told_and_says_where_pods_reach_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings.restore_http_address is host:port: an empty host is every interface, an empty
+    port any free one; the URLs name the advertised host and the port listened on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\n")
+    for address, bound in ((f"127.0.0.1:{free}", ("127.0.0.1", free)),
+                           (":0", ("0.0.0.0", None)), ("127.0.0.1:", ("127.0.0.1", None))):
+        server = BackupFileServer(address, "10.1.2.3", poll_s=0.01)
+        try:
+            url = server.publish("shop/fresh", target)
+            host, port = server._server.server_address[:2]  # type: ignore[union-attr]
+            assert (host, port if bound[1] else None) == bound, address
+            assert port >= 1024, "no fixed port unless one is given"
+            assert url.startswith(f"http://10.1.2.3:{port}/")
+            local = url.replace("10.1.2.3", "127.0.0.1")
+            with urllib.request.urlopen(local + "/users/users.sql", timeout=5) as answer:
+                assert answer.read() == b"CREATE USER app;\n"
+        finally:
+            server.stop()
+
+    def unknown(name: str) -> str:
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(socket, "gethostbyname", unknown)
+    assert default_advertise_host() == "127.0.0.1"
+
+
+def test_a_stopped_file_server_starts_again_when_a_restore_needs_it(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\n")
+    server.publish("shop/fresh", target)
+    server.stop()
+    server.stop()  # stopping twice is harmless
+
+    url = server.publish("shop/fresh", target)
+
+    with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as answer:
+        assert answer.read() == b"CREATE USER app;\n"
