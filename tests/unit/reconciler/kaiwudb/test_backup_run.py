@@ -93,6 +93,8 @@ def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Pat
                             f"{status['sizeBytes']} bytes in volume://{CLAIM}/{NS}/dev/first, "
                             f"relational tables consistent to {status['consistentToTime']}")
     assert site.backups.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
+    assert site.backups.metrics.value("kaiwu_lifecycle_actions_total",
+                                      {"action": "backup-start"}) == 1
     assert site.backups.metrics.value("kaiwu_backup_last_success_timestamp_seconds", {
         "namespace": NS, "cluster": "dev"}) == datetime.fromisoformat(
             status["completedAt"].replace("Z", "+00:00")).timestamp()

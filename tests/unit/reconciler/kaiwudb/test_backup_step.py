@@ -18,6 +18,7 @@ import pytest
 from reconciler.kaiwudb.backup import SCHEDULE_LABEL, Backups, BackupSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import NodeEntry, Obj, Pass
@@ -71,7 +72,13 @@ class World:
         found.setdefault("status", {}).update(patch.get("status") or {})
         return found
 
-    def delete(self, kind: Kind, namespace: str | None, name: str, **_: Any) -> bool:
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               **_: Any) -> bool:
+        """As the API server: a uid precondition that names another object is a conflict."""
+        found = self.objects.get((kind.kind, namespace or "", name))
+        if uid and found is not None and found["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                           f"UID in object meta: {found['metadata'].get('uid')}")
         self.writes.append(("delete", kind.kind, name))
         return self.objects.pop((kind.kind, namespace or "", name), None) is not None
 
@@ -122,7 +129,9 @@ def step(world: World, tmp_path: Path) -> Backups:
 def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path: Path) -> None:
     world = World()
     world.add(schedule("nightly", "0 0 3 * * *"))
-    world.add(schedule("paused", "0 0 3 * * *", suspend=True))
+    paused = schedule("paused", "0 0 3 * * *", suspend=True)
+    paused["status"] = {"nextScheduleTime": stamp("2026-01-02T03:00:00")}  # before it was
+    world.add(paused)
     steps = step(world, tmp_path)
     now = at("2026-01-02T03:00:01")
     p, cluster = a_pass(now, initialized=False)  # not initialised: the backup waits, but is made
@@ -130,6 +139,9 @@ def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path:
     steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}, [])
     assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
     assert not [w for w in world.writes if w[2].startswith("paused-")]
+    assert (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}).get("status") == {
+        "lastScheduleTime": None, "nextScheduleTime": None, "lastSuccessfulBackup": None}, \
+        "suspended, it has no next time"
     made = world.get(k.KAIWU_BACKUP, NS, "nightly-20260102030000") or {}
     assert made["spec"] == {"cluster": {"name": NAME},
                             "target": {"volume": {"claimName": "dumps"}}}
@@ -228,6 +240,13 @@ def test_a_schedule_that_cannot_be_read_is_a_warning_and_makes_nothing(tmp_path:
                          "fields (seconds first) or 5, got 2; e.g. '0 0 3 * * *' for 03:00 UTC "
                          "daily")]
     assert world.writes == []
+
+    world.add(schedule("blank", ""))
+    p, cluster = a_pass(at("2026-01-02T03:00:01"))
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "blank") or {}, [])
+    assert p.events[0][2] == ("KaiwuBackupSchedule/blank: spec.schedule '': expected 6 fields "
+                              "(seconds first) or 5, got 0; e.g. '0 0 3 * * *' for 03:00 UTC "
+                              "daily")
 
 
 def test_retention_keeps_seven_by_default_and_drops_what_is_older_than_max_age(

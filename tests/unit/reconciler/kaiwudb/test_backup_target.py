@@ -159,7 +159,7 @@ def test_the_secret_keys_holding_the_s3_credentials_can_be_named_in_the_spec() -
         with pytest.raises(TargetError) as refused:
             target_for({"s3": {"bucket": "backups", "credentialsSecret": {
                 "name": "creds", field: missing, other: "AWS_ACCESS_KEY_ID"}}},
-                "ns", "dev", "b1", volumes_dir="/nowhere", secrets=lambda ns, name: without,
+                "ns", "dev", "b1", volumes_dir="/nowhere", secrets=lambda ns, name, w=without: w,
                 s3_factory=factory)
         assert str(refused.value) == (f"spec.target.s3.credentialsSecret 'creds': the Secret "
                                       f"has no key {missing!r}; add it or set {field}")
@@ -198,8 +198,15 @@ def test_an_s3_key_that_is_not_there_reads_as_missing_and_other_errors_fail() ->
         client.code = code
         assert target.get("manifest.json") is None, code
     client.code = "AccessDenied"
-    with pytest.raises(TargetError, match=r"^s3://backups/ns/dev/b1/manifest\.json: .*AccessDenied"):
+    with pytest.raises(TargetError,
+                       match=r"^s3://backups/ns/dev/b1/manifest\.json: .*AccessDenied"):
         target.get("manifest.json")
+
+    class Bare:
+        def get_object(self, **_: Any) -> None:
+            raise ClientError({}, "GetObject")  # an answer without an Error part
+    with pytest.raises(TargetError, match=r"^s3://backups/ns/dev/b1/manifest\.json: "):
+        S3Target(Bare(), "backups", "ns/dev/b1").get("manifest.json")
 
     class Unreachable:
         def get_object(self, **_: Any) -> None:

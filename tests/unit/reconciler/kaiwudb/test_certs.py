@@ -722,7 +722,8 @@ def test_a_ca_key_that_is_not_rsa_is_replaced_while_no_leaf_exists() -> None:
 
     plan = certs_action(cluster, {"orders-ca": ca_only}, NOW)
 
-    assert [(w.verb, w.name, w.reason) for w in plan.writes][0] == (
+    first = plan.writes[0]
+    assert (first.verb, first.name, first.reason) == (
         "update", "orders-ca", "ca.key: not an RSA private key")
 
 
@@ -812,3 +813,42 @@ def test_a_certificate_and_key_load_together_or_not_at_all() -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption())
     assert certs.load_cert_key(serving.cert_pem, ec_key) is None
+
+
+def test_a_ca_key_from_another_ca_is_replaced_while_no_leaf_exists() -> None:
+    cluster = make_cluster()
+    ca_only = stored(certs_action(cluster, {}, NOW))["orders-ca"]
+    other = stored(certs_action(make_cluster(name="billing"), {}, NOW))["billing-ca"]
+    ca_only["data"]["ca.key"] = other["data"]["ca.key"]
+
+    plan = certs_action(cluster, {"orders-ca": ca_only}, NOW)
+
+    first = plan.writes[0]
+    assert (first.verb, first.name, first.reason) == (
+        "update", "orders-ca", "ca.key: the private key does not belong to ca.crt")
+
+
+def test_a_lost_ca_with_only_one_leaf_secret_left_is_still_never_replaced() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    for gone in ("orders-ca", "orders-root-client-certs"):
+        del live[gone]
+
+    plan = certs_action(cluster, live, NOW)
+
+    assert plan.writes == ()
+    assert [(p.secret, p.key) for p in plan.problems] == [("orders-ca", "")]
+
+
+def test_a_node_certificate_not_signed_by_the_ca_beside_it_is_refused() -> None:
+    secrets = user_secrets()
+    stranger = certs.new_ca("Stranger CA", NOW)
+    node = certs.issue_node(stranger, ("*.orders.shop.svc.cluster.local",), NOW)
+    secrets["my-node-tls"]["data"]["node.crt"] = base64.b64encode(node.cert_pem).decode()
+    secrets["my-node-tls"]["data"]["node.key"] = base64.b64encode(node.key_pem).decode()
+
+    problems = problems_of(secrets)
+
+    assert [(p.secret, p.key, p.message) for p in problems] == [
+        ("my-node-tls", "node.crt", "the certificate is not signed by the CA in "
+                                    "my-node-tls/ca.crt")]

@@ -171,6 +171,12 @@ def test_good_cert_manager_secrets_pass_and_their_tls_crt_drives_the_pod_hash() 
     rotated = dict(secrets)
     rotated["orders-node-tls"] = cm_secrets()["orders-node-tls"]
     assert certs_action(cm_cluster(), rotated, NOW).certs_hash != plan.certs_hash
+    # The root client certificate pods mount is tls.crt too: renewing it alone rolls the pods.
+    renewed = dict(secrets)
+    renewed["orders-root-tls"] = {**secrets["orders-root-tls"], "data": {
+        **secrets["orders-root-tls"]["data"],
+        "tls.crt": base64.b64encode(b"a renewed certificate").decode()}}
+    assert certs_action(cm_cluster(), renewed, NOW).certs_hash != plan.certs_hash
 
 
 def test_uncovered_pods_and_expiry_are_problems_in_cert_manager_layout() -> None:

@@ -541,3 +541,58 @@ def test_a_stopped_file_server_starts_again_when_a_restore_needs_it(
 
     with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as answer:
         assert answer.read() == b"CREATE USER app;\n"
+
+
+def test_an_import_that_does_not_succeed_fails_the_restore_naming_the_step(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    run = site.runner.exec
+
+    def users_import_fails(namespace: str, pod: str, container: str, command: list[str],
+                           timeout: float = 60.0) -> tuple[str, str, int]:
+        if any(arg.startswith("IMPORT USERS") for arg in command):
+            return ("job_id,status,fraction_completed,rows,abandon_rows,reject_rows,note\n"
+                    "7,failed,0,0,0,0,None\n", "", 0)
+        return run(namespace, pod, container, command, timeout)
+    monkeypatch.setattr(site.runner, "exec", users_import_fails)
+
+    passes = restore_passes(site, restore)
+
+    assert passes[-1].stalled == [("RestoreFailed", "restore from KaiwuBackup first: users: "
+                                                    "IMPORT job 7 ended failed")]
+    assert (record(site) or {})["done"] == ["settings"]
+
+
+def test_a_restarted_reconciler_carries_on_from_the_record_on_the_cluster(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """The annotation is the memory: a new process (nothing in memory) sees settings and users
+    imported, does not refuse the cluster for holding the users it imported, and goes on."""
+    site = backed_up(tmp_path)
+    site.start_cluster("fresh", restore_from="first")
+    first = Restore(site.backups, server)
+    for _ in range(2):  # settings, users
+        first.run(site.a_pass("fresh"))
+
+    restarted = Restore(site.backups, server)
+    p = site.a_pass("fresh")
+    restarted.run(p)
+
+    assert p.stalled == []
+    assert (record(site) or {})["done"] == ["settings", "users", "database sensors"]
+
+
+def test_the_restore_imports_through_a_ready_pod_whose_node_is_live(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    nodes = site.nodes("fresh")
+    nodes[0] = {**nodes[0], "state": "not-live"}  # fresh-0: Ready, its node not live
+
+    restore.run(site.a_pass("fresh", nodes=nodes))
+
+    assert {pod for pod, command in site.runner.calls
+            if pod.startswith("fresh-") and any(a.startswith("IMPORT") for a in command)} == {
+        "fresh-1"}
