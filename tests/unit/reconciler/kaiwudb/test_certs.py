@@ -352,6 +352,12 @@ def test_a_broken_ca_with_no_leaves_yet_is_regenerated() -> None:
         ("create", "orders-root-client-certs")]
     assert "ca.key" in plan.writes[0].reason
 
+    # The new CA is made with the settings the reconciler runs with.
+    short = CertSettings(ca_validity=timedelta(days=400))
+    renewed = certs_action(cluster, {"orders-ca": ca_only}, NOW, settings=short)
+    assert cert_of(renewed.writes[0].secret, "ca.crt").not_valid_after_utc - NOW == timedelta(
+        days=400)
+
 
 # --- Secrets a user brings ----------------------------------------------------------------
 

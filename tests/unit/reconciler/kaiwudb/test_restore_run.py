@@ -109,7 +109,8 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     assert not bp.restore_pending(passes[-1].obj["metadata"]["annotations"], "first")
     assert site.backups.metrics.value("kaiwu_writes_total", {
         "verb": "patch", "kind": "KaiwuCluster"}) == 6, "the record: begun, 4 imports, done"
-    assert [e[1] for p in passes for e in p.events] == ["RestoreStep"] * 4 + ["RestoreCompleted"]
+    assert [e[:2] for p in passes for e in p.events] == [("Normal", "RestoreStep")] * 4 + [
+        ("Normal", "RestoreCompleted")]
     manifest = json.loads((site.files("dev", "first") / bp.MANIFEST_FILE).read_text())
     assert passes[-1].events[-1][2] == (f"KaiwuBackup/first: 4 imports done; relational tables "
                                         f"as of {manifest['consistentToTime']}")
@@ -566,6 +567,28 @@ def test_an_import_that_does_not_succeed_fails_the_restore_naming_the_step(
     assert passes[-1].stalled == [("RestoreFailed", "restore from KaiwuBackup first: users: "
                                                     "IMPORT job 7 ended failed")]
     assert (record(site) or {})["done"] == ["settings"]
+
+
+def test_an_import_that_reports_a_notice_fails_the_restore(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    run = site.runner.exec
+
+    def settings_import_warns(namespace: str, pod: str, container: str, command: list[str],
+                              timeout: float = 60.0) -> tuple[str, str, int]:
+        stdout, stderr, code = run(namespace, pod, container, command, timeout)
+        if any(arg.startswith("IMPORT CLUSTER SETTING") for arg in command):
+            stderr += "NOTICE: setting sql.defaults.idle_timeout skipped\n"
+        return stdout, stderr, code
+    monkeypatch.setattr(site.runner, "exec", settings_import_warns)
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.stalled == [("RestoreFailed", "restore from KaiwuBackup first: settings: IMPORT "
+                                           "reported: setting sql.defaults.idle_timeout skipped")]
 
 
 def test_a_restarted_reconciler_carries_on_from_the_record_on_the_cluster(
