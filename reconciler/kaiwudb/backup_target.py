@@ -67,7 +67,7 @@ class VolumeTarget:
             return path.read_bytes() if path.is_file() else None
 
     def list(self, prefix: str = "") -> dict[str, int]:
-        base = self.root / prefix if prefix else self.root
+        base = self.root / prefix  # an empty prefix: the root itself
         with self._errors(prefix):
             if not base.exists():
                 return {}
@@ -75,10 +75,13 @@ class VolumeTarget:
                     if p.is_file() and not p.name.endswith(".partial")}
 
     def delete(self, prefix: str = "") -> int:
+        """Every file under the prefix, and what a write that failed midway left (`.partial`,
+        not counted), so the directories go too."""
         found = [self.root / k for k in self.list(prefix)]
-        base = self.root / prefix if prefix else self.root
+        base = self.root / prefix
         with self._errors(prefix):
-            for path in found:
+            leftovers = [p for p in base.rglob("*.partial") if p.is_file()]
+            for path in found + leftovers:
                 path.unlink(missing_ok=True)
             for directory in sorted((p for p in base.rglob("*") if p.is_dir()), reverse=True) \
                     if base.exists() else ():
@@ -105,7 +108,7 @@ class S3Target:
         self.location = f"s3://{bucket}/{self.base}"
 
     def _key(self, key: str) -> str:
-        return f"{self.base}/{key}" if key else self.base
+        return f"{self.base}/{key}"
 
     def put(self, key: str, data: bytes) -> None:
         self._call(lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key),
@@ -154,11 +157,13 @@ class S3Target:
             raise TargetError(f"{self.location}: {type(err).__name__}: {err}") from err
 
 
-def _secret_value(secret: Mapping[str, Any], key: str, where: str) -> str:
+def _secret_value(secret: Mapping[str, Any], ref: Mapping[str, Any], field: str, default: str,
+                  where: str) -> str:
+    """The value of the Secret's key that credentialsSecret.<field> names (else `default`)."""
+    key = str(ref.get(field) or default)
     raw = (secret.get("data") or {}).get(key)
     if raw is None:
-        raise TargetError(f"{where}: the Secret has no key {key!r}; add it or set "
-                          f"{'accessKeyIdKey' if 'ACCESS_KEY_ID' in key else 'secretAccessKeyKey'}")
+        raise TargetError(f"{where}: the Secret has no key {key!r}; add it or set {field}")
     return base64.b64decode(raw).decode()
 
 
@@ -187,9 +192,8 @@ def target_for(spec_target: Mapping[str, Any], namespace: str, cluster: str, bac
     if secret is None:
         raise TargetError(f"{where}: no such Secret in namespace {namespace}; create it with "
                           "the access key id and secret access key")
-    key_id = _secret_value(secret, str(ref.get("accessKeyIdKey") or "AWS_ACCESS_KEY_ID"), where)
-    secret_key = _secret_value(
-        secret, str(ref.get("secretAccessKeyKey") or "AWS_SECRET_ACCESS_KEY"), where)
+    key_id = _secret_value(secret, ref, "accessKeyIdKey", "AWS_ACCESS_KEY_ID", where)
+    secret_key = _secret_value(secret, ref, "secretAccessKeyKey", "AWS_SECRET_ACCESS_KEY", where)
     if s3_factory is None:
         import boto3  # imported here: only S3 targets need it
         s3_factory = boto3.client

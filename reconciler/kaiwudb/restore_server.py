@@ -37,7 +37,9 @@ def default_advertise_host() -> str:
 class BackupFileServer:
     """Publishes targets under tokens; serves them over HTTP (see the module docstring)."""
 
-    def __init__(self, address: str, advertise_host: str) -> None:
+    def __init__(self, address: str, advertise_host: str, poll_s: float = 0.5) -> None:
+        """address: host:port to listen on (empty host: every interface; empty port: any free
+        one). poll_s: how often the serving thread looks for stop(), so how long stop() waits."""
         host, _, port = address.rpartition(":")
         self._bind = (host or "0.0.0.0", int(port or 0))
         self.advertise_host = advertise_host
@@ -45,6 +47,7 @@ class BackupFileServer:
         self._keys: dict[str, str] = {}  # token -> the key it was published under
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._poll_s = poll_s
 
     def publish(self, key: str, target: Target) -> str:
         """Serve `target`; returns its base URL. The same key keeps its token."""
@@ -84,8 +87,8 @@ class BackupFileServer:
                     log.debug("restore server: " + fmt, *args)
 
             self._server = ThreadingHTTPServer(self._bind, Handler)  # daemon request threads
-            threading.Thread(target=self._server.serve_forever, name="restore-files",
-                             daemon=True).start()
+            threading.Thread(target=self._server.serve_forever, args=(self._poll_s,),
+                             name="restore-files", daemon=True).start()
 
     def _answer(self, request: BaseHTTPRequestHandler) -> None:
         path = unquote(urlsplit(request.path).path).lstrip("/")
@@ -121,8 +124,8 @@ class BackupFileServer:
     @staticmethod
     def _index(target: Target, rel: str) -> str:
         entries = set()
-        for key in target.list(rel.rstrip("/")):
-            rest = key[len(rel):] if rel else key
+        for key in target.list(rel):  # a target lists dir/ as dir
+            rest = key[len(rel):]
             head, sep, _ = rest.partition("/")
             entries.add(head + ("/" if sep else ""))
         links = "".join(f'<a href="{quote(e)}">{html.escape(e)}</a>\n' for e in sorted(entries))

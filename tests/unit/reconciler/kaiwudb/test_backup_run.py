@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from moto import mock_aws
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import EXTERN_DIR, FAILED_FILE, BackupSettings, running_backup
+from reconciler.kaiwudb.backup_target import VolumeTarget
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
 from tests.unit.reconciler.kaiwudb.backup_world import (
@@ -90,6 +93,12 @@ def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Pat
                             f"{status['sizeBytes']} bytes in volume://{CLAIM}/{NS}/dev/first, "
                             f"relational tables consistent to {status['consistentToTime']}")
     assert site.backups.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 1
+    assert site.backups.metrics.value("kaiwu_lifecycle_actions_total",
+                                      {"action": "backup-start"}) == 1
+    assert site.backups.metrics.value("kaiwu_backup_last_success_timestamp_seconds", {
+        "namespace": NS, "cluster": "dev"}) == datetime.fromisoformat(
+            status["completedAt"].replace("Z", "+00:00")).timestamp()
+    assert found["plan"]["backup"] == "first"
 
 
 def test_a_backup_of_named_databases_holds_only_those(tmp_path: Path) -> None:
@@ -156,7 +165,8 @@ def test_an_export_that_reports_a_notice_fails_the_backup_once_and_cleans_the_no
     assert running_backup(site.api, NS, "dev") is None  # type: ignore[arg-type]
 
 
-def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(tmp_path: Path) -> None:
+def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     site = a_site(tmp_path)
     site.start_cluster("dev")
     load_shop(site)
@@ -169,7 +179,11 @@ def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(tmp_path: Pat
 
     nodes = site.nodes("dev")
     nodes[0] = {**nodes[0], "state": "not-live"}
-    site.backups.run(site.a_pass("dev", nodes=nodes))
+    with caplog.at_level(logging.INFO, logger="reconciler.kaiwudb.backup"):
+        site.kwdb.stop_process((NS, "dev"), "dev-0", site.now)  # gone with its files
+        site.backups.run(site.a_pass("dev", nodes=nodes))
+    assert [r.getMessage().split(": rm -rf")[0] for r in caplog.records] == [
+        "backup interrupted: could not clean the node"]
 
     status = site.status(k.KAIWU_BACKUP, "interrupted")
     assert (status["phase"], status["reason"]) == ("failed", "NodeLost")
@@ -566,3 +580,102 @@ def test_an_s3_backup_keeps_one_client_per_endpoint_and_credentials(tmp_path: Pa
     assert f"nightly/{NS}/dev/to-s3/shop/public/orders/n1.0.csv" in keys
     assert len(passes) > 2 and len(made) == 1
     assert made[0][0] == "s3" and ("aws_access_key_id", "id") in made[0]
+
+
+def test_a_claim_that_fills_up_midway_fails_the_backup_which_keeps_its_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("full", databases=["shop"])
+    started_at = site.now
+    site.backups.run(site.a_pass("dev"))  # planned
+    site.at(site.now + 5)
+    site.backups.run(site.a_pass("dev"))  # settings exported
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    site.at(site.now + 5)
+    p = site.a_pass("dev")
+    site.backups.run(p)
+
+    status = site.status(k.KAIWU_BACKUP, "full")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "TargetFailed",
+        f"volume://{CLAIM}/{NS}/dev/full/users/users.sql: No space left on device")
+    assert (status["startedAt"], status["completedAt"]) == (stamp(started_at), stamp(site.now))
+    assert p.events == [("Warning", "BackupFailed",
+                         f"KaiwuBackup/full: TargetFailed: {status['message']}")]
+
+
+def test_a_file_the_target_did_not_keep_fails_the_backup_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upload the target answered without keeping the file (a misbehaving S3-compatible
+    store, say) is caught right after the item, not at the manifest."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("leaky", databases=["shop"])
+    put = VolumeTarget.put
+
+    def drops_csv(self: VolumeTarget, key: str, data: bytes) -> None:
+        if not key.endswith(".csv"):
+            put(self, key, data)
+    monkeypatch.setattr(VolumeTarget, "put", drops_csv)
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "leaky")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "TargetIncomplete",
+        "shop.customers: not in the target after upload: shop/public/customers/n1.0.csv")
+
+
+def test_an_item_marker_that_cannot_be_read_back_fails_the_backup(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("forgetful", databases=["shop"])
+    for _ in range(6):  # planned and every item exported: the manifest is next
+        site.backups.run(site.a_pass("dev"))
+    get = VolumeTarget.get
+
+    def markers_gone(self: VolumeTarget, key: str) -> bytes | None:
+        return None if key == f"{bp.ITEMS_DIR}/users.json" else get(self, key)
+    monkeypatch.setattr(VolumeTarget, "get", markers_gone)
+
+    site.backups.run(site.a_pass("dev"))
+
+    status = site.status(k.KAIWU_BACKUP, "forgetful")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "TargetIncomplete", "item users: its marker is gone")
+
+
+def test_no_ready_pod_with_a_live_node_fails_the_backup_saying_so(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    site.backup("first")
+    nodes = [{**n, "state": "not-live"} for n in site.nodes("dev")]
+
+    site.backups.run(site.a_pass("dev", nodes=nodes))
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "failed", "NoNode", "no Ready pod with a live KaiwuDB node to export from")
+
+
+def test_every_completed_backup_is_announced_and_counted_once(tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("one", databases=["shop"])
+    site.backup("two", databases=["shop"])
+
+    events = [e for p in site.run_backup() for e in p.events]
+    site.backups.run(site.a_pass("dev"))
+
+    assert [(e[1], e[2].split(":")[0]) for e in events if e[1] == "BackupCompleted"] == [
+        ("BackupCompleted", "KaiwuBackup/one"), ("BackupCompleted", "KaiwuBackup/two")]
+    assert site.backups.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 2

@@ -13,9 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reconciler.kaiwudb.backup import SCHEDULE_LABEL, Backups, BackupSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import NodeEntry, Obj, Pass
@@ -69,7 +72,13 @@ class World:
         found.setdefault("status", {}).update(patch.get("status") or {})
         return found
 
-    def delete(self, kind: Kind, namespace: str | None, name: str, **_: Any) -> bool:
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               **_: Any) -> bool:
+        """As the API server: a uid precondition that names another object is a conflict."""
+        found = self.objects.get((kind.kind, namespace or "", name))
+        if uid and found is not None and found["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                           f"UID in object meta: {found['metadata'].get('uid')}")
         self.writes.append(("delete", kind.kind, name))
         return self.objects.pop((kind.kind, namespace or "", name), None) is not None
 
@@ -120,7 +129,9 @@ def step(world: World, tmp_path: Path) -> Backups:
 def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path: Path) -> None:
     world = World()
     world.add(schedule("nightly", "0 0 3 * * *"))
-    world.add(schedule("paused", "0 0 3 * * *", suspend=True))
+    paused = schedule("paused", "0 0 3 * * *", suspend=True)
+    paused["status"] = {"nextScheduleTime": stamp("2026-01-02T03:00:00")}  # before it was
+    world.add(paused)
     steps = step(world, tmp_path)
     now = at("2026-01-02T03:00:01")
     p, cluster = a_pass(now, initialized=False)  # not initialised: the backup waits, but is made
@@ -128,6 +139,9 @@ def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path:
     steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}, [])
     assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
     assert not [w for w in world.writes if w[2].startswith("paused-")]
+    assert (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}).get("status") == {
+        "lastScheduleTime": None, "nextScheduleTime": None, "lastSuccessfulBackup": None}, \
+        "suspended, it has no next time"
     made = world.get(k.KAIWU_BACKUP, NS, "nightly-20260102030000") or {}
     assert made["spec"] == {"cluster": {"name": NAME},
                             "target": {"volume": {"claimName": "dumps"}}}
@@ -188,3 +202,118 @@ def test_an_unusable_target_fails_the_backup_with_its_reason(tmp_path: Path) -> 
     assert (status["phase"], status["reason"]) == ("failed", "TargetUnusable")
     assert "kaiwu install --backup-volume-claim not-mounted" in status["message"]
     assert [e for e in p.events if e[1] == "BackupFailed"]
+
+
+def test_a_schedule_says_when_it_comes_back_and_writes_its_status_only_when_it_changes(
+        tmp_path: Path) -> None:
+    world = World()
+    nightly = schedule("nightly", "0 0 3 * * *")
+    nightly["metadata"]["creationTimestamp"] = stamp("2026-01-02T00:00:00")
+    world.add(nightly)
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-02T02:59:59.5"))
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    assert world.writes == [("patch/status", "KaiwuBackupSchedule", "nightly")]
+    assert min(p.requeue) == pytest.approx(0.5), "back at the slot, not a second later"
+
+    p, cluster = a_pass(at("2026-01-02T02:59:59.6"))
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    assert world.writes == [("patch/status", "KaiwuBackupSchedule", "nightly")], \
+        "the same status is not written again"
+
+    p, cluster = a_pass(at("2026-01-02T03:00:01"))
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    assert steps.metrics.value("kaiwu_writes_total", {"verb": "create",
+                                                      "kind": "KaiwuBackup"}) == 1
+
+
+def test_a_schedule_that_cannot_be_read_is_a_warning_and_makes_nothing(tmp_path: Path) -> None:
+    world = World()
+    world.add(schedule("bad", "every night"))
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-02T03:00:01"))
+
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "bad") or {}, [])
+
+    assert p.events == [("Warning", "BackupScheduleInvalid",
+                         "KaiwuBackupSchedule/bad: spec.schedule 'every night': expected 6 "
+                         "fields (seconds first) or 5, got 2; e.g. '0 0 3 * * *' for 03:00 UTC "
+                         "daily")]
+    assert world.writes == []
+
+    world.add(schedule("blank", ""))
+    p, cluster = a_pass(at("2026-01-02T03:00:01"))
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "blank") or {}, [])
+    assert p.events[0][2] == ("KaiwuBackupSchedule/blank: spec.schedule '': expected 6 fields "
+                              "(seconds first) or 5, got 0; e.g. '0 0 3 * * *' for 03:00 UTC "
+                              "daily")
+
+
+def test_retention_keeps_seven_by_default_and_drops_what_is_older_than_max_age(
+        tmp_path: Path) -> None:
+    world = World()
+    plain = schedule("nightly", "0 0 3 * * *")
+    plain["spec"]["retention"] = {}
+    world.add(plain)
+    for day in range(1, 10):
+        world.add(backup(f"b{day}", "completed", f"2026-01-0{day}T03:00:00"))
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-10T00:00:00"))
+
+    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+                 world.list(k.KAIWU_BACKUP, NS))
+
+    assert [w[2] for w in world.writes if w[0] == "delete"] == ["b1", "b2"]
+    assert p.events[0] == ("Normal", "BackupDeleted", "KaiwuBackup/b1: removed by the "
+                           "retention of schedule nightly (files and object)")
+    assert steps.metrics.value("kaiwu_writes_total", {"verb": "delete",
+                                                      "kind": "KaiwuBackup"}) == 2
+
+    world.objects[("KaiwuBackupSchedule", NS, "nightly")]["spec"]["retention"] = {
+        "keep": 7, "maxAge": "3d"}
+    p, cluster = a_pass(at("2026-01-10T00:00:00"))
+    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+                 world.list(k.KAIWU_BACKUP, NS))
+    assert [w[2] for w in world.writes if w[0] == "delete"] == [
+        "b1", "b2", "b3", "b4", "b5", "b6"], "older than 3 days (b7 is 2 days 21 hours old)"
+
+
+def test_a_rollout_under_way_keeps_a_backup_pending(tmp_path: Path) -> None:
+    world = World()
+    world.add(backup("first", "", "2026-01-01T03:00:00", sched=""))
+    world.add({"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": NAME, "namespace": NS},
+               "spec": {"replicas": 3,
+                        "updateStrategy": {"rollingUpdate": {"partition": 2}}},
+               "status": {"updateRevision": "dev-2", "currentRevision": "dev-1"}})
+    steps = step(world, tmp_path)
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"))
+
+    steps.run(p)
+
+    assert (world.get(k.KAIWU_BACKUP, NS, "first") or {})["status"] == {
+        "phase": "pending", "message": "waiting: a rolling update is in progress"}
+
+
+def test_an_s3_target_naming_no_secret_fails_without_asking_for_a_nameless_one(
+        tmp_path: Path) -> None:
+    asked: list[tuple[str, str]] = []
+
+    class Recording(World):
+        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+            asked.append((kind.kind, name))
+            return super().get(kind, namespace, name)
+
+    world = Recording()
+    bad = backup("nowhere", "", "2026-01-01T03:00:00", sched="")
+    bad["spec"]["target"] = {"s3": {"bucket": "backups"}}
+    world.add(bad)
+    steps = step(world, tmp_path)
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"))
+
+    steps.run(p)
+
+    status = (world.get(k.KAIWU_BACKUP, NS, "nowhere") or {})["status"]
+    assert (status["phase"], status["reason"]) == ("failed", "TargetUnusable")
+    assert status["message"].startswith("spec.target.s3.credentialsSecret None: no such Secret")
+    assert ("Secret", "") not in asked

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import (
     Criticality,
@@ -73,9 +74,13 @@ def test_a_new_secure_cluster_gets_a_ca_a_node_and_a_root_client_secret() -> Non
     cluster = make_cluster()
     plan = certs_action(cluster, {}, NOW)
 
-    assert [(w.verb, w.name) for w in plan.writes] == [
-        ("create", "orders-ca"), ("create", "orders-node-certs"),
-        ("create", "orders-root-client-certs")]
+    assert [(w.verb, w.name, w.reason) for w in plan.writes] == [
+        ("create", "orders-ca", "new cluster CA"),
+        ("create", "orders-node-certs", "new certificate"),
+        ("create", "orders-root-client-certs", "new certificate")]
+    assert plan.summary() == ("create Secret orders-ca (new cluster CA); create Secret "
+                              "orders-node-certs (new certificate); create Secret "
+                              "orders-root-client-certs (new certificate)")
     assert not plan.problems and not plan.restart
     assert plan.certs_hash is not None
     secrets = by_name([w.secret for w in plan.writes])
@@ -84,6 +89,7 @@ def test_a_new_secure_cluster_gets_a_ca_a_node_and_a_root_client_secret() -> Non
     assert set(secrets["orders-root-client-certs"]["data"]) == {
         "ca.crt", "client.root.crt", "client.root.key"}
     for secret in secrets.values():
+        assert (secret["apiVersion"], secret["kind"]) == ("v1", "Secret")
         assert secret["metadata"]["namespace"] == "shop"
         assert secret["metadata"]["labels"] == {
             "app.kubernetes.io/managed-by": "kaiwu-operator",
@@ -270,6 +276,7 @@ def test_ten_years_on_the_ca_is_renewed_with_its_key_so_old_and_new_certificates
 
     writes = {w.name: w for w in plan.writes}
     assert list(writes) == ["orders-ca", "orders-node-certs", "orders-root-client-certs"]
+    assert [w.verb for w in plan.writes] == ["update"] * 3
     assert "same key" in writes["orders-ca"].reason
     new_ca = cert_of(writes["orders-ca"].secret, "ca.crt")
     assert new_ca.public_key() == old_ca.public_key()
@@ -344,6 +351,12 @@ def test_a_broken_ca_with_no_leaves_yet_is_regenerated() -> None:
         ("update", "orders-ca"), ("create", "orders-node-certs"),
         ("create", "orders-root-client-certs")]
     assert "ca.key" in plan.writes[0].reason
+
+    # The new CA is made with the settings the reconciler runs with.
+    short = CertSettings(ca_validity=timedelta(days=400))
+    renewed = certs_action(cluster, {"orders-ca": ca_only}, NOW, settings=short)
+    assert cert_of(renewed.writes[0].secret, "ca.crt").not_valid_after_utc - NOW == timedelta(
+        days=400)
 
 
 # --- Secrets a user brings ----------------------------------------------------------------
@@ -630,3 +643,218 @@ def test_a_lost_ca_says_both_ways_out() -> None:
         "orders-node-certs and orders-root-client-certs as well to have a new CA and "
         "certificates issued (every pod must then be restarted together, since old and new "
         "certificates do not trust each other)")
+
+
+def test_the_pod_template_hash_of_the_same_certificates_stays_what_earlier_versions_wrote() -> None:
+    """The hash is on every secure cluster's pod template: if an upgrade of the reconciler
+    computed another value for the same certificates, every pod would restart. Keys are not in
+    it (a reissued certificate always comes with its new key)."""
+    node = {"data": {"ca.crt": "Q0EgY2VydA==", "node.crt": "bm9kZSBjZXJ0", "node.key": "a2V5"}}
+    client = {"data": {"ca.crt": "Q0EgY2VydA==", "client.root.crt": "cm9vdCBjZXJ0",
+                       "client.root.key": "a2V5"}}
+
+    assert certs.certs_hash(node, client) == "eb98bec7be31f7ff"
+    other_key = {"data": {**client["data"], "client.root.key": "b3RoZXI="}}
+    assert certs.certs_hash(node, other_key) == "eb98bec7be31f7ff"
+    assert certs.certs_hash(node, None) is None
+
+
+def test_user_secrets_are_checked_for_cluster_local_names_and_a_30_day_window_by_default() -> None:
+    """validate_user_secrets, public for tools: without a cluster domain the pods' names are
+    under cluster.local, and a certificate expiring within 30 days is a warning."""
+    secrets = user_secrets()
+    node, client = secrets["my-node-tls"], secrets["my-root-tls"]
+
+    assert certs.validate_user_secrets(user_cluster(), node, client, NOW) == ((), ())
+    problems, _ = certs.validate_user_secrets(user_cluster(), node, client, NOW, "corp.example")
+    assert [p.key for p in problems] == ["node.crt"]
+    narrow = user_secrets(hosts=("orders-0.orders.shop.svc.cluster.local",))
+    (problem,), _ = certs.validate_user_secrets(user_cluster(replicas=2), narrow["my-node-tls"],
+                                                narrow["my-root-tls"], NOW)
+    assert problem.message.endswith("do not cover orders-1.orders.shop.svc.cluster.local")
+    assert problem.fix.startswith("reissue it with the SAN *.orders.shop.svc.cluster.local ")
+    expiry = cert_of(node, "node.crt").not_valid_after_utc
+    _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
+                                              expiry - timedelta(days=30))
+    assert [(w.secret, w.key) for w in warnings] == [("my-node-tls", "node.crt"),
+                                                     ("my-root-tls", "client.root.crt")]
+    _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
+                                              expiry - timedelta(days=31))
+    assert warnings == ()
+
+
+def test_node_and_client_certificates_are_made_as_kwbase_cert_makes_them() -> None:
+    secrets = fresh_cluster_secrets(make_cluster())
+    ca = cert_of(secrets["orders-ca"], "ca.crt")
+    assert ca.subject.rfc4514_string() == "CN=KaiwuDB CA shop/orders,O=KaiwuDB"
+    for name, crt, cn in (("orders-node-certs", "node.crt", "node"),
+                          ("orders-root-client-certs", "client.root.crt", "root")):
+        leaf = cert_of(secrets[name], crt)
+        assert leaf.subject.rfc4514_string() == f"CN={cn},O=KaiwuDB"
+        assert leaf.issuer == ca.subject
+        usage = leaf.extensions.get_extension_for_class(x509.KeyUsage)
+        assert usage.critical
+        assert usage.value == x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=True,
+            data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+            encipher_only=False, decipher_only=False)
+        constraints = leaf.extensions.get_extension_for_class(x509.BasicConstraints)
+        assert constraints.critical and not constraints.value.ca
+
+
+def test_a_ca_whose_key_is_unreadable_while_leaves_exist_is_reported_not_replaced() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    live["orders-ca"]["data"]["ca.key"] = base64.b64encode(b"garbage").decode()
+
+    plan = certs_action(cluster, live, NOW)
+
+    assert plan.writes == ()
+    (problem,) = plan.problems
+    assert problem.message.startswith("the cluster CA is unusable (ca.key: not an unencrypted PEM "
+                                      "private key) while orders-node-certs or "
+                                      "orders-root-client-certs still exist")
+    assert plan.certs_hash == certs.certs_hash(live["orders-node-certs"],
+                                               live["orders-root-client-certs"])
+
+
+def test_a_ca_key_that_is_not_rsa_is_replaced_while_no_leaf_exists() -> None:
+    cluster = make_cluster()
+    ca_only = stored(certs_action(cluster, {}, NOW))["orders-ca"]
+    ec_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    ca_only["data"]["ca.key"] = base64.b64encode(ec_key).decode()
+
+    plan = certs_action(cluster, {"orders-ca": ca_only}, NOW)
+
+    first = plan.writes[0]
+    assert (first.verb, first.name, first.reason) == (
+        "update", "orders-ca", "ca.key: not an RSA private key")
+
+
+def test_a_managed_secret_missing_its_key_is_reissued_saying_which() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    del live["orders-node-certs"]["data"]["node.key"]
+
+    (write,) = certs_action(cluster, live, NOW).writes
+
+    assert (write.verb, write.name, write.reason) == (
+        "update", "orders-node-certs", "node.key: the key is missing or empty")
+
+
+def test_the_earliest_expiry_is_over_every_certificate_the_secret_holds() -> None:
+    """A user's CA that expires before the node certificate it issued: the Secret expires with
+    the CA."""
+    ca = certs.new_ca("Shop CA", NOW, CertSettings(ca_validity=timedelta(days=10)))
+    node = certs.issue_node(ca, ("*.orders.shop.svc.cluster.local",), NOW)
+    secret = certs.node_secret(user_cluster(), ca.cert_pem, node)
+
+    assert certs.earliest_expiry(secret) == ca.cert.not_valid_after_utc
+    assert needs_renewal(secret, NOW)
+    assert certs.earliest_expiry({"data": {}}) is None
+
+
+def test_a_user_certificate_that_expired_says_what_to_replace() -> None:
+    secrets = user_secrets(now=NOW - timedelta(days=6 * 365))
+
+    problems = [p for p in problems_of(secrets) if "expired" in p.message]
+
+    assert [certs.format_problem(p).split("; fix: ")[1] for p in problems] == [
+        "issue a new certificate and replace node.crt and node.key",
+        "issue a new certificate and replace client.root.crt and client.root.key"]
+
+
+def test_a_node_certificate_with_another_cn_or_only_client_usage_says_how_to_reissue() -> None:
+    cluster = user_cluster()
+    ca = certs.new_ca("Shop CA", NOW)
+    sans = [x509.DNSName("*.orders.shop.svc.cluster.local")]
+    secrets = {"my-root-tls": certs.client_secret(cluster, ca.cert_pem,
+                                                  certs.issue_client(ca, "root", NOW))}
+    for cn, usages, expected in (
+            ("db", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+             "Secret my-node-tls key node.crt: the subject CN is 'db'; kwbase requires CN node; "
+             "fix: issue it with kwbase cert create-node (or with CN=node)"),
+            ("node", [ExtendedKeyUsageOID.CLIENT_AUTH],
+             "Secret my-node-tls key node.crt: the certificate lacks server authentication in "
+             "its extended key usage (nodes use it both to serve and to connect to each other); "
+             "fix: issue it with both serverAuth and clientAuth extended key usages")):
+        leaf = certs._leaf(ca, cn, usages, sans, NOW, CertSettings())
+        secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, leaf)
+        assert [certs.format_problem(p) for p in problems_of(secrets)] == [expected]
+
+
+def test_an_unreadable_user_ca_says_what_belongs_in_ca_crt() -> None:
+    secrets = user_secrets()
+    secrets["my-node-tls"]["data"]["ca.crt"] = base64.b64encode(b"not a certificate").decode()
+
+    (problem,) = problems_of(secrets)
+
+    assert certs.format_problem(problem) == (
+        "Secret my-node-tls key ca.crt: not a PEM certificate; fix: put the PEM certificate of "
+        "the CA that issued the certificates in ca.crt")
+
+
+def test_a_missing_user_secret_is_a_problem_of_the_whole_secret() -> None:
+    for missing in ("my-node-tls", "my-root-tls"):
+        secrets = user_secrets()
+        del secrets[missing]
+        (problem,) = problems_of(secrets)
+        assert (problem.secret, problem.key) == (missing, "")
+
+
+def test_a_certificate_and_key_load_together_or_not_at_all() -> None:
+    ca = certs.new_ca("Webhook CA", NOW)
+    serving = certs.issue_server(ca, "kaiwu-webhook", ("kaiwu-webhook.kaiwu.svc",), NOW)
+    other = certs.issue_server(ca, "kaiwu-webhook", ("kaiwu-webhook.kaiwu.svc",), NOW)
+
+    loaded = certs.load_cert_key(serving.cert_pem, serving.key_pem)
+    assert loaded is not None
+    assert (loaded.cert, loaded.key_pem) == (serving.cert, serving.key_pem)
+    assert certs.load_cert_key(serving.cert_pem, other.key_pem) is None
+    assert certs.load_cert_key(b"not a certificate", serving.key_pem) is None
+    assert certs.load_cert_key(serving.cert_pem, b"not a key") is None
+    ec_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    assert certs.load_cert_key(serving.cert_pem, ec_key) is None
+
+
+def test_a_ca_key_from_another_ca_is_replaced_while_no_leaf_exists() -> None:
+    cluster = make_cluster()
+    ca_only = stored(certs_action(cluster, {}, NOW))["orders-ca"]
+    other = stored(certs_action(make_cluster(name="billing"), {}, NOW))["billing-ca"]
+    ca_only["data"]["ca.key"] = other["data"]["ca.key"]
+
+    plan = certs_action(cluster, {"orders-ca": ca_only}, NOW)
+
+    first = plan.writes[0]
+    assert (first.verb, first.name, first.reason) == (
+        "update", "orders-ca", "ca.key: the private key does not belong to ca.crt")
+
+
+def test_a_lost_ca_with_only_one_leaf_secret_left_is_still_never_replaced() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    for gone in ("orders-ca", "orders-root-client-certs"):
+        del live[gone]
+
+    plan = certs_action(cluster, live, NOW)
+
+    assert plan.writes == ()
+    assert [(p.secret, p.key) for p in plan.problems] == [("orders-ca", "")]
+
+
+def test_a_node_certificate_not_signed_by_the_ca_beside_it_is_refused() -> None:
+    secrets = user_secrets()
+    stranger = certs.new_ca("Stranger CA", NOW)
+    node = certs.issue_node(stranger, ("*.orders.shop.svc.cluster.local",), NOW)
+    secrets["my-node-tls"]["data"]["node.crt"] = base64.b64encode(node.cert_pem).decode()
+    secrets["my-node-tls"]["data"]["node.key"] = base64.b64encode(node.key_pem).decode()
+
+    problems = problems_of(secrets)
+
+    assert [(p.secret, p.key, p.message) for p in problems] == [
+        ("my-node-tls", "node.crt", "the certificate is not signed by the CA in "
+                                    "my-node-tls/ca.crt")]

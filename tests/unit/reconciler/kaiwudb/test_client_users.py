@@ -93,8 +93,32 @@ def test_a_tls_copy_that_drifted_from_the_kwdb_names_is_reissued() -> None:
     (write,) = certs_action(cluster, live, NOW).writes
 
     assert (write.verb, write.name) == ("update", "orders-client-app-certs")
-    assert "tls.key" in write.reason
+    assert write.reason == "tls.key differ from client.app.crt, client.app.key"
     assert write.secret["data"]["tls.key"] == write.secret["data"]["client.app.key"]
+
+    del live["orders-client-app-certs"]["data"]["tls.crt"]
+    (write,) = certs_action(cluster, live, NOW).writes
+    assert write.reason == "tls.crt, tls.key differ from client.app.crt, client.app.key"
+
+
+def test_a_drifted_copy_is_repaired_even_when_only_ca_crt_was_stale_too() -> None:
+    """A stale ca.crt alone is replaced in place; with a copy drifted as well the Secret is
+    reissued whole, or the copy would stay wrong."""
+    cluster = make_cluster(clientUsers=["app"])
+    live = stored(certs_action(cluster, {}, NOW))
+    other_ca = certs.new_ca("Another CA", NOW)
+    live["orders-client-app-certs"]["data"]["ca.crt"] = base64.b64encode(
+        other_ca.cert_pem).decode()
+
+    (write,) = certs_action(cluster, live, NOW).writes
+    assert write.reason == "ca.crt differs from the cluster CA's certificate"
+    assert write.secret["data"]["tls.crt"] == live["orders-client-app-certs"]["data"]["tls.crt"]
+
+    del live["orders-client-app-certs"]["data"]["tls.key"]
+    (write,) = certs_action(cluster, live, NOW).writes
+    assert write.reason == "tls.key differ from client.app.crt, client.app.key"
+    assert write.secret["data"]["tls.key"] == write.secret["data"]["client.app.key"]
+    assert raw(write.secret, "ca.crt") == raw(live["orders-ca"], "ca.crt")
 
 
 def test_a_user_removed_from_the_spec_is_no_longer_planned_and_never_deleted() -> None:
@@ -147,6 +171,12 @@ def test_good_cert_manager_secrets_pass_and_their_tls_crt_drives_the_pod_hash() 
     rotated = dict(secrets)
     rotated["orders-node-tls"] = cm_secrets()["orders-node-tls"]
     assert certs_action(cm_cluster(), rotated, NOW).certs_hash != plan.certs_hash
+    # The root client certificate pods mount is tls.crt too: renewing it alone rolls the pods.
+    renewed = dict(secrets)
+    renewed["orders-root-tls"] = {**secrets["orders-root-tls"], "data": {
+        **secrets["orders-root-tls"]["data"],
+        "tls.crt": base64.b64encode(b"a renewed certificate").decode()}}
+    assert certs_action(cm_cluster(), renewed, NOW).certs_hash != plan.certs_hash
 
 
 def test_uncovered_pods_and_expiry_are_problems_in_cert_manager_layout() -> None:
@@ -178,3 +208,17 @@ def test_a_kwdb_layout_secret_declared_as_cert_manager_is_told_which_keys_are_mi
     (problem,) = cm_problems(missing)
     assert problem.secret == "orders-root-tls"
     assert "cert-manager Certificate with commonName root" in problem.fix
+
+
+def test_a_cert_manager_root_certificate_for_another_user_names_tls_crt() -> None:
+    ca = certs.new_ca("Shop issuer", NOW)
+    secrets = cm_secrets()
+    secrets["orders-node-tls"] = cm_secret("orders-node-tls", ca, certs.issue_node(
+        ca, ("*.orders.shop.svc.cluster.local",), NOW))
+    secrets["orders-root-tls"] = cm_secret("orders-root-tls", ca,
+                                           certs.issue_client(ca, "app", NOW))
+
+    (problem,) = cm_problems(secrets)
+
+    assert (problem.secret, problem.key) == ("orders-root-tls", "tls.crt")
+    assert "the subject CN is 'app'" in problem.message

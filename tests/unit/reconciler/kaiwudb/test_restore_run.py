@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -25,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup_target import TargetError
+from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
+from reconciler.kaiwudb.kwbase import SqlAnswer
 from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
 from reconciler.kube import kinds as k
@@ -36,7 +38,7 @@ from tests.unit.reconciler.kaiwudb.backup_world import NS, Site, a_site, load_sh
 
 @pytest.fixture
 def server() -> Iterator[BackupFileServer]:
-    found = BackupFileServer("127.0.0.1:0", "127.0.0.1")
+    found = BackupFileServer("127.0.0.1:0", "127.0.0.1", poll_s=0.01)
     try:
         yield found
     finally:
@@ -107,7 +109,8 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     assert not bp.restore_pending(passes[-1].obj["metadata"]["annotations"], "first")
     assert site.backups.metrics.value("kaiwu_writes_total", {
         "verb": "patch", "kind": "KaiwuCluster"}) == 6, "the record: begun, 4 imports, done"
-    assert [e[1] for p in passes for e in p.events] == ["RestoreStep"] * 4 + ["RestoreCompleted"]
+    assert [e[:2] for p in passes for e in p.events] == [("Normal", "RestoreStep")] * 4 + [
+        ("Normal", "RestoreCompleted")]
     manifest = json.loads((site.files("dev", "first") / bp.MANIFEST_FILE).read_text())
     assert passes[-1].events[-1][2] == (f"KaiwuBackup/first: 4 imports done; relational tables "
                                         f"as of {manifest['consistentToTime']}")
@@ -118,11 +121,50 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     with pytest.raises(urllib.error.HTTPError) as gone:
         urllib.request.urlopen(url, timeout=5)
     assert gone.value.code == 404
-    # A completed restore does nothing more.
+    # A completed restore does nothing more; a file server still publishing the backup (an
+    # earlier leader's, say) stops.
     p = site.a_pass("fresh")
     calls = len(site.runner.calls)
+    dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
+    url = server.publish(f"{NS}/fresh", site.backups.target(
+        dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {}))
     restore.run(p)
     assert len(site.runner.calls) == calls and p.not_ready == [] and p.events == []
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(url + "/manifest.json", timeout=5)
+    assert gone.value.code == 404
+
+
+def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_only_then(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record says a restore began before anything is imported (a reconciler that dies
+    during that import finds it); the backup's files are read for their checksums once, before
+    that import, not again on every pass (on S3, every pass would download the whole backup)."""
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    seen_at_import: list[dict[str, object] | None] = []
+    run = site.runner.exec
+
+    def exec_pod(namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = 60.0) -> tuple[str, str, int]:
+        if any(arg.startswith("IMPORT") for arg in command):
+            seen_at_import.append(record(site))
+        return run(namespace, pod, container, command, timeout)
+    monkeypatch.setattr(site.runner, "exec", exec_pod)
+    reads: list[str] = []
+    target_get = VolumeTarget.get
+
+    def get(self: VolumeTarget, key: str) -> bytes | None:
+        reads.append(key)
+        return target_get(self, key)
+    monkeypatch.setattr(VolumeTarget, "get", get)
+
+    restore_passes(site, restore)
+
+    assert seen_at_import[0] == {"backup": "first", "done": []}
+    assert len(seen_at_import) == 4 and (record(site) or {}).get("completedAt")
+    assert reads.count("shop/public/orders/n1.0.csv") == 2, "its checksum, then its IMPORT"
 
 
 def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
@@ -134,9 +176,12 @@ def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
     site.start_cluster("fresh", restore_from="first")
 
     p = site.a_pass("fresh")
+    p.not_ready.append(("PodsNotReady", "fresh-2 is not Ready"))  # found by an earlier step
     restore.run(p)
     assert p.not_ready == [("Restoring", "KaiwuBackup first does not exist; the restore waits "
-                                         "for it to complete")]
+                                         "for it to complete"),
+                           ("PodsNotReady", "fresh-2 is not Ready")], "Ready says Restoring"
+    p.not_ready.pop()
     assert p.progressing == p.not_ready and min(p.requeue) == pytest.approx(2.5)
 
     site.backup("first")
@@ -156,17 +201,19 @@ def test_a_cluster_that_holds_data_is_refused_and_left_untouched(
     site = backed_up(tmp_path)
     restore = Restore(site.backups, server)
     site.start_cluster("fresh", restore_from="first")
-    site.kwdb.load((NS, "fresh"), site.now, database="crm", table="leads",
-                   columns=[("id", "INT8")], rows=[("1",)])
-    site.kwdb.set_user((NS, "fresh"), site.now, "sales")
+    for database in ("crm", "billing"):
+        site.kwdb.load((NS, "fresh"), site.now, database=database, table="leads",
+                       columns=[("id", "INT8")], rows=[("1",)])
+    for user in ("sales", "audit"):
+        site.kwdb.set_user((NS, "fresh"), site.now, user)
     before = site.kwdb.contents((NS, "fresh"), site.now)
 
     p = site.a_pass("fresh")
     restore.run(p)
 
     assert p.stalled == [("RestoreRefused", "spec.bootstrap.fromBackup: the cluster already "
-                          "holds data (databases crm; users sales); a backup is restored only "
-                          "into a new, empty cluster")]
+                          "holds data (databases billing, crm; users audit, sales); a backup is "
+                          "restored only into a new, empty cluster")]
     assert record(site) is None
     assert site.kwdb.contents((NS, "fresh"), site.now) == before
     assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
@@ -189,11 +236,13 @@ def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
     assert passes[-1].events == [("Warning", "RestoreFailed", message)]
     assert (record(site) or {})["failed"] == message
     assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
-    # Later passes report it again and import nothing.
+    # Later passes report it again and import nothing; the Warning was sent once, the record
+    # written once.
     p = site.a_pass("fresh")
-    calls = len(site.runner.calls)
+    calls, writes = len(site.runner.calls), len(site.api.writes)
     restore.run(p)
     assert p.stalled == [("RestoreFailed", message)] and len(site.runner.calls) == calls
+    assert p.events == [] and len(site.api.writes) == writes
 
 
 def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore(
@@ -233,6 +282,25 @@ def test_users_imported_before_a_crash_are_not_imported_again(
     restore_passes(site, restore)
     assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents((NS, "dev"),
                                                                                site.now)
+
+
+def test_users_count_as_imported_when_every_user_of_the_backup_exists(tmp_path: Path) -> None:
+    class Admin:
+        def __init__(self, *users: str) -> None:
+            self.users = users
+
+        def sql(self, pod: str, statement: str) -> SqlAnswer:
+            assert statement == "SHOW USERS"
+            return SqlAnswer(("username",), tuple({"username": u} for u in self.users), ())
+
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\nCREATE USER audit WITH CREATEROLE;\n")
+
+    assert Restore.users_there(Admin("app", "audit"), "fresh-0", target), "exactly those"
+    assert Restore.users_there(Admin("root", "admin", "app", "audit"), "fresh-0", target)
+    assert not Restore.users_there(Admin("root", "admin", "app"), "fresh-0", target)
+    target.put("users/users.sql", b"")
+    assert not Restore.users_there(Admin("root", "admin"), "fresh-0", target), "no user: import"
 
 
 def test_a_lagging_cache_does_not_run_an_import_twice(tmp_path: Path,
@@ -316,6 +384,8 @@ def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went
     assert restore.recall(cluster, behind)["done"] == ["settings", "users", "db"]  # type: ignore
     failed = {"backup": "first", "done": ["settings"], "failed": "the backup is not intact"}
     assert restore.recall(cluster, failed) == failed, "a finished record outranks more imports"
+    completed = {"backup": "first", "done": ["settings"], "completedAt": "2026-01-01T00:00:00Z"}
+    assert restore.recall(cluster, completed) == completed, "so does a completed one"
     other = {"backup": "second", "done": []}
     assert restore.recall(cluster, other) == other, "a record of another backup is not ours"
 
@@ -388,7 +458,7 @@ def test_the_file_server_serves_nothing_outside_the_backup(
     secret = tmp_path / "token"
     secret.write_text("the reconciler's service account token")
 
-    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x"):
+    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x", "/shop//"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + path, timeout=5)
         assert refused.value.code == 404, path
@@ -431,3 +501,124 @@ def test_the_file_server_says_what_it_sends_and_logs_what_fails(
     server.withdraw("shop/fresh")
     assert server.publish("shop/fresh", target).endswith("/another-token")
     assert ipaddress.ip_address(default_advertise_host())
+
+
+def test_the_file_server_listens_where_it_is_told_and_says_where_pods_reach_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings.restore_http_address is host:port: an empty host is every interface, an empty
+    port any free one; the URLs name the advertised host and the port listened on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\n")
+    for address, bound in ((f"127.0.0.1:{free}", ("127.0.0.1", free)),
+                           (":0", ("0.0.0.0", None)), ("127.0.0.1:", ("127.0.0.1", None))):
+        server = BackupFileServer(address, "10.1.2.3", poll_s=0.01)
+        try:
+            url = server.publish("shop/fresh", target)
+            host, port = server._server.server_address[:2]  # type: ignore[union-attr]
+            assert (host, port if bound[1] else None) == bound, address
+            assert port >= 1024, "no fixed port unless one is given"
+            assert url.startswith(f"http://10.1.2.3:{port}/")
+            local = url.replace("10.1.2.3", "127.0.0.1")
+            with urllib.request.urlopen(local + "/users/users.sql", timeout=5) as answer:
+                assert answer.read() == b"CREATE USER app;\n"
+        finally:
+            server.stop()
+
+    def unknown(name: str) -> str:
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(socket, "gethostbyname", unknown)
+    assert default_advertise_host() == "127.0.0.1"
+
+
+def test_a_stopped_file_server_starts_again_when_a_restore_needs_it(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\n")
+    server.publish("shop/fresh", target)
+    server.stop()
+    server.stop()  # stopping twice is harmless
+
+    url = server.publish("shop/fresh", target)
+
+    with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as answer:
+        assert answer.read() == b"CREATE USER app;\n"
+
+
+def test_an_import_that_does_not_succeed_fails_the_restore_naming_the_step(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    run = site.runner.exec
+
+    def users_import_fails(namespace: str, pod: str, container: str, command: list[str],
+                           timeout: float = 60.0) -> tuple[str, str, int]:
+        if any(arg.startswith("IMPORT USERS") for arg in command):
+            return ("job_id,status,fraction_completed,rows,abandon_rows,reject_rows,note\n"
+                    "7,failed,0,0,0,0,None\n", "", 0)
+        return run(namespace, pod, container, command, timeout)
+    monkeypatch.setattr(site.runner, "exec", users_import_fails)
+
+    passes = restore_passes(site, restore)
+
+    assert passes[-1].stalled == [("RestoreFailed", "restore from KaiwuBackup first: users: "
+                                                    "IMPORT job 7 ended failed")]
+    assert (record(site) or {})["done"] == ["settings"]
+
+
+def test_an_import_that_reports_a_notice_fails_the_restore(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    run = site.runner.exec
+
+    def settings_import_warns(namespace: str, pod: str, container: str, command: list[str],
+                              timeout: float = 60.0) -> tuple[str, str, int]:
+        stdout, stderr, code = run(namespace, pod, container, command, timeout)
+        if any(arg.startswith("IMPORT CLUSTER SETTING") for arg in command):
+            stderr += "NOTICE: setting sql.defaults.idle_timeout skipped\n"
+        return stdout, stderr, code
+    monkeypatch.setattr(site.runner, "exec", settings_import_warns)
+
+    p = site.a_pass("fresh")
+    restore.run(p)
+
+    assert p.stalled == [("RestoreFailed", "restore from KaiwuBackup first: settings: IMPORT "
+                                           "reported: setting sql.defaults.idle_timeout skipped")]
+
+
+def test_a_restarted_reconciler_carries_on_from_the_record_on_the_cluster(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """The annotation is the memory: a new process (nothing in memory) sees settings and users
+    imported, does not refuse the cluster for holding the users it imported, and goes on."""
+    site = backed_up(tmp_path)
+    site.start_cluster("fresh", restore_from="first")
+    first = Restore(site.backups, server)
+    for _ in range(2):  # settings, users
+        first.run(site.a_pass("fresh"))
+
+    restarted = Restore(site.backups, server)
+    p = site.a_pass("fresh")
+    restarted.run(p)
+
+    assert p.stalled == []
+    assert (record(site) or {})["done"] == ["settings", "users", "database sensors"]
+
+
+def test_the_restore_imports_through_a_ready_pod_whose_node_is_live(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    nodes = site.nodes("fresh")
+    nodes[0] = {**nodes[0], "state": "not-live"}  # fresh-0: Ready, its node not live
+
+    restore.run(site.a_pass("fresh", nodes=nodes))
+
+    assert {pod for pod, command in site.runner.calls
+            if pod.startswith("fresh-") and any(a.startswith("IMPORT") for a in command)} == {
+        "fresh-1"}
