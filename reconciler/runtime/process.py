@@ -309,13 +309,14 @@ class Runtime:
             term.source = DirectorySource(directory, self.kube, self.caches, self.settings,
                                           self.metrics, self.events)
             term.source.start()
+        queued = self.queue.depth  # read before the workers start taking from the queue
         workers = [threading.Thread(target=self._work, args=(term,), name=f"worker-{i}",
                                     daemon=True) for i in range(self.settings.workers)]
         term.workers = workers
         for worker in workers:
             worker.start()
         log.info("workers started", extra={"workers": self.settings.workers,
-                                           "clusters": self.queue.depth})
+                                           "clusters": queued})
 
     def _end_term(self) -> None:
         with self._term_lock:

@@ -797,6 +797,27 @@ def test_a_replica_logs_its_start_and_stop_with_what_an_operator_looks_for(
     assert isinstance(took, float) and 0 <= took < 5 and took == round(took, 3)
 
 
+def test_a_term_logs_its_workers_starting_and_stopping_and_those_it_left_running(
+        caplog: pytest.LogCaptureFixture) -> None:
+    controller = SlowController(0.4)
+    caches = Caches()
+    caches.keys = [ORDERS, ClusterKey("shop", "payments")]
+    caches.synced_event.set()
+    replica = runtime(controller, caches, workers=1, shutdown_grace_s=0.05)
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.process"):
+        replica._start_term()
+        eventually(lambda: controller.calls, "a reconcile started")
+        replica._end_term()
+    started_ = logged(caplog, "workers started")
+    assert fields(started_, "workers", "clusters") == {"workers": 1, "clusters": 2}
+    left = logged(caplog, "reconciles still running after the grace period; their writes "
+                          "are refused from now on")
+    assert left.levelno == logging.WARNING
+    assert fields(left, "threads") == {"threads": ["worker-0"]}
+    assert logged(caplog, "workers stopped").levelno == logging.INFO
+    eventually(lambda: controller.finished == 1, "the abandoned reconcile ended")
+
+
 def test_each_reconcile_is_logged_with_its_cluster_and_how_it_ended(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="reconciler.runtime.process"):
