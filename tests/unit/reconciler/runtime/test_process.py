@@ -515,13 +515,18 @@ def made(monkeypatch: pytest.MonkeyPatch) -> Made:
 
 
 def started(made: Made, host: str = BASE_HOST, **settings: Any) -> Runtime:
+    replica = unstarted(made, host, **settings)
+    replica.start()
+    return replica
+
+
+def unstarted(made: Made, host: str = BASE_HOST, **settings: Any) -> Runtime:
     values: dict[str, Any] = {"http_address": "127.0.0.1:0", "webhook_address": "127.0.0.1:0",
                               "identity": "replica-a", "shutdown_grace_s": 2.0, **settings}
     configuration = client.Configuration()
     configuration.host = host
     replica = Runtime(Settings(**values), controller_factory=made.factory,
                       api_client=client.ApiClient(configuration))
-    replica.start()
     return replica
 
 
@@ -729,10 +734,12 @@ def test_a_replica_runs_one_resync_thread_and_none_of_its_threads_holds_up_exit(
         made: Made) -> None:
     with threads_started() as threads:
         replica = started(made, leader_election=False, webhook=True, workers=2)
-        eventually(lambda: replica._term is not None and len(replica._term.workers) == 2,
-                   "workers started")
+        term = replica._term
+        assert term is not None and term.starter is not None
+        assert term.starter.name == "term-start" and term.starter.daemon
+        term.starter.join(5)  # it waits for the caches, starts the workers and ends
     try:
-        names = sorted(thread.name for thread in threads)
+        names = sorted(thread.name for thread in threads if thread.is_alive())
         assert names == ["http", "resync", "webhook", "worker-0", "worker-1"]
         assert holding_up_exit(threads) == []
     finally:
@@ -866,3 +873,25 @@ def drain(replica: Runtime) -> list[ClusterKey]:
     while (key := taken(replica)) is not None:
         keys.append(key)
     return keys
+
+
+def test_a_liveness_probe_while_the_replica_starts_its_threads_sees_none_stopped(
+        made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The probe can come at any moment: here, just before each of the resync and worker
+    # threads starts (the HTTP server already answers by then).
+    answers: list[tuple[str, tuple[bool, list[str]]]] = []
+    replica = unstarted(made, leader_election=False, workers=2)
+    start = threading.Thread.start
+
+    def probed(thread: threading.Thread) -> None:
+        if thread.name == "resync" or thread.name.startswith("worker-"):
+            answers.append((thread.name, replica.healthy()))
+        start(thread)
+    monkeypatch.setattr(threading.Thread, "start", probed)
+    replica.start()
+    try:
+        eventually(lambda: len(answers) == 3, "every thread started")
+        assert sorted(answers) == [("resync", (True, [])), ("worker-0", (True, [])),
+                                   ("worker-1", (True, []))]
+    finally:
+        replica.stop()
