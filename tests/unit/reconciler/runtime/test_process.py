@@ -9,24 +9,39 @@ tests/world_stories/runtime/.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from kubernetes import client
 
 from reconciler.keys import ClusterKey
+from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.kube.leader import GuardedKube, NotLeaderError, NotOwnerError
 from reconciler.metrics import Metrics
 from reconciler.runtime import process
 from reconciler.runtime.http import HealthServer
-from reconciler.runtime.process import CONNECTION_POOL_SIZE, Runtime, _Term, api_client_for
+from reconciler.runtime.process import (
+    CONNECTION_POOL_SIZE,
+    Runtime,
+    _Term,
+    api_client_for,
+    default_controller,
+)
 from reconciler.settings import Settings
 from tests.support.runtime import fetch, sample
 from tests.support.threads import holding_up_exit, threads_started
@@ -118,11 +133,16 @@ def test_a_reconcile_that_asks_to_come_back_is_queued_again_after_that_delay() -
     replica._process(ORDERS)
     assert replica.metrics.value("kaiwu_reconcile_total", {"result": "success"}) == 1
     assert replica.metrics.value("kaiwu_reconcile_duration_seconds_count") == 1
+    assert 0 <= replica.metrics.value("kaiwu_reconcile_duration_seconds_sum") < 5
     assert replica.queue.depth == 1, "due in 0.05 s"
     assert replica.queue.get(timeout_s=2) == ORDERS
     quiet = runtime(Controller(Result(requeue_after_s=None)))
     quiet._process(ORDERS)
     assert quiet.queue.depth == 0, "only a watch event brings it back"
+    bare = runtime(Controller(None))  # a controller that returns nothing at all
+    bare._process(ORDERS)
+    assert bare.queue.depth == 0
+    assert bare.metrics.value("kaiwu_reconcile_total", {"result": "success"}) == 1
 
 
 def test_a_failing_reconcile_is_counted_and_retried_after_a_growing_back_off() -> None:
@@ -151,12 +171,18 @@ def test_a_reconcile_stopped_by_lost_leadership_or_a_moved_cluster_is_not_retrie
 def test_a_cluster_still_being_handed_over_from_another_shard_is_left_alone() -> None:
     controller = Controller(Result(None))
     arriving = runtime(controller, Caches(owned=set(), held={ORDERS}))
-    arriving._process(ORDERS)
+    arriving.queue.add(ORDERS)
+    arriving._process(arriving.queue.get(timeout_s=1) or ORDERS)
     assert controller.calls == []
+    arriving.queue.add(ORDERS)  # the handover's add_after
+    assert taken(arriving) == ORDERS, "it was let go, so it can come back"
     # Not in this shard's caches at all (deleted meanwhile): reconciled, which forgets it.
     gone = runtime(controller, Caches(owned=set(), held=set()))
-    gone._process(ORDERS)
+    gone.queue.add(ORDERS)
+    gone._process(gone.queue.get(timeout_s=1) or ORDERS)
     assert controller.calls == [ORDERS]
+    gone.queue.add(ORDERS)
+    assert taken(gone) == ORDERS, "done with it, so it can come back"
 
 
 def test_a_worker_reconciles_what_is_queued_until_its_term_ends() -> None:
@@ -165,6 +191,8 @@ def test_a_worker_reconciles_what_is_queued_until_its_term_ends() -> None:
     term = _Term()
     worker = threading.Thread(target=replica._work, args=(term,))
     worker.start()
+    threading.Event().wait(0.3)  # longer than one wait for work: it keeps waiting
+    assert worker.is_alive()
     replica.queue.add(ORDERS)
     for _ in range(200):
         if controller.calls:
@@ -173,6 +201,20 @@ def test_a_worker_reconciles_what_is_queued_until_its_term_ends() -> None:
     term.stop.set()
     worker.join(5)
     assert controller.calls == [ORDERS] and not worker.is_alive()
+
+
+def test_a_cluster_a_worker_takes_after_its_term_ended_is_left_for_the_next_term() -> None:
+    controller = Controller(Result(None))
+    replica = runtime(controller)
+    term = _Term()
+    worker = threading.Thread(target=replica._work, args=(term,))
+    worker.start()
+    threading.Event().wait(0.05)  # waiting for work
+    term.stop.set()
+    replica.queue.add(ORDERS)
+    worker.join(5)
+    assert controller.calls == [] and not worker.is_alive()
+    assert taken(replica) == ORDERS, "still queued, and taken by nobody"
 
 
 class Elector:
@@ -284,6 +326,32 @@ def test_the_api_client_has_a_pool_for_every_watch_and_names_its_shard() -> None
     assert api_client_for(Settings(), base).user_agent == "kaiwu-reconciler (shard -)"
 
 
+def test_without_a_client_given_the_replica_uses_the_kubeconfigs_context(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "a",
+        "clusters": [{"name": name, "cluster": {"server": f"https://{name}.example:6443"}}
+                     for name in ("a", "b")],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": "u"}}
+                     for name in ("a", "b")]}))
+    chosen = api_client_for(Settings(kubeconfig=str(kubeconfig), context="b"))
+    assert chosen.configuration.host == "https://b.example:6443"
+    current = api_client_for(Settings(kubeconfig=str(kubeconfig)))
+    assert current.configuration.host == "https://a.example:6443"
+
+
+def test_the_real_controller_is_made_from_the_replicas_parts() -> None:
+    from reconciler.controller.controller import Controller as RealController
+    kube = Kube(client.ApiClient(client.Configuration()), "kaiwu-reconciler")
+    metrics, settings, view = Metrics(), Settings(identity="replica-z"), Caches()
+    made = default_controller(kube, view, settings, metrics)  # type: ignore[arg-type]
+    assert isinstance(made, RealController)
+    shared = made.shared
+    assert (shared.kube, shared.view, shared.settings, shared.metrics) == (
+        kube, view, settings, metrics)
+
+
 def eventually(condition: Any, what: str, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -304,7 +372,9 @@ def test_a_term_starts_its_workers_only_once_the_caches_are_synced_and_queues_ev
     caches.synced_event.set()
     eventually(lambda: len(controller.calls) == 2, "every cluster reconciled")
     term = replica._term
-    assert term is not None and len(term.workers) == 3
+    assert term is not None and term.starter is not None
+    term.starter.join(5)
+    assert len(term.workers) == 3
     assert sorted(w.name for w in term.workers) == ["worker-0", "worker-1", "worker-2"]
     replica._start_term()
     assert replica._term is term, "one term at a time"
@@ -312,19 +382,59 @@ def test_a_term_starts_its_workers_only_once_the_caches_are_synced_and_queues_ev
     assert replica._term is None and not replica.is_leader()
     assert not any(worker.is_alive() for worker in term.workers)
     replica._end_term()  # nothing to end: no harm
+    replica._term = _Term()  # a term whose starter never ran
+    replica._end_term()
+    assert replica._term is None
+
+
+def test_a_terms_workers_never_hold_up_exit_whoever_starts_them() -> None:
+    caches = Caches()
+    caches.synced_event.set()
+    replica = runtime(Controller(Result(None)), caches, workers=2, shutdown_grace_s=1.0)
+    term = replica._term = _Term()
+    with threads_started() as threads:
+        replica._begin(term)  # here from the main thread, which is no daemon
+    try:
+        assert sorted(thread.name for thread in threads) == ["worker-0", "worker-1"]
+        assert holding_up_exit(threads) == []
+    finally:
+        replica._end_term()
 
 
 def test_a_term_ended_before_the_caches_synced_starts_nothing() -> None:
     controller = Controller(Result(None))
     caches = Caches()
-    replica = runtime(controller, caches)
+    replica = runtime(controller, caches, shutdown_grace_s=1.0)
     replica._start_term()
     term = replica._term
     assert term is not None
+    started = time.monotonic()
     replica._end_term()
+    assert time.monotonic() - started < 0.5, "the starter looks for the end every 0.2 s"
+    assert term.starter is not None and not term.starter.is_alive()
     caches.synced_event.set()
     time.sleep(0.3)
     assert term.workers == [] and controller.calls == []
+
+
+class StuckCaches(Caches):
+    """Caches whose wait for the first lists takes `seconds`, whatever the timeout."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        time.sleep(self.seconds)
+        return False
+
+
+def test_a_term_ends_within_the_grace_period_even_while_its_starter_is_stuck() -> None:
+    replica = runtime(Controller(Result(None)), StuckCaches(0.6), shutdown_grace_s=0.1)
+    replica._start_term()
+    started = time.monotonic()
+    replica._end_term()
+    assert time.monotonic() - started < 0.45
 
 
 class SlowController(Controller):
@@ -540,6 +650,20 @@ def elector_of(replica: Runtime) -> StartedElector:
     return replica.elector
 
 
+def self_signed() -> tuple[bytes, bytes]:
+    """A certificate and key (EC: quick to make)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "webhook")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now).not_valid_after(now + timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
 def test_a_started_replica_shares_one_api_client_and_one_guarded_kube_among_its_parts(
         made: Made) -> None:
     replica = started(made, field_manager="kaiwu-test", api_timeout_s=12.0, webhook=True)
@@ -563,6 +687,10 @@ def test_a_started_replica_shares_one_api_client_and_one_guarded_kube_among_its_
         assert (manager.kube, manager.settings, manager.server) == (
             kube, replica.settings, replica.webhook)
         assert manager.running and caches.running
+        cert, key = self_signed()
+        replica.webhook.load(cert, key)
+        assert replica.metrics.value("kaiwu_webhook_certificate_expiry_seconds") == \
+            replica.webhook.not_after.timestamp(), "the webhook reports to the replica's metrics"
     finally:
         replica.stop()
 
@@ -584,21 +712,76 @@ def test_every_request_of_the_replica_is_counted(made: Made) -> None:
         server.stop()
 
 
+@contextmanager
+def api_server() -> Iterator[str]:
+    """Something on 127.0.0.1 that answers every write (501: no such method)."""
+    server = HealthServer("127.0.0.1", 0, Metrics(), healthy=lambda: (True, []),
+                          ready=lambda: (True, []))
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+def reaches_the_api(write: Callable[[], Any]) -> bool:
+    """Whether a write got past the replica's guard (to the API server, which refuses it)."""
+    with suppress(ApiError):
+        write()
+    return True
+
+
 def test_a_standby_writes_nothing_and_a_leader_nothing_for_a_cluster_that_left_its_shard(
         made: Made) -> None:
-    replica = started(made)
-    try:
-        elector = elector_of(replica)
-        with pytest.raises(NotLeaderError):
-            replica.kube.delete(KAIWU_CLUSTER, "shop", "orders")
-        elector.leading = True
-        replica._current.key = ORDERS  # a worker reconciling a cluster no longer this shard's
-        caches_of(replica)._owned = set()
-        with pytest.raises(NotOwnerError):
-            replica.kube.delete(KAIWU_CLUSTER, "shop", "orders")
-    finally:
-        replica._current.key = None
-        replica.stop()
+    with api_server() as host:
+        replica = started(made, host=host)
+        delete = partial(replica.kube.delete, KAIWU_CLUSTER, "shop", "orders")
+        try:
+            elector = elector_of(replica)
+            with pytest.raises(NotLeaderError):
+                delete()
+            elector.leading = True
+            assert reaches_the_api(delete), "a leader writes from any thread outside a reconcile"
+            elsewhere: list[bool] = []
+            other = threading.Thread(target=lambda: elsewhere.append(reaches_the_api(delete)))
+            other.start()
+            other.join(5)
+            assert elsewhere == [True]
+            replica._current.key = ORDERS  # a worker reconciling one of this shard's clusters
+            assert reaches_the_api(delete)
+            caches_of(replica)._owned = set()  # ... which then left the shard
+            with pytest.raises(NotOwnerError):
+                delete()
+        finally:
+            replica._current.key = None
+            replica.stop()
+
+
+def test_a_reconcile_writes_only_while_its_cluster_is_this_shards(made: Made) -> None:
+    with api_server() as host:
+        replica = started(made, host=host)
+        elector_of(replica).leading = True
+        writes: list[bool | str] = []
+
+        class Writing(Controller):
+            def reconcile(self, key: ClusterKey) -> Any:
+                try:
+                    writes.append(reaches_the_api(
+                        partial(replica.kube.delete, KAIWU_CLUSTER, key.namespace, key.name)))
+                except NotOwnerError:
+                    writes.append("refused")
+                return None
+        replica.controller = Writing()
+        try:
+            replica._process(ORDERS)
+            caches_of(replica)._owned.clear()  # it left the shard, and the cache
+            replica._process(ORDERS)
+            assert writes == [True, "refused"]
+            caches_of(replica)._owned.add(ORDERS)
+            assert reaches_the_api(partial(replica.kube.delete, KAIWU_CLUSTER, "shop", "x")), \
+                "after a reconcile the worker holds no cluster"
+        finally:
+            replica.stop()
 
 
 def test_what_the_caches_see_reaches_the_queue(made: Made) -> None:
@@ -627,6 +810,13 @@ def test_what_the_caches_see_reaches_the_queue(made: Made) -> None:
         replica.stop()
 
 
+def test_the_queue_reports_to_the_replicas_metrics() -> None:
+    replica = runtime(Controller())
+    replica.queue.add(ORDERS)
+    assert replica.metrics.value("workqueue_adds_total", {"name": "kaiwucluster"}) == 1
+    assert replica.metrics.value("kaiwu_queue_depth") == 1
+
+
 def test_the_queue_lets_a_cluster_through_as_often_as_the_settings_say() -> None:
     strict = runtime(Controller(), cluster_burst=1, cluster_rate_per_s=0.001)
     strict.queue.add(ORDERS)
@@ -637,12 +827,12 @@ def test_the_queue_lets_a_cluster_through_as_often_as_the_settings_say() -> None
     for _ in range(3):
         free.queue.add(ORDERS)
         assert taken(free) == ORDERS
-    capped = runtime(Controller(error=RuntimeError("boom")), error_backoff_base_s=0.05,
-                     error_backoff_max_s=0.05)
-    for _ in range(6):  # uncapped, the sixth retry would wait 0.05 * 2**5 = 1.6 s
+    capped = runtime(Controller(error=RuntimeError("boom")), error_backoff_base_s=0.01,
+                     error_backoff_max_s=0.01, cluster_burst=100)
+    capped.queue.add(ORDERS)
+    for failures in range(6):  # uncapped, the fifth retry would wait 0.01 * 2**4 = 0.16 s
+        assert capped.queue.get(timeout_s=0.1) == ORDERS, f"capped at 0.01 s ({failures})"
         capped._process(ORDERS)
-    assert capped.queue.get(timeout_s=0.5) == ORDERS, "the back-off is capped at 0.05 s"
-    assert capped.metrics.value("kaiwu_queue_depth") == 0, "the queue's depth is the gauge's"
 
 
 def test_the_probes_and_prometheus_reach_the_replica(made: Made) -> None:
@@ -746,6 +936,26 @@ def test_a_replica_runs_one_resync_thread_and_none_of_its_threads_holds_up_exit(
         replica.stop()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_resync_loop_that_crashes_makes_the_replica_unhealthy(made: Made) -> None:
+    class Crashing(StartedCaches):
+        def recheck_unserved(self) -> None:
+            raise RuntimeError("boom")
+    process.Caches = Crashing  # type: ignore[misc]  # (the fixture puts the module back)
+    replica = started(made, resync_period_s=0.01)
+    try:
+        eventually(lambda: "resync stopped" in replica.healthy()[1], "the replica noticed")
+        assert fetch(replica.http_port, "/healthz") == (503, "failed\nresync stopped\n")
+    finally:
+        replica.stop()
+
+
+def test_a_replica_that_never_started_stops_cleanly() -> None:
+    replica = Runtime(Settings())
+    replica.stop()
+    assert not replica.is_leader()
+
+
 def test_stopping_twice_stops_once(made: Made, caplog: pytest.LogCaptureFixture) -> None:
     replica = started(made)
     with caplog.at_level(logging.INFO, logger="reconciler.runtime.process"):
@@ -835,8 +1045,9 @@ def test_each_reconcile_is_logged_with_its_cluster_and_how_it_ended(
     done = [r for r in caplog.records if r.getMessage() == "reconciled"]
     assert len(done) == 4 and all(r.levelno == logging.DEBUG for r in done)
     assert {getattr(r, "cluster", None) for r in done} == {"shop/orders"}
-    assert all(getattr(r, "duration_s", -1) == round(getattr(r, "duration_s", -1), 4)
-               for r in done), "to a tenth of a millisecond"
+    durations = [getattr(r, "duration_s", None) for r in done]
+    assert all(isinstance(d, float) and 0 <= d < 5 and d == round(d, 4) for d in durations), \
+        f"seconds to a tenth of a millisecond: {durations}"
     moved = logged(caplog, "reconcile stopped: the cluster moved to another shard")
     assert fields(moved, "cluster", "error") == {"cluster": "shop/orders",
                                                  "error": "moved to shard b"}
