@@ -229,7 +229,7 @@ class DirectorySource:
             real = self.path.resolve()
             if real.is_dir():
                 wanted.append((real, True))
-        except OSError as error:
+        except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop
             log.warning("cannot resolve the source directory", extra={"error": str(error)})
         if tuple(path for path, _ in wanted) == self.watched:
             return
@@ -257,7 +257,10 @@ class DirectorySource:
         return result
 
     def _scan(self, force: bool) -> ScanResult:
-        real = self.path.resolve()
+        try:
+            real = self.path.resolve()
+        except RuntimeError:  # a symlink loop (Python 3.11; 3.13 leaves the path): no directory
+            real = self.path
         if not real.is_dir():
             self.metrics.source_errors_total.inc()
             log.error("the source directory is missing; nothing applied or pruned",
