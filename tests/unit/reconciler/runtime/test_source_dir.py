@@ -9,14 +9,18 @@ the real apiserver: tests/world_stories/runtime/test_source_dir.py.
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
+from reconciler.runtime import source_dir
 from reconciler.runtime.source_dir import (
     SOURCE_ANNOTATION,
     SOURCE_FILE_ANNOTATION,
@@ -24,6 +28,7 @@ from reconciler.runtime.source_dir import (
     symlink_parents,
 )
 from reconciler.settings import Settings
+from renderer.errors import Problem, RenderError
 
 ORDERS, PAYMENTS = ClusterKey("shop", "orders"), ClusterKey("shop", "payments")
 
@@ -272,3 +277,130 @@ def test_the_directories_holding_each_symlink_on_the_way_are_watched(tmp_path: P
     assert symlink_parents(tmp_path / "git" / "repo" / "clusters") == [
         (tmp_path / "git").resolve()]
     assert symlink_parents(checkout) == []
+
+
+# ---- what an operator reads in the log ------------------------------------------------------
+
+def records(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == message]
+
+
+def fields(record: logging.LogRecord, *names: str) -> dict[str, Any]:
+    return {name: getattr(record, name, "(missing)") for name in names}
+
+
+def test_each_cluster_applied_or_refused_is_logged_with_its_file_or_the_reason(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), payments=cluster_file("payments"))
+    api = Api()
+    long = "x" * 600
+
+    def refuse(obj: Obj, **options: Any) -> Obj:
+        if obj["metadata"]["name"] == "payments":
+            raise ApiError(422, "Invalid", long)
+        return Api.apply(api, obj, **options)
+    api.apply = refuse  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.source_dir"):
+        result = source(repo, api).scan()
+    [applied] = records(caplog, "applied KaiwuCluster from the source directory")
+    assert applied.levelno == logging.INFO
+    assert fields(applied, "cluster", "file") == {"cluster": "shop/orders", "file": "orders.yaml"}
+    [refused] = records(caplog, "applying a KaiwuCluster from the source directory failed")
+    assert refused.levelno == logging.ERROR
+    assert fields(refused, "cluster", "error") == {"cluster": "shop/payments", "error": "x" * 500}
+    assert result.failed == ((PAYMENTS, "HTTP 422: " + "x" * 300),)
+
+
+def test_a_broken_file_is_logged_with_its_problems_and_the_clusters_it_keeps(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, payments=cluster_file("payments"))
+    directory = source(repo, Api())
+    directory.scan()
+    (repo / "payments.yaml").write_text(cluster_file("payments", replicas=2))
+    with caplog.at_level(logging.ERROR, logger="reconciler.runtime.source_dir"):
+        [broken] = directory.scan().broken
+    assert broken.problems[0].startswith("payments.yaml:"), "named as under the directory"
+    [logged] = records(caplog, "broken KaiwuCluster file skipped; the other files are still "
+                               "applied")
+    assert logged.levelno == logging.ERROR
+    assert fields(logged, "file", "problems", "kept_clusters") == {
+        "file": "payments.yaml", "problems": list(broken.problems),
+        "kept_clusters": ["shop/payments"]}
+
+
+def test_a_file_removed_while_the_directory_is_read_is_a_broken_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    real_find_files = source_dir.find_files
+    monkeypatch.setattr(source_dir, "find_files",
+                        lambda root: [*real_find_files(root), root / "gone.yaml"])
+    result = source(repo, Api()).scan()
+    assert result.applied == (ORDERS,)
+    [broken] = result.broken
+    assert broken.file == "gone.yaml"
+    assert broken.problems[0].startswith("gone.yaml: [Errno 2] No such file or directory")
+
+
+def test_a_directory_that_cannot_be_read_whole_is_reported_and_nothing_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    problem = Problem(str(repo / "team"), 0, "", "cannot read directory: Permission denied",
+                      "make it readable")
+
+    def unreadable(root: Path) -> list[Path]:
+        raise RenderError([problem])
+    monkeypatch.setattr(source_dir, "find_files", unreadable)
+    api, metrics = Api(), Metrics()
+    with caplog.at_level(logging.ERROR, logger="reconciler.runtime.source_dir"):
+        result = source(repo, api, metrics).scan()
+    assert api.applied == [] and result.root == str(repo)
+    assert result.error == str(RenderError([problem])) and "Permission denied" in result.error
+    assert metrics.value("kaiwu_source_errors_total") == 1
+    [logged] = records(caplog, "part of the source directory cannot be read; nothing applied "
+                               "or pruned")
+    assert fields(logged, "path", "error") == {"path": str(repo), "error": result.error}
+
+
+def test_a_missing_directory_and_an_empty_one_are_logged_as_errors(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    directory = source(repo, Api(), prune_deleted_clusters=True)
+    directory.scan()
+    (repo / "orders.yaml").unlink()
+    with caplog.at_level(logging.ERROR, logger="reconciler.runtime.source_dir"):
+        directory.scan()
+        repo.rmdir()
+        directory.scan()
+    [empty] = records(caplog, f"no KaiwuCluster files under {repo}: not pruning 1 clusters")
+    assert empty.levelno == logging.ERROR
+    [missing] = records(caplog, "the source directory is missing; nothing applied or pruned")
+    assert missing.levelno == logging.ERROR and fields(missing, "path") == {"path": str(repo)}
+
+
+def test_a_cluster_gone_from_the_directory_is_logged_once_when_kept_and_when_deleted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), payments=cluster_file("payments"),
+                     a=cluster_file("a"))
+    api = Api()
+    keeping = source(repo, api)
+    keeping.scan()
+    (repo / "payments.yaml").unlink()
+    (repo / "a.yaml").unlink()
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.source_dir"):
+        keeping.scan()
+        keeping.scan()
+        api.refuse.add("a")
+        source(repo, api, prune_deleted_clusters=True).scan()
+    kept = records(caplog, "KaiwuCluster removed from the source directory is kept "
+                           "(set --prune-deleted-clusters to delete it)")
+    assert [fields(r, "cluster")["cluster"] for r in kept] == ["shop/a", "shop/payments"], \
+        "once each, not at every scan"
+    assert all(r.levelno == logging.WARNING for r in kept)
+    [deleted] = records(caplog, "deleted KaiwuCluster removed from the source directory "
+                                "(its volumes stay)")
+    assert deleted.levelno == logging.WARNING
+    assert fields(deleted, "cluster") == {"cluster": "shop/payments"}
+    [failed] = records(caplog, "pruning a KaiwuCluster failed")
+    assert failed.levelno == logging.ERROR
+    assert fields(failed, "cluster", "error") == {"cluster": "shop/a", "error": "no"}
