@@ -48,7 +48,9 @@ def test_a_source_path_caught_in_a_symlink_loop_is_reported_and_the_source_keeps
             assert directory.status()[-1] == f"source error: {tmp_path / 'a'} is not a directory"
         finally:
             directory.stop()
-    assert "cannot resolve the source directory" in caplog.messages
+    record = next(r for r in caplog.records
+                  if r.getMessage() == "cannot resolve the source directory")
+    assert getattr(record, "error", "").startswith("Symlink loop from ")
 
 
 def applied_replicas(api: Api, name: str) -> int | None:
@@ -74,8 +76,57 @@ def test_a_file_changed_in_the_watched_directory_is_applied_after_a_quiet_spell(
         eventually(lambda: applied_replicas(api, "orders") == 5, "a changed file")
     finally:
         directory.stop()
-    assert not directory.alive and not any(thread.is_alive() for thread in threads
-                                           if thread.name == "source-dir")
+    assert not directory.alive
+    for thread in threads:  # inotify's threads too
+        thread.join(2)
+        assert not thread.is_alive(), thread.name
+    # Started again (a new term of the same replica): everything is applied again.
+    directory.start()
+    try:
+        eventually(lambda: api.applied.count("orders") == 3, "re-applied at the new start")
+    finally:
+        directory.stop()
+
+
+def test_stopping_waits_for_a_scan_in_progress(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api = Api()
+    slow_apply = api.apply
+
+    def slow(obj: Any, **options: Any) -> Any:
+        time.sleep(0.3)
+        return slow_apply(obj, **options)
+    api.apply = slow  # type: ignore[method-assign]
+    directory = source(repo, api, source_debounce_s=0.01)
+    directory.start()
+    eventually(lambda: directory.scans == 0 and directory._lock.locked(), "a scan running")
+    directory.stop()
+    assert not directory.alive and api.applied == ["orders"], "the scan ended first"
+
+
+def test_a_change_made_during_a_scan_is_read_a_quiet_spell_after_it_was_made(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api = Api()
+    applied_at: list[float] = []
+    plain_apply = api.apply
+
+    def slow(obj: Any, **options: Any) -> Any:
+        applied_at.append(time.monotonic())
+        time.sleep(0.25)
+        return plain_apply(obj, **options)
+    api.apply = slow  # type: ignore[method-assign]
+    directory = source(repo, api, source_debounce_s=0.5)
+    directory.start()
+    try:
+        eventually(lambda: applied_at, "the first scan applies")
+        (repo / "orders.yaml").write_text(cluster_file("orders", replicas=5))
+        changed = time.monotonic()
+        eventually(lambda: len(applied_at) == 2, "the change applied")
+        # 0.5 s after the change; a whole quiet spell after the scan ended would be 0.75 s.
+        assert applied_at[1] - changed < 0.7
+    finally:
+        directory.stop()
 
 
 def test_a_burst_of_changes_is_read_once_it_is_over(tmp_path: Path) -> None:
