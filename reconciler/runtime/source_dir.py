@@ -52,6 +52,9 @@ SOURCE_VALUE = "dir"
 # Events that mean content changed; reads (opened, closed_no_write) are ignored, or every scan
 # would trigger the next.
 _CHANGES = frozenset({"created", "deleted", "modified", "moved", "closed"})
+# How long stop() waits for a scan in progress (an apply hung on the API server must not hold
+# up the end of a leadership term for long).
+STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ class DirectorySource:
             self._observer.stop()
             self._observer = None
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
+            self._thread.join(STOP_WAIT_S)
 
     @property
     def alive(self) -> bool:

@@ -15,7 +15,7 @@ from reconciler.kaiwudb.backup import BackupSettings
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.restore_server import default_advertise_host
 from reconciler.kaiwudb.tools import LifecycleSettings
-from reconciler.keys import ClusterKey
+from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.unit.reconciler.controller.test_steps import FakeKube, FakeView
@@ -30,9 +30,13 @@ SETTINGS = Settings(
     restore_http_address="127.0.0.1:18091", restore_advertise_host="10.1.2.3")
 
 
+def clock() -> float:
+    return 1_800_000_000.0
+
+
 def controller(settings: Settings = SETTINGS) -> tuple[Controller, Any, Any, Metrics]:
     kube, view, metrics = FakeKube({}), FakeView({}), Metrics()
-    return Controller(cast(Any, kube), view, settings, metrics), kube, view, metrics
+    return Controller(cast(Any, kube), view, settings, metrics, clock), kube, view, metrics
 
 
 def test_the_passes_steps_run_in_the_documented_order() -> None:
@@ -53,10 +57,10 @@ def test_the_shared_parts_follow_the_settings() -> None:
         kube, view, SETTINGS)
     assert shared.events.kube is kube and shared.events.metrics is metrics
     assert shared.events.instance == "replica-7", "Events name the replica"
-    assert shared.events.clock is made.clock
+    assert shared.events.clock is clock and made.clock is clock
     assert shared.fights.policy == BackoffPolicy(threshold=7, window_s=90.0, base_s=2.0,
                                                  max_s=200.0)
-    assert shared.fights.clock is made.clock
+    assert shared.fights.clock is clock
     assert shared.drift.field_manager == "kaiwu-test"
 
 
@@ -90,9 +94,14 @@ def test_without_an_advertised_host_the_restore_server_names_this_host() -> None
 def test_what_the_steps_remember_of_a_cluster_is_dropped_when_it_goes() -> None:
     made, *_ = controller()
     other = ClusterKey("db", "other")
+    sts = ObjectRef("apps/v1", "StatefulSet", "db", "x")
     for key in (KEY, other):
         made.lifecycle._applied[(key.namespace, key.name)] = 3
         made.restore._written[(key.namespace, key.name)] = {"phase": "written"}
+        made.shared.marks.wrote(key, "x", None)
+        made.shared.fights.record_repair(key, sts, "drift")
     made.reconcile(KEY)  # not in the caches: deleted
     assert list(made.lifecycle._applied) == [("db", "other")]
     assert list(made.restore._written) == [("db", "other")]
+    assert [key for key, _ in made.shared.marks._written] == [other]
+    assert [key for key, _ in made.shared.fights._states] == [other]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ def test_a_file_changed_in_the_watched_directory_is_applied_after_a_quiet_spell(
         eventually(lambda: api.applied.count("orders") == 3, "re-applied at the new start")
     finally:
         directory.stop()
+    directory.stop()  # twice: no harm
 
 
 def test_stopping_waits_for_a_scan_in_progress(tmp_path: Path) -> None:
@@ -102,6 +104,28 @@ def test_stopping_waits_for_a_scan_in_progress(tmp_path: Path) -> None:
     eventually(lambda: directory.scans == 0 and directory._lock.locked(), "a scan running")
     directory.stop()
     assert not directory.alive and api.applied == ["orders"], "the scan ended first"
+
+
+def test_stopping_waits_only_so_long_for_a_scan_that_hangs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(source_dir, "STOP_WAIT_S", 0.1)
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api = Api()
+    release = threading.Event()
+
+    def hung(obj: Any, **options: Any) -> Any:
+        release.wait(5)
+        return obj
+    api.apply = hung  # type: ignore[method-assign]
+    directory = source(repo, api, source_debounce_s=0.01)
+    directory.start()
+    try:
+        eventually(lambda: directory._lock.locked(), "a scan running")
+        started = time.monotonic()
+        directory.stop()
+        assert time.monotonic() - started < 0.5 and directory.alive, "left to end by itself"
+    finally:
+        release.set()
 
 
 def test_a_change_made_during_a_scan_is_read_a_quiet_spell_after_it_was_made(
