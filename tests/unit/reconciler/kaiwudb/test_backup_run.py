@@ -86,7 +86,7 @@ def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Pat
     assert site.kwdb.extern_files((NS, "dev"), "dev-0") == {}
     # One event when it started and one when it completed, saying what and where.
     events = [e for p in passes for e in p.events]
-    assert [e[1] for e in events] == ["BackupStarted", "BackupCompleted"]
+    assert [e[:2] for e in events] == [("Normal", "BackupStarted"), ("Normal", "BackupCompleted")]
     assert events[0][2] == ("KaiwuBackup/first: exporting 6 item(s) from pod dev-0 (node 1), "
                             f"relational tables as of {status['consistentTo']}")
     assert events[1][2] == (f"KaiwuBackup/first: {status['files']} file(s), "

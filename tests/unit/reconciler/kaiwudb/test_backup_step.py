@@ -317,3 +317,38 @@ def test_an_s3_target_naming_no_secret_fails_without_asking_for_a_nameless_one(
     assert (status["phase"], status["reason"]) == ("failed", "TargetUnusable")
     assert status["message"].startswith("spec.target.s3.credentialsSecret None: no such Secret")
     assert ("Secret", "") not in asked
+
+
+def test_retention_goes_on_past_a_backup_whose_files_it_cannot_reach(tmp_path: Path) -> None:
+    world = World()
+    world.add(schedule("nightly", "0 0 3 * * *", keep=1))
+    for name, day in (("b1", 1), ("b2", 2), ("b3", 3)):
+        world.add(backup(name, "completed", f"2026-01-0{day}T03:00:00"))
+    world.objects[("KaiwuBackup", NS, "b1")]["spec"]["target"] = {
+        "volume": {"claimName": "unmounted"}}
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-05T00:00:00"))
+
+    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+                 world.list(k.KAIWU_BACKUP, NS))
+
+    assert [w[2] for w in world.writes if w[0] == "delete"] == ["b2"]
+    assert [e[1] for e in p.events] == ["BackupRetentionFailed", "BackupDeleted"]
+
+
+def test_a_pending_backup_says_why_it_waits_now(tmp_path: Path) -> None:
+    world = World()
+    world.add(backup("first", "", "2026-01-01T03:00:00", sched=""))
+    steps = step(world, tmp_path)
+    p, _cluster = a_pass(at("2026-01-01T03:01:00"), initialized=False)
+    steps.run(p)
+    assert (world.get(k.KAIWU_BACKUP, NS, "first") or {})["status"]["message"] == (
+        "waiting: the cluster is not initialised")
+    p, _cluster = a_pass(at("2026-01-01T03:01:01"), initialized=False)
+    steps.run(p)
+    assert len(world.writes) == 1, "the same reason is not written again"
+
+    p, _cluster = a_pass(at("2026-01-01T03:02:00"), failures={"dev-1": {"since": "x"}})
+    steps.run(p)
+    assert (world.get(k.KAIWU_BACKUP, NS, "first") or {})["status"] == {
+        "phase": "pending", "message": "waiting: failover is looking after dev-1"}

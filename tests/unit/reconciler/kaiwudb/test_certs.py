@@ -858,3 +858,11 @@ def test_a_node_certificate_not_signed_by_the_ca_beside_it_is_refused() -> None:
     assert [(p.secret, p.key, p.message) for p in problems] == [
         ("my-node-tls", "node.crt", "the certificate is not signed by the CA in "
                                     "my-node-tls/ca.crt")]
+
+
+def test_pod_names_are_under_cluster_local_unless_told_otherwise() -> None:
+    cluster = make_cluster(replicas=2)
+    assert certs.pod_dns_names(cluster) == ("orders-0.orders.shop.svc.cluster.local",
+                                            "orders-1.orders.shop.svc.cluster.local")
+    assert certs.pod_dns_names(cluster, "corp.example")[0] == (
+        "orders-0.orders.shop.svc.corp.example")
