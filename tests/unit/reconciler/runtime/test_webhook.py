@@ -12,6 +12,7 @@ import json
 import logging
 import socket
 import ssl
+import threading
 import time
 import warnings
 from datetime import UTC, datetime, timedelta
@@ -121,7 +122,11 @@ def test_the_registration_covers_clusters_and_their_scale_with_v1_reviews_and_an
         ) -> None:
     settings = Settings(webhook=True, lease_namespace="kaiwu-system")
     config = configuration(settings, "kaiwu-system", b"PEM")
+    assert (config["apiVersion"], config["kind"]) == (
+        "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration")
     assert config["metadata"]["name"] == "kaiwu-reconciler-kaiwu-system"
+    assert config["metadata"]["labels"] == {"app.kubernetes.io/name": "kaiwu-reconciler",
+                                            "app.kubernetes.io/part-of": "kaiwu-operator"}
     [webhook] = config["webhooks"]
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["rules"] == [{
@@ -417,6 +422,10 @@ def test_a_webhook_outside_the_cluster_is_registered_by_its_url() -> None:
                                        "caBundle": base64.b64encode(b"PEM").decode()}
     assert (webhook["name"], webhook["matchPolicy"]) == ("kaiwuclusters.kaiwu.inspur.com",
                                                          "Equivalent")
+    ending_in_x = settings.replace(webhook_url="https://hook.example/kaiwuX//")
+    [webhook] = configuration(ending_in_x, "kaiwu-system", b"PEM")["webhooks"]
+    assert webhook["clientConfig"]["url"] == "https://hook.example/kaiwuX/validate", \
+        "only the trailing slashes go"
 
 
 def test_the_bundle_the_api_server_trusts_is_read_from_our_webhook_only() -> None:
@@ -428,6 +437,8 @@ def test_the_bundle_the_api_server_trusts_is_read_from_our_webhook_only() -> Non
     assert live_bundle(other) == b""
     broken = {"webhooks": [{**config["webhooks"][0], "clientConfig": {"caBundle": "%%%"}}]}
     assert live_bundle(broken) == b""
+    unpadded = {"webhooks": [{**config["webhooks"][0], "clientConfig": {"caBundle": "QQQ"}}]}
+    assert live_bundle(unpadded) == b"", "not base64: nothing is trusted"
     two = {"webhooks": [other["webhooks"][0], config["webhooks"][0]]}
     assert live_bundle(two) == b"PEM"
 
@@ -582,6 +593,25 @@ def test_a_client_that_stalls_its_handshake_holds_a_thread_only_so_long(
         server.stop()
 
 
+def test_a_client_that_stalls_does_not_hold_up_the_servers_stop() -> None:
+    server, _, _ = serving()
+    before = set(threading.enumerate())
+    stalled = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    handlers: list[threading.Thread] = []
+    deadline = time.monotonic() + 5
+    while not handlers and time.monotonic() < deadline:  # the server took the connection
+        handlers = [thread for thread in threading.enumerate() if thread not in before]
+        time.sleep(0.01)
+    try:
+        assert holding_up_exit(handlers) == [], "its thread does not keep the process alive"
+        stopper = threading.Thread(target=server.stop, daemon=True)
+        stopper.start()
+        stopper.join(2)
+        assert not stopper.is_alive(), "stop() waited for a client that sends nothing"
+    finally:
+        stalled.close()
+
+
 def test_an_answer_says_how_long_it_is_and_a_one_byte_body_is_read_like_any_other() -> None:
     server, ca, _ = serving(lambda body: {"response": {"allowed": body == 7}})
     try:
@@ -723,7 +753,8 @@ def test_a_handler_that_breaks_is_logged_with_the_client_and_the_traceback(
     finally:
         server.stop()
     [failed] = [r for r in caplog.records if r.getMessage().startswith("webhook request from")]
-    assert failed.levelno == logging.WARNING and failed.exc_info is not None
+    assert failed.levelno == logging.WARNING
+    assert failed.exc_info and failed.exc_info[0] is KeyError, "with its traceback"
     assert failed.getMessage().startswith("webhook request from ('127.0.0.1', ")
     assert failed.getMessage().endswith(") failed")
 
