@@ -28,6 +28,7 @@ from reconciler.runtime.source_dir import (
     symlink_parents,
 )
 from reconciler.settings import Settings
+from renderer import loader
 from renderer.errors import Problem, RenderError
 
 ORDERS, PAYMENTS = ClusterKey("shop", "orders"), ClusterKey("shop", "payments")
@@ -218,7 +219,7 @@ def test_a_file_skipped_does_not_stop_the_files_after_it(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     repo = repo_with(tmp_path, a="kind: [", b=cluster_file("orders"), c=cluster_file("orders"),
                      d=cluster_file("payments"))
-    real_find_files = source_dir.find_files
+    real_find_files = loader.find_files
     monkeypatch.setattr(source_dir, "find_files",
                         lambda root: [root / "0-gone.yaml", *real_find_files(root)])
     result = source(repo, Api()).scan()
@@ -420,7 +421,7 @@ def test_a_broken_file_is_logged_with_its_problems_and_the_clusters_it_keeps(
 def test_a_file_removed_while_the_directory_is_read_is_a_broken_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = repo_with(tmp_path, orders=cluster_file("orders"))
-    real_find_files = source_dir.find_files
+    real_find_files = loader.find_files
     monkeypatch.setattr(source_dir, "find_files",
                         lambda root: [*real_find_files(root), root / "gone.yaml"])
     result = source(repo, Api()).scan()

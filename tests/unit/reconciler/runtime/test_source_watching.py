@@ -234,7 +234,7 @@ def test_a_directory_made_after_the_start_is_picked_up(tmp_path: Path) -> None:
     directory.start()
     try:
         eventually(lambda: directory.scans == 1, "read at start")
-        assert directory.watched == (tmp_path,), "its parent, for when it appears"
+        assert tuple(directory.watched) == (tmp_path,), "its parent, for when it appears"
         repo.mkdir()
         (repo / "orders.yaml").write_text(cluster_file("orders"))
         eventually(lambda: applied_replicas(api, "orders") == 3, "the new directory read")
@@ -365,8 +365,8 @@ def test_content_changes_ask_for_a_scan_reads_and_directory_touches_do_not(
     handler.on_any_event(FileDeletedEvent(file))
     assert directory.watched == (tmp_path, repo), "a file inside: the watches still hold"
     handler.on_any_event(DirDeletedEvent(str(repo)))
-    assert directory.watched == (), "a watched directory gone: its watch is dead, set all up"
+    assert tuple(directory.watched) == (), "a watched directory gone: its watch is dead, set all up"
     directory.watched = (tmp_path, repo)
     handler.on_any_event(DirMovedEvent(str(repo), str(tmp_path / "elsewhere")))
-    assert directory.watched == ()
+    assert tuple(directory.watched) == ()
     assert len(requested) == 8
