@@ -155,12 +155,15 @@ def test_the_secret_keys_holding_the_s3_credentials_can_be_named_in_the_spec() -
     # A key the spec names and the Secret lacks: the fix names the field that chose it.
     for field, other, missing in (("accessKeyIdKey", "secretAccessKeyKey", "user"),
                                   ("secretAccessKeyKey", "accessKeyIdKey", "password")):
-        without = {"data": {k: v for k, v in minio["data"].items() if k != missing}}
+        without: dict[str, Any] = {
+            "data": {k: v for k, v in minio["data"].items() if k != missing}}
+
+        def secret(namespace: str, name: str, found: dict[str, Any] = without) -> Any:
+            return found
         with pytest.raises(TargetError) as refused:
             target_for({"s3": {"bucket": "backups", "credentialsSecret": {
                 "name": "creds", field: missing, other: "AWS_ACCESS_KEY_ID"}}},
-                "ns", "dev", "b1", volumes_dir="/nowhere", secrets=lambda ns, name, w=without: w,
-                s3_factory=factory)
+                "ns", "dev", "b1", volumes_dir="/nowhere", secrets=secret, s3_factory=factory)
         assert str(refused.value) == (f"spec.target.s3.credentialsSecret 'creds': the Secret "
                                       f"has no key {missing!r}; add it or set {field}")
 
