@@ -41,12 +41,11 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True)
 class Document:
-    """One YAML document: its file (as the user named it), position and parsed content (plain
+    """One YAML document: its file (as the user named it), first line and parsed content (plain
     dicts, lists and scalars); `lines` maps id() of each mapping to {key: line} and of each
     sequence to [line of each item] (1-based)."""
 
     file: str
-    index: int
     line: int
     content: Any
     lines: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -133,7 +132,7 @@ def _plain(text: str) -> Any:
                 return float(text.replace("_", ""))
             except ValueError:  # `._`: a float by the pattern, no digits in it
                 return text
-        if text[0] != "_" and _INT.fullmatch(text):
+        if _INT.fullmatch(text):
             return _integer(text)
         return text
     if text in _NULL:
@@ -232,9 +231,15 @@ def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS,
             what += " (a \\uD800-\\uDFFF escape is a lone UTF-16 surrogate, not text)"
             fix = "write the character itself, or a \\U00XXXXXX escape for it"
         raise RenderError([Problem(file, line, "", f"invalid YAML: {what}", fix)]) from None
-    except yaml.YAMLError as error:
-        raise RenderError([Problem(file, 0, "", f"invalid YAML: {error}",
-                                   "fix the YAML syntax")]) from None
+    except yaml.reader.ReaderError as error:
+        # A character YAML allows nowhere (a control character): the reader stops at its first
+        # occurrence, and says where as an offset (libyaml's counts UTF-8 bytes), so the line is
+        # found from the character.
+        line = text.count("\n", 0, text.find(chr(error.character))) + 1
+        raise RenderError([Problem(
+            file, line, "", f"invalid YAML: character U+{error.character:04X} is not allowed",
+            "remove it, or write it as an escape such as \\x07 in a double-quoted string")]) \
+            from None
 
 
 def _too_large(file: str, limits: InputLimits = INPUT_LIMITS) -> Problem:
@@ -340,7 +345,7 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                 anchors.clear()
             elif kind is yaml.DocumentEndEvent:
                 if root is not None:
-                    documents.append(Document(file, count - 1, root_line, root, lines))
+                    documents.append(Document(file, root_line, root, lines))
                 lines = {}
             elif kind is yaml.StreamEndEvent:
                 return documents

@@ -207,6 +207,6 @@ def live_problem(live: dict[str, Any], path: Iterable[Any], message: str, fix: s
     return Problem(f"KaiwuCluster {where}", 0, _dotted(path), message, fix)
 
 
-def load_clusters(root: Path, display_root: Path | None = None) -> list[SourceCluster]:
+def load_clusters(root: Path) -> list[SourceCluster]:
     """Every KaiwuCluster under `root` (a directory or one file), checked."""
-    return read_clusters(load_documents(find_files(root), display_root))
+    return read_clusters(load_documents(find_files(root)))

@@ -174,12 +174,13 @@ def _describe(error: jsonschema.ValidationError) -> SchemaViolation:
         hint = _PATTERN_HINTS.get(str(error.validator_value),
                                   f"it must match {error.validator_value}")
         return SchemaViolation(path, f"{value!r} has the wrong form", hint)
-    if kind in ("minLength", "maxLength") and isinstance(value, str):
+    if kind in ("minLength", "maxLength"):  # jsonschema checks the length of strings only
+        text = str(value)
         bound = "at least" if kind == "minLength" else "at most"
-        shown = value if len(value) <= 40 else f"{value[:37]}..."
-        return SchemaViolation(path, f"{shown!r} is {len(value)} characters long",
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
+        return SchemaViolation(path, f"{shown!r} is {len(text)} characters long",
                                f"use {bound} {error.validator_value} characters")
-    if kind in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"):
+    if kind in ("minimum", "maximum", "minItems", "maxItems"):
         bound = "at least" if kind.startswith("min") else "at most"
         return SchemaViolation(path, f"{value!r} is out of range",
                                f"use a value {bound} {error.validator_value}")

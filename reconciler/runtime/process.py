@@ -169,8 +169,11 @@ class Runtime:
         else:
             self.metrics.leader.set(1)
             self._start_term()
-        self._resync = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
-        self._resync.start()
+        # Published once running: /healthz (already served) takes an unstarted thread for a
+        # stopped one.
+        resync = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
+        resync.start()
+        self._resync = resync
         log.info("reconciler started", extra={
             "identity": settings.identity, "http_port": self.http_port,
             "namespace": settings.watch_namespace or "(all)", "source": settings.source,
@@ -309,13 +312,14 @@ class Runtime:
             term.source = DirectorySource(directory, self.kube, self.caches, self.settings,
                                           self.metrics, self.events)
             term.source.start()
+        queued = self.queue.depth  # read before the workers start taking from the queue
         workers = [threading.Thread(target=self._work, args=(term,), name=f"worker-{i}",
                                     daemon=True) for i in range(self.settings.workers)]
-        term.workers = workers
         for worker in workers:
             worker.start()
+        term.workers = workers  # once running, as the resync thread (start)
         log.info("workers started", extra={"workers": self.settings.workers,
-                                           "clusters": self.queue.depth})
+                                           "clusters": queued})
 
     def _end_term(self) -> None:
         with self._term_lock:

@@ -52,6 +52,9 @@ SOURCE_VALUE = "dir"
 # Events that mean content changed; reads (opened, closed_no_write) are ignored, or every scan
 # would trigger the next.
 _CHANGES = frozenset({"created", "deleted", "modified", "moved", "closed"})
+# How long stop() waits for a scan in progress (an apply hung on the API server must not hold
+# up the end of a leadership term for long).
+STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ class DirectorySource:
             self._observer.stop()
             self._observer = None
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
+            self._thread.join(STOP_WAIT_S)
 
     @property
     def alive(self) -> bool:
@@ -229,7 +232,7 @@ class DirectorySource:
             real = self.path.resolve()
             if real.is_dir():
                 wanted.append((real, True))
-        except OSError as error:
+        except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop
             log.warning("cannot resolve the source directory", extra={"error": str(error)})
         if tuple(path for path, _ in wanted) == self.watched:
             return
@@ -257,7 +260,10 @@ class DirectorySource:
         return result
 
     def _scan(self, force: bool) -> ScanResult:
-        real = self.path.resolve()
+        try:
+            real = self.path.resolve()
+        except RuntimeError:  # a symlink loop (Python 3.11; 3.13 leaves the path): no directory
+            real = self.path
         if not real.is_dir():
             self.metrics.source_errors_total.inc()
             log.error("the source directory is missing; nothing applied or pruned",

@@ -69,6 +69,13 @@ LABELS = {"app.kubernetes.io/name": "kaiwu-reconciler", "app.kubernetes.io/part-
 MAX_BODY = 4 * 1024 * 1024
 # A client that stalls the TLS handshake or its request holds one thread this long at most.
 SOCKET_TIMEOUT_S = 10.0
+# How often the certificate loop looks while nothing is served yet (a fresh install waits for
+# the leader's CA), when webhook_reload_s is longer.
+UNSERVED_RELOAD_S = 1.0
+# Judged once when a decider is made: the schema validator is built on first use (about half a
+# second), so it is built then, not on a user's request.
+WARM_UP: Obj = {"apiVersion": f"{GROUP}/v1", "kind": "KaiwuCluster",
+                "metadata": {"name": "warm-up", "namespace": "default"}, "spec": {}}
 
 
 def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
@@ -205,9 +212,7 @@ def decider(view: CacheView, kube: Kube, settings: Settings
                          watched=watched)
         return response(body, verdict)
 
-    # The schema validator is built on first use (about half a second): not on a user's request.
-    judge({"apiVersion": f"{GROUP}/v1", "kind": "KaiwuCluster",
-           "metadata": {"name": "warm-up", "namespace": "default"}, "spec": {}}, None)
+    judge(WARM_UP, None)  # builds the schema validator now
     return decide
 
 
@@ -325,7 +330,7 @@ class WebhookManager:
                 log.exception("webhook certificate loop failed")
             # Quick while nothing is served yet (a fresh install waits for the leader's CA).
             wait = self.settings.webhook_reload_s if self.server.serving else min(
-                1.0, self.settings.webhook_reload_s)
+                UNSERVED_RELOAD_S, self.settings.webhook_reload_s)
             self._wake.wait(wait)
             self._wake.clear()
 

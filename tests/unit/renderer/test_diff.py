@@ -11,6 +11,7 @@ Secrets never appear in the output.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -20,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from renderer import diff, render
+from renderer import diff, loader, render
+from renderer.errors import RenderError
 from tests.support.render import (
     Run,
     clean_env,
     cluster,
     kaiwu,
-    kaiwu_process,
     line_of,
     to_text,
     write_yaml,
@@ -67,10 +68,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repo]:
     """Two clusters committed once: dev (insecure, 3 nodes) and orders (TLS, 5 nodes)."""
     root = tmp_path / "infra"
     root.mkdir()
-    env = clean_env(tmp_path)
-    for key in ("HOME", "GIT_CONFIG_NOSYSTEM", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
-                "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
-        monkeypatch.setenv(key, env[key])
+    env = isolated_git(monkeypatch, tmp_path)
     repo = Repo(root, env)
     repo.git("init", "-q", "-b", "main")
     repo.write("dev.yaml", dev())
@@ -78,6 +76,18 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repo]:
     repo.commit("two clusters")
     monkeypatch.chdir(root)
     yield repo
+
+
+def isolated_git(monkeypatch: pytest.MonkeyPatch, home: Path) -> dict[str, str]:
+    """This process's git sees no user configuration (as clean_env's subprocesses)."""
+    env = clean_env(home)
+    for key in os.environ:
+        if key.startswith("GIT_") and key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key == "HOME" or key.startswith("GIT_"):
+            monkeypatch.setenv(key, value)
+    return env
 
 
 def dev(**changes: Any) -> dict[str, Any]:
@@ -193,6 +203,25 @@ def test_what_both_sides_hold_alike_is_checked_built_and_written_once_or_not_at_
         "alpha and beta once each, gamma on each side; two texts for the one changed object"
 
 
+def test_two_revisions_or_a_revision_and_the_working_tree_share_what_they_hold_alike(
+        repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same with git revisions: a file both sides hold alike is read and checked once."""
+    repo.write("dev.yaml", dev(replicas=4))
+    repo.commit("dev: four")
+    reads, checks = count(monkeypatch, loader, "_read"), count(monkeypatch, render, "_read_one")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 1 and listed(run) == [("changed", "StatefulSet kaiwu-dev/dev")]
+    assert (len(reads), len(checks)) == (3, 3), "orders once, dev on each side"
+
+    repo.write("dev.yaml", dev(replicas=5))
+    reads.clear()
+    checks.clear()
+    assert repo.diff("clusters", "--base", "HEAD").code == 1
+    assert (len(reads), len(checks)) == (3, 3)
+
+
 def count(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[object]:
     """Record the calls of module.name (and still make them)."""
     calls: list[object] = []
@@ -218,8 +247,7 @@ def test_a_respelt_quantity_is_no_change(tmp_path: Path) -> None:
 
 
 def test_a_bad_revision_is_an_error_not_a_traceback(repo: Repo) -> None:
-    run = kaiwu_process("diff", "clusters", "--base", "no-such-branch", cwd=repo.root,
-                        env=repo.env)
+    run = repo.diff("clusters", "--base", "no-such-branch")
     assert run.code == 2
     assert "Traceback" not in run.stderr
     assert "no-such-branch" in run.stderr
@@ -270,6 +298,7 @@ def test_an_invalid_head_is_still_an_error(repo: Repo) -> None:
 
 
 def test_a_version_downgrade_is_flagged_as_refused_by_the_reconciler(repo: Repo) -> None:
+    repo.write("billing.yaml", cluster("billing", "shop"))  # new, and read before orders
     repo.write("orders.yaml", orders(version="3.1.0"))
 
     run = repo.diff("clusters", "--base", "HEAD")
@@ -294,15 +323,33 @@ def test_a_major_version_change_is_flagged_and_a_minor_upgrade_is_not(repo: Repo
     assert "REFUSED" not in repo.diff("clusters", "--base", "HEAD").stdout
 
 
-def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(repo: Repo,
-                                                                   tmp_path: Path) -> None:
+def test_a_version_that_is_no_plain_number_is_not_judged(repo: Repo) -> None:
+    """3.2.1.beta is a valid spec.version but no number to compare: the change is shown, neither
+    refused nor an error."""
+    repo.write("orders.yaml", orders(version="3.2.1.beta"))
+    repo.commit("orders: beta")
+    repo.write("orders.yaml", orders(version="3.2.0"))
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert run.code == 1, run.stderr
+    assert "REFUSED" not in run.stdout
+    assert listed(run) == [("changed", "StatefulSet shop/orders")]
+    repo.write("orders.yaml", orders(version="3.2.1.beta"))
+    back = repo.diff("clusters", "--base", "HEAD~1")  # 3.2.1 -> 3.2.1.beta
+    assert back.code == 1 and "REFUSED" not in back.stdout
+
+
+def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(
+        repo: Repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo.write("dev.yaml", dev(replicas=5))
     repo.commit("dev: five nodes")
     clone = tmp_path / "shallow"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{repo.root}", str(clone)],
                    check=True, env=repo.env)
+    monkeypatch.chdir(clone)
 
-    run = kaiwu_process("diff", "clusters", "--base", "HEAD~1", cwd=clone, env=repo.env)
+    run = kaiwu("diff", "clusters", "--base", "HEAD~1")
 
     assert run.code == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[0] == (
@@ -311,14 +358,98 @@ def test_a_shallow_clone_without_the_base_says_to_fetch_the_history(repo: Repo,
         "--unshallow origin)")
 
 
-def test_outside_a_git_repository_diff_names_the_fix(tmp_path: Path) -> None:
+def test_outside_a_git_repository_diff_names_the_fix(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     write_yaml(tmp_path / "plain" / "clusters" / "dev.yaml", dev())
-    run = kaiwu_process("diff", "clusters", "--base", "origin/main", cwd=tmp_path / "plain",
-                        env=clean_env(tmp_path))
+    isolated_git(monkeypatch, tmp_path)
+    monkeypatch.chdir(tmp_path / "plain")
+    run = kaiwu("diff", "clusters", "--base", "origin/main")
     assert run.code == 2 and "Traceback" not in run.stderr
     assert run.stderr.splitlines()[0] == (
         ".: is not a git repository (run kaiwu diff inside the repository, name it with "
         "--repo DIR, or compare two directories)")
+
+
+def test_without_git_diff_of_revisions_says_to_install_it(repo: Repo, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "no-git").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git"))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert (run.code, run.stdout) == (2, "")
+    assert run.stderr.splitlines()[0] == (
+        "git: git is not installed (install git, or compare two directories)")
+
+
+def test_a_repository_missing_an_object_names_the_git_command_that_failed(repo: Repo) -> None:
+    """A clone that lost a file's blob (a broken partial clone, a pruned object store): git's
+    own last line of complaint, the command that gave it, and what to check."""
+    blob = repo.git("rev-parse", "HEAD:clusters/dev.yaml")
+    (repo.root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert (run.code, run.stdout) == (2, "")
+    said = run.stderr.splitlines()[0]
+    assert said.startswith("git show HEAD:clusters/dev.yaml: fatal: "), said  # git's words vary
+    assert said.endswith(" (check the revision name (e.g. origin/main) and the path)"), said
+
+
+def test_a_git_that_fails_without_a_word_is_still_named(repo: Repo, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "mute-git" / "git"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 2
+    assert run.stderr.splitlines()[0] == (
+        "git rev-parse --show-toplevel: failed (check the revision name (e.g. origin/main) and "
+        "the path)")
+
+
+def test_gits_own_output_never_reaches_the_terminal(repo: Repo,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    """git's answers (the commit a revision names, its complaints) are read, not passed on:
+    what the user sees is the diff, or the problem in kaiwu's words."""
+    assert repo.diff("clusters", "--base", "HEAD").code == 0
+    assert repo.diff("clusters", "--base", "no-such-branch").code == 2
+    assert capfd.readouterr() == ("", "")
+
+
+def test_git_problems_name_where_without_a_line_or_spec_path(repo: Repo, tmp_path: Path) -> None:
+    """The problems `kaiwu diff` prints as `where: problem (fix)`: line 0 and no path, so they
+    sort with the problems of files like any other."""
+    plain, elsewhere = tmp_path / "plain", str(tmp_path / "elsewhere")
+    plain.mkdir()
+    for path, revision, git_dir, where, message in [
+            ("clusters", "nope", repo.root, "nope", "is not a revision of this repository"),
+            ("clusters", "HEAD", plain, str(plain), "is not a git repository"),
+            (elsewhere, "HEAD", repo.root, elsewhere, "is not inside the git repository")]:
+        with pytest.raises(RenderError) as raised:
+            diff.documents_at_revision(path, revision, git_dir)
+        [problem] = raised.value.problems
+        assert (problem.file, problem.line, problem.path, problem.message) == (
+            where, 0, "", message)
+
+
+def test_the_repository_can_be_named_from_outside_it(repo: Repo, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--repo infra` from infra's parent: the path is the user's, relative to where they stand
+    (a real process does the same in test_cli.py)."""
+    repo.write("dev.yaml", dev(replicas=4))
+    monkeypatch.chdir(tmp_path)
+    run = kaiwu("diff", "infra/clusters", "--base", "HEAD", "--repo", "infra")
+    assert run.code == 1, run.stderr
+    assert listed(run) == [("changed", "StatefulSet kaiwu-dev/dev")]
+
+
+def test_a_path_outside_the_repository_is_named(repo: Repo, tmp_path: Path) -> None:
+    run = repo.diff(str(tmp_path / "elsewhere"), "--base", "HEAD")
+    assert (run.code, run.stdout) == (2, "")
+    assert run.stderr.splitlines()[0] == (
+        f"{tmp_path / 'elsewhere'}: is not inside the git repository (run kaiwu diff from "
+        f"inside {repo.root})")
 
 
 def test_an_invalid_spec_in_the_working_tree_is_named_with_its_path(repo: Repo) -> None:
@@ -433,8 +564,9 @@ def test_markdown_has_a_summary_table_and_one_collapsible_diff_per_object(repo: 
     assert run.code == 1
     lines = run.stdout.splitlines()
     assert lines[0] == "### KaiwuDB manifests: 5 added, 1 changed, 0 removed, 9 unchanged"
-    assert lines[2:4] == ["| change | object |", "| --- | --- |"]
+    assert lines[1:4] == ["", "| change | object |", "| --- | --- |"]
     assert "| changed | `StatefulSet kaiwu-dev/dev` |" in lines
+    assert "` |\n\n<details><summary>" in run.stdout, "a blank line between table and diffs"
     assert run.stdout.count("<details><summary>") == 6
     assert run.stdout.count("```diff\n") == run.stdout.count("</details>") == 6
 
@@ -461,6 +593,17 @@ def test_a_huge_change_stays_within_the_comment_budget(repo: Repo) -> None:
     assert re.search(r"^_[0-9]+ more object diffs left out to fit the comment; run `kaiwu diff` "
                      r"locally for all of them\._$", run.stdout, re.MULTILINE)
     assert run.stdout.count("<details>") == run.stdout.count("</details>") >= 1
+
+
+def test_a_cut_table_keeps_to_half_the_budget_and_counts_what_it_left_out() -> None:
+    changes = tuple(diff.ObjectChange(f"StatefulSet shop/c-{i:03d}", "added", "+x\n")
+                    for i in range(100))
+    text = diff.format_markdown(diff.TreeDiff(changes, unchanged=0), budget=3000)
+    more = re.search(r"^\| \.\.\. \| _([0-9]+) more objects: run `kaiwu diff` locally for the "
+                     r"full list_ \|\n", text, re.MULTILINE)
+    assert more is not None, text
+    assert more.end() <= 3000 // 2, "the table, its last row included, within half the budget"
+    assert text.count("| added |") + int(more[1]) == 100
 
 
 def test_a_table_too_long_for_the_comment_is_cut_too() -> None:

@@ -172,6 +172,15 @@ def test_the_same_cluster_defined_in_two_files_names_both_places(tmp_path: Path)
     assert fix == "rename one of them or move it to another namespace"
 
 
+def test_a_duplicate_cluster_does_not_hide_the_mistakes_after_it(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "src" / "a.yaml", cluster("orders", "shop"), cluster("orders", "shop"),
+               cluster("billing", "shop", replicas=0))
+    run = kaiwu("validate", tmp_path / "src")
+    assert [(path, message) for _, _, path, message, _ in problems(run)] == [
+        ("metadata.name", f"cluster shop/orders is already defined in {tmp_path}/src/a.yaml:4"),
+        ("spec.replicas", "0 is out of range")]
+
+
 def test_the_same_name_in_two_namespaces_is_two_clusters(tmp_path: Path) -> None:
     write_yaml(tmp_path / "src" / "a.yaml", cluster("orders", "shop"),
                cluster("orders", "shop-staging"))

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 
 from renderer import emit
+from renderer.errors import Problem, RenderError
+from renderer.loader import find_files
 from tests.support.render import EXAMPLES, SUMMARY_LINE, Run, kaiwu, read_tree
 
 NOBODY = 65534
@@ -109,6 +111,12 @@ def test_fs_a_source_directory_that_cannot_be_entered_is_named(scratch: Path) ->
             line = refused_once(kaiwu(*command))
         assert line.startswith(f"{hidden}: cannot read directory: Permission denied"), line
     assert not (scratch / "out").exists()
+    with unprivileged(), pytest.raises(RenderError) as raised:
+        find_files(scratch / "src")
+    assert raised.value.problems == (Problem(
+        str(hidden), 0, "", "cannot read directory: Permission denied",
+        "make it readable and traversable (chmod u+rx), or move it out of the source "
+        "directory"),)
 
 
 def test_fs_an_output_directory_inside_a_read_only_parent_is_refused(scratch: Path) -> None:

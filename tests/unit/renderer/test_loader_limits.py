@@ -63,6 +63,7 @@ def test_documents_are_counted() -> None:
     assert len(parse_text("---\na: 1\n" * 3, "spec.yaml", InputLimits(max_documents=3))) == 3
     line, message = refusal("---\na: 1\n" * 4, InputLimits(max_documents=3))
     assert line == 7 and "more than 3 documents" in message
+    assert "renderer.settings.InputLimits.max_documents" in message
 
 
 def test_a_file_over_the_size_limit_is_refused_before_parsing() -> None:
@@ -83,8 +84,9 @@ def test_lines_are_kept_for_keys_items_and_merged_keys() -> None:
     assert document.content["spec"] == {"memory": "2Gi", "items": ["a", {"name": "b",
                                         "size": 3}], "cpu": "1"}
     paths: list[list[str | int]] = [["spec", "memory"], ["spec", "cpu"], ["spec", "items", 1],
-                                    ["spec", "items", 1, "size"], ["spec", "missing"]]
-    assert [document.line_of(path) for path in paths] == [6, 2, 9, 10, 4]
+                                    ["spec", "items", 1, "size"], ["spec", "missing"],
+                                    ["spec", "items", 2], ["spec", "items", 9]]
+    assert [document.line_of(path) for path in paths] == [6, 2, 9, 10, 4, 7, 7]
 
 
 SCALARS = st.text("0123456789abefnotruxlNTFYo._+-:~eE ", min_size=1, max_size=8)

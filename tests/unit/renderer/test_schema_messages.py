@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 
 from renderer import schema
@@ -163,3 +164,24 @@ def test_defaults_reach_the_values_of_a_map_too() -> None:
     value = {"pools": {"a": {}, "b": {"size": 5}}}
     schema._default(value, node)
     assert value == {"pools": {"a": {"size": 3}, "b": {"size": 5}}}
+
+
+@pytest.mark.parametrize(("keyword", "bad", "message", "fix"), [
+    ({"minItems": 1}, [], "[] is out of range", "use a value at least 1"),
+    ({"multipleOf": 5}, 7, "7 is not a multiple of 5", "see `kubectl explain kaiwucluster.spec`"),
+])
+def test_a_validator_the_crd_does_not_use_yet_still_reads_as_a_mistake_and_a_fix(
+        keyword: dict[str, Any], bad: Any, message: str, fix: str) -> None:
+    """A CRD that gains minItems reads like maxItems; any other new validator keeps its own
+    message, with where to look."""
+    [error] = jsonschema.Draft4Validator({"properties": {"spec": keyword}}).iter_errors(
+        {"spec": bad})
+    violation = schema._describe(error)
+    assert (violation.path, violation.message, violation.fix) == (("spec",), message, fix)
+
+
+def test_a_too_long_value_is_shown_whole_up_to_40_characters() -> None:
+    check = jsonschema.Draft4Validator({"properties": {"spec": {"maxLength": 3}}})
+    for value, shown in (("y" * 40, "y" * 40), ("y" * 41, "y" * 37 + "...")):
+        [error] = check.iter_errors({"spec": value})
+        assert schema._describe(error).message == f"{shown!r} is {len(value)} characters long"

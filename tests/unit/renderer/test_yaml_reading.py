@@ -8,6 +8,8 @@ YAML 1.1 made of them; explicit tags (`!!int "3"`) convert or are refused at the
 from __future__ import annotations
 
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,11 @@ def test_floats_and_the_special_values() -> None:
     assert read[8:16] == [math.inf, -math.inf, math.inf, 10.5, 500.0, "3.2.1", 1.2, -math.inf]
     assert math.isnan(read[16])
     assert type(read[4]) is float
+
+
+def test_underscores_in_a_float_are_dropped_wherever_they_stand() -> None:
+    """As ruamel.yaml read them, also where Python's float() refuses an underscore."""
+    assert values("v: [1__0.5, 1_.5, 1._5]\n")["v"] == [10.5, 1.5, 1.5]
 
 
 def test_explicit_tags_convert_the_text_they_fit() -> None:
@@ -95,11 +102,17 @@ def test_yaml_a_spec_cannot_use_is_refused_at_its_line_with_the_fix(text: str,
 
 
 def test_the_node_limit_admits_exactly_its_number_of_nodes() -> None:
-    text = "a: [1, 2, 3]\n"  # the mapping, its key, the list and three items: 6 nodes
-    assert parse_text(text, "spec.yaml", InputLimits(max_nodes=6))
-    with pytest.raises(RenderError) as raised:
-        parse_text(text, "spec.yaml", InputLimits(max_nodes=5))
-    assert "more than 5 nodes with aliases expanded" in str(raised.value)
+    text = "a: [1, 2, 3]\nb:\n  c: 1\n"  # the mapping, a, the list, 3 items, b, a mapping...
+    assert parse_text(text, "spec.yaml", InputLimits(max_nodes=10))
+    aliased = "a: &x 1\nb: *x\n"  # an alias of a scalar counts as the one node it repeats
+    assert parse_text(aliased, "spec.yaml", InputLimits(max_nodes=5))
+    with pytest.raises(RenderError):
+        parse_text(aliased, "spec.yaml", InputLimits(max_nodes=4))
+    for limit, line in ((5, 1), (7, 3)):  # crossed at an item, and at b's mapping (line 3)
+        with pytest.raises(RenderError) as raised:
+            parse_text(text, "spec.yaml", InputLimits(max_nodes=limit))
+        assert str(raised.value).startswith(
+            f"spec.yaml:{line}: more than {limit} nodes with aliases expanded"), limit
 
 
 def test_limits_name_themselves_and_say_what_to_do() -> None:
@@ -117,6 +130,29 @@ def test_limits_name_themselves_and_say_what_to_do() -> None:
         "of it)")
 
 
+def test_a_file_that_grows_after_its_size_was_checked_is_still_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written to between the size check and the read (a log, an editor saving) is read
+    only up to the limit, and refused by name like any file too large."""
+    growing = tmp_path / "growing.yaml"
+    growing.write_bytes(b"a: " + b"x" * INPUT_LIMITS.max_file_bytes + b"\n")
+    real_stat = Path.stat
+
+    def stat_before_it_grew(path: Path, **options: Any) -> os.stat_result:
+        found = real_stat(path, **options)
+        if path != growing:
+            return found
+        fields = list(found)
+        fields[stat.ST_SIZE] = 10
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(Path, "stat", stat_before_it_grew)
+    with pytest.raises(RenderError) as raised:
+        load_documents([growing], display_root=tmp_path)
+    assert str(raised.value).startswith(
+        f"growing.yaml: file is larger than {INPUT_LIMITS.max_file_bytes} bytes")
+
+
 def test_every_unreadable_file_is_reported_not_only_the_first(tmp_path: Path) -> None:
     large = tmp_path / "large.yaml"
     large.write_bytes(b"a: " + b"x" * INPUT_LIMITS.max_file_bytes + b"\n")
@@ -132,3 +168,25 @@ def test_every_unreadable_file_is_reported_not_only_the_first(tmp_path: Path) ->
     assert lines[1].endswith("(make it a readable UTF-8 text file)")
     assert lines[2].startswith(f"large.yaml: file is larger than {INPUT_LIMITS.max_file_bytes}")
     assert len(lines) == 3
+    assert [problem.line for problem in raised.value.problems] == [2, 0, 0]
+
+
+@pytest.mark.parametrize("character", ["\x07", "\x00", "\x1b"])
+def test_a_control_character_is_one_problem_line_at_its_line(character: str) -> None:
+    """A bell or an escape sequence pasted into a spec: YAML allows neither anywhere. The user
+    reads one line, with the line of the character, like every other problem."""
+    with pytest.raises(RenderError) as raised:
+        values(f"a: 1\nbé: é{character}x\nc: {character}\n")
+    assert str(raised.value) == (
+        f"spec.yaml:2: invalid YAML: character U+{ord(character):04X} is not allowed (remove "
+        "it, or write it as an escape such as \\x07 in a double-quoted string)")
+    assert raised.value.problems[0].path == ""
+
+
+def test_a_yaml_syntax_error_names_its_line_and_says_to_fix_the_syntax_there() -> None:
+    with pytest.raises(RenderError) as raised:
+        values("a: 1\nb: [1, 2\nc: 3\n")
+    [problem] = raised.value.problems
+    assert (problem.line, problem.path, problem.fix) == (
+        3, "", "fix the YAML syntax at this line")
+    assert problem.message.startswith("invalid YAML: ")

@@ -6,6 +6,9 @@ and what each of its HTTP endpoints (reconciler.runtime.http) answers the probes
 
 from __future__ import annotations
 
+import logging
+import socket
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +22,7 @@ from reconciler.metrics import Metrics
 from reconciler.runtime.http import HealthServer
 from reconciler.settings import Settings
 from tests.support.runtime import fetch, running, sample
+from tests.support.threads import holding_up_exit, threads_started
 from tests.world.controlplane import free_port
 
 
@@ -63,6 +67,7 @@ def test_probes_get_each_check_and_its_lines_and_prometheus_its_page() -> None:
         port = server.port
         assert fetch(port, "/healthz") == (200, "ok\nleader: yes\n")
         assert fetch(port, "/livez?verbose") == (200, "ok\nleader: yes\n")
+        assert fetch(port, "/livez?a=1?b=2") == (200, "ok\nleader: yes\n"), "path ends at ?"
         assert fetch(port, "/readyz") == (503, "failed\ncaches: waiting for Pod\n")
         state["ready"] = (True, [])
         assert fetch(port, "/readyz") == (200, "ok\n")
@@ -81,3 +86,63 @@ def test_probes_get_each_check_and_its_lines_and_prometheus_its_page() -> None:
         server.stop()
     with pytest.raises(OSError):
         fetch(port, "/healthz")
+
+
+def ok() -> tuple[bool, list[str]]:
+    return True, []
+
+
+def test_the_server_runs_in_one_thread_named_http_that_never_holds_up_exit() -> None:
+    server = HealthServer("127.0.0.1", 0, Metrics(), healthy=ok, ready=ok)
+    with threads_started() as started:
+        server.start()
+    try:
+        assert [thread.name for thread in started] == ["http"]
+        assert holding_up_exit(started) == [], "a replica that must exit is not kept alive"
+    finally:
+        server.stop()
+
+
+def test_a_replica_stops_its_server_within_a_tenth_of_a_second() -> None:
+    # The server looks for a stop request every 0.1 s (the default would be every 0.5 s, and
+    # every replica's shutdown would wait for it).
+    took = []
+    for _ in range(3):
+        server = HealthServer("127.0.0.1", 0, Metrics(), healthy=ok, ready=ok)
+        server.start()
+        started = time.monotonic()
+        server.stop()
+        took.append(time.monotonic() - started)
+    assert min(took) < 0.3, took
+
+
+def test_a_probe_that_never_sends_its_request_does_not_hold_up_shutdown() -> None:
+    server = HealthServer("127.0.0.1", 0, Metrics(), healthy=ok, ready=ok)
+    server.start()
+    with threads_started() as handlers:
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        fetch(server.port, "/healthz")  # answered after the silent one was taken
+    try:
+        assert handlers, "the silent connection is being read"
+        stopper = threading.Thread(target=server.stop, daemon=True)
+        stopper.start()
+        stopper.join(2)
+        assert not stopper.is_alive(), "stop() waited for a client that sends nothing"
+        assert holding_up_exit(handlers) == []
+    finally:
+        silent.close()
+
+
+def test_each_request_is_logged_at_debug_level_only(caplog: pytest.LogCaptureFixture) -> None:
+    server = HealthServer("127.0.0.1", 0, Metrics(), healthy=ok, ready=ok)
+    server.start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="reconciler.runtime.http"):
+            fetch(server.port, "/healthz")
+        with caplog.at_level(logging.INFO, logger="reconciler.runtime.http"):
+            fetch(server.port, "/readyz")
+    finally:
+        server.stop()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.name == "reconciler.runtime.http"] == [
+        (logging.DEBUG, 'http "GET /healthz HTTP/1.1" 200 -')]

@@ -9,14 +9,18 @@ the real apiserver: tests/world_stories/runtime/test_source_dir.py.
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
-from reconciler.kube.kinds import Kind
+from reconciler.kube.kinds import KAIWU_CLUSTER, Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
+from reconciler.runtime import source_dir
 from reconciler.runtime.source_dir import (
     SOURCE_ANNOTATION,
     SOURCE_FILE_ANNOTATION,
@@ -24,6 +28,7 @@ from reconciler.runtime.source_dir import (
     symlink_parents,
 )
 from reconciler.settings import Settings
+from renderer.errors import Problem, RenderError
 
 ORDERS, PAYMENTS = ClusterKey("shop", "orders"), ClusterKey("shop", "payments")
 
@@ -43,6 +48,7 @@ class Api:
         self.applied: list[str] = []
         self.deleted: list[tuple[str, str | None]] = []
         self.refuse: set[str] = set()
+        self.refusal = "no"  # the message of a refused delete
         self.emitted: list[tuple[str, str, str, str]] = []
 
     # the API
@@ -58,18 +64,21 @@ class Api:
 
     def delete(self, kind: Kind, namespace: str | None, name: str, *,
                uid: str | None = None) -> bool:
+        assert kind is KAIWU_CLUSTER
         if name in self.refuse:
-            raise ApiError(403, "Forbidden", "no")
+            raise ApiError(403, "Forbidden", self.refusal)
         self.deleted.append((name, uid))
         self.clusters.pop((namespace or "", name), None)
         return True
 
     # the watch cache
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        assert kind is KAIWU_CLUSTER
         found = self.clusters.get((namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
     def list(self, kind: Kind, namespace: str, labels: Any = None) -> list[Obj]:
+        assert kind is KAIWU_CLUSTER
         return [copy.deepcopy(obj) for (ns, _), obj in sorted(self.clusters.items())
                 if not namespace or ns == namespace]
 
@@ -100,8 +109,9 @@ def test_each_file_becomes_its_cluster_marked_as_coming_from_the_directory(
     api, metrics = Api(), Metrics()
     result = source(repo, api, metrics).scan()
     assert result.clusters == (ORDERS, PAYMENTS) and result.applied == (ORDERS, PAYMENTS)
-    annotations = api.clusters[("shop", "payments")]["metadata"]["annotations"]
-    assert annotations == {SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "team/payments.yaml"}
+    assert api.clusters[("shop", "payments")]["metadata"] == {
+        "name": "payments", "namespace": "shop", "uid": "uid-payments", "annotations": {
+            SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "team/payments.yaml"}}
     assert api.clusters[("shop", "orders")]["spec"] == {"replicas": 3}, "as written"
     assert metrics.value("kaiwu_source_clusters") == 2
     assert metrics.value("kaiwu_writes_total", {"verb": "apply", "kind": "KaiwuCluster"}) == 2
@@ -123,6 +133,32 @@ def test_only_what_changed_is_applied_again_unless_forced(tmp_path: Path) -> Non
     # The periodic resync re-applies everything (undoing hand edits).
     assert directory.scan(force=True).applied == (ORDERS, PAYMENTS)
     assert directory.scans == 5
+    # Only the later one changed: the unchanged one before it does not stop the pass.
+    (repo / "payments.yaml").write_text(cluster_file("payments", replicas=5))
+    assert directory.scan().applied == (PAYMENTS,)
+
+
+def test_a_file_whose_keys_are_only_reordered_is_not_applied_again(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api = Api()
+    directory = source(repo, api)
+    directory.scan()
+    (repo / "orders.yaml").write_text("kind: KaiwuCluster\napiVersion: kaiwu.inspur.com/v1\n"
+                                      "spec:\n  replicas: 3\n"
+                                      "metadata:\n  namespace: shop\n  name: orders\n")
+    assert directory.scan().applied == ()
+
+
+def test_a_file_without_a_namespace_is_applied_to_the_default_one_with_its_own_annotations(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders="apiVersion: kaiwu.inspur.com/v1\nkind: KaiwuCluster\n"
+                     "metadata:\n  name: orders\n  annotations:\n    team: sales\n"
+                     "spec:\n  replicas: 3\n")
+    api = Api()
+    assert source(repo, api).scan().applied == (ClusterKey("default", "orders"),)
+    assert api.clusters[("default", "orders")]["metadata"] == {
+        "name": "orders", "namespace": "default", "uid": "uid-orders", "annotations": {
+            "team": "sales", SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "orders.yaml"}}
 
 
 def test_a_broken_file_is_reported_once_and_its_cluster_keeps_its_last_good_spec(
@@ -144,7 +180,8 @@ def test_a_broken_file_is_reported_once_and_its_cluster_keeps_its_last_good_spec
     assert metrics.value("kaiwu_source_errors_total") == 1
     [(name, type_, reason, message)] = api.emitted
     assert (name, type_, reason) == ("payments", "Warning", "InvalidSourceFile")
-    assert message.startswith("payments.yaml is broken, the cluster keeps its last good spec: ")
+    assert message == ("payments.yaml is broken, the cluster keeps its last good spec: "
+                       + broken.problems[0])
     assert result.summary()[:2] == [f"source dir {repo}: 1 clusters, 1 broken files",
                                     f"broken file payments.yaml: {broken.problems[0]}"]
     # The same broken version is not reported again; not pruned either, though no good file
@@ -153,9 +190,11 @@ def test_a_broken_file_is_reported_once_and_its_cluster_keeps_its_last_good_spec
     assert len(again.broken) == 1 and len(api.emitted) == 1
     assert metrics.value("kaiwu_source_errors_total") == 1
     assert ("shop", "payments") in api.clusters
-    # Broken differently: reported again.
-    (repo / "payments.yaml").write_text("kind: [")
-    directory.scan()
+    # Broken differently, twice over: reported again, every problem in the Event.
+    (repo / "payments.yaml").write_text(cluster_file("payments", replicas=2) + "---\n"
+                                        + cluster_file("extra") + "  bogus: 1\n")
+    problems = directory.scan().broken[0].problems
+    assert len(problems) == 2 and api.emitted[-1][3].endswith("; ".join(problems))
     assert len(api.emitted) == 2 and metrics.value("kaiwu_source_errors_total") == 2
     # Fixed: applied, and nothing broken is left.
     (repo / "payments.yaml").write_text(cluster_file("payments", replicas=4))
@@ -171,7 +210,28 @@ def test_a_cluster_defined_twice_is_kept_from_the_first_file(tmp_path: Path) -> 
     assert result.applied == (ORDERS,)
     assert api.clusters[("shop", "orders")]["spec"]["replicas"] == 3
     [broken] = result.broken
+    assert broken.file == "b.yaml"
     assert broken.problems == ("b.yaml: cluster shop/orders is already defined in a.yaml",)
+
+
+def test_a_file_skipped_does_not_stop_the_files_after_it(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = repo_with(tmp_path, a="kind: [", b=cluster_file("orders"), c=cluster_file("orders"),
+                     d=cluster_file("payments"))
+    real_find_files = source_dir.find_files
+    monkeypatch.setattr(source_dir, "find_files",
+                        lambda root: [root / "0-gone.yaml", *real_find_files(root)])
+    result = source(repo, Api()).scan()
+    assert [b.file for b in result.broken] == ["0-gone.yaml", "a.yaml", "c.yaml"]
+    assert result.applied == (ORDERS, PAYMENTS)
+
+
+def test_a_refused_apply_does_not_stop_the_clusters_after_it(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), payments=cluster_file("payments"))
+    api = Api()
+    api.refuse.add("orders")
+    result = source(repo, api).scan()
+    assert result.applied == (PAYMENTS,) and [key for key, _ in result.failed] == [ORDERS]
 
 
 def test_a_cluster_outside_the_watched_namespace_is_refused(tmp_path: Path) -> None:
@@ -182,6 +242,7 @@ def test_a_cluster_outside_the_watched_namespace_is_refused(tmp_path: Path) -> N
     assert result.applied == (ORDERS,)
     assert result.failed == ((ClusterKey("elsewhere", "other"),
                               "outside the watched namespace shop"),)
+    assert list(api.clusters) == [("shop", "orders")], "the other one sorts first: skipped"
     assert "apply of elsewhere/other refused: outside the watched namespace shop" in \
         result.summary()
 
@@ -213,15 +274,48 @@ def test_a_cluster_whose_file_is_gone_is_kept_unless_pruning_is_allowed(
     assert result.kept == (PAYMENTS,) and result.pruned == () and api.deleted == []
     assert result.summary()[-1] == ("cluster shop/payments is no longer in the directory; "
                                     "kept (pruning is off)")
+    # Back as it was: applied again (it may have been edited by hand while it was not ours).
+    (repo / "payments.yaml").write_text(cluster_file("payments"))
+    assert keeping.scan().applied == (PAYMENTS,)
+    (repo / "payments.yaml").unlink()
+    keeping.scan()
     metrics = Metrics()
     pruning = source(repo, api, metrics, prune_deleted_clusters=True)
     result = pruning.scan()
     assert result.pruned == (PAYMENTS,) and result.kept == ()
     assert api.deleted == [("payments", "uid-payments")], "a cluster made by hand is not ours"
+    assert ("shop", "payments") not in api.clusters and result.error == ""
+    assert result.summary() == [f"source dir {repo}: 1 clusters, 0 broken files"]
     assert metrics.value("kaiwu_writes_total", {"verb": "delete", "kind": "KaiwuCluster"}) == 1
     # Added back: applied again, though the same content was applied before it went.
     (repo / "payments.yaml").write_text(cluster_file("payments"))
     assert pruning.scan().applied == (PAYMENTS,)
+
+
+def test_only_the_watched_namespaces_clusters_are_pruned(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    api = Api()
+    api.clusters[("elsewhere", "other")] = {"metadata": {
+        "name": "other", "namespace": "elsewhere", "annotations": {SOURCE_ANNOTATION: "dir"}}}
+    result = source(repo, api, prune_deleted_clusters=True, watch_namespace="shop").scan()
+    assert result.pruned == () and api.deleted == []
+
+
+def test_a_broken_files_clusters_are_not_pruned(tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), payments=cluster_file("payments"))
+    api = Api()
+    directory = source(repo, api, prune_deleted_clusters=True)
+    directory.scan()
+    (repo / "payments.yaml").write_text("kind: [")
+    result = directory.scan()
+    assert result.pruned == () and result.kept == () and api.deleted == []
+
+
+def test_a_source_stopped_before_it_started_or_twice_stops_cleanly(tmp_path: Path) -> None:
+    directory = source(repo_with(tmp_path), Api())
+    directory.stop()
+    directory.stop()
+    assert not directory.alive
 
 
 def test_a_prune_the_api_server_refuses_is_counted_and_the_rest_go_on(tmp_path: Path) -> None:
@@ -272,3 +366,131 @@ def test_the_directories_holding_each_symlink_on_the_way_are_watched(tmp_path: P
     assert symlink_parents(tmp_path / "git" / "repo" / "clusters") == [
         (tmp_path / "git").resolve()]
     assert symlink_parents(checkout) == []
+
+
+# ---- what an operator reads in the log ------------------------------------------------------
+
+def records(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == message]
+
+
+def fields(record: logging.LogRecord, *names: str) -> dict[str, Any]:
+    return {name: getattr(record, name, "(missing)") for name in names}
+
+
+def test_each_cluster_applied_or_refused_is_logged_with_its_file_or_the_reason(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), payments=cluster_file("payments"))
+    api = Api()
+    long = "x" * 600
+
+    def refuse(obj: Obj, **options: Any) -> Obj:
+        if obj["metadata"]["name"] == "payments":
+            raise ApiError(422, "Invalid", long)
+        return Api.apply(api, obj, **options)
+    api.apply = refuse  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.source_dir"):
+        result = source(repo, api).scan()
+    [applied] = records(caplog, "applied KaiwuCluster from the source directory")
+    assert applied.levelno == logging.INFO
+    assert fields(applied, "cluster", "file") == {"cluster": "shop/orders", "file": "orders.yaml"}
+    [refused] = records(caplog, "applying a KaiwuCluster from the source directory failed")
+    assert refused.levelno == logging.ERROR
+    assert fields(refused, "cluster", "error") == {"cluster": "shop/payments", "error": "x" * 500}
+    assert result.failed == ((PAYMENTS, "HTTP 422: " + "x" * 300),)
+
+
+def test_a_broken_file_is_logged_with_its_problems_and_the_clusters_it_keeps(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, payments=cluster_file("payments"))
+    directory = source(repo, Api())
+    directory.scan()
+    (repo / "payments.yaml").write_text(cluster_file("payments", replicas=2))
+    with caplog.at_level(logging.ERROR, logger="reconciler.runtime.source_dir"):
+        [broken] = directory.scan().broken
+    assert broken.problems[0].startswith("payments.yaml:"), "named as under the directory"
+    [logged] = records(caplog, "broken KaiwuCluster file skipped; the other files are still "
+                               "applied")
+    assert logged.levelno == logging.ERROR
+    assert fields(logged, "file", "problems", "kept_clusters") == {
+        "file": "payments.yaml", "problems": list(broken.problems),
+        "kept_clusters": ["shop/payments"]}
+
+
+def test_a_file_removed_while_the_directory_is_read_is_a_broken_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    real_find_files = source_dir.find_files
+    monkeypatch.setattr(source_dir, "find_files",
+                        lambda root: [*real_find_files(root), root / "gone.yaml"])
+    result = source(repo, Api()).scan()
+    assert result.applied == (ORDERS,)
+    [broken] = result.broken
+    assert broken.file == "gone.yaml"
+    assert broken.problems[0].startswith("gone.yaml: [Errno 2] No such file or directory")
+
+
+def test_a_directory_that_cannot_be_read_whole_is_reported_and_nothing_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    problem = Problem(str(repo / "team"), 0, "", "cannot read directory: Permission denied",
+                      "make it readable")
+
+    def unreadable(root: Path) -> list[Path]:
+        raise RenderError([problem])
+    monkeypatch.setattr(source_dir, "find_files", unreadable)
+    api, metrics = Api(), Metrics()
+    with caplog.at_level(logging.ERROR, logger="reconciler.runtime.source_dir"):
+        result = source(repo, api, metrics).scan()
+    assert api.applied == [] and result.root == str(repo)
+    assert result.error == str(RenderError([problem])) and "Permission denied" in result.error
+    assert metrics.value("kaiwu_source_errors_total") == 1
+    [logged] = records(caplog, "part of the source directory cannot be read; nothing applied "
+                               "or pruned")
+    assert fields(logged, "path", "error") == {"path": str(repo), "error": result.error}
+
+
+def test_a_missing_directory_and_an_empty_one_are_logged_as_errors(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"))
+    directory = source(repo, Api(), prune_deleted_clusters=True)
+    directory.scan()
+    (repo / "orders.yaml").unlink()
+    with caplog.at_level(logging.ERROR, logger="reconciler.runtime.source_dir"):
+        directory.scan()
+        repo.rmdir()
+        directory.scan()
+    [empty] = records(caplog, f"no KaiwuCluster files under {repo}: not pruning 1 clusters")
+    assert empty.levelno == logging.ERROR
+    [missing] = records(caplog, "the source directory is missing; nothing applied or pruned")
+    assert missing.levelno == logging.ERROR and fields(missing, "path") == {"path": str(repo)}
+
+
+def test_a_cluster_gone_from_the_directory_is_logged_once_when_kept_and_when_deleted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"), payments=cluster_file("payments"),
+                     a=cluster_file("a"))
+    api = Api()
+    api.refusal = "y" * 400
+    keeping = source(repo, api)
+    keeping.scan()
+    (repo / "payments.yaml").unlink()
+    (repo / "a.yaml").unlink()
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.source_dir"):
+        keeping.scan()
+        keeping.scan()
+        api.refuse.add("a")
+        source(repo, api, prune_deleted_clusters=True).scan()
+    kept = records(caplog, "KaiwuCluster removed from the source directory is kept "
+                           "(set --prune-deleted-clusters to delete it)")
+    assert [fields(r, "cluster")["cluster"] for r in kept] == ["shop/a", "shop/payments"], \
+        "once each, not at every scan"
+    assert all(r.levelno == logging.WARNING for r in kept)
+    [deleted] = records(caplog, "deleted KaiwuCluster removed from the source directory "
+                                "(its volumes stay)")
+    assert deleted.levelno == logging.WARNING
+    assert fields(deleted, "cluster") == {"cluster": "shop/payments"}
+    [failed] = records(caplog, "pruning a KaiwuCluster failed")
+    assert failed.levelno == logging.ERROR
+    assert fields(failed, "cluster", "error") == {"cluster": "shop/a", "error": "y" * 300}

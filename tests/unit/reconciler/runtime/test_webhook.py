@@ -9,8 +9,12 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import logging
+import socket
 import ssl
+import threading
 import time
+import warnings
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -20,6 +24,7 @@ from cryptography import x509
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError
 from reconciler.metrics import Metrics
+from reconciler.runtime import webhook
 from reconciler.runtime.webhook import (
     PATH,
     WebhookServer,
@@ -31,6 +36,7 @@ from reconciler.runtime.webhook import (
 from reconciler.runtime.webhook_certs import ServingPolicy, next_step, read_state
 from reconciler.settings import Settings
 from renderer.settings import KubeVersion
+from tests.support.threads import holding_up_exit, threads_started
 
 POLICY = ServingPolicy(common_name="kaiwu-reconciler-webhook", hosts=("127.0.0.1",),
                        ca_validity=timedelta(days=30), cert_validity=timedelta(days=10),
@@ -116,7 +122,11 @@ def test_the_registration_covers_clusters_and_their_scale_with_v1_reviews_and_an
         ) -> None:
     settings = Settings(webhook=True, lease_namespace="kaiwu-system")
     config = configuration(settings, "kaiwu-system", b"PEM")
+    assert (config["apiVersion"], config["kind"]) == (
+        "admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration")
     assert config["metadata"]["name"] == "kaiwu-reconciler-kaiwu-system"
+    assert config["metadata"]["labels"] == {"app.kubernetes.io/name": "kaiwu-reconciler",
+                                            "app.kubernetes.io/part-of": "kaiwu-operator"}
     [webhook] = config["webhooks"]
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["rules"] == [{
@@ -155,6 +165,7 @@ class FakeKube:
         self.replaced_over: list[str | None] = []  # the resourceVersion each replace names
 
     def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+        assert namespace == ("kaiwu-system" if kind.namespaced else None), (kind, namespace)
         return self.objects.get((kind.kind, name))
 
     def _store(self, verb: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -306,9 +317,11 @@ class ReadingKube:
     def __init__(self, cluster: dict[str, Any] | None = None,
                  error: Exception | None = None) -> None:
         self.cluster, self.error, self.reads = cluster, error, 0
+        self.read: list[tuple[str, str | None, str]] = []
 
     def get(self, kind: Any, namespace: str | None, name: str) -> Any:
         self.reads += 1
+        self.read.append((kind.kind, namespace, name))
         if self.error is not None:
             raise self.error
         return self.cluster
@@ -335,7 +348,7 @@ def test_a_scale_is_judged_from_the_cache_or_else_from_the_api() -> None:
     kube = ReadingKube(stored_cluster())
     decide = decider(OneClusterView(None), kube, Settings())  # type: ignore[arg-type]
     assert decide(scale_review(2))["response"]["allowed"] is False
-    assert kube.reads == 1
+    assert kube.read == [("KaiwuCluster", "db", "orders")]
 
 
 def test_a_scale_whose_cluster_cannot_be_read_passes_with_a_warning(
@@ -356,6 +369,34 @@ def test_a_namespaced_install_judges_only_its_own_namespace() -> None:
                      Settings(watch_namespace="db"))
     assert decide(scale_review(2))["response"]["allowed"] is False
     assert decide(scale_review(2, namespace="other"))["response"]["allowed"] is True
+    # Even where the API would hold a cluster of that name: another install's business.
+    kube = ReadingKube(stored_cluster())
+    decide = decider(OneClusterView(None), cast(Any, kube), Settings(watch_namespace="db"))
+    assert decide(scale_review(2, namespace="other"))["response"]["allowed"] is True
+    assert kube.reads == 0
+
+
+def test_a_change_is_judged_against_what_this_replicas_caches_say_was_applied() -> None:
+    from reconciler.controller.admission import facts_annotation
+    from renderer.render import check_live
+    from tests.unit.reconciler.controller.test_admission import View, _statefulset, cluster, pod
+    upgrading = cluster(version="3.2.2")
+    sts = _statefulset(facts_annotation(check_live(upgrading)["spec"]))
+    # One pod moved to 3.2.2 (and crashes there): setting the version back is allowed.
+    view = View(sts, pod("orders-0", "3.2.1"), pod("orders-1", "3.2.1"), pod("orders-2", "3.2.2"))
+    decide = decider(cast(Any, view), cast(Any, ReadingKube()), Settings())
+    answer = decide({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                     "request": {"uid": "u-3", "operation": "UPDATE", "namespace": "db",
+                                 "name": "orders", "object": cluster(version="3.2.1"),
+                                 "oldObject": upgrading}})
+    assert answer["response"]["allowed"] is True
+
+
+def test_a_decider_is_ready_to_judge_before_the_first_review_comes() -> None:
+    from renderer import schema
+    schema._validator.cache_clear()
+    decider(EmptyView(), cast(Any, ReadingKube()), Settings())
+    assert schema._validator.cache_info().currsize == 1, "the schema validator is built"
 
 
 def test_the_certificate_covers_the_service_in_every_form_and_the_extra_hosts() -> None:
@@ -381,6 +422,10 @@ def test_a_webhook_outside_the_cluster_is_registered_by_its_url() -> None:
                                        "caBundle": base64.b64encode(b"PEM").decode()}
     assert (webhook["name"], webhook["matchPolicy"]) == ("kaiwuclusters.kaiwu.inspur.com",
                                                          "Equivalent")
+    ending_in_x = settings.replace(webhook_url="https://hook.example/kaiwuX//")
+    [webhook] = configuration(ending_in_x, "kaiwu-system", b"PEM")["webhooks"]
+    assert webhook["clientConfig"]["url"] == "https://hook.example/kaiwuX/validate", \
+        "only the trailing slashes go"
 
 
 def test_the_bundle_the_api_server_trusts_is_read_from_our_webhook_only() -> None:
@@ -392,6 +437,8 @@ def test_the_bundle_the_api_server_trusts_is_read_from_our_webhook_only() -> Non
     assert live_bundle(other) == b""
     broken = {"webhooks": [{**config["webhooks"][0], "clientConfig": {"caBundle": "%%%"}}]}
     assert live_bundle(broken) == b""
+    unpadded = {"webhooks": [{**config["webhooks"][0], "clientConfig": {"caBundle": "QQQ"}}]}
+    assert live_bundle(unpadded) == b"", "not base64: nothing is trusted"
     two = {"webhooks": [other["webhooks"][0], config["webhooks"][0]]}
     assert live_bundle(two) == b"PEM"
 
@@ -445,7 +492,9 @@ def test_a_cert_manager_secret_without_its_ca_yet_is_a_problem_said_in_readyz() 
     assert kube.writes == [] and server.serving is None
 
 
-def test_the_certificate_loop_says_what_went_wrong_and_keeps_going() -> None:
+def test_the_certificate_loop_says_what_went_wrong_and_keeps_going(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="reconciler.runtime.webhook")
     kube = FakeKube()
     leader, server = manager(kube, leader=True, webhook_cert_source="secret",
                              webhook_secret="issued", webhook_reload_s=0.05,
@@ -469,6 +518,8 @@ def test_the_certificate_loop_says_what_went_wrong_and_keeps_going() -> None:
     finally:
         leader.stop()
     assert leader.alive, "a stopped loop is no failure"
+    assert ("webhook certificate loop: Secret kaiwu-system/issued has no ca.crt yet "
+            "(cert-manager issues it)") in caplog.messages
 
 
 def test_a_namespaced_install_registers_for_its_namespace_on_a_server_that_can_say_so(
@@ -484,3 +535,340 @@ def test_a_namespaced_install_registers_for_its_namespace_on_a_server_that_can_s
     [logged] = [r for r in caplog.records if r.getMessage() == "webhook registered"]
     assert (logged.configuration, logged.cas) == (  # type: ignore[attr-defined]
         "kaiwu-reconciler-kaiwu-system", 1)
+
+
+# ---- the server's threads, and clients that misbehave ---------------------------------------
+
+def serving(decide: Any = None) -> tuple[WebhookServer, bytes, Metrics]:
+    """A started server with a certificate; the CA's PEM."""
+    metrics = Metrics()
+    server = WebhookServer("127.0.0.1", 0, metrics, decide or (lambda body: {
+        "response": {"allowed": True}}))
+    ca, cert, key = certificate(datetime.now(UTC))
+    server.load(cert, key)
+    server.start()
+    return server, ca, metrics
+
+
+def test_the_server_runs_in_one_thread_named_webhook_that_never_holds_up_exit() -> None:
+    server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
+    with threads_started() as started:
+        server.start()
+    try:
+        assert [thread.name for thread in started] == ["webhook"]
+        assert holding_up_exit(started) == []
+    finally:
+        server.stop()
+
+
+def test_the_certificate_loop_runs_in_a_thread_named_webhook_certs_that_never_holds_up_exit(
+        ) -> None:
+    leader, _ = manager(FakeKube(), leader=False, webhook_reload_s=30.0)
+    with threads_started() as started:
+        leader.start()
+    try:
+        assert [thread.name for thread in started] == ["webhook-certs"]
+        assert holding_up_exit(started) == []
+    finally:
+        leader.stop()
+
+
+def test_a_client_that_stalls_its_handshake_holds_a_thread_only_so_long(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhook, "SOCKET_TIMEOUT_S", 0.2)
+    server, ca, _ = serving()
+    try:
+        with threads_started() as handlers:
+            stalled = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            post(server.port, ca, review(3))  # answered meanwhile
+        try:
+            assert handlers, "the stalled connection has its thread"
+            for thread in handlers:
+                thread.join(2)
+                assert not thread.is_alive(), "given up after the socket timeout"
+            assert holding_up_exit(handlers) == []
+        finally:
+            stalled.close()
+    finally:
+        server.stop()
+
+
+def test_a_client_that_stalls_does_not_hold_up_the_servers_stop() -> None:
+    server, _, _ = serving()
+    before = set(threading.enumerate())
+    stalled = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    handlers: list[threading.Thread] = []
+    deadline = time.monotonic() + 5
+    while not handlers and time.monotonic() < deadline:  # the server took the connection
+        handlers = [thread for thread in threading.enumerate() if thread not in before]
+        time.sleep(0.01)
+    try:
+        assert holding_up_exit(handlers) == [], "its thread does not keep the process alive"
+        stopper = threading.Thread(target=server.stop, daemon=True)
+        stopper.start()
+        stopper.join(2)
+        assert not stopper.is_alive(), "stop() waited for a client that sends nothing"
+    finally:
+        stalled.close()
+
+
+def test_an_answer_says_how_long_it_is_and_a_one_byte_body_is_read_like_any_other() -> None:
+    server, ca, _ = serving(lambda body: {"response": {"allowed": body == 7}})
+    try:
+        context = ssl.create_default_context(cadata=ca.decode())
+        connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
+                                                 timeout=10)
+        try:
+            connection.request("POST", PATH, b"7", {"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            body = answer.read()
+            assert (answer.status, json.loads(body)) == (200, {"response": {"allowed": True}})
+            assert answer.getheader("Content-Length") == str(len(body))
+        finally:
+            connection.close()
+    finally:
+        server.stop()
+
+
+def test_a_review_that_cannot_be_decided_is_logged_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def decide(body: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("a bug")
+    server, ca, _ = serving(decide)
+    try:
+        with caplog.at_level(logging.ERROR, logger="reconciler.runtime.webhook"):
+            assert raw_post(server.port, ca, PATH, b"{}")[0] == 500
+    finally:
+        server.stop()
+    [failed] = [r for r in caplog.records if r.getMessage() == "admission review failed"]
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
+    assert str(failed.exc_info[1]) == "a bug"
+
+
+def test_a_bug_in_the_certificate_loop_is_logged_said_in_readyz_and_the_loop_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True, webhook_reload_s=0.05)
+    ticks = 0
+    real_tick = leader.tick
+
+    def tick() -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks == 1:
+            raise KeyError("caBundle")
+        real_tick()
+    leader.tick = tick
+    with caplog.at_level(logging.WARNING, logger="reconciler.runtime.webhook"):
+        leader.start()
+        try:
+            deadline = time.monotonic() + 5
+            while not leader.problem and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert leader.problem == "webhook certificate: 'caBundle'"
+            while server.serving is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.serving is not None and leader.problem == ""
+        finally:
+            leader.stop()
+    [failed] = [r for r in caplog.records if r.getMessage() == "webhook certificate loop failed"]
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
+
+
+def test_a_replica_stops_its_webhook_server_within_a_tenth_of_a_second() -> None:
+    took = []
+    for _ in range(3):
+        server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
+        server.start()
+        started = time.monotonic()
+        server.stop()
+        took.append(time.monotonic() - started)
+    assert min(took) < 0.3, took
+
+
+def test_the_path_ends_at_the_first_question_mark_and_a_request_without_length_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhook, "SOCKET_TIMEOUT_S", 0.5)  # a server waiting for a body gives up
+    server, ca, metrics = serving()
+    try:
+        assert raw_post(server.port, ca, PATH + "?timeout=5s?x", b"{}")[0] == 200
+        context = ssl.create_default_context(cadata=ca.decode())
+        connection = http.client.HTTPSConnection("127.0.0.1", server.port, context=context,
+                                                 timeout=5)
+        try:
+            connection.putrequest("POST", PATH)  # no Content-Length, no body
+            connection.endheaders()
+            answer = connection.getresponse()
+            assert (answer.status, json.loads(answer.read())) == (
+                400, {"error": "an AdmissionReview body is required"})
+        finally:
+            connection.close()
+        assert metrics.value("kaiwu_admission_duration_seconds_count") == 1
+        assert 0 <= metrics.value("kaiwu_admission_duration_seconds_sum") < 5
+    finally:
+        server.stop()
+
+
+def test_a_body_as_large_as_allowed_is_read_and_decided() -> None:
+    server, ca, _ = serving(lambda body: {"response": {"allowed": len(body["pad"]) > 0}})
+    try:
+        head = b'{"pad": "'
+        body = head + b"x" * (webhook.MAX_BODY - len(head) - 2) + b'"}'
+        assert len(body) == webhook.MAX_BODY
+        assert raw_post(server.port, ca, PATH, body)[::2] == (200, {"response": {
+            "allowed": True}})
+    finally:
+        server.stop()
+
+
+def test_each_request_is_logged_at_debug_level_and_a_failed_handshake_too(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server, ca, _ = serving()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="reconciler.runtime.webhook"):
+            post(server.port, ca, review(3))
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as plain:
+                plain.sendall(b"POST /validate HTTP/1.1\r\n\r\n")  # no TLS
+            deadline = time.monotonic() + 5
+            while not any(m.startswith("webhook TLS handshake failed: ")
+                          for m in caplog.messages) and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        server.stop()
+    webhook_lines = [r for r in caplog.records if r.name == "reconciler.runtime.webhook"]
+    assert all(r.levelno == logging.DEBUG for r in webhook_lines)
+    messages = [r.getMessage() for r in webhook_lines]
+    assert 'webhook "POST /validate HTTP/1.1" 200 -' in messages
+    [failed] = [m for m in messages if m.startswith("webhook TLS handshake failed: ")]
+    assert "SSL" in failed or "ssl" in failed, failed
+
+
+def test_a_handler_that_breaks_is_logged_with_the_client_and_the_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server, ca, _ = serving(lambda body: {})  # an answer without a response: a bug
+    try:
+        with caplog.at_level(logging.WARNING, logger="reconciler.runtime.webhook"), \
+                pytest.raises(http.client.HTTPException):
+            post(server.port, ca, review(3))
+    finally:
+        server.stop()
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("webhook request from")]
+    assert failed.levelno == logging.WARNING
+    assert failed.exc_info and failed.exc_info[0] is KeyError, "with its traceback"
+    assert failed.getMessage().startswith("webhook request from ('127.0.0.1', ")
+    assert failed.getMessage().endswith(") failed")
+
+
+def test_before_it_has_a_certificate_the_server_closes_connections_quietly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
+    server.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="reconciler.runtime.webhook"), \
+                socket.create_connection(("127.0.0.1", server.port), timeout=5) as early:
+            early.sendall(b"\x16\x03\x01")
+            assert early.recv(100) == b"", "closed: the API server sees a refusal"
+    finally:
+        server.stop()
+    assert caplog.records == []
+
+
+def test_a_certificate_loop_not_started_yet_is_alive_and_has_no_problem() -> None:
+    leader, _ = manager(FakeKube(), leader=True)
+    assert leader.alive and leader.problem == ""
+
+
+def test_the_leaders_certificate_names_the_service_in_the_install_namespace() -> None:
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True)
+    leader.tick()
+    assert server.serving is not None
+    sans = x509.load_pem_x509_certificate(server.serving[0]).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "kaiwu-reconciler-webhook.kaiwu-system.svc" in sans
+
+
+def test_the_leader_rotates_the_ca_once_the_api_server_trusts_the_next_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from reconciler.runtime.webhook import WebhookManager
+    from reconciler.runtime.webhook_certs import CA_CRT, NEXT_CRT, NEXT_SINCE
+    kube = FakeKube()
+    now = [datetime(2030, 1, 1, tzinfo=UTC)]
+    server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
+    leader = WebhookManager(cast(Any, kube), Settings(
+        webhook=True, lease_namespace="kaiwu-system", webhook_ca_validity_s=600.0,
+        webhook_cert_validity_s=200.0, webhook_ca_overlap_s=40.0, webhook_reload_s=10.0),
+        server, lambda: True,
+        clock=lambda: now[0])
+    secret_name = "kaiwu-reconciler-webhook-tls"
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.webhook"):
+        leader.tick()
+        now[0] += timedelta(seconds=450)  # a third of the CA's life left
+        leader.tick()
+        rotating = kube.objects[("Secret", secret_name)]
+        assert rotating["metadata"]["annotations"] == {NEXT_SINCE: now[0].isoformat()}
+        next_ca = rotating["data"][NEXT_CRT]
+        now[0] += timedelta(seconds=50)  # past the overlap; the registration trusts it
+        leader.tick()
+    assert kube.objects[("Secret", secret_name)]["data"][CA_CRT] == next_ca
+    reasons = [m for m in caplog.messages if m.startswith("webhook certificate: ")]
+    assert reasons == [
+        "webhook certificate: created a CA and serving certificate",
+        "webhook certificate: the CA expires soon: made the next CA (trusted before it is used)",
+        "webhook certificate: the next CA took over and issued a new serving certificate"]
+
+
+def test_a_served_certificate_is_kept_when_its_secret_goes_and_each_load_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True)
+    with caplog.at_level(logging.INFO, logger="reconciler.runtime.webhook"):
+        leader.tick()
+    served = server.serving
+    assert served is not None
+    [loaded] = [r for r in caplog.records if r.getMessage() == "webhook serving certificate loaded"]
+    assert getattr(loaded, "not_after", None) == str(server.not_after)
+    standby, standby_server = manager(kube, leader=False)
+    standby.tick()
+    del kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]  # deleted by hand
+    standby.tick()
+    assert standby_server.serving == served, "the standby serves what it loaded"
+
+
+def test_the_loop_looks_quickly_until_it_serves_then_every_reload_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(webhook, "UNSERVED_RELOAD_S", 0.02)
+    kube = FakeKube()
+    standby, server = manager(kube, leader=False, webhook_reload_s=30.0)
+    looks = 0
+    real_tick = standby.tick
+
+    def tick() -> None:
+        nonlocal looks
+        looks += 1
+        real_tick()
+    standby.tick = tick
+    standby.start()
+    try:
+        deadline = time.monotonic() + 5
+        while looks < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert looks >= 3, "nothing served yet: it looks again soon"
+        leader, _ = manager(kube, leader=True)
+        leader.tick()  # the leader's Secret appears
+        while server.serving is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.serving is not None
+        after = looks
+        time.sleep(0.2)
+        assert looks == after, "serving: the next look is a reload period away"
+    finally:
+        standby.stop()
+
+
+def test_the_servers_tls_uses_no_deprecated_protocol_and_at_least_tls_1_2() -> None:
+    _, cert, key = certificate(datetime.now(UTC))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        context = webhook.tls_context(cert, key)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2

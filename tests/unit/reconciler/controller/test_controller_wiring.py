@@ -1,0 +1,107 @@
+"""What a replica's settings become in the controller's steps (reconciler.controller.controller):
+each step gets the cluster API, the caches and the metrics it is given, and the timings and
+places the operator set (--lifecycle-poll-s, --backup-volumes-dir, --restore-http-address...);
+the steps run in the documented order; what they remember of a cluster is dropped when it goes.
+How those settings then act on a cluster: the lifecycle, backup and drift stories.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from reconciler.controller.controller import Controller
+from reconciler.drift.backoff import BackoffPolicy
+from reconciler.kaiwudb.backup import BackupSettings
+from reconciler.kaiwudb.failover import Failover
+from reconciler.kaiwudb.restore_server import default_advertise_host
+from reconciler.kaiwudb.tools import LifecycleSettings
+from reconciler.keys import ClusterKey, ObjectRef
+from reconciler.metrics import Metrics
+from reconciler.settings import Settings
+from tests.unit.reconciler.controller.test_steps import FakeKube, FakeView
+
+KEY = ClusterKey("db", "dev")
+
+SETTINGS = Settings(
+    identity="replica-7", field_manager="kaiwu-test",
+    fight_threshold=7, fight_window_s=90.0, drift_backoff_base_s=2.0, drift_backoff_max_s=200.0,
+    lifecycle_poll_s=2.5, node_probe_every_s=77.0, exec_timeout_s=12.0,
+    backup_poll_s=3.5, backup_volumes_dir="/vols", backup_remove_node_files=False,
+    restore_http_address="127.0.0.1:18091", restore_advertise_host="10.1.2.3")
+
+
+def clock() -> float:
+    return 1_800_000_000.0
+
+
+def controller(settings: Settings = SETTINGS) -> tuple[Controller, Any, Any, Metrics]:
+    kube, view, metrics = FakeKube({}), FakeView({}), Metrics()
+    return Controller(cast(Any, kube), view, settings, metrics, clock), kube, view, metrics
+
+
+def test_the_passes_steps_run_in_the_documented_order() -> None:
+    made, *_ = controller()
+    assert [step.name for step in made.steps] == [
+        "spec", "certificates", "lifecycle", "render", "observe", "repair", "recreate",
+        "prune", "failover", "restore", "backup", "report"]
+
+
+def test_the_shared_parts_follow_the_settings() -> None:
+    made, kube, view, metrics = controller()
+    shared = made.shared
+    assert (shared.kube, shared.view, shared.settings, shared.metrics) == (
+        kube, view, SETTINGS, metrics)
+    assert (shared.repairer.kube, shared.repairer.metrics) == (kube, metrics)
+    assert shared.dry_runs.repairer is shared.repairer
+    assert (shared.served.kube, shared.served.view, shared.served.settings) == (
+        kube, view, SETTINGS)
+    assert shared.events.kube is kube and shared.events.metrics is metrics
+    assert shared.events.instance == "replica-7", "Events name the replica"
+    assert shared.events.clock is clock and made.clock is clock
+    assert shared.fights.policy == BackoffPolicy(threshold=7, window_s=90.0, base_s=2.0,
+                                                 max_s=200.0)
+    assert shared.fights.clock is clock
+    assert shared.drift.field_manager == "kaiwu-test"
+
+
+def test_the_kaiwudb_steps_get_their_timings_and_places_from_the_settings() -> None:
+    made, kube, view, metrics = controller()
+    tools = made.lifecycle.tools
+    assert (tools.kube, tools.view, tools.metrics) == (kube, view, metrics)
+    assert tools.settings == LifecycleSettings(poll_s=2.5, probe_every_s=77.0,
+                                               exec_timeout_s=12.0)
+    backups = made.backups
+    assert (backups.kube, backups.view, backups.metrics) == (kube, view, metrics)
+    assert backups.settings == BackupSettings(poll_s=3.5, volumes_dir="/vols",
+                                              remove_node_files=False)
+    assert backups.admin == made.lifecycle.admin, "backups run kwbase as the lifecycle does"
+    restore = made.restore
+    assert restore.backups is backups and restore.poll_s == 3.5
+    assert restore.server._bind == ("127.0.0.1", 18091)
+    assert restore.server.advertise_host == "10.1.2.3"
+    [failover] = [step for step in made.steps if isinstance(step, Failover)]
+    assert (failover.kube, failover.view, failover.metrics, failover.lifecycle) == (
+        kube, view, metrics, made.lifecycle)
+    assert made.steps.count(made.restore) == made.steps.count(made.backups) == 1
+    assert made.steps.count(made.lifecycle) == 1
+
+
+def test_without_an_advertised_host_the_restore_server_names_this_host() -> None:
+    made, *_ = controller(Settings())
+    assert made.restore.server.advertise_host == default_advertise_host()
+
+
+def test_what_the_steps_remember_of_a_cluster_is_dropped_when_it_goes() -> None:
+    made, *_ = controller()
+    other = ClusterKey("db", "other")
+    sts = ObjectRef("apps/v1", "StatefulSet", "db", "x")
+    for key in (KEY, other):
+        made.lifecycle._applied[(key.namespace, key.name)] = 3
+        made.restore._written[(key.namespace, key.name)] = {"phase": "written"}
+        made.shared.marks.wrote(key, "x", None)
+        made.shared.fights.record_repair(key, sts, "drift")
+    made.reconcile(KEY)  # not in the caches: deleted
+    assert list(made.lifecycle._applied) == [("db", "other")]
+    assert list(made.restore._written) == [("db", "other")]
+    assert [key for key, _ in made.shared.marks._written] == [other]
+    assert [key for key, _ in made.shared.fights._states] == [other]
