@@ -40,6 +40,7 @@ class ObjectState:
     report: DriftReport | None = None
     detail: str = ""  # the server's words for immutable/rejected, else the drift report
     repaired: bool = False  # written this pass and now as rendered
+    undone: bool = False  # written this pass, but the server stored something else
     stale: bool = False  # the cache still shows the version our last write replaced
     rules: tuple[IgnoreRule, ...] = ()  # the cluster's ignore rules (spec.drift.ignore)
     blocked_s: float = 0.0  # a fight's back-off keeps it drifted this long

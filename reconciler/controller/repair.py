@@ -90,6 +90,12 @@ class RepairStep:
             c.kind == "added" and self.shared.settings.field_manager not in c.managers
             for c in report.changes)
         live = state.live
+        # What the server said, before the write, that applying would store ("observe"'s dry
+        # run). The comparison after the write is made against it, not against what the apply
+        # returned: that would call any result as rendered, even a repair the server (a
+        # mutating webhook that skips dry runs, a writer racing ours) undid as it stored it.
+        predicted = self.shared.dry_runs.cached(state.desired, live) if live is not None \
+            else None
         dry: Obj | None = None
         if not others_only:
             if state.clash and live is not None:
@@ -98,7 +104,7 @@ class RepairStep:
                 live = self._remove(live, others_added(
                     report, self.shared.settings.field_manager)) or live
             live = self.shared.repairer.apply(state.desired)
-            dry = live
+            dry = predicted or live
             # Applying the same object to what the server now has would change nothing.
             self.shared.dry_runs.remember(state.desired, live, live)
         assert live is not None
@@ -117,7 +123,9 @@ class RepairStep:
         state.repaired = not after.drifted
         if after.drifted:
             state.verdict = "drifted"
+            state.report = after
             state.detail = format_report(after)
+            state.undone = True
             log.warning("object still differs after repair: %s", state.detail)
 
     def _remove(self, live: Obj, pointers: list[str]) -> Obj | None:
@@ -139,11 +147,17 @@ class RepairStep:
         if not drift_repair:
             p.act("Applied", target, "applied the spec's new generation", event=None)
             return
-        self.shared.metrics.drift_repaired_total.labels(kind=state.ref.kind).inc()
-        what = "recreated (it had been deleted)" if state.verdict == "missing" else \
-            "repaired: " + changes_text(state.report)
-        p.act("DriftRepaired", target, what)
-        self.shared.notices.clear(p.key, state.ref)
+        if state.undone:
+            # Written, but stored otherwise: not announced as repaired (the report step tells
+            # the drift that stays). It counts as a repair for the fight's back-off, so a server
+            # that undoes every repair is not written to on every pass.
+            what = "changed back as it was stored: " + changes_text(state.report)
+        else:
+            self.shared.metrics.drift_repaired_total.labels(kind=state.ref.kind).inc()
+            what = "recreated (it had been deleted)" if state.verdict == "missing" else \
+                "repaired: " + changes_text(state.report)
+            p.act("DriftRepaired", target, what)
+            self.shared.notices.clear(p.key, state.ref)
         fight = self.shared.fights.record_repair(p.key, state.ref, what)
         if fight.fighting:
             wait = max(0.0, fight.blocked_until - p.now)

@@ -127,7 +127,8 @@ class ReportStep:
             if state.repaired:
                 continue  # the DriftRepaired event says it all
             self.shared.notices.note(p.key, state.ref, fingerprint)
-            why = ("the cluster is paused" if p.paused else
+            why = ("the API server changed it back as it stored the repair" if state.undone
+                   else "the cluster is paused" if p.paused else
                    "drift policy is warn" if p.policy == "warn" else
                    f"repairs are backing off for {state.blocked_s:.0f}s" if state.blocked_s
                    else "not repaired")

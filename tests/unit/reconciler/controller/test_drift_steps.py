@@ -886,6 +886,43 @@ def test_a_difference_the_server_settles_is_no_drift_and_a_later_one_is_told_aga
     assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 2
 
 
+class Undoing(DriftKube):
+    """An API server where something puts the public Service's port back to 1234 as each real
+    write is stored (a mutating webhook that skips dry runs): its dry runs promise the repair."""
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        obj = copy.deepcopy(obj)
+        if not dry_run and obj["metadata"]["name"] == PUBLIC:
+            obj["spec"]["ports"][0]["port"] = 1234
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+
+def test_a_repair_the_api_server_undoes_as_it_stores_it_is_not_told_as_repaired() -> None:
+    world = World()
+    world.reconcile()
+    with_kube(world, Undoing(world.objects))
+    world.edit("Service", PUBLIC, change_port(1234))
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)], "the repair was written"
+    assert not [a for a in world.actions() if a[0] == "DriftRepaired"]
+    assert not [e for e in world.kube.events if e[1] == "DriftRepaired"]
+    assert world.metrics.value("kaiwu_drift_repaired_total", {"kind": "Service"}) == 0
+    [told] = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert told[0] == "Warning" and told[2].startswith(f"Service/{PUBLIC}: spec.ports[")
+    assert told[2].endswith("(the API server changed it back as it stored the repair)")
+    drifted = world.condition("Drifted")
+    assert (drifted["status"], drifted["reason"]) == ("True", "Pending")
+    assert world.condition("Ready")["reason"] == "Drifted"
+    # Each pass writes again until the fight's back-off stops it: no write on every pass.
+    for _ in range(world.settings.fight_threshold - 1):
+        world.now += 1
+        world.reconcile()
+    assert any(e[1] == "DriftFight" for e in world.kube.events)
+    world.now += 0.25
+    world.reconcile()
+    assert world.applied() == [], "backing off"
+
+
 def test_a_deleted_cluster_leaves_no_comparison_behind() -> None:
     world = World(drift={"policy": "warn"})
     world.reconcile()
