@@ -19,7 +19,7 @@ from reconciler.controller.conditions import changes_text
 from reconciler.controller.objects import ObjectPass, ObjectState
 from reconciler.controller.observe import immutable_changes, others_added
 from reconciler.controller.shared import SHORT_REQUEUE_S, Shared
-from reconciler.drift.compare import format_report
+from reconciler.drift.compare import DriftReport, format_report
 from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj
@@ -105,22 +105,25 @@ class RepairStep:
                     report, self.shared.settings.field_manager)) or live
             live = self.shared.repairer.apply(state.desired)
             dry = predicted or live
-            # Applying the same object to what the server now has would change nothing.
-            self.shared.dry_runs.remember(state.desired, live, live)
         assert live is not None
-        compare = self.shared.comparisons.compare
-        after = compare(key, state.desired, live, ignore_rules=state.rules,
-                        dry_run=dry or self.shared.dry_runs.cached(state.desired, live),
-                        settings=self.shared.drift)
+
+        def judge(obj: Obj, dry_run: Obj | None) -> DriftReport:
+            return self.shared.comparisons.compare(key, state.desired, obj,
+                                                   ignore_rules=state.rules, dry_run=dry_run,
+                                                   settings=self.shared.drift)
+        after = judge(live, dry or self.shared.dry_runs.cached(state.desired, live))
         added = [c.pointer for c in after.changes if c.kind == "added" and c.pointer]
         if added:
             patched = self._remove(live, added)
             if patched is not None:
                 live = patched
-                after = compare(key, state.desired, live, ignore_rules=state.rules, dry_run=dry,
-                                settings=self.shared.drift)
+                after = judge(live, dry)
         state.live = live
         state.repaired = not after.drifted
+        if dry is not None and not after.drifted:
+            # Applying the same object to what the server now has would change nothing. (Not
+            # when the write was undone: the next pass asks the server again.)
+            self.shared.dry_runs.remember(state.desired, live, live)
         if after.drifted:
             state.verdict = "drifted"
             state.report = after
@@ -151,7 +154,7 @@ class RepairStep:
             # Written, but stored otherwise: not announced as repaired (the report step tells
             # the drift that stays). It counts as a repair for the fight's back-off, so a server
             # that undoes every repair is not written to on every pass.
-            what = "changed back as it was stored: " + changes_text(state.report)
+            what = "undone by the API server as it was stored: " + changes_text(state.report)
         else:
             self.shared.metrics.drift_repaired_total.labels(kind=state.ref.kind).inc()
             what = "recreated (it had been deleted)" if state.verdict == "missing" else \

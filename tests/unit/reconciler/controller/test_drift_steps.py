@@ -183,6 +183,16 @@ def test_a_new_generation_is_applied_and_announced_with_its_number() -> None:
     assert world.status["observedGeneration"] == 2
 
 
+def test_a_new_generation_touching_every_object_is_one_event_naming_them_all() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(labels={"team": "orders"})
+    world.reconcile()
+    assert [e for e in world.kube.events if e[1] == "Applied"] == [(
+        "Normal", "Applied", f"applied generation 2 to ServiceAccount/{NAME}, Service/{NAME}, "
+        f"Service/{PUBLIC}, StatefulSet/{NAME}, PodDisruptionBudget/{NAME}")]
+
+
 def test_a_port_changed_by_hand_is_put_back_and_the_repair_is_told() -> None:
     world = World()
     world.reconcile()
@@ -212,6 +222,20 @@ def test_an_object_deleted_by_hand_is_recreated() -> None:
     assert world.applied() == [("Service", PUBLIC)]
     assert ("DriftRepaired", f"Service/{PUBLIC}", "recreated (it had been deleted)") in \
         world.actions()
+
+
+@pytest.mark.parametrize("change", [change_port(1234), add_port], ids=["changed", "added"])
+def test_the_log_tells_each_drift_with_its_report(caplog: pytest.LogCaptureFixture,
+                                                  change: Callable[[Obj], None]) -> None:
+    world = World()
+    world.reconcile()
+    world.edit("Service", PUBLIC, change)
+    with caplog.at_level("INFO", logger="reconciler.controller.report"):
+        world.reconcile()
+    [told] = [r.getMessage() for r in caplog.records
+              if r.getMessage().startswith("drift detected: ")]
+    assert told.startswith(f"drift detected: Service {NS}/{PUBLIC}: drifted")
+    assert "spec.ports[" in told
 
 
 def test_a_port_someone_added_is_removed_without_applying_the_rest() -> None:
@@ -427,6 +451,17 @@ def test_a_statefulset_still_being_deleted_is_waited_for() -> None:
     assert reconciling["message"] == (f"waiting for StatefulSet/{NAME} to be deleted (pods and "
                                       "claims are kept) to recreate it")
     assert world.condition("Ready")["reason"] == "Applying"
+
+
+def test_objects_after_a_statefulset_being_deleted_are_still_repaired_in_that_pass() -> None:
+    world = World()
+    world.reconcile()
+    world.edit("StatefulSet", NAME,
+               lambda sts: sts["metadata"].update(deletionTimestamp="2027-01-15T08:00:00Z"))
+    del world.objects[("PodDisruptionBudget", NS, NAME)]  # listed after the StatefulSet
+    world.settle()
+    world.reconcile()
+    assert world.applied() == [("PodDisruptionBudget", NAME)]
 
 
 def test_a_new_selector_is_not_applied_and_the_stall_says_how_to_move_the_pods() -> None:
@@ -886,14 +921,19 @@ def test_a_difference_the_server_settles_is_no_drift_and_a_later_one_is_told_aga
     assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == 2
 
 
+def change_target_port(obj: Obj) -> None:
+    obj["spec"]["ports"][0]["targetPort"] = 9999
+
+
 class Undoing(DriftKube):
-    """An API server where something puts the public Service's port back to 1234 as each real
-    write is stored (a mutating webhook that skips dry runs): its dry runs promise the repair."""
+    """An API server where something sets the public Service's target port back to 9999 as
+    each real write is stored (a mutating webhook that skips dry runs): its dry runs promise the
+    repair."""
 
     def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
         obj = copy.deepcopy(obj)
         if not dry_run and obj["metadata"]["name"] == PUBLIC:
-            obj["spec"]["ports"][0]["port"] = 1234
+            change_target_port(obj)
         return super().apply(obj, dry_run=dry_run, force=force)
 
 
@@ -901,7 +941,7 @@ def test_a_repair_the_api_server_undoes_as_it_stores_it_is_not_told_as_repaired(
     world = World()
     world.reconcile()
     with_kube(world, Undoing(world.objects))
-    world.edit("Service", PUBLIC, change_port(1234))
+    world.edit("Service", PUBLIC, change_target_port)
     world.reconcile()
     assert world.applied() == [("Service", PUBLIC)], "the repair was written"
     assert not [a for a in world.actions() if a[0] == "DriftRepaired"]
@@ -918,6 +958,11 @@ def test_a_repair_the_api_server_undoes_as_it_stores_it_is_not_told_as_repaired(
         world.now += 1
         world.reconcile()
     assert any(e[1] == "DriftFight" for e in world.kube.events)
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "DriftFight")
+    assert stalled["message"].startswith(
+        f"Service/{PUBLIC} keeps being changed back after each repair (undone by the API "
+        'server as it was stored: spec.ports[26257/TCP].targetPort: "sql" -> 9999 [changed])')
     world.now += 0.25
     world.reconcile()
     assert world.applied() == [], "backing off"
@@ -956,6 +1001,56 @@ def test_a_fight_ends_after_a_quiet_window_and_the_stall_with_it() -> None:
     assert stalled["status"] == "False"
     assert ("Normal", "Progressing", "no longer stalled") in world.kube.events
     assert stalled["lastTransitionTime"] == rfc3339(world.now)
+
+
+def test_the_same_drift_told_during_a_back_off_counts_again_after_its_repair() -> None:
+    world = World()
+    world.reconcile()
+    for _ in range(world.settings.fight_threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        world.reconcile()
+    world.now += 0.25
+    world.edit("Service", PUBLIC, change_port(4321))
+    world.reconcile()
+    told = [e for e in world.kube.events if e[1] == "DriftDetected"]
+    assert len(told) == 1 and "(repairs are backing off for " in told[0][2]
+    world.now += world.settings.drift_backoff_max_s  # the back-off is over: repaired
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    detected = world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"})
+    world.now += 0.25
+    world.edit("Service", PUBLIC, change_port(4321))  # the very same drift again
+    world.reconcile()
+    assert world.applied() == [("Service", PUBLIC)]
+    assert world.metrics.value("kaiwu_drift_detected_total", {"kind": "Service"}) == \
+        detected + 1, "news again: the repair in between ended the first notice"
+
+
+def test_a_fight_less_than_a_second_from_its_end_is_looked_at_again_then() -> None:
+    world = World()
+    world.reconcile()
+    for _ in range(world.settings.fight_threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        world.reconcile()
+    world.now += world.settings.fight_window_s - 0.5  # half a second of quiet left
+    result = world.reconcile()
+    assert world.condition("Stalled")["reason"] == "DriftFight"
+    assert result.requeue_after_s == pytest.approx(0.5)
+
+
+def test_the_clusters_gauges_count_its_nodes_by_state() -> None:
+    world = World()
+    world.objects[("KaiwuCluster", NS, NAME)]["status"] = {"nodes": [
+        {"nodeId": 1, "address": "a:26257", "state": "live"},
+        {"nodeId": 2, "address": "b:26257", "state": "live"},
+        {"nodeId": 3, "address": "c:26257", "state": "not-live"},
+        {"nodeId": 4, "address": "d:26257", "state": "decommissioning"}]}
+    world.reconcile()
+    who = {"namespace": NS, "cluster": NAME}
+    assert world.metrics.value("kaiwu_cluster_live_nodes", who) == 2
+    assert world.metrics.value("kaiwu_cluster_not_live_nodes", who) == 1
 
 
 def test_a_pass_before_the_cache_shows_our_status_write_keeps_its_actions_for_the_next() -> None:

@@ -255,3 +255,35 @@ def test_the_secret_says_since_when_the_next_ca_waits_and_until_when_the_old_one
     # A previous CA without its end date is dropped at the next step.
     step = next_step(replace(world.state, previous_until=None), world.bundle, now, POLICY)
     assert step is not None and step[0].previous_ca is None
+
+
+def test_a_next_ca_without_its_date_writes_no_date_and_a_date_without_a_next_ca_is_dropped(
+        ) -> None:
+    # A Secret edited by hand: the next CA's files without the annotation, or the annotation
+    # left behind without the files.
+    world = World()
+    now = START
+    while not world.state.next_ca:
+        world.leader_tick(now)
+        now += TICK
+    assert secret_content(replace(world.state, next_since=None))[1] == {}
+    assert secret_content(replace(world.state, next_ca=None))[1] == {}
+
+
+def test_a_ca_listed_twice_is_registered_once() -> None:
+    world = World()
+    world.leader_tick(START)
+    state = replace(world.state, previous_ca=world.state.ca_cert)
+    assert ca_bundle(state) == ca_bundle(world.state)
+    assert len(x509.load_pem_x509_certificates(ca_bundle(state))) == 1
+
+
+def test_a_certificate_is_renewed_only_once_less_than_a_third_of_its_life_remains() -> None:
+    world = World()
+    world.leader_tick(START)
+    assert world.state.leaf is not None
+    end = world.state.leaf.cert.not_valid_after_utc
+    world.leader_tick(end - POLICY.cert_validity / 3)  # exactly a third left: not yet
+    assert len(world.reasons) == 1
+    world.leader_tick(end - POLICY.cert_validity / 3 + timedelta(seconds=1))
+    assert world.reasons[-1][1] == "the serving certificate expires soon: issued a new one"
