@@ -438,6 +438,19 @@ def test_a_changed_volume_claim_template_recreates_the_statefulset_keeping_pods_
     assert ("StatefulSet", NAME) in world.applied()
 
 
+def test_a_new_generation_that_recreates_the_statefulset_is_observed_once_it_is_back() -> None:
+    world = World()
+    world.reconcile()
+    world.edit_spec(storage={"size": "20Gi"})
+    world.reconcile()
+    assert world.kube.deletes == [("StatefulSet", NAME, "Orphan")]
+    assert world.status["observedGeneration"] == 1, "not yet: the StatefulSet is not back"
+    assert world.condition("Ready")["reason"] == "Applying"
+    world.settle()
+    world.reconcile()
+    assert world.status["observedGeneration"] == 2
+
+
 def test_a_statefulset_still_being_deleted_is_waited_for() -> None:
     world = World()
     world.reconcile()
@@ -937,12 +950,17 @@ class Undoing(DriftKube):
         return super().apply(obj, dry_run=dry_run, force=force)
 
 
-def test_a_repair_the_api_server_undoes_as_it_stores_it_is_not_told_as_repaired() -> None:
+def test_a_repair_the_api_server_undoes_as_it_stores_it_is_not_told_as_repaired(
+        caplog: pytest.LogCaptureFixture) -> None:
     world = World()
     world.reconcile()
     with_kube(world, Undoing(world.objects))
     world.edit("Service", PUBLIC, change_target_port)
-    world.reconcile()
+    with caplog.at_level("WARNING", logger="reconciler.controller.repair"):
+        world.reconcile()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"object still differs after repair: Service {NS}/{PUBLIC}: drifted (1 change)\n"
+        '  spec.ports[26257/TCP].targetPort: "sql" -> 9999 [changed]']
     assert world.applied() == [("Service", PUBLIC)], "the repair was written"
     assert not [a for a in world.actions() if a[0] == "DriftRepaired"]
     assert not [e for e in world.kube.events if e[1] == "DriftRepaired"]
