@@ -219,7 +219,8 @@ def _changes(projection: Projection) -> tuple[Change, ...]:
                     _readable(path, projection),
                     None if kind == "added" else level.t1,
                     None if kind == "removed" else level.t2,
-                    () if kind == "removed" else projection.owners.get(path, ()),
+                    # Owners are known only for fields live has: none for a removed one.
+                    projection.owners.get(path, ()),
                 )
             changes.setdefault(change.pointer + "\0" + change.kind, change)
     return tuple(sorted(changes.values(), key=lambda change: (change.pointer, change.kind)))

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -613,7 +615,9 @@ def test_when_the_hashes_differ_but_deepdiff_sees_no_change_the_whole_object_is_
     assert found.drifted
     assert [(c.kind, c.pointer, c.desired, c.live) for c in found.changes] == [
         ("changed", "", desired, live)]
-    assert "(whole object)" in format_report(found)
+    assert format_report(found).splitlines() == [
+        "StatefulSet kaiwu/kwdb: drifted (1 change)",
+        '  (whole object): {"spec": {"replicas": 1}} -> {"spec": {"replicas": 1.0}} [changed]']
 
 
 def test_the_normaliser_warnings_reach_the_report_whether_or_not_the_object_exists() -> None:
@@ -1016,6 +1020,20 @@ def test_env_order_matters_once_one_variable_refers_to_another() -> None:
     assert change.kind == "reordered"
     assert change.desired == ["POD_NAME", "LD_LIBRARY_PATH", "ADVERTISE"]
     assert change.live == ["ADVERTISE", "POD_NAME", "LD_LIBRARY_PATH"]
+    assert change.managers == ()
+
+
+def test_a_reordered_list_names_the_manager_that_owns_it_whole() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["env"].append({"name": "ADVERTISE", "value": "$(POD_NAME).kwdb"})
+    live = live_statefulset()
+    kwbase(live)["env"].insert(0, {"name": "ADVERTISE", "value": "$(POD_NAME).kwdb"})
+    whole: Obj = {"f:spec": {"f:template": {"f:spec": {"f:containers": {KWBASE: {"f:env": {}}}}}}}
+    live["metadata"]["managedFields"].append(entry("kubectl-replace", "Update", whole))
+
+    change = change_at(check(desired, live), "/spec/template/spec/containers/kwbase/env")
+
+    assert (change.kind, change.managers) == ("reordered", ("kubectl-replace",))
 
 
 def test_container_order_is_kept_but_containers_match_by_name() -> None:
@@ -1644,3 +1662,35 @@ def test_a_map_replaced_by_a_scalar_shows_the_scalar() -> None:
     live["spec"]["selector"] = "app=kwdb"
     (change,) = check(desired, live).changes
     assert (change.pointer, change.live) == ("/spec/selector", "app=kwdb")
+
+
+# --- the report's words and the hash's form ---
+
+
+def test_a_report_reads_desired_then_live_with_absent_sides_and_every_manager() -> None:
+    report = DriftReport("ClusterRole", "", "kaiwu-reader", True, (
+        Change("added", "/rules/1", "rules[1]", None, {"verbs": ["get"]},
+               ("kubectl-edit", "kubectl-patch")),
+        Change("removed", "/metadata/labels/team", "metadata.labels.team", "db", None),
+    ), "sha256:a", "sha256:b")
+    assert format_report(report).splitlines() == [
+        "ClusterRole kaiwu-reader: drifted (2 changes)",
+        '  rules[1]: (absent) -> {"verbs": ["get"]} [added] (by kubectl-edit, kubectl-patch)',
+        '  metadata.labels.team: "db" -> (absent) [removed]',
+    ]
+    assert format_report(replace(report, drifted=False)) == "ClusterRole kaiwu-reader: in sync"
+
+
+def test_a_change_inside_a_list_held_in_a_list_is_named_by_positions() -> None:
+    projection = Projection("Thing", "ns", "a", {"spec": {"terms": [{"values": ["x", "y"]}]}},
+                            {"spec": {"terms": [{"values": ["x", "z"]}]}}, frozenset(), {})
+    [change] = report(projection).changes
+    assert (change.pointer, change.path) == ("/spec/terms/0/values/1", "spec.terms[0].values[1]")
+
+
+def test_the_hash_is_of_canonical_json_sorted_compact_and_utf8() -> None:
+    obj = {"b": "é", "a": [1, 2]}
+    text = '{"a":[1,2],"b":"é"}'
+    assert projection_hash(obj) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    with pytest.raises(ValueError):
+        projection_hash({"a": float("nan")})
