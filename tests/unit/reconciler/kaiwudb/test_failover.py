@@ -288,6 +288,9 @@ def test_nothing_happens_before_node_lost_timeout_then_pod_and_claim_go_in_one_s
     assert world.writes == [("delete", "PersistentVolumeClaim", "data-dev-1"),
                             ("delete", "Pod", "dev-1")]
     assert [a.action for a in done.actions] == ["PodForceDeleted", "VolumeReplaced"]
+    assert done.actions[1].message == (
+        "its volume is on the lost node n1: deleted with pod dev-1, so a fresh store starts on "
+        "a live node; the lost store's KaiwuDB node is decommissioned once the new one is live")
 
 
 def test_without_the_policy_the_pod_is_force_deleted_and_its_claim_kept() -> None:
@@ -876,6 +879,46 @@ def test_failover_reasons_go_before_the_lifecycles_in_ready() -> None:
     p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: 2 (dev-1)"))
     failover_step(world).run(p)
     assert p.not_ready[0] == ("Replacing", "pod dev-1 waits for its old claim to go")
+
+
+def test_a_pending_pod_deleted_for_a_new_claim_goes_first_in_ready_too() -> None:
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    world.put(k.POD, pod(1, uid="recreated"))  # its claim is already gone
+    del world.objects[("PersistentVolumeClaim", NS, "data-dev-1")]
+    p = new_pass(cluster_obj(replaceLostVolumes=True), NOW, {"nodes": status_nodes(world)})
+    p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: 2 (dev-1)"))
+    failover_step(world).run(p)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert p.not_ready[0] == ("Replacing", "pod dev-1 is recreated with a new claim")
+
+
+def test_an_unscheduled_pod_already_being_deleted_is_left_to_go() -> None:
+    world = healthy_world()
+    going = pod(1, uid="recreated")  # Pending, no node, its claim gone: already on its way
+    going["metadata"]["deletionTimestamp"] = stamp(NOW - 1)
+    world.put(k.POD, going)
+    del world.objects[("PersistentVolumeClaim", NS, "data-dev-1")]
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == [] and "Replacing" not in reasons(p)
+
+
+def test_a_crash_restart_whose_pod_was_replaced_meanwhile_goes_on_and_other_errors_stop_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for error, raised in ((ApiError(409, "Conflict", "Precondition failed: UID"), False),
+                          (ApiError(500, "InternalError", "etcd timed out"), True)):
+        world = healthy_world()
+        world.put(k.POD, pod(2, "n2", ready=False, crashing=True, since=NOW - 700))
+
+        def refuse(*args: Any, error: ApiError = error, **kwargs: Any) -> bool:
+            raise error
+        monkeypatch.setattr(FakeKube, "delete", refuse)
+        if raised:
+            with pytest.raises(ApiError):
+                run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")
+        else:
+            p = run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")
+            assert [a.action for a in p.actions] == ["CrashLoopRestarted"]
 
 
 def test_a_node_that_came_back_and_went_again_is_lost_from_its_second_disappearance() -> None:

@@ -590,6 +590,17 @@ def test_a_scale_in_does_not_start_while_the_cluster_is_not_healthy(why: str) ->
     assert POLL in p.requeue
 
 
+def test_a_scale_in_waits_for_a_running_backup_and_says_which() -> None:
+    c = Cluster3()
+    c.world.put(k.KAIWU_BACKUP, backup("nightly", "running"))
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands()
+    assert p.kaiwu.operation is None and p.live.replicas == 3, "never scaled down undrained"
+    waits = ("BackupRunning", "scale-in waits for KaiwuBackup nightly to finish")
+    assert waits in p.not_ready and p.progressing == [waits]
+    assert POLL in p.requeue
+
+
 def test_the_scale_ins_own_target_may_already_be_decommissioning() -> None:
     c = Cluster3()
     c.kaiwu(2, decommissioning=True)
