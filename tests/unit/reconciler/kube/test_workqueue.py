@@ -40,6 +40,14 @@ def drain(queue: WorkQueue[ClusterKey]) -> list[ClusterKey]:
     return taken
 
 
+def drain_without_done(queue: WorkQueue[ClusterKey]) -> list[ClusterKey]:
+    """Take everything ready right now, leaving it being processed."""
+    taken = []
+    while (key := queue.get(timeout_s=0)) is not None:
+        taken.append(key)
+    return taken
+
+
 def storm(queue: WorkQueue[ClusterKey], clock: FakeClock, key: ClusterKey, *, events: int,
           spacing_s: float, pass_s: float) -> list[float]:
     """Add key `events` times, `spacing_s` apart, while a worker takes it whenever it is
@@ -385,3 +393,49 @@ def test_retries_are_exported_from_the_start_and_an_at_once_hand_out_waited_zero
     queue.add(A)
     assert queue.get(timeout_s=0) == A
     assert metrics.value("workqueue_queue_duration_seconds_sum", q) == 0.0
+
+
+def test_a_worker_waiting_without_a_timeout_wakes_when_delayed_work_is_due() -> None:
+    queue: WorkQueue[ClusterKey] = WorkQueue()
+    queue.add_after(B, 0.1)
+    got: list[ClusterKey | None] = []
+    worker = threading.Thread(target=lambda: got.append(queue.get()), daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    queue.shutdown()  # a worker stuck by a bug is released rather than left behind
+    assert got == [B]
+
+
+def test_a_short_piece_of_work_is_timed_as_it_took() -> None:
+    clock = FakeClock()
+    metrics = Metrics()
+    queue: WorkQueue[ClusterKey] = WorkQueue(clock=clock, metrics=metrics, name="kaiwucluster")
+    queue.add(A)
+    assert queue.get(timeout_s=0) == A
+    clock.advance(0.25)
+    queue.done(A)
+    assert metrics.value("workqueue_work_duration_seconds_sum", {"name": "kaiwucluster"}) == 0.25
+
+
+def test_the_limiter_forgets_quiet_buckets_only_past_twice_the_waiting_clusters_plus_1024(
+        ) -> None:
+    # 600 clusters are being reconciled (taken, not done) while 3,000 others come and go: the
+    # limiter holds up to 2 x 600 + 1,024 buckets before it drops the full (quiet) ones.
+    clock = FakeClock()
+    limits = Limits(cluster_burst=3, cluster_rate_per_s=1.0, overall_burst=1e9,
+                    overall_rate_per_s=1e9)
+    queue: WorkQueue[ClusterKey] = WorkQueue(limits=limits, clock=clock)
+    for i in range(600):
+        queue.add(ClusterKey("held", f"w{i}"))
+    assert len(drain_without_done(queue)) == 600
+    sizes = []
+    for i in range(3000):
+        key = ClusterKey("fleet", f"c{i}")
+        queue.add(key)
+        sizes.append(len(queue._limiter))
+        assert queue.get(timeout_s=0) == key
+        queue.done(key)
+        clock.advance(0.01)
+    threshold = 2 * 600 + 1024
+    assert threshold < max(sizes) <= threshold + 3
+    assert min(sizes[2000:]) < 700, "dropped back to the buckets still refilling"
