@@ -61,6 +61,18 @@ def test_repairs_spread_wider_than_the_window_are_no_fight() -> None:
     assert not state.fighting
 
 
+def test_a_repair_exactly_one_window_old_no_longer_counts() -> None:
+    clock = FakeClock()
+    fights = FightTracker(POLICY, clock)
+    fights.record_repair(KEY, STS, "image")
+    clock.now += POLICY.window_s / 2
+    fights.record_repair(KEY, STS, "image")
+    clock.now += POLICY.window_s / 2  # the first repair is now a whole window old
+    assert not fights.record_repair(KEY, STS, "image").fighting
+    clock.now += 1
+    assert fights.record_repair(KEY, STS, "image").fighting, "three within the window"
+
+
 def test_a_whole_quiet_window_ends_the_fight_and_only_that() -> None:
     clock = FakeClock()
     fights = FightTracker(POLICY, clock)

@@ -1232,6 +1232,17 @@ def test_secret_looking_env_values_and_flags_are_masked() -> None:
     assert change.desired.startswith("***") and change.desired != change.live
 
 
+def test_a_secret_env_var_removed_by_hand_is_reported_masked() -> None:
+    desired = desired_statefulset()
+    kwbase(desired)["env"].append({"name": "KWDB_ROOT_PASSWORD", "value": "s3cr3t-one"})
+
+    report = check(desired, live_statefulset())
+
+    change = change_at(report, "/spec/template/spec/containers/kwbase/env/KWDB_ROOT_PASSWORD")
+    assert change.kind == "removed" and change.desired["value"].startswith("***")
+    assert "s3cr3t" not in format_report(report)
+
+
 def test_masks_differ_between_keys_so_they_cannot_be_looked_up() -> None:
     a = normalise(desired_secret(), None, settings=DriftSettings(mask_key=b"a"))
     b = normalise(desired_secret(), None, settings=DriftSettings(mask_key=b"b"))

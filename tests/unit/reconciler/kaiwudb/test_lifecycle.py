@@ -462,6 +462,8 @@ def test_a_rollout_moves_one_pod_per_pass_once_the_moved_pods_are_ready() -> Non
     assert c.sts()["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 1
     assert [a.action for a in p.actions] == ["Upgrading"]
     assert f"{NAME}-1" in p.actions[0].target
+    assert p.actions[0].message == ("every KaiwuDB node live and replication healthy: pod "
+                                    f"{NAME}-1 moves to revision rev2 (1/3 there before it)")
     assert p.progressing == [("Upgrading", "rolling update to revision rev2: 1/3 pods moved")]
     assert p.requeue == [POLL]
 
@@ -519,6 +521,17 @@ def test_a_rollout_goes_on_beside_a_backup_that_is_not_running_or_another_cluste
     p = c.run(version="3.2.1")
     assert p.live.partition == 1, "the rollout moved the next pod"
     assert "KaiwuBackup" not in text(p.not_ready)
+
+
+def test_a_rollout_that_cannot_ask_kaiwudb_says_why_and_counts_the_error() -> None:
+    c = rolling_cluster(partition=2)
+    c.admin.failing.add("replication health")
+    p = c.run(version="3.2.1")
+    assert "next pod waits: replication health unknown: " in text(p.not_ready)
+    assert c.counted("errors", stage="lifecycle") == 1
+    # With no pod left to run kwbase in, the rollout step has no one to ask.
+    rollouts = c.lifecycle.rollouts
+    assert rollouts.rollout_blocker(c.sts(), {}, c.admin, [], 3, "rev2") == "no pod runs kwbase"
 
 
 def test_a_rollout_held_by_a_backup_says_which_backup() -> None:

@@ -247,6 +247,7 @@ def test_a_get_of_a_missing_object_is_none_and_other_failures_say_why() -> None:
     pool.answers.append(Answer(200, sts("9")))
     assert k.get(STATEFUL_SET, "shop", "orders") == sts("9")
     assert pool.last.method == "GET" and pool.last.body is None
+    assert pool.last.path == "/apis/apps/v1/namespaces/shop/statefulsets/orders"
     pool.answers.append(status(404, "NotFound", "not found"))
     assert k.get(STATEFUL_SET, "shop", "orders") is None
     failing = status(403, "Forbidden", 'statefulsets.apps "orders" is forbidden')
@@ -283,7 +284,7 @@ def test_the_server_version_and_an_empty_answer() -> None:
     k, pool = kube()
     pool.answers.append(Answer(200, {"gitVersion": "v1.20.2", "major": "1"}))
     assert k.server_version() == "v1.20.2"
-    assert pool.last.path == "/version"
+    assert (pool.last.method, pool.last.path) == ("GET", "/version")
     pool.answers.append(Answer(200, b""))
     assert k.server_version() == ""
 
