@@ -531,7 +531,8 @@ def test_a_rollout_that_cannot_ask_kaiwudb_says_why_and_counts_the_error() -> No
     assert c.counted("errors", stage="lifecycle") == 1
     # With no pod left to run kwbase in, the rollout step has no one to ask.
     rollouts = c.lifecycle.rollouts
-    assert rollouts.rollout_blocker(c.sts(), {}, c.admin, [], 3, "rev2") == "no pod runs kwbase"
+    admin: Any = c.admin
+    assert rollouts.rollout_blocker(c.sts(), {}, admin, [], 3, "rev2") == "no pod runs kwbase"
 
 
 def test_a_rollout_held_by_a_backup_says_which_backup() -> None:
