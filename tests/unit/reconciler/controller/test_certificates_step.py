@@ -183,3 +183,55 @@ def test_certificates_near_their_end_are_renewed_and_the_pods_roll_onto_them() -
                            if kind == "Secret"), "renewed in place"
     assert f"{NAME}-ca" not in renewed, "the CA lasts longer"
     assert pod_annotations(world)[CERTS_HASH_ANNOTATION] != first
+
+
+def test_a_cluster_that_turns_tls_off_drops_the_certificates_hash_from_its_pods() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    assert CERTS_HASH_ANNOTATION in pod_annotations(world)
+    world.settle()
+    world.edit_spec(tls={"enabled": False})
+    world.reconcile()
+    assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
+
+
+def secret_reads(world: World) -> list[tuple[str | None, str]]:
+    """Record the Secrets the step reads from the API (not the cache): (namespace, name)."""
+    reads: list[tuple[str | None, str]] = []
+    real_get = world.kube.get
+
+    def get(kind: Kind, namespace: str | None, name: str) -> Any:
+        if kind.kind == "Secret":
+            reads.append((namespace, name))
+        return real_get(kind, namespace, name)
+    world.kube.get = get  # type: ignore[method-assign]
+    return reads
+
+
+def test_only_the_users_own_secrets_are_looked_for_past_the_cache_in_the_clusters_namespace(
+        ) -> None:
+    ours = World(tls={"enabled": True})
+    reads = secret_reads(ours)
+    ours.reconcile()  # the cache holds none of them yet: they are made, never read
+    assert reads == []
+    theirs = users_own(NOW)
+    reads = secret_reads(theirs)
+    del theirs.objects[("Secret", NS, f"{NAME}-node-certs")]
+    theirs.reconcile()
+    assert sorted(reads) == [(NS, f"{NAME}-ca"), (NS, f"{NAME}-node-certs")]
+
+
+def test_a_pass_before_the_cache_shows_renewed_secrets_renews_nothing_twice() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    world.settle()
+    old = {name: copy.deepcopy(world.objects[("Secret", NS, name)]) for name in SECRETS}
+    world.now = NOW + (5 * 365 - 5) * 86400
+    world.reconcile()
+    renewed = sorted(name for _, kind, name in world.kube.writes if kind == "Secret")
+    assert renewed
+    for name in renewed:  # the cache still shows the Secrets our renewal replaced
+        world.objects[("Secret", NS, name)] = old[name]
+    result = world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+    assert result.requeue_after_s == STALE_RECHECK_S

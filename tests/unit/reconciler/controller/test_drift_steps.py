@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from reconciler import status as st
-from reconciler.controller import render
+from reconciler.controller import admission, render
 from reconciler.controller.controller import Controller
 from reconciler.controller.objects import Result
 from reconciler.controller.prune import PruneStep
@@ -1188,3 +1188,45 @@ def test_a_cluster_made_again_under_the_same_name_does_not_inherit_unreported_ac
     world.now += 1
     world.reconcile()
     assert "DriftRepaired" not in [a["action"] for a in world.status["lastActions"]]
+
+
+# ---- the spec step's memory of its judgements (reconciler.controller.render) ------------------
+
+def test_a_spec_is_judged_again_only_when_what_the_judgement_reads_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    judged: list[str] = []
+
+    def counting(obj: Obj, reference: Any) -> Any:
+        judged.append(obj["metadata"]["resourceVersion"])
+        return admission.judge(obj, reference)  # what the spec step imported
+    monkeypatch.setattr(render, "judge", counting)
+    world = World()
+    world.reconcile()
+    world.settle()
+    world.reconcile()  # the StatefulSet now remembers the spec applied: a new reference
+    judged.clear()
+
+    def status_only(obj: Obj) -> None:
+        obj["status"]["phase"] = "Degraded"
+        obj["metadata"]["managedFields"] = [{"manager": "kubectl", "operation": "Update"}]
+    world.edit("KaiwuCluster", NAME, status_only)
+    world.reconcile()
+    assert judged == [], "status, resourceVersion and managedFields are not read"
+
+    def reordered(obj: Obj) -> None:
+        obj["spec"] = dict(reversed(list(obj["spec"].items())))
+        obj["metadata"] = dict(reversed(list(obj["metadata"].items())))
+    world.edit("KaiwuCluster", NAME, reordered)
+    world.reconcile()
+    assert judged == [], "the same spec in another key order"
+
+    world.edit("KaiwuCluster", NAME, lambda obj: obj["metadata"].update(labels={"team": "a"}))
+    world.reconcile()
+    assert len(judged) == 1, "labels are read (the metadata rules)"
+    world.edit_spec(replicas=4)
+    world.reconcile()
+    assert len(judged) == 2, "a new spec"
+    world.reconcile()
+    assert len(judged) == 3, "the StatefulSet now remembers the new spec: a new reference"
+    world.reconcile()
+    assert len(judged) == 3

@@ -73,9 +73,13 @@ def test_an_unchanged_object_costs_one_dry_run_however_often_its_status_changes(
                                     "fieldsV1": {"f:spec": {"f:ports": {}}}}])
     runs.run(desired, owned)
     assert server.asked == 2
+    theirs = service(managedFields=[{"manager": "helm", "time": "2027-01-15T08:00:00Z",
+                                     "fieldsV1": {"f:spec": {"f:ports": {}}}}])
+    runs.run(desired, theirs)
+    assert server.asked == 3, "another owner of the same field: asked again"
     runs.run(desired, service(port=1234))
     runs.run(service(port=1), service(port=1234))
-    assert server.asked == 4
+    assert server.asked == 5
     assert runs.cached(desired, service(port=1234)) == desired
     assert runs.cached(desired, service(port=4321)) is None
 
@@ -184,6 +188,19 @@ def test_an_optional_kind_is_asked_about_once_per_resync_period(
     monkeypatch.setattr(time, "monotonic", lambda: later)
     assert not kinds.served(k.SERVICE_MONITOR, "db")
     assert kube.lists == ["ServiceMonitor"] * 3
+
+
+def test_what_is_served_is_asked_again_exactly_one_resync_period_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kube = Kube(served={"ServiceMonitor"})
+    kinds = ServedKinds(kube, View(), Settings(resync_period_s=60))  # type: ignore[arg-type]
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    assert kinds.served(k.SERVICE_MONITOR, "db")
+    clock[0] = 1059.5
+    assert kinds.served(k.SERVICE_MONITOR, "db") and len(kube.lists) == 1
+    clock[0] = 1060.0
+    assert kinds.served(k.SERVICE_MONITOR, "db") and len(kube.lists) == 2
 
 
 def test_a_kind_is_unserved_only_when_the_api_says_not_found() -> None:
