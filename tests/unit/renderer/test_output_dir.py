@@ -93,6 +93,17 @@ def test_a_hand_written_kustomize_directory_is_not_an_earlier_render(tmp_path: P
     assert read_tree(out) == before
 
 
+@pytest.mark.parametrize("change", [{"kind": "Component"}, {"resources": "all.yaml"}])
+def test_a_kustomization_of_another_kind_or_shape_is_no_earlier_render(
+        tmp_path: Path, change: dict[str, Any]) -> None:
+    out = tmp_path / "out"
+    render_tree(EXAMPLES, out)
+    assert emit.is_earlier_render(out)
+    listed = emit.YAML(typ="safe", pure=True).load((out / KUSTOMIZATION).read_text())
+    write_yaml(out / KUSTOMIZATION, {**listed, **change})
+    assert not emit.is_earlier_render(out)
+
+
 def test_an_earlier_render_with_a_file_added_by_hand_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
     render_tree(EXAMPLES, out)

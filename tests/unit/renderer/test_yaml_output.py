@@ -21,13 +21,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from renderer.emit import read_as_other_than_string, to_yaml
+from renderer import emit
+from renderer.emit import Manifest, read_as_other_than_string, to_stream, to_yaml
 from renderer.loader import parse_text
 
 ANY_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=16)
 SCALAR_LIKE = st.text("yYnNoOfFtTrueals01289:.-+eE_xXbB~<= '\"#\t", max_size=10)
 PRINTABLE = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Co", "Cn", "Zl", "Zp"),
                                   max_codepoint=0xFFFF), max_size=16)
+
+
+@pytest.fixture(autouse=True)
+def no_remembered_tags() -> None:
+    """The emitter remembers each scalar's tag for the process; every story here starts with
+    none remembered, so what it checks is the resolving, not an earlier story's answer."""
+    emit._RESOLVED.clear()
 
 
 def an_object(text: str) -> dict[str, Any]:
@@ -92,3 +100,16 @@ def test_the_bytes_are_the_earlier_emitters_except_for_strings_now_quoted(text: 
     obj = {"metadata": {"name": text, "annotations": {text: text}}}
     if not read_as_other_than_string(text):
         assert to_yaml(obj) == earlier_emitter(obj)
+
+
+def test_a_remembered_tag_gives_the_same_text_as_a_fresh_one() -> None:
+    obj = {"metadata": {"name": "yes", "labels": {"on": "kwdb"}}}
+    fresh = to_yaml(obj)
+    assert to_yaml(obj) == fresh == "metadata:\n  labels:\n    'on': kwdb\n  name: 'yes'\n"
+
+
+def test_a_stream_is_each_object_after_a_document_marker() -> None:
+    first = Manifest("a.yaml", {"kind": "Service", "metadata": {"name": "a"}})
+    second = Manifest("b.yaml", {"kind": "Service", "metadata": {"name": "b"}})
+    assert to_stream([first, second]) == f"---\n{first.text}---\n{second.text}"
+    assert to_stream([]) == ""
