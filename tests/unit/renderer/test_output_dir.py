@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from renderer import emit
 from tests.support.render import (
@@ -99,7 +100,7 @@ def test_a_kustomization_of_another_kind_or_shape_is_no_earlier_render(
     out = tmp_path / "out"
     render_tree(EXAMPLES, out)
     assert emit.is_earlier_render(out)
-    listed = emit.YAML(typ="safe", pure=True).load((out / KUSTOMIZATION).read_text())
+    listed = YAML(typ="safe", pure=True).load((out / KUSTOMIZATION).read_text())
     write_yaml(out / KUSTOMIZATION, {**listed, **change})
     assert not emit.is_earlier_render(out)
 
