@@ -16,12 +16,13 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from reconciler.drift import compare as compare_module
 from reconciler.drift.compare import (
     Change,
     DriftReport,
@@ -601,7 +602,8 @@ def test_an_object_that_does_not_exist_is_reported_missing() -> None:
 
     assert report.drifted
     assert report.live_hash == ""
-    assert [(c.kind, c.pointer) for c in report.changes] == [("removed", "")]
+    assert [(c.kind, c.pointer, c.path, c.live) for c in report.changes] == [
+        ("removed", "", "(whole object)", None)]
     assert format_report(report) == "StatefulSet kaiwu/kwdb: missing"
 
 
@@ -736,6 +738,7 @@ def test_a_changed_container_port_is_drift() -> None:
         "containerPort": 26257,
         "name": "sql",
     }
+    assert change_at(report, ports + "26257~1TCP").managers == (), "nobody owns what is gone"
 
 
 def test_a_field_added_inside_our_container_with_kubectl_edit_is_drift() -> None:
@@ -1705,3 +1708,27 @@ def test_the_hash_is_of_canonical_json_sorted_compact_and_utf8() -> None:
     assert projection_hash(obj) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     with pytest.raises(ValueError):
         projection_hash({"a": float("nan")})
+
+
+def test_a_live_object_of_another_shape_altogether_is_one_change_of_the_whole() -> None:
+    projection = Projection("Thing", "ns", "a", {"spec": {"a": 1}},
+                            cast(Any, ["spec"]), frozenset(), {})
+    [change] = report(projection).changes
+    assert (change.kind, change.pointer, change.path) == ("changed", "", "(whole object)")
+
+
+@pytest.mark.parametrize("desired, live", [
+    # One changed key among many equal ones, with keys only one side has.
+    ({**{f"k{i}": i for i in range(10)}, "x": 1, "a": 1, "b": 2, "c": 3},
+     {**{f"k{i}": i for i in range(10)}, "x": 2, "d": 4, "e": 5, "f": 6}),
+    ({"k0": 0, "k1": 1, "x": {"y": 1, "z": 2}, "a": 1},
+     {"k0": 0, "k1": 1, "x": {"y": 2, "w": 3}, "b": 1}),
+    ({"only": {"m": 1, "n": 2, "o": 3}}, {"only": {"p": 1, "q": 2, "o": 4}}),
+])
+def test_pruning_what_both_sides_share_changes_nothing_deepdiff_reports(
+        desired: Obj, live: Obj, monkeypatch: pytest.MonkeyPatch) -> None:
+    projection = Projection("Thing", "ns", "a", {"spec": desired}, {"spec": live},
+                            frozenset(), {})
+    pruned = report(projection)
+    monkeypatch.setattr(compare_module, "differing", lambda d, lv: (d, lv))
+    assert report(projection) == pruned

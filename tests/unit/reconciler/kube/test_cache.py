@@ -329,3 +329,16 @@ def test_the_table_of_shared_values_starts_afresh_when_full_and_keeps_what_it_sh
     assert len(shared) <= 4
     again = shared.value({"labels": {"app": "kaiwudb"}})
     assert again == first and first == {"labels": {"app": "kaiwudb"}}
+
+
+def test_maps_and_lists_that_look_alike_to_the_table_keep_their_own_shares() -> None:
+    # Values whose keys, types or items differ are remembered side by side: looking one up
+    # never pushes out another, so each is shared again when it comes back.
+    shared = Shared()
+    for first_value, second_value in (({"a": 1}, {"b": 1}), ([1], [2]), ([1], [1.0]),
+                                      (["x"], ["y"]), ([1, 2], [2, 1])):
+        first = shared.value(first_value)
+        second = shared.value(second_value)
+        assert second is not first
+        assert shared.value(copy.deepcopy(first_value)) is first, first_value
+        assert shared.value(copy.deepcopy(second_value)) is second, second_value

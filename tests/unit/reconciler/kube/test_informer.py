@@ -183,13 +183,18 @@ def test_history_gone_relists_and_delivers_only_what_changed_meanwhile() -> None
     assert sorted(p["metadata"]["name"] for p in run.informer.list()) == ["a", "b", "d"]
 
 
-def test_an_unreachable_server_is_retried_with_doubling_waits_reset_by_a_good_watch() -> None:
+def test_an_unreachable_server_is_retried_with_doubling_waits_reset_by_a_good_watch(
+        caplog: pytest.LogCaptureFixture) -> None:
     refused = ConnectionRefusedError("connection refused")
     run = Informed(lists=[refused, ([], "100")],
                    watches=[ApiError(500, "InternalError", "etcd"), refused, refused, refused,
                             [("ADDED", pod("a", "101"))], refused])
-    run.run()
+    assert run.informer.last_error == "", "nothing failed yet"
+    with caplog.at_level(logging.WARNING, logger="reconciler.kube.cache"):
+        run.run()
     assert run.waits.waited == [0.5, 1.0, 2.0, 3.0, 3.0, 0.5]
+    told = [r for r in caplog.records if r.getMessage() == "watch failed, retrying"]
+    assert [getattr(r, "retry_in_s", None) for r in told] == run.waits.waited
     assert run.informer.reconnects == 6 and run.restarts("disconnected") == 6
     assert run.informer.last_error == "ConnectionRefusedError: connection refused"
     assert run.delivered == [("ADDED", "a", None)]
@@ -261,6 +266,7 @@ def test_a_failing_event_handler_is_logged_and_the_cache_goes_on(
         run.run()
     assert len(run.informer) == 2
     assert caplog.messages.count("event handler failed") == 2
+    assert {getattr(r, "kind", None) for r in caplog.records} == {run.informer.name}
 
 
 # ---- events -> clusters ----------------------------------------------------------------------
@@ -500,3 +506,12 @@ def test_a_cluster_handed_over_to_the_unnamed_shard_is_logged_with_the_delay(
     (record,) = [r for r in caplog.records if r.getMessage() == "cluster handed over to this shard"]
     assert (getattr(record, "cluster", ""), getattr(record, "shard", ""),
             getattr(record, "first_reconcile_in_s", 0)) == (str(ORDERS), "(unnamed)", 4.0)
+
+
+def test_an_informer_runs_in_a_named_thread_that_never_holds_up_exit() -> None:
+    run = Informed(lists=[([], "100")], watches=[])
+    run.waits.set()  # stopped: the thread ends at once
+    run.informer.start()
+    thread = run.informer._thread
+    assert thread is not None and thread.name == f"informer-{run.informer.name}" and thread.daemon
+    thread.join(5)

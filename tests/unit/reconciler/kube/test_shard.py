@@ -106,6 +106,29 @@ def test_events_of_objects_of_another_shards_cluster_queue_nothing() -> None:
     assert not shard.caches.owns(ClusterKey("shop", "payments"))
 
 
+def pod_on(node: str, cluster_name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{cluster_name}-0", "namespace": "shop",
+                         "resourceVersion": "3",
+                         "labels": {"app.kubernetes.io/instance": cluster_name,
+                                    "app.kubernetes.io/name": "kaiwudb"}},
+            "spec": {"nodeName": node}}
+
+
+def test_a_node_event_queues_each_of_our_clusters_on_it_past_another_shards() -> None:
+    shard = Shard("a")
+    shard.watch_says("ADDED", kwc("orders", "a"))
+    pods = shard.caches.informers[k.POD]
+    for name in ("billing", "orders"):  # billing is shard b's, and sorts first
+        pods._store.put(("shop", f"{name}-0"), pod_on("n1", name))
+    shard.queued.clear()
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "resourceVersion": "9"},
+            "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    shard.caches._on_event("ADDED", node, None)
+    assert shard.queued == [ORDERS]
+
+
 def test_a_cluster_that_moves_away_is_dropped_at_once_and_nothing_is_deleted() -> None:
     old, new = Shard("a"), Shard("b")
     old.watch_says("ADDED", kwc("orders", "a"))
