@@ -210,9 +210,7 @@ def _check_destination(out: Path) -> list[Path]:
     return the missing parent directories that `write_tree` will create (outermost first)."""
     missing: list[Path] = []
     ancestor = out.parent
-    while not ancestor.exists():
-        if ancestor.is_symlink():  # a dangling link: mkdir would fail on it
-            raise OutputDirectoryError(f"{ancestor}: is a broken symbolic link; fix or remove it")
+    while not ancestor.exists():  # `out` is resolved: no link on the way, dangling or not
         missing.insert(0, ancestor)
         ancestor = ancestor.parent
     if not ancestor.is_dir():

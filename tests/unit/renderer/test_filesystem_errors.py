@@ -138,6 +138,31 @@ def test_fs_an_output_path_below_a_regular_file_is_refused(scratch: Path) -> Non
     assert listing(scratch) == before
 
 
+def test_fs_an_output_path_through_a_dangling_symbolic_link_is_made_where_it_points(
+        scratch: Path) -> None:
+    (scratch / "gone").symlink_to(scratch / "nowhere")
+    run = kaiwu("render", scratch / "src", "-o", scratch / "gone" / "out")
+    assert run.code == 0, run.stderr
+    assert emit.is_earlier_render(scratch / "nowhere" / "out")
+    assert (scratch / "gone").is_symlink(), "the link is left as it was"
+
+
+def test_fs_the_new_render_is_staged_beside_the_output_so_the_swap_is_one_rename(
+        scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    staged_in: list[str | None] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        staged_in.append(kwargs.get("dir"))
+        made: str = real_mkdtemp(*args, **kwargs)
+        return made
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    out = scratch / "deploy" / "out"
+    out.parent.mkdir()
+    assert kaiwu("render", scratch / "src", "-o", out).code == 0
+    assert [Path(str(d)) for d in staged_in] == [out.parent]
+
+
 def test_fs_an_earlier_render_made_read_only_is_left_as_it_was(scratch: Path) -> None:
     out = scratch / "out"
     assert kaiwu("render", scratch / "src", "-o", out).code == 0
