@@ -122,6 +122,24 @@ def converged(custom: k8s.CustomObjectsApi, namespace: str, plan: ClusterPlan) -
             and status.get("version") == obj["spec"]["version"])
 
 
+def why_not_converged(custom: k8s.CustomObjectsApi, namespace: str, plan: ClusterPlan) -> str:
+    """What a cluster shows of the things `converged` asks for (for a failure message)."""
+    try:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                  plan.name, _request_timeout=5)
+        assert isinstance(obj, dict)
+    except Exception as error:
+        return f"{plan.name}: unreadable ({error})"
+    status = obj.get("status") or {}
+    ready = condition(obj, "Ready")
+    nodes = [(n.get("nodeId"), n.get("state"), n.get("pod")) for n in status.get("nodes") or ()]
+    return (f"{plan.name}: Ready {ready.get('status')} {ready.get('reason')}: "
+            f"{ready.get('message')}; failures {status.get('failures')}; generation "
+            f"{status.get('observedGeneration')}/{obj['metadata']['generation']}; replicas "
+            f"{obj['spec']['replicas']}, nodes {nodes}; version {status.get('version')}/"
+            f"{obj['spec']['version']}")
+
+
 def wait_converged(custom: k8s.CustomObjectsApi, namespace: str, bound_s: float,
                    tick: Callable[[], None] | None = None) -> dict[str, float]:
     """Seconds until each cluster converged (missing: not within bound_s)."""
@@ -213,7 +231,9 @@ def test_overlapping_faults_break_no_invariant_and_every_cluster_converges(
         assert not any(unavailable.values()), f"ranges lost for good: {unavailable}"
         assert len(converge) == len(PLANS), (
             f"not Ready {settings.converge_bound_s:g} s after the faults stopped: "
-            f"{sorted({p.name for p in PLANS} - set(converge))}; reconciler logs in {tmp_path}")
+            + "; ".join(why_not_converged(custom, namespace, plan) for plan in PLANS
+                        if plan.name not in converge)
+            + f"; reconciler logs in {tmp_path}")
         assert sum(ledger.faults.values()) >= (100 if LONG else 15), ledger.faults
         assert invariants.checked["one disruption at a time"] > 0, invariants.checked
     finally:
