@@ -90,14 +90,14 @@ class RepairStep:
             c.kind == "added" and self.shared.settings.field_manager not in c.managers
             for c in report.changes)
         live = state.live
-        # What the server said, before the write, that applying would store ("observe"'s dry
-        # run). The comparison after the write is made against it, not against what the apply
-        # returned: that would call any result as rendered, even a repair the server (a
-        # mutating webhook that skips dry runs, a writer racing ours) undid as it stored it.
-        predicted = self.shared.dry_runs.cached(state.desired, live) if live is not None \
-            else None
         dry: Obj | None = None
         if not others_only:
+            # What the server said, before the write, that applying would store ("observe"'s
+            # dry run). The comparison after the write is made against it, not against what the
+            # apply returned: that would call any result as rendered, even a repair the server
+            # (a mutating webhook that skips dry runs, a writer racing ours) undid as it stored.
+            predicted = self.shared.dry_runs.cached(state.desired, live) if live is not None \
+                else None
             if state.clash and live is not None:
                 # What others added clashes with what we render (the server refused the dry
                 # run): apply alone can never get past it, so it goes first.

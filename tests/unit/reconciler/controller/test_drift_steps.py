@@ -155,6 +155,16 @@ def change_port(port: int) -> Callable[[Obj], None]:
     return change
 
 
+def start_a_fight(world: World) -> Result:
+    """Someone changes the public Service's port back a second after each repair, as many
+    times as make a fight; returns the last pass's result."""
+    for _ in range(world.settings.fight_threshold):
+        world.now += 1
+        world.edit("Service", PUBLIC, change_port(1234))
+        result = world.reconcile()
+    return result
+
+
 def add_port(obj: Obj) -> None:
     obj["spec"]["ports"].append({"name": "extra", "port": 9999, "protocol": "TCP",
                                  "targetPort": 9999})
@@ -317,10 +327,7 @@ def test_an_object_someone_keeps_changing_back_is_a_fight_and_repairs_back_off()
     world = World()
     world.reconcile()
     threshold = world.settings.fight_threshold
-    for _ in range(threshold):
-        world.now += 1
-        world.edit("Service", PUBLIC, change_port(1234))
-        result = world.reconcile()
+    result = start_a_fight(world)
     fight = [e for e in world.kube.events if e[1] == "DriftFight" and "keeps changing" in e[2]]
     assert len(fight) == 1 and fight[0][0] == "Warning"
     assert fight[0][2].startswith(f"Service/{PUBLIC} keeps changing back ({threshold} repairs "
@@ -1002,10 +1009,7 @@ def test_a_deleted_cluster_leaves_no_comparison_behind() -> None:
 def test_a_fight_ends_after_a_quiet_window_and_the_stall_with_it() -> None:
     world = World()
     world.reconcile()
-    for _ in range(world.settings.fight_threshold):
-        world.now += 1
-        world.edit("Service", PUBLIC, change_port(1234))
-        world.reconcile()
+    start_a_fight(world)
     last_repair = world.now
     assert world.condition("Stalled")["reason"] == "DriftFight"
     world.now += 1  # nobody changes it any more
@@ -1024,10 +1028,7 @@ def test_a_fight_ends_after_a_quiet_window_and_the_stall_with_it() -> None:
 def test_the_same_drift_told_during_a_back_off_counts_again_after_its_repair() -> None:
     world = World()
     world.reconcile()
-    for _ in range(world.settings.fight_threshold):
-        world.now += 1
-        world.edit("Service", PUBLIC, change_port(1234))
-        world.reconcile()
+    start_a_fight(world)
     world.now += 0.25
     world.edit("Service", PUBLIC, change_port(4321))
     world.reconcile()
@@ -1048,10 +1049,7 @@ def test_the_same_drift_told_during_a_back_off_counts_again_after_its_repair() -
 def test_a_fight_less_than_a_second_from_its_end_is_looked_at_again_then() -> None:
     world = World()
     world.reconcile()
-    for _ in range(world.settings.fight_threshold):
-        world.now += 1
-        world.edit("Service", PUBLIC, change_port(1234))
-        world.reconcile()
+    start_a_fight(world)
     world.now += world.settings.fight_window_s - 0.5  # half a second of quiet left
     result = world.reconcile()
     assert world.condition("Stalled")["reason"] == "DriftFight"

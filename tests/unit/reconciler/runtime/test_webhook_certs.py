@@ -72,6 +72,15 @@ class World:
             if _verifies(cert, ca))
 
 
+def tick_until_a_next_ca(world: World) -> datetime:
+    """Leader ticks from START until the next CA is made; returns the time of the next tick."""
+    now = START
+    while not world.state.next_ca:
+        world.leader_tick(now)
+        now += TICK
+    return now
+
+
 def _verifies(cert: x509.Certificate, ca: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(ca)
@@ -232,10 +241,7 @@ def test_a_secret_with_unreadable_parts_is_read_as_far_as_it_can_be() -> None:
 def test_the_secret_says_since_when_the_next_ca_waits_and_until_when_the_old_one_is_kept(
         ) -> None:
     world = World()
-    now = START
-    while not world.state.next_ca:
-        world.leader_tick(now)
-        now += TICK
+    now = tick_until_a_next_ca(world)
     data, annotations = secret_content(world.state)
     assert sorted(data) == ["ca.crt", "ca.key", "next-ca.crt", "next-ca.key", "tls.crt",
                             "tls.key"]
@@ -262,10 +268,7 @@ def test_a_next_ca_without_its_date_writes_no_date_and_a_date_without_a_next_ca_
     # A Secret edited by hand: the next CA's files without the annotation, or the annotation
     # left behind without the files.
     world = World()
-    now = START
-    while not world.state.next_ca:
-        world.leader_tick(now)
-        now += TICK
+    now = tick_until_a_next_ca(world)
     assert secret_content(replace(world.state, next_since=None))[1] == {}
     assert secret_content(replace(world.state, next_ca=None))[1] == {}
 
