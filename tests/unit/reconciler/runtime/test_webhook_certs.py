@@ -268,7 +268,7 @@ def test_a_next_ca_without_its_date_writes_no_date_and_a_date_without_a_next_ca_
     # A Secret edited by hand: the next CA's files without the annotation, or the annotation
     # left behind without the files.
     world = World()
-    now = tick_until_a_next_ca(world)
+    tick_until_a_next_ca(world)
     assert secret_content(replace(world.state, next_since=None))[1] == {}
     assert secret_content(replace(world.state, next_ca=None))[1] == {}
 
