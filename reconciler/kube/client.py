@@ -157,7 +157,9 @@ class Watch:
         self._closed = True
         # urllib3 raises when the answer is already over (closed, or its connection back in the
         # pool): a watch the server ended, e.g. across an API server restart. Nothing blocks then.
-        with contextlib.suppress(ValueError, RuntimeError):
+        # OSError: the reading thread closed the socket between urllib3's check and its
+        # shutdown (EBADF), the same race seen from the other side.
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
             self._raw.shutdown()
 
     def __iter__(self) -> Iterator[tuple[str, Obj]]:

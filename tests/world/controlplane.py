@@ -42,12 +42,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Every controller the project's tests rely on, plus those a real cluster always runs that change
 # what tests see (podgc deletes pods of deleted nodes; root-ca-cert-publisher makes the
-# kube-root-ca.crt config map).
+# kube-root-ca.crt config map; resourcequota fills a ResourceQuota's status, without which the
+# ResourceQuota admission plugin enforces nothing).
 DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "statefulset", "garbagecollector", "namespace", "nodelifecycle", "serviceaccount",
     "serviceaccount-token", "job", "disruption", "persistentvolume-binder", "pvc-protection",
     "pv-protection", "endpoint", "endpointslice", "replicaset", "deployment", "podgc",
-    "root-ca-cert-publisher",
+    "root-ca-cert-publisher", "resourcequota",
 )
 
 # Every request at Metadata level (who, what, which object, response code; no bodies). The

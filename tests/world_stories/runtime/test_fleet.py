@@ -19,6 +19,7 @@ minutes); `KAIWU_FLEET_STEADY_S=60` gives the 60-second window of issue 14.
 
 from __future__ import annotations
 
+import difflib
 import os
 import subprocess
 import sys
@@ -71,11 +72,25 @@ def start_reconciler(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
     argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
             "--watch-namespace", namespace, "--lease-namespace", namespace,
             "--resync-period-s", str(RESYNC_S), "--http-address", "127.0.0.1:0",
-            "--log-format", "text", "--log-level", "warning"]
+            "--log-format", "text", "--log-level", "info"]
     env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": "fleet-0"}
     with log.open("wb") as out:
         popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     return popen, log, f"system:serviceaccount:{namespace}:{install.NAME}"
+
+
+def statuses(reader: Kube, namespace: str) -> dict[str, str]:
+    """Each cluster's status as YAML, by name: what a write at rest changed is told by a diff."""
+    items, _ = reader.list_objects(kk.KAIWU_CLUSTER, namespace)
+    return {item["metadata"]["name"]: yaml.safe_dump(item.get("status") or {}) for item in items}
+
+
+def status_change(name: str, before: dict[str, str], after: dict[str, str]) -> str:
+    """The status of `name` from the window's start to its end, as a unified diff."""
+    lines = difflib.unified_diff(before.get(name, "").splitlines(),
+                                 after.get(name, "").splitlines(),
+                                 f"{name} status at the window's start", "at its end", lineterm="")
+    return "\n" + "\n".join(lines)
 
 
 def fleet(namespace: str) -> list[Obj]:
@@ -93,9 +108,16 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
         installed: Callable[[install.Options], list[Obj]], tmp_path: Path) -> None:
     installed(install.Options(namespace=namespace, scope="namespaced",
                               image="kaiwu-reconciler:test", watch_namespace=namespace))
-    k8s.CoreV1Api(kube).create_namespaced_resource_quota(namespace, k8s.V1ResourceQuota(
+    core = k8s.CoreV1Api(kube)
+    core.create_namespaced_resource_quota(namespace, k8s.V1ResourceQuota(
         metadata=k8s.V1ObjectMeta(name="no-pods"),
         spec=k8s.V1ResourceQuotaSpec(hard={"pods": "0", "persistentvolumeclaims": "0"})))
+    # Admission enforces a quota only once its controller has filled in its status: before
+    # that, the fleet's StatefulSets would make pods that the session's simulated nodes run.
+    def quota_enforced() -> bool:
+        status = core.read_namespaced_resource_quota("no-pods", namespace).status
+        return (status.hard or {}).get("pods") == "0" and "pods" in (status.used or {})
+    wait_for("the quota's status", quota_enforced, timeout_s=60)
     popen, log, who = start_reconciler(control_plane, kube, namespace, tmp_path)
 
     def alive() -> None:
@@ -143,11 +165,13 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
             raise
         cpu_before, _ = cpu_and_rss(popen.pid)
         window_start = time.time()
+        at_start = statuses(reader, namespace)
         time.sleep(STEADY_S)
         alive()
         cpu_after, rss = cpu_and_rss(popen.pid)
         in_window = [event for event in writes(stamp(window_start))
                      if event["requestReceivedTimestamp"] < stamp(window_start + STEADY_S)]
+        at_end = statuses(reader, namespace) if in_window else at_start
     finally:
         popen.terminate()
         try:
@@ -156,6 +180,10 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
             popen.kill()
             popen.wait(5)
 
+    # The fleet stayed parked: had a pod or claim slipped past the quota, a simulated kubelet
+    # could have run it, and the writes at rest would be a cluster coming up, not a resync.
+    assert core.list_namespaced_pod(namespace).items == []
+    assert core.list_namespaced_persistent_volume_claim(namespace).items == []
     resyncs = STEADY_S / RESYNC_S
     print(f"\n[fleet] {CLUSTERS} clusters applied -> every generation observed: "
           f"{reconciled_s:.1f} s")
@@ -163,6 +191,10 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
           f"{len(in_window)} writes, reconciler CPU {cpu_after - cpu_before:.2f} s "
           f"(~{(cpu_after - cpu_before) / resyncs:.2f} s per full resync), "
           f"RSS {rss / 2**20:.0f} MiB")
+    written = sorted({(e.get("objectRef") or {}).get("name", "") for e in in_window})
     assert in_window == [], "writes at rest:\n" + "\n".join(
-        f"{e['verb']} {e.get('requestURI')}" for e in in_window[:20])
+        f"{e['verb']} {e.get('requestURI')}" for e in in_window[:20]) + "".join(
+        status_change(name, at_start, at_end) for name in written[:5]) + "\n" + "\n".join(
+        [line for line in log.read_text(errors="replace").splitlines()
+         if any(name in line for name in written)][-40:])
     assert rss < 400 * 2**20

@@ -429,6 +429,22 @@ def test_a_closed_watch_ends_quietly_and_an_open_one_reports_a_broken_stream() -
         list(Watch(Broken()))
 
 
+@pytest.mark.parametrize("error", [ValueError("already released"), RuntimeError("in pool"),
+                                   OSError(9, "Bad file descriptor")])
+def test_closing_a_watch_whose_stream_is_already_over_is_quiet(error: Exception) -> None:
+    # An informer stopped just as the server ended its watch: the reading thread may have
+    # closed the socket between urllib3's check and its shutdown. Stopping must not raise.
+    class Over(Answer):
+        def shutdown(self) -> None:
+            self.shut = True
+            raise error
+
+    watch = Watch(Over(chunks=(watch_line("ADDED", {"n": 1}),)))
+    watch.close()
+    assert watch._raw.shut
+    assert list(watch) == []
+
+
 # ---- counting, reaching the server, configuration --------------------------------------------
 
 def test_every_request_is_counted_by_code_method_and_host() -> None:
