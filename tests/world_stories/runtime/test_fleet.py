@@ -116,7 +116,8 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
     # that, the fleet's StatefulSets would make pods that the session's simulated nodes run.
     def quota_enforced() -> bool:
         status = core.read_namespaced_resource_quota("no-pods", namespace).status
-        return (status.hard or {}).get("pods") == "0" and "pods" in (status.used or {})
+        return status is not None and (status.hard or {}).get("pods") == "0" \
+            and "pods" in (status.used or {})
     wait_for("the quota's status", quota_enforced, timeout_s=60)
     popen, log, who = start_reconciler(control_plane, kube, namespace, tmp_path)
 
