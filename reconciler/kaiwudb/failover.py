@@ -44,9 +44,12 @@ What a pod can show, and the step it gets (each with an Event and
                     before the delete), the one object that outlives the pods; it is cleared
                     once the pod is Ready.
 
-Guards: nothing new is disrupted while a scale-in runs, or while another pod of the cluster is
-down (a second lost node means quorum is at stake and a person should look). A step that
-finishes a disruption already made (ClaimGone, StoreReplaced) needs no such guard.
+Guards: nothing new is disrupted while another pod of the cluster is down (a second lost node
+means quorum is at stake and a person should look), or while a KaiwuBackup runs. A scale-in's
+own pod is left to the scale-in (it is removed once drained), but another pod lost during the
+scale-in is failed over: the drain moves replicas only onto live nodes, so with three left it
+may need that node back, and waiting for each other would wait forever. A step that finishes a
+disruption already made (ClaimGone, StoreReplaced) needs no such guard.
 """
 
 from __future__ import annotations
@@ -72,7 +75,14 @@ from reconciler.kaiwudb.loss import (
     volume_node,
 )
 from reconciler.kaiwudb.nodes import node_entries
-from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, claim_of, cluster_pods, exec_pod, pod_ready
+from reconciler.kaiwudb.pods import (
+    CLAIM_TEMPLATE,
+    claim_of,
+    cluster_pods,
+    exec_pod,
+    force_delete,
+    pod_ready,
+)
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
@@ -406,8 +416,11 @@ class Failover:
     def blocker(self, p: Pass, f: Finding, findings: Sequence[Finding], pods: Mapping[str, Obj],
                 names: list[str]) -> str:
         """Why a new disruption of pod f.pod may not happen now ("" when it may)."""
-        if p.kaiwu.operation is not None:
-            return "a scale-in is in progress"
+        operation = p.kaiwu.operation
+        if operation is not None and operation.pod == f.pod:
+            # Its store is being drained; a fresh store here would be a live node removed
+            # undrained when the StatefulSet shrinks. The scale-in finishes with it.
+            return "it is the pod a scale-in removes"
         backup = running_backup(self.view, p.key.namespace, p.key.name)
         if backup:
             # It fails by itself if this pod was its node; otherwise it finishes first.
@@ -590,12 +603,5 @@ class Failover:
         return name
 
     def force_delete(self, pod: Obj) -> None:
-        md = meta(pod)
-        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
-        try:
-            self.kube.delete(k.POD, str(md.get("namespace")), str(md.get("name")),
-                             uid=str(md.get("uid")), grace_period_seconds=0)
-        except ApiError as error:
-            if not error.conflict:  # a successor with the same name is there already
-                raise
+        force_delete(self.kube, self.metrics, pod)
 

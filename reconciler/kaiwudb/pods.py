@@ -1,9 +1,10 @@
 """Pods and claims of a KaiwuDB cluster, as the lifecycle and failover steps read them.
 
-Pure helpers over cached objects (and one API read for a claim the cache lacks): which pods the
+Helpers over cached objects (and one API read for a claim the cache lacks): which pods the
 cluster has, whether kwbase runs and the pod is Ready, which pod to exec cluster-wide commands
-in, a pod's claim, and the StatefulSet's rollout partition. Used by every module of
-reconciler.kaiwudb.
+in, a pod's claim, and the StatefulSet's rollout partition. One write: `force_delete`, which the
+failover step and the scale-in both make for a pod no kubelet will ever confirm gone. Used by
+every module of reconciler.kaiwudb.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Mapping
 
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
-from reconciler.kube.client import Kube
+from reconciler.kube.client import ApiError, Kube
+from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from renderer.builders import selector_labels
 from renderer.spec import Cluster
@@ -88,3 +90,16 @@ def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
             if found:
                 return found[0]
     return None
+
+
+def force_delete(kube: Kube, metrics: Metrics, pod: Obj) -> None:
+    """Delete the pod with grace 0, guarded by the uid it was judged on (repeating it after a
+    crash is harmless: a successor with the same name is never the one deleted)."""
+    md = meta(pod)
+    metrics.writes_total.labels(verb="delete", kind="Pod").inc()
+    try:
+        kube.delete(k.POD, str(md.get("namespace")), str(md.get("name")),
+                    uid=str(md.get("uid")), grace_period_seconds=0)
+    except ApiError as error:
+        if not error.conflict:  # a successor with the same name is there already
+            raise

@@ -39,11 +39,13 @@ from reconciler.kaiwudb.kwbase import (
     KwbaseError,
     NodeStatus,
 )
+from reconciler.kaiwudb.loss import node_loss, pod_node
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (
     CLAIM_TEMPLATE,
     claim_of,
     exec_pod,
+    force_delete,
     kwbase_running,
     ordinal,
 )
@@ -186,6 +188,7 @@ class Scaling(Part):
             self.scaling(p, operation)
             return
         if pod in pods:
+            self.release_on_lost_node(p, pods[pod])
             self.scaling(p, operation)  # the pod is terminating
             return
         claim_name = f"{CLAIM_TEMPLATE}-{pod}"
@@ -209,6 +212,22 @@ class Scaling(Part):
         if replicas - 1 > cluster.replicas:
             p.requeue_in(0)  # the next node
         self.nodes.forget(cluster.namespace, cluster.name)
+
+    def release_on_lost_node(self, p: Pass, pod: Obj) -> None:
+        """The pod the StatefulSet let go (terminating) is on a Kubernetes node that is not
+        Ready: no kubelet will confirm its deletion, and the failover step looks only at the
+        pods the StatefulSet wants. Its store is decommissioned and holds no replicas (or never
+        joined), and no pod of its name comes back while the StatefulSet is smaller: it is
+        force-deleted, so the scale-in can finish."""
+        node = pod_node(pod)
+        loss = node_loss(self.view, node) if node else None
+        if loss is None or not meta(pod).get("deletionTimestamp"):
+            return
+        force_delete(self.kube, self.metrics, pod)
+        self.count("force-delete-removed-pod")
+        p.act("PodForceDeleted", f"Pod/{meta(pod).get('name')}", (
+            f"scale-in: its node {node} is {loss.status} and no kubelet will confirm the "
+            "deletion; its KaiwuDB store holds no replicas: force-deleted"), event="Warning")
 
     def replicas_left(self, pods: Mapping[str, Obj], admin: KwbaseAdmin, node_id: int,
                       pod: str) -> int | str:

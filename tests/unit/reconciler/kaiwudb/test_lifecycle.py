@@ -64,6 +64,7 @@ from tests.unit.reconciler.kaiwudb.test_failover import (
     kw_node,
     node,
     pod,
+    stamp,
 )
 
 POLL = LifecycleSettings().poll_s
@@ -662,6 +663,39 @@ def test_once_the_pod_is_gone_its_claim_is_deleted_and_the_scale_in_ends() -> No
     assert p.kaiwu.operation is None
     assert [a.action for a in p.actions] == ["ClaimDeleted", "ScaledIn"]
     assert min(p.requeue, default=POLL) >= POLL  # 2 was the target: no next node
+
+
+def test_the_removed_pod_stuck_terminating_on_a_lost_node_is_force_deleted() -> None:
+    """dev-2 is drained and the StatefulSet let it go, but its node stopped reporting: no
+    kubelet will confirm the deletion, and failover looks only at the pods the StatefulSet
+    wants. The scale-in force-deletes it (its store holds nothing) and then finishes."""
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    condemned = pod(2, "n2")
+    condemned["metadata"]["deletionTimestamp"] = stamp(NOW - 60)
+    c.world.put(k.POD, condemned)
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert pod_deletes(c) == [], "its node is Ready: the kubelet finishes the deletion"
+
+    c.world.put(k.NODE, node("n2", "Unknown", NOW - 30))
+    p = c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert pod_deletes(c) == [("delete", "Pod", f"{NAME}-2")]
+    assert [a.action for a in p.actions] == ["PodForceDeleted"]
+    assert "n2 is Unknown" in p.actions[0].message
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
+    assert c.action("force-delete-removed-pod") == 1
+
+
+def test_a_removed_pod_not_yet_let_go_by_the_statefulset_is_not_force_deleted() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    c.world.put(k.NODE, node("n2", "Unknown", NOW - 30))
+    c.run(replicas=2, status=scale_in_status(REMOVING))
+    assert pod_deletes(c) == [], "the StatefulSet controller deletes it first"
+
+
+def pod_deletes(c: Cluster3) -> list[tuple[str, str, str]]:
+    return [write for write in c.world.writes if write[:2] == ("delete", "Pod")]
 
 
 def test_a_scale_in_by_two_goes_on_to_the_next_node_at_once() -> None:
