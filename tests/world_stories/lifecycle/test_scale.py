@@ -39,6 +39,7 @@ from tests.support.lifecycle import (
     status,
     wait_ready,
 )
+from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
 
 
@@ -193,6 +194,48 @@ def test_a_restarted_reconciler_resumes_the_scale_in_from_status(
     remaining = {pod: four[pod] for pod in four if pod != operation["pod"]}
     assert live_nodes(reconciler.cluster(NAME) or {}) == remaining
     assert statefulset_replicas(kube, namespace) == 3
+
+
+def test_the_node_being_removed_dies_mid_drain_and_the_scale_in_still_finishes(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    """The Kubernetes node under dev-3 powers off while its KaiwuDB node drains. KaiwuDB moves
+    the dead node's replicas off it from their other copies; the StatefulSet then lets dev-3
+    go, but no kubelet will ever confirm that pod gone. The scale-in force-deletes it and
+    finishes; failover leaves the scale-in's pod alone (a fresh store there would join, then be
+    removed undrained)."""
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, replicas=4,
+        failover={"nodeLostTimeout": "5s", "replaceLostVolumes": True}))
+    report("apply -> Ready (4 nodes)", took)
+    four = live_nodes(obj)
+    target = f"{NAME}-3"
+    lost_node = (Kube(kube, "test").get(kk.POD, namespace, target) or {})["spec"]["nodeName"]
+
+    scale(kube, namespace, 3)
+    wait_for("node 4's decommission to start", lambda: (
+        op := status(reconciler).get("operation")) and op.get("phase") == "Decommissioning",
+        20, 0.02)
+    started = time.monotonic()
+    faults.lose_node(lost_node)
+
+    def scaled_in() -> bool:
+        st = status(reconciler)
+        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
+                and "operation" not in st and st.get("replicas") == 3
+                and len(live_nodes({"status": st})) == 3)
+    wait_for("the cluster to be Ready with 3 nodes and no operation", scaled_in, 90, 0.2)
+    report("node of the draining pod lost -> scaled in, Ready", time.monotonic() - started)
+
+    assert live_nodes(reconciler.cluster(NAME) or {}) == {
+        pod: four[pod] for pod in four if pod != target}, "the three others, with their ids"
+    assert Kube(kube, "test").get(kk.POD, namespace, target) is None
+    assert lifecycle_count(reconciler, "force-delete-removed-pod") == 1
+    assert lifecycle_count(reconciler, "force-delete-pod") == 0, "failover kept out of it"
+    assert lifecycle_count(reconciler, "replace-volume") == 0
+    deleted = {(w["objectRef"]["resource"], w["objectRef"]["name"])
+               for w in reconciler.writes() if w["verb"] == "delete"}
+    assert deleted == {("pods", target), ("persistentvolumeclaims", f"data-{target}")}, deleted
 
 
 def test_a_node_added_by_hand_and_removed_as_drift_is_decommissioned(
