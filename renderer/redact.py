@@ -1,5 +1,6 @@
 """Masking of secret values in everything we print: diffs, drift reports, logs, Events (Secret
-data, env values, annotations and `--flag=value` arguments whose names look secret).
+data, env values, annotations, and flag values in a command line, `--flag=value` or `--flag`
+then `value`, whose names look secret).
 
 Called by `renderer.diff` (rendered objects), by the drift normaliser (reconciler.drift.normalise),
 which masks while it projects so hashes and reports never carry a value, and by
@@ -29,6 +30,9 @@ SECRET_NAMES = r"(?i)(passw(or)?d|secret|token|api[_-]?key|private[_-]?key|crede
 _SECRET_NAME = re.compile(SECRET_NAMES)
 # `--name=value` or `-name=value`: the value of a flag whose name looks secret.
 _FLAG = re.compile(r"^(?P<flag>--?[A-Za-z0-9_.-]+=)(?P<value>.*)$", re.DOTALL)
+# `--name` alone: its value is the next argument (`--api-token xyz`, as command-line parsers
+# such as kwbase's accept it).
+_BARE_FLAG = re.compile(r"^--?[A-Za-z0-9_.-]+$")
 
 
 def mask(value: bytes | str, key: bytes = PROCESS_KEY) -> str:
@@ -61,10 +65,25 @@ def mask_flag(argument: str, pattern: re.Pattern[str] = _SECRET_NAME,
     return match["flag"] + mask(match["value"], key)
 
 
+def is_secret_flag(argument: Any, pattern: re.Pattern[str] = _SECRET_NAME) -> bool:
+    """Whether an argument is a bare flag whose name looks secret: the next one is its value."""
+    return isinstance(argument, str) and _BARE_FLAG.match(argument) is not None and \
+        is_secret_name(argument, pattern)
+
+
+def mask_arguments(arguments: list[Any], pattern: re.Pattern[str] = _SECRET_NAME,
+                   key: bytes = PROCESS_KEY) -> list[Any]:
+    """A command line with secret flag values masked: `--password=x`, and the argument after
+    a bare `--password`."""
+    return [arg if not isinstance(arg, str) else
+            mask(arg, key) if index and is_secret_flag(arguments[index - 1], pattern) else
+            mask_flag(arg, pattern, key) for index, arg in enumerate(arguments)]
+
+
 def redact(obj: dict[str, Any], key: bytes = PROCESS_KEY) -> dict[str, Any]:
     """A copy of one Kubernetes object with secret values masked: Secret data and stringData,
-    env values and annotations whose names look secret, and secret-looking `--flag=value`
-    arguments."""
+    env values and annotations whose names look secret, and the values of secret-looking
+    flags in commands and arguments."""
     result = copy.deepcopy(obj)
     if result.get("kind") == "Secret":
         if isinstance(result.get("data"), dict):
@@ -89,8 +108,7 @@ def _redact_containers(node: Any, mask_key: bytes) -> None:
                 node[name] = {name_: mask(str(text), mask_key) if is_secret_name(str(name_))
                               else text for name_, text in value.items()}
             elif name in ("command", "args") and isinstance(value, list):
-                node[name] = [mask_flag(arg, key=mask_key) if isinstance(arg, str) else arg
-                              for arg in value]
+                node[name] = mask_arguments(value, key=mask_key)
             else:
                 _redact_containers(value, mask_key)
     elif isinstance(node, list):

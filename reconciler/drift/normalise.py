@@ -47,7 +47,14 @@ from reconciler.drift.schema import (
     root_type,
 )
 from renderer import quantity
-from renderer.redact import SECRET_NAMES, is_secret_name, mask, mask_base64, mask_flag
+from renderer.redact import (
+    SECRET_NAMES,
+    is_secret_flag,
+    is_secret_name,
+    mask,
+    mask_base64,
+    mask_flag,
+)
 
 # The pseudo-key under which an ordered keyed list keeps the relative order of its items. Keys
 # of such lists are container names (DNS labels), which cannot contain "$".
@@ -188,6 +195,7 @@ class _Lists:
     provides `walk` and `keyed_paths`."""
 
     keyed_paths: set[tuple[str, ...]]
+    secret_names: re.Pattern[str]
 
     def walk(self, ref: Any, live: Any, ctx: _Ctx) -> tuple[Any, Any]:
         raise NotImplementedError  # _Walker.walk
@@ -301,12 +309,19 @@ class _Lists:
                     for owner in ctx.owners
                     if (sub := owner.at_item(live_item, index)) is not None
                 )
+            mask_mode = ctx.mask
+            if mask_mode == "flags" and index and any(
+                    is_secret_flag(side[index - 1], self.secret_names)
+                    for side in (ref_list, live_list) if side is not None and index <= len(side)):
+                # The value of a bare `--api-token`: masked whole on both sides, so equal
+                # values still compare equal.
+                mask_mode = "value"
             child = _Ctx(
                 path=(*ctx.path, str(index)),
                 type=item_type(spec),
                 owners=owners,
                 cursors=_advance(ctx.cursors, (str(index),)),
-                mask=ctx.mask,
+                mask=mask_mode,
             )
             if _ignored(child, rendered=ref_item is not ABSENT):
                 continue

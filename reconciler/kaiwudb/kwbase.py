@@ -34,16 +34,6 @@ from renderer.spec import Cluster
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-REPLICATION_HEALTH_QUERY = (
-    "SELECT sum((metrics->>'ranges.unavailable')::DECIMAL)::INT AS ranges_unavailable, "
-    "sum((metrics->>'ranges.underreplicated')::DECIMAL)::INT AS ranges_underreplicated "
-    "FROM kwdb_internal.kv_store_status"
-)
-"""Replication health as KaiwuDB documents it (the precondition of scale-in and upgrades): the
-sums of the `ranges.unavailable` and `ranges.underreplicated` store metrics over every store's
-persisted status, dead nodes' included (a dead node's stale status still counts: better to wait
-than to act on missing data)."""
-
 RUNNING_JOBS_QUERY = "SELECT count(*) FROM [SHOW JOBS] WHERE status = 'running'"
 """Running jobs (schema changes, imports): KaiwuDB asks for none before an upgrade."""
 
@@ -259,7 +249,13 @@ class ReplicationHealth:
 
 
 def replication_health_of(statuses: Sequence[NodeStatus]) -> ReplicationHealth:
-    """Replication health from `node status --ranges` rows (the per-node form of the query)."""
+    """Replication health as KaiwuDB documents it (the precondition of scale-in and upgrades):
+    the sums of the `ranges_unavailable` and `ranges_underreplicated` store metrics of the rows
+    of `node status --ranges`. Those are each store's persisted status, a dead node's stale one
+    included (better to wait than to act on missing data), but KaiwuDB lists no node that is
+    decommissioned and no longer live: its last status, frozen when it died, would count the
+    ranges that were under-replicated then for ever (kwdb_internal.kv_store_status keeps it,
+    which is why that table is not summed)."""
     if not statuses or any(s.ranges_unavailable is None or s.ranges_underreplicated is None
                            for s in statuses):
         return ReplicationHealth(None, None)
@@ -396,18 +392,6 @@ def parse_decommission(text: str) -> tuple[DecommissionStatus, ...]:
         raise ValueError(f"unreadable decommission output: {err}") from None
 
 
-def parse_replication_health(text: str) -> ReplicationHealth:
-    """The one row of REPLICATION_HEALTH_QUERY in csv."""
-    try:
-        rows = _csv_rows(text)
-        if len(rows) != 1:
-            raise _ParseError(f"expected one row, got {len(rows)}")
-        return ReplicationHealth(_opt_int(rows[0], "ranges_unavailable"),
-                                 _opt_int(rows[0], "ranges_underreplicated"))
-    except (_ParseError, KeyError) as err:
-        raise ValueError(f"unreadable replication health output: {err}") from None
-
-
 # --- the adapter -----------------------------------------------------------------------------
 
 
@@ -526,9 +510,8 @@ class KwbaseAdmin:
         self._checked(pod, self.argv(pod, "node", "drain"))
 
     def replication_health(self, pod: str) -> ReplicationHealth:
-        """REPLICATION_HEALTH_QUERY through `kwbase sql -e`."""
-        argv = self.argv(pod, "sql", "--format=csv", "-e", REPLICATION_HEALTH_QUERY)
-        return self._parsed(pod, argv, parse_replication_health)
+        """`replication_health_of` the nodes `node status --ranges` lists."""
+        return replication_health_of(self.node_status(pod, ranges=True))
 
     def running_jobs(self, pod: str) -> int:
         """How many jobs run now (RUNNING_JOBS_QUERY)."""

@@ -3,6 +3,8 @@ posted to pull requests), drift reports and the Ready/Drifted messages made of t
 logs. A cluster carries a secret in each form the spec allows: a `--flag=value` argument
 (spec.extraArgs), an env var (spec.extraEnv) and an annotation (spec.annotations, on every
 object and pod). None may be printed; each shows as a mask that changes when the secret does.
+A live object may also carry `--flag value` (two arguments, which a spec cannot: the renderer
+wants one flag per item): its value is masked too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from renderer.diff import compare, format_markdown, format_text
 from renderer.loader import parse_text
-from renderer.redact import mask, mask_flag, redact
+from renderer.redact import mask, mask_arguments, mask_flag, redact
 from renderer.render import build_objects, read_clusters
 from renderer.settings import RenderSettings
 
@@ -100,6 +102,14 @@ def test_only_secret_looking_flags_with_a_value_are_masked(argument: str, masked
         assert shown == argument
 
 
+def test_the_argument_after_a_bare_secret_flag_is_masked_and_nothing_else() -> None:
+    arguments = ["kwbase", "--password", "hunter2", "--cache", ".25", "--token=abc", 7,
+                 "--secret"]
+    assert mask_arguments(arguments) == [
+        "kwbase", "--password", mask("hunter2"), "--cache", ".25", f"--token={mask('abc')}", 7,
+        "--secret"]
+
+
 def test_secret_data_is_masked_by_its_decoded_bytes_and_string_data_by_its_text() -> None:
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
               "data": {"a": "aHVudGVyMg=="}, "stringData": {"b": "hunter2"}}
@@ -129,6 +139,22 @@ def test_a_drift_report_of_secret_changes_shows_masks_only() -> None:
     assert any("args" in path or "command" in path for path in paths), paths
     for text in (format_report(report), changes_text(report, limit=50), str(report)):
         assert_masked(text, *OLD, *NEW)
+
+
+def test_a_secret_passed_by_hand_as_a_flag_then_its_value_is_masked_in_drift_reports() -> None:
+    # Someone edits the live StatefulSet: `kubectl edit` appends `--auth-token s3cr3t-live`.
+    desired, _ = drifted_statefulset()
+    live = copy.deepcopy(desired)
+    container = live["spec"]["template"]["spec"]["containers"][0]
+    key = "args" if "args" in container else "command"
+    container[key] = [*container[key], "--auth-token", "s3cr3t-live", "--locality", "zone=a"]
+    report = drift_compare(desired, live, settings=SETTINGS)
+    assert report.drifted
+    for text in (format_report(report), changes_text(report, limit=50), str(report)):
+        assert_masked(text, "s3cr3t-live")
+        assert "--auth-token" in text and "zone=a" in text, text
+    # Equal values still compare equal: the same hand edit on both sides is no drift.
+    assert not drift_compare(live, copy.deepcopy(live), settings=SETTINGS).drifted
 
 
 class EventSink:
