@@ -491,7 +491,7 @@ class Failover:
                                        f"volume is replaced later: {refused}"))
             else:
                 replace = self.delete_claim(cluster, claim)
-        self.force_delete(pod)
+        force_delete(self.kube, self.metrics, pod)
         failpoints.reached("failover.pod-force-deleted")
         self.count("force-delete-pod")
         p.act("PodForceDeleted", f"Pod/{f.pod}", (
@@ -517,7 +517,7 @@ class Failover:
         if pending is not None:
             # The pending pod holds on to the old claim's name: delete it too, so the
             # StatefulSet creates a new claim (a fresh volume on a live node) with the next pod.
-            self.force_delete(pending)
+            force_delete(self.kube, self.metrics, pending)
         failpoints.reached("failover.claim-deleted")
         self.announce_volume(p, f, name)
         p.requeue_in(self.settings.poll_s)
@@ -537,7 +537,7 @@ class Failover:
             return
         # The StatefulSet recreated the pod while the old claim was still going: the pod names
         # a claim that is gone and would wait forever. Deleted, it comes back with a new claim.
-        self.force_delete(pods[f.pod])
+        force_delete(self.kube, self.metrics, pods[f.pod])
         failpoints.reached("failover.pending-pod-deleted")
         p.not_ready.insert(0, ("Replacing", f"pod {f.pod} is recreated with a new claim"))
         p.requeue_in(self.settings.poll_s)
@@ -601,7 +601,3 @@ class Failover:
             if not error.conflict:  # a newer claim of that name: not the one we judged
                 raise
         return name
-
-    def force_delete(self, pod: Obj) -> None:
-        force_delete(self.kube, self.metrics, pod)
-

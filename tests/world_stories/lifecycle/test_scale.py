@@ -43,6 +43,14 @@ from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
 
 
+def scaled_in_to(reconciler: Reconciler, replicas: int) -> bool:
+    """Ready, no operation in flight, and that many replicas and live KaiwuDB nodes."""
+    st = status(reconciler)
+    return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
+            and "operation" not in st and st.get("replicas") == replicas
+            and len(live_nodes({"status": st})) == replicas)
+
+
 def test_scale_out_then_in_decommissions_exactly_the_removed_node(
         sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
@@ -69,13 +77,8 @@ def test_scale_out_then_in_decommissions_exactly_the_removed_node(
         "operation"), 20, 0.05)
     assert operation["type"] == "ScaleIn" and operation["pod"] == f"{NAME}-3"
     assert operation.get("nodeId") in (None, added)
-
-    def scaled_in() -> bool:
-        st = status(reconciler)
-        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
-                and "operation" not in st and st.get("replicas") == 3
-                and len(live_nodes({"status": st})) == 3)
-    wait_for("the cluster to be Ready with 3 nodes and no operation", scaled_in, 60, 0.1)
+    wait_for("the cluster to be Ready with 3 nodes and no operation",
+             lambda: scaled_in_to(reconciler, 3), 60, 0.1)
     report("replicas 4 -> 3: decommission, shrink, Ready", time.monotonic() - started)
 
     obj = wait_ready(reconciler)
@@ -218,13 +221,8 @@ def test_the_node_being_removed_dies_mid_drain_and_the_scale_in_still_finishes(
         20, 0.02)
     started = time.monotonic()
     faults.lose_node(lost_node)
-
-    def scaled_in() -> bool:
-        st = status(reconciler)
-        return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
-                and "operation" not in st and st.get("replicas") == 3
-                and len(live_nodes({"status": st})) == 3)
-    wait_for("the cluster to be Ready with 3 nodes and no operation", scaled_in, 90, 0.2)
+    wait_for("the cluster to be Ready with 3 nodes and no operation",
+             lambda: scaled_in_to(reconciler, 3), 90, 0.2)
     report("node of the draining pod lost -> scaled in, Ready", time.monotonic() - started)
 
     assert live_nodes(reconciler.cluster(NAME) or {}) == {
