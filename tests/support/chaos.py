@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 import random
 import re
 import signal
@@ -355,6 +356,10 @@ class Invariants:
             return []
         events: list[dict[str, Any]] = []
         with path.open("rb") as fh:
+            if os.fstat(fh.fileno()).st_size < self._offset:
+                # Rotated or truncated: what was appended meanwhile is gone, so say so.
+                raise RuntimeError(f"the audit log {path} shrank below the {self._offset} bytes "
+                                   "already read; the invariants can no longer see every write")
             fh.seek(self._offset)
             data = fh.read()
         end = data.rfind(b"\n") + 1

@@ -62,6 +62,8 @@ rules:
   - level: Metadata
 """
 
+AUDIT_LOG_NEVER_ROTATE_MB = 1024 * 1024
+
 WRITE_VERBS: frozenset[str] = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
@@ -380,8 +382,13 @@ class ControlPlane:
         events: list[dict[str, Any]] = []
         if not self.audit_log_path.exists():
             return events
-        with self.audit_log_path.open() as fh:
+        self.check_audit_log_whole()
+        # Cheap byte tests before parsing: late in a session the log holds ~10^5 lines.
+        wanted_user = user.encode() if user is not None else b""
+        with self.audit_log_path.open("rb") as fh:
             for line in fh:
+                if b"ResponseComplete" not in line or wanted_user not in line:
+                    continue
                 try:
                     event = json.loads(line)
                 except json.JSONDecodeError:
@@ -394,6 +401,15 @@ class ControlPlane:
                     continue
                 events.append(event)
         return events
+
+    def check_audit_log_whole(self) -> None:
+        """Raise if the apiserver ever rotated audit.log: its readers would miss earlier events."""
+        rotated = sorted(p.name for p in self.log_dir.glob("audit-*"))
+        if rotated:
+            raise ControlPlaneError(
+                f"the apiserver rotated its audit log ({', '.join(rotated)} in {self.log_dir}); "
+                "audit.log no longer holds every request. Raise AUDIT_LOG_NEVER_ROTATE_MB in "
+                "tests/world/controlplane.py")
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each running component, in bytes."""
@@ -485,6 +501,10 @@ class ControlPlane:
             f"--audit-policy-file={self.dir / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log_path}",
             "--audit-log-format=json", "--audit-log-mode=blocking",
+            # Never rotate: lumberjack's default (0 here) means 100 MB, which a full test session
+            # outgrows; readers of audit.log would then silently miss everything before the
+            # rotation (a "no write at rest" check passing on an empty log). 1 TiB is never reached.
+            f"--audit-log-maxsize={AUDIT_LOG_NEVER_ROTATE_MB}",
             "--profiling=false",
             f"--v={s.log_verbosity}",
         ]

@@ -37,11 +37,16 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         pytest.fail(f"test world unavailable: {problem}", pytrace=False)
     request.config.stash[PLANE_KEY] = plane
     yield plane
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and plane.audit_log_path.exists():
+        size = plane.audit_log_path.stat().st_size
+        reporter.write_line(f"test world audit log: {size / 2**20:.0f} MiB")
     failed = request.session.testsfailed > 0
-    plane.stop(keep_logs=failed)
-    if failed:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
+    try:
+        plane.check_audit_log_whole()  # a rotated log would have hidden requests from stories
+    finally:
+        plane.stop(keep_logs=failed)
+        if failed and reporter is not None:
             reporter.write_line(f"test world logs kept in {plane.log_dir}")
 
 

@@ -20,8 +20,10 @@ from kubernetes import client as k8s
 
 from tests.support.waiting import eventually
 from tests.world.controlplane import (
+    AUDIT_LOG_NEVER_ROTATE_MB,
     REPO_ROOT,
     ControlPlane,
+    ControlPlaneError,
 )
 
 CRD_PATH = REPO_ROOT / "crd" / "kaiwuclusters.yaml"
@@ -201,6 +203,23 @@ def test_the_audit_log_records_who_wrote_what(
     assert event["responseStatus"]["code"] == 201
     assert event["level"] == "Metadata"
     assert "requestObject" not in event, "Metadata level must not log request bodies"
+
+
+@pytest.mark.world
+def test_the_audit_log_never_rotates_and_a_rotated_one_fails_its_readers(
+        control_plane: ControlPlane) -> None:
+    # Left to its default the apiserver rotates at 100 MB, which a full session outgrows: every
+    # story reading the log afterwards would miss what went before, silently.
+    pid = control_plane.pids()["kube-apiserver"]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert f"--audit-log-maxsize={AUDIT_LOG_NEVER_ROTATE_MB}".encode() in argv
+    rotated = control_plane.log_dir / "audit-2026-12-02T03-00-00.000.log"
+    rotated.write_text("")
+    try:
+        with pytest.raises(ControlPlaneError, match="rotated its audit log"):
+            control_plane.audit_events()
+    finally:
+        rotated.unlink()
 
 
 @pytest.mark.world

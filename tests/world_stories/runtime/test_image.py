@@ -142,7 +142,14 @@ def test_the_image_run_read_only_as_uid_10001_brings_a_cluster_to_ready(
     # RBAC refused it nothing.
     sa_user = f"system:serviceaccount:{namespace}:{install.NAME}"
     writes = control_plane.audit_events(user=sa_user, verbs=WRITE_VERBS)
-    assert any(w["objectRef"]["resource"] == "statefulsets" for w in writes), writes[:5]
+    if not any(w["objectRef"]["resource"] == "statefulsets" for w in writes):
+        # Say who did write this namespace's StatefulSet, if anyone did.
+        by_anyone = [f"{e['user']['username']} {e['verb']} {e['requestURI']}"
+                     for e in control_plane.audit_events(verbs=WRITE_VERBS)
+                     if e.get("objectRef", {}).get("namespace") == namespace
+                     and e["objectRef"].get("resource") == "statefulsets"]
+        raise AssertionError(f"{sa_user} wrote no StatefulSet; who did: {by_anyone}; "
+                             f"its writes: {[(w['verb'], w['requestURI']) for w in writes]}")
     assert refused(control_plane, sa_user, namespace, "namespaced") == []
 
     assert container.stop() == 0, container.text()[-3000:]
