@@ -22,6 +22,7 @@ from tests.world.fixtures import (
     kube,
     mark_world_tests,
     namespace,
+    write_summary,
 )
 from tests.world.kubelet_fixtures import faults, sim_world  # noqa: F401 - fixtures
 
@@ -44,3 +45,8 @@ def pytest_runtest_makereport(
     report = yield
     add_log_paths(item, report)
     return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
+                            config: pytest.Config) -> None:
+    write_summary(config, terminalreporter)

@@ -157,6 +157,9 @@ class DirectorySource:
         self._lock = threading.Lock()  # one scan at a time
         self._stop = threading.Event()
         self._observer: Any = None
+        # stop() may come from another thread while the scanner re-points the watches: the
+        # observer is replaced, used and dropped only under this lock.
+        self._watch_lock = threading.Lock()
         self.watched: tuple[Path, ...] = ()  # what inotify watches now
         self._thread: threading.Thread | None = None
 
@@ -175,9 +178,10 @@ class DirectorySource:
     def stop(self) -> None:
         self._stop.set()
         self._pending.event.set()
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer = None
+        with self._watch_lock:
+            observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT_S)
 
@@ -221,8 +225,11 @@ class DirectorySource:
 
     def _rewatch(self) -> None:
         """Watch the current target of the path, and the directories of its symlinks."""
-        if self._observer is None:
-            return
+        with self._watch_lock:
+            if self._observer is not None:  # None: stopped
+                self._point_watches(self._observer)
+
+    def _point_watches(self, observer: Any) -> None:
         wanted: list[tuple[Path, bool]] = []
         try:
             wanted = [(parent, False) for parent in symlink_parents(self.path)]
@@ -236,11 +243,11 @@ class DirectorySource:
             log.warning("cannot resolve the source directory", extra={"error": str(error)})
         if tuple(path for path, _ in wanted) == self.watched:
             return
-        self._observer.unschedule_all()
+        observer.unschedule_all()
         handler = _Changes(self)
         for path, recursive in wanted:
             try:
-                self._observer.schedule(handler, str(path), recursive=recursive)
+                observer.schedule(handler, str(path), recursive=recursive)
             except OSError as error:  # vanished between resolve and watch: next scan retries
                 log.warning("cannot watch", extra={"path": str(path), "error": str(error)})
         self.watched = tuple(path for path, _ in wanted)

@@ -21,6 +21,8 @@ from tests.world.controlplane import ControlPlane, ControlPlaneError
 
 WORLD_FIXTURES = frozenset({"control_plane", "kube", "namespace"})
 PLANE_KEY = pytest.StashKey[ControlPlane]()
+# Lines for the end of the run: the session's teardown runs while output is captured.
+SUMMARY_KEY = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="session")
@@ -37,17 +39,23 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         pytest.fail(f"test world unavailable: {problem}", pytrace=False)
     request.config.stash[PLANE_KEY] = plane
     yield plane
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and plane.audit_log_path.exists():
+    summary = request.config.stash.setdefault(SUMMARY_KEY, [])
+    if plane.audit_log_path.exists():
         size = plane.audit_log_path.stat().st_size
-        reporter.write_line(f"test world audit log: {size / 2**20:.0f} MiB")
+        summary.append(f"test world audit log: {size / 2**20:.0f} MiB")
     failed = request.session.testsfailed > 0
     try:
         plane.check_audit_log_whole()  # a rotated log would have hidden requests from stories
     finally:
         plane.stop(keep_logs=failed)
-        if failed and reporter is not None:
-            reporter.write_line(f"test world logs kept in {plane.log_dir}")
+        if failed:
+            summary.append(f"test world logs kept in {plane.log_dir}")
+
+
+def write_summary(config: pytest.Config, reporter: pytest.TerminalReporter) -> None:
+    """The control plane's closing lines (audit log size, kept logs), after the results."""
+    for line in config.stash.get(SUMMARY_KEY, []):
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

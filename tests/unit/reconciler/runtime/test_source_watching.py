@@ -281,6 +281,10 @@ class Observer:
         self.scheduled: list[tuple[str, bool]] = []
         self.cleared = 0
         self.refuse: set[str] = set()
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
 
     def schedule(self, handler: Any, path: str, recursive: bool = False) -> None:
         if path in self.refuse:
@@ -370,3 +374,26 @@ def test_content_changes_ask_for_a_scan_reads_and_directory_touches_do_not(
     handler.on_any_event(DirMovedEvent(str(repo), str(tmp_path / "elsewhere")))
     assert tuple(directory.watched) == ()
     assert len(requested) == 8
+
+
+def test_a_stop_that_comes_while_the_watches_are_re_pointed_waits_for_them(
+        tmp_path: Path) -> None:
+    # The runtime stops the source (SIGTERM) just as the scanner re-points its watches after a
+    # git-sync swap: the scanner's thread once died on an observer taken away under it.
+    repo = repo_with(tmp_path)
+    directory, observer = watching(repo)
+    stopper = threading.Thread(target=directory.stop)
+
+    def cleared_and_stopped_meanwhile() -> None:
+        observer.cleared += 1
+        observer.scheduled = []
+        stopper.start()
+        stopper.join(0.2)  # the stop waits for the watches, however long we give it here
+    observer.unschedule_all = cleared_and_stopped_meanwhile  # type: ignore[method-assign]
+    directory._rewatch()
+    stopper.join(5)
+    assert not stopper.is_alive(), "the stop finished once the watches were set"
+    assert observer.scheduled == [(str(tmp_path), False), (str(repo), True)]
+    assert observer.stopped
+    directory._rewatch()  # stopped: nothing is watched any more, and nothing fails
+    assert observer.cleared == 1
