@@ -430,8 +430,7 @@ class Failover:
         if lost:
             return (f"other pods are failing too ({', '.join(lost)}): one node at a time, and "
                     "never below quorum; bring nodes back or replace pods by hand")
-        down = sorted((set(disrupted(self.view, pods, names)) | {
-            name for name in names if not pod_ready(pods.get(name))}) - {f.pod})
+        down = sorted(set(disrupted(self.view, pods, names)) - {f.pod})
         if down:
             return f"pods {', '.join(down)} are not Ready yet: one pod at a time"
         return ""

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from reconciler.kaiwudb.pods import pod_ready
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
@@ -112,12 +113,15 @@ def _affinity_node(volume: Obj | None) -> str:
 
 def disrupted(view: CacheView, pods: Mapping[str, Obj], names: list[str]) -> list[str]:
     """The pods of `names` that are down as Kubernetes sees it: missing, terminating,
-    unscheduled, or on a node that is not Ready. (KaiwuDB's own view is the node probe's.)"""
+    unscheduled, on a node that is not Ready, or not Ready themselves (as a
+    PodDisruptionBudget counts them: a failing readiness probe is KaiwuDB's `/health?ready=1`
+    saying no, whatever its liveness shows yet). Every disruptive step waits while another pod
+    is down (one disruption at a time). KaiwuDB's own view is the node probe's."""
     down = []
     for name in names:
         pod = pods.get(name)
         node = pod_node(pod)
         if pod is None or meta(pod).get("deletionTimestamp") or not node or \
-                node_loss(view, node) is not None:
+                node_loss(view, node) is not None or not pod_ready(pod):
             down.append(name)
     return down

@@ -39,7 +39,7 @@ from reconciler.kaiwudb.kwbase import (
     KwbaseError,
     NodeStatus,
 )
-from reconciler.kaiwudb.loss import node_loss, pod_node
+from reconciler.kaiwudb.loss import disrupted, node_loss, pod_node
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (
     CLAIM_TEMPLATE,
@@ -85,7 +85,8 @@ class Scaling(Part):
         if nodes is None:
             return  # node status unknown: the probe said why and requeued
         target = cluster.pod_name(live_replicas - 1)
-        waiting = self.scale_in_blocker(nodes, admin, pods, target)
+        kept = [cluster.pod_name(i) for i in range(live_replicas - 1)]
+        waiting = self.scale_in_blocker(nodes, admin, pods, target, kept)
         if waiting:
             p.not_ready.append(("ScaleInWaiting", f"scale-in to {cluster.replicas} waits: "
                                 f"{waiting}"))
@@ -117,8 +118,9 @@ class Scaling(Part):
         self.scaling(p, operation)
 
     def scale_in_blocker(self, nodes: Sequence[NodeStatus], admin: KwbaseAdmin,
-                         pods: Mapping[str, Obj], target: str) -> str:
-        """Why a scale-in step may not start now ("" when it may)."""
+                         pods: Mapping[str, Obj], target: str, kept: list[str]) -> str:
+        """Why a scale-in step may not start now ("" when it may): `target` is the pod it
+        would drain, `kept` the pods that stay."""
         counted = [n for n in nodes if not (n.is_decommissioning and not n.is_live)]
         not_live = [n for n in counted if not n.healthy]
         if not_live:
@@ -126,6 +128,12 @@ class Scaling(Part):
         busy = [n for n in counted if n.is_decommissioning and n.pod_name != target]
         if busy:
             return "KaiwuDB nodes decommissioning: " + ", ".join(str(n.id) for n in busy)
+        # KaiwuDB may still count a node live whose pod is already down (its liveness outlives
+        # the process by seconds, and a failing readiness probe is not a dead node): a drain
+        # beside it would be a second disruption.
+        down = disrupted(self.view, pods, kept)
+        if down:
+            return "pods are down: " + ", ".join(down)
         runner = exec_pod(pods, avoid=target)
         if runner is None:
             return "no pod runs kwbase"

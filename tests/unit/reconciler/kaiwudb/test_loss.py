@@ -69,12 +69,14 @@ def test_a_pods_ready_condition_and_node_are_read_from_it() -> None:
     assert pod_node(pod(0, "n0")) == "n0" and pod_node(pod(0)) == "" and pod_node(None) == ""
 
 
-def test_pods_are_down_when_missing_terminating_unscheduled_or_on_a_lost_node() -> None:
+def test_pods_are_down_when_missing_terminating_unscheduled_on_a_lost_node_or_not_ready() -> None:
     world = healthy_world()
     view = FakeView(world)
     pods = {f"dev-{i}": pod(i, f"n{i}") for i in range(3)}
     names = ["dev-0", "dev-1", "dev-2", "dev-3"]
     assert disrupted(view, pods, names) == ["dev-3"]
+    assert disrupted(view, {**pods, "dev-1": pod(1, "n1", ready=False)}, names) == \
+        ["dev-1", "dev-3"]
     pods["dev-0"]["metadata"]["deletionTimestamp"] = stamp(NOW)
     pods["dev-1"] = pod(1)
     world.put(k.NODE, node("n2", "Unknown"))
