@@ -8,8 +8,9 @@ initialises itself: it is recorded once its node answers.
 
 nodes: `kwbase node status --decommission` maps node ids (they belong to stores, not pods) to
 pods; `status.nodes` lists them, and Ready waits for every node to be live. Probing costs one
-exec, so a steady cluster is probed again only when its pods change, when something is pending,
-or once per `probe_every_s`. Used by the lifecycle step (reconciler.kaiwudb.lifecycle).
+exec, so a steady cluster is probed again only when its pods change, when something is pending
+(a node not live, a live node without a pod, two live ids at one pod), or once per
+`probe_every_s`. Used by the lifecycle step (reconciler.kaiwudb.lifecycle).
 """
 
 from __future__ import annotations
@@ -120,13 +121,22 @@ class Nodes(Part):
         # Live nodes whose pod is gone (removed without a decommission) stop being live within
         # the liveness TTL: keep looking until they do (see remove_strays).
         podless = [e for e in live if e.pod not in pods]
-        all_live = not not_live and not podless and len(live) >= expected
+        # Two live ids at one pod: its store was replaced moments ago and the old id's liveness
+        # has yet to expire (KaiwuDB runs one process per address). Keep looking until it does:
+        # the failover step decommissions it then, and a steady cluster would not probe again
+        # for probe_every_s, leaving its ranges under-replicated and status.nodes wrong.
+        doubled = [e for e in live if e.pod and sum(o.pod == e.pod for o in live) > 1]
+        all_live = not not_live and not podless and not doubled and len(live) >= expected
         if not_live:
             p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(
                 f"{e.node_id} ({e.pod or e.address})" for e in not_live)))
         elif podless:
             p.not_ready.append(("NodesWithoutPods", "KaiwuDB nodes whose pod is gone: " +
                                 ", ".join(f"{e.node_id} ({e.pod})" for e in podless)))
+        elif doubled:
+            p.not_ready.append(("NodesReplaced", "KaiwuDB nodes sharing a pod (a replaced store "
+                                "whose old id is not yet dead): " +
+                                ", ".join(f"{e.node_id} ({e.pod})" for e in doubled)))
         elif len(live) < expected:
             p.not_ready.append(("NodesJoining", f"{len(live)}/{expected} KaiwuDB nodes live"))
         if not all_live:

@@ -403,6 +403,31 @@ class KwdbWorld:
             proc = group.procs.get(pod_name) if group else None
             return proc is not None and proc.running
 
+    def describe(self, cluster: ClusterKey, now: float) -> list[str]:
+        """The simulator's truth about a cluster, one line per node id and per process: for a
+        test that failed to say what KaiwuDB itself held (not what the reconciler saw)."""
+        with self._lock:
+            group = self._groups.get(cluster)
+            if group is None:
+                return [f"{cluster}: no KaiwuDB"]
+            group.advance(now)
+            lines = []
+            for logical in group.clusters:
+                for node in sorted(logical.nodes.values(), key=lambda n: n.node_id):
+                    store = group.stores.get(node.store_key)
+                    lines.append(
+                        f"node {node.node_id} at {node.pod_name}: store {node.store_key[:8]}"
+                        f"{'' if store is not None else ' (gone)'}, heartbeating "
+                        f"{node.heartbeating}, live {logical.is_live(node, group.clock)}, "
+                        f"decommissioning {node.decommissioning}")
+            for proc in group.sorted_procs():
+                found = group.node_of(proc)
+                lines.append(
+                    f"process {proc.pod_name}: store {proc.store_key[:8]}, node "
+                    f"{found[1].node_id if found else None}, running {proc.running}, host alive "
+                    f"{proc.host_alive}, waiting {proc.waiting}")
+            return lines
+
     def logs(self, cluster: ClusterKey, pod_name: str) -> str:
         """What the pod's current (or last) kwbase process printed, for `kubectl logs`."""
         with self._lock:

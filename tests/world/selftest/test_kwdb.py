@@ -271,6 +271,11 @@ def test_a_recreated_volume_joins_as_a_new_node_id() -> None:
         ("4", "true"),
     ]
     assert nodes[3]["address"] == f"{fqdn(2)}:26257"
+    truth = op.world.describe(KEY, t)  # what a failing story prints of the simulator's state
+    assert "node 3 at kw-2: store pvc-uid- (gone), heartbeating False, live False, " \
+        "decommissioning False" in truth
+    assert "process kw-2: store pvc-uid-, node 4, running True, host alive True, " \
+        "waiting None" in truth
 
 
 def test_a_store_keeps_its_start_mode() -> None:

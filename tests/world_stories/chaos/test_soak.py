@@ -224,6 +224,10 @@ def test_overlapping_faults_break_no_invariant_and_every_cluster_converges(
             shown = f"{took:.1f} s" if took is not None else \
                 f"NOT within {settings.converge_bound_s:g} s"
             print(f"[chaos] {plan.name}: Ready {shown} after the faults stopped")
+            if took is None:  # what the simulated KaiwuDB itself holds, for the diagnosis
+                for line in chaos_world.kwdb.describe((namespace, plan.name),
+                                                      chaos_world.clock.now()):
+                    print(f"[chaos]   {line}")
         if os.environ.get("KAIWU_SOAK_LOG"):
             Path(os.environ["KAIWU_SOAK_LOG"]).write_text("\n".join(ledger.log) + "\n")
 

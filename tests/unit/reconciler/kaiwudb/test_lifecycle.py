@@ -369,6 +369,23 @@ def test_a_live_node_whose_pod_is_gone_keeps_the_cluster_not_ready() -> None:
     assert reasons(p.not_ready) == ["NodesWithoutPods"] and "4 (dev-3)" in text(p.not_ready)
 
 
+def test_a_replaced_stores_old_id_still_live_is_probed_until_it_dies() -> None:
+    # dev-1's volume was replaced: its new store joined as node 4 while node 2 (the lost store)
+    # still counts live for the liveness TTL. Everything else looks steady; were the probe not
+    # repeated, node 2 would show live, undecommissioned, for probe_every_s (five minutes).
+    c = Cluster3()
+    c.world.kwdb.append(kw_node(4, f"{NAME}-1"))
+    p = c.run()
+    assert p.not_ready == [("NodesReplaced", "KaiwuDB nodes sharing a pod (a replaced store "
+                            f"whose old id is not yet dead): 2 ({NAME}-1), 4 ({NAME}-1)")]
+    assert p.requeue == [POLL]
+    status = {"initialized": True, "nodes": [n.to_status() for n in p.kaiwu.nodes or ()]}
+    c.kaiwu(1, live=False)  # the TTL ran out
+    again = c.run(now=NOW + POLL, status=status)
+    assert c.admin.commands() == ["node status --decommission"] * 2
+    assert [(n.node_id, n.state) for n in again.kaiwu.nodes or ()][1] == (2, "not-live")
+
+
 def test_a_steady_cluster_is_probed_again_only_after_probe_every_s() -> None:
     c = Cluster3()
     first = c.run()
