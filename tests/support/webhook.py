@@ -2,9 +2,10 @@
 
 The test world has no kube-proxy, so the webhook's Service is simulated: `ServiceProxy` listens
 on one 127.0.0.1 port (the address the ValidatingWebhookConfiguration's `url` names) and hands
-each TCP connection to the next replica that accepts it, as a Service does with its ready
-endpoints; a stopped replica refuses connections and is skipped, as its endpoint would be
-removed. Bytes are passed through untouched: TLS is between the real API server and the
+each TCP connection to the next ready replica that accepts it, as a Service does with its ready
+endpoints: a backend is skipped while its readiness (the replica's `/readyz`, false until it
+has a serving certificate) says no, or while it refuses connections (stopped), as its endpoint
+would be removed. Bytes are passed through untouched: TLS is between the real API server and the
 replica. `webhook_settings` turns the webhook on for a runtime of the stories, registered under a
 name of the test's own (`registered` deletes it afterwards: with failurePolicy Fail a leftover
 registration would refuse every later story's KaiwuCluster).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -31,7 +32,8 @@ class ServiceProxy:
     def __init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
-        self.backends: list[int] = []
+        # (port, ready): ready is the replica's readiness, as the endpoints controller reads it.
+        self.backends: list[tuple[int, Callable[[], bool]]] = []
         self._next = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="service-proxy", daemon=True)
@@ -54,7 +56,9 @@ class ServiceProxy:
     def _connect(self) -> socket.socket | None:
         backends = list(self.backends)
         for offset in range(len(backends)):
-            port = backends[(self._next + offset) % len(backends)]
+            port, ready = backends[(self._next + offset) % len(backends)]
+            if not ready():
+                continue
             try:
                 upstream = socket.create_connection(("127.0.0.1", port), timeout=2)
             except OSError:

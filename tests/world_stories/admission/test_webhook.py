@@ -79,7 +79,7 @@ def scale_put(kube: k8s.ApiClient, namespace: str, name: str, replicas: int) -> 
 def started(settings: Settings, proxy: ServiceProxy) -> Runtime:
     runtime = Runtime(settings, controller_factory=RecordingController)
     runtime.start()
-    proxy.backends.append(runtime.webhook_port)
+    proxy.backends.append((runtime.webhook_port, lambda: runtime.ready()[0]))
     return runtime
 
 
