@@ -16,6 +16,7 @@ exec, so a steady cluster is probed again only when its pods change, when someth
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -125,7 +126,8 @@ class Nodes(Part):
         # has yet to expire (KaiwuDB runs one process per address). Keep looking until it does:
         # the failover step decommissions it then, and a steady cluster would not probe again
         # for probe_every_s, leaving its ranges under-replicated and status.nodes wrong.
-        doubled = [e for e in live if e.pod and sum(o.pod == e.pod for o in live) > 1]
+        per_pod = Counter(e.pod for e in live if e.pod)
+        doubled = [e for e in live if e.pod and per_pod[e.pod] > 1]
         all_live = not not_live and not podless and not doubled and len(live) >= expected
         if not_live:
             p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(

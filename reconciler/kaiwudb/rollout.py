@@ -3,9 +3,10 @@
 A new version or any template change: the StatefulSet's rollingUpdate partition stays at its
 replica count, so a new template moves no pod by itself. Each pass of a rollout lowers it by one
 (the highest ordinal first, as the StatefulSet updates) only when the pods already moved run the
-new revision and are Ready, every KaiwuDB node is live and replication is healthy, no other
-operation runs, nobody else changed the template (drift is repaired first, never rolled out),
-and no job (schema change, import) runs. Once every pod runs it, the partition closes again.
+new revision, no pod is down (loss.disrupted: every pod Ready), every KaiwuDB node is live,
+replication is healthy, no other operation runs, nobody else changed the template (drift is
+repaired first, never rolled out), and no job (schema change, import) runs. Once every pod runs
+it, the partition closes again.
 KaiwuDB documents no downgrade and no in-place change of major version (2.x to 3.x needs export
 and import): such a version change is refused, Stalled, with no pod moved. Used by the
 lifecycle step (reconciler.kaiwudb.lifecycle).
@@ -26,7 +27,6 @@ from reconciler.kaiwudb.pods import (
     REVISION_LABEL,
     exec_pod,
     partition_of,
-    pod_ready,
     rolling,
 )
 from reconciler.kaiwudb.tools import Part
@@ -153,11 +153,12 @@ class Rollout(Part):
                     "repaired rather than rolled out")
         live_replicas = int((sts.get("spec") or {}).get("replicas") or 0)
         name = str(meta(sts).get("name"))
+        # Readiness (every pod of the StatefulSet, moved or not) is the caller's `busy`
+        # (loss.disrupted); here: the pods already moved run the new revision.
         for ordinal_ in range(partition, live_replicas):
             pod = pods.get(f"{name}-{ordinal_}")
-            if pod is None or (meta(pod).get("labels") or {}).get(REVISION_LABEL) != update \
-                    or not pod_ready(pod):
-                return f"pod {name}-{ordinal_} is not Ready on the new revision yet"
+            if pod is None or (meta(pod).get("labels") or {}).get(REVISION_LABEL) != update:
+                return f"pod {name}-{ordinal_} is not on the new revision yet"
         if nodes is None:
             return "KaiwuDB node status unknown"
         not_live = [n for n in nodes if not n.healthy and not n.is_decommissioning]
