@@ -215,13 +215,16 @@ class DirectorySource:
                 self._stop.wait(self.settings.source_debounce_s - quiet)
             self._pending.event.clear()
             force, self._pending.force = self._pending.force, False
+            # Watch first, then read: a file made after the read raises an event on a watch
+            # already in place. The other order lost a file written into a directory created
+            # moments before (read while still empty, watched only after the write).
+            self._rewatch()
             try:
                 self.scan(force=force)
             except Exception:
                 self.metrics.errors_total.labels(stage="source").inc()
                 log.exception("reading the source directory failed",
                               extra={"path": str(self.path)})
-            self._rewatch()
 
     def _rewatch(self) -> None:
         """Watch the current target of the path, and the directories of its symlinks."""

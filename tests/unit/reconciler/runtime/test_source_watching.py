@@ -243,6 +243,31 @@ def test_a_directory_made_after_the_start_is_picked_up(tmp_path: Path) -> None:
         directory.stop()
 
 
+def test_a_file_written_just_after_a_scan_read_its_new_directory_is_not_lost(
+        tmp_path: Path) -> None:
+    # The race of a loaded machine: the directory is made, the scan finds it still empty, and
+    # the file lands before the scanner has watched the new directory. Made certain here by
+    # writing the file at the end of the scan that read the empty directory.
+    repo = tmp_path / "clusters"
+    api = Api()
+    directory = source(repo, api, source_debounce_s=0.05)
+    read = directory.scan
+
+    def scan_then_write(force: bool = False) -> Any:
+        result = read(force)
+        if repo.is_dir() and not (repo / "orders.yaml").exists():
+            (repo / "orders.yaml").write_text(cluster_file("orders"))
+        return result
+    directory.scan = scan_then_write  # type: ignore[method-assign]
+    directory.start()
+    try:
+        eventually(lambda: directory.scans == 1, "read at start")
+        repo.mkdir()
+        eventually(lambda: applied_replicas(api, "orders") == 3, "the late file read")
+    finally:
+        directory.stop()
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_scan_that_fails_is_logged_counted_and_the_source_keeps_going(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
