@@ -34,8 +34,46 @@ from renderer.spec import Cluster
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RUNNING_JOBS_QUERY = "SELECT count(*) FROM [SHOW JOBS] WHERE status = 'running'"
-"""Running jobs (schema changes, imports): KaiwuDB asks for none before an upgrade."""
+RUNNING_JOB_TYPES_QUERY = (
+    "SELECT job_type, count(*) AS running FROM [SHOW JOBS] WHERE status = 'running' "
+    "GROUP BY job_type ORDER BY job_type"
+)
+"""Running jobs by type. Never a plain count: every KWDB 3.2.1 server start makes sure a `TS TXN`
+job runs (kwbase/pkg/server/server.go:2299, kwbase/pkg/sql/kwdb_descriptor.go:390-420) and it
+never ends (kwbase/pkg/sql/handle_ts_txn.go:36-56); SHOW JOBS hides only automatic statistics
+jobs (kwbase/pkg/sql/delegate/show_jobs.go:39-69). A gate on every running job never opens."""
+
+DRAIN_CONFLICTING_JOB_TYPES = frozenset({
+    "IMPORT", "EXPORT", "BACKUP", "RESTORE", "SCHEMA CHANGE", "SYNC META CACHE",
+    "REPLICA REBALANCE",
+})
+"""The job types (kwbase/pkg/jobs/jobspb/jobs.proto:672-697, named as wrap.go:222-228 prints
+them) a scale-in waits for: bulk work that ends by itself and that a drain would break or slow
+down: files read from or written to one node's external-I/O directory (IMPORT, EXPORT), bulk
+reads and writes of ranges the drain is moving (BACKUP, RESTORE, a SCHEMA CHANGE's backfill,
+the time-series metadata sync of SYNC META CACHE), and KWDB's own replica moves (REPLICA
+REBALANCE), which compete with the decommission's. Not waited for: jobs that never end (TS TXN,
+CHANGEFEED, STREAM, REPLICATION STREAM, REPLICATION INGESTION: a gate on them never opens) and
+periodic maintenance that a moved replica does not disturb (CREATE STATS, AUTO CREATE STATS,
+SCHEMA CHANGE GC, SQL SCHEDULE, COMPRESS, RETENTION, STATISTICS, RESTART HISTORY)."""
+
+
+@dataclass(frozen=True)
+class RunningJobs:
+    """Running jobs by KWDB job type (RUNNING_JOB_TYPES_QUERY)."""
+
+    by_type: tuple[tuple[str, int], ...] = ()
+
+    def conflicting(self) -> tuple[tuple[str, int], ...]:
+        """The running jobs a drain waits for (DRAIN_CONFLICTING_JOB_TYPES)."""
+        return tuple((t, n) for t, n in self.by_type if t in DRAIN_CONFLICTING_JOB_TYPES)
+
+    def describe_conflicting(self) -> str:
+        """"" when none conflicts, else e.g. "jobs running (SHOW JOBS): 2 IMPORT"."""
+        found = self.conflicting()
+        if not found:
+            return ""
+        return "jobs running (SHOW JOBS): " + ", ".join(f"{n} {t}" for t, n in found)
 
 
 @dataclass(frozen=True)
@@ -306,6 +344,18 @@ def _int(value: str, column: str) -> int:
         raise _ParseError(f"column {column}: {value!r} is not an integer") from None
 
 
+def parse_running_jobs(text: str) -> RunningJobs:
+    """RUNNING_JOB_TYPES_QUERY's CSV: header `job_type,running`, one row per type. The type is
+    KWDB's text; it is only compared with known names, never used elsewhere."""
+    try:
+        rows = _csv_rows(text)
+        if rows and set(rows[0]) != {"job_type", "running"}:
+            raise _ParseError(f"expected columns job_type, running, got {', '.join(rows[0])}")
+        return RunningJobs(tuple((r["job_type"], _int(r["running"], "running")) for r in rows))
+    except _ParseError as err:
+        raise ValueError(f"unreadable running jobs: {err}") from None
+
+
 def _opt_int(row: dict[str, str], column: str) -> int | None:
     if column not in row or row[column].strip().upper() in ("", "NULL"):
         return None
@@ -513,20 +563,10 @@ class KwbaseAdmin:
         """`replication_health_of` the nodes `node status --ranges` lists."""
         return replication_health_of(self.node_status(pod, ranges=True))
 
-    def running_jobs(self, pod: str) -> int:
-        """How many jobs run now (RUNNING_JOBS_QUERY)."""
-        argv = self.argv(pod, "sql", "--format=csv", "-e", RUNNING_JOBS_QUERY)
-
-        def parse(text: str) -> int:
-            try:
-                rows = _csv_rows(text)
-                if len(rows) != 1 or "count" not in rows[0]:
-                    raise _ParseError("expected one row with a count column")
-                return _int(rows[0]["count"], "count")
-            except _ParseError as err:
-                raise ValueError(f"unreadable job count: {err}") from None
-
-        return self._parsed(pod, argv, parse)
+    def running_jobs(self, pod: str) -> RunningJobs:
+        """The running jobs by type (RUNNING_JOB_TYPES_QUERY)."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e", RUNNING_JOB_TYPES_QUERY)
+        return self._parsed(pod, argv, parse_running_jobs)
 
     def _parsed(self, pod: str, argv: list[str], parse: Callable[[str], T]) -> T:
         stdout = self._checked(pod, argv)

@@ -4,9 +4,8 @@ A new version or any template change: the StatefulSet's rollingUpdate partition 
 replica count, so a new template moves no pod by itself. Each pass of a rollout lowers it by one
 (the highest ordinal first, as the StatefulSet updates) only when the pods already moved run the
 new revision, no pod is down (loss.disrupted: every pod Ready), every KaiwuDB node is live,
-replication is healthy, no other operation runs, nobody else changed the template (drift is
-repaired first, never rolled out), and no job (schema change, import) runs. Once every pod runs
-it, the partition closes again.
+replication is healthy, no other operation runs, and nobody else changed the template (drift is
+repaired first, never rolled out). Once every pod runs it, the partition closes again.
 KaiwuDB documents no downgrade and no in-place change of major version (2.x to 3.x needs export
 and import): such a version change is refused, Stalled, with no pod moved. Used by the
 lifecycle step (reconciler.kaiwudb.lifecycle).

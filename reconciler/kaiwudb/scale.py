@@ -38,6 +38,7 @@ from reconciler.kaiwudb.kwbase import (
     KwbaseAdmin,
     KwbaseError,
     NodeStatus,
+    RunningJobs,
 )
 from reconciler.kaiwudb.loss import disrupted, node_loss, pod_node
 from reconciler.kaiwudb.nodes import Nodes
@@ -139,13 +140,13 @@ class Scaling(Part):
             return "no pod runs kwbase"
         try:
             health = admin.replication_health(runner)
-            jobs = admin.running_jobs(runner) if health.healthy else 0
+            jobs = admin.running_jobs(runner) if health.healthy else RunningJobs()
         except KwbaseError as error:
             self.metrics.errors_total.labels(stage="lifecycle").inc()
             return f"replication health unknown: {error}"
         if not health.healthy:
             return health.describe()
-        return f"{jobs} jobs running (SHOW JOBS)" if jobs else ""
+        return jobs.describe_conflicting()
 
     def scaling(self, p: Pass, operation: ScaleIn, left: int | str | None = None) -> None:
         message = (f"scaling in {operation.replicas} -> {operation.target_replicas}: "

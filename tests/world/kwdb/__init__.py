@@ -24,7 +24,11 @@ from tests.world.kwdb.model import (
     START_MODES,
 )
 from tests.world.kwdb.settings import KwdbSettings
-from tests.world.kwdb.sql import REPLICATION_HEALTH_QUERY, RUNNING_JOBS_QUERY
+from tests.world.kwdb.sql import (
+    REPLICATION_HEALTH_QUERY,
+    RUNNING_JOB_TYPES_QUERY,
+    RUNNING_JOBS_QUERY,
+)
 from tests.world.kwdb.state import ClusterKey, ExecResult, ProcessExit, StartResult
 from tests.world.kwdb.world import KwdbWorld, NodeView, ReplicationView
 
@@ -35,6 +39,7 @@ __all__ = [
     "NO_MORE_DATA",
     "REPLICATION_HEALTH_QUERY",
     "RUNNING_JOBS_QUERY",
+    "RUNNING_JOB_TYPES_QUERY",
     "START_MODES",
     "ClusterKey",
     "ExecResult",

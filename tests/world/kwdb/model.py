@@ -106,6 +106,27 @@ class NodeRecord:
 
 
 @dataclass
+class Job:
+    """One row of kwdb_internal.jobs (kwbase/pkg/sql/kwdb_internal.go:479-505). `job_type` is
+    jobspb.Type's name with spaces (kwbase/pkg/jobs/jobspb/wrap.go:222-228, the names in
+    jobs.proto:672-697), e.g. "TS TXN", "IMPORT", "SCHEMA CHANGE"."""
+
+    job_id: int
+    job_type: str
+    description: str
+    status: str  # running, succeeded, failed, ...
+    created: float
+
+
+TS_TXN_JOB = "TS TXN"
+"""The job every server start makes sure exists and that never ends: `InitTsTxnJob`
+(kwbase/pkg/server/server.go:2299) creates it unless a running one exists
+(kwbase/pkg/sql/kwdb_descriptor.go:390-420), and its resumer loops once a minute until its
+context ends (kwbase/pkg/sql/handle_ts_txn.go:36-56). So `SHOW JOBS` of every KaiwuDB 3.2.1
+cluster lists one job `running`, always."""
+
+
+@dataclass
 class RangeState:
     """One range: replica node ids in descriptor order, and the leaseholder's node id."""
 
@@ -136,8 +157,26 @@ class LogicalCluster:
         self.next_node_id = 1
         self.clock = created_at
         self._budget = 0.0
-        self.running_jobs = 0
+        self.jobs: list[Job] = [
+            Job(100000000000000001, TS_TXN_JOB, "handle ts txn record", "running", created_at)
+        ]
         self.data = SqlData()
+
+    # ----- jobs --------------------------------------------------------------------------
+    def set_running_jobs(self, job_type: str, count: int, t: float) -> None:
+        """Exactly `count` jobs of `job_type` running besides the others (tests start and end
+        them); the perpetual TS TXN job cannot be ended this way, as in KWDB (NonCancelable)."""
+        if job_type == TS_TXN_JOB:
+            raise ValueError("the TS TXN job never ends (kwbase/pkg/sql/handle_ts_txn.go:36-56)")
+        others = [j for j in self.jobs if not (j.job_type == job_type and j.status == "running")]
+        first = max((j.job_id for j in self.jobs), default=100000000000000000) + 1
+        self.jobs = others + [
+            Job(first + i, job_type, f"simulated {job_type.lower()} job {i + 1}", "running", t)
+            for i in range(count)
+        ]
+
+    def running_jobs(self) -> list[Job]:
+        return [j for j in self.jobs if j.status == "running"]
 
     # ----- nodes -------------------------------------------------------------------------
     def add_node(self, record_for_id: NodeRecord) -> NodeRecord:

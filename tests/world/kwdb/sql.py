@@ -6,8 +6,9 @@ Called by tests/world/kwdb/commands.py. Statements answered:
   node_id]` over the metrics replicas, replicas.leaders, replicas.leaseholders,
   ranges.unavailable, ranges.underreplicated (others are NULL). Like the real table it sums the
   persisted status of every node, dead and decommissioned ones included (their last values).
-- `SHOW JOBS` (CockroachDB v20.1 columns; running jobs come from KwdbWorld.set_running_jobs)
-  and RUNNING_JOBS_QUERY;
+- `SHOW JOBS` (KWDB V3.2.1's columns, running jobs only: the perpetual TS TXN job of every
+  cluster, model.TS_TXN_JOB, and those of KwdbWorld.set_running_jobs), RUNNING_JOBS_QUERY (all
+  running jobs, as a count) and RUNNING_JOB_TYPES_QUERY (running jobs by type);
 - `SELECT 1`;
 - the data statements of tests/world/kwdb/data.py (SHOW DATABASES, SHOW TABLES, EXPORT, IMPORT,
   cluster_logical_timestamp()); their notices are printed to stderr as `NOTICE: ...`, as the
@@ -20,6 +21,7 @@ since exec has no terminal); integer columns align right in tables.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 
 from tests.world.kwdb import data
@@ -40,7 +42,13 @@ Answers one row `ranges_unavailable,ranges_underreplicated`; healthy means both 
 """
 
 RUNNING_JOBS_QUERY = "SELECT count(*) FROM [SHOW JOBS] WHERE status = 'running'"
-"""The running-jobs query the admin adapter runs: one row, column `count`."""
+"""Every running job as one count: never 0 on KWDB 3.2.1 (the TS TXN job), so no gate can use it."""
+
+RUNNING_JOB_TYPES_QUERY = (
+    "SELECT job_type, count(*) AS running FROM [SHOW JOBS] WHERE status = 'running' "
+    "GROUP BY job_type ORDER BY job_type"
+)
+"""The running jobs by type, the query the admin adapter runs: columns job_type, running."""
 
 _SUM_ITEM = re.compile(
     r"sum\(\s*\(\s*metrics\s*->>\s*'(?P<metric>[a-z0-9._-]+)'\s*\)\s*::\s*decimal\s*\)"
@@ -57,7 +65,13 @@ _RUNNING_JOBS = re.compile(
     r"where\s+status\s*=\s*'running'",
     re.IGNORECASE,
 )
+_RUNNING_JOB_TYPES = re.compile(
+    r"select\s+job_type\s*,\s*count\(\s*\*\s*\)\s+as\s+running\s+from\s+\[\s*show\s+jobs"
+    r"\s*\]\s+where\s+status\s*=\s*'running'\s+group\s+by\s+job_type\s+order\s+by\s+job_type",
+    re.IGNORECASE,
+)
 _JOB_HEADERS = (
+    # SHOW JOBS' columns: kwbase/pkg/sql/delegate/show_jobs.go:43-46 (V3.2.1).
     "job_id",
     "job_type",
     "description",
@@ -69,9 +83,14 @@ _JOB_HEADERS = (
     "started",
     "finished",
     "modified",
+    "errord",
     "fraction_completed",
     "error",
     "coordinator_id",
+    "total_num_of_ex",
+    "total_num_of_success",
+    "total_num_of_fail",
+    "time_of_last_success",
 )
 _METRIC_FIELDS: dict[str, Callable[[StoreMetrics], int]] = {
     "replicas": lambda m: m.replicas,
@@ -173,28 +192,37 @@ def _statement(
     if m is not None:
         return _kv_store_status(cluster, m.group("items"), m.group("group") is not None, env.now)
     if _RUNNING_JOBS.fullmatch(text):
-        return ["count"], [[str(cluster.running_jobs)]]
+        # Every running job SHOW JOBS lists, the perpetual TS TXN job included.
+        return ["count"], [[str(len(cluster.running_jobs()))]]
+    if _RUNNING_JOB_TYPES.fullmatch(text):
+        counts = Counter(j.job_type for j in cluster.running_jobs())
+        return ["job_type", "running"], [[t, str(n)] for t, n in sorted(counts.items())]
     if text.lower() == "show jobs":
         epoch = env.group.settings.epoch_unix_s
-        ts = format_timestamp(env.now, epoch)
+        # Running jobs first (show_jobs.go:63-66: ORDER BY COALESCE(finished, now()) DESC).
         rows = [
             [
-                str(600000000000000000 + i),
-                "SCHEMA CHANGE",
-                f"simulated running job {i + 1}",
+                str(job.job_id),
+                job.job_type,
+                job.description,
                 "",
                 "root",
-                "running",
+                job.status,
                 "NULL",
-                ts,
-                ts,
+                format_timestamp(job.created, epoch),
+                format_timestamp(job.created, epoch),
                 "NULL",
-                ts,
-                "0.5",
+                format_timestamp(env.now, epoch),
+                "NULL",
+                "0",
                 "",
                 "1",
+                "0",
+                "0",
+                "0",
+                "NULL",
             ]
-            for i in range(cluster.running_jobs)
+            for job in sorted(cluster.running_jobs(), key=lambda j: -j.created)
         ]
         return list(_JOB_HEADERS), rows
     if text.lower() == "select 1":

@@ -544,13 +544,16 @@ class KwdbWorld:
             for c in group.clusters:
                 c.settings = group.settings
 
-    def set_running_jobs(self, cluster: ClusterKey, count: int, now: float) -> None:
-        """Make SHOW JOBS report `count` running jobs (to exercise upgrade/scale-in gates)."""
+    def set_running_jobs(
+        self, cluster: ClusterKey, count: int, now: float, job_type: str = "IMPORT"
+    ) -> None:
+        """Make SHOW JOBS list `count` running jobs of `job_type` besides the perpetual TS TXN
+        job every cluster has (model.TS_TXN_JOB), to exercise the scale-in gate."""
         with self._lock:
             _, primary = self._primary(cluster, now)
             if primary is None:
                 raise ValueError(f"{cluster}: no initialised cluster to run jobs in")
-            primary.running_jobs = count
+            primary.set_running_jobs(job_type, count, now)
 
     # ----- SQL data (tests/world/kwdb/data.py) ---------------------------------------------------
     def _data(self, cluster: ClusterKey, now: float) -> tuple[Group, SqlData]:

@@ -17,6 +17,7 @@ import pytest
 from tests.world.kwdb import (
     NO_MORE_DATA,
     REPLICATION_HEALTH_QUERY,
+    RUNNING_JOB_TYPES_QUERY,
     RUNNING_JOBS_QUERY,
     ExecResult,
     KwdbSettings,
@@ -143,10 +144,18 @@ def test_replicas_spread_after_init_and_the_health_query_turns_green() -> None:
     assert [int(n["ranges"]) for n in ranges] == [40, 40, 40]
     assert {n["ranges_underreplicated"] for n in ranges} == {"0"}
     jobs = rows(op.kwbase(0, t, "sql", "-e", RUNNING_JOBS_QUERY, "--format=csv"))
-    assert jobs == [{"count": "0"}]
+    assert jobs == [{"count": "1"}], "the TS TXN job runs on every cluster, for ever"
     op.world.set_running_jobs(KEY, 2, t)
     jobs = rows(op.kwbase(0, t, "sql", "-e", RUNNING_JOBS_QUERY, "--format=csv"))
-    assert jobs == [{"count": "2"}]
+    assert jobs == [{"count": "3"}]
+    by_type = rows(op.kwbase(0, t, "sql", "-e", RUNNING_JOB_TYPES_QUERY, "--format=csv"))
+    assert by_type == [{"job_type": "IMPORT", "running": "2"},
+                       {"job_type": "TS TXN", "running": "1"}]
+    shown = rows(op.kwbase(0, t, "sql", "-e", "SHOW JOBS", "--format=csv"))
+    assert list(shown[0])[-4:] == ["total_num_of_ex", "total_num_of_success",
+                                   "total_num_of_fail", "time_of_last_success"]
+    assert [j["description"] for j in shown if j["job_type"] == "TS TXN"] == [
+        "handle ts txn record"]
 
 
 def test_scale_out_to_five_then_decommission_node_five_drains_its_replicas() -> None:

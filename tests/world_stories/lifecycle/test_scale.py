@@ -70,6 +70,12 @@ def test_scale_out_then_in_decommissions_exactly_the_removed_node(
     assert added not in three.values()
     assert lifecycle_count(reconciler, "init") == 1, "joining needs no init"
 
+    # As on every KWDB 3.2.1 cluster, the TS TXN job runs for ever (handle_ts_txn.go:36-56):
+    # the scale-in must not wait for it.
+    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace)))
+    admin = KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster)
+    assert ("TS TXN", 1) in admin.running_jobs(f"{NAME}-0").by_type
+
     started = time.monotonic()
     scale(kube, namespace, 3)
     # The node is decommissioned while its pod still runs: the StatefulSet keeps 4 replicas.
@@ -92,9 +98,8 @@ def test_scale_out_then_in_decommissions_exactly_the_removed_node(
         kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)
 
     # KaiwuDB agrees: the removed node id is decommissioned and holds nothing; the rest are live.
-    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace)))
-    rows = {n.id: n for n in KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster).node_status(
-        f"{NAME}-0", decommission=True)}
+    rows = {n.id: n for n in admin.node_status(f"{NAME}-0", decommission=True)}
+    assert ("TS TXN", 1) in admin.running_jobs(f"{NAME}-0").by_type, 'still running'
     assert rows[added].is_decommissioning and rows[added].gossiped_replicas == 0
     assert all(rows[i].healthy and not rows[i].is_decommissioning for i in three.values())
 

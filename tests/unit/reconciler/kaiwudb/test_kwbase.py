@@ -208,9 +208,23 @@ def test_replication_heals_after_init() -> None:
     deployment.at(60.0)
     healed = deployment.admin.replication_health("orders-2")
     assert healed.healthy
-    assert deployment.admin.running_jobs("orders-0") == 0
-    deployment.world.set_running_jobs((NAMESPACE, NAME), 2, 60.0)
-    assert deployment.admin.running_jobs("orders-0") == 2
+
+
+def test_every_cluster_runs_the_ts_txn_job_for_ever_and_it_never_holds_a_scale_in() -> None:
+    """KWDB 3.2.1 starts a `TS TXN` job on every server start that never ends
+    (kwbase/pkg/sql/handle_ts_txn.go:36-56): a gate on every running job would never open."""
+    deployment = start_pods()
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(60.0)
+    jobs = deployment.admin.running_jobs("orders-0")
+    assert jobs.by_type == (("TS TXN", 1),)
+    assert jobs.describe_conflicting() == ""
+    deployment.world.set_running_jobs((NAMESPACE, NAME), 2, 60.0, job_type="IMPORT")
+    deployment.world.set_running_jobs((NAMESPACE, NAME), 1, 60.0, job_type="CHANGEFEED")
+    jobs = deployment.admin.running_jobs("orders-0")
+    assert jobs.by_type == (("CHANGEFEED", 1), ("IMPORT", 2), ("TS TXN", 1))
+    assert jobs.describe_conflicting() == "jobs running (SHOW JOBS): 2 IMPORT"
 
 
 def test_a_decommissioned_node_drains_its_replicas_and_can_be_recommissioned() -> None:
@@ -517,9 +531,9 @@ def test_a_failed_init_names_the_command_and_the_pod() -> None:
     assert "no certificates found" in str(failed.value)
 
 
-def test_a_job_count_without_its_column_is_unexpected_output() -> None:
-    admin = KwbaseAdmin(Scripted([("jobs\n3\n", "", 0)]), NAMESPACE, NAME, secure=True)
-    with pytest.raises(UnexpectedOutput, match="expected one row with a count column"):
+def test_running_jobs_without_their_columns_are_unexpected_output() -> None:
+    admin = KwbaseAdmin(Scripted([("count\n3\n", "", 0)]), NAMESPACE, NAME, secure=True)
+    with pytest.raises(UnexpectedOutput, match="expected columns job_type, running"):
         admin.running_jobs("orders-0")
 
 
