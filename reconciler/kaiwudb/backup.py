@@ -279,7 +279,7 @@ class Backups:
             target = self.target(cluster, obj)
             raw = target.get(bp.PLAN_FILE)
             if raw is not None:  # started before (our status write was lost or is late)
-                self.mark_running(p, cluster, obj, bp.Plan.from_json(raw), target)
+                self.mark_running(p, cluster, obj, self.read_plan(obj, raw), target)
                 return
             blocker = bp.start_blocker(self.cluster_state(p, cluster))
             if blocker:
@@ -332,15 +332,19 @@ class Backups:
                                    "do(es) not exist in the cluster")
             dbs = []
             for db_name, engine in chosen_dbs:
-                tables = admin.sql(chosen, f"SHOW TABLES FROM {db_name}")
+                tables = admin.sql(chosen, f"SHOW TABLES FROM {bp.quote_ident(db_name)}")
                 dbs.append(bp.DatabasePlan(db_name, engine,
                                            tuple(sorted(r["table_name"] for r in tables.rows))))
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
         except KwbaseError as err:
             raise BackupFailed("ExportFailed", str(err)) from err
-        return bp.Plan(str(meta(obj).get("name")), str(meta(obj).get("uid")), chosen,
+        plan = bp.Plan(str(meta(obj).get("name")), str(meta(obj).get("uid")), chosen,
                        live[chosen], consistent_to, tuple(dbs))
+        problem = plan.problem()
+        if problem:
+            raise BackupFailed("NotExportable", problem)
+        return plan
 
     def advance(self, p: Pass, cluster: Cluster, obj: Obj) -> None:
         """One step of a running backup: the next item, or the manifest."""
@@ -362,7 +366,7 @@ class Backups:
             if raw is None:
                 raise BackupFailed("PlanMissing", f"{target.location}/{bp.PLAN_FILE} is gone: "
                                    "the target lost the backup's files")
-            plan = bp.Plan.from_json(raw)
+            plan = self.read_plan(obj, raw)
             self.check_node(p, cluster, plan)
             done = {key.removeprefix(f"{bp.ITEMS_DIR}/").removesuffix(".json")
                     for key in target.list(bp.ITEMS_DIR)}
@@ -384,6 +388,32 @@ class Backups:
         self.remove_run_dir(cluster, plan)
         self.mark_completed(p, cluster, obj, manifest, target, plan)
 
+    @staticmethod
+    def read_plan(obj: Obj, raw: bytes) -> bp.Plan:
+        """plan.json read back from the target, checked as hostile data: a plan of another
+        backup, another layout or with names a backup cannot carry fails the backup."""
+        try:
+            plan = bp.Plan.from_json(raw)
+        except ValueError as err:
+            raise BackupFailed("PlanUnreadable", str(err)) from err
+        problem = plan.problem()
+        if not problem and plan.uid != str(meta(obj).get("uid")):
+            problem = f"{bp.PLAN_FILE} belongs to another backup (uid {plan.uid})"
+        if problem:
+            raise BackupFailed("PlanUnreadable", problem)
+        return plan
+
+    def node_dir(self, plan: bp.Plan, sub: str = "") -> str:
+        """A directory of this backup on its node; never anything outside its run directory
+        (every path the reconciler lists, reads or removes there comes through here)."""
+        run = f"{EXTERN_DIR}/{plan.run_dir}"
+        path = f"{run}/{sub}" if sub else run
+        if not (bp.inside(EXTERN_DIR, run) and (not sub or bp.inside(run, path))
+                and "/" not in plan.run_dir):
+            raise BackupFailed("UnsafePath", f"refusing to touch {path!r}: not inside the "
+                               f"backup's run directory {run!r}")
+        return path
+
     def check_node(self, p: Pass, cluster: Cluster, plan: bp.Plan) -> None:
         """The plan's node must still be the live node of its pod (its files are there)."""
         pods = cluster_pods(self.view, cluster)
@@ -399,7 +429,7 @@ class Backups:
     def export_item(self, cluster: Cluster, plan: bp.Plan, item: bp.Item,
                     target: Target) -> bp.ItemResult:
         admin = self.admin(cluster)
-        node_dir = f"{EXTERN_DIR}/{plan.run_dir}/{item.node_dir}"
+        node_dir = self.node_dir(plan, item.node_dir)
         try:
             admin.remove_dir(plan.pod, node_dir)  # a retry after a crash starts clean
             answer = admin.sql(plan.pod, item.statement)
@@ -408,11 +438,15 @@ class Backups:
                                         list(sums))
             if problem:
                 raise BackupFailed("ExportFailed", problem)
+            unsafe = sorted(rel for rel in sums if not bp.safe_relative(rel))
+            if unsafe:
+                raise BackupFailed("NotExportable", f"{item.shown}: KWDB wrote files whose names "
+                                   f"are no safe relative path: {json.dumps(unsafe)[:300]}")
             files: dict[str, tuple[str, int]] = {}
             csv_records = 0
             for rel, digest in sorted(sums.items()):
                 data = admin.read_file(plan.pod, f"{node_dir}/{rel}")
-                bad = bp.transfer_problem(f"{item.id}/{rel}", digest, data)
+                bad = bp.transfer_problem(f"{item.target_dir}/{rel}", digest, data)
                 if bad:
                     raise BackupFailed("ChecksumMismatch", bad)
                 target.put(f"{item.target_dir}/{rel}", data)
@@ -421,15 +455,15 @@ class Backups:
                     csv_records += sum(1 for _ in csv.reader(io.StringIO(data.decode())))
             missing = bp.missing_in_target(files, target.list(item.target_dir))
             if missing:
-                raise BackupFailed("TargetIncomplete", f"{item.id}: not in the target after "
+                raise BackupFailed("TargetIncomplete", f"{item.shown}: not in the target after "
                                    f"upload: {', '.join(missing)}")
             if self.settings.remove_node_files:
                 admin.remove_dir(plan.pod, node_dir)
         except (ExecFailed, NodeUnreachable) as err:
-            raise BackupFailed("NodeLost", f"{item.id}: pod {plan.pod} (node {plan.node_id}) "
+            raise BackupFailed("NodeLost", f"{item.shown}: pod {plan.pod} (node {plan.node_id}) "
                                f"cannot be reached: {err}") from err
         except KwbaseError as err:
-            raise BackupFailed("ExportFailed", f"{item.id}: {err}") from err
+            raise BackupFailed("ExportFailed", f"{item.shown}: {err}") from err
         # A time-series EXPORT reports no row counts: count the records it wrote instead.
         rows = csv_records if item.kind == "ts-database" else bp.exported_rows(answer.rows)
         return bp.ItemResult(item.id, rows, files)
@@ -441,20 +475,21 @@ class Backups:
         for item in plan.items():
             raw = target.get(f"{bp.ITEMS_DIR}/{item.id}.json")
             if raw is None:
-                raise BackupFailed("TargetIncomplete", f"item {item.id}: its marker is gone")
+                raise BackupFailed("TargetIncomplete", f"{item.shown}: its marker is gone")
             result = bp.ItemResult.from_json(raw)
             missing = bp.missing_in_target(result.files, stored)
             if missing:
-                raise BackupFailed("TargetIncomplete", f"item {item.id}: missing or changed "
+                raise BackupFailed("TargetIncomplete", f"{item.shown}: missing or changed "
                                    f"in the target: {', '.join(missing)}")
             results.append(result)
         by_id = {r.id: r for r in results}
         databases = []
         for db in plan.databases:
-            ids = [i.id for i in plan.items() if i.target_dir == db.name or
-                   i.target_dir.startswith(f"{db.name}/")]
+            db_dir = plan.db_dir(db.name)
+            ids = [i.id for i in plan.items() if i.target_dir == db_dir or
+                   i.target_dir.startswith(f"{db_dir}/")]
             databases.append({
-                "name": db.name, "engine": db.engine, "tables": len(db.tables),
+                "name": db.name, "dir": db_dir, "engine": db.engine, "tables": len(db.tables),
                 "rows": sum(by_id[i].rows for i in ids),
                 "files": sum(len(by_id[i].files) for i in ids)})
         files = sum(len(r.files) for r in results)
@@ -473,7 +508,9 @@ class Backups:
         if plan is None or not self.settings.remove_node_files:
             return
         try:
-            self.admin(cluster).remove_dir(plan.pod, f"{EXTERN_DIR}/{plan.run_dir}")
+            self.admin(cluster).remove_dir(plan.pod, self.node_dir(plan))
+        except BackupFailed as err:
+            log.warning("backup %s: %s", plan.backup, err.message)
         except KwbaseError as err:  # the node may be the reason we failed
             log.info("backup %s: could not clean the node: %s", plan.backup, err)
 

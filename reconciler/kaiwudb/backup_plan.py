@@ -6,23 +6,34 @@ Called by reconciler/kaiwudb/backup.py (the backup step) and by the restore part
 lifecycle; no I/O here, so every decision has a fast test (tests/unit/reconciler/
 test_backup_plan.py). docs/backup.md explains the choices.
 
-What a backup is (KWDB 3.2 open source has EXPORT and IMPORT, not BACKUP; kaiwudb-facts.md):
+What a backup is (KWDB 3.2 open source has EXPORT and IMPORT, not BACKUP; kaiwudb-facts.md),
+for the i-th database and its j-th table:
   settings   EXPORT CLUSTER SETTING TO SQL          -> settings/clustersetting.sql
   users      EXPORT USERS TO SQL                    -> users/users.sql
-  <db>.schema  (relational) EXPORT ... FROM DATABASE <db> WITH meta_only
-                                                    -> <db>/meta.sql, <db>/public/<t>/meta.sql
-  <db>.<t>   (relational) EXPORT ... FROM SELECT * FROM <db>.public.<t>
-             AS OF SYSTEM TIME '<consistent_to>'    -> <db>/public/<t>/n<node>.<chunk>.csv
-  <db>       (time-series) EXPORT ... FROM DATABASE <db>
-                                                    -> <db>/meta.sql, <db>/<t>/n<node>.*.csv
-so the target holds exactly the directory layout `IMPORT DATABASE CSV DATA` reads back, and
-every relational table is read at the one timestamp chosen when the backup started.
+  d<i>.schema  (relational) EXPORT ... FROM DATABASE "<db>" WITH meta_only
+                                                    -> d<i>/meta.sql, d<i>/public/<t>/meta.sql
+  d<i>.t<j>  (relational) EXPORT ... FROM SELECT * FROM "<db>"."public"."<t>"
+             AS OF SYSTEM TIME '<consistent_to>'    -> d<i>/public/<t>/n<node>.<chunk>.csv
+  d<i>       (time-series) EXPORT ... FROM DATABASE "<db>"
+                                                    -> d<i>/meta.sql, d<i>/<t>/n<node>.*.csv
+so the target holds exactly the directory layout `IMPORT DATABASE CSV DATA` reads back (it takes
+the database's name from meta.sql, kwbase/pkg/sql/importer/import_database_details.go:50, and
+each table's from its folder's meta.sql, :320), and every relational table is read at the one
+timestamp chosen when the backup started.
+
+Names read from KaiwuDB are data, never code or paths of ours: every identifier is quoted as
+KWDB quotes one (`quote_ident`), the item ids and the directories the reconciler makes and
+removes on a node come from indexes, and a name KWDB's own EXPORT would turn into a path or a
+statement it cannot read back (`name_problem`) refuses the backup, naming it, before anything is
+exported. Table folders (`d<i>/public/<t>`) are KWDB's own layout (export_details.go:287 joins
+the table name into the path); `name_problem` makes sure every such name is one path component.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,6 +50,67 @@ SYSTEM_DATABASES = frozenset({"defaultdb", "postgres", "system"})
 PLAN_FILE = "plan.json"
 MANIFEST_FILE = "manifest.json"
 ITEMS_DIR = "items"
+LAYOUT = 2
+"""The plan's layout: 2 names items and node directories by index. A plan.json without it was
+written by an older reconciler and is not carried on (the backup fails, saying so)."""
+
+
+# ----- names from KaiwuDB ------------------------------------------------------------------------
+def quote_ident(name: str) -> str:
+    """An identifier as KWDB reads it back exactly: double-quoted, a `"` inside doubled, case
+    and reserved words kept (kwbase/pkg/sql/lex/encode.go:172-194, EncodeEscapedSQLIdent)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+_BARE_LOWER = re.compile(r"[a-z_][a-z0-9_$]*")
+_HLC = re.compile(r"[0-9]{1,25}(\.[0-9]{1,12})?")
+_UID = re.compile(r"[0-9a-zA-Z][0-9a-zA-Z-]{0,62}")
+
+
+def name_problem(what: str, name: str) -> str:
+    """Why a name read from KaiwuDB cannot be carried by a backup ("" when it can).
+
+    KWDB's EXPORT joins schema and table names into the files' paths (kwbase/pkg/sql/
+    export_details.go:256, 287: Go's path.Join, which resolves `..`), so each must be exactly
+    one path component, printable. It writes a database's name into meta.sql quoted only when
+    it holds an upper-case letter, without doubling a `"` (export_details.go:151-154), and IMPORT
+    parses that file back (import_database_details.go:50): a database name must read back as
+    itself there."""
+    shown = json.dumps(name, ensure_ascii=True)
+    if not name:
+        return f"{what} with an empty name"
+    if name in (".", "..") or "/" in name or "\\" in name or any(
+            ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return (f"{what} {shown}: KWDB's EXPORT would make it a path of several components or "
+                "none (a '/', '\\', '.', '..' or a control character)")
+    if what == "database" and not (_BARE_LOWER.fullmatch(name) or (
+            any(c.isupper() for c in name) and '"' not in name)):
+        return (f"database {shown}: KWDB's EXPORT writes it into meta.sql in a form IMPORT would "
+                "not read back as the same name (rename it to lower-case letters, digits and _)")
+    return ""
+
+
+def hlc_problem(text: str) -> str:
+    """Why a timestamp read from KaiwuDB is not a decimal HLC timestamp ("" when it is)."""
+    if _HLC.fullmatch(text):
+        return ""
+    return f"cluster_logical_timestamp() answered {json.dumps(text)}, not a decimal timestamp"
+
+
+def safe_relative(path: str) -> bool:
+    """A relative path of printable components, none of them '', '.' or '..' (for file names
+    found on a node and keys written into a target)."""
+    parts = path.split("/")
+    return bool(path) and all(p not in ("", ".", "..") for p in parts) and not any(
+        ord(c) < 0x20 or ord(c) == 0x7F or c == "\\" for c in path)
+
+
+def inside(directory: str, path: str) -> bool:
+    """`path` lies strictly inside `directory` (both absolute; `..` resolved lexically, and
+    refused outright so nothing depends on how a shell or the kernel resolves it)."""
+    if ".." in path.split("/") or not path.startswith("/"):
+        return False
+    return posixpath.normpath(path).startswith(posixpath.normpath(directory) + "/")
 
 
 # ----- the plan ----------------------------------------------------------------------------------
@@ -59,6 +131,11 @@ class Item:
     node_dir: str
     target_dir: str
     kind: str  # "sql" (settings, users), "schema", "table", "ts-database"
+    label: str = ""  # for people: what it exports, names JSON-quoted (control characters shown)
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.id
 
 
 @dataclass(frozen=True)
@@ -72,6 +149,24 @@ class Plan:
     node_id: int
     consistent_to: str  # HLC decimal nanoseconds from cluster_logical_timestamp()
     databases: tuple[DatabasePlan, ...]
+    layout: int = LAYOUT
+
+    def problem(self) -> str:
+        """Why this plan cannot be carried out ("" when it can): a plan is read back from the
+        target, which is not the reconciler's to trust either."""
+        if self.layout != LAYOUT:
+            return (f"{PLAN_FILE} has layout {self.layout}, this reconciler writes {LAYOUT}: it "
+                    "was started by another version; start a new backup")
+        if not _UID.fullmatch(self.uid):
+            return f"{PLAN_FILE}: uid {json.dumps(self.uid)} is not a Kubernetes uid"
+        found = hlc_problem(self.consistent_to)
+        for db in self.databases:
+            found = found or name_problem("database", db.name)
+            if db.engine not in (RELATIONAL, TIME_SERIES):
+                found = found or f"database {json.dumps(db.name)}: engine {db.engine!r} unknown"
+            for table in db.tables:
+                found = found or name_problem("table", table)
+        return found
 
     @property
     def run_dir(self) -> str:
@@ -82,39 +177,56 @@ class Plan:
         return f"nodelocal://{self.node_id}/{self.run_dir}/{node_dir}"
 
     def items(self) -> list[Item]:
+        """Every EXPORT, in order. Ids and node directories are indexes (d<i>, d<i>.t<j>);
+        names appear only quoted in statements and, checked by `problem`, as KWDB's own table
+        folders in the target."""
         found = [
             Item("settings", f'EXPORT CLUSTER SETTING TO SQL "{self.url("settings")}"',
                  "settings", "settings", "sql"),
             Item("users", f'EXPORT USERS TO SQL "{self.url("users")}"', "users", "users",
                  "sql"),
         ]
-        for db in self.databases:
+        for i, db in enumerate(self.databases):
+            db_dir, quoted_db = f"d{i}", quote_ident(db.name)
+            shown_db = json.dumps(db.name)
             if db.engine == TIME_SERIES:
-                found.append(Item(db.name, f'EXPORT INTO CSV "{self.url(db.name)}" FROM '
-                                  f"DATABASE {db.name}", db.name, db.name, "ts-database"))
+                found.append(Item(db_dir, f'EXPORT INTO CSV "{self.url(db_dir)}" FROM '
+                                  f"DATABASE {quoted_db}", db_dir, db_dir, "ts-database",
+                                  f"database {shown_db}"))
                 continue
-            schema_dir = f"{db.name}.schema"
+            schema_dir = f"{db_dir}.schema"
             found.append(Item(schema_dir, f'EXPORT INTO CSV "{self.url(schema_dir)}" FROM '
-                              f"DATABASE {db.name} WITH meta_only", schema_dir, db.name,
-                              "schema"))
-            for table in db.tables:
-                item_id = f"{db.name}.{table}"
+                              f"DATABASE {quoted_db} WITH meta_only", schema_dir, db_dir,
+                              "schema", f"schema of database {shown_db}"))
+            for j, table in enumerate(db.tables):
+                item_id = f"{db_dir}.t{j}"
                 found.append(Item(
                     item_id, f'EXPORT INTO CSV "{self.url(item_id)}" FROM SELECT * FROM '
-                    f"{db.name}.public.{table} AS OF SYSTEM TIME '{self.consistent_to}'",
-                    item_id, f"{db.name}/public/{table}", "table"))
+                    f'{quoted_db}."public".{quote_ident(table)} AS OF SYSTEM TIME '
+                    f"'{self.consistent_to}'", item_id, f"{db_dir}/public/{table}", "table",
+                    f"table {shown_db}.{json.dumps(table)}"))
         return found
+
+    def db_dir(self, name: str) -> str:
+        """The target directory of a database of this plan."""
+        return f"d{[db.name for db in self.databases].index(name)}"
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=2, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> Plan:
-        data = json.loads(raw)
-        dbs = tuple(DatabasePlan(d["name"], d["engine"], tuple(d["tables"]))
-                    for d in data["databases"])
-        return cls(data["backup"], data["uid"], data["pod"], int(data["node_id"]),
-                   data["consistent_to"], dbs)
+        """The plan as written, or ValueError when it is not one (checked by `problem`)."""
+        try:
+            data = json.loads(raw)
+            dbs = tuple(DatabasePlan(str(d["name"]), str(d["engine"]),
+                                     tuple(str(t) for t in d["tables"]))
+                        for d in data["databases"])
+            return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
+                       int(data["node_id"]), str(data["consistent_to"]), dbs,
+                       int(data.get("layout") or 1))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{PLAN_FILE} is not a backup plan: {err}") from None
 
 
 def hlc_time(hlc: str) -> datetime:
@@ -162,27 +274,27 @@ def export_problem(item: Item, headers: Sequence[str], rows: Sequence[Mapping[st
     `result = fail` (time-series): both fail the backup. `files` are the relative paths found
     on the node after it."""
     if notices:
-        return f"{item.id}: EXPORT reported: {'; '.join(notices)}"
+        return f"{item.shown}: EXPORT reported: {'; '.join(notices)}"
     if item.kind == "ts-database":
         results = [r.get("result", "") for r in rows]
         if list(headers) != ["result"] or results != ["succeed"]:
-            return f"{item.id}: time-series EXPORT answered result={','.join(results) or '?'}"
+            return f"{item.shown}: time-series EXPORT answered result={','.join(results) or '?'}"
         if "meta.sql" not in files:
-            return f"{item.id}: meta.sql missing after the export"
+            return f"{item.shown}: meta.sql missing after the export"
         return ""
     if list(headers) != ["filename", "rows", "node_id", "file_num"]:
-        return f"{item.id}: unexpected EXPORT columns {', '.join(headers)}"
+        return f"{item.shown}: unexpected EXPORT columns {', '.join(headers)}"
     csvs = [f for f in files if f.endswith(".csv")]
     if item.kind == "schema":
         if "meta.sql" not in files:
-            return f"{item.id}: meta.sql missing after the export"
+            return f"{item.shown}: meta.sql missing after the export"
         return ""
     if item.kind == "sql":
         expected = "clustersetting.sql" if item.id == "settings" else "users.sql"
-        return "" if expected in files else f"{item.id}: {expected} missing after the export"
+        return "" if expected in files else f"{item.shown}: {expected} missing after the export"
     announced = sum(int(r.get("file_num") or 0) for r in rows if r.get("filename") != "meta.sql")
     if announced != len(csvs):
-        return (f"{item.id}: EXPORT announced {announced} data file(s), {len(csvs)} found on "
+        return (f"{item.shown}: EXPORT announced {announced} data file(s), {len(csvs)} found on "
                 "the node")
     return ""
 
@@ -359,13 +471,20 @@ def backup_problem(manifest: Mapping[str, Any], stored: Mapping[str, int],
 
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
     """(step id, statement) in the documented order: cluster settings, users, then each
-    database (`url`: where the backup's files were staged, nodelocal://<node>/<dir>)."""
+    database (`url`: where the backup's files are served). The manifest is read from the
+    target: a database's directory must be one of ours (d<i>), or, in a backup of layout 1, a
+    name `name_problem` accepts; anything else is a ValueError naming it."""
     steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
                           'clustersetting.sql")'),
              ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
     for db in manifest.get("databases") or ():
-        steps.append((f"database {db['name']}", f'IMPORT DATABASE CSV DATA ("{url}/'
-                                                  f'{db["name"]}")'))
+        name = str(db.get("name") or "")
+        directory = str(db.get("dir") or name)
+        if not (re.fullmatch(r"d[0-9]{1,4}", directory) or (
+                "dir" not in db and not name_problem("database", name))):
+            raise ValueError(f"{MANIFEST_FILE}: database {json.dumps(name)} has directory "
+                             f"{json.dumps(directory)}, which this reconciler does not read")
+        steps.append((f"database {name}", f'IMPORT DATABASE CSV DATA ("{url}/{directory}")'))
     return steps
 
 

@@ -50,8 +50,16 @@ class VolumeTarget:
         self.root = root / base
         self.location = f"volume://{claim}/{base}"
 
+    def _path(self, key: str) -> Path:
+        """The file of a key, never outside the backup's directory: a key is built from what
+        KaiwuDB and the target returned, and is refused when any part is '', '.' or '..'."""
+        if key and not all(part not in ("", ".", "..") for part in key.rstrip("/").split("/")):
+            raise TargetError(f"{self.location}/{key!r}: refusing a key that is not a plain "
+                              "relative path")
+        return self.root / key
+
     def put(self, key: str, data: bytes) -> None:
-        path = self.root / key
+        path = self._path(key)
         with self._errors(key):
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(path.name + ".partial")
@@ -62,12 +70,12 @@ class VolumeTarget:
             partial.replace(path)
 
     def get(self, key: str) -> bytes | None:
-        path = self.root / key
+        path = self._path(key)
         with self._errors(key):
             return path.read_bytes() if path.is_file() else None
 
     def list(self, prefix: str = "") -> dict[str, int]:
-        base = self.root / prefix  # an empty prefix: the root itself
+        base = self._path(prefix)  # an empty prefix: the root itself
         with self._errors(prefix):
             if not base.exists():
                 return {}
@@ -78,7 +86,7 @@ class VolumeTarget:
         """Every file under the prefix, and what a write that failed midway left (`.partial`,
         not counted), so the directories go too."""
         found = [self.root / k for k in self.list(prefix)]
-        base = self.root / prefix
+        base = self._path(prefix)
         with self._errors(prefix):
             leftovers = [p for p in base.rglob("*.partial") if p.is_file()]
             for path in found + leftovers:

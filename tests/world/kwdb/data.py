@@ -45,6 +45,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import posixpath
 import re
 import urllib.error
 import urllib.request
@@ -82,11 +83,28 @@ class Table:
         return [values for written, values in self.rows if t is None or written <= t]
 
     def create_sql(self, db: str, engine: str) -> str:
+        """The table's CREATE as KWDB formats it: names quoted where they need it
+        (kwbase/pkg/sql/lex/encode.go:164-170)."""
         cols = ", ".join(f"{n} {ty}" for n, ty in self.columns)
         if engine == TIME_SERIES:
-            return f"CREATE TABLE {db}.{self.name} ({cols}) TAGS (site INT4 NOT NULL) " \
-                   "PRIMARY TAGS(site);"
-        return f"CREATE TABLE {self.name} ({cols});"
+            return f"CREATE TABLE {quoted(db)}.{quoted(self.name)} ({cols}) TAGS (site INT4 " \
+                   "NOT NULL) PRIMARY TAGS(site);"
+        return f"CREATE TABLE {quoted(self.name)} ({cols});"
+
+
+def quoted(name: str) -> str:
+    """EncodeRestrictedSQLIdent: bare when a bare identifier reads back as the same name, else
+    double-quoted with `"` doubled (kwbase/pkg/sql/lex/encode.go:164-194; reserved words are
+    not modelled)."""
+    if re.fullmatch(r"[a-z_][a-z0-9_$]*", name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def db_create_name(name: str) -> str:
+    """How EXPORT writes a database's name into meta.sql: quoted only when it holds an upper
+    case letter, and then without doubling a `"` (kwbase/pkg/sql/export_details.go:151-154)."""
+    return f'"{name}"' if any(c.isupper() for c in name) else name
 
 
 @dataclass
@@ -105,6 +123,7 @@ class SqlData:
     settings: dict[str, str] = field(default_factory=dict)
     export_faults: set[str] = field(default_factory=set)
     next_job: int = 900000000000000000
+    role_members: set[tuple[str, str]] = field(default_factory=set)  # (role, member)
 
     def is_empty(self) -> bool:
         return not self.databases and not self.users
@@ -161,6 +180,29 @@ def _join(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p.strip("/"))
 
 
+def _extern_path(*parts: str) -> str:
+    """A path under the external-I/O directory as KWDB builds one from names: Go's
+    path.Join, which cleans `..` (kwbase/pkg/sql/export_details.go:256, 287), then refused when
+    it leaves the directory (kwbase/pkg/blobs/local_storage.go:103)."""
+    joined = posixpath.normpath("/".join(p for p in parts if p))
+    if joined == ".." or joined.startswith(("../", "/")):
+        raise SqlError("local file access to paths outside of external-io-dir is not allowed: "
+                       f"{joined}")
+    return "" if joined == "." else joined
+
+
+IDENT = r'(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")+")'
+"""An identifier as KWDB's lexer reads one: bare (folded to lower case) or double-quoted with
+`"` doubled (kept exactly; kwbase/pkg/sql/lex/encode.go:175-194 writes them so)."""
+
+
+def ident(text: str) -> str:
+    """The name an IDENT match stands for."""
+    if text.startswith('"'):
+        return text[1:-1].replace('""', '"')
+    return text.lower()
+
+
 def _database(s: Session, name: str) -> Database:
     db = s.data.databases.get(name)
     if db is None:
@@ -191,7 +233,7 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
     if db.engine == TIME_SERIES:
         if meta_only:
             raise SqlError("kwdb-sim: meta_only is not modelled for time-series databases")
-        creates = [f"CREATE TS DATABASE {db.name};"]
+        creates = [f"CREATE TS DATABASE {db_create_name(db.name)};"]
         failed = False
         for table in sorted(db.tables.values(), key=lambda t: t.name):
             creates.append(table.create_sql(db.name, db.engine))
@@ -200,13 +242,14 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
                                "simulated storage error")
                 failed = True
                 continue
-            disk[_join(path, table.name, f"n{s.node_id}.0.csv")] = _csv_text(table.rows_at(None))
+            disk[_extern_path(path, table.name, f"n{s.node_id}.0.csv")] = _csv_text(
+                table.rows_at(None))
         disk[_join(path, "meta.sql")] = ("\n".join(creates) + "\n").encode()
         return ["result"], [["fail" if failed else "succeed"]], notices
-    disk[_join(path, "meta.sql")] = f"CREATE DATABASE {db.name};\n".encode()
+    disk[_join(path, "meta.sql")] = f"CREATE DATABASE {db_create_name(db.name)};\n".encode()
     rows = [["meta.sql", "1", str(s.node_id), "1"]]
     for table in sorted(db.tables.values(), key=lambda t: t.name):
-        base = _join(path, "public", table.name)
+        base = _extern_path(path, "public", table.name)
         disk[_join(base, "meta.sql")] = (table.create_sql(db.name, db.engine) + "\n").encode()
         if meta_only:
             continue
@@ -301,7 +344,8 @@ def _job_row(s: Session, rows: int, rejected: int) -> list[str]:
 
 _SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '(.*)';")
 _CREATE_USER = re.compile(r"CREATE USER (\S+?)(?: WITH (.*))?;")
-_CREATE_TABLE = re.compile(r"CREATE TABLE (?:\S+\.)?(\S+) \((.*?)\)(?: TAGS .*)?;")
+_CREATE_TABLE = re.compile(r"CREATE TABLE (?:" + IDENT + r"\.)?(" + IDENT + r") \((.*?)\)"
+                           r"(?: TAGS .*)?;")
 
 
 def import_settings(s: Session, url: str) -> Result:
@@ -342,10 +386,10 @@ def import_database(s: Session, url: str) -> Result:
     if meta is None:
         raise SqlError(f"open {EXTERN}/{_join(path, 'meta.sql')}: no such file or directory")
     first = meta.decode().splitlines()[0]
-    m = re.fullmatch(r"CREATE (TS )?DATABASE (\S+);", first)
+    m = re.fullmatch(r"CREATE (TS )?DATABASE (" + IDENT + ");", first)
     if m is None:
         raise SqlError(f"kwdb-sim: unreadable meta.sql: {first!r}")
-    engine, name = (TIME_SERIES if m.group(1) else RELATIONAL), m.group(2)
+    engine, name = (TIME_SERIES if m.group(1) else RELATIONAL), ident(m.group(2))
     if name in s.data.databases:
         raise SqlError(f'database "{name}" already exists', sqlstate="42P04")
     db = Database(name, engine)
@@ -353,7 +397,7 @@ def import_database(s: Session, url: str) -> Result:
         for line in meta.decode().splitlines()[1:]:
             tm = _CREATE_TABLE.fullmatch(line.strip())
             if tm is not None:
-                db.tables[tm.group(1)] = Table(tm.group(1), _columns(tm.group(2)))
+                db.tables[ident(tm.group(1))] = Table(ident(tm.group(1)), _columns(tm.group(2)))
         locations = {t: _join(path, t) for t in db.tables}
     else:
         prefix = _join(path, "public") + "/"
@@ -364,8 +408,9 @@ def import_database(s: Session, url: str) -> Result:
             tm = _CREATE_TABLE.fullmatch(tmeta)
             if tm is None:
                 raise SqlError(f"kwdb-sim: unreadable meta.sql of table {each}: {tmeta!r}")
-            db.tables[each] = Table(each, _columns(tm.group(2)))
-            locations[each] = _join(prefix, each)
+            table_name = ident(tm.group(1))  # the name is in meta.sql; the folder is any
+            db.tables[table_name] = Table(table_name, _columns(tm.group(2)))
+            locations[table_name] = _join(prefix, each)
     total = rejected = 0
     for table_name, location in sorted(locations.items()):
         table = db.tables[table_name]
@@ -406,9 +451,9 @@ def _show_databases(s: Session, m: re.Match[str]) -> Result:
     return ["database_name", "engine_type"], sorted(names), []
 
 
-@_pattern(r"show tables from (?P<db>\w+)")
+@_pattern(r"show tables from (?P<db>" + IDENT + ")")
 def _show_tables(s: Session, m: re.Match[str]) -> Result:
-    db = _database(s, m.group("db"))
+    db = _database(s, ident(m.group("db")))
     kind = "TIME SERIES TABLE" if db.engine == TIME_SERIES else "BASE TABLE"
     return ["table_name", "table_type"], [[t, kind] for t in sorted(db.tables)], []
 
@@ -416,8 +461,22 @@ def _show_tables(s: Session, m: re.Match[str]) -> Result:
 @_pattern(r"show users")
 def _show_users(s: Session, m: re.Match[str]) -> Result:
     rows = [["admin", "CREATEROLE", "{}"], ["root", "", "{admin}"]]
-    rows += [[name, opts, "{}"] for name, opts in s.data.users.items()]
+    for name, opts in s.data.users.items():
+        roles = sorted(role for role, member in s.data.role_members if member == name)
+        rows.append([name, opts, "{" + ",".join(roles) + "}"])
     return ["username", "options", "member_of"], sorted(rows), []
+
+
+@_pattern(r"grant (?P<role>" + IDENT + r") to (?P<member>" + IDENT + ")")
+def _grant_role(s: Session, m: re.Match[str]) -> Result:
+    """GRANT <role> TO <user>: role membership (kwbase/pkg/sql/grant_role.go)."""
+    role, member = ident(m.group("role")), ident(m.group("member"))
+    if role != "admin" and role not in s.data.users:
+        raise SqlError(f"role {role} does not exist", sqlstate="42704")
+    if member not in s.data.users:
+        raise SqlError(f"role {member} does not exist", sqlstate="42704")
+    s.data.role_members.add((role, member))
+    return [], [], []
 
 
 @_pattern(r"select cluster_logical_timestamp\(\)")
@@ -425,15 +484,22 @@ def _logical_timestamp(s: Session, m: re.Match[str]) -> Result:
     return ["cluster_logical_timestamp"], [[hlc_text(s.now, s.epoch_unix_s)]], []
 
 
-@_pattern(r"export into csv " + _Q + r" from database (?P<db>\w+)(?: with (?P<opts>.+))?")
+@_pattern(r"export into csv " + _Q + r" from database (?P<db>" + IDENT + r")"
+          r"(?: with (?P<opts>.+))?")
 def _export_db(s: Session, m: re.Match[str]) -> Result:
-    return export_database(s, m.group("url"), m.group("db"), m.group("opts") or "")
+    return export_database(s, m.group("url"), ident(m.group("db")), m.group("opts") or "")
 
 
-@_pattern(r"export into csv " + _Q + r" from select \* from (?P<db>\w+)\.(?:public\.)?"
-          r"(?P<table>\w+)(?: as of system time '(?P<ts>[^']+)')?")
+@_pattern(r"export into csv " + _Q + r" from select \* from (?P<db>" + IDENT + r")\."
+          r"(?:(?P<schema>" + IDENT + r")\.)?(?P<table>" + IDENT + r")"
+          r"(?: as of system time '(?P<ts>[^']+)')?")
 def _export_select(s: Session, m: re.Match[str]) -> Result:
-    return export_select(s, m.group("url"), m.group("db"), m.group("table"), m.group("ts"))
+    schema = ident(m.group("schema")) if m.group("schema") else "public"
+    if schema != "public":
+        raise SqlError(f'relation "{m.group("db")}.{schema}.{m.group("table")}" does not exist',
+                       sqlstate="42P01")
+    return export_select(s, m.group("url"), ident(m.group("db")), ident(m.group("table")),
+                         m.group("ts"))
 
 
 @_pattern(r"export users to sql " + _Q)
@@ -476,15 +542,18 @@ def statement(s: Session, text: str) -> Result | None:
 
 
 # ----- the disk: file commands exec'd in a kwbase container ------------------------------------
-def file_command(argv: list[str], extern_dir: str, disk: dict[str, bytes] | None
-                 ) -> tuple[str, str, int]:
+def file_command(argv: list[str], extern_dir: str, disk: dict[str, bytes] | None,
+                 removed_outside: list[str] | None = None) -> tuple[str, str, int]:
     """`find DIR -type f`, `sha256sum FILE...`, `cat FILE`, `rm -rf DIR` on the store's
-    external-I/O directory (the only part of the disk modelled). Returns stdout, stderr, code."""
+    external-I/O directory (the only part of the disk modelled). Returns stdout, stderr, code.
+    Paths resolve `..` as the kernel does (lexically here: every directory is taken to exist);
+    an `rm -rf` that resolves outside the directory succeeds, as rm would, is recorded in
+    `removed_outside`, and when it takes the directory itself with it, empties it."""
     name = argv[0].rsplit("/", 1)[-1]
     root = extern_dir.rstrip("/")
 
     def rel(path: str) -> str | None:
-        p = path.rstrip("/")
+        p = posixpath.normpath(path) if path.startswith("/") else path.rstrip("/")
         if p == root:
             return ""
         return p[len(root) + 1:] if p.startswith(root + "/") else None
@@ -516,6 +585,13 @@ def file_command(argv: list[str], extern_dir: str, disk: dict[str, bytes] | None
         return files[r].decode(), "", 0
     if name == "rm" and len(args) == 2 and args[0] in ("-rf", "-fr"):
         r = rel(args[1])
+        if r is None and args[1].startswith("/"):
+            resolved = posixpath.normpath(args[1])
+            if removed_outside is not None:
+                removed_outside.append(resolved)
+            if root.startswith(resolved.rstrip("/") + "/"):
+                files.clear()  # the store, extern with it
+            return "", "", 0
         if r is None or r == "":
             return "", f"kwdb-sim: refusing rm -rf {args[1]} (only directories under {root})\n", 1
         for p in [p for p in files if p == r or p.startswith(r + "/")]:

@@ -179,7 +179,7 @@ def _session(env: Env, target: Proc, cluster: LogicalCluster) -> data.Session:
 def _statement(
     env: Env, target: Proc, cluster: LogicalCluster, stmt: str, notices: list[str]
 ) -> tuple[list[str], list[list[str]]]:
-    text = " ".join(stmt.split())
+    text = _squash(stmt)
     try:
         answered = data.statement(_session(env, target, cluster), text)
     except data.SqlError as err:
@@ -233,7 +233,7 @@ def _statement(
 def run_sql(env: Env, inv: Invocation) -> ExecResult:
     """kwbase/pkg/cli/sql.go with -e: each statement's result in --format (tsv by default)."""
     fmt = output_format(inv)
-    statements = [s for e in inv.all("execute") for s in e.split(";") if s.strip()]
+    statements = [s for e in inv.all("execute") for s in split_statements(e)]
     if not statements:
         return ExecResult("", "", 0)  # no -e and no stdin: nothing to run
     target, cluster = sql_session(env, inv)
@@ -252,6 +252,48 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
         )
         out += render(fmt, headers, rows, align)
     return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices), 0)
+
+
+def split_statements(text: str) -> list[str]:
+    """The statements of one `-e` text, as KWDB's parser splits them: at each `;` outside
+    string literals ('...', '' inside) and quoted identifiers ("...", "" inside), with `--`
+    comments dropped (kwbase/pkg/sql/parser/lexer.go, scan.go). The CLI runs them all, one
+    after another, and prints each result (kwbase/pkg/cli/sql.go runQueryAndFormatResults):
+    a name holding `;` is one statement only when it is quoted."""
+    statements, current, i = [], "", 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "'\"":
+            end = i + 1
+            while end < len(text):
+                if text[end] == ch:
+                    if text[end + 1 : end + 2] == ch:
+                        end += 2
+                        continue
+                    break
+                end += 1
+            current += text[i : end + 1]
+            i = end + 1
+            continue
+        if text.startswith("--", i):
+            newline = text.find("\n", i)
+            i = len(text) if newline < 0 else newline
+            continue
+        if ch == ";":
+            statements.append(current)
+            current = ""
+        else:
+            current += ch
+        i += 1
+    statements.append(current)
+    return [stmt.strip() for stmt in statements if stmt.strip()]
+
+
+def _squash(stmt: str) -> str:
+    """Whitespace runs outside quotes as one space (the patterns match single spaces); quoted
+    names and literals are kept byte for byte."""
+    parts = re.split(r"""('(?:[^']|'')*'|"(?:[^"]|"")*")""", stmt)
+    return "".join(p if i % 2 else re.sub(r"\s+", " ", p) for i, p in enumerate(parts)).strip()
 
 
 def _is_int(value: str) -> bool:

@@ -138,6 +138,9 @@ class Store:
     node_id: int | None = None
     # The external-I/O directory (<store>/extern): relative path -> contents (see data.py).
     files: dict[str, bytes] = field(default_factory=dict)
+    # Paths outside the external-I/O directory an `rm -rf` reached (data.file_command): on a
+    # real node those are the store's own files. A test asserts this stays empty.
+    removed_outside: list[str] = field(default_factory=list)
 
 
 @dataclass

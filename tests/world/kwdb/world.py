@@ -451,6 +451,7 @@ class KwdbWorld:
                 out, err, code = file_command(
                     list(argv), f"{proc.opts.store_path}/{EXTERN}",
                     store.files if store is not None else None,
+                    store.removed_outside if store is not None else None,
                 )
                 return ExecResult(out, err, code)
             if argv and argv[0].rsplit("/", 1)[-1] in _SHELLS:
@@ -615,6 +616,14 @@ class KwdbWorld:
                 "users": dict(data.users),
                 "settings": dict(data.settings),
             }
+
+    def removed_outside_extern(self, cluster: ClusterKey) -> list[str]:
+        """Every path outside a store's external-I/O directory an `rm -rf` reached, in any of
+        the cluster's stores (a real node would have lost those files)."""
+        with self._lock:
+            group = self._groups.get(cluster)
+            return [p for store in (group.stores.values() if group else ())
+                    for p in store.removed_outside]
 
     def extern_files(self, cluster: ClusterKey, pod_name: str) -> dict[str, bytes]:
         """The files in the external-I/O directory of the store the pod runs on."""

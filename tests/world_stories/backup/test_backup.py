@@ -77,8 +77,8 @@ def test_scheduled_backups_reach_s3_and_a_volume_and_retention_prunes(
     base = tmp_path / CLAIM / namespace / NAME / volume[0]["metadata"]["name"]
     manifest = json.loads((base / "manifest.json").read_text())
     assert manifest["files"] == status["files"] and status["sizeBytes"] > 0
-    assert (base / "shop/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n" or \
-        any((base / "shop/public/orders").glob("n*.0.csv"))
+    assert (base / "d1/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n" or \
+        any((base / "d1/public/orders").glob("n*.0.csv"))
     assert (base / "users/users.sql").read_text() == "CREATE USER app;\n"
     assert "idle_timeout" in (base / "settings/clustersetting.sql").read_text()
 
@@ -181,7 +181,7 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
     assert after == before
 
     # The object store loses a row of one file: a restore from it fails before importing.
-    key = f"adhoc/{namespace}/{NAME}/source/shop/public/orders/n1.0.csv"
+    key = f"adhoc/{namespace}/{NAME}/source/d1/public/orders/n1.0.csv"
     s3.client().put_object(Bucket=BUCKET, Key=key, Body=b"1,tea\n2,rice\n")
     broken = small_cluster(namespace, startMode="single-node", replicas=1,
                            bootstrap={"fromBackup": {"name": "source"}})
@@ -191,7 +191,7 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
         c if condition(c := reconciler.cluster("broken"), "Stalled").get("reason")
         == "RestoreFailed" else None), 90, 0.2)
     assert "not intact" in condition(failed, "Stalled")["message"]
-    assert "shop/public/orders/n1.0.csv" in condition(failed, "Stalled")["message"]
+    assert "d1/public/orders/n1.0.csv" in condition(failed, "Stalled")["message"]
     assert condition(failed, "Ready").get("status") != "True"
     assert sim_world.kwdb.contents((namespace, "broken"), sim_world.clock.now())[
         "databases"] == {}, "nothing imported"

@@ -25,18 +25,80 @@ def at(text: str) -> float:
 
 def test_relational_tables_are_read_at_the_one_timestamp_and_the_schema_separately() -> None:
     items = {i.id: i for i in PLAN.items()}
-    assert list(items) == ["settings", "users", "shop.schema", "shop.customers", "shop.orders",
-                           "sensors"]
-    for table in ("customers", "orders"):
-        stmt = items[f"shop.{table}"].statement
-        assert stmt == (f'EXPORT INTO CSV "nodelocal://1/kaiwu-backup-u1/shop.{table}" FROM '
-                        f"SELECT * FROM shop.public.{table} AS OF SYSTEM TIME "
+    assert list(items) == ["settings", "users", "d0.schema", "d0.t0", "d0.t1", "d1"]
+    for j, table in enumerate(("customers", "orders")):
+        stmt = items[f"d0.t{j}"].statement
+        assert stmt == (f'EXPORT INTO CSV "nodelocal://1/kaiwu-backup-u1/d0.t{j}" FROM '
+                        f'SELECT * FROM "shop"."public"."{table}" AS OF SYSTEM TIME '
                         "'1767225600000000000.0000000000'")
-        assert items[f"shop.{table}"].target_dir == f"shop/public/{table}"
-    assert items["shop.schema"].statement.endswith("FROM DATABASE shop WITH meta_only")
-    assert "AS OF" not in items["sensors"].statement, "time-series tables have no history"
+        assert items[f"d0.t{j}"].target_dir == f"d0/public/{table}"
+    assert items["d0.schema"].statement.endswith('FROM DATABASE "shop" WITH meta_only')
+    assert "AS OF" not in items["d1"].statement, "time-series tables have no history"
     assert bp.Plan.from_json(PLAN.to_json()) == PLAN
     assert bp.hlc_time(PLAN.consistent_to) == datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_names_from_kaiwudb_are_quoted_identifiers_and_never_paths_of_ours() -> None:
+    """A table named to end the statement and grant admin stays one quoted identifier; node
+    directories and item ids are indexes whatever the names are."""
+    hostile = "t; GRANT admin TO mallory; --"
+    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (
+        bp.DatabasePlan("Shop", bp.RELATIONAL, (hostile, 'say "hi"', "select")),))
+    assert plan.problem() == ""
+    statements = [i.statement for i in plan.items()]
+    assert statements[3].endswith(
+        'FROM "Shop"."public"."t; GRANT admin TO mallory; --" AS OF SYSTEM TIME \'1.0\'')
+    assert '"say ""hi"""' in statements[4]
+    assert '"public"."select"' in statements[5], "a reserved word is kept as a name"
+    assert [i.node_dir for i in plan.items()] == ["settings", "users", "d0.schema", "d0.t0",
+                                                  "d0.t1", "d0.t2"]
+    assert bp.quote_ident('a"b') == '"a""b"'
+
+
+@pytest.mark.parametrize(("what", "name", "wanted"), [
+    ("table", "t --/-", "path of several components"),
+    ("table", "t --/../../../../data", "path of several components"),
+    ("table", "..", "path of several components"),
+    ("table", "line\nbreak", "control character"),
+    ("database", "my db", "would not read back"),
+    ("database", 'My"DB', "would not read back"),
+    ("database", "", "empty name"),
+])
+def test_a_name_kwdbs_export_would_turn_into_a_path_refuses_the_backup(
+        what: str, name: str, wanted: str) -> None:
+    assert wanted in bp.name_problem(what, name)
+    tables = (name,) if what == "table" else ("t",)
+    db = name if what == "database" else "shop"
+    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (bp.DatabasePlan(db, bp.RELATIONAL, tables),))
+    assert wanted in plan.problem()
+
+
+def test_names_kwdb_carries_are_accepted() -> None:
+    for what, name in [("table", "t; GRANT admin TO mallory; --"), ("table", "my  table"),
+                       ("database", "shop_2"), ("database", "Sales Q1"), ("table", "Ä")]:
+        assert bp.name_problem(what, name) == "", name
+
+
+def test_a_plan_read_back_is_checked_as_hostile_data() -> None:
+    raw = json.loads(PLAN.to_json())
+    assert "layout 1" in bp.Plan.from_json(json.dumps({**raw, "layout": None}).encode()).problem()
+    evil = {**raw, "consistent_to": "0'; DROP DATABASE shop; --"}
+    assert "not a decimal timestamp" in bp.Plan.from_json(json.dumps(evil).encode()).problem()
+    evil = {**raw, "uid": "../../../data"}
+    assert "not a Kubernetes uid" in bp.Plan.from_json(json.dumps(evil).encode()).problem()
+    with pytest.raises(ValueError, match="not a backup plan"):
+        bp.Plan.from_json(b'{"databases": 3}')
+
+
+def test_only_paths_strictly_inside_the_run_directory_are_inside() -> None:
+    run = "/kaiwudb/deploy/kaiwudb-container/extern/kaiwu-backup-u1"
+    assert bp.inside(run, f"{run}/d0.t1")
+    assert not bp.inside(run, run)
+    assert not bp.inside(run, f"{run}/d0.t --/../../../../data")
+    assert not bp.inside(run, f"{run}-other/x")
+    assert not bp.safe_relative("public/../../x")
+    assert not bp.safe_relative("/etc/passwd")
+    assert bp.safe_relative("public/my  table/n1.0.csv")
 
 
 def test_system_databases_are_skipped_and_a_missing_wanted_one_is_named() -> None:
@@ -68,7 +130,8 @@ def test_a_notice_or_a_fail_result_is_a_failed_export_never_a_silent_success() -
                                               ["meta.sql"])
     short = bp.export_problem(table, EXPORT, [{**ok_rows[0], "file_num": "2"}], [],
                               ["n1.0.csv"])
-    assert short == "shop.customers: EXPORT announced 2 data file(s), 1 found on the node"
+    assert short == ('table "shop"."customers": EXPORT announced 2 data file(s), 1 found on '
+                     "the node")
     assert "meta.sql missing" in bp.export_problem(item("schema"), EXPORT, [], [], [])
     assert "users.sql missing" in bp.export_problem(
         next(i for i in PLAN.items() if i.id == "users"), EXPORT, [], [], [])
@@ -149,12 +212,22 @@ def test_a_backup_starts_only_on_a_quiet_cluster(change: dict[str, object], reas
 
 
 def test_restore_imports_settings_then_users_then_each_database() -> None:
-    steps = bp.restore_statements({"databases": [{"name": "shop"}, {"name": "sensors"}]},
-                                   "nodelocal://1/r")
+    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"},
+                                                 {"name": "sensors", "dir": "d1"}]},
+                                  "nodelocal://1/r")
     assert [s for s, _ in steps] == ["settings", "users", "database shop", "database sensors"]
     assert steps[0][1] == 'IMPORT CLUSTER SETTING SQL DATA ("nodelocal://1/r/settings/' \
         'clustersetting.sql")'
-    assert steps[2][1] == 'IMPORT DATABASE CSV DATA ("nodelocal://1/r/shop")'
+    assert steps[2][1] == 'IMPORT DATABASE CSV DATA ("nodelocal://1/r/d0")'
+    old_layout = bp.restore_statements({"databases": [{"name": "shop"}]}, "http://x")
+    assert old_layout[2][1] == 'IMPORT DATABASE CSV DATA ("http://x/shop")'
+
+
+def test_a_manifest_cannot_point_a_restore_elsewhere() -> None:
+    for db in ({"name": "shop", "dir": "../../etc"}, {"name": 'x") WITH x; --'},
+               {"name": "shop", "dir": "shop"}):
+        with pytest.raises(ValueError, match="does not read"):
+            bp.restore_statements({"databases": [db]}, "http://x")
 
 
 def test_reject_rows_fail_an_import_although_kwdb_says_succeeded() -> None:
@@ -185,11 +258,12 @@ def test_a_damaged_backup_is_found_before_anything_is_restored() -> None:
 def test_a_time_series_export_that_answers_in_another_shape_is_a_failure() -> None:
     ts = item("ts-database")
     assert bp.export_problem(ts, EXPORT, [{"filename": "meta.sql", "rows": "0"}], [],
-                             ["meta.sql"]) == "sensors: time-series EXPORT answered result=?"
+                             ["meta.sql"]) == \
+        'database "sensors": time-series EXPORT answered result=?'
     assert bp.export_problem(ts, ["result"], [], [], ["meta.sql"]) == \
-        "sensors: time-series EXPORT answered result=?"
+        'database "sensors": time-series EXPORT answered result=?'
     assert bp.export_problem(ts, ["result"], [{"result": "succeed"}], [], ["temps/n1.0.csv"]) \
-        == "sensors: meta.sql missing after the export"
+        == 'database "sensors": meta.sql missing after the export'
 
 
 def test_slot_names_and_times_are_utc_whatever_the_reconcilers_time_zone(

@@ -63,12 +63,12 @@ def test_a_backup_exports_every_item_then_writes_the_manifest_last(tmp_path: Pat
     written = sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
     assert written == sorted([
         "plan.json", "manifest.json", "items/settings.json", "items/users.json",
-        "items/shop.schema.json", "items/shop.customers.json", "items/shop.orders.json",
-        "items/sensors.json", "settings/clustersetting.sql", "users/users.sql",
-        "shop/meta.sql", "shop/public/customers/meta.sql", "shop/public/orders/meta.sql",
-        "shop/public/customers/n1.0.csv", "shop/public/orders/n1.0.csv", "sensors/meta.sql",
-        "sensors/temps/n1.0.csv"]), written
-    assert (base / "shop/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n"
+        "items/d1.schema.json", "items/d1.t0.json", "items/d1.t1.json",
+        "items/d0.json", "settings/clustersetting.sql", "users/users.sql",
+        "d1/meta.sql", "d1/public/customers/meta.sql", "d1/public/orders/meta.sql",
+        "d1/public/customers/n1.0.csv", "d1/public/orders/n1.0.csv", "d0/meta.sql",
+        "d0/temps/n1.0.csv"]), written
+    assert (base / "d1/public/orders/n1.0.csv").read_text() == "1,tea\n2,rice\n3,salt\n"
     assert (base / "users/users.sql").read_text() == "CREATE USER app;\n"
     found = manifest(site, "dev", "first")
     data_files = [p for p in written if not p.endswith(".json")]
@@ -113,8 +113,8 @@ def test_a_backup_of_named_databases_holds_only_those(tmp_path: Path) -> None:
     assert status["phase"] == "completed"
     assert [d["name"] for d in status["databases"]] == ["shop"]
     assert sorted(manifest(site, "dev", "only-shop")["items"]) == [
-        "settings", "shop.customers", "shop.orders", "shop.schema", "users"]
-    assert not (site.files("dev", "only-shop") / "sensors").exists()
+        "d0.schema", "d0.t0", "d0.t1", "settings", "users"]
+    assert not (site.files("dev", "only-shop") / "d1").exists()
 
 
 def test_a_database_that_does_not_exist_fails_the_backup_before_anything_is_written(
@@ -151,8 +151,8 @@ def test_an_export_that_reports_a_notice_fails_the_backup_once_and_cleans_the_no
 
     status = site.status(k.KAIWU_BACKUP, "noticed")
     assert (status["phase"], status["reason"]) == ("failed", "ExportFailed")
-    assert status["message"] == ("sensors: EXPORT reported: export table sensors.temps "
-                                 "failed: simulated storage error")
+    assert status["message"] == ('database "sensors": EXPORT reported: export table '
+                                 "sensors.temps failed: simulated storage error")
     assert status["completedAt"] >= status["startedAt"]
     recorded = json.loads((site.files("dev", "noticed") / FAILED_FILE).read_text())
     assert recorded == {"reason": "ExportFailed", "message": status["message"]}
@@ -258,8 +258,8 @@ def test_a_file_changed_on_its_way_out_fails_the_backup(tmp_path: Path) -> None:
 
     status = site.status(k.KAIWU_BACKUP, "garbled")
     assert (status["phase"], status["reason"]) == ("failed", "ChecksumMismatch")
-    assert status["message"].startswith("shop.orders/n1.0.csv: checksum ")
-    assert not (site.files("dev", "garbled") / "shop/public/orders/n1.0.csv").exists()
+    assert status["message"].startswith("d0/public/orders/n1.0.csv: checksum ")
+    assert not (site.files("dev", "garbled") / "d0/public/orders/n1.0.csv").exists()
 
 
 def test_a_restarted_reconciler_carries_on_with_the_same_node_and_timestamp(
@@ -343,7 +343,8 @@ def test_a_table_export_that_errors_fails_the_backup_with_the_error(tmp_path: Pa
 
     status = site.status(k.KAIWU_BACKUP, "broken")
     assert (status["phase"], status["reason"]) == ("failed", "ExportFailed")
-    assert status["message"].startswith("shop.orders: /kaiwudb/bin/kwbase sql --format=csv -e "
+    assert status["message"].startswith('table "shop"."orders": /kaiwudb/bin/kwbase sql '
+                                        "--format=csv -e "
                                         'EXPORT INTO CSV "nodelocal://1/kaiwu-backup-uid-broken/')
     assert "ERROR: export table shop.public.orders failed: simulated storage error" in \
         status["message"]
@@ -406,14 +407,14 @@ def test_a_file_lost_from_the_target_before_the_manifest_fails_the_backup(
     for _ in range(6):  # planned and every item exported: the manifest is next
         site.backups.run(site.a_pass("dev"))
     assert site.status(k.KAIWU_BACKUP, "leaky")["message"].endswith("5/5 items")
-    (site.files("dev", "leaky") / "shop/public/orders/n1.0.csv").unlink()
+    (site.files("dev", "leaky") / "d0/public/orders/n1.0.csv").unlink()
 
     site.backups.run(site.a_pass("dev"))
 
     status = site.status(k.KAIWU_BACKUP, "leaky")
     assert (status["phase"], status["reason"], status["message"]) == (
         "failed", "TargetIncomplete",
-        "item shop.orders: missing or changed in the target: shop/public/orders/n1.0.csv")
+        'table "shop"."orders": missing or changed in the target: d0/public/orders/n1.0.csv')
     assert not (site.files("dev", "leaky") / bp.MANIFEST_FILE).exists()
 
 
@@ -577,7 +578,7 @@ def test_an_s3_backup_keeps_one_client_per_endpoint_and_credentials(tmp_path: Pa
     status = site.status(k.KAIWU_BACKUP, "to-s3")
     assert status["phase"] == "completed"
     assert status["location"] == f"s3://backups/nightly/{NS}/dev/to-s3"
-    assert f"nightly/{NS}/dev/to-s3/shop/public/orders/n1.0.csv" in keys
+    assert f"nightly/{NS}/dev/to-s3/d0/public/orders/n1.0.csv" in keys
     assert len(passes) > 2 and len(made) == 1
     assert made[0][0] == "s3" and ("aws_access_key_id", "id") in made[0]
 
@@ -629,7 +630,8 @@ def test_a_file_the_target_did_not_keep_fails_the_backup_at_once(
     status = site.status(k.KAIWU_BACKUP, "leaky")
     assert (status["phase"], status["reason"], status["message"]) == (
         "failed", "TargetIncomplete",
-        "shop.customers: not in the target after upload: shop/public/customers/n1.0.csv")
+        'table "shop"."customers": not in the target after upload: '
+        "d0/public/customers/n1.0.csv")
 
 
 def test_an_item_marker_that_cannot_be_read_back_fails_the_backup(
@@ -650,7 +652,7 @@ def test_an_item_marker_that_cannot_be_read_back_fails_the_backup(
 
     status = site.status(k.KAIWU_BACKUP, "forgetful")
     assert (status["phase"], status["reason"], status["message"]) == (
-        "failed", "TargetIncomplete", "item users: its marker is gone")
+        "failed", "TargetIncomplete", "users: its marker is gone")
 
 
 def test_no_ready_pod_with_a_live_node_fails_the_backup_saying_so(tmp_path: Path) -> None:
@@ -679,3 +681,95 @@ def test_every_completed_backup_is_announced_and_counted_once(tmp_path: Path) ->
     assert [(e[1], e[2].split(":")[0]) for e in events if e[1] == "BackupCompleted"] == [
         ("BackupCompleted", "KaiwuBackup/one"), ("BackupCompleted", "KaiwuBackup/two")]
     assert site.backups.metrics.value("kaiwu_backups_total", {"result": "completed"}) == 2
+
+
+# ---- names from the database are data ----------------------------------------------------------
+
+GRANTING = "t; GRANT admin TO mallory; --"
+
+
+def test_a_table_named_to_grant_admin_is_backed_up_as_a_table_and_grants_nothing(
+        tmp_path: Path) -> None:
+    """A SQL user with CREATE (not admin) names a table so that, pasted into a statement, it
+    would end the EXPORT and grant him admin. The backup quotes it as KWDB quotes identifiers:
+    one statement, the table exported under its exact name, mallory no admin."""
+    site = a_site(tmp_path)
+    dev = site.start_cluster("dev")
+    key = (NS, "dev")
+    site.kwdb.set_user(key, site.now, "mallory")
+    for name in (GRANTING, "Mixed Case", 'say "hi"', "select"):
+        site.kwdb.load(key, site.now, database="shop", table=name,
+                       columns=[("id", "INT8")], rows=[("1",)])
+    site.backup("first")
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status.get("message")
+    users = site.kwdb.contents(key, site.now)["users"]
+    assert users == {"mallory": ""}
+    shown = site.admin(dev).sql("dev-0", "SHOW USERS")
+    assert {r["username"]: r["member_of"] for r in shown.rows}["mallory"] == "{}"
+    base = site.files("dev", "first")
+    for name in (GRANTING, "Mixed Case", 'say "hi"', "select"):
+        assert (base / "d0/public" / name / "n1.0.csv").read_text() == "1\n", name
+
+
+@pytest.mark.parametrize("second", ["t --/../../../../data", "../../../../data"])
+def test_tables_named_as_paths_never_make_the_backup_remove_anything_outside_its_run(
+        tmp_path: Path, second: str) -> None:
+    """Tables `t --/-` then `t --/../../../../data` once made the backup `rm -rf` the store
+    (its node directories were built from the names). Now node directories are indexes, every
+    removal is checked to lie inside the run directory, and a name KWDB's own EXPORT would turn
+    into a path refuses the backup before anything is exported, naming it."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    key = (NS, "dev")
+    for name in ("t --/-", second):
+        site.kwdb.load(key, site.now, database="shop", table=name,
+                       columns=[("id", "INT8")], rows=[("1",)])
+    site.kwdb.load(key, site.now, database="shop", table="orders",
+                   columns=[("id", "INT8")], rows=[("1",)])
+    removed: list[str] = []
+    run = site.runner.exec
+
+    def recording(namespace: str, pod: str, container: str, command: list[str],
+                  timeout: float = 60.0) -> tuple[str, str, int]:
+        if command[:2] == ["rm", "-rf"]:
+            removed.append(command[2])
+        return run(namespace, pod, container, command, timeout)
+    site.runner.exec = recording  # type: ignore[method-assign]
+    site.backup("first")
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert (status["phase"], status["reason"]) == ("failed", "NotExportable")
+    assert status["message"].startswith('table "')
+    assert "path of several components" in status["message"]
+    assert site.kwdb.removed_outside_extern(key) == []
+    uid = (site.api.get(k.KAIWU_BACKUP, NS, "first") or {})["metadata"]["uid"]
+    run_dir = f"{EXTERN_DIR}/kaiwu-backup-{uid}"
+    assert all(bp.inside(EXTERN_DIR, path) and path.startswith(run_dir) for path in removed)
+    assert "shop" in str(site.kwdb.contents(key, site.now)["databases"])
+
+
+def test_a_plan_in_the_target_that_points_elsewhere_fails_the_backup(tmp_path: Path) -> None:
+    """plan.json is read back from the target, which others can write: a plan with another
+    backup's uid or a timestamp that is not one is refused, nothing exported."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first")
+    site.backups.run(site.a_pass("dev"))  # plans and writes plan.json
+    plan_file = site.files("dev", "first") / bp.PLAN_FILE
+    plan = json.loads(plan_file.read_text())
+    plan["consistent_to"] = "0'; DROP DATABASE shop; --"
+    plan_file.write_text(json.dumps(plan))
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert (status["phase"], status["reason"]) == ("failed", "PlanUnreadable")
+    assert "not a decimal timestamp" in status["message"]
+    assert "shop" in str(site.kwdb.contents((NS, "dev"), site.now)["databases"])

@@ -164,7 +164,7 @@ def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_on
 
     assert seen_at_import[0] == {"backup": "first", "done": []}
     assert len(seen_at_import) == 4 and (record(site) or {}).get("completedAt")
-    assert reads.count("shop/public/orders/n1.0.csv") == 2, "its checksum, then its IMPORT"
+    assert reads.count("d1/public/orders/n1.0.csv") == 2, "its checksum, then its IMPORT"
 
 
 def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
@@ -224,7 +224,7 @@ def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
     site = backed_up(tmp_path)
     restore = Restore(site.backups, server)
     site.start_cluster("fresh", restore_from="first")
-    orders = site.files("dev", "first") / "shop/public/orders/n1.0.csv"
+    orders = site.files("dev", "first") / "d1/public/orders/n1.0.csv"
     orders.write_text(orders.read_text().replace("tea", "tee"))
 
     passes = restore_passes(site, restore)
@@ -232,7 +232,7 @@ def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
     (reason, message), = passes[-1].stalled
     assert reason == "RestoreFailed"
     assert message.startswith("restore from KaiwuBackup first: the backup is not intact: "
-                              "shop/public/orders/n1.0.csv: checksum ")
+                              "d1/public/orders/n1.0.csv: checksum ")
     assert passes[-1].events == [("Warning", "RestoreFailed", message)]
     assert (record(site) or {})["failed"] == message
     assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
@@ -353,21 +353,21 @@ def test_the_file_server_lists_directories_and_serves_only_what_is_published(
         except urllib.error.HTTPError as err:
             return err.code, b""
 
-    status, index = get("/shop/")
+    status, index = get("/d1/")
     assert status == 200
     assert index.decode() == ('<html><body><pre>\n<a href="meta.sql">meta.sql</a>\n'
                               '<a href="public/">public/</a>\n</pre></body></html>\n')
-    assert get("/shop/public/orders/n1.0.csv") == (200, b"1,tea\n2,rice\n3,salt\n")
-    assert get("/shop/public/nothing.csv")[0] == 404
+    assert get("/d1/public/orders/n1.0.csv") == (200, b"1,tea\n2,rice\n3,salt\n")
+    assert get("/d1/public/nothing.csv")[0] == 404
     assert get("/../dev/first/plan.json")[0] == 404
-    assert get("/shop/../plan.json")[0] == 404
+    assert get("/d1/../plan.json")[0] == 404
     root = get("/")[1].decode()
-    assert '<a href="manifest.json">manifest.json</a>' in root and '<a href="shop/">' in root
+    assert '<a href="manifest.json">manifest.json</a>' in root and '<a href="d1/">' in root
     other = url.rsplit("/", 1)[0] + "/not-a-token/plan.json"
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(other, timeout=5)
     server.withdraw("shop/fresh")
-    assert get("/shop/public/orders/n1.0.csv")[0] == 404
+    assert get("/d1/public/orders/n1.0.csv")[0] == 404
 
 
 def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went_further(
@@ -458,11 +458,11 @@ def test_the_file_server_serves_nothing_outside_the_backup(
     secret = tmp_path / "token"
     secret.write_text("the reconciler's service account token")
 
-    for path in (f"/{secret}", f"//{secret}", f"/shop//{secret}", "/shop/../../../x", "/shop//"):
+    for path in (f"/{secret}", f"//{secret}", f"/d1//{secret}", "/d1/../../../x", "/d1//"):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + path, timeout=5)
         assert refused.value.code == 404, path
-    with urllib.request.urlopen(url + "/shop/meta.sql", timeout=5) as answer:
+    with urllib.request.urlopen(url + "/d1/meta.sql", timeout=5) as answer:
         assert answer.status == 200
 
 
@@ -478,13 +478,13 @@ def test_the_file_server_says_what_it_sends_and_logs_what_fails(
     assert url.endswith("/X-token-starting-with-X")
     assert [t.daemon for t in threading.enumerate() if t.name == "restore-files"] == [True]
 
-    with urllib.request.urlopen(url + "/shop/", timeout=5) as index:
+    with urllib.request.urlopen(url + "/d1/", timeout=5) as index:
         assert index.headers["Content-Type"] == "text/html; charset=utf-8"
         assert int(index.headers["Content-Length"]) == len(index.read())
     with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as file:
         assert file.headers["Content-Type"] == "application/octet-stream"
         assert file.headers["Content-Length"] == "17" and file.read() == b"CREATE USER app;\n"
-    assert any(r.getMessage().startswith('restore server: "GET /X-token-starting-with-X/shop/ ')
+    assert any(r.getMessage().startswith('restore server: "GET /X-token-starting-with-X/d1/ ')
                for r in caplog.records)
 
     def broken(key: str) -> bytes:
