@@ -158,6 +158,42 @@ class UnexpectedOutput(KwbaseError):
     """kwbase succeeded but printed something this adapter cannot read (a format change)."""
 
 
+class NotOneStatement(KwbaseError):
+    """A statement the adapter refuses to send: it would run as several (a `;` or a comment
+    outside quotes), or it holds a NUL. Names from KaiwuDB go in quoted (backup_plan's
+    quote_ident); this is the last check that none slipped in unquoted."""
+
+
+def statement_problem(text: str) -> str:
+    """Why `text` is not exactly one SQL statement ("" when it is): a `;`, `--` or `/*`
+    outside string literals ('...', '' inside) and quoted identifiers ("...", "" inside), an
+    unterminated quote, or a NUL. KWDB's CLI sends a whole -e text to the server, which runs
+    every statement in it (kwbase/pkg/cli/sql.go, runQueryAndFormatResults)."""
+    if "\x00" in text:
+        return "it holds a NUL character"
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "'\"":
+            end = i + 1
+            while True:
+                end = text.find(ch, end)
+                if end < 0:
+                    return f"an unterminated {ch} quote at character {i}"
+                if text[end + 1:end + 2] == ch:
+                    end += 2
+                    continue
+                break
+            i = end + 1
+            continue
+        if ch == ";" and text[i + 1:].strip():
+            return f"a ';' at character {i} would end it and start another"
+        if text.startswith(("--", "/*"), i):
+            return f"a comment starts at character {i}"
+        i += 1
+    return ""
+
+
 def error_text(stderr: str) -> str:
     """The CLI's error, without the `Failed running` trailer: `ERROR:` onwards, on one line."""
     lines = [line.strip() for line in stderr.splitlines()]
@@ -583,6 +619,9 @@ class KwbaseAdmin:
         """One statement through `kwbase sql --format=csv -e`: its columns, rows and the
         server's notices (the CLI prints each as `NOTICE: ...` on stderr, exit code 0)."""
         argv = self.argv(pod, "sql", "--format=csv", "-e", statement)
+        problem = statement_problem(statement)
+        if problem:
+            raise NotOneStatement(f"refusing to run {statement[:200]!r}: {problem}", pod, argv)
         stdout, stderr, code = self._run(pod, argv)
         if code != 0:
             raise self._failure(pod, argv, stdout, stderr, code)

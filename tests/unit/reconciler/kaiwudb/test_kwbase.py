@@ -554,3 +554,26 @@ def test_file_sums_keep_names_with_double_spaces_and_report_a_failed_find() -> N
     assert failed.value.pod == "orders-1"
     assert failed.value.argv == ("find", f"{EXTERN_DIR}/b", "-type", "f")
     assert "Permission denied" in str(failed.value)
+
+
+@pytest.mark.parametrize(("statement", "why"), [
+    ("SELECT * FROM shop.public.t; GRANT admin TO mallory", "would end it and start another"),
+    ("SELECT * FROM shop.public.t -- AS OF SYSTEM TIME '1'", "a comment starts"),
+    ("SELECT * FROM t /* x */", "a comment starts"),
+    ('SELECT * FROM "t', "unterminated"),
+    ("SELECT 'a\x00b'", "NUL"),
+])
+def test_the_adapter_sends_one_statement_or_none(statement: str, why: str) -> None:
+    """Whatever builds a statement, the adapter is the last line: text that KWDB would run as
+    several statements never leaves the reconciler."""
+    runner = Scripted([])
+    admin = KwbaseAdmin(runner, NAMESPACE, NAME, secure=True)
+    with pytest.raises(kwbase.NotOneStatement, match=why):
+        admin.sql("orders-0", statement)
+    assert runner.calls == [], "nothing was exec'd"
+
+
+def test_quoted_semicolons_and_dashes_are_one_statement() -> None:
+    for text in ('SELECT * FROM "shop"."public"."t; GRANT admin TO mallory; --"',
+                 "SELECT 'it''s; -- fine'", "SELECT 1;", 'SELECT "a""b"'):
+        assert kwbase.statement_problem(text) == "", text
