@@ -247,6 +247,11 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
         disk[_join(path, "meta.sql")] = ("\n".join(creates) + "\n").encode()
         return ["result"], [["fail" if failed else "succeed"]], notices
     disk[_join(path, "meta.sql")] = f"CREATE DATABASE {db_create_name(db.name)};\n".encode()
+    if not db.tables:
+        # meta.sql is written before the table loop, and only a table's export sets result
+        # columns (kwbase/pkg/sql/export_details.go:229-236, 286-317; conn_executor_exec.go:
+        # 1389-1410): with no table the statement sets none and the CLI prints its tag.
+        return [], [], notices
     rows = [["meta.sql", "1", str(s.node_id), "1"]]
     for table in sorted(db.tables.values(), key=lambda t: t.name):
         base = _extern_path(path, "public", table.name)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import unicodedata
 from collections.abc import Sequence
 
 TABLE_FORMATS = ("tsv", "csv", "table", "records", "sql", "html", "raw")
@@ -128,6 +129,42 @@ def render_raw(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
             out.append(v)
     out.append(f"# {len(rows)} row{_pluralize(len(rows))}")
     return "".join(x + "\n" for x in out)
+
+
+def _graphic(ch: str) -> bool:
+    """Go's unicode.IsGraphic: letters, marks, numbers, punctuation, symbols and spaces (Zs)."""
+    return unicodedata.category(ch)[0] in "LMNPS" or unicodedata.category(ch) == "Zs"
+
+
+def _go_quote_ascii(text: str) -> str:
+    """Go's fmt `%+q` without its surrounding quotes: ASCII only, escapes as strconv writes
+    them."""
+    named = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+             "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in named:
+            out.append(named[ch])
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def format_value(text: str) -> str:
+    """A string value as `kwbase sql` prints it (kwbase/pkg/cli/sql_util.go:936-963 formatVal,
+    with showMoreChars as runQueryAndFormatResults passes it, :819, :832): as it is when every
+    character is graphic, a tab or a newline; else Go-quoted in ASCII (`\\x01`, `\\u00e4`,
+    `\\"`), so a name holding a control character reaches the reader escaped."""
+    if all(_graphic(ch) or ch in "\t\n" for ch in text):
+        return text
+    return _go_quote_ascii(text)
 
 
 def render(fmt: str, headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:

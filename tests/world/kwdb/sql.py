@@ -28,7 +28,7 @@ from tests.world.kwdb import data
 from tests.world.kwdb.client import Env, Fail, output_format, sql_session
 from tests.world.kwdb.flags import Invocation
 from tests.world.kwdb.model import LogicalCluster, StoreMetrics
-from tests.world.kwdb.render import cli_error, format_timestamp, render
+from tests.world.kwdb.render import cli_error, format_timestamp, format_value, render
 from tests.world.kwdb.state import ExecResult, Proc
 
 REPLICATION_HEALTH_QUERY = (
@@ -246,11 +246,16 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
             # Results of the statements before the failing one were already printed.
             err = cli_error(f.message, "sql", hint=f.hint, sqlstate=f.sqlstate)
             return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices) + err, 1)
+        if not headers:
+            # No result columns: the CLI prints the statement's tag (kwbase/pkg/cli/
+            # sql_util.go:797-810; tags with a row count are not modelled here).
+            out += _tag(stmt) + "\n"
+            continue
         # The CLI aligns by column type: integers right, everything else left.
         align = "".join(
             "r" if rows and all(_is_int(r[i]) for r in rows) else "l" for i in range(len(headers))
         )
-        out += render(fmt, headers, rows, align)
+        out += render(fmt, headers, [[format_value(v) for v in r] for r in rows], align)
     return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices), 0)
 
 
@@ -287,6 +292,12 @@ def split_statements(text: str) -> list[str]:
         i += 1
     statements.append(current)
     return [stmt.strip() for stmt in statements if stmt.strip()]
+
+
+def _tag(stmt: str) -> str:
+    """A statement's tag as tree's StatementTag gives it for those modelled: its first word
+    (EXPORT, GRANT, ...)."""
+    return stmt.split(None, 1)[0].upper()
 
 
 def _squash(stmt: str) -> str:

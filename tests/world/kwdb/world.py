@@ -585,6 +585,13 @@ class KwdbWorld:
             t = db.tables.setdefault(table, Table(table, tuple(columns)))
             t.rows.extend((group.clock, tuple(str(v) for v in row)) for row in rows)
 
+    def create_database(self, cluster: ClusterKey, now: float, name: str,
+                        time_series: bool = False) -> None:
+        """CREATE [TS] DATABASE name: a database without tables."""
+        with self._lock:
+            engine = TIME_SERIES if time_series else RELATIONAL
+            self._data(cluster, now)[1].databases.setdefault(name, Database(name, engine))
+
     def set_user(self, cluster: ClusterKey, now: float, name: str, options: str = "") -> None:
         """CREATE USER name [WITH options]."""
         with self._lock:

@@ -569,3 +569,16 @@ def test_a_cluster_that_lost_quorum_shows_live_nodes_that_are_not_available() ->
     t += FAST.liveness_ttl_s + 1
     assert [(n["is_available"], n["is_live"]) for n in op.status(t)] == [
         ("false", "true"), ("false", "false"), ("false", "false")]
+
+
+def test_sql_values_print_as_kwbase_prints_them() -> None:
+    """kwbase/pkg/cli/sql_util.go formatVal with showMoreChars: graphic text, tabs and
+    newlines as they are; anything else Go-quoted in ASCII. A name holding a control character
+    reaches the reconciler escaped, never raw."""
+    from tests.world.kwdb.render import format_value
+
+    assert format_value('say "hi"') == 'say "hi"'
+    assert format_value("Ä\tx\ny") == "Ä\tx\ny"
+    assert format_value("a\x01b") == "a\\x01b"
+    assert format_value("a\u200bb") == "a\\u200bb", "a zero-width space is no graphic"
+    assert format_value("q\"\x7f") == 'q\\"\\x7f'

@@ -773,3 +773,25 @@ def test_a_plan_in_the_target_that_points_elsewhere_fails_the_backup(tmp_path: P
     assert (status["phase"], status["reason"]) == ("failed", "PlanUnreadable")
     assert "not a decimal timestamp" in status["message"]
     assert "shop" in str(site.kwdb.contents((NS, "dev"), site.now)["databases"])
+
+
+def test_a_cluster_holding_an_empty_database_is_backed_up_and_restores_it(
+        tmp_path: Path) -> None:
+    """EXPORT of a relational database without tables sets no result columns (KWDB writes its
+    meta.sql, then exports each table; none sets columns): the CLI prints only the tag. That is
+    a success, and the empty database comes back."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.kwdb.create_database((NS, "dev"), site.now, "staging")
+    site.backup("first")
+
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status.get("message")
+    assert {d["name"]: d["tables"] for d in status["databases"]}["staging"] == 0
+    staging = next(d for d in manifest(site, "dev", "first")["databases"]
+                   if d["name"] == "staging")
+    assert (site.files("dev", "first") / staging["dir"] / "meta.sql").read_text() == \
+        "CREATE DATABASE staging;\n"

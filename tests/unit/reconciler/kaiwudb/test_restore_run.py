@@ -622,3 +622,27 @@ def test_the_restore_imports_through_a_ready_pod_whose_node_is_live(
     assert {pod for pod, command in site.runner.calls
             if pod.startswith("fresh-") and any(a.startswith("IMPORT") for a in command)} == {
         "fresh-1"}
+
+
+def test_an_empty_database_and_names_that_need_quotes_come_back_as_they_were(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """A database without tables, a mixed-case database and a table whose name would end a
+    statement survive the round trip exactly."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    key = (NS, "dev")
+    site.kwdb.create_database(key, site.now, "staging")
+    site.kwdb.load(key, site.now, database="Sales Q1", table="t; GRANT admin TO app; --",
+                   columns=[("id", "INT8")], rows=[("1",), ("2",)])
+    site.backup("first")
+    site.run_backup()
+    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    restore_passes(site, restore)
+
+    assert (record(site) or {}).get("completedAt"), record(site)
+    assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents(key, site.now)
+    assert "staging" in str(site.kwdb.contents((NS, "fresh"), site.now)["databases"])
