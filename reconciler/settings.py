@@ -197,6 +197,10 @@ class Settings:
         "cluster is looked at again this soon; each look costs one exec"))
     node_probe_every_s: float = field(default=300.0, metadata=_help(
         "longest time between two `kwbase node status` probes of a steady cluster"))
+    long_gone_after_s: float = field(default=3600.0, metadata=_help(
+        "a KaiwuDB node not live, not available, whose address KaiwuDB forgot and whose "
+        "liveness record is this old is decommissioned (KWDB gossips a running node's "
+        "descriptor every hour: gossip.NodeDescriptorInterval); lower it only in tests"))
 
     # ---- backups (docs/backup.md) -------------------------------------------------------------
     backup_volumes_dir: str = field(default="/backup-volumes", metadata=_help(
@@ -237,7 +241,7 @@ class Settings:
         for name in ("resync_period_s", "lease_duration_s", "renew_deadline_s",
                      "retry_period_s", "reconnect_backoff_base_s", "error_backoff_base_s",
                      "api_timeout_s", "exec_timeout_s", "fight_window_s",
-                     "lifecycle_poll_s", "node_probe_every_s",
+                     "lifecycle_poll_s", "node_probe_every_s", "long_gone_after_s",
                      "drift_backoff_base_s"):
             check(getattr(self, name) > 0, name, "must be greater than 0")
         for name in ("min_reconcile_interval_s", "shutdown_grace_s", "source_debounce_s"):

@@ -271,14 +271,37 @@ class NodeStatus:
     is_draining: bool | None = None
 
     @property
+    def address_known(self) -> bool:
+        """KaiwuDB still holds the node's descriptor. It forgets it two hours after the node
+        last gossiped it (kwbase/pkg/gossip/gossip.go:133-140: gossiped hourly while the node
+        runs, NodeDescriptorTTL 2 h), and `node status` then prints NULL for the address
+        (cli/node.go:165-179 LEFT JOINs descriptors to liveness records)."""
+        return self.address not in ("", "NULL")
+
+    @property
     def pod_name(self) -> str | None:
         """The pod behind this node id, from its advertised address
-        (<pod>.<headless>.<ns>.svc...:26257); None for an address that is not such a name.
-        Node ids belong to stores, so a node id's pod can change when a store moves."""
+        (<pod>.<headless>.<ns>.svc...:26257); None for an address that is not such a name, or
+        none at all (address_known). Node ids belong to stores, so a node id's pod can change
+        when a store moves."""
+        if not self.address_known:
+            return None
         host = self.address.rsplit(":", 1)[0]
         if not host or host.startswith("[") or host.replace(".", "").isdigit():
             return None
         return host.split(".", 1)[0]
+
+    def long_gone(self, now: float, after_s: float = 3600.0) -> bool:
+        """A node that has not run for an hour at least, by every sign KaiwuDB gives: its
+        descriptor is forgotten (address_known; a running node gossips it hourly with a 2 h
+        TTL, gossip.go:133-140, so it stopped an hour ago at least), it is neither live nor
+        available (its liveness record expired: cli/node.go:174-178), and its liveness record
+        was last gossiped `after_s` ago at least (updated_at; KWDB's interval is 1 h). A
+        gateway restarted moments ago may not know a live node's descriptor yet, but the
+        liveness record still shows that node available: such a node is never long gone."""
+        return (not self.address_known and not self.is_live and not self.is_available
+                and not self.is_decommissioning and self.updated_at is not None
+                and now - self.updated_at.timestamp() >= after_s)
 
     @property
     def healthy(self) -> bool:

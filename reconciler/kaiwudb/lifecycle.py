@@ -151,6 +151,8 @@ class Lifecycle:
                            force=operation is not None or scale_in or rolling(sts))
         if operation is None and nodes is not None:
             self.strays.recommission_wanted(p, cluster, pods, admin, nodes)
+        if nodes is not None:
+            self.strays.retire_long_gone(p, cluster, pods, admin, nodes)
         backup = running_backup(self.view, cluster.namespace, cluster.name)
         if operation is None and scale_in and backup:
             # A backup exports from one node: no scale-in starts under it (docs/backup.md).

@@ -286,6 +286,44 @@ class Strays(Part):
         self.nodes = nodes
         self.scaling = scaling
 
+    def retire_long_gone(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+                         admin: KwbaseAdmin, nodes: Sequence[NodeStatus]) -> None:
+        """Decommission node ids KaiwuDB shows long gone (NodeStatus.long_gone: down an hour at
+        least, their address forgotten). Without an address no pod can be paired with them, so
+        neither store replacement nor stray removal would ever retire them, and as not-live
+        nodes they would hold every later scale-in, rollout and failover for ever. They run
+        nowhere: KWDB re-replicated their ranges after its dead-store timeout, and decommission
+        only has it move what is left. Should one come back, it rejoins decommissioning and
+        `recommission_wanted` recommissions it if its pod is wanted. Multi-replica only: KWDB
+        refuses decommission in the other modes (server/admin.go, "mpp mode")."""
+        gone = [n for n in nodes if n.long_gone(p.now, self.settings.long_gone_after_s)]
+        if not gone:
+            return
+        ids = [n.id for n in gone]
+        if cluster.start_mode is not StartMode.MULTI_REPLICA:
+            p.stalled.append(("LongGoneNodes", (
+                f"KaiwuDB node(s) {', '.join(map(str, ids))} have not run for over an hour and "
+                f"KaiwuDB no longer knows their address; a {cluster.start_mode.value} cluster "
+                "cannot decommission them and keeps one copy of each range: restore what they "
+                "held from a backup")))
+            return
+        runner = exec_pod(pods)
+        if runner is None:
+            return
+        try:
+            admin.decommission(runner, ids)
+        except KwbaseError as error:
+            self.retry_later(p, "LongGoneNodes", f"decommission of long-gone nodes {ids}", error)
+            return
+        self.count("decommission-long-gone-node")
+        p.act("LongGoneNodeDecommissioned", f"StatefulSet/{cluster.name}", (
+            f"KaiwuDB node(s) {', '.join(map(str, ids))} have not run for over an hour and "
+            "KaiwuDB no longer knows their address (no pod can be matched to them): "
+            "decommissioned, so they stop holding back scale-ins, rollouts and failovers"),
+            event="Warning")
+        self.nodes.forget(cluster.namespace, cluster.name)
+        p.requeue_in(self.settings.poll_s)
+
     def remove_strays(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
                       admin: KwbaseAdmin, nodes: Sequence[NodeStatus],
                       live_replicas: int) -> None:

@@ -36,11 +36,14 @@ class LifecycleSettings:
     probe_every_s: longest time between two node-status probes of a steady cluster.
         (Settings.node_probe_every_s)
     exec_timeout_s: how long one kwbase command may take (Settings.exec_timeout_s).
+    long_gone_after_s: NodeStatus.long_gone's age of a liveness record (Settings.
+        long_gone_after_s; KWDB's descriptor interval, 1 h).
     """
 
     poll_s: float = 1.0
     probe_every_s: float = 300.0
     exec_timeout_s: float = 60.0
+    long_gone_after_s: float = 3600.0
 
 
 AdminFactory = Callable[[Kube, Cluster, KwbaseSettings], KwbaseAdmin]

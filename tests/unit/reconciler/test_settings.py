@@ -81,7 +81,8 @@ def refusal(**changes: Any) -> str:
 @pytest.mark.parametrize("name", [
     "resync_period_s", "lease_duration_s", "renew_deadline_s", "retry_period_s",
     "reconnect_backoff_base_s", "error_backoff_base_s", "api_timeout_s", "exec_timeout_s",
-    "fight_window_s", "lifecycle_poll_s", "node_probe_every_s", "drift_backoff_base_s",
+    "fight_window_s", "lifecycle_poll_s", "node_probe_every_s", "long_gone_after_s",
+    "drift_backoff_base_s",
     "cluster_rate_per_s", "overall_rate_per_s", "webhook_ca_validity_s",
     "webhook_cert_validity_s", "webhook_ca_overlap_s", "webhook_reload_s"])
 def test_periods_and_rates_must_be_above_zero_and_a_fraction_of_a_second_will_do(

@@ -129,17 +129,17 @@ def run_node_status(env: Env, inv: Invocation) -> ExecResult:
     rows: list[list[str]] = []
     for n in nodes:
         live = cluster.is_live(n, t)
+        known = cluster.descriptor_known(n, t)
+        described = [n.address, n.sql_address, n.build, format_timestamp(n.started_at, epoch)]
         row = [
             str(n.node_id),
-            n.address,
-            n.sql_address,
-            n.build,
-            format_timestamp(n.started_at, epoch),
+            *(described if known else ["NULL"] * 4),
             format_timestamp(cluster.last_heartbeat(n, t), epoch),
-            n.locality,
-            n.start_mode,
+            n.locality if known else "NULL",
+            n.start_mode if known else "NULL",
             bool_text(cluster.is_available(n, t)),
-            bool_text(live),
+            # ifnull(is_live, false): is_live comes from the descriptor's side of the join.
+            bool_text(live and known),
         ]
         m = cluster.metrics(n, t)
         if show_ranges:

@@ -278,6 +278,17 @@ class LogicalCluster:
     def last_heartbeat(self, node: NodeRecord, t: float) -> float:
         return t if node.heartbeating else node.last_heartbeat
 
+    def descriptor_known(self, node: NodeRecord, t: float) -> bool:
+        """Whether gossip still holds the node's descriptor at t: gossiped at its start and
+        every node_descriptor_interval_s while it runs, forgotten node_descriptor_ttl_s after
+        the last time (settings.KwdbSettings)."""
+        if node.heartbeating:
+            return True
+        interval = self.settings.node_descriptor_interval_s
+        ran = max(node.last_heartbeat - node.started_at, 0.0)
+        last_gossip = node.started_at + math.floor(ran / interval) * interval
+        return t < last_gossip + self.settings.node_descriptor_ttl_s
+
     # ----- gossip -------------------------------------------------------------------------------
     def _gossip(self, node: NodeRecord, t: float) -> None:
         count = self.replica_count(node.node_id)

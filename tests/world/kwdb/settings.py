@@ -45,6 +45,13 @@ class KwdbSettings:
         (kvserver defaultGossipWhenCapacityDeltaExceedsFraction, 0.01). So a live node's
         gossiped count is close to the truth; a dead or cut-off node's is frozen, then 0.
 
+    node_descriptor_interval_s, node_descriptor_ttl_s: a running node gossips its descriptor
+        (address, build, locality, start mode, started_at) when it starts and every interval;
+        others forget it ttl after it was last gossiped (kwbase/pkg/gossip/gossip.go:133-140:
+        NodeDescriptorInterval 1 h, NodeDescriptorTTL 2 h). `node status` LEFT JOINs the
+        descriptors to the liveness records (kwbase/pkg/cli/node.go:165-179), so a node down
+        for an hour or two prints NULL for those columns and is_live false.
+
     A store whose node was decommissioned starts again when its process does: KWDB V3.2.1 has no
     "permanently removed" check (CockroachDB added one in 20.2); the node rejoins live and still
     decommissioning.
@@ -63,6 +70,8 @@ class KwdbSettings:
     gossip_stores_interval_s: float = 60.0
     store_gossip_ttl_s: float = 120.0
     gossip_capacity_delta_fraction: float = 0.01
+    node_descriptor_interval_s: float = 3600.0
+    node_descriptor_ttl_s: float = 7200.0
 
     def __post_init__(self) -> None:
         if self.range_count < 1:
@@ -73,5 +82,7 @@ class KwdbSettings:
             raise ValueError("snapshot_rate_per_s must be positive")
         if self.liveness_ttl_s <= 0 or self.time_until_store_dead_s <= self.liveness_ttl_s:
             raise ValueError("need 0 < liveness_ttl_s < time_until_store_dead_s")
+        if not 0 < self.node_descriptor_interval_s < self.node_descriptor_ttl_s:
+            raise ValueError("need 0 < node_descriptor_interval_s < node_descriptor_ttl_s")
         if not 0 < self.gossip_stores_interval_s < self.store_gossip_ttl_s:
             raise ValueError("need 0 < gossip_stores_interval_s < store_gossip_ttl_s")

@@ -577,3 +577,31 @@ def test_quoted_semicolons_and_dashes_are_one_statement() -> None:
     for text in ('SELECT * FROM "shop"."public"."t; GRANT admin TO mallory; --"',
                  "SELECT 'it''s; -- fine'", "SELECT 1;", 'SELECT "a""b"'):
         assert kwbase.statement_problem(text) == "", text
+
+
+def test_a_node_down_for_two_hours_loses_its_address_and_is_long_gone() -> None:
+    """KWDB forgets a node's descriptor two hours after it last gossiped it (hourly while it
+    runs: gossip.go:133-140) and `node status` prints NULL for its address and is_live false
+    (cli/node.go:165-179). No pod can be paired with it any more; `long_gone` names it."""
+    deployment = start_pods(replicas=4)
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(30.0)
+    world, admin = deployment.world, deployment.admin
+    world.stop_process((NAMESPACE, NAME), "orders-3", 30.0, graceful=False)
+    epoch = world.settings.epoch_unix_s
+
+    deployment.at(30.0 + 3600)
+    (hour,) = admin.node_status("orders-0", node_id=4)
+    assert hour.pod_name == "orders-3" and hour.address_known, "gossiped at its start: 2 h TTL"
+    assert not hour.long_gone(epoch + 30.0 + 3600)
+
+    deployment.at(30.0 + 7201)
+    (gone,) = admin.node_status("orders-0", node_id=4, decommission=True)
+    assert (gone.address, gone.pod_name, gone.build, gone.is_live) == ("NULL", None, "NULL",
+                                                                       False)
+    assert gone.started_at is None and gone.updated_at is not None
+    assert gone.long_gone(epoch + 30.0 + 7201)
+    assert not gone.long_gone(epoch + 30.0 + 7201, after_s=8000), "liveness gossiped since"
+    live = admin.node_status("orders-0", node_id=1)[0]
+    assert live.address_known and not live.long_gone(epoch + 30.0 + 7201)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
@@ -1444,3 +1445,46 @@ def test_lifecycle_commands_go_through_the_api_exec_with_the_configured_time_out
     assert seen == [("shop", "orders-1", ["/kaiwudb/bin/kwbase", "node", "drain",
                                           "--host=localhost:26257",
                                           "--certs-dir=/kaiwudb/certs"], 12.5)]
+
+
+# ---- nodes KaiwuDB no longer knows the address of ---------------------------------------------
+
+def long_gone_node(node_id: int, down_for_s: float) -> NodeStatus:
+    """A node id as `node status` shows it once KaiwuDB forgot its descriptor: NULL address,
+    not live, not available, its liveness record last gossiped `down_for_s` ago."""
+    return dataclasses.replace(
+        kw_node(node_id, "x", live=False), address="NULL", sql_address="NULL", build="NULL",
+        start_mode="NULL", updated_at=datetime.fromtimestamp(NOW - down_for_s, UTC))
+
+
+def test_a_node_kaiwudb_forgot_the_address_of_is_decommissioned_so_nothing_waits_for_it() -> None:
+    """A store replaced while the reconciler was away for hours: its old node id is down and
+    KaiwuDB no longer knows its address, so no pod can be paired with it. It would hold every
+    scale-in and rollout for ever; it is decommissioned instead."""
+    c = Cluster3()
+    c.world.kwdb.append(long_gone_node(7, down_for_s=3 * 3600))
+
+    p = c.run()
+
+    assert ("decommission", f"{NAME}-0", (7,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["LongGoneNodeDecommissioned"]
+    assert c.counted("lifecycle_actions", action="decommission-long-gone-node") == 1
+
+
+def test_a_node_without_an_address_that_is_available_or_recent_is_left_alone() -> None:
+    """A gateway restarted moments ago can lack a live node's descriptor; the liveness record
+    still shows that node available. And a node down for minutes is not long gone."""
+    for shown in (dataclasses.replace(long_gone_node(7, 3 * 3600), is_available=True),
+                  long_gone_node(8, down_for_s=600)):
+        c = Cluster3()
+        c.world.kwdb.append(shown)
+        c.run()
+        assert "decommission" not in c.admin.commands(), shown
+
+
+def test_a_single_replica_cluster_says_it_cannot_retire_a_long_gone_node() -> None:
+    c = Cluster3()
+    c.world.kwdb.append(long_gone_node(7, down_for_s=3 * 3600))
+    p = c.run(startMode="single-replica")
+    assert "decommission" not in c.admin.commands()
+    assert [r for r, _ in p.stalled] == ["LongGoneNodes"]
