@@ -332,9 +332,11 @@ class Backups:
                                    "do(es) not exist in the cluster")
             dbs = []
             for db_name, engine in chosen_dbs:
-                tables = admin.sql(chosen, f"SHOW TABLES FROM {bp.quote_ident(db_name)}")
-                dbs.append(bp.DatabasePlan(db_name, engine,
-                                           tuple(sorted(r["table_name"] for r in tables.rows))))
+                objects = admin.sql(chosen, bp.objects_query(db_name))
+                tables, refused = bp.split_objects(db_name, objects.rows)
+                if refused:
+                    raise BackupFailed("NotExportable", refused)
+                dbs.append(bp.DatabasePlan(db_name, engine, tables))
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
         except KwbaseError as err:

@@ -56,6 +56,13 @@ written by an older reconciler and is not carried on (the backup fails, saying s
 
 
 # ----- names from KaiwuDB ------------------------------------------------------------------------
+def quote_literal(text: str) -> str:
+    """A string literal as KWDB reads it back exactly: single quotes, a `'` inside doubled
+    (kwbase/pkg/sql/lex/encode.go EncodeSQLStringWithFlags writes them so; a backslash is no
+    escape in a standard string)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def quote_ident(name: str) -> str:
     """An identifier as KWDB reads it back exactly: double-quoted, a `"` inside doubled, case
     and reserved words kept (kwbase/pkg/sql/lex/encode.go:172-194, EncodeEscapedSQLIdent)."""
@@ -114,11 +121,58 @@ def inside(directory: str, path: str) -> bool:
 
 
 # ----- the plan ----------------------------------------------------------------------------------
+TableRef = tuple[str, str]
+"""(schema, table) of a table to back up."""
+
+
 @dataclass(frozen=True)
 class DatabasePlan:
+    """A database to back up: its engine (SHOW DATABASES engine_type) and its tables of every
+    schema, as kwdb_internal.create_statements lists them (`DATABASE_OBJECTS_QUERY`)."""
+
     name: str
-    engine: str  # RELATIONAL or TIME SERIES (SHOW DATABASES engine_type)
-    tables: tuple[str, ...]
+    engine: str  # RELATIONAL or TIME SERIES
+    tables: tuple[TableRef, ...]
+
+
+DATABASE_OBJECTS_QUERY = (
+    "SELECT schema_name, descriptor_name, descriptor_type FROM {db}.kwdb_internal."
+    "create_statements WHERE database_name = {literal} ORDER BY schema_name, descriptor_name"
+)
+"""Every table, view and sequence of a database, in every schema (kwbase/pkg/sql/
+kwdb_internal.go:1411-1440). Not `SHOW TABLES FROM db`: that lists the public schema only,
+views included and sequences left out (kwbase/pkg/sql/delegate/show_tables.go:82-90), so a
+backup built on it silently dropped every other schema."""
+
+
+def objects_query(database: str) -> str:
+    return DATABASE_OBJECTS_QUERY.format(db=quote_ident(database),
+                                         literal=quote_literal(database))
+
+
+def split_objects(database: str, rows: Sequence[Mapping[str, str]]
+                  ) -> tuple[tuple[TableRef, ...], str]:
+    """The tables `objects_query` found, and why the database cannot be backed up ("" when it
+    can). KWDB's EXPORT carries tables only: EXPORT ... FROM DATABASE exports the descriptors of
+    type 'table' (kwbase/pkg/sql/export_details.go:333-338), and IMPORT DATABASE recreates
+    tables and schemas only (importer/import_database_details.go:266-330). A view or a sequence
+    would be missing after a restore that says it succeeded, so the backup refuses, naming
+    them."""
+    tables: list[tuple[str, TableRef]] = []
+    others: list[tuple[str, TableRef]] = []
+    for row in rows:
+        kind = str(row.get("descriptor_type"))
+        ref = (row["schema_name"], row["descriptor_name"])
+        (tables if kind == "table" else others).append((kind, ref))
+    if others:
+        named = ", ".join(f"{kind} {json.dumps(schema)}.{json.dumps(name)}"
+                          for kind, (schema, name) in others[:10])
+        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
+        return (), (f"database {json.dumps(database)} holds objects KWDB's EXPORT does not "
+                    f"carry (tables only): {named}{more}. Leave the database out of "
+                    "spec.databases, or move these out of it; a restore would silently lack "
+                    "them")
+    return tuple(sorted(ref for _, ref in tables)), ""
 
 
 @dataclass(frozen=True)
@@ -164,8 +218,8 @@ class Plan:
             found = found or name_problem("database", db.name)
             if db.engine not in (RELATIONAL, TIME_SERIES):
                 found = found or f"database {json.dumps(db.name)}: engine {db.engine!r} unknown"
-            for table in db.tables:
-                found = found or name_problem("table", table)
+            for schema, table in db.tables:
+                found = found or name_problem("schema", schema) or name_problem("table", table)
         return found
 
     @property
@@ -198,13 +252,13 @@ class Plan:
             found.append(Item(schema_dir, f'EXPORT INTO CSV "{self.url(schema_dir)}" FROM '
                               f"DATABASE {quoted_db} WITH meta_only", schema_dir, db_dir,
                               "schema", f"schema of database {shown_db}"))
-            for j, table in enumerate(db.tables):
+            for j, (schema, table) in enumerate(db.tables):
                 item_id = f"{db_dir}.t{j}"
                 found.append(Item(
                     item_id, f'EXPORT INTO CSV "{self.url(item_id)}" FROM SELECT * FROM '
-                    f'{quoted_db}."public".{quote_ident(table)} AS OF SYSTEM TIME '
-                    f"'{self.consistent_to}'", item_id, f"{db_dir}/public/{table}", "table",
-                    f"table {shown_db}.{json.dumps(table)}"))
+                    f"{quoted_db}.{quote_ident(schema)}.{quote_ident(table)} AS OF SYSTEM TIME "
+                    f"'{self.consistent_to}'", item_id, f"{db_dir}/{schema}/{table}", "table",
+                    f"table {shown_db}.{json.dumps(schema)}.{json.dumps(table)}"))
         return found
 
     def db_dir(self, name: str) -> str:
@@ -220,7 +274,7 @@ class Plan:
         try:
             data = json.loads(raw)
             dbs = tuple(DatabasePlan(str(d["name"]), str(d["engine"]),
-                                     tuple(str(t) for t in d["tables"]))
+                                     tuple((str(t[0]), str(t[1])) for t in d["tables"]))
                         for d in data["databases"])
             return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
                        int(data["node_id"]), str(data["consistent_to"]), dbs,

@@ -73,11 +73,15 @@ class SqlError(Exception):
 
 @dataclass
 class Table:
-    """A table: its columns (name, type) and rows, each (written at, values as text)."""
+    """A table, view or sequence of a schema (kind: kwdb_internal.create_statements'
+    descriptor_type, kwbase/pkg/sql/kwdb_internal.go:1411-1440): a table's columns (name, type)
+    and rows, each (written at, values as text). Views and sequences hold no rows here."""
 
     name: str
     columns: tuple[tuple[str, str], ...]
     rows: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    schema: str = "public"
+    kind: str = "table"  # table, view, sequence
 
     def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
         return [values for written, values in self.rows if t is None or written <= t]
@@ -111,7 +115,11 @@ def db_create_name(name: str) -> str:
 class Database:
     name: str
     engine: str
-    tables: dict[str, Table] = field(default_factory=dict)
+    tables: dict[tuple[str, str], Table] = field(default_factory=dict)  # (schema, name)
+
+    def of_kind(self, kind: str) -> list[Table]:
+        return sorted((t for t in self.tables.values() if t.kind == kind),
+                      key=lambda t: (t.schema, t.name))
 
 
 @dataclass
@@ -235,7 +243,7 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
             raise SqlError("kwdb-sim: meta_only is not modelled for time-series databases")
         creates = [f"CREATE TS DATABASE {db_create_name(db.name)};"]
         failed = False
-        for table in sorted(db.tables.values(), key=lambda t: t.name):
+        for table in db.of_kind("table"):
             creates.append(table.create_sql(db.name, db.engine))
             if table.name in s.data.export_faults:
                 notices.append(f"export table {db.name}.{table.name} failed: "
@@ -247,14 +255,19 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
         disk[_join(path, "meta.sql")] = ("\n".join(creates) + "\n").encode()
         return ["result"], [["fail" if failed else "succeed"]], notices
     disk[_join(path, "meta.sql")] = f"CREATE DATABASE {db_create_name(db.name)};\n".encode()
-    if not db.tables:
+    if not db.of_kind("table"):
         # meta.sql is written before the table loop, and only a table's export sets result
         # columns (kwbase/pkg/sql/export_details.go:229-236, 286-317; conn_executor_exec.go:
         # 1389-1410): with no table the statement sets none and the CLI prints its tag.
         return [], [], notices
     rows = [["meta.sql", "1", str(s.node_id), "1"]]
-    for table in sorted(db.tables.values(), key=lambda t: t.name):
-        base = _extern_path(path, "public", table.name)
+    # Tables only, of every schema (descriptor_type = 'table': export_details.go:333-338);
+    # a schema other than public gets its CREATE SCHEMA in <schema>/meta.sql (:248-280).
+    for table in db.of_kind("table"):
+        if table.schema != "public":
+            disk[_extern_path(path, table.schema, "meta.sql")] = \
+                f"CREATE SCHEMA {quoted(table.schema)};\n".encode()
+        base = _extern_path(path, table.schema, table.name)
         disk[_join(base, "meta.sql")] = (table.create_sql(db.name, db.engine) + "\n").encode()
         if meta_only:
             continue
@@ -268,19 +281,21 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
     return EXPORT_HEADERS, rows, notices
 
 
-def export_select(s: Session, url: str, db_name: str, table_name: str,
+def export_select(s: Session, url: str, db_name: str, schema: str, table_name: str,
                   as_of: str | None) -> Result:
     db = _database(s, db_name)
-    table = db.tables.get(table_name)
-    if table is None:
-        raise SqlError(f'relation "{db_name}.public.{table_name}" does not exist',
+    table = db.tables.get((schema, table_name))
+    if table is None or table.kind == "sequence":
+        raise SqlError(f'relation "{db_name}.{schema}.{table_name}" does not exist',
                        sqlstate="42P01")
+    if table.kind == "view":
+        raise SqlError("kwdb-sim: EXPORT FROM SELECT of a view is not modelled")
     if db.engine == TIME_SERIES and as_of is not None:
         raise SqlError("AS OF SYSTEM TIME is not supported on time series tables")
     t = _as_of(as_of, s)
     disk, path = _nodelocal(url, s, writing=True)
     if table.name in s.data.export_faults:
-        raise SqlError(f"export table {db_name}.public.{table_name} failed: "
+        raise SqlError(f"export table {db_name}.{schema}.{table_name} failed: "
                        "simulated storage error")
     data = table.rows_at(t)
     disk[_join(path, f"n{s.node_id}.0.csv")] = _csv_text(data)
@@ -402,23 +417,32 @@ def import_database(s: Session, url: str) -> Result:
         for line in meta.decode().splitlines()[1:]:
             tm = _CREATE_TABLE.fullmatch(line.strip())
             if tm is not None:
-                db.tables[ident(tm.group(1))] = Table(ident(tm.group(1)), _columns(tm.group(2)))
-        locations = {t: _join(path, t) for t in db.tables}
+                found = Table(ident(tm.group(1)), _columns(tm.group(2)))
+                db.tables[("public", found.name)] = found
+        locations = {key: _join(path, key[1]) for key in db.tables}
     else:
-        prefix = _join(path, "public") + "/"
-        names = sorted({p[len(prefix):].split("/")[0] for p in disk if p.startswith(prefix)})
+        # Each folder is a schema named by the folder, each of its folders a table named by its
+        # meta.sql (kwbase/pkg/sql/importer/import_database_details.go:266-330).
         locations = {}
-        for each in names:
-            tmeta = disk.get(_join(prefix, each, "meta.sql"), b"").decode().strip()
-            tm = _CREATE_TABLE.fullmatch(tmeta)
-            if tm is None:
-                raise SqlError(f"kwdb-sim: unreadable meta.sql of table {each}: {tmeta!r}")
-            table_name = ident(tm.group(1))  # the name is in meta.sql; the folder is any
-            db.tables[table_name] = Table(table_name, _columns(tm.group(2)))
-            locations[table_name] = _join(prefix, each)
+        prefix = _join(path) + "/" if path else ""
+        schemas = sorted({p[len(prefix):].split("/")[0] for p in disk if p.startswith(prefix)
+                          and "/" in p[len(prefix):]})
+        for schema in schemas:
+            sprefix = _join(path, schema) + "/"
+            names = sorted({p[len(sprefix):].split("/")[0] for p in disk
+                            if p.startswith(sprefix) and "/" in p[len(sprefix):]})
+            for each in names:
+                tmeta = disk.get(_join(sprefix, each, "meta.sql"), b"").decode().strip()
+                tm = _CREATE_TABLE.fullmatch(tmeta)
+                if tm is None:
+                    raise SqlError("expected CREATE TABLE statement in database file")
+                table_name = ident(tm.group(1))  # the name is in meta.sql; the folder is any
+                db.tables[(schema, table_name)] = Table(table_name, _columns(tm.group(2)),
+                                                        schema=schema)
+                locations[(schema, table_name)] = _join(sprefix, each)
     total = rejected = 0
-    for table_name, location in sorted(locations.items()):
-        table = db.tables[table_name]
+    for key, location in sorted(locations.items()):
+        table = db.tables[key]
         bad: list[str] = []
         for file_path in sorted(p for p in disk if p.startswith(location + "/")
                                 and p.endswith(".csv")):
@@ -458,9 +482,28 @@ def _show_databases(s: Session, m: re.Match[str]) -> Result:
 
 @_pattern(r"show tables from (?P<db>" + IDENT + ")")
 def _show_tables(s: Session, m: re.Match[str]) -> Result:
+    """The public schema only, views included, sequences left out: information_schema.tables
+    of the schema (kwbase/pkg/sql/delegate/show_tables.go:82-90, information_schema.go)."""
     db = _database(s, ident(m.group("db")))
     kind = "TIME SERIES TABLE" if db.engine == TIME_SERIES else "BASE TABLE"
-    return ["table_name", "table_type"], [[t, kind] for t in sorted(db.tables)], []
+    rows = [[t.name, kind if t.kind == "table" else "VIEW"]
+            for t in sorted(db.tables.values(), key=lambda t: t.name)
+            if t.schema == "public" and t.kind in ("table", "view")]
+    return ["table_name", "table_type"], rows, []
+
+
+@_pattern(r"select schema_name, descriptor_name, descriptor_type from (?P<db>" + IDENT + r")"
+          r"\.kwdb_internal\.create_statements where database_name = (?P<lit>'(?:[^']|'')*')"
+          r" order by schema_name, descriptor_name")
+def _create_statements(s: Session, m: re.Match[str]) -> Result:
+    """Every table, view and sequence of a database, any schema (kwdb_internal.go:1411-1440;
+    descriptor_type is table, view or sequence)."""
+    db = _database(s, ident(m.group("db")))
+    if m.group("lit")[1:-1].replace("''", "'") != db.name:
+        return ["schema_name", "descriptor_name", "descriptor_type"], [], []
+    rows = [[t.schema, t.name, t.kind]
+            for t in sorted(db.tables.values(), key=lambda t: (t.schema, t.name))]
+    return ["schema_name", "descriptor_name", "descriptor_type"], rows, []
 
 
 @_pattern(r"show users")
@@ -500,11 +543,8 @@ def _export_db(s: Session, m: re.Match[str]) -> Result:
           r"(?: as of system time '(?P<ts>[^']+)')?")
 def _export_select(s: Session, m: re.Match[str]) -> Result:
     schema = ident(m.group("schema")) if m.group("schema") else "public"
-    if schema != "public":
-        raise SqlError(f'relation "{m.group("db")}.{schema}.{m.group("table")}" does not exist',
-                       sqlstate="42P01")
-    return export_select(s, m.group("url"), ident(m.group("db")), ident(m.group("table")),
-                         m.group("ts"))
+    return export_select(s, m.group("url"), ident(m.group("db")), schema,
+                         ident(m.group("table")), m.group("ts"))
 
 
 @_pattern(r"export users to sql " + _Q)

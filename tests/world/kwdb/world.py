@@ -573,6 +573,7 @@ class KwdbWorld:
         columns: Sequence[tuple[str, str]],
         rows: Sequence[Sequence[str]],
         time_series: bool = False,
+        schema: str = "public",
     ) -> None:
         """Create the database and table when missing and write rows now (an application's
         INSERTs; SQL DDL/DML is not modelled)."""
@@ -582,7 +583,8 @@ class KwdbWorld:
             db = data.databases.setdefault(database, Database(database, engine))
             if db.engine != engine:
                 raise ValueError(f"database {database} is {db.engine}, not {engine}")
-            t = db.tables.setdefault(table, Table(table, tuple(columns)))
+            t = db.tables.setdefault((schema, table), Table(table, tuple(columns),
+                                                            schema=schema))
             t.rows.extend((group.clock, tuple(str(v) for v in row)) for row in rows)
 
     def create_database(self, cluster: ClusterKey, now: float, name: str,
@@ -591,6 +593,17 @@ class KwdbWorld:
         with self._lock:
             engine = TIME_SERIES if time_series else RELATIONAL
             self._data(cluster, now)[1].databases.setdefault(name, Database(name, engine))
+
+    def create_object(self, cluster: ClusterKey, now: float, *, database: str, name: str,
+                      kind: str, schema: str = "public") -> None:
+        """CREATE VIEW or CREATE SEQUENCE `name` in a relational database (kind: view or
+        sequence; they hold no rows here)."""
+        if kind not in ("view", "sequence"):
+            raise ValueError(f"kind {kind!r}: view or sequence")
+        with self._lock:
+            db = self._data(cluster, now)[1].databases.setdefault(
+                database, Database(database, RELATIONAL))
+            db.tables[(schema, name)] = Table(name, (), schema=schema, kind=kind)
 
     def set_user(self, cluster: ClusterKey, now: float, name: str, options: str = "") -> None:
         """CREATE USER name [WITH options]."""
@@ -616,8 +629,10 @@ class KwdbWorld:
             _, data = self._data(cluster, now)
             return {
                 "databases": {
-                    db.name: (db.engine, {t.name: sorted(t.rows_at(None))
-                                          for t in db.tables.values()})
+                    db.name: (db.engine, {
+                        (t.name if t.schema == "public" else f"{t.schema}.{t.name}"):
+                        sorted(t.rows_at(None)) if t.kind == "table" else t.kind
+                        for t in db.tables.values()})
                     for db in data.databases.values()
                 },
                 "users": dict(data.users),

@@ -15,8 +15,8 @@ import pytest
 from reconciler.kaiwudb import backup_plan as bp
 
 PLAN = bp.Plan("nightly", "u1", "dev-0", 1, "1767225600000000000.0000000000", (
-    bp.DatabasePlan("shop", bp.RELATIONAL, ("customers", "orders")),
-    bp.DatabasePlan("sensors", bp.TIME_SERIES, ("temps",))))
+    bp.DatabasePlan("shop", bp.RELATIONAL, (("public", "customers"), ("public", "orders"))),
+    bp.DatabasePlan("sensors", bp.TIME_SERIES, (("public", "temps"),))))
 
 
 def at(text: str) -> float:
@@ -43,7 +43,8 @@ def test_names_from_kaiwudb_are_quoted_identifiers_and_never_paths_of_ours() -> 
     directories and item ids are indexes whatever the names are."""
     hostile = "t; GRANT admin TO mallory; --"
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (
-        bp.DatabasePlan("Shop", bp.RELATIONAL, (hostile, 'say "hi"', "select")),))
+        bp.DatabasePlan("Shop", bp.RELATIONAL, (("public", hostile), ("public", 'say "hi"'),
+                                                ("public", "select"))),))
     assert plan.problem() == ""
     statements = [i.statement for i in plan.items()]
     assert statements[3].endswith(
@@ -69,7 +70,8 @@ def test_a_name_kwdbs_export_would_turn_into_a_path_refuses_the_backup(
     assert wanted in bp.name_problem(what, name)
     tables = (name,) if what == "table" else ("t",)
     db = name if what == "database" else "shop"
-    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (bp.DatabasePlan(db, bp.RELATIONAL, tables),))
+    refs = tuple(("public", t) for t in tables)
+    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (bp.DatabasePlan(db, bp.RELATIONAL, refs),))
     assert wanted in plan.problem()
 
 
@@ -130,8 +132,8 @@ def test_a_notice_or_a_fail_result_is_a_failed_export_never_a_silent_success() -
                                               ["meta.sql"])
     short = bp.export_problem(table, EXPORT, [{**ok_rows[0], "file_num": "2"}], [],
                               ["n1.0.csv"])
-    assert short == ('table "shop"."customers": EXPORT announced 2 data file(s), 1 found on '
-                     "the node")
+    assert short == ('table "shop"."public"."customers": EXPORT announced 2 data file(s), 1 '
+                     "found on the node")
     assert "meta.sql missing" in bp.export_problem(item("schema"), EXPORT, [], [], [])
     assert "users.sql missing" in bp.export_problem(
         next(i for i in PLAN.items() if i.id == "users"), EXPORT, [], [], [])

@@ -646,3 +646,29 @@ def test_an_empty_database_and_names_that_need_quotes_come_back_as_they_were(
     assert (record(site) or {}).get("completedAt"), record(site)
     assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents(key, site.now)
     assert "staging" in str(site.kwdb.contents((NS, "fresh"), site.now)["databases"])
+
+
+def test_tables_of_every_schema_come_back_not_only_public(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """`SHOW TABLES FROM db` lists the public schema only (delegate/show_tables.go:82-90): a
+    backup built on it restored a database without its other schemas and said it succeeded.
+    Tables are now read from kwdb_internal.create_statements, every schema."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    key = (NS, "dev")
+    site.kwdb.load(key, site.now, database="shop", schema="sales", table="orders",
+                   columns=[("id", "INT8"), ("total", "DECIMAL")], rows=[("1", "9.50")])
+    site.backup("first")
+    site.run_backup()
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status.get("message")
+    assert {d["name"]: d["tables"] for d in status["databases"]}["shop"] == 3
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    restore_passes(site, restore)
+
+    restored = site.kwdb.contents((NS, "fresh"), site.now)
+    assert restored == site.kwdb.contents(key, site.now)
+    assert "'sales.orders': [('1', '9.50')]" in str(restored["databases"])
