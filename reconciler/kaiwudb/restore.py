@@ -83,6 +83,7 @@ class Restore:
             self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
             return
         if record is not None and record.get("failed"):
+            self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
             p.stalled.append(("RestoreFailed", str(record["failed"])))
             return
         name = cluster.restore_from
@@ -96,6 +97,7 @@ class Restore:
             self.waiting(p, "no Ready pod with a live KaiwuDB node to import through")
             return
         admin = self.backups.admin(cluster)
+        url = ""
         try:
             if record is None:
                 refused = self.data_in(admin, pod)
@@ -140,8 +142,12 @@ class Restore:
                 problem = bp.import_problem(step, answer.rows, answer.notices)
                 if problem:
                     raise _Failed(problem)
-        except (_Failed, KwbaseError, TargetError) as err:
-            message = f"restore from KaiwuBackup {name}: {err}"
+        except (_Failed, KwbaseError, TargetError, ValueError) as err:
+            # The file server's URL holds the token that lets anyone read the backup: it never
+            # reaches a condition, an Event or the annotation, and the token is withdrawn.
+            self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
+            text = str(err).replace(url, "<restore file server>") if url else str(err)
+            message = f"restore from KaiwuBackup {name}: {text}"
             p.stalled.append(("RestoreFailed", message))
             p.events.append(("Warning", "RestoreFailed", message))
             self.annotate(p, cluster, {**(record or {"backup": name}), "failed": message})

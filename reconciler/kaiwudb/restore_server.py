@@ -4,10 +4,19 @@ Called by reconciler/kaiwudb/restore.py. KWDB's IMPORT reads `nodelocal://` or `
 never `s3://` (kaiwudb-facts.md), and `IMPORT DATABASE CSV DATA ("http://.../<db>")` lists a
 directory from the `<a href>` links of its index page (kwbase/pkg/storage/cloud/
 http_storage.go `ListFiles`). So while a restore runs, the leading reconciler serves that
-backup's files straight from its target (S3 or the mounted claim) under a random token:
-`GET /<token>/<path>` gives a file, `GET /<token>/<dir>/` an index page of its entries (a
-subdirectory's link ends in `/`). Nothing else is served; a token is withdrawn when its restore
-ends. The server starts on first use (Settings.restore_http_address) and KaiwuDB pods reach it
+backup's files straight from its target (S3 or the mounted claim) under a random token, answering
+exactly what KWDB's HTTP storage client asks (kwbase/pkg/storage/cloud/http_storage.go):
+- a directory's listing at its path *without* a trailing slash (ListFiles GETs the base, whose
+  path `req` builds with Go's path.Join, which drops the slash: :332-355, :406-410), or with one;
+  an index page of `<a href>` links, a subdirectory's ending in `/`. Links are the names
+  themselves, HTML-escaped and not percent-encoded: the client takes the href's text as a path
+  element (html.Parse decodes the entities) and percent-encodes it itself when it builds the URL;
+- `HEAD /<token>/<file>` for its size (Size, :365-379; IMPORT sizes every data file first,
+  importer/import_csv.go:96-103, and falls back to reading bytes 0-0 when that fails);
+- `GET` of a file, whole or a byte range (`Range: bytes=a-b` or `bytes=a-`: Seek and resumed
+  reads, :226-245, :286-303), answered 206 with Content-Range, `Accept-Ranges: bytes` always.
+Nothing else is served; a token is withdrawn when its restore ends. The server starts on first
+use (Settings.restore_http_address) and KaiwuDB pods reach it
 at Settings.restore_advertise_host (the reconciler pod's IP, from the downward API).
 """
 
@@ -19,7 +28,7 @@ import secrets
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from reconciler.kaiwudb.backup_target import Target, TargetError
 
@@ -81,7 +90,10 @@ class BackupFileServer:
 
             class Handler(BaseHTTPRequestHandler):
                 def do_GET(self) -> None:
-                    owner._answer(self)
+                    owner._answer(self, body=True)
+
+                def do_HEAD(self) -> None:
+                    owner._answer(self, body=False)
 
                 def log_message(self, fmt: str, *args: object) -> None:
                     log.debug("restore server: " + fmt, *args)
@@ -90,7 +102,7 @@ class BackupFileServer:
             threading.Thread(target=self._server.serve_forever, args=(self._poll_s,),
                              name="restore-files", daemon=True).start()
 
-    def _answer(self, request: BaseHTTPRequestHandler) -> None:
+    def _answer(self, request: BaseHTTPRequestHandler, *, body: bool) -> None:
         path = unquote(urlsplit(request.path).path).lstrip("/")
         token, _, rel = path.partition("/")
         with self._lock:
@@ -98,28 +110,48 @@ class BackupFileServer:
         # Only relative paths inside the backup: no `..`, no empty segment (`//etc/passwd`
         # would join to an absolute path outside the target's directory).
         parts = rel.split("/")
-        if target is None or ".." in parts or "" in parts[:-1]:
+        if target is None or ".." in parts or "." in parts or "" in parts[:-1]:
             request.send_error(404)
             return
         try:
-            if rel == "" or rel.endswith("/"):
-                body = self._index(target, rel).encode()
-                kind = "text/html; charset=utf-8"
-            else:
-                data = target.get(rel)
-                if data is None:
+            data = None if rel == "" or rel.endswith("/") else target.get(rel)
+            if data is None:
+                directory = rel if rel == "" or rel.endswith("/") else rel + "/"
+                if directory and not target.list(directory):
                     request.send_error(404)
                     return
-                body, kind = data, "application/octet-stream"
+                self._send(request, 200, self._index(target, directory).encode(),
+                           "text/html; charset=utf-8", body=body)
+                return
         except TargetError as err:
             log.warning("restore server: %s", err)
             request.send_error(502)
             return
-        request.send_response(200)
+        wanted = byte_range(request.headers.get("Range"), len(data))
+        if wanted is None:
+            self._send(request, 200, data, "application/octet-stream", body=body)
+        elif wanted == (0, -1):
+            request.send_response(416)
+            request.send_header("Content-Range", f"bytes */{len(data)}")
+            request.send_header("Content-Length", "0")
+            request.end_headers()
+        else:
+            start, end = wanted
+            self._send(request, 206, data[start:end + 1], "application/octet-stream",
+                       body=body, extra={"Content-Range": f"bytes {start}-{end}/{len(data)}"})
+
+    @staticmethod
+    def _send(request: BaseHTTPRequestHandler, code: int, payload: bytes, kind: str, *,
+              body: bool, extra: dict[str, str] | None = None) -> None:
+        request.send_response(code)
         request.send_header("Content-Type", kind)
-        request.send_header("Content-Length", str(len(body)))
+        request.send_header("Content-Length", str(len(payload)))
+        request.send_header("Accept-Ranges", "bytes")
+        for key, value in (extra or {}).items():
+            request.send_header(key, value)
         request.end_headers()
-        request.wfile.write(body)
+        if body:
+            request.wfile.write(payload)
 
     @staticmethod
     def _index(target: Target, rel: str) -> str:
@@ -128,5 +160,22 @@ class BackupFileServer:
             rest = key[len(rel):]
             head, sep, _ = rest.partition("/")
             entries.add(head + ("/" if sep else ""))
-        links = "".join(f'<a href="{quote(e)}">{html.escape(e)}</a>\n' for e in sorted(entries))
+        links = "".join(f'<a href="{html.escape(e, quote=True)}">{html.escape(e)}</a>\n'
+                        for e in sorted(entries))
         return f"<html><body><pre>\n{links}</pre></body></html>\n"
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The inclusive (first, last) byte of a `Range: bytes=a-b` or `bytes=a-` header, clamped
+    to the file; None to send the whole file (no header, or one this server does not read:
+    several ranges, suffix ranges); (0, -1) when the range starts past the end (416)."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, sep, last = header[len("bytes="):].strip().partition("-")
+    if not sep or not first.isdigit() or (last and not last.isdigit()):
+        return None
+    start = int(first)
+    if start >= size:
+        return (0, -1)
+    end = min(int(last), size - 1) if last else size - 1
+    return None if end < start else (start, end)

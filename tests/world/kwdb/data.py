@@ -44,10 +44,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import io
 import posixpath
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,6 +134,7 @@ class SqlData:
     export_faults: set[str] = field(default_factory=set)
     next_job: int = 900000000000000000
     role_members: set[tuple[str, str]] = field(default_factory=set)  # (role, member)
+    export_chunk_rows: int = 100_000
 
     def is_empty(self) -> bool:
         return not self.databases and not self.users
@@ -276,9 +279,21 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
                            "simulated storage error")
             continue
         data = table.rows_at(None)
-        disk[_join(base, f"n{s.node_id}.0.csv")] = _csv_text(data)
-        rows.append([f"TABLE {table.name}", str(len(data)), str(s.node_id), "1"])
+        files = _write_chunks(disk, base, s, data)
+        rows.append([f"TABLE {table.name}", str(len(data)), str(s.node_id), str(files)])
     return EXPORT_HEADERS, rows, notices
+
+
+def _write_chunks(disk: dict[str, bytes], directory: str, s: Session,
+                  rows: list[tuple[str, ...]]) -> int:
+    """The data files of one export on one node: n<node>.<chunk>.csv, a new chunk every
+    `export_chunk_rows` rows (KWDB's chunk_rows, default 100000: kwbase/pkg/sql/export.go:113,
+    importer/exportcsv.go:420-505); one file at least. Returns how many (file_num)."""
+    size = max(s.data.export_chunk_rows, 1)
+    chunks = [rows[i:i + size] for i in range(0, len(rows), size)] or [[]]
+    for number, chunk in enumerate(chunks):
+        disk[_join(directory, f"n{s.node_id}.{number}.csv")] = _csv_text(chunk)
+    return len(chunks)
 
 
 def export_select(s: Session, url: str, db_name: str, schema: str, table_name: str,
@@ -298,8 +313,9 @@ def export_select(s: Session, url: str, db_name: str, schema: str, table_name: s
         raise SqlError(f"export table {db_name}.{schema}.{table_name} failed: "
                        "simulated storage error")
     data = table.rows_at(t)
-    disk[_join(path, f"n{s.node_id}.0.csv")] = _csv_text(data)
-    return EXPORT_HEADERS, [[f"TABLE {table.name}", str(len(data)), str(s.node_id), "1"]], []
+    files = _write_chunks(disk, path, s, data)
+    return EXPORT_HEADERS, [[f"TABLE {table.name}", str(len(data)), str(s.node_id),
+                             str(files)]], []
 
 
 def export_users(s: Session, url: str) -> Result:
@@ -318,11 +334,15 @@ def export_settings(s: Session, url: str) -> Result:
 
 
 # ----- IMPORT ------------------------------------------------------------------------------------
-def _http_get(url: str) -> bytes:
+def _http(url: str, method: str = "GET", headers: dict[str, str] | None = None
+          ) -> tuple[int, dict[str, str], bytes]:
+    """One request as KWDB's httpStorage.req makes it (storage/cloud/http_storage.go:396-440):
+    any status but 200, 201, 204 and 206 is an error with the server's answer."""
+    request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30) as answer:
             body: bytes = answer.read()
-            return body
+            return answer.status, dict(answer.headers.items()), body
     except urllib.error.HTTPError as err:
         raise SqlError(f"error response from server: {err.code} {err.reason} for {url}") \
             from err
@@ -330,20 +350,45 @@ def _http_get(url: str) -> bytes:
         raise SqlError(f"Get {url}: {err}", sqlstate="08006") from err
 
 
+def _http_join(base: str, name: str) -> str:
+    """`req`'s URL: Go's path.Join of the base path and a name (dropping a trailing slash),
+    the path percent-encoded as url.URL.String does (http_storage.go:406-410)."""
+    parts = urllib.parse.urlsplit(base)
+    joined = posixpath.join(urllib.parse.unquote(parts.path), name).rstrip("/") or "/"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, urllib.parse.quote(joined), "",
+                                    ""))
+
+
+def _http_get(url: str) -> bytes:
+    """A whole file as IMPORT reads one: HEAD for its size (Size, http_storage.go:365-379;
+    importer/import_csv.go:96), then the bytes by range (Seek, :286-303; import_csv.go:244).
+    A size it cannot learn makes IMPORT read the range 0-0 (import_csv.go:97-101)."""
+    try:
+        _, head, _ = _http(url, "HEAD")
+        size = int(head.get("Content-Length", "-1"))
+    except (SqlError, ValueError):
+        size = -1
+    end = size if size > 0 else 0
+    _, _, body = _http(url, "GET", {"Range": f"bytes=0-{end}"})
+    return body
+
+
 def _http_tree(url: str) -> dict[str, bytes]:
-    """A directory over http as KWDB's http storage reads it (cloud/http_storage.go ListFiles:
-    the <a href> links of the index page at the directory, `../` skipped, a trailing `/` naming
-    a subdirectory), crawled into relative path -> contents."""
+    """A directory over http as KWDB's http storage reads it (ListFiles, http_storage.go:
+    332-355): a GET of the directory's URL *without* a trailing slash, the <a href> links of the
+    page (their text, entities decoded as html.Parse does), `../` skipped, a trailing `/` naming
+    a subdirectory; crawled into relative path -> contents."""
     found: dict[str, bytes] = {}
-    index = _http_get(url.rstrip("/") + "/").decode()
-    for link in re.findall(r'<a href="([^"]+)"', index):
-        if link == "../":
+    _, _, page = _http(_http_join(url, ""))
+    for raw in re.findall(r'<a href="([^"]*)"', page.decode()):
+        link = html.unescape(raw)
+        if link in ("../", ""):
             continue
         if link.endswith("/"):
-            for sub, data in _http_tree(url.rstrip("/") + "/" + link.rstrip("/")).items():
+            for sub, data in _http_tree(_http_join(url, link[:-1])).items():
                 found[_join(link, sub)] = data
         else:
-            found[link] = _http_get(url.rstrip("/") + "/" + link)
+            found[link] = _http_get(_http_join(url, link))
     return found
 
 

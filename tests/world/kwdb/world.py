@@ -615,6 +615,11 @@ class KwdbWorld:
         with self._lock:
             self._data(cluster, now)[1].settings[name] = value
 
+    def set_export_chunk_rows(self, cluster: ClusterKey, now: float, rows: int) -> None:
+        """EXPORT starts a new data file every `rows` rows (KWDB's chunk_rows)."""
+        with self._lock:
+            self._data(cluster, now)[1].export_chunk_rows = rows
+
     def fail_export(self, cluster: ClusterKey, now: float, table: str, on: bool = True) -> None:
         """Make EXPORT of `table` fail (relational: a NOTICE, no data file; time-series:
         result = fail and a NOTICE) until turned off."""

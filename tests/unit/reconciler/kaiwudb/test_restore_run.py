@@ -164,7 +164,8 @@ def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_on
 
     assert seen_at_import[0] == {"backup": "first", "done": []}
     assert len(seen_at_import) == 4 and (record(site) or {}).get("completedAt")
-    assert reads.count("d1/public/orders/n1.0.csv") == 2, "its checksum, then its IMPORT"
+    assert reads.count("d1/public/orders/n1.0.csv") == 3, \
+        "its checksum, then the HEAD and the ranged GET of its IMPORT"
 
 
 def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
@@ -672,3 +673,98 @@ def test_tables_of_every_schema_come_back_not_only_public(
     restored = site.kwdb.contents((NS, "fresh"), site.now)
     assert restored == site.kwdb.contents(key, site.now)
     assert "'sales.orders': [('1', '9.50')]" in str(restored["databases"])
+
+
+def test_the_file_server_answers_what_kwdbs_http_storage_asks(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """KWDB's HTTP storage (storage/cloud/http_storage.go) lists a directory at its path
+    without the trailing slash (path.Join drops it), sizes a file with HEAD and reads it by
+    byte ranges; names go into links as they are, HTML-escaped, never percent-encoded."""
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("d0/public/my table & co/n1.0.csv", b"1,tea\n2,rice\n")
+    target.put("d0/public/my table & co/n1.1.csv", b"3,salt\n")
+    url = server.publish("shop/fresh", target)
+
+    def ask(path: str, method: str = "GET", headers: dict[str, str] | None = None
+            ) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(url + path, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status, dict(answer.headers.items()), answer.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers.items()), b""
+
+    status, _, page = ask("/d0/public")
+    assert status == 200, "a directory without its trailing slash"
+    assert '<a href="my table &amp; co/">' in page.decode()
+    status, _, page = ask("/d0/public/my%20table%20%26%20co")
+    assert '<a href="n1.0.csv">' in page.decode() and '<a href="n1.1.csv">' in page.decode()
+    status, headers, body = ask("/d0/public/my%20table%20%26%20co/n1.0.csv", "HEAD")
+    assert (status, headers["Content-Length"], headers["Accept-Ranges"], body) == (
+        200, "13", "bytes", b"")
+    status, headers, body = ask("/d0/public/my%20table%20%26%20co/n1.0.csv",
+                                headers={"Range": "bytes=6-"})
+    assert (status, headers["Content-Range"], body) == (206, "bytes 6-12/13", b"2,rice\n")
+    status, headers, body = ask("/d0/public/my%20table%20%26%20co/n1.0.csv",
+                                headers={"Range": "bytes=0-13"})
+    assert (status, body) == (206, b"1,tea\n2,rice\n"), "an end past the file is clamped"
+    assert ask("/d0/public/my%20table%20%26%20co/n1.0.csv",
+               headers={"Range": "bytes=99-"})[0] == 416
+    assert ask("/d0/nothing")[0] == 404
+    assert ask("/d0/./public")[0] == 404
+
+
+def test_a_table_exported_in_several_files_is_restored_whole(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """KWDB writes a new data file every chunk_rows rows (export.go:113); IMPORT reads each
+    file of a table's folder through the file server, as KWDB's HTTP client asks."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    key = (NS, "dev")
+    site.kwdb.set_export_chunk_rows(key, site.now, 2)
+    site.backup("first")
+    site.run_backup()
+    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
+    orders = sorted(p.name for p in (site.files("dev", "first") / "d1/public/orders").iterdir())
+    assert orders == ["meta.sql", "n1.0.csv", "n1.1.csv"]
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    restore_passes(site, restore)
+
+    assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents(key, site.now)
+
+
+def test_a_failed_import_never_shows_the_file_servers_url_and_withdraws_it(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The URL's token lets anyone who can reach the server read the whole backup. A failing
+    IMPORT's error quotes its statement, URL included: the condition, the Event and the
+    annotation say where it failed without it, and the token stops working."""
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    run = site.runner.exec
+    urls: list[str] = []
+
+    def database_import_errors(namespace: str, pod: str, container: str, command: list[str],
+                               timeout: float = 60.0) -> tuple[str, str, int]:
+        statement = next((a for a in command if a.startswith("IMPORT DATABASE")), None)
+        if statement is not None:
+            urls.append(statement.split('"')[1])
+            return "", "ERROR: disk full\nFailed running \"sql\"\n", 1
+        return run(namespace, pod, container, command, timeout)
+    monkeypatch.setattr(site.runner, "exec", database_import_errors)
+
+    passes = restore_passes(site, restore)
+
+    token = urls[0].split("/")[3]
+    (reason, message), = passes[-1].stalled
+    assert reason == "RestoreFailed" and "disk full" in message
+    assert "<restore file server>" in message
+    said = [message, *(text for p in passes for _, _, text in p.events),
+            json.dumps(record(site))]
+    assert not [text for text in said if token in text]
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        urllib.request.urlopen(urls[0] + "/meta.sql", timeout=5)
+    assert gone.value.code == 404
