@@ -52,6 +52,12 @@ from renderer.spec import Cluster
 log = logging.getLogger(__name__)
 
 SCHEDULE_LABEL = "kaiwu.inspur.com/schedule"
+NOT_CARRIED = (
+    "not carried (a restore cannot bring them back): passwords (EXPORT USERS writes none: set "
+    "them with ALTER USER ... WITH PASSWORD after a restore); grants, foreign keys and comments "
+    "(KWDB exports them only WITH privileges, foreign_key, comment, not used yet: docs/backup.md)")
+"""What every completed backup says it lacks, in its status message (kwbase/pkg/sql/
+export.go:76-111 lists EXPORT's options; kaiwudb-facts.md: passwords are not exported)."""
 EXTERN_DIR = f"{DATA_DIR}/extern"
 """The node's external-I/O directory: kwbase's default, <first store>/extern."""
 FAILED_FILE = "failed.json"
@@ -554,7 +560,8 @@ class Backups:
         completed_at = status.get("completedAt") or _stamp(p.now)
         self._patch_status(k.KAIWU_BACKUP, cluster.namespace, name, {
             "phase": "completed", "reason": None,
-            "message": f"{manifest.get('files')} file(s) verified in {target.location}",
+            "message": f"{manifest.get('files')} file(s) verified in {target.location}; "
+                       f"{NOT_CARRIED}",
             "startedAt": status.get("startedAt") or completed_at,
             "completedAt": completed_at,
             "consistentTo": manifest.get("consistentTo"),

@@ -24,7 +24,13 @@ import pytest
 from moto import mock_aws
 
 from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup import EXTERN_DIR, FAILED_FILE, BackupSettings, running_backup
+from reconciler.kaiwudb.backup import (
+    EXTERN_DIR,
+    FAILED_FILE,
+    NOT_CARRIED,
+    BackupSettings,
+    running_backup,
+)
 from reconciler.kaiwudb.backup_target import VolumeTarget
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
@@ -370,7 +376,9 @@ def test_a_lost_status_write_is_recovered_from_the_target(tmp_path: Path) -> Non
     fresh.backups.run(p)
     again = fresh.status(k.KAIWU_BACKUP, "first")
     assert again["phase"] == "completed"
-    assert again["message"] == f"{done['files']} file(s) verified in {done['location']}"
+    assert again["message"] == (f"{done['files']} file(s) verified in {done['location']}; "
+                                f"{NOT_CARRIED}")
+    assert "passwords" in again["message"]
     assert (again["files"], again["sizeBytes"], again["databases"]) == (
         done["files"], done["sizeBytes"], done["databases"])
     assert [e[1] for e in p.events] == ["BackupCompleted"]
