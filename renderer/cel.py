@@ -56,18 +56,29 @@ class CelRule:
         return "oldSelf" in self.rule
 
 
+# Every rule reads a field only after has(): from 1.25 the API server evaluates each rule against
+# the schema's `default` values when a CRD is created, with oldSelf the default too, and without
+# the nested defaults (spec.storage's default is `{}`, not `{size: 10Gi}`); a rule reading a field
+# such a default lacks makes the CRD invalid ("no such key"). On a stored object defaulting has
+# filled every field, so the guards never change a verdict there.
+_MULTI = "has(self.startMode) && self.startMode == 'multi-replica'"
+
 RULES: tuple[CelRule, ...] = (
-    CelRule(("spec",), "self.startMode != 'multi-replica' || self.replicas >= 3",
+    CelRule(("spec",), f"!({_MULTI}) || !has(self.replicas) || self.replicas >= 3",
             "multi-replica needs at least 3 nodes (set replicas to 3 or more, or use startMode "
             "single-replica)", "spec.replicas"),
-    CelRule(("spec",), "self.startMode != 'single-node' || self.replicas == 1",
+    CelRule(("spec",), "!(has(self.startMode) && self.startMode == 'single-node') || "
+            "!has(self.replicas) || self.replicas == 1",
             "single-node runs exactly 1 node (set replicas: 1, or use startMode multi-replica "
             "for a cluster)", "spec.replicas"),
     CelRule(("spec",),
-            "self.startMode != 'multi-replica' || self.podDisruptionBudget.maxUnavailable <= 1",
+            f"!({_MULTI}) || !has(self.podDisruptionBudget) || "
+            "!has(self.podDisruptionBudget.maxUnavailable) || "
+            "self.podDisruptionBudget.maxUnavailable <= 1",
             "more than 1 node down at once loses quorum with 3 replicas (use maxUnavailable: 1)",
             "spec.podDisruptionBudget.maxUnavailable"),
-    CelRule(("spec",), "self.startMode != 'single-replica' || self.replicas >= oldSelf.replicas",
+    CelRule(("spec",), "!(has(self.startMode) && self.startMode == 'single-replica') || "
+            "!has(self.replicas) || !has(oldSelf.replicas) || self.replicas >= oldSelf.replicas",
             "a single-replica cluster cannot scale in: no second copy of the data exists (keep "
             "replicas at their current number or more)", "spec.replicas"),
     CelRule(("spec", "startMode"), "self == oldSelf",
@@ -79,10 +90,13 @@ RULES: tuple[CelRule, ...] = (
             "the storage class of existing volumes cannot change (keep the old class; migrate "
             "by adding nodes on new storage in a new cluster)", "spec.storage.storageClassName"),
     CelRule(("spec", "storage"),
+            "!has(self.size) || !has(oldSelf.size) || "
             "quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",
             "volumes cannot shrink (keep the current size or more)", "spec.storage.size",
             since=QUANTITY_SINCE),
-    CelRule(("spec", "podSecurity"), "!self.runAsNonRoot || self.runAsUser != 0",
+    CelRule(("spec", "podSecurity"),
+            "!has(self.runAsNonRoot) || !self.runAsNonRoot || !has(self.runAsUser) || "
+            "self.runAsUser != 0",
             "runAsUser 0 is root, which runAsNonRoot forbids (use a non-root uid such as 1000, "
             "or set runAsNonRoot: false for an image that needs root)",
             "spec.podSecurity.runAsUser"),

@@ -14,6 +14,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 
 from renderer import quantity
 from renderer.cel import CelRule
@@ -72,3 +73,47 @@ def passes(rule: CelRule, new: dict[str, Any], old: dict[str, Any] | None = None
     if not isinstance(result, celtypes.BoolType):
         raise AssertionError(f"{rule.rule!r} gave {result!r}, not a verdict")
     return bool(result)
+
+
+def _rules_below(schema: dict[str, Any], value: Any, path: str
+                 ) -> list[tuple[str, dict[str, Any], Any]]:
+    """(path, rule, self) for every x-kubernetes-validations rule at `schema` and below it,
+    where `value` has something to evaluate it on."""
+    found = [(path, rule, value) for rule in schema.get("x-kubernetes-validations") or ()]
+    if isinstance(value, dict):
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in value:
+                found += _rules_below(sub, value[name], f"{path}.{name}")
+    return found
+
+
+def defaults_checked(crd: dict[str, Any]) -> list[tuple[str, str]]:
+    """Evaluate every rule on the schema's defaults as the API server does when a CRD is
+    created (apiextensions-apiserver, schema/defaulting validation): at each node with a
+    `default`, each rule at that node or below runs with self the default's value there as
+    written (nested defaults not applied) and oldSelf the same value. Returns (path, message up
+    to its fix in brackets) of each rule run; raises AssertionError naming the rule and the
+    path for one that does not evaluate to true."""
+    ran: list[tuple[str, str]] = []
+
+    def walk(schema: dict[str, Any], path: str) -> None:
+        if "default" in schema:
+            for where, rule, value in _rules_below(schema, schema["default"], path):
+                activation = {"self": json_to_cel(value), "oldSelf": json_to_cel(value)}
+                result: object
+                try:
+                    result = _program(rule["rule"]).evaluate(activation)
+                except CELEvalError as err:  # raised where both sides of || failed
+                    result = err
+                if not (isinstance(result, celtypes.BoolType) and bool(result)):
+                    raise AssertionError(f"{where}.default: {result!r} evaluating rule: "
+                                         f"{rule['message']}")
+                ran.append((where, str(rule["message"]).split(" (")[0]))
+        for name, sub in (schema.get("properties") or {}).items():
+            walk(sub, f"{path}.{name}")
+        if isinstance(schema.get("items"), dict):
+            walk(schema["items"], f"{path}[]")
+
+    for served in crd["spec"]["versions"]:
+        walk(served["schema"]["openAPIV3Schema"], "")
+    return [(where.lstrip("."), start) for where, start in ran]

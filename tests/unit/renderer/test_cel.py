@@ -223,11 +223,40 @@ def test_the_api_server_answers_a_refusal_with_the_renderers_message_and_fix() -
     """A rule in the CRD carries its message: what `kubectl apply` prints when CEL refuses."""
     spec = crd_for(KubeVersion(1, 35))["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
         "properties"]["spec"]
-    assert {"rule": "self.startMode != 'single-node' || self.replicas == 1",
+    assert {"rule": "!(has(self.startMode) && self.startMode == 'single-node') || "
+                    "!has(self.replicas) || self.replicas == 1",
             "message": "single-node runs exactly 1 node (set replicas: 1, or use startMode "
                        "multi-replica for a cluster)"} in spec["x-kubernetes-validations"]
     security = spec["properties"]["podSecurity"]["x-kubernetes-validations"]
-    assert security == [{"rule": "!self.runAsNonRoot || self.runAsUser != 0",
+    assert security == [{"rule": "!has(self.runAsNonRoot) || !self.runAsNonRoot || "
+                                 "!has(self.runAsUser) || self.runAsUser != 0",
                          "message": "runAsUser 0 is root, which runAsNonRoot forbids (use a "
                                     "non-root uid such as 1000, or set runAsNonRoot: false for "
                                     "an image that needs root)"}]
+
+
+@pytest.mark.parametrize("minor", range(20, 37))
+def test_every_rule_holds_on_the_schemas_defaults_as_the_api_server_checks_them(
+        minor: int) -> None:
+    """From 1.25 the API server evaluates every rule against each `default` of the schema when
+    the CRD is created: self (and oldSelf) is the default value as written, nested defaults not
+    applied. A rule reading a field such a default lacks made the CRD for 1.25+ invalid
+    ("no such key: runAsNonRoot", "no such key: size"). Every CRD `kaiwu install` prints, for
+    every version it accepts, must pass."""
+    crd = crd_for(KubeVersion(1, minor))
+    checked = cel.defaults_checked(crd)
+    if minor < 25:
+        assert checked == [], "no CEL before 1.25"
+        return
+    assert ("spec.storage", "volumes cannot shrink") in checked or minor < 29
+    assert ("spec.podSecurity", "runAsUser 0 is root, which runAsNonRoot forbids") in checked
+
+
+def test_the_old_rules_fail_on_the_defaults_as_the_api_server_found() -> None:
+    """The check is the API server's: the rules as they were are refused on the defaults."""
+    crd = crd_for(KubeVersion(1, 36))
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    security = root["properties"]["spec"]["properties"]["podSecurity"]
+    security["x-kubernetes-validations"][0]["rule"] = "!self.runAsNonRoot || self.runAsUser != 0"
+    with pytest.raises(AssertionError, match="runAsUser 0 is root"):
+        cel.defaults_checked(crd)
