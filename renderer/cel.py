@@ -100,6 +100,13 @@ RULES: tuple[CelRule, ...] = (
             "runAsUser 0 is root, which runAsNonRoot forbids (use a non-root uid such as 1000, "
             "or set runAsNonRoot: false for an image that needs root)",
             "spec.podSecurity.runAsUser"),
+    CelRule(("spec",),
+            "!has(self.tls) || !has(self.tls.enabled) || self.tls.enabled || "
+            "!has(self.service) || !has(self.service.type) || self.service.type == 'ClusterIP' "
+            "|| (has(self.service.allowInsecureExposure) && self.service.allowInsecureExposure)",
+            "an insecure cluster (tls.enabled: false) exposed with NodePort or LoadBalancer lets "
+            "anyone in as root with no password (enable TLS, use type ClusterIP, or set "
+            "spec.service.allowInsecureExposure: true to accept the risk)", "spec.service.type"),
     CelRule(("spec", "tls"),
             "(has(self.nodeSecretName) && self.nodeSecretName != '') == "
             "(has(self.clientSecretName) && self.clientSecretName != '')",

@@ -204,6 +204,20 @@ def _check_spec(spec: dict[str, Any]) -> Iterator[Violation]:
         yield from _check_toleration(("spec", "scheduling", "tolerations", index), toleration)
     yield from _check_durations(spec)
     yield from _check_pod_security(spec["podSecurity"])
+    yield from _check_exposure(spec)
+
+
+def _check_exposure(spec: dict[str, Any]) -> Iterator[Violation]:
+    # An insecure kwbase (--insecure) takes any client as any user, root included, with no
+    # password: outside the cluster that is an open door, refused unless the spec says it knows.
+    service = spec["service"]
+    if (not spec["tls"]["enabled"] and service["type"] in ("NodePort", "LoadBalancer")
+            and not service.get("allowInsecureExposure")):
+        yield Violation(("spec", "service", "type"),
+                        f"type {service['type']} exposes an insecure cluster (tls.enabled: "
+                        "false) outside Kubernetes: anyone who reaches it is root, no password",
+                        "enable TLS, use type ClusterIP, or set "
+                        "spec.service.allowInsecureExposure: true to accept the risk")
 
 
 def _check_pod_security(security: dict[str, Any]) -> Iterator[Violation]:

@@ -249,6 +249,10 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     security = spec.get("podSecurity", {})
     if security.get("runAsNonRoot", True) and security.get("runAsUser", 1000) == 0:
         security["runAsNonRoot"] = False  # root only through the documented escape hatch
+    service = spec.get("service", {})
+    if (spec.get("tls", {}).get("enabled", True) is False
+            and service.get("type", "ClusterIP") != "ClusterIP"):
+        service["allowInsecureExposure"] = True  # exposed insecure only with the risk accepted
     scheduling = spec.get("scheduling", {})
     if "topologySpread" in scheduling:
         pairs: dict[tuple[str, str], dict[str, Any]] = {}

@@ -66,6 +66,13 @@ CREATE_CASES: dict[str, dict[str, Any]] = {
     "only the client Secret, node empty": with_spec(tls={"nodeSecretName": "",
                                                          "clientSecretName": "mine"}),
     "both Secrets": with_spec(tls={"nodeSecretName": "a", "clientSecretName": "b"}),
+    "insecure behind a load balancer": with_spec(tls={"enabled": False},
+                                                 service={"type": "LoadBalancer"}),
+    "insecure on node ports, risk accepted": with_spec(
+        tls={"enabled": False}, service={"type": "NodePort", "allowInsecureExposure": True}),
+    "insecure inside the cluster": with_spec(tls={"enabled": False},
+                                             service={"type": "ClusterIP"}),
+    "secure behind a load balancer": with_spec(service={"type": "LoadBalancer"}),
 }
 
 TRANSITION_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {

@@ -554,3 +554,18 @@ def test_a_lone_surrogate_in_the_spec_is_named_by_its_path() -> None:
     found = {dotted(v.path): v.message for v in semantics.check(obj)}
     assert found == {"spec.annotations.note": "contains a lone UTF-16 surrogate (an escape such "
                      "as \\ud800), which is not text"}
+
+
+@pytest.mark.parametrize("kind", ["NodePort", "LoadBalancer"])
+def test_an_insecure_cluster_is_not_exposed_outside_kubernetes_unless_the_risk_is_accepted(
+        kind: str) -> None:
+    """An insecure kwbase takes any client as any user, root included, without a password: a
+    NodePort or a load balancer in front of it is an open door."""
+    found = violations(with_spec(tls={"enabled": False}, service={"type": kind}))
+    message, fix = found["spec.service.type"]
+    assert f"type {kind} exposes an insecure cluster" in message
+    assert "spec.service.allowInsecureExposure: true" in fix
+    assert violations(with_spec(tls={"enabled": False}, service={
+        "type": kind, "allowInsecureExposure": True})) == {}
+    assert violations(with_spec(service={"type": kind})) == {}, "TLS on: fine"
+    assert violations(with_spec(tls={"enabled": False})) == {}, "ClusterIP: fine"
