@@ -4,7 +4,7 @@ Called by `renderer.render` (a directory or single files), by `renderer.diff` (t
 revisions) and by the reconciler's directory source. The text is parsed by libyaml (PyYAML's C
 parser) into a stream of events, and this module builds plain dicts, lists and scalars from them
 with an explicit stack: no recursion a spec could drive past the interpreter's limit, and every
-limit of `renderer.settings.InputLimits` (file size, documents, nesting depth, aliases, nodes
+limit of `renderer.settings.InputLimits` (file size, documents, nesting depth, aliases, nodes and bytes
 with aliases expanded) checked as each event arrives, so a hostile file is refused before it
 costs memory or time. Each refusal is one line naming the file, the line and the limit.
 
@@ -178,12 +178,13 @@ class _Container:
     """A mapping or sequence being read: its value, the lines of its children, and for a
     mapping the key waiting for its value and the merge sources (`<<`) met so far."""
 
-    __slots__ = ("anchor", "key", "key_line", "line", "lines", "merges", "start", "value")
+    __slots__ = ("anchor", "key", "key_line", "line", "lines", "merges", "start", "start_bytes",
+                 "value")
 
     def __init__(self, value: Any, lines: Any, anchor: str | None, start: int,
-                 line: int) -> None:
+                 line: int, start_bytes: int = 0) -> None:
         self.value, self.lines, self.anchor, self.start = value, lines, anchor, start
-        self.line = line
+        self.line, self.start_bytes = line, start_bytes
         self.key: Any = _NO_KEY
         self.key_line = 0
         self.merges: list[Any] = []
@@ -252,11 +253,13 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
     """Build the documents from libyaml's events, one at a time, with an explicit stack."""
     source = _EventSource(text)
     documents: list[Document] = []
-    anchors: dict[str, tuple[Any, int]] = {}  # name -> (value, expanded node count)
+    # name -> (value, expanded node count, expanded bytes)
+    anchors: dict[str, tuple[Any, int, int]] = {}
     open_anchors: set[str] = set()
     stack: list[_Container] = []
     lines: dict[int, Any] = {}
     nodes = aliases = count = 0
+    expanded = 0  # bytes of content with every alias expanded: each node 1, a scalar its text
     root: Any = None
     root_line = 1
     try:
@@ -280,11 +283,13 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                     if name not in anchors:
                         raise _Refused(line, f"invalid YAML: found undefined alias *{name}",
                                        "define the anchor (&name) before using it")
-                    value, size = anchors[name]
+                    value, size, weight = anchors[name]
                     nodes += size
+                    expanded += weight
                 elif kind is yaml.ScalarEvent:
                     nodes += 1
                     tag, text_value = event.tag, event.value
+                    expanded += 1 + len(text_value)
                     if event.implicit[0]:
                         value = _plain(text_value)
                     elif tag is None or tag == "!" or tag == _STR_TAG:
@@ -298,9 +303,10 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                         raise _Refused(line, f"invalid YAML: unsupported tag {tag}",
                                        "remove the tag; KaiwuCluster specs use plain values")
                     if event.anchor is not None:
-                        anchors[event.anchor] = (value, 1)
+                        anchors[event.anchor] = (value, 1, 1 + len(text_value))
                 else:
                     nodes += 1
+                    expanded += 1
                     if len(stack) >= limits.max_depth:
                         raise _limit(line, f"nesting deeper than {limits.max_depth} levels",
                                      "max_depth", limits)
@@ -309,7 +315,7 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                                        "remove the tag; KaiwuCluster specs use plain values")
                     mapping = kind is yaml.MappingStartEvent
                     container = _Container({} if mapping else [], {} if mapping else [],
-                                           event.anchor, nodes, line)
+                                           event.anchor, nodes, line, expanded)
                     lines[id(container.value)] = container.lines
                     if event.anchor is not None:
                         open_anchors.add(event.anchor)
@@ -321,6 +327,9 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                 if nodes > limits.max_nodes:
                     raise _limit(line, f"more than {limits.max_nodes} nodes with aliases "
                                  "expanded", "max_nodes", limits)
+                if expanded > limits.max_expanded_bytes:
+                    raise _limit(line, f"more than {limits.max_expanded_bytes} bytes of content "
+                                 "with aliases expanded", "max_expanded_bytes", limits)
                 _add(stack, value, line, kind is yaml.ScalarEvent and event.implicit[0]
                      and event.value == "<<")
                 if not stack:
@@ -331,7 +340,8 @@ def _read(text: str, file: str, limits: InputLimits) -> list[Document]:
                     _merge(container, lines)
                 if container.anchor is not None:
                     open_anchors.discard(container.anchor)
-                    anchors[container.anchor] = (container.value, nodes - container.start + 1)
+                    anchors[container.anchor] = (container.value, nodes - container.start + 1,
+                                                 expanded - container.start_bytes + 1)
                 if stack:
                     _add(stack, container.value, container.line, False)
                 else:

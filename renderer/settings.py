@@ -89,6 +89,11 @@ class InputLimits:
     size the parsed objects take once copied): what stops a "billion laughs" alias bomb. A
     thousand clusters of about 200 nodes each fit."""
 
+    max_expanded_bytes: int = 8 * 1024 * 1024
+    """Most bytes of content in one file with every alias expanded (each node 1, each scalar its
+    text besides): node counts alone let an alias of one long scalar, repeated, turn a 100 KB
+    file into tens of MB. Twice max_file_bytes: a file without aliases always fits."""
+
 
 INPUT_LIMITS = InputLimits()
 

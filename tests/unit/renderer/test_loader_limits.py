@@ -59,6 +59,26 @@ def test_an_alias_bomb_is_refused_by_its_expanded_size_before_it_is_built() -> N
     assert line == 6 and f"more than {INPUT_LIMITS.max_nodes} nodes" in message
 
 
+def test_an_alias_of_a_long_scalar_counts_its_bytes_not_one_node() -> None:
+    """A 100 KB scalar aliased a thousand times is a 100 KB file that would read as 100 MB:
+    refused by the bytes its content expands to, at the line where the budget runs out."""
+    long = "x" * 100_000
+    text = f"a: &big {long}\nb: [" + ", ".join(["*big"] * 1000) + "]\n"
+    assert len(text) < 110_000
+    line, message = refusal(text, INPUT_LIMITS)
+    assert line == 2 and f"more than {INPUT_LIMITS.max_expanded_bytes} bytes" in message
+    assert "max_expanded_bytes" in message
+    few = f"a: &big {long}\nb: [" + ", ".join(["*big"] * 10) + "]\n"
+    assert parse_text(few, "spec.yaml", INPUT_LIMITS), "a megabyte or so is fine"
+
+
+def test_the_byte_budget_counts_what_an_anchored_collection_holds() -> None:
+    text = "a: &m {k: " + "y" * 1000 + "}\nb: [" + ", ".join(["*m"] * 20) + "]\n"
+    assert parse_text(text, "spec.yaml", InputLimits(max_expanded_bytes=30_000))
+    line, message = refusal(text, InputLimits(max_expanded_bytes=15_000))
+    assert line == 2 and "more than 15000 bytes" in message
+
+
 def test_documents_are_counted() -> None:
     assert len(parse_text("---\na: 1\n" * 3, "spec.yaml", InputLimits(max_documents=3))) == 3
     line, message = refusal("---\na: 1\n" * 4, InputLimits(max_documents=3))
