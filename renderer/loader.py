@@ -4,8 +4,8 @@ Called by `renderer.render` (a directory or single files), by `renderer.diff` (t
 revisions) and by the reconciler's directory source. The text is parsed by libyaml (PyYAML's C
 parser) into a stream of events, and this module builds plain dicts, lists and scalars from them
 with an explicit stack: no recursion a spec could drive past the interpreter's limit, and every
-limit of `renderer.settings.InputLimits` (file size, documents, nesting depth, aliases, nodes and bytes
-with aliases expanded) checked as each event arrives, so a hostile file is refused before it
+limit of `renderer.settings.InputLimits` (file size, documents, nesting depth, aliases, nodes
+and bytes with aliases expanded) checked as each event arrives, so a hostile file is refused before it
 costs memory or time. Each refusal is one line naming the file, the line and the limit.
 
 Scalars are read as YAML 1.2 (core schema), as ruamel.yaml read them before: `yes`, `on`, `no`
