@@ -5,8 +5,8 @@ revisions) and by the reconciler's directory source. The text is parsed by libya
 parser) into a stream of events, and this module builds plain dicts, lists and scalars from them
 with an explicit stack: no recursion a spec could drive past the interpreter's limit, and every
 limit of `renderer.settings.InputLimits` (file size, documents, nesting depth, aliases, nodes
-and bytes with aliases expanded) checked as each event arrives, so a hostile file is refused before it
-costs memory or time. Each refusal is one line naming the file, the line and the limit.
+and bytes with aliases expanded) checked as each event arrives, so a hostile file is refused
+before it costs memory or time. Each refusal is one line naming the file, the line and the limit.
 
 Scalars are read as YAML 1.2 (core schema), as ruamel.yaml read them before: `yes`, `on`, `no`
 are strings, `true`/`false` booleans, `~`/`null` null; ints in decimal, 0o, 0x, 0b; merge keys
