@@ -15,6 +15,7 @@ prefix or the claim's directory.
 from __future__ import annotations
 
 import base64
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +24,31 @@ from typing import Any, Protocol
 
 SecretReader = Callable[[str, str], Mapping[str, Any] | None]
 """(namespace, name) -> the Secret object, None when it does not exist."""
+
+CREDENTIALS_LABEL = "kaiwu.inspur.com/backup-credentials"
+"""The label (value "true") a Secret needs before a KaiwuBackup may name it: anyone who may
+create a KaiwuBackup would otherwise have the reconciler read any Secret of the namespace and
+send its keys to an endpoint of their choosing (docs/security.md)."""
+
+
+class Redactor:
+    """Removes secret values from a text: each value as it is, as Python and JSON would quote
+    it, and each of its lines of 6 characters or more (a private key pasted as a key id comes
+    back from a server line by line). Used on every message built from what a target said."""
+
+    def __init__(self, values: tuple[str, ...] = ()) -> None:
+        found: set[str] = set()
+        for value in values:
+            if len(value) < 4:
+                continue
+            found |= {value, repr(value)[1:-1], json.dumps(value)[1:-1]}
+            found |= {line.strip() for line in value.splitlines() if len(line.strip()) >= 6}
+        self.values = tuple(sorted(found, key=len, reverse=True))
+
+    def __call__(self, text: str) -> str:
+        for value in self.values:
+            text = text.replace(value, "<redacted>")
+        return text
 
 
 class TargetError(Exception):
@@ -109,11 +135,13 @@ class VolumeTarget:
 class S3Target:
     """A key prefix in an S3 bucket (boto3; any S3-compatible endpoint)."""
 
-    def __init__(self, client: Any, bucket: str, base: str) -> None:
+    def __init__(self, client: Any, bucket: str, base: str,
+                 redact: Redactor | None = None) -> None:
         self.client = client
         self.bucket = bucket
         self.base = base.strip("/")
         self.location = f"s3://{bucket}/{self.base}"
+        self.redact = redact or Redactor()
 
     def _key(self, key: str) -> str:
         return f"{self.base}/{key}"
@@ -129,9 +157,10 @@ class S3Target:
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
-            raise TargetError(f"{self.location}/{key}: {err}") from err
+            raise TargetError(self.redact(f"{self.location}/{key}: {err}")) from None
         except Exception as err:
-            raise TargetError(f"{self.location}/{key}: {type(err).__name__}: {err}") from err
+            raise TargetError(self.redact(f"{self.location}/{key}: {type(err).__name__}: "
+                                          f"{err}")) from None
         body: bytes = answer["Body"].read()
         return body
 
@@ -162,7 +191,8 @@ class S3Target:
         except TargetError:
             raise
         except Exception as err:  # botocore's errors, connection errors: one kind here
-            raise TargetError(f"{self.location}: {type(err).__name__}: {err}") from err
+            raise TargetError(self.redact(f"{self.location}: {type(err).__name__}: {err}")) \
+                from None
 
 
 def _secret_value(secret: Mapping[str, Any], ref: Mapping[str, Any], field: str, default: str,
@@ -171,8 +201,12 @@ def _secret_value(secret: Mapping[str, Any], ref: Mapping[str, Any], field: str,
     key = str(ref.get(field) or default)
     raw = (secret.get("data") or {}).get(key)
     if raw is None:
-        raise TargetError(f"{where}: the Secret has no key {key!r}; add it or set {field}")
-    return base64.b64decode(raw).decode()
+        raise TargetError(f"{where}: the Secret has no key {key[:64]!r}; add it or set {field}")
+    try:
+        return base64.b64decode(raw, validate=True).decode()
+    except ValueError:  # binascii.Error and UnicodeDecodeError: the value is never shown
+        raise TargetError(f"{where}: the value of key {key[:64]!r} is not base64 of UTF-8 "
+                          "text") from None
 
 
 def target_for(spec_target: Mapping[str, Any], namespace: str, cluster: str, backup: str, *,
@@ -194,19 +228,34 @@ def target_for(spec_target: Mapping[str, Any], namespace: str, cluster: str, bac
                 "ReadWriteMany claim in the reconciler's namespace)")
         return VolumeTarget(root, claim, base)
     assert s3 is not None
+    endpoint = str(s3.get("endpoint") or "")
+    scheme = endpoint.split("://", 1)[0].lower() if "://" in endpoint else ""
+    if endpoint and scheme not in ("https", "http"):
+        raise TargetError(f"spec.target.s3.endpoint {endpoint[:80]!r}: not an http(s) URL; "
+                          "write it as https://host[:port]")
+    if scheme == "http" and not s3.get("allowPlainHttp"):
+        raise TargetError(f"spec.target.s3.endpoint {endpoint[:80]!r}: plain http sends the "
+                          "access key and the data unencrypted; use https, or set "
+                          "spec.target.s3.allowPlainHttp: true to accept that")
     ref = s3.get("credentialsSecret") or {}
     where = f"spec.target.s3.credentialsSecret {ref.get('name')!r}"
     secret = secrets(namespace, str(ref.get("name") or ""))
     if secret is None:
         raise TargetError(f"{where}: no such Secret in namespace {namespace}; create it with "
                           "the access key id and secret access key")
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    if labels.get(CREDENTIALS_LABEL) != "true":
+        raise TargetError(f"{where}: the Secret is not marked for backups; label it "
+                          f"{CREDENTIALS_LABEL}=true (a KaiwuBackup may name only Secrets meant "
+                          "for backups)")
     key_id = _secret_value(secret, ref, "accessKeyIdKey", "AWS_ACCESS_KEY_ID", where)
     secret_key = _secret_value(secret, ref, "secretAccessKeyKey", "AWS_SECRET_ACCESS_KEY", where)
     if s3_factory is None:
         import boto3  # imported here: only S3 targets need it
         s3_factory = boto3.client
-    client = s3_factory("s3", endpoint_url=s3.get("endpoint") or None,
+    client = s3_factory("s3", endpoint_url=endpoint or None,
                         region_name=s3.get("region") or "us-east-1",
                         aws_access_key_id=key_id, aws_secret_access_key=secret_key)
     prefix = str(s3.get("prefix") or "").strip("/")
-    return S3Target(client, str(s3["bucket"]), f"{prefix}/{base}" if prefix else base)
+    return S3Target(client, str(s3["bucket"]), f"{prefix}/{base}" if prefix else base,
+                    Redactor((key_id, secret_key)))

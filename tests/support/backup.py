@@ -46,8 +46,9 @@ class S3:
         return sorted(found)
 
     def target(self, prefix: str = "nightly") -> Obj:
-        return {"s3": {"endpoint": self.endpoint, "bucket": BUCKET, "prefix": prefix,
-                       "credentialsSecret": {"name": CREDENTIALS}}}
+        # moto serves plain http on 127.0.0.1: the spec accepts that risk in so many words.
+        return {"s3": {"endpoint": self.endpoint, "allowPlainHttp": True, "bucket": BUCKET,
+                       "prefix": prefix, "credentialsSecret": {"name": CREDENTIALS}}}
 
 
 @pytest.fixture
@@ -66,10 +67,12 @@ def s3() -> Iterator[S3]:
 
 
 def credentials_secret(kube: k8s.ApiClient, namespace: str) -> None:
-    """What a person does: `kubectl create secret generic backup-s3 --from-literal=...`."""
+    """What a person does: `kubectl create secret generic backup-s3 --from-literal=...`, then
+    `kubectl label secret backup-s3 kaiwu.inspur.com/backup-credentials=true`."""
     Kube(kube, "kubectl").create({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": CREDENTIALS, "namespace": namespace},
+        "metadata": {"name": CREDENTIALS, "namespace": namespace,
+                     "labels": {"kaiwu.inspur.com/backup-credentials": "true"}},
         "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(KEY_ID.encode()).decode(),
                  "AWS_SECRET_ACCESS_KEY": base64.b64encode(SECRET_KEY.encode()).decode()}})
 

@@ -571,7 +571,8 @@ def test_an_s3_backup_keeps_one_client_per_endpoint_and_credentials(tmp_path: Pa
     site.start_cluster("dev")
     load_shop(site)
     site.api.add({"apiVersion": "v1", "kind": "Secret",
-                  "metadata": {"name": "creds", "namespace": NS},
+                  "metadata": {"name": "creds", "namespace": NS, "labels": {
+                      "kaiwu.inspur.com/backup-credentials": "true"}},
                   "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode(),
                            "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"key").decode()}})
     s3 = {"s3": {"bucket": "backups", "prefix": "nightly", "credentialsSecret":

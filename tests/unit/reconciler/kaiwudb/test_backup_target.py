@@ -16,8 +16,10 @@ from moto import mock_aws
 
 from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
 
-SECRET = {"data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode(),
-                   "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"key").decode()}}
+SECRET: dict[str, Any] = {
+    "metadata": {"labels": {"kaiwu.inspur.com/backup-credentials": "true"}},
+    "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode(),
+             "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"key").decode()}}
 
 
 def exercise(target: Target) -> None:
@@ -68,11 +70,12 @@ def test_an_s3_target_keeps_files_under_prefix_namespace_cluster_backup() -> Non
     ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}}, None,
      "spec.target.s3.credentialsSecret 'creds': no such Secret in namespace ns; create it with "
      "the access key id and secret access key"),
-    ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}}, {"data": {}},
+    ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}},
+     {"metadata": SECRET["metadata"], "data": {}},
      "spec.target.s3.credentialsSecret 'creds': the Secret has no key 'AWS_ACCESS_KEY_ID'; "
      "add it or set accessKeyIdKey"),
     ({"s3": {"bucket": "backups", "credentialsSecret": {"name": "creds"}}},
-     {"data": {"AWS_ACCESS_KEY_ID": "aWQ="}},
+     {"metadata": SECRET["metadata"], "data": {"AWS_ACCESS_KEY_ID": "aWQ="}},
      "spec.target.s3.credentialsSecret 'creds': the Secret has no key 'AWS_SECRET_ACCESS_KEY'; "
      "add it or set secretAccessKeyKey"),
     ({"volume": {"claimName": ""}}, None,
@@ -118,11 +121,11 @@ def test_an_s3_client_is_made_for_the_endpoint_region_and_keys_of_the_spec() -> 
         asked.append((namespace, name))
         return SECRET
 
-    target = target_for({"s3": {"bucket": "backups", "endpoint": "http://minio.store:9000",
+    target = target_for({"s3": {"bucket": "backups", "endpoint": "https://minio.store:9000",
                                 "region": "eu-west-1", "credentialsSecret": {"name": "creds"}}},
                         "ns", "dev", "b1", volumes_dir="/nowhere", secrets=secrets,
                         s3_factory=factory)
-    assert made == [{"service": "s3", "endpoint_url": "http://minio.store:9000",
+    assert made == [{"service": "s3", "endpoint_url": "https://minio.store:9000",
                      "region_name": "eu-west-1", "aws_access_key_id": "id",
                      "aws_secret_access_key": "key"}]
     assert target.location == "s3://backups/ns/dev/b1"
@@ -142,7 +145,8 @@ def test_the_secret_keys_holding_the_s3_credentials_can_be_named_in_the_spec() -
         made.append(kwargs)
         return object()
 
-    minio = {"data": {"user": base64.b64encode(b"minio-user").decode(),
+    minio = {"metadata": SECRET["metadata"],
+             "data": {"user": base64.b64encode(b"minio-user").decode(),
                       "password": base64.b64encode(b"minio-password").decode(),
                       **SECRET["data"]}}
     target_for({"s3": {"bucket": "backups", "credentialsSecret": {
@@ -156,6 +160,7 @@ def test_the_secret_keys_holding_the_s3_credentials_can_be_named_in_the_spec() -
     for field, other, missing in (("accessKeyIdKey", "secretAccessKeyKey", "user"),
                                   ("secretAccessKeyKey", "accessKeyIdKey", "password")):
         without: dict[str, Any] = {
+            "metadata": SECRET["metadata"],
             "data": {k: v for k, v in minio["data"].items() if k != missing}}
 
         def secret(namespace: str, name: str, found: dict[str, Any] = without) -> Any:
@@ -353,3 +358,63 @@ def test_a_volume_that_refuses_a_delete_is_a_target_error_naming_what_was_delete
     with pytest.raises(TargetError) as refused:
         target.delete("shop")
     assert str(refused.value) == "volume://dumps/ns/dev/b1/shop: Read-only file system"
+
+
+def test_a_backup_may_name_only_a_secret_marked_for_backups() -> None:
+    """Anyone who may create a KaiwuBackup could otherwise have the reconciler read any Secret
+    of the namespace (a TLS key, a database password) and send it to an endpoint of theirs."""
+    for labels in ({}, {"kaiwu.inspur.com/backup-credentials": "yes"}):
+        unmarked = {"data": SECRET["data"], "metadata": {"labels": labels}}
+        with pytest.raises(TargetError) as refused:
+            target_for({"s3": {"bucket": "backups", "credentialsSecret": {"name": "tls"}}},
+                       "ns", "dev", "b1", volumes_dir="/nowhere",
+                       secrets=lambda ns, name, found=unmarked: found,  # type: ignore[misc]
+                       s3_factory=lambda *a, **k: object())
+        assert "not marked for backups; label it kaiwu.inspur.com/backup-credentials=true" in (
+            str(refused.value))
+
+
+@pytest.mark.parametrize(("endpoint", "allowed", "refused"), [
+    ("http://minio.store:9000", False, "plain http sends the access key"),
+    ("http://minio.store:9000", True, ""),
+    ("https://minio.store", False, ""),
+    ("ftp://minio.store", True, r"not an http\(s\) URL"),
+    ("minio.store:9000", False, r"not an http\(s\) URL"),
+])
+def test_an_s3_endpoint_is_https_unless_plain_http_is_allowed_in_so_many_words(
+        endpoint: str, allowed: bool, refused: str) -> None:
+    spec = {"s3": {"bucket": "backups", "endpoint": endpoint, "allowPlainHttp": allowed,
+                   "credentialsSecret": {"name": "creds"}}}
+    if refused:
+        with pytest.raises(TargetError, match=refused):
+            target_for(spec, "ns", "dev", "b1", volumes_dir="/nowhere",
+                       secrets=lambda ns, name: SECRET, s3_factory=lambda *a, **k: object())
+    else:
+        target_for(spec, "ns", "dev", "b1", volumes_dir="/nowhere",
+                   secrets=lambda ns, name: SECRET, s3_factory=lambda *a, **k: object())
+
+
+def test_no_text_of_a_secret_value_comes_back_in_a_target_error() -> None:
+    """A private key pasted as the access key id: the S3 server answers with it, line by line;
+    the error the backup reports carries none of it."""
+    private = ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n"
+               "-----END PRIVATE KEY-----\n")
+    marked = {"metadata": SECRET["metadata"], "data": {
+        "AWS_ACCESS_KEY_ID": base64.b64encode(private.encode()).decode(),
+        "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"s3cr3t-value").decode()}}
+
+    class Echoing:
+        def put_object(self, **_: Any) -> None:
+            raise RuntimeError(f"InvalidAccessKeyId: the key {private!r} ({private}) with "
+                               "secret s3cr3t-value is unknown")
+
+    target = target_for({"s3": {"bucket": "backups", "credentialsSecret": {"name": "c"}}},
+                        "ns", "dev", "b1", volumes_dir="/nowhere",
+                        secrets=lambda ns, name: marked, s3_factory=lambda *a, **k: Echoing())
+    with pytest.raises(TargetError) as failed:
+        target.put("plan.json", b"{}")
+    said = str(failed.value)
+    assert "InvalidAccessKeyId" in said and "<redacted>" in said
+    for line in [*private.splitlines(), "s3cr3t-value", "MIIEvQIBADANBgkq"]:
+        assert line not in said, line
+    assert failed.value.__cause__ is None, "no chained error carries the text to a log"
