@@ -48,6 +48,22 @@ def node_entries(nodes: Sequence[NodeStatus]) -> tuple[NodeEntry, ...]:
                  if not (node.is_decommissioning and not node.is_live))
 
 
+def bootstrap_down(cluster: Cluster, entries: Sequence[NodeEntry]) -> str:
+    """What a single-replica cluster's down bootstrap node means ("" otherwise): KWDB's
+    start-single-replica ("mpp") mode never moves a range (kwbase/pkg/kv/kvserver/
+    replicate_queue.go:248-250), so every range, the liveness range included, has its only
+    copy on node 1, the node `kwbase init` ran on. While it is down no node can heartbeat and
+    the whole cluster is unavailable, whatever the other pods show."""
+    if cluster.start_mode is not StartMode.SINGLE_REPLICA:
+        return ""
+    first = next((e for e in entries if e.node_id == 1), None)
+    if first is None or first.state == "live":
+        return ""
+    return (f"; a single-replica cluster keeps every range, system ranges included, on node 1 "
+            f"({first.pod or first.address}): while it is down the whole cluster is "
+            "unavailable; bring that pod and its volume back")
+
+
 class Nodes(Part):
     """Init once, and node status probes (see the module docstring)."""
 
@@ -131,7 +147,8 @@ class Nodes(Part):
         all_live = not not_live and not podless and not doubled and len(live) >= expected
         if not_live:
             p.not_ready.append(("NodesNotLive", "KaiwuDB nodes not live: " + ", ".join(
-                f"{e.node_id} ({e.pod or e.address})" for e in not_live)))
+                f"{e.node_id} ({e.pod or e.address})" for e in not_live)
+                + bootstrap_down(cluster, entries)))
         elif podless:
             p.not_ready.append(("NodesWithoutPods", "KaiwuDB nodes whose pod is gone: " +
                                 ", ".join(f"{e.node_id} ({e.pod})" for e in podless)))

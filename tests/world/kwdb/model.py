@@ -11,13 +11,15 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   `time_until_store_dead_s` has passed after the liveness record expired.
 - availability (`node status`'s is_available): a live node's liveness record is current only
   while the liveness range (range 1 here) has a quorum of live replicas to take heartbeats;
-  without one, running nodes print is_live true and is_available false (replicated liveness
-  ranges only: a single-replica cluster's nodes stay available).
+  without one, running nodes print is_live true and is_available false. A single-replica
+  cluster's liveness range has its one replica on the bootstrap node: with that node down, no
+  node is available (the whole cluster is unavailable).
 - ranges: `range_count` ranges, each with an ordered replica list and a leaseholder. A fresh
   cluster puts every range on the bootstrap node, then up-replicates to the replication factor.
 - the replicate queue, one move at a time at `snapshot_rate_per_s`, in priority order: replace a
   replica on a DEAD node, add a missing replica, move a replica off a decommissioning node, then
-  (optionally) rebalance by replica count. A move needs a quorum of live replicas and a target
+  (optionally) rebalance by replica count; off in single-replica mode, as KWDB's is
+  (replicate_queue.go:248-250), so every range stays on the bootstrap node. A move needs a quorum of live replicas and a target
   that is live, not decommissioning, not draining, not suspect and not already a replica.
   Replicas on a non-live node that is not dead yet are left alone (real: the cluster waits for
   `server.time_until_store_dead` before repairing).
@@ -211,9 +213,11 @@ class LogicalCluster:
         if not self.is_live(node, t):
             return False
         liveness = self.ranges[0] if self.ranges else None
-        # Modelled for replicated liveness ranges only: where a single-replica cluster keeps
-        # its one copy of the liveness range is not known, so its nodes stay available.
-        if liveness is None or len(liveness.replicas) < 3:
+        # A single-replica cluster keeps its one copy of every range, the liveness range
+        # included, on the bootstrap node for good (its replicate queue is off: see
+        # _next_move): with that node down no heartbeat is recorded, and every node turns
+        # unavailable.
+        if liveness is None:
             return True
         return self._has_quorum(liveness, t)
 
@@ -396,6 +400,11 @@ class LogicalCluster:
         return counts
 
     def _next_move(self, t: float) -> _Move | None:
+        if self.mode == MODE_SINGLE_REPLICA:
+            # start-single-replica is KWDB's "mpp" mode: the replicate queue never queues a
+            # range (kwbase/pkg/kv/kvserver/replicate_queue.go:248-250, `if api.MppMode`), so
+            # every range, system ranges included, stays on the bootstrap node.
+            return None
         counts = self._counts()
         healthy_ranges = [r for r in self.ranges if self._has_quorum(r, t)]
         # 1. replace replicas on dead nodes.

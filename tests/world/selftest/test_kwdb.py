@@ -582,3 +582,25 @@ def test_sql_values_print_as_kwbase_prints_them() -> None:
     assert format_value("a\x01b") == "a\\x01b"
     assert format_value("a\u200bb") == "a\\u200bb", "a zero-width space is no graphic"
     assert format_value("q\"\x7f") == 'q\\"\\x7f'
+
+
+def test_a_single_replica_cluster_keeps_every_range_on_its_bootstrap_node_and_falls_with_it(
+) -> None:
+    """start-single-replica is KWDB's "mpp" mode: its replicate queue never queues a range
+    (kv/kvserver/replicate_queue.go:248-250), so the liveness range, like every range, stays on
+    the bootstrap node. With that node down no heartbeat is recorded: every node is unavailable,
+    the cluster as a whole is down."""
+    op = Operator()
+    t = 0.0
+    for i in range(3):
+        assert op.start(i, t, mode="start-single-replica").ok
+    assert op.kwbase(0, t + 1, "init").exit_code == 0
+    t += 30
+    ranges = {n["id"]: int(n["ranges"]) for n in op.status(t + 60, "--ranges")}
+    assert ranges["1"] == op.world.settings.range_count and ranges["2"] == ranges["3"] == 0
+    op.world.stop_process(KEY, "kw-0", t + 60, graceful=False)
+    later = t + 60 + op.world.settings.liveness_ttl_s + 1
+    nodes = op.status(later, via=1)
+    assert {n["id"]: n["is_available"] for n in nodes if n["id"] != "1"} == {
+        "2": "false", "3": "false"}
+    assert {n["is_live"] for n in nodes if n["id"] != "1"} == {"true"}, "still gossiping"

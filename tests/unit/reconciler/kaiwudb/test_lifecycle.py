@@ -1488,3 +1488,22 @@ def test_a_single_replica_cluster_says_it_cannot_retire_a_long_gone_node() -> No
     p = c.run(startMode="single-replica")
     assert "decommission" not in c.admin.commands()
     assert [r for r, _ in p.stalled] == ["LongGoneNodes"]
+
+
+def test_a_single_replica_cluster_with_its_first_node_down_says_the_whole_cluster_is_down(
+) -> None:
+    """KWDB's single-replica mode keeps every range on node 1 (replicate_queue.go:248-250):
+    with it down, every node turns unavailable, and status says why."""
+    c = Cluster3()
+    for i in range(3):
+        c.kaiwu(i, available=False)
+    c.kaiwu(0, live=False)
+    p = c.run(startMode="single-replica")
+    (reason, message), = [r for r in p.not_ready if r[0] == "NodesNotLive"]
+    assert message.startswith("KaiwuDB nodes not live: 1 (")
+    assert "keeps every range, system ranges included, on node 1" in message
+    assert "whole cluster is unavailable" in message
+    c = Cluster3()
+    c.kaiwu(0, live=False)
+    p = c.run()
+    assert "single-replica" not in str(p.not_ready), "multi-replica: nothing of the kind"
