@@ -19,9 +19,9 @@ What it models (after CockroachDB v20.1, which kwbase forks):
 - the replicate queue, one move at a time at `snapshot_rate_per_s`, in priority order: replace a
   replica on a DEAD node, add a missing replica, move a replica off a decommissioning node, then
   (optionally) rebalance by replica count; off in single-replica mode, as KWDB's is
-  (replicate_queue.go:248-250), so every range stays on the bootstrap node. A move needs a quorum of live replicas and a target
-  that is live, not decommissioning, not draining, not suspect and not already a replica.
-  Replicas on a non-live node that is not dead yet are left alone (real: the cluster waits for
+  (replicate_queue.go:248-250), so every range stays on the bootstrap node. A move needs a
+  quorum of live replicas and a target that is live, not decommissioning, not draining, not
+  suspect and not already a replica. Replicas on a non-live node that is not dead yet are left alone (real: the cluster waits for
   `server.time_until_store_dead` before repairing).
 - metrics (kvserver calcRangeCounter): each range is counted by its first live replica;
   `ranges.unavailable` when live replicas are not a quorum, `ranges.underreplicated` when live

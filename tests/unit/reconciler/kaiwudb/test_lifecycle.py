@@ -1499,7 +1499,7 @@ def test_a_single_replica_cluster_with_its_first_node_down_says_the_whole_cluste
         c.kaiwu(i, available=False)
     c.kaiwu(0, live=False)
     p = c.run(startMode="single-replica")
-    (reason, message), = [r for r in p.not_ready if r[0] == "NodesNotLive"]
+    (_, message), = [r for r in p.not_ready if r[0] == "NodesNotLive"]
     assert message.startswith("KaiwuDB nodes not live: 1 (")
     assert "keeps every range, system ranges included, on node 1" in message
     assert "whole cluster is unavailable" in message
