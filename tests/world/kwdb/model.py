@@ -21,8 +21,8 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   (optionally) rebalance by replica count; off in single-replica mode, as KWDB's is
   (replicate_queue.go:248-250), so every range stays on the bootstrap node. A move needs a
   quorum of live replicas and a target that is live, not decommissioning, not draining, not
-  suspect and not already a replica. Replicas on a non-live node that is not dead yet are left alone (real: the cluster waits for
-  `server.time_until_store_dead` before repairing).
+  suspect and not already a replica. Replicas on a non-live node that is not dead yet are left
+  alone (real: the cluster waits for `server.time_until_store_dead` before repairing).
 - metrics (kvserver calcRangeCounter): each range is counted by its first live replica;
   `ranges.unavailable` when live replicas are not a quorum, `ranges.underreplicated` when live
   replicas are fewer than needed. So under-replicated ranges show as soon as a node stops being
