@@ -54,10 +54,12 @@ log = logging.getLogger(__name__)
 SCHEDULE_LABEL = "kaiwu.inspur.com/schedule"
 NOT_CARRIED = (
     "not carried (a restore cannot bring them back): passwords (EXPORT USERS writes none: set "
-    "them with ALTER USER ... WITH PASSWORD after a restore); grants, foreign keys and comments "
-    "(KWDB exports them only WITH privileges, foreign_key, comment, not used yet: docs/backup.md)")
+    "them with ALTER USER ... WITH PASSWORD after a restore); privileges on databases, schemas "
+    "and tables, foreign keys and comments (KWDB exports them only WITH privileges, foreign_key, "
+    "comment, not used yet: docs/backup.md)")
 """What every completed backup says it lacks, in its status message (kwbase/pkg/sql/
-export.go:76-111 lists EXPORT's options; kaiwudb-facts.md: passwords are not exported)."""
+export.go:76-111 lists EXPORT's options; EXPORT USERS, export.go:634-712, writes each user's
+CREATE USER with its options and role memberships, never a password)."""
 EXTERN_DIR = f"{DATA_DIR}/extern"
 """The node's external-I/O directory: kwbase's default, <first store>/extern."""
 FAILED_FILE = "failed.json"
