@@ -58,7 +58,7 @@ FREE_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc",
 ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True).filter(
     lambda name: name not in RESERVED_ENV)
 SECRET_KEY = st.from_regex(r"[-._a-zA-Z0-9]{1,10}", fullmatch=True).filter(
-    lambda key: not key.startswith(".."))
+    lambda key: key != "." and not key.startswith(".."))  # "." is no Secret key either
 FLAG_NAME = st.from_regex(r"--[a-z][a-z0-9-]{0,10}", fullmatch=True).filter(
     lambda flag: flag not in MANAGED_FLAGS)
 # Positive quantities as people write them: plain numbers, suffixes, exponents, YAML integers.
