@@ -98,6 +98,28 @@ class Scaling(Part):
         # It may already be decommissioning (by hand, or restarted after a decommission):
         # decommissioning it again is harmless, and gives the authoritative replica count.
         node = next((n for n in nodes if n.pod_name == target and n.is_live), None)
+        if node is None:
+            # Absence from one gateway's view is no evidence: a gateway restarted moments ago
+            # lists only the nodes it has heard from yet (kwbase/pkg/cli/node.go:165-179 reads
+            # its gossip). Before the pod is removed as one that never joined, its own view and
+            # a second gateway's must not list it either.
+            try:
+                seen = self.seen_elsewhere(admin, pods, target)
+            except KwbaseError as error:
+                self.retry_later(p, "ScaleInWaiting", f"a second view of pod {target}'s node",
+                                 error)
+                return
+            if seen is not None:
+                if not seen.is_live:
+                    p.not_ready.append(("ScaleInWaiting", (
+                        f"scale-in to {cluster.replicas} waits: KaiwuDB node {seen.id} of pod "
+                        f"{target} is listed by another view, not live; it is decommissioned "
+                        "once live views agree")))
+                    p.progressing.append(("ScaleInWaiting", f"node {seen.id} of {target} not "
+                                          "in every view"))
+                    p.requeue_in(self.settings.poll_s)
+                    return
+                node = seen
         operation = ScaleIn(replicas=live_replicas, target_replicas=cluster.replicas,
                             pod=target, started_at=rfc3339(p.now), phase=REMOVING)
         if node is None:
@@ -117,6 +139,24 @@ class Scaling(Part):
                 f"{node.id}; the pod is removed once it holds no replicas"))
         p.kaiwu.operation = operation
         self.scaling(p, operation)
+
+    def seen_elsewhere(self, admin: KwbaseAdmin, pods: Mapping[str, Obj],
+                       target: str) -> NodeStatus | None:
+        """The target pod's node as the target itself or a second gateway lists it (None when
+        neither does). KwbaseError when a view cannot be had: the caller waits."""
+        views: list[str] = []
+        if kwbase_running(pods.get(target)):
+            views.append(target)
+        first = exec_pod(pods, avoid=target)
+        other = exec_pod({n: o for n, o in pods.items() if n not in (first, target)})
+        if other is not None:
+            views.append(other)
+        for gateway in views:
+            mine = [n for n in admin.node_status(gateway) if n.pod_name == target
+                    and not (n.is_decommissioning and not n.is_live)]
+            if mine:
+                return max(mine, key=lambda n: (n.is_live, n.id))
+        return None
 
     def scale_in_blocker(self, nodes: Sequence[NodeStatus], admin: KwbaseAdmin,
                          pods: Mapping[str, Obj], target: str, kept: list[str]) -> str:
@@ -434,3 +474,4 @@ class Strays(Part):
             "recommissioned so they hold replicas again"), event="Warning")
         self.nodes.forget(cluster.namespace, cluster.name)
         p.requeue_in(self.settings.poll_s)
+

@@ -108,6 +108,8 @@ class Admin:
         self.init_outcome = InitOutcome.INITIALIZED
         self.failing: set[str] = set()
         self.asked: list[tuple[str, str, tuple[int, ...]]] = []
+        # Gateways whose view lists only the nodes named here (restarted moments ago).
+        self.partial_views: dict[str, set[int]] = {}
 
     def _ask(self, command: str, pod: str, ids: Sequence[int] = ()) -> None:
         self.asked.append((command, pod, tuple(ids)))
@@ -124,7 +126,10 @@ class Admin:
     def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
         self._ask("node status --decommission" if decommission else "node status", pod)
-        return node_status_shows(self.world.kwdb, decommission=decommission)
+        shown = node_status_shows(self.world.kwdb, decommission=decommission)
+        if pod in self.partial_views:
+            shown = tuple(n for n in shown if n.id in self.partial_views[pod])
+        return shown
 
     def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[DecommissionStatus, ...]:
         self._ask("decommission", pod, node_ids)
@@ -915,6 +920,27 @@ def test_a_pod_that_never_joined_is_removed_without_a_decommission() -> None:
     assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
     assert p.kaiwu.operation.node_id is None
     assert p.not_ready[-1] == ("ScalingIn", f"scaling in 3 -> 2: removing pod {NAME}-2")
+
+
+def test_a_node_missing_from_one_gateways_view_is_no_pod_that_never_joined() -> None:
+    """A gateway restarted moments ago lists only the nodes it has heard from. The node of the
+    pod being removed missing from that view is no evidence it never joined: the pod's own view
+    lists it, so it is decommissioned, never removed undrained."""
+    c = Cluster3()
+    c.admin.partial_views[f"{NAME}-0"] = {1, 2}  # dev-0's view lacks dev-2's node 3
+    p = c.run(replicas=2)
+    assert ("decommission", f"{NAME}-0", (3,)) in c.admin.asked
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.node_id == 3
+
+
+def test_a_node_another_view_shows_not_live_holds_the_scale_in() -> None:
+    c = Cluster3()
+    c.kaiwu(2, live=False)
+    c.admin.partial_views[f"{NAME}-0"] = {1, 2}  # lacks node 3; dev-1's view shows it down
+    del c.world.objects[("Pod", NS, f"{NAME}-2")]
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands()
+    assert p.kaiwu.operation is None or p.kaiwu.operation.phase != REMOVING
 
 
 def test_a_failed_decommission_is_retried_and_no_operation_is_recorded() -> None:
