@@ -17,7 +17,7 @@ from reconciler.kube.kinds import Kind
 from reconciler.model import Obj, Pass
 
 Verdict = Literal["in-sync", "missing", "drifted", "terminating", "immutable", "rejected",
-                  "unserved"]
+                  "unserved", "foreign"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class ObjectState:
     @property
     def outstanding(self) -> bool:
         """Still different from what we render after this pass."""
-        return self.verdict in ("missing", "drifted", "immutable", "rejected") \
+        return self.verdict in ("missing", "drifted", "immutable", "rejected", "foreign") \
             and not self.repaired
 
 

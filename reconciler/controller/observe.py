@@ -14,7 +14,7 @@ settle, and the repair removes them without an apply.
 from __future__ import annotations
 
 from reconciler.controller.objects import ObjectPass, ObjectState
-from reconciler.controller.shared import STALE_RECHECK_S, Shared, with_owner
+from reconciler.controller.shared import STALE_RECHECK_S, Shared, made_for, with_owner
 from reconciler.drift.compare import DriftReport, format_report
 from reconciler.drift.ignore import IgnoreRule
 from reconciler.drift.memo import object_name
@@ -72,6 +72,9 @@ class ObserveStep:
                 state.verdict = "missing" if served else "unserved"
             elif meta(live).get("deletionTimestamp"):
                 state.verdict = "terminating"
+            elif not made_for(live, p.obj):
+                # Not made by this cluster: never applied over, never pruned (report step).
+                state.verdict = "foreign"
             else:
                 self.judge(p, state)
         self.shared.comparisons.retain(p.key, [object_name(desired) for desired in p.desired])

@@ -16,7 +16,7 @@ from reconciler.controller.conditions import changes_text, observed
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
 from reconciler.kube.client import ApiError
-from reconciler.model import EventType, rfc3339
+from reconciler.model import EventType, meta, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,14 @@ class ReportStep:
             if state.verdict == "rejected":
                 p.stalled.append(("ApplyRejected",
                                   f"{state.ref.short}: the API server refused it: {state.detail}"))
+            if state.verdict == "foreign" and state.live is not None:
+                owners = ", ".join(f"{r.get('kind')}/{r.get('name')}" for r in
+                                   meta(state.live).get("ownerReferences") or ()) or "none"
+                p.stalled.append(("NameTaken", (
+                    f"{state.ref.short} exists and is not this cluster's (owner: {owners}; "
+                    "no owner reference or labels of this cluster): it is left as it is, never "
+                    "applied over or deleted. Remove or rename it, or give this cluster another "
+                    "name")))
 
     def _observe(self, p: ObjectPass, summary: st.Observed, new: dict[str, Any]) -> None:
         """The kaiwu_cluster_* gauges from what this pass reports (the status it writes)."""

@@ -34,7 +34,7 @@ from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from reconciler.settings import Settings
-from renderer.builders import MANAGED_SELECTOR
+from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR
 
 # Bound on remembered dry runs (each is one object): enough for hundreds of clusters.
 DRY_RUN_CACHE_SIZE = 4096
@@ -79,6 +79,27 @@ def with_owner(obj: Obj, cluster: Obj) -> Obj:
         "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "name": md["name"],
         "uid": md["uid"], "controller": True, "blockOwnerDeletion": True}]}
     return owned
+
+
+def made_for(live: Obj, cluster: Obj) -> bool:
+    """Whether a live object with a name we render is this cluster's to change: owned by it
+    (the owner reference every object we write carries; a KaiwuCluster of its name made again
+    counts), or, without any controller, labelled as ours for this cluster (a preview applied
+    with `kubectl apply -k out`). Anything else, an object of another cluster or of another
+    application, is never applied over or deleted."""
+    uid, name = str(meta(cluster).get("uid")), meta(cluster).get("name")
+    refs = meta(live).get("ownerReferences") or ()
+    if any(str(ref.get("uid")) == uid for ref in refs):
+        return True
+    controllers = [ref for ref in refs if ref.get("controller")]
+    if controllers:
+        # A KaiwuCluster of the same name (owner references are namespaced) is this cluster
+        # made again: what it left behind (deleted with --cascade=orphan) is adopted.
+        return all(ref.get("kind") == cluster.get("kind") and ref.get("name") == name
+                   for ref in controllers)
+    labels = meta(live).get("labels") or {}
+    return (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+            and labels.get(INSTANCE_LABEL) == meta(cluster).get("name"))
 
 
 class WriteMarks:

@@ -1228,3 +1228,59 @@ def test_a_spec_is_judged_again_only_when_what_the_judgement_reads_changes(
     assert len(judged) == 3, "the StatefulSet now remembers the new spec: a new reference"
     world.reconcile()
     assert len(judged) == 3
+
+
+# ---- objects with our names that are not ours ---------------------------------------------------
+
+def foreign_service(**metadata: Any) -> Obj:
+    """The Service another application made under the name the cluster renders for its own."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": PUBLIC, "namespace": NS, "uid": "svc-uid",
+                         "resourceVersion": "7", **metadata},
+            "spec": {"selector": {"app": "billing"}, "ports": [{"port": 443}]}}
+
+
+def test_an_object_of_another_application_under_our_name_is_reported_and_left_alone() -> None:
+    """A Service named like the cluster's client Service exists, made by someone else: it is
+    never applied over (which would take it over) nor deleted; the cluster says which object
+    and waits."""
+    world = World()
+    world.objects[("Service", NS, PUBLIC)] = foreign_service(labels={"app": "billing"})
+    before = copy.deepcopy(world.objects[("Service", NS, PUBLIC)])
+
+    world.reconcile()
+
+    assert world.objects[("Service", NS, PUBLIC)] == before
+    assert not [w for w in world.kube.writes if w[1:] == ("Service", PUBLIC)]
+    assert not [d for d in world.kube.deletes if d[:2] == ("Service", PUBLIC)]
+    stalled = world.condition("Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "NameTaken")
+    assert f"Service/{PUBLIC} exists and is not this cluster's (owner: none" in (
+        stalled["message"])
+    assert world.condition("Ready")["status"] == "False"
+
+
+def test_an_object_of_another_cluster_under_our_name_is_never_taken_over() -> None:
+    """Two clusters whose rendered names meet: the second never applies over the first's."""
+    world = World()
+    world.objects[("Service", NS, PUBLIC)] = foreign_service(ownerReferences=[{
+        "apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster", "name": "billing",
+        "uid": "billing-uid", "controller": True}], labels={
+        "app.kubernetes.io/managed-by": "kaiwu-operator",
+        "app.kubernetes.io/instance": "billing"})
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "NameTaken"
+    assert "owner: KaiwuCluster/billing" in world.condition("Stalled")["message"]
+    assert not [w for w in world.kube.writes if w[1:] == ("Service", PUBLIC)]
+
+
+def test_our_own_objects_without_an_owner_are_adopted() -> None:
+    """A preview applied by hand (`kubectl apply -k out`) carries our labels and no owner:
+    the cluster adopts it, as before."""
+    world = World()
+    world.objects[("Service", NS, PUBLIC)] = foreign_service(labels={
+        "app.kubernetes.io/managed-by": "kaiwu-operator", "app.kubernetes.io/instance": NAME})
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] != "NameTaken"
+    owners = world.objects[("Service", NS, PUBLIC)]["metadata"].get("ownerReferences") or []
+    assert [o["name"] for o in owners] == [NAME]
