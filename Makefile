@@ -5,6 +5,7 @@
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
+#   make test-random  the fast tier and the short soak with new random draws (seeds printed)
 #   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
@@ -13,7 +14,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test lint world lock image soak mutation clean
+.PHONY: demo preview test test-random lint world lock image soak mutation clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -55,6 +56,12 @@ lint: $(STAMP)
 
 test: world lint
 	$(BIN)/pytest
+
+# The gate draws the same examples and the same soak seed on every run; this draws new ones
+# (Hypothesis's random profile, a random soak seed, printed for replay).
+test-random: world
+	KAIWU_HYPOTHESIS_PROFILE=random KAIWU_RANDOM=1 $(BIN)/pytest tests/unit \
+	    tests/world_stories/chaos/test_soak.py
 
 # The chaos soak's long mode (tests/world_stories/chaos/test_soak.py; `pytest` runs its short
 # mode): 10 minutes of random overlapping faults, invariants checked throughout. 11 to 12 minutes.

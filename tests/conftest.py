@@ -7,6 +7,10 @@ World fixtures live in tests/world/fixtures.py (``control_plane``, ``kube``, ``n
 tests/world/kubelet_fixtures.py (``sim_world``, ``faults``); ``cluster`` (a plain three-node
 KaiwuDB, used by the simulator's self-tests and the adapter stories) in tests/support/pods.py.
 Tests that use a world fixture are marked ``world``.
+
+It loads the Hypothesis profile KAIWU_HYPOTHESIS_PROFILE names, for every tier (tests/support/
+hypothesis_profiles.py): the gate's derandomized one unless `make test-random` or a mutation run
+(bench/mutation.py) asks for another.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Generator
 
 import pytest
 
+from tests.support import hypothesis_profiles
 from tests.support.pods import cluster
 from tests.world.fixtures import (
     add_log_paths,
@@ -27,6 +32,8 @@ from tests.world.fixtures import (
 from tests.world.kubelet_fixtures import faults, sim_world  # noqa: F401 - fixtures
 
 __all__ = ["cluster", "control_plane", "kube", "namespace"]
+
+hypothesis_profiles.load()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

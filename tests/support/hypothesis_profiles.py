@@ -1,4 +1,11 @@
-"""Hypothesis profiles for the fast tier: the normal one, and the fast one of mutation runs.
+"""Hypothesis profiles for the fast tier: the gate's, a random one, and the fast one of mutation
+runs.
+
+GATE (the default, what `make test` and CI run): derandomized, no example database, so the same
+examples are drawn on every machine and every run: a red gate is red again when replayed, and a
+green one does not turn red by luck. RANDOM (`make test-random`, KAIWU_HYPOTHESIS_PROFILE=random):
+Hypothesis's own random draws, to find new failing examples; Hypothesis prints the seed and the
+falsifying example of a failure (`@reproduce_failure`) so it replays.
 
 `make mutation` (bench/mutation.py) runs a module's fast tests once per mutant, so every
 property test's examples are paid for hundreds of times; the drift normaliser's mutants each
@@ -18,8 +25,13 @@ import os
 from hypothesis import Phase, settings
 
 PROFILE_ENV = "KAIWU_HYPOTHESIS_PROFILE"
+GATE = "gate"
+RANDOM = "random"
 MUTATION = "mutation"
 MUTATION_EXAMPLES = 20
+
+settings.register_profile(GATE, derandomize=True, database=None, print_blob=True)
+settings.register_profile(RANDOM, print_blob=True)
 
 settings.register_profile(MUTATION, max_examples=MUTATION_EXAMPLES, derandomize=True,
                           database=None, deadline=None,
@@ -27,8 +39,8 @@ settings.register_profile(MUTATION, max_examples=MUTATION_EXAMPLES, derandomize=
 
 
 def load() -> str:
-    """Load the profile PROFILE_ENV names (none: Hypothesis's default); returns its name."""
-    name = os.environ.get(PROFILE_ENV, "default")
+    """Load the profile PROFILE_ENV names (none: GATE); returns its name."""
+    name = os.environ.get(PROFILE_ENV) or GATE
     settings.load_profile(name)
     return name
 

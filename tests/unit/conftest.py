@@ -7,9 +7,6 @@ Such a test belongs in tests/world_stories/ (or tests/world/selftest/ for the si
 
 Every test here draws RSA keys from a pool made once per session (`shared_rsa_keys`,
 tests/support/rsa_keys.py): distinct within a test, shared between tests.
-
-It also loads the Hypothesis profile KAIWU_HYPOTHESIS_PROFILE names (tests/support/
-hypothesis_profiles.py): mutation runs (bench/mutation.py) ask for a fast one.
 """
 
 from __future__ import annotations
@@ -18,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import hypothesis_profiles
 from tests.support.rsa_keys import shared_rsa_keys  # noqa: F401 - an autouse fixture
 from tests.world.fixtures import world_fixtures_of
-
-hypothesis_profiles.load()
 
 UNIT = Path(__file__).resolve().parent
 

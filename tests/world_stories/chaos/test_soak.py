@@ -73,8 +73,18 @@ DEFAULT_TOLERATIONS = [
      "tolerationSeconds": 300} for taint in ("not-ready", "unreachable")]
 
 
+GATE_SEED = 20261202
+"""The short mode's seed in the gate (`make test`): fixed, so the gate gives the same answer
+twice."""
+
+
 def soak_settings() -> SoakSettings:
-    seed = int(os.environ.get("KAIWU_SOAK_SEED") or random.SystemRandom().randrange(10**6))
+    # The gate's short mode replays one fixed seed (the same faults on every run); the long
+    # mode (`make soak`) and `make test-random` draw a new one unless KAIWU_SOAK_SEED is given.
+    chosen = os.environ.get("KAIWU_SOAK_SEED")
+    if not chosen and (LONG or os.environ.get("KAIWU_RANDOM")):
+        chosen = str(random.SystemRandom().randrange(10**6))
+    seed = int(chosen or GATE_SEED)
     if LONG:
         return SoakSettings(seed=seed, chaos_s=600.0, mean_gap_s=3.5)
     return SoakSettings(seed=seed)
