@@ -110,10 +110,11 @@ class Admin:
         self.asked: list[tuple[str, str, tuple[int, ...]]] = []
         # Gateways whose view lists only the nodes named here (restarted moments ago).
         self.partial_views: dict[str, set[int]] = {}
+        self.failing_at: set[tuple[str, str]] = set()  # (command, pod) that fail
 
     def _ask(self, command: str, pod: str, ids: Sequence[int] = ()) -> None:
         self.asked.append((command, pod, tuple(ids)))
-        if command in self.failing:
+        if command in self.failing or (command, pod) in self.failing_at:
             raise KwbaseError(f"{command}: connection refused", pod, [command])
 
     def commands(self) -> list[str]:
@@ -931,6 +932,17 @@ def test_a_node_missing_from_one_gateways_view_is_no_pod_that_never_joined() -> 
     p = c.run(replicas=2)
     assert ("decommission", f"{NAME}-0", (3,)) in c.admin.asked
     assert p.kaiwu.operation is not None and p.kaiwu.operation.node_id == 3
+
+
+def test_a_pod_that_never_joined_and_cannot_answer_is_still_removed() -> None:
+    """Scaled out and straight back in: the new pod's kwbase runs but never joined, so it
+    cannot answer `node status`; the second gateway's view decides."""
+    c = Cluster3()
+    c.world.kwdb.pop()  # dev-2 has no KaiwuDB node
+    c.admin.failing_at.add(("node status", f"{NAME}-2"))
+    p = c.run(replicas=2)
+    assert "decommission" not in c.admin.commands()
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.phase == REMOVING
 
 
 def test_a_node_another_view_shows_not_live_holds_the_scale_in() -> None:
