@@ -92,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("reconcile", help="run the reconciler (see kaiwu reconcile --help)",
                         add_help=False)
+    commands.add_parser("install", help="print the operator's install bundle (see kaiwu "
+                        "install --help)", add_help=False)
+    commands.add_parser("status", help="show the clusters as the reconciler reports them (see "
+                        "kaiwu status --help)", add_help=False)
     return parser
 
 
@@ -99,7 +103,18 @@ def _settings(args: argparse.Namespace) -> RenderSettings:
     return RenderSettings(kube_version=args.kube_version, cluster_domain=args.cluster_domain)
 
 
+def _nothing_found(source: str) -> Problem:
+    """No KaiwuCluster where `validate` looked: an error, never "0 specs are valid" (a CI step
+    pointed at the wrong directory would pass for ever)."""
+    return Problem(source, 0, "", "no KaiwuCluster found (searched the *.yaml and *.yml files "
+                   "there, hidden ones skipped)",
+                   "pass the directory or file that holds your KaiwuCluster specs, e.g. "
+                   "clusters/")
+
+
 def _render(args: argparse.Namespace) -> int:
+    # No spec found renders an empty kustomization (every cluster removed from the repository
+    # is a preview too); `validate` is where finding none is an error.
     manifests = [manifest_for(obj, source.cluster.name)
                  for source in load_clusters(Path(args.source))
                  for obj in build_objects(source.cluster, _settings(args))]
@@ -109,7 +124,8 @@ def _render(args: argparse.Namespace) -> int:
     write_tree(manifests, args.out)
     clusters = len({manifest.path.rsplit("/", 1)[0] for manifest in manifests})
     print(f"rendered {len(manifests)} objects of {clusters} clusters into {args.out}/ "
-          f"(Kubernetes {args.kube_version}); apply with: kubectl apply -k {args.out}")
+          f"(Kubernetes {args.kube_version}): a preview of what the reconciler creates; "
+          "commit the specs, not these files (README, \"GitOps, end to end\")")
     return EXIT_OK
 
 
@@ -123,9 +139,13 @@ def _validate(args: argparse.Namespace) -> int:
     count = 0
     for source in args.sources:
         try:
-            count += len(load_clusters(Path(source)))
+            found = len(load_clusters(Path(source)))
         except RenderError as error:
             problems.extend(error.problems)
+            continue
+        if not found:
+            problems.append(_nothing_found(source))
+        count += found
     if problems:
         raise RenderError(problems)
     print(f"{count} KaiwuCluster specs are valid")
@@ -166,8 +186,9 @@ class _UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(arguments)
-    if args.command == "reconcile":  # listed for `kaiwu --help`; run by reconciler.cli
-        print("kaiwu reconcile: run it through the kaiwu command", file=sys.stderr)
+    if args.command in ("reconcile", "install", "status"):
+        # Listed for `kaiwu --help`; run by reconciler.cli, which hands the rest here.
+        print(f"kaiwu {args.command}: run it through the kaiwu command", file=sys.stderr)
         return EXIT_INVALID
     handlers = {"render": _render, "validate": _validate, "diff": _diff, "crd": _crd}
     try:

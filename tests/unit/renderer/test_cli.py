@@ -70,8 +70,10 @@ def test_render_and_validate_default_to_clusters_and_out_in_the_working_director
 
     rendered = kaiwu("render")
     assert rendered.code == 0, rendered.stderr
-    assert rendered.stdout == ("rendered 16 objects of 3 clusters into out/ (Kubernetes 1.35); "
-                               "apply with: kubectl apply -k out\n")
+    assert rendered.stdout == (
+        "rendered 16 objects of 3 clusters into out/ (Kubernetes 1.35): a preview of what the "
+        'reconciler creates; commit the specs, not these files (README, "GitOps, end to '
+        'end")\n')
     assert (tmp_path / "out" / KUSTOMIZATION).is_file()
 
 
@@ -238,3 +240,26 @@ def test_a_disk_error_is_one_line_naming_the_file_when_it_is_known(
     monkeypatch.setattr(Path, "write_text", named)
     run = kaiwu("render", EXAMPLES, "-o", tmp_path / "out")
     assert run.stderr.startswith(f"kaiwu render: No space left on device: {tmp_path}/.out.")
+
+
+@pytest.mark.parametrize("layout", ["empty directory", "empty file", "json only"])
+def test_finding_no_spec_is_an_error_naming_where_it_looked(tmp_path: Path, layout: str) -> None:
+    """`kaiwu validate` pointed at the wrong place said "0 KaiwuCluster specs are valid" and
+    exited 0: a CI step that checks nothing, for ever."""
+    source = tmp_path / "specs"
+    source.mkdir()
+    if layout == "empty file":
+        (source / "orders.yaml").write_text("")
+    elif layout == "json only":
+        (source / "orders.json").write_text("{}")
+    run = kaiwu("validate", str(source))
+    assert run.code == 2, run.stdout
+    assert f"{source}: no KaiwuCluster found" in run.stderr
+    assert "e.g. clusters/" in run.stderr
+    assert run.stdout == ""
+
+
+def test_help_lists_every_subcommand() -> None:
+    shown = kaiwu("--help").stdout
+    for command in ("render", "validate", "diff", "crd", "reconcile", "install", "status"):
+        assert f"    {command}" in shown, command
