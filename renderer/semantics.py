@@ -74,6 +74,8 @@ MAX_CLIENT_USERS = 20
 # A lone UTF-16 surrogate, which a "\\ud800" escape in YAML or JSON makes (not text).
 _SURROGATE = re.compile("[\ud800-\udfff]")
 FRACTION = re.compile(r"^(0?\.[0-9]+|[0-9]+(\.[0-9]+)?%)\Z")
+# Sizes below one mebibyte are a unit left out ("storage.size: 10" is 10 bytes), never meant.
+ONE_MI = 1024 * 1024
 # The time-series engine allocates well beyond --cache and --max-sql-memory (kaiwudb-facts.md).
 MAX_MEMORY_FRACTION = Decimal("0.8")
 
@@ -332,6 +334,10 @@ def _check_resources(spec: dict[str, Any]) -> Iterator[Violation]:
                 continue
             if value < 0:
                 yield Violation(path, f"{values[name]} is negative", "use 0 or more")
+            elif name == "memory" and 0 < value < ONE_MI:
+                # Kubernetes reads a bare number as bytes: "memory: 512" is half a kilobyte.
+                yield Violation(path, f"memory {values[name]} is {value} bytes (a number "
+                                "without a unit is bytes)", "write the unit, e.g. 8Gi")
             elif value == 0 and name == "memory":
                 # kwbase sizes its cache and SQL memory as fractions of it: 0 bytes runs nothing.
                 yield Violation(path, f"memory {values[name]} is zero",
@@ -363,6 +369,10 @@ def _check_resources(spec: dict[str, Any]) -> Iterator[Violation]:
     if size.value <= 0:
         yield Violation(("spec", "storage", "size"), "the volume size must be positive",
                         "use a size such as 100Gi")
+    elif size.value < ONE_MI:
+        yield Violation(("spec", "storage", "size"),
+                        f"{spec['storage']['size']} is {size.value} bytes, too small for a store "
+                        "(a number without a unit is bytes)", "write the unit, e.g. 100Gi")
 
 
 def _check_args(args: list[str]) -> Iterator[Violation]:

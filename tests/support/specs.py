@@ -237,8 +237,19 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     if sum(Decimal(v[:-1]) / 100 if v.endswith("%") else Decimal(v) for v in fractions) > Decimal(
             "0.8"):
         spec["cache"] = ".25"
-    if "storage" in spec and quantity.parse(spec["storage"].get("size", "1")).value <= 0:
-        spec["storage"]["size"] = "10Gi"
+    if "storage" in spec and quantity.parse(spec["storage"].get("size", "10Gi")).value < \
+            semantics.ONE_MI:
+        spec["storage"]["size"] = "10Gi"  # below 1Mi is a unit left out (refused)
+    resources = spec.get("resources", {})
+    for section in ("requests", "limits"):
+        memory = resources.get(section, {}).get("memory")
+        if memory is not None and 0 < quantity.parse(memory).value < semantics.ONE_MI:
+            resources[section]["memory"] = "1Gi"  # below 1Mi is a unit left out (refused)
+    request = resources.get("requests", {}).get("memory")
+    limit = resources.get("limits", {}).get("memory")
+    if request is not None and limit is not None and \
+            quantity.parse(request).value > quantity.parse(limit).value:
+        resources["requests"]["memory"] = limit
     if "extraEnv" in spec:
         spec["extraEnv"] = _unique_by_name(spec["extraEnv"], "name")
     if "extraArgs" in spec:

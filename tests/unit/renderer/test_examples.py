@@ -115,11 +115,13 @@ def test_the_kustomization_lists_every_object_once_in_apply_order(tmp_path: Path
         assert kinds == sorted(kinds, key=order.index), cluster_dir
 
 
-def test_render_reports_what_it_wrote_and_how_to_apply_it(tmp_path: Path) -> None:
+def test_render_reports_what_it_wrote_and_that_it_is_a_preview(tmp_path: Path) -> None:
+    """The README says never to deploy out/: the last line says so too, and what to do."""
     run = kaiwu("render", EXAMPLES, "-o", tmp_path / "out")
     assert run.code == 0
     assert run.stdout.startswith("rendered 16 objects of 3 clusters into ")
-    assert f"kubectl apply -k {tmp_path / 'out'}" in run.stdout
+    assert "a preview of what the reconciler creates; commit the specs" in run.stdout
+    assert "kubectl apply" not in run.stdout
 
 
 def test_the_stdout_stream_holds_the_same_objects_in_kustomization_order(

@@ -569,3 +569,17 @@ def test_an_insecure_cluster_is_not_exposed_outside_kubernetes_unless_the_risk_i
         "type": kind, "allowInsecureExposure": True})) == {}
     assert violations(with_spec(service={"type": kind})) == {}, "TLS on: fine"
     assert violations(with_spec(tls={"enabled": False})) == {}, "ClusterIP: fine"
+
+
+@pytest.mark.parametrize(("spec", "where"), [
+    ({"storage": {"size": 10}}, "spec.storage.size"),
+    ({"storage": {"size": "500k"}}, "spec.storage.size"),
+    ({"resources": {"requests": {"memory": "512"}}}, "spec.resources.requests.memory"),
+    ({"resources": {"limits": {"memory": 1000}}}, "spec.resources.limits.memory"),
+])
+def test_a_size_without_its_unit_is_refused_not_rendered_as_bytes(
+        spec: dict[str, Any], where: str) -> None:
+    """`storage.size: 10` rendered a 10-byte volume; `memory: 512` half a kilobyte."""
+    message, fix = violations(with_spec(**spec))[where]
+    assert "bytes" in message and fix.startswith("write the unit, e.g.")
+    assert violations(with_spec(storage={"size": "1Mi"})) == {}
