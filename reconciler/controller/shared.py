@@ -98,8 +98,7 @@ def made_for(live: Obj, cluster: Obj) -> bool:
         return all(ref.get("kind") == cluster.get("kind") and ref.get("name") == name
                    for ref in controllers)
     labels = meta(live).get("labels") or {}
-    return (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
-            and labels.get(INSTANCE_LABEL) == meta(cluster).get("name"))
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(INSTANCE_LABEL) == name
 
 
 class WriteMarks:

@@ -144,31 +144,23 @@ class Scaling(Part):
                        target: str) -> NodeStatus | None:
         """The target pod's node as the target itself or a second gateway lists it (None when
         neither does). KwbaseError when the second gateway's view cannot be had: the caller
-        waits. The target not answering is no evidence either way."""
-        views: list[str] = []
-        if kwbase_running(pods.get(target)):
-            views.append(target)
+        waits. The target not answering is no evidence either way: a pod that never joined
+        cannot."""
         first = exec_pod(pods, avoid=target)
         other = exec_pod({n: o for n, o in pods.items() if n not in (first, target)})
-        if other is not None:
-            views.append(other)
-        answered = 0
-        failure: KwbaseError | None = None
-        for gateway in views:
+        gateways = ([target] if kwbase_running(pods.get(target)) else []) + (
+            [other] if other is not None else [])
+        for gateway in gateways:
             try:
                 shown = admin.node_status(gateway)
-            except KwbaseError as error:
-                # The target itself may be a node that never joined (it cannot answer then):
-                # what counts is that some other view was had.
-                failure = error
-                continue
-            answered += gateway != target
+            except KwbaseError:
+                if gateway == target:
+                    continue
+                raise
             mine = [n for n in shown if n.pod_name == target
                     and not (n.is_decommissioning and not n.is_live)]
             if mine:
                 return max(mine, key=lambda n: (n.is_live, n.id))
-        if failure is not None and not answered and other is not None:
-            raise failure
         return None
 
     def scale_in_blocker(self, nodes: Sequence[NodeStatus], admin: KwbaseAdmin,
@@ -487,4 +479,3 @@ class Strays(Part):
             "recommissioned so they hold replicas again"), event="Warning")
         self.nodes.forget(cluster.namespace, cluster.name)
         p.requeue_in(self.settings.poll_s)
-
