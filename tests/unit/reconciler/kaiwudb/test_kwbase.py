@@ -101,6 +101,16 @@ def start_pods(replicas: int = 3, tls: bool = True,
     return Deployment(world, runner, KwbaseAdmin(runner, NAMESPACE, NAME, secure=tls))
 
 
+def initialised(replicas: int, at: float) -> Deployment:
+    """`replicas` pods of the rendered StatefulSet, `kwbase init` run at t=1 s, the clock at
+    `at`."""
+    deployment = start_pods(replicas=replicas)
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.at(at)
+    return deployment
+
+
 @pytest.fixture
 def cluster() -> Iterator[Deployment]:
     """A three-node secure cluster, initialised and fully replicated at t=30 s."""
@@ -228,10 +238,7 @@ def test_every_cluster_runs_the_ts_txn_job_for_ever_and_it_never_holds_a_scale_i
 
 
 def test_a_decommissioned_node_drains_its_replicas_and_can_be_recommissioned() -> None:
-    deployment = start_pods(replicas=4)
-    deployment.at(1.0)
-    deployment.admin.init("orders-0")
-    deployment.at(30.0)
+    deployment = initialised(4, 30.0)
     admin = deployment.admin
 
     (marked,) = admin.decommission("orders-0", [4])
@@ -255,10 +262,7 @@ def test_a_node_that_died_while_ranges_were_under_replicated_stops_counting_once
     counts those ranges as under-replicated for ever. Once it is decommissioned (its store was
     lost and replaced, say) KaiwuDB no longer lists it, the others re-replicate its ranges, and
     replication is healthy again: a scale-in waiting for health does not wait for ever."""
-    deployment = start_pods(replicas=4)
-    deployment.at(1.0)
-    deployment.admin.init("orders-0")
-    deployment.at(2.0)
+    deployment = initialised(4, 2.0)
     world, admin = deployment.world, deployment.admin
     world.stop_process((NAMESPACE, NAME), "orders-0", 2.0, graceful=False)
 
@@ -273,10 +277,7 @@ def test_a_node_that_died_while_ranges_were_under_replicated_stops_counting_once
 
 
 def test_a_dead_nodes_gossiped_count_expires_but_the_decommission_count_does_not() -> None:
-    deployment = start_pods(replicas=4)
-    deployment.at(1.0)
-    deployment.admin.init("orders-0")
-    deployment.at(30.0)
+    deployment = initialised(4, 30.0)
     world, admin = deployment.world, deployment.admin
     world.tune((NAMESPACE, NAME), 30.0, snapshot_rate_per_s=0.01)  # a drain of big ranges
     (marked,) = admin.decommission("orders-0", [4])
@@ -583,10 +584,7 @@ def test_a_node_down_for_two_hours_loses_its_address_and_is_long_gone() -> None:
     """KWDB forgets a node's descriptor two hours after it last gossiped it (hourly while it
     runs: gossip.go:133-140) and `node status` prints NULL for its address and is_live false
     (cli/node.go:165-179). No pod can be paired with it any more; `long_gone` names it."""
-    deployment = start_pods(replicas=4)
-    deployment.at(1.0)
-    deployment.admin.init("orders-0")
-    deployment.at(30.0)
+    deployment = initialised(4, 30.0)
     world, admin = deployment.world, deployment.admin
     world.stop_process((NAMESPACE, NAME), "orders-3", 30.0, graceful=False)
     epoch = world.settings.epoch_unix_s
