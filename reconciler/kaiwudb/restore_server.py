@@ -27,6 +27,7 @@ import logging
 import secrets
 import socket
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
@@ -117,10 +118,11 @@ class BackupFileServer:
             data = None if rel == "" or rel.endswith("/") else target.get(rel)
             if data is None:
                 directory = rel if rel == "" or rel.endswith("/") else rel + "/"
-                if directory and not target.list(directory):
+                listing = target.list(directory)  # a target lists dir/ as dir
+                if directory and not listing:
                     request.send_error(404)
                     return
-                self._send(request, 200, self._index(target, directory).encode(),
+                self._send(request, 200, self._index(listing, directory).encode(),
                            "text/html; charset=utf-8", body=body)
                 return
         except TargetError as err:
@@ -154,9 +156,11 @@ class BackupFileServer:
             request.wfile.write(payload)
 
     @staticmethod
-    def _index(target: Target, rel: str) -> str:
+    def _index(listing: Mapping[str, int], rel: str) -> str:
+        """The index page of directory `rel`: its files and subdirectories (`listing`: every
+        key under it, as the target lists them)."""
         entries = set()
-        for key in target.list(rel):  # a target lists dir/ as dir
+        for key in listing:
             rest = key[len(rel):]
             head, sep, _ = rest.partition("/")
             entries.add(head + ("/" if sep else ""))
