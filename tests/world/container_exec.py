@@ -51,7 +51,7 @@ def _simple(
             return None
         out = kwbase(argv)
         return CommandResult(out.stdout.encode(), out.stderr.encode(), out.exit_code,
-                             out.duration_s)
+                             out.duration_s, out.answers_at_end)
     if name == "true":
         return CommandResult(b"", b"", 0)
     if name == "false":

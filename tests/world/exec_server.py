@@ -74,6 +74,11 @@ class CommandResult:
     stderr: bytes
     exit_code: int
     delay_s: float = 0.0
+    # The command answers only when it ends (see tests/world/kwdb/state.py ExecResult).
+    answers_at_end: bool = False
+    # The stream closes with no exit status: the command was still running when the kubelet
+    # stopped waiting for it (the client sees what a time-out shows, no status).
+    no_status: bool = False
 
 
 class ExecRefused(Exception):
@@ -371,6 +376,9 @@ class KubeletServer:
             return
         if result.delay_s > 0:
             await asyncio.sleep(result.delay_s)
+        if result.no_status:
+            await connection.close()
+            return
         if want_out and result.stdout:
             await send(STDOUT_CHANNEL, result.stdout)
         if want_err and result.stderr:

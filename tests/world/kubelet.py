@@ -123,6 +123,10 @@ class KubeletSettings:
         final delete (the real kubelet waits for the process, up to the grace period).
     exec_wait_cap_s: longest an exec answer is held back to match how long the real command
         runs (e.g. a connect timeout); commands that would block until killed are held this long.
+    long_statement_cap_s: how long the answer of a command that answers only when it ends (a long
+        EXPORT or IMPORT) is waited for; one that runs longer closes the stream with no output
+        and no exit status, as the real kubelet's streaming idle time-out does
+        (--streaming-connection-idle-timeout, 4 h by default), the statement running on.
     kwdb_image_suffix: images whose repository ends with this are KaiwuDB (any registry).
     pod_cidr_prefix: node i gets <prefix>.<i>.0/24 for pod IPs.
     """
@@ -139,6 +143,7 @@ class KubeletSettings:
     crash_backoff_max_s: float = 8.0
     termination_grace_cap_s: float = 1.0
     exec_wait_cap_s: float = 5.0
+    long_statement_cap_s: float = 60.0
     kwdb_image_suffix: str = "kwdb/kwdb"
     pod_cidr_prefix: str = "10.244"
 
@@ -1001,6 +1006,11 @@ class SimKubelet:
     ) -> CommandResult:
         runtime, c = self._exec_target(node, namespace, pod, container)
         result = self._run(runtime, c, argv)
+        if result.answers_at_end:
+            cap = self.settings.long_statement_cap_s
+            if result.delay_s > cap:
+                return CommandResult(b"", b"", -1, delay_s=cap, no_status=True)
+            return result
         return dataclasses.replace(
             result, delay_s=min(result.delay_s, self.settings.exec_wait_cap_s)
         )

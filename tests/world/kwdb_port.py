@@ -47,12 +47,14 @@ class ProcessExit:
 @dataclass(frozen=True)
 class ExecOutput:
     """What a kwbase command printed, its exit code, and how long the real one would take in
-    real seconds (math.inf: until killed)."""
+    real seconds (math.inf: until killed). answers_at_end: see tests/world/kwdb/state.py
+    ExecResult."""
 
     stdout: str
     stderr: str
     exit_code: int
     duration_s: float = 0.0
+    answers_at_end: bool = False
 
 
 class KwdbPort(Protocol):
@@ -149,7 +151,7 @@ class KwdbAdapter:
                 self._exits[key] = ProcessExit(ended.exit_code, ended.reason)
         # Simulated seconds to real ones (inf stays inf).
         return ExecOutput(result.stdout, result.stderr, result.exit_code,
-                          result.duration_s / self.clock.speed)
+                          result.duration_s / self.clock.speed, result.answers_at_end)
 
     def lose_store(self, cluster: ClusterKey, store_key: str) -> None:
         self.world.delete_store(self._key(cluster), store_key, self.clock.now())

@@ -135,6 +135,9 @@ class SqlData:
     next_job: int = 900000000000000000
     role_members: set[tuple[str, str]] = field(default_factory=set)  # (role, member)
     export_chunk_rows: int = 100_000
+    # How fast EXPORT and IMPORT move rows, in simulated seconds (tests/world/kwdb/bulk.py; an
+    # assumption of the simulation, not from KWDB's source).
+    bulk_rows_per_s: float = 50_000.0
 
     def is_empty(self) -> bool:
         return not self.databases and not self.users
@@ -373,13 +376,19 @@ def _http_get(url: str) -> bytes:
     return body
 
 
+def http_listing(url: str) -> bytes:
+    """The index page of a directory over http, asked for as ListFiles asks (no trailing
+    slash); SqlError when it does not answer."""
+    return _http(_http_join(url, ""))[2]
+
+
 def _http_tree(url: str) -> dict[str, bytes]:
     """A directory over http as KWDB's http storage reads it (ListFiles, http_storage.go:
     332-355): a GET of the directory's URL *without* a trailing slash, the <a href> links of the
     page (their text, entities decoded as html.Parse does), `../` skipped, a trailing `/` naming
     a subdirectory; crawled into relative path -> contents."""
     found: dict[str, bytes] = {}
-    _, _, page = _http(_http_join(url, ""))
+    page = http_listing(url)
     for raw in re.findall(r'<a href="([^"]*)"', page.decode()):
         link = html.unescape(raw)
         if link in ("../", ""):
@@ -590,6 +599,20 @@ def _export_select(s: Session, m: re.Match[str]) -> Result:
     schema = ident(m.group("schema")) if m.group("schema") else "public"
     return export_select(s, m.group("url"), ident(m.group("db")), schema,
                          ident(m.group("table")), m.group("ts"))
+
+
+@_pattern(r"select count\(\*\) from (?P<db>" + IDENT + r")\.(?P<schema>" + IDENT + r")\."
+          r"(?P<table>" + IDENT + r")(?: as of system time '(?P<ts>[^']+)')?")
+def _count(s: Session, m: re.Match[str]) -> Result:
+    db = _database(s, ident(m.group("db")))
+    name = (ident(m.group("schema")), ident(m.group("table")))
+    table = db.tables.get(name)
+    if table is None or table.kind != "table":
+        raise SqlError(f'relation "{db.name}.{name[0]}.{name[1]}" does not exist',
+                       sqlstate="42P01")
+    if db.engine == TIME_SERIES and m.group("ts") is not None:
+        raise SqlError("AS OF SYSTEM TIME is not supported on time series tables")
+    return ["count"], [[str(len(table.rows_at(_as_of(m.group("ts"), s))))]], []
 
 
 @_pattern(r"export users to sql " + _Q)

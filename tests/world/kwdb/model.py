@@ -51,9 +51,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tests.world.kwdb.data import SqlData
 from tests.world.kwdb.settings import KwdbSettings
+
+if TYPE_CHECKING:
+    from tests.world.kwdb.bulk import Running
 
 MODE_MULTI = "start"
 MODE_SINGLE_REPLICA = "start-single-replica"
@@ -118,6 +122,9 @@ class Job:
     description: str
     status: str  # running, succeeded, failed, ...
     created: float
+    statement: str = ""
+    finished: float | None = None
+    error: str = ""
 
 
 TS_TXN_JOB = "TS TXN"
@@ -163,6 +170,8 @@ class LogicalCluster:
             Job(100000000000000001, TS_TXN_JOB, "handle ts txn record", "running", created_at)
         ]
         self.data = SqlData()
+        # EXPORT and IMPORT statements not ended yet (tests/world/kwdb/bulk.py).
+        self.running_statements: list[Running] = []
 
     # ----- jobs --------------------------------------------------------------------------
     def set_running_jobs(self, job_type: str, count: int, t: float) -> None:
@@ -179,6 +188,13 @@ class LogicalCluster:
 
     def running_jobs(self) -> list[Job]:
         return [j for j in self.jobs if j.status == "running"]
+
+    def add_job(self, job_type: str, description: str, statement: str, t: float) -> Job:
+        """A new job row, running (ids from the cluster's counter, never reused)."""
+        job_id = max((j.job_id for j in self.jobs), default=100000000000000000) + 1
+        job = Job(job_id, job_type, description, "running", t, statement)
+        self.jobs.append(job)
+        return job
 
     # ----- nodes -------------------------------------------------------------------------
     def add_node(self, record_for_id: NodeRecord) -> NodeRecord:

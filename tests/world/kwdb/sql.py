@@ -24,10 +24,10 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from tests.world.kwdb import data
+from tests.world.kwdb import bulk, data
 from tests.world.kwdb.client import Env, Fail, output_format, sql_session
 from tests.world.kwdb.flags import Invocation
-from tests.world.kwdb.model import LogicalCluster, StoreMetrics
+from tests.world.kwdb.model import Job, LogicalCluster, StoreMetrics
 from tests.world.kwdb.render import cli_error, format_timestamp, format_value, render
 from tests.world.kwdb.state import ExecResult, Proc
 
@@ -70,6 +70,15 @@ _RUNNING_JOB_TYPES = re.compile(
     r"\s*\]\s+where\s+status\s*=\s*'running'\s+group\s+by\s+job_type\s+order\s+by\s+job_type",
     re.IGNORECASE,
 )
+_STATEMENT_JOBS = re.compile(
+    r"select job_id, status, created, error from \[show jobs\] where job_type = "
+    r"'(?P<type>(?:[^']|'')*)' and strpos\((?P<column>statement|description), "
+    r"'(?P<needle>(?:[^']|'')*)'\) > 0 order by created desc",
+    re.IGNORECASE,
+)
+"""The jobs of one statement, the admin adapter's STATEMENT_JOBS_QUERY (newest first)."""
+_JOB_WINDOW_S = 7 * 24 * 3600.0
+"""SHOW JOBS lists a finished job for seven days (delegate/show_jobs.go:55-60)."""
 _JOB_HEADERS = (
     # SHOW JOBS' columns: kwbase/pkg/sql/delegate/show_jobs.go:43-46 (V3.2.1).
     "job_id",
@@ -177,10 +186,17 @@ def _session(env: Env, target: Proc, cluster: LogicalCluster) -> data.Session:
 
 
 def _statement(
-    env: Env, target: Proc, cluster: LogicalCluster, stmt: str, notices: list[str]
+    env: Env, target: Proc, cluster: LogicalCluster, stmt: str, notices: list[str],
+    durations: list[float],
 ) -> tuple[list[str], list[list[str]]]:
     text = _squash(stmt)
     try:
+        if bulk.is_bulk(text):
+            headers, rows, said, duration = bulk.run(
+                env, target, cluster, _session(env, target, cluster), stmt, text)
+            notices.extend(said)
+            durations.append(duration)
+            return headers, rows
         answered = data.statement(_session(env, target, cluster), text)
     except data.SqlError as err:
         raise Fail(err.message, sqlstate=err.sqlstate) from err
@@ -197,37 +213,60 @@ def _statement(
     if _RUNNING_JOB_TYPES.fullmatch(text):
         counts = Counter(j.job_type for j in cluster.running_jobs())
         return ["job_type", "running"], [[t, str(n)] for t, n in sorted(counts.items())]
+    statement_jobs = _STATEMENT_JOBS.fullmatch(text)
+    if statement_jobs is not None:
+        job_type, needle = (statement_jobs.group(g).replace("''", "'") for g in ("type", "needle"))
+        column = statement_jobs.group("column").lower()
+        epoch = env.group.settings.epoch_unix_s
+        found = [j for j in _shown_jobs(cluster, env.now) if j.job_type == job_type
+                 and needle in (j.statement if column == "statement" else j.description)]
+        return ["job_id", "status", "created", "error"], [
+            [str(j.job_id), j.status, format_timestamp(j.created, epoch), j.error]
+            for j in sorted(found, key=lambda j: -j.created)]
     if text.lower() == "show jobs":
         epoch = env.group.settings.epoch_unix_s
-        # Running jobs first (show_jobs.go:63-66: ORDER BY COALESCE(finished, now()) DESC).
+
+        def shown(t: float | None) -> str:
+            return "NULL" if t is None else format_timestamp(t, epoch)
+
+        # Running jobs first, then by completion (show_jobs.go:63-66: ORDER BY
+        # COALESCE(finished, now()) DESC, started DESC).
+        ordered = sorted(_shown_jobs(cluster, env.now),
+                         key=lambda j: (-(j.finished if j.finished is not None else env.now),
+                                        -j.created))
         rows = [
             [
                 str(job.job_id),
                 job.job_type,
                 job.description,
-                "",
+                job.statement,
                 "root",
                 job.status,
                 "NULL",
-                format_timestamp(job.created, epoch),
-                format_timestamp(job.created, epoch),
+                shown(job.created),
+                shown(job.created),
+                shown(job.finished),
+                shown(job.finished if job.finished is not None else env.now),
                 "NULL",
-                format_timestamp(env.now, epoch),
-                "NULL",
-                "0",
-                "",
+                "1" if job.finished is not None and not job.error else "0",
+                job.error,
                 "1",
                 "0",
                 "0",
                 "0",
                 "NULL",
             ]
-            for job in sorted(cluster.running_jobs(), key=lambda j: -j.created)
+            for job in ordered
         ]
         return list(_JOB_HEADERS), rows
     if text.lower() == "select 1":
         return ["?column?"], [["1"]]
     raise Fail(f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")
+
+
+def _shown_jobs(cluster: LogicalCluster, now: float) -> list[Job]:
+    """The jobs SHOW JOBS lists: running ones and those finished in the last seven days."""
+    return [j for j in cluster.jobs if j.finished is None or j.finished > now - _JOB_WINDOW_S]
 
 
 def run_sql(env: Env, inv: Invocation) -> ExecResult:
@@ -239,9 +278,10 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
     target, cluster = sql_session(env, inv)
     out = ""
     notices: list[str] = []
+    durations: list[float] = []
     for stmt in statements:
         try:
-            headers, rows = _statement(env, target, cluster, stmt, notices)
+            headers, rows = _statement(env, target, cluster, stmt, notices, durations)
         except Fail as f:
             # Results of the statements before the failing one were already printed.
             err = cli_error(f.message, "sql", hint=f.hint, sqlstate=f.sqlstate)
@@ -256,7 +296,10 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
             "r" if rows and all(_is_int(r[i]) for r in rows) else "l" for i in range(len(headers))
         )
         out += render(fmt, headers, [[format_value(v) for v in r] for r in rows], align)
-    return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices), 0)
+    # A long EXPORT or IMPORT: the client prints it all when the statement ends.
+    took = sum(durations)
+    return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices), 0, duration_s=took,
+                      answers_at_end=took > 0)
 
 
 def split_statements(text: str) -> list[str]:

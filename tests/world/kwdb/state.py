@@ -72,6 +72,9 @@ class ExecResult:
         while replicas remain). The kubelet may honour it or ignore it.
     exited: server processes that exited because of this command (the kubelet turns each into a
         container exit).
+    answers_at_end: the command prints nothing until it ends (`kwbase sql` running a long
+        EXPORT or IMPORT): an exec that ends sooner (the kubelet's cap, the client's time-out)
+        gets no output and no exit status, while the statement runs on in the server.
     """
 
     stdout: str
@@ -79,6 +82,7 @@ class ExecResult:
     exit_code: int
     duration_s: float = 0.0
     exited: tuple[ProcessExit, ...] = ()
+    answers_at_end: bool = False
 
 
 @dataclass(frozen=True)

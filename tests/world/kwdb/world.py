@@ -37,6 +37,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from tests.world.kwdb import bulk
 from tests.world.kwdb.client import Env
 from tests.world.kwdb.commands import run_client_command
 from tests.world.kwdb.data import (
@@ -53,6 +54,7 @@ from tests.world.kwdb.flags import CliError, Invocation, parse
 from tests.world.kwdb.model import (
     MODE_SINGLE_NODE,
     START_MODES,
+    Job,
     LogicalCluster,
 )
 from tests.world.kwdb.render import cli_error
@@ -212,7 +214,10 @@ class KwdbWorld:
         group = self._groups.get(cluster)
         if group is None:
             group = self._groups[cluster] = Group(cluster, self.settings)
-        return group, group.advance(now)
+        now = group.advance(now)
+        for logical in group.clusters:
+            bulk.settle(group, logical, now)  # EXPORTs and IMPORTs that ended by now
+        return group, now
 
     def _proc(self, cluster: ClusterKey, pod_name: str, now: float) -> tuple[Group, Proc | None]:
         group, _ = self._group(cluster, now)
@@ -614,6 +619,17 @@ class KwdbWorld:
         """SET CLUSTER SETTING name = 'value'."""
         with self._lock:
             self._data(cluster, now)[1].settings[name] = value
+
+    def set_bulk_rate(self, cluster: ClusterKey, now: float, rows_per_s: float) -> None:
+        """EXPORT and IMPORT move `rows_per_s` rows a simulated second from now on (bulk.py)."""
+        with self._lock:
+            self._data(cluster, now)[1].bulk_rows_per_s = rows_per_s
+
+    def jobs(self, cluster: ClusterKey, now: float) -> list[Job]:
+        """Every job row of the cluster (copies), oldest first."""
+        with self._lock:
+            _, primary = self._primary(cluster, now)
+            return [replace(j) for j in (primary.jobs if primary is not None else ())]
 
     def set_export_chunk_rows(self, cluster: ClusterKey, now: float, rows: int) -> None:
         """EXPORT starts a new data file every `rows` rows (KWDB's chunk_rows)."""

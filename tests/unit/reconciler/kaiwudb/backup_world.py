@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from reconciler.kaiwudb.backup import Backups, BackupSettings
 from reconciler.kaiwudb.kwbase import KwbaseAdmin
 from reconciler.keys import ClusterKey
@@ -28,6 +26,7 @@ from reconciler.model import NodeEntry, Obj, Pass
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from renderer.spec import Cluster
+from tests.support.sim_exec import SimExec
 from tests.world.kwdb.world import KwdbWorld
 
 NS = "shop"
@@ -86,27 +85,6 @@ class Api:
         return self.objects.pop((kind.kind, namespace or "", name), None) is not None
 
 
-@dataclass
-class PodExec:
-    """Exec into the simulated KaiwuDB the way Kube.exec reports it: the pod name says the
-    cluster (<cluster>-<ordinal>); a pod without a process is a 404 from the API server."""
-
-    kwdb: KwdbWorld
-    now: float = 0.0
-    calls: list[tuple[str, list[str]]] = field(default_factory=list)
-
-    def exec(self, namespace: str, pod: str, container: str, command: list[str],
-             timeout: float = 60.0) -> tuple[str, str, int]:
-        assert container == "kwbase"
-        self.calls.append((pod, command))
-        key = (namespace, pod.rsplit("-", 1)[0])
-        if not self.kwdb.logs(key, pod):
-            raise ApiException(status=404, reason="Not Found")
-        result = self.kwdb.exec(key, pod, command, self.now)
-        code = result.exit_code if result.duration_s <= timeout else -1
-        return result.stdout, result.stderr, code
-
-
 def cluster_obj(name: str, replicas: int = 3, restore_from: str = "") -> Obj:
     spec: Obj = {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": False}}
     if restore_from:
@@ -131,7 +109,7 @@ class Site:
 
     api: Api
     kwdb: KwdbWorld
-    runner: PodExec
+    runner: SimExec
     volumes: Path
     backups: Backups
     now: float = 30.0
@@ -215,7 +193,7 @@ class Site:
 def a_site(tmp_path: Path, settings: BackupSettings | None = None) -> Site:
     (tmp_path / CLAIM).mkdir(exist_ok=True)
     api, kwdb = Api(), KwdbWorld()
-    runner = PodExec(kwdb)
+    runner = SimExec(kwdb)
     site_settings = settings or BackupSettings(volumes_dir=str(tmp_path))
     backups = Backups(api, api, Metrics(), site_settings,  # type: ignore[arg-type]
                       lambda cluster: KwbaseAdmin.for_cluster(runner, cluster))

@@ -34,31 +34,11 @@ from reconciler.kaiwudb.kwbase import (
 )
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
+from tests.support.sim_exec import SimExec
 from tests.world.kwdb.world import KwdbWorld
 
 NAMESPACE, NAME = "shop", "orders"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # KwdbSettings.epoch_unix_s: simulated time 0
-
-
-@dataclass
-class ModelExec:
-    """Exec into the simulated KaiwuDB directly, the way Kube.exec reports results: a command
-    that would outlive the time-out comes back without an exit status (-1); a pod with no
-    process is refused by the API server (404), as a missing pod is."""
-
-    world: KwdbWorld
-    now: float = 0.0
-    calls: list[list[str]] = field(default_factory=list)
-
-    def exec(self, namespace: str, pod: str, container: str, command: list[str],
-             timeout: float = 60.0) -> tuple[str, str, int]:
-        assert container == "kwbase"
-        self.calls.append(command)
-        if not self.world.logs((namespace, NAME), pod):
-            raise ApiException(status=404, reason="Not Found")
-        result = self.world.exec((namespace, NAME), pod, command, self.now)
-        code = result.exit_code if result.duration_s <= timeout else -1
-        return result.stdout, result.stderr, code
 
 
 def rendered_command(replicas: int, tls: bool, mode: str = "multi-replica") -> list[str]:
@@ -75,7 +55,7 @@ def rendered_command(replicas: int, tls: bool, mode: str = "multi-replica") -> l
 @dataclass
 class Deployment:
     world: KwdbWorld
-    runner: ModelExec
+    runner: SimExec
     admin: KwbaseAdmin
 
     def at(self, seconds: float) -> None:
@@ -97,7 +77,7 @@ def start_pods(replicas: int = 3, tls: bool = True,
         started = world.start_process((NAMESPACE, NAME), pod, f"claim-uid-{ordinal}", argv, 0.0,
                                       image="kwdb/kwdb:3.2.1")
         assert started.ok, started.stderr
-    runner = ModelExec(world)
+    runner = SimExec(world)
     return Deployment(world, runner, KwbaseAdmin(runner, NAMESPACE, NAME, secure=tls))
 
 
@@ -122,11 +102,11 @@ def cluster() -> Iterator[Deployment]:
 
 
 def test_commands_are_plain_argv_with_the_connection_flags() -> None:
-    secure = KwbaseAdmin(ModelExec(KwdbWorld()), NAMESPACE, NAME, secure=True)
+    secure = KwbaseAdmin(SimExec(KwdbWorld()), NAMESPACE, NAME, secure=True)
     assert secure.argv("orders-1", "node", "status") == [
         "/kaiwudb/bin/kwbase", "node", "status", "--host=localhost:26257",
         "--certs-dir=/kaiwudb/certs"]
-    dns = KwbaseAdmin(ModelExec(KwdbWorld()), NAMESPACE, NAME, secure=False,
+    dns = KwbaseAdmin(SimExec(KwdbWorld()), NAMESPACE, NAME, secure=False,
                       settings=KwbaseSettings(connect_via="pod-dns", cluster_domain="corp"))
     assert dns.argv("orders-1", "init") == [
         "/kaiwudb/bin/kwbase", "init", "--host=orders-1.orders.shop.svc.corp:26257",
@@ -213,7 +193,7 @@ def test_replication_heals_after_init() -> None:
     assert early.underreplicated and early.underreplicated > 0
     assert not early.healthy
     assert "under-replicated" in early.describe()
-    assert "--ranges" in deployment.runner.calls[-1]
+    assert "--ranges" in deployment.runner.calls[-1][1]
 
     deployment.at(60.0)
     healed = deployment.admin.replication_health("orders-2")
@@ -348,7 +328,7 @@ def test_a_node_that_cannot_be_reached_is_unreachable(cluster: Deployment) -> No
 class _Redirect:
     """Run every command in one pod, whatever pod the --host names (tests a remote --host)."""
 
-    runner: ModelExec
+    runner: SimExec
     pod: str
 
     def exec(self, namespace: str, pod: str, container: str, command: list[str],
