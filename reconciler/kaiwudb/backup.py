@@ -39,8 +39,16 @@ from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
-from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError, NodeUnreachable
+from reconciler.kaiwudb.kwbase import (
+    ExecFailed,
+    ExecTimedOut,
+    KwbaseAdmin,
+    KwbaseError,
+    NodeUnreachable,
+    SqlAnswer,
+)
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready, rolling
+from reconciler.kaiwudb.statements import BulkStatements, Running
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
@@ -68,10 +76,12 @@ TERMINAL = ("completed", "failed")
 
 @dataclass(frozen=True)
 class BackupSettings:
-    """poll_s: how soon a running backup's cluster is looked at again. volumes_dir: where
-    volume targets' claims are mounted. remove_node_files: clean the node after each item."""
+    """poll_s: how soon a running backup's cluster is looked at again. running_poll_s: the same
+    while an EXPORT runs (a look may cost two execs). volumes_dir: where volume targets' claims
+    are mounted. remove_node_files: clean the node after each item."""
 
     poll_s: float = 1.0
+    running_poll_s: float = 5.0
     volumes_dir: str = "/backup-volumes"
     remove_node_files: bool = True
 
@@ -123,12 +133,14 @@ class Backups:
 
     def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, settings: BackupSettings,
                  admin: Callable[[Cluster], KwbaseAdmin],
-                 s3_factory: Callable[..., Any] | None = None) -> None:
+                 s3_factory: Callable[..., Any] | None = None,
+                 statements: BulkStatements | None = None) -> None:
         self.kube = kube
         self.view = view
         self.metrics = metrics
         self.settings = settings
         self.admin = admin
+        self.statements = statements or BulkStatements()
         self._s3_clients: dict[tuple[Any, ...], Any] = {}
         self._s3_make = s3_factory
         # Phases this process wrote, by backup uid: the cache may show an older one for a
@@ -382,8 +394,15 @@ class Backups:
                     for key in target.list(bp.ITEMS_DIR)}
             todo = [item for item in plan.items() if item.id not in done]
             if todo:
-                result = self.export_item(cluster, plan, todo[0], target)
-                target.put(f"{bp.ITEMS_DIR}/{result.id}.json", result.to_json())
+                item = todo[0]
+                outcome = self.export_item(cluster, plan, item, target)
+                if isinstance(outcome, str):  # the EXPORT runs on: look again later
+                    self.mark_running(p, cluster, obj, plan, target, progress=(
+                        f"{len(done)}/{len(plan.items())} items; exporting {item.shown} "
+                        f"({outcome})"))
+                    p.requeue_in(self.settings.running_poll_s)
+                    return
+                target.put(f"{bp.ITEMS_DIR}/{outcome.id}.json", outcome.to_json())
                 self.mark_running(p, cluster, obj, plan, target,
                                   progress=f"{len(done) + 1}/{len(plan.items())} items")
                 p.requeue_in(self.settings.poll_s)
@@ -436,24 +455,85 @@ class Backups:
                 f"KaiwuDB node {plan.node_id} (pod {plan.pod}) that holds the export files is "
                 f"not available ({state}; pod {ready})"))
 
+    def run_export(self, admin: KwbaseAdmin, plan: bp.Plan, item: bp.Item,
+                   node_dir: str) -> SqlAnswer | str | None:
+        """The item's EXPORT: its answer once it ended; None when it ended successfully with
+        nobody listening (its answer is lost; only a table item gets here, see below); while it
+        runs, a few words saying since when.
+
+        Level-triggered on KWDB's job row (kwbase/pkg/sql/conn_executor_exec.go:719-756: every
+        EXPORT has one, with its text, running until the statement ends): unless this process
+        runs the statement, the newest row whose text holds the item's destination decides.
+        running: an earlier reconciler's client runs it on (an exec ended does not end the
+        process it started), unless the row was created before the node last started: the
+        session died with the node and nothing ever ends such a row (jobs/registry.go:
+        1321-1326), so the item starts again. failed: the backup fails with KWDB's error.
+        succeeded: a table's EXPORT fails as an error, so a count proves its files whole
+        (None); other items report failures only in their answer (notices, result=fail:
+        export_details.go:313-321, 755-778), so they run again. No row: it starts, in a clean
+        directory."""
+        key = f"{plan.uid}/{item.id}"
+        polled = self._poll(plan, item, key)
+        if isinstance(polled, Running):
+            return f"running {polled.elapsed_s:.0f} s"
+        if polled is not None:
+            return polled
+        jobs = admin.statement_jobs(plan.pod, "EXPORT", "statement", plan.url(item.node_dir))
+        latest = jobs[0] if jobs else None
+        if latest is not None and latest.status == "running":
+            started = [n.started_at for n in admin.node_status(plan.pod, plan.node_id)
+                       if n.id == plan.node_id]
+            if not started or started[0] is None or latest.created >= started[0]:
+                since = _stamp(latest.created.timestamp())
+                return f"KWDB job {latest.job_id}, running since {since}"
+            log.info("backup %s: %s: KWDB job %s died with node %s; exporting again",
+                     plan.backup, item.shown, latest.job_id, plan.node_id)
+        elif latest is not None and latest.status == "failed":
+            raise BackupFailed("ExportFailed", f"{item.shown}: KWDB job {latest.job_id} "
+                               f"failed: {latest.error}")
+        elif latest is not None and latest.status == "succeeded" and item.kind == "table" \
+                and admin.file_sums(plan.pod, node_dir):
+            return None
+        admin.remove_dir(plan.pod, node_dir)  # a retry after a crash starts clean
+        self.statements.start(key, lambda: admin.sql(plan.pod, item.statement, bulk=True))
+        polled = self._poll(plan, item, key)
+        if isinstance(polled, Running):
+            return f"running {polled.elapsed_s:.0f} s"
+        return polled if polled is not None else "started, no answer: KWDB's job row will say"
+
+    def _poll(self, plan: bp.Plan, item: bp.Item, key: str) -> SqlAnswer | Running | None:
+        try:
+            return self.statements.poll(key)
+        except ExecTimedOut as err:  # the exec ended first: KWDB's job row says what follows
+            log.warning("backup %s: %s: no answer: %s", plan.backup, item.shown, err)
+            return None
+
     def export_item(self, cluster: Cluster, plan: bp.Plan, item: bp.Item,
-                    target: Target) -> bp.ItemResult:
+                    target: Target) -> bp.ItemResult | str:
+        """The item exported and its files moved to the target; while its EXPORT runs, a few
+        words saying since when (run_export)."""
         admin = self.admin(cluster)
         node_dir = self.node_dir(plan, item.node_dir)
         try:
-            admin.remove_dir(plan.pod, node_dir)  # a retry after a crash starts clean
-            answer = admin.sql(plan.pod, item.statement)
+            answer = self.run_export(admin, plan, item, node_dir)
+            if isinstance(answer, str):
+                return answer
             sums = admin.file_sums(plan.pod, node_dir)
-            problem = bp.export_problem(item, answer.headers, answer.rows, answer.notices,
-                                        list(sums))
-            if problem:
-                raise BackupFailed("ExportFailed", problem)
+            if answer is not None:
+                problem = bp.export_problem(item, answer.headers, answer.rows, answer.notices,
+                                            list(sums))
+                if problem:
+                    raise BackupFailed("ExportFailed", problem)
             unsafe = sorted(rel for rel in sums if not bp.safe_relative(rel))
             if unsafe:
                 raise BackupFailed("NotExportable", f"{item.shown}: KWDB wrote files whose names "
                                    f"are no safe relative path: {json.dumps(unsafe)[:300]}")
             files: dict[str, tuple[str, int]] = {}
             csv_records = 0
+            counted = 0
+            if answer is None:  # the answer was lost: the table at the backup's timestamp says
+                shown = admin.sql(plan.pod, bp.count_query(item, plan.consistent_to))
+                counted = int(shown.rows[0]["count"]) if shown.rows else -1
             for rel, digest in sorted(sums.items()):
                 data = admin.read_file(plan.pod, f"{node_dir}/{rel}")
                 bad = bp.transfer_problem(f"{item.target_dir}/{rel}", digest, data)
@@ -463,6 +543,10 @@ class Backups:
                 files[f"{item.target_dir}/{rel}"] = (digest, len(data))
                 if rel.endswith(".csv"):
                     csv_records += sum(1 for _ in csv.reader(io.StringIO(data.decode())))
+            if answer is None:
+                problem = bp.unanswered_export_problem(item, list(sums), csv_records, counted)
+                if problem:
+                    raise BackupFailed("ExportFailed", problem)
             missing = bp.missing_in_target(files, target.list(item.target_dir))
             if missing:
                 raise BackupFailed("TargetIncomplete", f"{item.shown}: not in the target after "
@@ -474,8 +558,10 @@ class Backups:
                                f"cannot be reached: {err}") from err
         except KwbaseError as err:
             raise BackupFailed("ExportFailed", f"{item.shown}: {err}") from err
-        # A time-series EXPORT reports no row counts: count the records it wrote instead.
-        rows = csv_records if item.kind == "ts-database" else bp.exported_rows(answer.rows)
+        # A time-series EXPORT reports no row counts (nor does a lost answer): count the records
+        # it wrote instead.
+        rows = csv_records if item.kind == "ts-database" or answer is None else \
+            bp.exported_rows(answer.rows)
         return bp.ItemResult(item.id, rows, files)
 
     def finish(self, plan: bp.Plan, target: Target) -> dict[str, Any]:

@@ -42,6 +42,8 @@ from typing import Any
 
 from croniter import croniter
 
+from reconciler.kaiwudb.kwbase import quote_ident, quote_literal
+
 RELATIONAL = "RELATIONAL"
 TIME_SERIES = "TIME SERIES"
 SYSTEM_DATABASES = frozenset({"defaultdb", "postgres", "system"})
@@ -56,19 +58,6 @@ written by an older reconciler and is not carried on (the backup fails, saying s
 
 
 # ----- names from KaiwuDB ------------------------------------------------------------------------
-def quote_literal(text: str) -> str:
-    """A string literal as KWDB reads it back exactly: single quotes, a `'` inside doubled
-    (kwbase/pkg/sql/lex/encode.go EncodeSQLStringWithFlags writes them so; a backslash is no
-    escape in a standard string)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def quote_ident(name: str) -> str:
-    """An identifier as KWDB reads it back exactly: double-quoted, a `"` inside doubled, case
-    and reserved words kept (kwbase/pkg/sql/lex/encode.go:172-194, EncodeEscapedSQLIdent)."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 _BARE_LOWER = re.compile(r"[a-z_][a-z0-9_$]*")
 _HLC = re.compile(r"[0-9]{1,25}(\.[0-9]{1,12})?")
 _UID = re.compile(r"[0-9a-zA-Z][0-9a-zA-Z-]{0,62}")
@@ -186,6 +175,7 @@ class Item:
     target_dir: str
     kind: str  # "sql" (settings, users), "schema", "table", "ts-database"
     label: str = ""  # for people: what it exports, names JSON-quoted (control characters shown)
+    source: str = ""  # a table's quoted name, "<db>"."<schema>"."<table>" (kind "table")
 
     @property
     def shown(self) -> str:
@@ -254,11 +244,12 @@ class Plan:
                               "schema", f"schema of database {shown_db}"))
             for j, (schema, table) in enumerate(db.tables):
                 item_id = f"{db_dir}.t{j}"
+                source = f"{quoted_db}.{quote_ident(schema)}.{quote_ident(table)}"
                 found.append(Item(
                     item_id, f'EXPORT INTO CSV "{self.url(item_id)}" FROM SELECT * FROM '
-                    f"{quoted_db}.{quote_ident(schema)}.{quote_ident(table)} AS OF SYSTEM TIME "
-                    f"'{self.consistent_to}'", item_id, f"{db_dir}/{schema}/{table}", "table",
-                    f"table {shown_db}.{json.dumps(schema)}.{json.dumps(table)}"))
+                    f"{source} AS OF SYSTEM TIME '{self.consistent_to}'", item_id,
+                    f"{db_dir}/{schema}/{table}", "table",
+                    f"table {shown_db}.{json.dumps(schema)}.{json.dumps(table)}", source))
         return found
 
     def db_dir(self, name: str) -> str:
@@ -355,6 +346,27 @@ def export_problem(item: Item, headers: Sequence[str], rows: Sequence[Mapping[st
     if announced != len(csvs):
         return (f"{item.shown}: EXPORT announced {announced} data file(s), {len(csvs)} found on "
                 "the node")
+    return ""
+
+
+def count_query(item: Item, consistent_to: str) -> str:
+    """How many rows a table item's EXPORT must have written: the table at the backup's
+    timestamp."""
+    assert item.kind == "table" and item.source
+    return f"SELECT count(*) FROM {item.source} AS OF SYSTEM TIME '{consistent_to}'"
+
+
+def unanswered_export_problem(item: Item, files: Sequence[str], records: int,
+                              counted: int) -> str:
+    """Why a table's EXPORT whose answer was lost is not whole ("" when it is): KWDB's job
+    row says it succeeded (a table's EXPORT fails as an error, which fails the row:
+    kwbase/pkg/sql/conn_executor_exec.go:727-756), and its files must hold exactly the rows the
+    table had at the backup's timestamp."""
+    if not any(f.endswith(".csv") for f in files):
+        return f"{item.shown}: no data file on the node after the export"
+    if records != counted:
+        return (f"{item.shown}: the export's files hold {records} row(s), the table had "
+                f"{counted} at the backup's timestamp")
     return ""
 
 

@@ -89,6 +89,8 @@ class KwbaseSettings:
         dependence on cluster DNS; "pod-dns": through P's advertised name
         <pod>.<headless>.<ns>.svc.<domain>, the path other nodes use.
     timeout_s: how long one exec may take before it counts as failed (Settings.exec_timeout_s).
+    long_timeout_s: the same for a bulk statement, EXPORT or IMPORT, which runs for minutes to
+        hours on real data (Settings.long_statement_timeout_s).
     """
 
     binary: str = "/kaiwudb/bin/kwbase"
@@ -98,6 +100,7 @@ class KwbaseSettings:
     cluster_domain: str = "cluster.local"
     connect_via: Literal["localhost", "pod-dns"] = "localhost"
     timeout_s: float = 60.0
+    long_timeout_s: float = 4 * 3600.0
 
 
 class ExecRunner(Protocol):
@@ -122,6 +125,13 @@ class KwbaseError(Exception):
 class ExecFailed(KwbaseError):
     """The command could not be run, or gave no exit status: the pod or its kwbase container is
     not running, the exec connection failed, or the command outlived the time-out."""
+
+
+class ExecTimedOut(ExecFailed):
+    """The exec ended with no exit status: the command outlived the time-out (or a streaming
+    idle time-out on the way). The command itself may still be running in the pod: a process
+    started by exec is not killed when its exec session ends (kubernetes/kubernetes#73056,
+    #89031: the kubelet logs "Exec session ... terminated but process still running!")."""
 
 
 class CommandFailed(KwbaseError):
@@ -403,6 +413,64 @@ def _int(value: str, column: str) -> int:
         raise _ParseError(f"column {column}: {value!r} is not an integer") from None
 
 
+STATEMENT_JOB_COLUMNS = ("statement", "description")
+
+
+def statement_jobs_query(job_type: str, column: str, needle: str) -> str:
+    """The jobs of one statement, newest first: job rows of `job_type` whose `column` holds
+    `needle` (SHOW JOBS lists running jobs and those finished in the last seven days,
+    kwbase/pkg/sql/delegate/show_jobs.go:43-60). An EXPORT's row carries its text in `statement`
+    (sql/conn_executor_exec.go:719-723); an IMPORT's in `description`, URLs sanitised
+    (sql/importer/import_stmt.go:655-680)."""
+    if column not in STATEMENT_JOB_COLUMNS:
+        raise ValueError(f"column must be one of {', '.join(STATEMENT_JOB_COLUMNS)}")
+    return ("SELECT job_id, status, created, error FROM [SHOW JOBS] WHERE job_type = "
+            f"{quote_literal(job_type)} AND strpos({column}, {quote_literal(needle)}) > 0 "
+            "ORDER BY created DESC")
+
+
+def quote_ident(name: str) -> str:
+    """An identifier as KWDB reads it back exactly: double-quoted, a `"` inside doubled, case
+    and reserved words kept (kwbase/pkg/sql/lex/encode.go:172-194, EncodeEscapedSQLIdent)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """A string literal as KWDB reads it back exactly: single quotes, a `'` inside doubled
+    (kwbase/pkg/sql/lex/encode.go EncodeSQLStringWithFlags writes them so; a backslash is no
+    escape in a standard string)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job of statement_jobs_query: KWDB's id, status (running, succeeded, failed, ...),
+    when it was created, and its error text (KWDB's words: shown, never acted upon)."""
+
+    job_id: str
+    status: str
+    created: datetime
+    error: str
+
+
+def parse_statement_jobs(text: str) -> tuple[JobRow, ...]:
+    """statement_jobs_query's CSV, newest first."""
+    try:
+        rows = _csv_rows(text)
+        if rows and not {"job_id", "status", "created", "error"} <= set(rows[0]):
+            raise _ParseError(f"expected columns job_id, status, created, error, got "
+                              f"{', '.join(rows[0])}")
+        found = []
+        for row in rows:
+            created = _time(row["created"])
+            if created is None:
+                raise _ParseError(f"job {row['job_id']} has no created time")
+            found.append(JobRow(row["job_id"], row["status"], created, row["error"]))
+        return tuple(found)
+    except _ParseError as err:
+        raise ValueError(f"unreadable SHOW JOBS output: {err}") from None
+
+
 def parse_running_jobs(text: str) -> RunningJobs:
     """RUNNING_JOB_TYPES_QUERY's CSV: header `job_type,running`, one row per type. The type is
     KWDB's text; it is only compared with known names, never used elsewhere."""
@@ -535,11 +603,13 @@ class KwbaseAdmin:
         security = (f"--certs-dir={self.settings.certs_dir}" if self.secure else "--insecure")
         return [self.settings.binary, *words, f"--host={self.host(pod)}", security]
 
-    def _run(self, pod: str, argv: list[str]) -> tuple[str, str, int]:
+    def _run(self, pod: str, argv: list[str], timeout_s: float | None = None
+             ) -> tuple[str, str, int]:
         log.debug("kwbase in %s/%s: %s", self.namespace, pod, " ".join(argv))
         try:
-            stdout, stderr, code = self.runner.exec(self.namespace, pod, self.settings.container,
-                                                    argv, timeout=self.settings.timeout_s)
+            stdout, stderr, code = self.runner.exec(
+                self.namespace, pod, self.settings.container, argv,
+                timeout=self.settings.timeout_s if timeout_s is None else timeout_s)
         except Exception as err:
             # The exec path fails in many ways (ApiException for a missing pod or a stopped
             # container, websocket and TLS errors, socket time-outs); all mean the same here.
@@ -555,11 +625,12 @@ class KwbaseAdmin:
         return stdout
 
     def _failure(self, pod: str, argv: list[str], stdout: str, stderr: str,
-                 code: int) -> KwbaseError:
+                 code: int, timeout_s: float | None = None) -> KwbaseError:
         if code < 0:
-            return ExecFailed(f"{' '.join(argv)} in pod {self.namespace}/{pod} gave no exit "
-                              f"status within {self.settings.timeout_s:g} s "
-                              f"({error_text(stderr) or 'no output'})", pod, argv)
+            waited = self.settings.timeout_s if timeout_s is None else timeout_s
+            return ExecTimedOut(f"{' '.join(argv)} in pod {self.namespace}/{pod} gave no exit "
+                                f"status within {waited:g} s "
+                                f"({error_text(stderr) or 'no output'})", pod, argv)
         if code in (126, 127) and "ERROR:" not in stderr:
             # The runtime's answers for "cannot execute" and "not found": kwbase never ran.
             return ExecFailed(f"{' '.join(argv)} could not run in pod {self.namespace}/{pod}: "
@@ -638,16 +709,19 @@ class KwbaseAdmin:
 
     # --- SQL statements and the external-I/O directory (backups, reconciler.kaiwudb.backup) ---
 
-    def sql(self, pod: str, statement: str) -> SqlAnswer:
+    def sql(self, pod: str, statement: str, *, bulk: bool = False) -> SqlAnswer:
         """One statement through `kwbase sql --format=csv -e`: its columns, rows and the
-        server's notices (the CLI prints each as `NOTICE: ...` on stderr, exit code 0)."""
+        server's notices (the CLI prints each as `NOTICE: ...` on stderr, exit code 0).
+        bulk: an EXPORT or IMPORT, given KwbaseSettings.long_timeout_s; ExecTimedOut when it
+        outlives even that (the statement may run on: statement_jobs says)."""
         argv = self.argv(pod, "sql", "--format=csv", "-e", statement)
         problem = statement_problem(statement)
         if problem:
             raise NotOneStatement(f"refusing to run {statement[:200]!r}: {problem}", pod, argv)
-        stdout, stderr, code = self._run(pod, argv)
+        timeout_s = self.settings.long_timeout_s if bulk else self.settings.timeout_s
+        stdout, stderr, code = self._run(pod, argv, timeout_s)
         if code != 0:
-            raise self._failure(pod, argv, stdout, stderr, code)
+            raise self._failure(pod, argv, stdout, stderr, code, timeout_s)
         notices = tuple(line[len("NOTICE: "):].strip() for line in stderr.splitlines()
                         if line.startswith("NOTICE: "))
         reader = csv.reader(io.StringIO(stdout))
@@ -655,6 +729,13 @@ class KwbaseAdmin:
         headers = tuple(table[0]) if table else ()
         rows = tuple(dict(zip(headers, row, strict=False)) for row in table[1:])
         return SqlAnswer(headers, rows, notices)
+
+    def statement_jobs(self, pod: str, job_type: str, column: str, needle: str
+                       ) -> tuple[JobRow, ...]:
+        """The jobs of one statement, newest first (statement_jobs_query)."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e",
+                         statement_jobs_query(job_type, column, needle))
+        return self._parsed(pod, argv, parse_statement_jobs)
 
     def file_sums(self, pod: str, directory: str) -> dict[str, str]:
         """Every file under `directory` in pod's kwbase container, relative path -> sha256

@@ -20,7 +20,8 @@ What KWDB does (V3.2.1, paths under kwbase/pkg/):
 - A client (`kwbase sql -e`) prints nothing until its statement ends.
 
 What the simulation assumes, not from KWDB's source: a statement takes rows / `SqlData.
-bulk_rows_per_s` simulated seconds (real speed depends on the hardware); the files are written
+bulk_rows_per_s` simulated seconds (real speed depends on the hardware; no time at all unless a
+test sets a rate, KwdbWorld.set_bulk_rate); the files are written
 and the rows imported at the end, all at once (a real export writes chunk after chunk, a dead
 gateway's partial files are not modelled); an import whose gateway dies carries on (adopted by
 another node once its lease expires, which is not timed here).
@@ -31,6 +32,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -148,7 +150,7 @@ def _records(body: bytes) -> int:
 
 def _duration(cluster: LogicalCluster, rows: int) -> float:
     rate = cluster.data.bulk_rows_per_s
-    return rows / rate if rows and rate > 0 else 0.0
+    return rows / rate if rows and 0 < rate < math.inf else 0.0
 
 
 def _start(env: Env, target: Proc, cluster: LogicalCluster, running: Running) -> None:

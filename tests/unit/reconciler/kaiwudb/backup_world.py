@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.kaiwudb.backup import Backups, BackupSettings
-from reconciler.kaiwudb.kwbase import KwbaseAdmin
+from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseSettings
+from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.kinds import Kind
@@ -85,6 +86,10 @@ class Api:
         return self.objects.pop((kind.kind, namespace or "", name), None) is not None
 
 
+def _statefulset(cluster: Cluster) -> Obj:
+    return next(o for o in build_objects(cluster, RenderSettings()) if o["kind"] == "StatefulSet")
+
+
 def cluster_obj(name: str, replicas: int = 3, restore_from: str = "") -> Obj:
     spec: Obj = {"version": "3.2.1", "replicas": replicas, "tls": {"enabled": False}}
     if restore_from:
@@ -127,21 +132,25 @@ class Site:
         obj = self.api.add(cluster_obj(name, replicas, restore_from))
         self.clusters[name] = obj
         cluster = read_live(obj)
-        sts = next(o for o in build_objects(cluster, RenderSettings())
-                   if o["kind"] == "StatefulSet")
-        command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
-        key = (NS, name)
+        sts = _statefulset(cluster)
         for ordinal in range(replicas):
-            pod = cluster.pod_name(ordinal)
-            argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
-            started = self.kwdb.start_process(key, pod, f"claim-{pod}", argv, self.now,
-                                              image="kwdb/kwdb:3.2.1")
-            assert started.ok, started.stderr
+            self.start_pod(name, ordinal)
             self.api.add(pod_obj(cluster, ordinal))
         self.api.add({**sts, "metadata": {**sts["metadata"], "namespace": NS}})
         self.admin(cluster).init(cluster.pod_name(0))
         self.at(self.now + 30)
         return cluster
+
+    def start_pod(self, name: str, ordinal: int) -> None:
+        """The pod's kwbase process starts (again) on its own store, as the rendered
+        StatefulSet runs it."""
+        cluster = read_live(self.clusters[name])
+        command = _statefulset(cluster)["spec"]["template"]["spec"]["containers"][0]["command"]
+        pod = cluster.pod_name(ordinal)
+        argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
+        started = self.kwdb.start_process((NS, name), pod, f"claim-{pod}", argv, self.now,
+                                          image="kwdb/kwdb:3.2.1")
+        assert started.ok, started.stderr
 
     def nodes(self, name: str) -> list[Obj]:
         """status.nodes as the node probe writes them: node id -> pod, live or not."""
@@ -190,13 +199,17 @@ class Site:
         return done
 
 
-def a_site(tmp_path: Path, settings: BackupSettings | None = None) -> Site:
+def a_site(tmp_path: Path, settings: BackupSettings | None = None,
+           kwbase: KwbaseSettings | None = None) -> Site:
+    """kwbase: the adapter's settings (e.g. a short long_timeout_s, for exports that outlive
+    their exec)."""
     (tmp_path / CLAIM).mkdir(exist_ok=True)
     api, kwdb = Api(), KwdbWorld()
     runner = SimExec(kwdb)
     site_settings = settings or BackupSettings(volumes_dir=str(tmp_path))
     backups = Backups(api, api, Metrics(), site_settings,  # type: ignore[arg-type]
-                      lambda cluster: KwbaseAdmin.for_cluster(runner, cluster))
+                      lambda cluster: KwbaseAdmin.for_cluster(runner, cluster, kwbase),
+                      statements=BulkStatements(wait_s=0.2))
     return Site(api, kwdb, runner, tmp_path, backups)
 
 

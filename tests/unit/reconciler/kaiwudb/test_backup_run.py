@@ -32,6 +32,7 @@ from reconciler.kaiwudb.backup import (
     running_backup,
 )
 from reconciler.kaiwudb.backup_target import VolumeTarget
+from reconciler.kaiwudb.kwbase import KwbaseSettings
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
 from tests.unit.reconciler.kaiwudb.backup_world import (
@@ -830,3 +831,113 @@ def test_a_database_holding_what_export_cannot_carry_refuses_the_backup_naming_i
     site.backup("sensors-only", databases=["sensors"])
     site.run_backup()
     assert site.status(k.KAIWU_BACKUP, "sensors-only")["phase"] == "completed"
+
+
+# ---- exports that outlive their exec (issue 24 item 5) ----------------------------------------
+
+SLOW = KwbaseSettings(long_timeout_s=60.0)
+"""The adapter gives up on an EXPORT after 60 simulated seconds; the orders table below takes
+300 (3 rows at 0.01 rows/s)."""
+
+
+def exports_sent(site: Site, table: str) -> int:
+    """How many times the EXPORT of shop.public.<table> was sent to KaiwuDB."""
+    statements = [command[command.index("-e") + 1] for _, command in site.runner.calls
+                  if "-e" in command]
+    return sum(1 for text in statements
+               if text.startswith("EXPORT") and f'"shop"."public"."{table}"' in text)
+
+
+def slow_orders_backup(site: Site, name: str) -> None:
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup(name, databases=["shop"])
+    for _ in range(5):  # planned; settings, users, the schema and customers exported
+        site.backups.run(site.a_pass("dev"))
+        site.at(site.now + 1)
+    assert site.status(k.KAIWU_BACKUP, name)["message"].endswith("4/5 items")
+    site.kwdb.set_bulk_rate((NS, "dev"), site.now, 0.01)
+
+
+def test_an_export_that_outlives_its_exec_is_waited_for_and_its_files_counted(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path, kwbase=SLOW)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("patient", databases=["shop"])
+    site.kwdb.set_bulk_rate((NS, "dev"), site.now, 0.01)
+    for _ in range(4):  # planned; settings, users and the schema: no data rows, no wait
+        site.backups.run(site.a_pass("dev"))
+        site.at(site.now + 1)
+    site.backups.run(site.a_pass("dev"))  # customers: 1 row, 100 s: longer than the exec
+    status = site.status(k.KAIWU_BACKUP, "patient")
+    assert status["phase"] == "running"
+    assert status["message"] == ('exporting from pod dev-0: 3/5 items; exporting table '
+                                 '"shop"."public"."customers" (running 0 s)'), status
+    site.at(site.now + 61)  # the exec gave up; the statement runs on in KaiwuDB
+    site.backups.run(site.a_pass("dev"))
+    status = site.status(k.KAIWU_BACKUP, "patient")
+    assert status["phase"] == "running", status
+    assert "customers\" (KWDB job " in status["message"] and "running since" in status["message"]
+
+    for _ in range(12):
+        site.at(site.now + 60)
+        site.backups.run(site.a_pass("dev"))
+    status = site.status(k.KAIWU_BACKUP, "patient")
+    assert status["phase"] == "completed", status
+    assert {d["name"]: d["rows"] for d in status["databases"]} == {"shop": 4}
+    assert exports_sent(site, "customers") == exports_sent(site, "orders") == 1
+    exports = [j for j in site.kwdb.jobs((NS, "dev"), site.now) if j.job_type == "EXPORT"]
+    assert {j.status for j in exports} == {"succeeded"}
+    assert (site.files("dev", "patient") / "d0/public/orders/n1.0.csv").read_text() == \
+        "1,tea\n2,rice\n3,salt\n"
+
+
+def test_a_reconciler_restarted_during_an_export_waits_for_kwdbs_job_and_never_exports_twice(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path)
+    slow_orders_backup(site, "survivor")
+    site.backups.run(site.a_pass("dev"))  # orders (300 s) starts: its client waits
+    assert site.backups.statements.running() != []
+
+    restarted = a_site(tmp_path)  # nothing in memory: KWDB's job row is all there is
+    restarted.api, restarted.kwdb, restarted.runner = site.api, site.kwdb, site.runner
+    restarted.backups.view = restarted.backups.kube = site.api  # type: ignore[assignment]
+    restarted.backups.admin = site.backups.admin
+    restarted.at(site.now + 5)
+    restarted.backups.run(restarted.a_pass("dev"))
+    status = restarted.status(k.KAIWU_BACKUP, "survivor")
+    assert status["phase"] == "running" and "KWDB job " in status["message"], status
+
+    for _ in range(8):
+        restarted.at(restarted.now + 60)
+        restarted.backups.run(restarted.a_pass("dev"))
+    status = restarted.status(k.KAIWU_BACKUP, "survivor")
+    assert status["phase"] == "completed", status
+    assert exports_sent(site, "orders") == 1
+    assert {d["name"]: d["rows"] for d in status["databases"]} == {"shop": 4}
+
+
+def test_an_export_whose_node_restarted_is_exported_again_and_kwdbs_orphan_row_stays(
+        tmp_path: Path) -> None:
+    site = a_site(tmp_path, kwbase=SLOW)
+    slow_orders_backup(site, "again")
+    site.backups.run(site.a_pass("dev"))  # orders starts; the exec gives up after 60 s
+    site.at(site.now + 70)
+    site.kwdb.stop_process((NS, "dev"), "dev-0", site.now)  # the session dies with the node
+    site.at(site.now + 1)
+    site.start_pod("dev", 0)
+    site.at(site.now + 10)
+    site.kwdb.set_bulk_rate((NS, "dev"), site.now, 1000.0)
+
+    for _ in range(3):  # exported again, its files moved, the manifest
+        site.backups.run(site.a_pass("dev"))
+        site.at(site.now + 1)
+
+    status = site.status(k.KAIWU_BACKUP, "again")
+    assert status["phase"] == "completed", status
+    assert exports_sent(site, "orders") == 2
+    rows = [j for j in site.kwdb.jobs((NS, "dev"), site.now) if j.job_type == "EXPORT"
+            and "/d0.t1" in j.statement]
+    assert [j.status for j in rows] == ["running", "succeeded"], \
+        "KWDB never ends the first row: its gateway's session died with it"
