@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb import kwbase
 
 PLAN = bp.Plan("nightly", "u1", "dev-0", 1, "1767225600000000000.0000000000", (
     bp.DatabasePlan("shop", bp.RELATIONAL, (("public", "customers"), ("public", "orders"))),
@@ -53,7 +54,8 @@ def test_names_from_kaiwudb_are_quoted_identifiers_and_never_paths_of_ours() -> 
     assert '"public"."select"' in statements[5], "a reserved word is kept as a name"
     assert [i.node_dir for i in plan.items()] == ["settings", "users", "d0.schema", "d0.t0",
                                                   "d0.t1", "d0.t2"]
-    assert bp.quote_ident('a"b') == '"a""b"'
+    assert kwbase.quote_ident('a"b') == '"a""b"'
+    assert kwbase.quote_literal("it's") == "'it''s'"
 
 
 @pytest.mark.parametrize(("what", "name", "wanted"), [
