@@ -192,6 +192,10 @@ class Settings:
         "the window fight_threshold counts repairs in"))
     exec_timeout_s: float = field(default=60.0, metadata=_help(
         "timeout of one command run in a KaiwuDB container (kwbase node status, ...)"))
+    long_statement_timeout_s: float = field(default=14400.0, metadata=_help(
+        "how long the exec of one EXPORT or IMPORT is held open for its answer (4 h: the "
+        "kubelet's default --streaming-connection-idle-timeout ends a silent exec then); a "
+        "longer statement runs on and is followed through KaiwuDB's job row (docs/backup.md)"))
     lifecycle_poll_s: float = field(default=1.0, metadata=_help(
         "while KaiwuDB is busy (init pending, nodes joining, a decommission draining), a "
         "cluster is looked at again this soon; each look costs one exec"))
@@ -209,6 +213,9 @@ class Settings:
     backup_poll_s: float = field(default=1.0, metadata=_help(
         "while a backup runs, its cluster is looked at again this soon (one table or file "
         "set per pass)"))
+    backup_running_poll_s: float = field(default=5.0, metadata=_help(
+        "while an EXPORT or IMPORT runs, its cluster is looked at again this soon (a look "
+        "after a reconciler restart costs two execs)"))
     restore_http_address: str = field(default="0.0.0.0:8091", metadata=_help(
         "where the leader serves a backup being restored over http for KaiwuDB's IMPORT "
         "(started on first use; docs/backup.md)"))
@@ -240,7 +247,8 @@ class Settings:
         check(self.workers >= 1, "workers", "must be at least 1")
         for name in ("resync_period_s", "lease_duration_s", "renew_deadline_s",
                      "retry_period_s", "reconnect_backoff_base_s", "error_backoff_base_s",
-                     "api_timeout_s", "exec_timeout_s", "fight_window_s",
+                     "api_timeout_s", "exec_timeout_s", "long_statement_timeout_s",
+                     "fight_window_s", "backup_poll_s", "backup_running_poll_s",
                      "lifecycle_poll_s", "node_probe_every_s", "long_gone_after_s",
                      "drift_backoff_base_s"):
             check(getattr(self, name) > 0, name, "must be greater than 0")

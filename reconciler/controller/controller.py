@@ -97,9 +97,11 @@ class Controller:
         self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
             poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
             exec_timeout_s=settings.exec_timeout_s,
+            long_statement_timeout_s=settings.long_statement_timeout_s,
             long_gone_after_s=settings.long_gone_after_s))
         self.backups = Backups(kube, view, metrics, BackupSettings(
-            poll_s=settings.backup_poll_s, volumes_dir=settings.backup_volumes_dir,
+            poll_s=settings.backup_poll_s, running_poll_s=settings.backup_running_poll_s,
+            volumes_dir=settings.backup_volumes_dir,
             remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin)
         self.restore = Restore(self.backups, BackupFileServer(
             settings.restore_http_address,

@@ -36,6 +36,8 @@ class LifecycleSettings:
     probe_every_s: longest time between two node-status probes of a steady cluster.
         (Settings.node_probe_every_s)
     exec_timeout_s: how long one kwbase command may take (Settings.exec_timeout_s).
+    long_statement_timeout_s: how long one EXPORT or IMPORT's exec is held open (Settings.
+        long_statement_timeout_s).
     long_gone_after_s: NodeStatus.long_gone's age of a liveness record (Settings.
         long_gone_after_s; KWDB's descriptor interval, 1 h).
     """
@@ -43,6 +45,7 @@ class LifecycleSettings:
     poll_s: float = 1.0
     probe_every_s: float = 300.0
     exec_timeout_s: float = 60.0
+    long_statement_timeout_s: float = 14400.0
     long_gone_after_s: float = 3600.0
 
 
@@ -64,8 +67,9 @@ class Tools:
     admin_factory: AdminFactory = _admin
 
     def admin(self, cluster: Cluster) -> KwbaseAdmin:
-        return self.admin_factory(self.kube, cluster,
-                                  KwbaseSettings(timeout_s=self.settings.exec_timeout_s))
+        return self.admin_factory(self.kube, cluster, KwbaseSettings(
+            timeout_s=self.settings.exec_timeout_s,
+            long_timeout_s=self.settings.long_statement_timeout_s))
 
     def count(self, action: str) -> None:
         self.metrics.lifecycle_actions_total.labels(action=action).inc()
