@@ -559,6 +559,44 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
     return steps
 
 
+def expected_counts(manifest: Mapping[str, Any], database: str
+                    ) -> list[tuple[tuple[str, ...], int]]:
+    """What a restored database must hold, from the backup's manifest: (quoted tables, rows
+    in them together). A relational table was exported alone (one group each); a time-series
+    database in one EXPORT (one group of all its tables). ValueError when the manifest does
+    not say."""
+    plan = Plan.from_json(json.dumps(manifest.get("plan") or {}).encode())
+    problem = plan.problem()
+    if problem:
+        raise ValueError(problem)
+    items = manifest.get("items") or {}
+    index = [db.name for db in plan.databases].index(database)
+    db = plan.databases[index]
+
+    def rows_of(item_id: str) -> int:
+        if item_id not in items:
+            raise ValueError(f"{MANIFEST_FILE}: item {item_id} is missing")
+        return int(items[item_id].get("rows") or 0)
+
+    sources = tuple(f"{quote_ident(db.name)}.{quote_ident(schema)}.{quote_ident(table)}"
+                    for schema, table in db.tables)
+    if db.engine == TIME_SERIES:
+        return [(sources, rows_of(f"d{index}"))] if sources else []
+    return [((source,), rows_of(f"d{index}.t{j}")) for j, source in enumerate(sources)]
+
+
+def count_problem(step: str, expected: Sequence[tuple[tuple[str, ...], int]],
+                  counted: Mapping[str, int]) -> str:
+    """Why a database imported while nobody listened is not what the backup holds ("" when
+    every table holds its rows)."""
+    for sources, rows in expected:
+        found = sum(counted.get(source, 0) for source in sources)
+        if found != rows:
+            return (f"{step}: {' + '.join(sources)} hold(s) {found} row(s) after the import, "
+                    f"the backup {rows}")
+    return ""
+
+
 def import_problem(step: str, rows: Sequence[Mapping[str, str]], notices: Sequence[str]) -> str:
     """Why an IMPORT's answer is not a success: a notice, a status other than succeeded, or
     reject rows (KWDB still says succeeded then, with a REJECT FILE note)."""

@@ -32,9 +32,10 @@ from typing import Any
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import Backups, phase_of
 from reconciler.kaiwudb.backup_target import TargetError
-from reconciler.kaiwudb.kwbase import KwbaseError
+from reconciler.kaiwudb.kwbase import ExecTimedOut, KwbaseAdmin, KwbaseError
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
 from reconciler.kaiwudb.restore_server import BackupFileServer
+from reconciler.kaiwudb.statements import Running
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Pass, meta, rfc3339
@@ -129,13 +130,13 @@ class Restore:
                 return
             step, stmt = todo[0]
             if step.startswith("database "):
-                db = step.removeprefix("database ")
-                shown = admin.sql(pod, "SHOW DATABASES")
-                if any(r.get("database_name") == db for r in shown.rows):
-                    raise _Failed(f"{step}: exists although its import was not recorded as "
-                                  "finished (an earlier attempt stopped midway?); drop it and "
-                                  "delete the annotation kaiwu.inspur.com/restore to restart")
-            if step == "users" and self.users_there(admin, pod, target):
+                running = self.import_database(cluster, admin, pod, manifest, step, stmt)
+                if running:
+                    self.waiting(p, f"restoring KaiwuBackup {name}: {len(done)}/{len(steps)} "
+                                    f"imports done; importing {step} ({running})",
+                                 self.backups.settings.running_poll_s)
+                    return
+            elif step == "users" and self.users_there(admin, pod, target):
                 pass  # imported by a reconciler that died before recording it
             else:
                 answer = admin.sql(pod, stmt)
@@ -158,10 +159,73 @@ class Restore:
         self.waiting(p, f"restoring KaiwuBackup {name}: {len(done) + 1}/{len(steps)} imports "
                         f"done ({step})")
 
-    def waiting(self, p: Pass, message: str) -> None:
+    def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
+                        manifest: dict[str, Any], step: str, stmt: str) -> str:
+        """One database's IMPORT: "" once it ended well, else a few words saying how it runs;
+        _Failed when it cannot end well.
+
+        Level-triggered on KWDB's job row (an IMPORT DATABASE is a job that goes on without its
+        client: kwbase/pkg/sql/importer/import_stmt.go:382-412, jobs/jobs.go:1017-1080), found
+        by its description, which ends with the database's directory (import_stmt.go:655-680).
+        Unless this process runs it: running, wait; failed, the restore fails with KWDB's
+        error; succeeded while nobody listened, every table must hold the rows the backup
+        holds (expected_counts); no row and no database, it starts; a database but no row,
+        something else made it, and the restore stops rather than import twice."""
+        key = f"restore/{cluster.namespace}/{cluster.name}/{step}"
+        collected = self.collect(key, step)
+        if collected is not None:
+            return collected
+        directory = stmt.rsplit("/", 1)[-1].split('"', 1)[0]
+        jobs = admin.statement_jobs(pod, "IMPORT", "description", f"/{directory}')")
+        latest = jobs[0] if jobs else None
+        if latest is not None and latest.status == "running":
+            return f"KWDB job {latest.job_id}, running since {rfc3339(latest.created.timestamp())}"
+        if latest is not None and latest.status == "failed":
+            raise _Failed(f"{step}: KWDB job {latest.job_id} failed: {latest.error} (an IMPORT "
+                          "reads the reconciler's file server while it runs: a reconciler that "
+                          "restarted meanwhile no longer serves it)")
+        db = step.removeprefix("database ")
+        if latest is not None and latest.status == "succeeded":
+            counted = {}
+            for sources, _ in bp.expected_counts(manifest, db):
+                for source in sources:
+                    rows = admin.sql(pod, f"SELECT count(*) FROM {source}").rows
+                    counted[source] = int(rows[0]["count"]) if rows else -1
+            problem = bp.count_problem(step, bp.expected_counts(manifest, db), counted)
+            if problem:
+                raise _Failed(problem)
+            return ""
+        shown = admin.sql(pod, "SHOW DATABASES")
+        if any(r.get("database_name") == db for r in shown.rows):
+            raise _Failed(f"{step}: exists although no import of it is recorded or known to "
+                          "KWDB; drop it and delete the annotation kaiwu.inspur.com/restore "
+                          "to restart")
+        self.backups.statements.start(key, lambda: admin.sql(pod, stmt, bulk=True))
+        collected = self.collect(key, step)
+        return "started, no answer: KWDB's job row will say" if collected is None else collected
+
+    def collect(self, key: str, step: str) -> str | None:
+        """The IMPORT this process runs under `key`: "" once it ended well, a few words while
+        it runs, None when none runs here (or its exec ended with no answer); _Failed when its
+        answer says it failed."""
+        try:
+            polled = self.backups.statements.poll(key)
+        except ExecTimedOut as err:  # the exec ended first: KWDB's job row says what follows
+            log.warning("restore: %s: no answer: %s", step, err)
+            return None
+        if polled is None:
+            return None
+        if isinstance(polled, Running):
+            return f"running {polled.elapsed_s:.0f} s"
+        problem = bp.import_problem(step, polled.rows, polled.notices)
+        if problem:
+            raise _Failed(problem)
+        return ""
+
+    def waiting(self, p: Pass, message: str, poll_s: float | None = None) -> None:
         p.not_ready.insert(0, ("Restoring", message))
         p.progressing.append(("Restoring", message))
-        p.requeue_in(self.poll_s)
+        p.requeue_in(self.poll_s if poll_s is None else poll_s)
 
     def pod(self, p: Pass, cluster: Cluster) -> str | None:
         pods = cluster_pods(self.backups.view, cluster)

@@ -27,9 +27,10 @@ import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
-from reconciler.kaiwudb.kwbase import SqlAnswer
+from reconciler.kaiwudb.kwbase import KwbaseSettings, SqlAnswer
 from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
+from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.kube import kinds as k
 from reconciler.model import Pass
 from renderer.render import read_live
@@ -45,9 +46,9 @@ def server() -> Iterator[BackupFileServer]:
         found.stop()
 
 
-def backed_up(tmp_path: Path) -> Site:
+def backed_up(tmp_path: Path, kwbase: KwbaseSettings | None = None) -> Site:
     """The shop cluster "dev", backed up completely as KaiwuBackup "first"."""
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, kwbase=kwbase)
     site.start_cluster("dev")
     load_shop(site)
     site.backup("first")
@@ -253,7 +254,7 @@ def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore
     site.start_cluster("fresh", restore_from="first")
     for _ in range(3):  # settings, users, database sensors
         restore.run(site.a_pass("fresh"))
-    # The reconciler died after importing shop and before recording it.
+    # Somebody made a database shop meanwhile: no IMPORT job of KaiwuDB's made it.
     site.kwdb.load((NS, "fresh"), site.now, database="shop", table="orders",
                    columns=[("id", "INT8")], rows=[("1",)])
 
@@ -261,9 +262,9 @@ def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore
     restore.run(p)
 
     assert p.stalled == [("RestoreFailed", (
-        "restore from KaiwuBackup first: database shop: exists although its import was not "
-        "recorded as finished (an earlier attempt stopped midway?); drop it and delete the "
-        "annotation kaiwu.inspur.com/restore to restart"))]
+        "restore from KaiwuBackup first: database shop: exists although no import of it is "
+        "recorded or known to KWDB; drop it and delete the annotation kaiwu.inspur.com/restore "
+        "to restart"))]
 
 
 def test_users_imported_before_a_crash_are_not_imported_again(
@@ -768,3 +769,93 @@ def test_a_failed_import_never_shows_the_file_servers_url_and_withdraws_it(
     with pytest.raises(urllib.error.HTTPError) as gone:
         urllib.request.urlopen(urls[0] + "/meta.sql", timeout=5)
     assert gone.value.code == 404
+
+
+# ---- imports that outlive their exec (issue 24 item 5) ----------------------------------------
+
+
+def slow_shop_import(tmp_path: Path, server: BackupFileServer,
+                     kwbase: KwbaseSettings | None = None) -> tuple[Site, Restore]:
+    """The backup "first" restored into "fresh" up to its last step, database shop, which
+    takes 400 simulated seconds (4 rows at 0.01 rows/s) and has just started."""
+    site = backed_up(tmp_path, kwbase)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    for _ in range(3):  # settings, users, database sensors
+        restore.run(site.a_pass("fresh"))
+        site.at(site.now + 1)
+    site.kwdb.set_bulk_rate((NS, "fresh"), site.now, 0.01)
+    p = site.a_pass("fresh")
+    restore.run(p)
+    assert p.not_ready[0][1].startswith(
+        "restoring KaiwuBackup first: 3/4 imports done; importing database shop ("), p.not_ready
+    return site, restore
+
+
+def imports_of_shop(site: Site) -> int:
+    return sum(1 for s in sql_run(site, "fresh-") if s.startswith("IMPORT DATABASE")
+               and s.endswith('/d1")'))
+
+
+def test_an_import_that_outlives_its_exec_is_waited_for_through_kwdbs_job(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site, restore = slow_shop_import(tmp_path, server, KwbaseSettings(long_timeout_s=60.0))
+    site.at(site.now + 61)  # the exec gave up; the job goes on without its client
+    p = site.a_pass("fresh")
+    restore.run(p)
+    assert "importing database shop (KWDB job " in p.not_ready[0][1], p.not_ready
+
+    passes = []
+    for _ in range(8):
+        site.at(site.now + 60)
+        p = site.a_pass("fresh")
+        restore.run(p)
+        passes.append(p)
+    found = record(site) or {}
+    assert found.get("completedAt"), (found, passes[-1].not_ready, passes[-1].stalled)
+    assert imports_of_shop(site) == 1
+    assert site.kwdb.contents((NS, "fresh"), site.now) == site.kwdb.contents((NS, "dev"),
+                                                                               site.now)
+
+
+def test_a_reconciler_restarted_during_an_import_checks_the_rows_instead_of_importing_twice(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site, _ = slow_shop_import(tmp_path, server)
+    # A new reconciler: nothing in memory. The old one's client waits on; the job goes on.
+    restarted = Restore(site.backups, server)
+    site.backups.statements = BulkStatements(wait_s=0.2)
+    site.at(site.now + 5)
+    p = site.a_pass("fresh")
+    restarted.run(p)
+    assert "importing database shop (KWDB job " in p.not_ready[0][1], p.not_ready
+
+    for _ in range(8):
+        site.at(site.now + 60)
+        restarted.run(site.a_pass("fresh"))
+    found = record(site) or {}
+    assert found.get("completedAt"), found
+    assert imports_of_shop(site) == 1
+    counted = [s for s in sql_run(site, "fresh-") if s.startswith("SELECT count(*)")]
+    assert counted == ['SELECT count(*) FROM "shop"."public"."customers"',
+                       'SELECT count(*) FROM "shop"."public"."orders"']
+
+
+def test_an_import_whose_files_stopped_answering_fails_the_restore_with_kwdbs_error(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    site, _ = slow_shop_import(tmp_path, server, KwbaseSettings(long_timeout_s=60.0))
+    # The reconciler restarts: its file server, and the token the running IMPORT reads, go.
+    server.withdraw(f"{NS}/fresh")
+    restarted = Restore(site.backups, server)
+    site.backups.statements = BulkStatements(wait_s=0.2)
+    for _ in range(8):
+        site.at(site.now + 60)
+        p = site.a_pass("fresh")
+        restarted.run(p)
+        if p.stalled:
+            break
+    (reason, message), = p.stalled
+    assert reason == "RestoreFailed"
+    assert message.startswith("restore from KaiwuBackup first: database shop: KWDB job ")
+    assert "error response from server: 404" in message
+    assert "a reconciler that restarted meanwhile no longer serves it" in message
+    assert imports_of_shop(site) == 1
