@@ -61,6 +61,8 @@ class SimExec:
             if result.answers_at_end:  # the client waited, then gave up: no answer
                 return "", "", -1
             return result.stdout, result.stderr, -1
+        if result.conclude is not None:  # what the client prints when the statement ends
+            result = result.conclude(started + result.duration_s)
         return result.stdout, result.stderr, result.exit_code
 
     def _wait_until(self, end: float) -> None:

@@ -50,8 +50,15 @@ def _simple(
         if kwbase is None:
             return None
         out = kwbase(argv)
+        concluding = out.conclude
+        conclude = None
+        if concluding is not None:
+            def conclude() -> CommandResult:
+                ended = concluding()
+                return CommandResult(ended.stdout.encode(), ended.stderr.encode(),
+                                     ended.exit_code)
         return CommandResult(out.stdout.encode(), out.stderr.encode(), out.exit_code,
-                             out.duration_s, out.answers_at_end)
+                             out.duration_s, out.answers_at_end, conclude=conclude)
     if name == "true":
         return CommandResult(b"", b"", 0)
     if name == "false":

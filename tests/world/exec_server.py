@@ -32,7 +32,7 @@ import json
 import logging
 import ssl
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -79,6 +79,8 @@ class CommandResult:
     # The stream closes with no exit status: the command was still running when the kubelet
     # stopped waiting for it (the client sees what a time-out shows, no status).
     no_status: bool = False
+    # For a command that answers at its end: its answer then (called after the delay).
+    conclude: Callable[[], CommandResult] | None = None
 
 
 class ExecRefused(Exception):
@@ -376,7 +378,9 @@ class KubeletServer:
             return
         if result.delay_s > 0:
             await asyncio.sleep(result.delay_s)
-        if result.no_status:
+        if result.conclude is not None:
+            result = await self._in_thread(result.conclude)
+        if result.no_status or result.exit_code < 0:
             await connection.close()
             return
         if want_out and result.stdout:

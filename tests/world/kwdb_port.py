@@ -11,7 +11,7 @@ one module, so API changes on either side stay cheap.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +55,7 @@ class ExecOutput:
     exit_code: int
     duration_s: float = 0.0
     answers_at_end: bool = False
+    conclude: Callable[[], ExecOutput] | None = None
 
 
 class KwdbPort(Protocol):
@@ -150,8 +151,14 @@ class KwdbAdapter:
                 key = (cluster.namespace, cluster.name, ended.pod_name)
                 self._exits[key] = ProcessExit(ended.exit_code, ended.reason)
         # Simulated seconds to real ones (inf stays inf).
+        concluding = result.conclude
+        conclude = None
+        if concluding is not None:
+            def conclude() -> ExecOutput:
+                ended = concluding(self.clock.now())
+                return ExecOutput(ended.stdout, ended.stderr, ended.exit_code)
         return ExecOutput(result.stdout, result.stderr, result.exit_code,
-                          result.duration_s / self.clock.speed, result.answers_at_end)
+                          result.duration_s / self.clock.speed, result.answers_at_end, conclude)
 
     def lose_store(self, cluster: ClusterKey, store_key: str) -> None:
         self.world.delete_store(self._key(cluster), store_key, self.clock.now())

@@ -46,9 +46,11 @@ RUNNING_JOBS_QUERY = "SELECT count(*) FROM [SHOW JOBS] WHERE status = 'running'"
 
 RUNNING_JOB_TYPES_QUERY = (
     "SELECT job_type, count(*) AS running FROM [SHOW JOBS] WHERE status = 'running' "
+    "AND COALESCE(strpos(statement, '/kaiwu-backup-'), 0) = 0 "
     "GROUP BY job_type ORDER BY job_type"
 )
-"""The running jobs by type, the query the admin adapter runs: columns job_type, running."""
+"""The running jobs by type, the query the admin adapter runs: columns job_type, running; rows
+whose statement holds the quoted text are left out (any text; without the clause, none)."""
 
 _SUM_ITEM = re.compile(
     r"sum\(\s*\(\s*metrics\s*->>\s*'(?P<metric>[a-z0-9._-]+)'\s*\)\s*::\s*decimal\s*\)"
@@ -67,7 +69,10 @@ _RUNNING_JOBS = re.compile(
 )
 _RUNNING_JOB_TYPES = re.compile(
     r"select\s+job_type\s*,\s*count\(\s*\*\s*\)\s+as\s+running\s+from\s+\[\s*show\s+jobs"
-    r"\s*\]\s+where\s+status\s*=\s*'running'\s+group\s+by\s+job_type\s+order\s+by\s+job_type",
+    r"\s*\]\s+where\s+status\s*=\s*'running'"
+    r"(?:\s+and\s+coalesce\(\s*strpos\(\s*statement\s*,\s*'(?P<skip>(?:[^']|'')+)'\s*\)"
+    r"\s*,\s*0\s*\)\s*=\s*0)?"
+    r"\s+group\s+by\s+job_type\s+order\s+by\s+job_type",
     re.IGNORECASE,
 )
 _STATEMENT_JOBS = re.compile(
@@ -210,8 +215,11 @@ def _statement(
     if _RUNNING_JOBS.fullmatch(text):
         # Every running job SHOW JOBS lists, the perpetual TS TXN job included.
         return ["count"], [[str(len(cluster.running_jobs()))]]
-    if _RUNNING_JOB_TYPES.fullmatch(text):
-        counts = Counter(j.job_type for j in cluster.running_jobs())
+    by_type = _RUNNING_JOB_TYPES.fullmatch(text)
+    if by_type is not None:
+        skip = (by_type.group("skip") or "").replace("''", "'")
+        counts = Counter(j.job_type for j in cluster.running_jobs()
+                         if not (skip and skip in j.statement))
         return ["job_type", "running"], [[t, str(n)] for t, n in sorted(counts.items())]
     statement_jobs = _STATEMENT_JOBS.fullmatch(text)
     if statement_jobs is not None:

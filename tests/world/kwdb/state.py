@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.world.kwdb.model import MODE_SINGLE_NODE, LogicalCluster, NodeRecord
@@ -75,6 +76,8 @@ class ExecResult:
     answers_at_end: the command prints nothing until it ends (`kwbase sql` running a long
         EXPORT or IMPORT): an exec that ends sooner (the kubelet's cap, the client's time-out)
         gets no output and no exit status, while the statement runs on in the server.
+    conclude: for such a command, what it prints when it ends, given the simulated time then
+        (the client dies with its container if the pod's server stopped meanwhile).
     """
 
     stdout: str
@@ -83,6 +86,7 @@ class ExecResult:
     duration_s: float = 0.0
     exited: tuple[ProcessExit, ...] = ()
     answers_at_end: bool = False
+    conclude: Callable[[float], ExecResult] | None = None
 
 
 @dataclass(frozen=True)

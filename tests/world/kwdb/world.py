@@ -499,7 +499,23 @@ class KwdbWorld:
                     ),
                     1,
                 )
-            return run_client_command(Env(group, proc, group.clock), inv)
+            result = run_client_command(Env(group, proc, group.clock), inv)
+            if not result.answers_at_end:
+                return result
+            started_at = proc.started_at
+
+            def conclude(at: float) -> ExecResult:
+                # A client exec'd in the pod talks to the pod's own server: if that server
+                # stopped meanwhile, its container went, and the client with it (no status).
+                with self._lock:
+                    group_now, now_proc = self._proc(cluster, pod_name, at)
+                    del group_now
+                    if now_proc is None or not now_proc.running or \
+                            now_proc.started_at != started_at:
+                        return ExecResult("", "", -1)
+                    return replace(result, duration_s=0.0, answers_at_end=False)
+
+            return replace(result, conclude=conclude)
 
     # ----- inspection and test hooks ------------------------------------------------------------
     def _primary(self, cluster: ClusterKey, now: float) -> tuple[Group, LogicalCluster | None]:

@@ -10,6 +10,7 @@ that says what ran where. The pods run the exact command line the renderer write
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from reconciler.kaiwudb.kwbase import (
     ExecFailed,
     InitOutcome,
     KwbaseAdmin,
+    KwbaseError,
     KwbaseSettings,
     NodeUnreachable,
     NotInitialized,
@@ -35,6 +37,7 @@ from reconciler.kaiwudb.kwbase import (
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from tests.support.sim_exec import SimExec
+from tests.support.waiting import eventually
 from tests.world.kwdb.world import KwdbWorld
 
 NAMESPACE, NAME = "shop", "orders"
@@ -215,6 +218,45 @@ def test_every_cluster_runs_the_ts_txn_job_for_ever_and_it_never_holds_a_scale_i
     jobs = deployment.admin.running_jobs("orders-0")
     assert jobs.by_type == (("CHANGEFEED", 1), ("IMPORT", 2), ("TS TXN", 1))
     assert jobs.describe_conflicting() == "jobs running (SHOW JOBS): 2 IMPORT"
+
+
+def test_an_export_whose_node_restarted_runs_for_ever_and_only_a_backups_holds_no_scale_in(
+        cluster: Deployment) -> None:
+    """KWDB gives an EXPORT's job row no lease (sql/conn_executor_exec.go:719-723): when the
+    gateway dies with the session, nothing ever ends the row (jobs/registry.go:1321-1326). The
+    reconciler's own backup EXPORTs are left out of the scale-in gate (it waits for running
+    backups itself); anybody else's still counts, as it must while it really runs."""
+    key = (NAMESPACE, NAME)
+    cluster.world.load(key, 30.0, database="shop", table="orders", columns=[("id", "INT8")],
+                       rows=[("1",), ("2",)])
+    cluster.world.set_bulk_rate(key, 30.0, 0.01)  # 200 s for two rows
+    answers: list[BaseException] = []
+
+    def export(destination: str) -> None:
+        try:
+            cluster.admin.sql("orders-1", f'EXPORT INTO CSV "nodelocal://2/{destination}" '
+                              "FROM SELECT * FROM shop.public.orders", bulk=True)
+        except KwbaseError as err:
+            answers.append(err)
+
+    clients = [threading.Thread(target=export, args=(d,))
+               for d in (f"kaiwu-backup-{'0' * 8}/d0.t0", "nightly")]
+    for client in clients:
+        client.start()
+    eventually(lambda: len([j for j in cluster.world.jobs(key, 30.0)
+                            if j.job_type == "EXPORT"]) == 2, 10.0, "both EXPORTs started")
+    cluster.at(40.0)
+    cluster.world.stop_process(key, "orders-1", 40.0)  # the sessions die with the node
+    cluster.at(40.0 + 14400)  # the clients' time-outs pass: no answer
+    for client in clients:
+        client.join(timeout=30)
+    assert [type(a).__name__ for a in answers] == ["ExecTimedOut", "ExecTimedOut"]
+
+    rows = [j for j in cluster.world.jobs(key, cluster.runner.now) if j.job_type == "EXPORT"]
+    assert [j.status for j in rows] == ["running", "running"], "never ended, never adopted"
+    jobs = cluster.admin.running_jobs("orders-0")
+    assert jobs.describe_conflicting() == "jobs running (SHOW JOBS): 1 EXPORT"
+    assert kwbase.BACKUP_RUN_MARK in rows[0].statement
 
 
 def test_a_decommissioned_node_drains_its_replicas_and_can_be_recommissioned() -> None:
