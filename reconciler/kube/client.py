@@ -427,8 +427,11 @@ class Kube:
                               _request_timeout=timeout)
             try:
                 response.run_forever(timeout=timeout)
-                stdout.append(response.read_stdout() or "")
-                stderr.append(response.read_stderr() or "")
+                # What arrived, without waiting: read_stdout()'s default (timeout=None) blocks
+                # until the channel gets data, so a silent command outliving `timeout` (a long
+                # EXPORT) would hold this call until it printed.
+                stdout.append(response.read_stdout(timeout=0) or "")
+                stderr.append(response.read_stderr(timeout=0) or "")
                 code = response.returncode
             finally:
                 response.close()

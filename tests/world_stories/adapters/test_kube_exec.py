@@ -64,3 +64,30 @@ def test_writes_made_while_exec_runs_arrive_as_the_verb_they_were(
     assert final is not None and final["spec"]["holderIdentity"] == f"n{patches - 1}"
     print(f"\n[exec] {len(execs)} execs and {patches} Lease patches side by side: "
           "every patch arrived as a patch")
+
+
+def test_a_silent_command_that_outlives_its_time_out_comes_back_at_the_time_out(
+        sim_world: SimWorld, control_plane: ControlPlane, namespace: str,
+        cluster: list[Obj]) -> None:
+    """A long EXPORT prints nothing until it ends. The exec's time-out must end the wait then,
+    with no exit status: the client's read of stdout waited for data (timeout=None) and held the
+    call until the statement ended, however long."""
+    key = (namespace, "kdb")
+    sim_world.kwdb.load(key, sim_world.clock.now(), database="shop", table="orders",
+                        columns=[("id", "INT8")], rows=[("1",), ("2",), ("3",)])
+    # Three rows in about 6 real seconds, whatever the world clock's speed.
+    sim_world.kwdb.set_bulk_rate(key, sim_world.clock.now(), 3 / (6 * sim_world.clock.speed))
+    shared = Kube(control_plane.api_client(), "exec-story")
+    started = time.monotonic()
+    stdout, stderr, code = shared.exec(
+        namespace, "kdb-0", "kwbase",
+        ["/kaiwudb/bin/kwbase", "sql", "--insecure", "--format=csv", "-e",
+         'EXPORT INTO CSV "nodelocal://1/slow" FROM SELECT * FROM shop.public.orders'],
+        timeout=1.5)
+    took = time.monotonic() - started
+    assert (stdout, stderr, code) == ("", "", -1)
+    assert took < 4.0, f"the exec came back after {took:.1f} s, not at its 1.5 s time-out"
+    exports = [j for j in sim_world.kwdb.jobs(key, sim_world.clock.now())
+               if j.job_type == "EXPORT"]
+    assert [j.status for j in exports] == ["running"], "the statement runs on in KaiwuDB"
+    print(f"\n[exec] a silent 6 s EXPORT: the exec came back after {took:.2f} s (time-out 1.5 s)")
