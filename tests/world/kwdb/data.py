@@ -1,7 +1,8 @@
 """SQL data in the simulated KaiwuDB: databases, tables, rows, users, cluster settings; EXPORT
 and IMPORT; the external-I/O directory on each node's disk.
 
-Called by tests/world/kwdb/sql.py (statements) and tests/world/kwdb/world.py (the file commands
+Called by tests/world/kwdb/sql.py (statements; EXPORT and IMPORT DATABASE through
+tests/world/kwdb/bulk.py, which adds their job rows and run time) and tests/world/kwdb/world.py (the file commands
 `find`, `sha256sum`, `cat`, `rm` exec'd in a kwbase container, and the test hooks that load and
 read data). The data model is deliberately small: a database is relational or time-series, a
 table has named columns and rows, each row remembers the simulated time it was written (so
@@ -21,6 +22,7 @@ Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
   `fail` when a table could not be exported (its error becomes a NOTICE).
 - `EXPORT INTO CSV "<url>" FROM SELECT * FROM <db>.public.<t> [AS OF SYSTEM TIME '<ts>']`:
   data only (no meta.sql), one `n<node>.0.csv`.
+- `SELECT count(*) FROM <db>.<schema>.<table> [AS OF SYSTEM TIME '<ts>']` (`count`).
 - `EXPORT USERS TO SQL "<url>"` -> users.sql (`USERS | n | node | 1`); `EXPORT CLUSTER SETTING
   TO SQL "<url>"` -> clustersetting.sql (`CLUSTER SETTING | n | node | 1`).
 - `IMPORT CLUSTER SETTING SQL DATA ("<url>/clustersetting.sql")` (`prompt_information`),

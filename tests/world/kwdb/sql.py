@@ -6,9 +6,11 @@ Called by tests/world/kwdb/commands.py. Statements answered:
   node_id]` over the metrics replicas, replicas.leaders, replicas.leaseholders,
   ranges.unavailable, ranges.underreplicated (others are NULL). Like the real table it sums the
   persisted status of every node, dead and decommissioned ones included (their last values).
-- `SHOW JOBS` (KWDB V3.2.1's columns, running jobs only: the perpetual TS TXN job of every
-  cluster, model.TS_TXN_JOB, and those of KwdbWorld.set_running_jobs), RUNNING_JOBS_QUERY (all
-  running jobs, as a count) and RUNNING_JOB_TYPES_QUERY (running jobs by type);
+- `SHOW JOBS` (KWDB V3.2.1's columns; running jobs and those finished within seven days: the
+  perpetual TS TXN job of every cluster, model.TS_TXN_JOB, those of KwdbWorld.set_running_jobs,
+  and the rows of EXPORT and IMPORT DATABASE, bulk.py), RUNNING_JOBS_QUERY (all running jobs,
+  as a count), RUNNING_JOB_TYPES_QUERY (running jobs by type, optionally leaving out rows whose
+  statement holds a text) and the jobs of one statement (_STATEMENT_JOBS);
 - `SELECT 1`;
 - the data statements of tests/world/kwdb/data.py (SHOW DATABASES, SHOW TABLES, EXPORT, IMPORT,
   cluster_logical_timestamp()); their notices are printed to stderr as `NOTICE: ...`, as the
