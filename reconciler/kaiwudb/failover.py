@@ -448,6 +448,9 @@ class Failover:
         except KwbaseError as error:
             self.metrics.errors_total.labels(stage="failover").inc()
             return f"KaiwuDB node status unknown: {error}"
+        # One gateway's view: a node missing from it is unknown, never live nor dead (a gateway
+        # restarted moments ago lists only the nodes gossip has told it of so far).
+        remembered = {e.node_id for e in p.kaiwu.nodes or () if e.pod == pod}
         entries = node_entries(nodes)
         p.kaiwu.nodes = entries
         replaced = {i for ids in replaced_stores(entries).values() for i in ids}
@@ -457,6 +460,15 @@ class Failover:
         if not_live:
             return "KaiwuDB nodes not live: " + ", ".join(
                 f"{n.id} ({n.pod_name or n.address})" for n in not_live)
+        seen_live = {n.pod_name for n in others if n.healthy}
+        unseen = [name for name in sorted(pods) if name not in (pod, *seen_live)]
+        unseen_own = sorted(remembered - {n.id for n in nodes})
+        if unseen or unseen_own:
+            missing = [f"pod {name}" for name in unseen] + [f"node {i} of this pod"
+                                                             for i in unseen_own]
+            return (f"KaiwuDB's view from pod {runner} lists no {', no '.join(missing)}: a "
+                    "node missing from one gateway's view is neither live nor dead; asking "
+                    "again")
         own_live = [n.id for n in nodes if n.pod_name == pod and n.is_live]
         if own_live:
             return (f"KaiwuDB still counts node(s) {', '.join(map(str, own_live))} of this pod "

@@ -61,6 +61,7 @@ class World:
         # What KaiwuDB says of its ranges (a lost node's ranges keep a quorum: available).
         self.health = ReplicationHealth(unavailable=0, underreplicated=10)
         self.kwdb_error = ""  # when set, every kwbase command fails with it
+        self.unseen: set[int] = set()  # node ids the asked gateway's view omits
         self.grace: dict[str, int | None] = {}  # pod -> grace period of its delete
         self.metrics = Metrics()
 
@@ -141,7 +142,8 @@ class FakeAdmin:
                     decommission: bool = False) -> tuple[NodeStatus, ...]:
         if self.world.kwdb_error:
             raise KwbaseError(self.world.kwdb_error, pod, ["node", "status"])
-        return node_status_shows(self.world.kwdb, decommission=decommission)
+        return node_status_shows([n for n in self.world.kwdb if n.id not in self.world.unseen],
+                                 decommission=decommission)
 
     def replication_health(self, pod: str) -> ReplicationHealth:
         return self.world.health
@@ -323,6 +325,34 @@ def test_the_claim_is_kept_while_another_kaiwudb_node_is_not_live() -> None:
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [("delete", "Pod", "dev-1")]
     assert "KaiwuDB nodes not live: 1 (dev-0)" in " ".join(m for _, m in p.not_ready)
+
+
+def test_a_node_missing_from_the_gateways_view_is_not_taken_for_live() -> None:
+    """A gateway restarted moments ago lists only the nodes gossip has told it of: node 1,
+    dead or alive, is not in its view. Its absence is no evidence that the other copies of the
+    lost store's data are reachable."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    world.unseen = {3}
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert "KaiwuDB's view from pod dev-0 lists no pod dev-2: a node missing from one " \
+        "gateway's view is neither live nor dead; asking again" in " ".join(
+            m for _, m in p.not_ready)
+    world.unseen = set()  # the view filled in
+    run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
+
+
+def test_the_lost_pods_own_node_missing_from_the_view_is_not_taken_for_dead() -> None:
+    """KaiwuDB still counts dev-1's node live, but the gateway asked does not list it: the
+    store is kept until a view says the node is not live."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1, kwdb_live=True)
+    world.unseen = {2}
+    p = run_pass(world, replaceLostVolumes=True)
+    assert world.writes == [("delete", "Pod", "dev-1")]
+    assert "lists no node 2 of this pod" in " ".join(m for _, m in p.not_ready)
 
 
 def test_the_claim_is_kept_while_a_range_has_lost_its_quorum() -> None:
