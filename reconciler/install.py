@@ -65,6 +65,7 @@ SCOPES = ("cluster", "namespaced")
 GIT_SYNC_IMAGE = "registry.k8s.io/git-sync/git-sync:v4.2.4"
 GIT_ROOT = "/git"
 GIT_LINK = "repo"  # git-sync keeps /git/repo pointing at the current checkout
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients look
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kaiwu-operator"}
 EXIT_OK, EXIT_INVALID = 0, 2
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -399,7 +400,13 @@ def _deployment(options: Options) -> Obj:
         # delete it (its data volumes stay).
         env.append({"name": "KAIWU_PRUNE_DELETED_CLUSTERS", "value": "false"})
         mount = {"name": "git", "mountPath": GIT_ROOT}
-        reconciler["volumeMounts"] = [{**mount, "readOnly": True}]
+        # git-sync runs what a remote repository holds and needs no API access: the pod mounts
+        # no token by default, and only the reconciler container gets one, the same projected
+        # token, CA and namespace the kubelet would mount (BoundServiceAccountTokenVolume).
+        pod["automountServiceAccountToken"] = False
+        reconciler["volumeMounts"] = [{**mount, "readOnly": True},
+                                      {"name": "api-token", "mountPath": TOKEN_DIR,
+                                       "readOnly": True}]
         containers.append({
             "name": "git-sync", "image": GIT_SYNC_IMAGE, "imagePullPolicy": "IfNotPresent",
             "args": [f"--repo={options.git_repo}", f"--root={GIT_ROOT}", f"--link={GIT_LINK}",
@@ -410,7 +417,13 @@ def _deployment(options: Options) -> Obj:
             "securityContext": {"allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]}},
         })
-        pod["volumes"] = [{"name": "git", "emptyDir": {}}]
+        pod["volumes"] = [{"name": "git", "emptyDir": {}}, {"name": "api-token", "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                {"configMap": {"name": "kube-root-ca.crt",
+                               "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                    "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]
     if options.backup_volume_claims:
         # Volume backup targets (docs/backup.md): each claim at <backup_volumes_dir>/<claim>.
         mounts = reconciler.setdefault("volumeMounts", [])

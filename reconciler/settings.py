@@ -180,6 +180,10 @@ class Settings:
         "(their data volumes stay). Off: they are reported and kept"))
     source_debounce_s: float = field(default=0.5, metadata=_help(
         "directory mode: wait for this much quiet after a file change before reading"))
+    source_namespaces: str = field(default="", metadata=_help(
+        "directory mode: the namespaces it may create, change and prune KaiwuClusters in, "
+        "comma-separated; '*' for every namespace the reconciler may write to (default: "
+        "--watch-namespace if set, else the reconciler's own namespace)"))
 
     # ---- the Controller's repair policy -----------------------------------------------------
     drift_backoff_base_s: float = field(default=1.0, metadata=_help(
@@ -317,6 +321,27 @@ class Settings:
     def source_dir(self) -> Path | None:
         """The directory of directory mode, or None when reconciling what is in the API."""
         return Path(self.source[len("dir:"):]) if self.source.startswith("dir:") else None
+
+    def source_namespaces_list(self) -> list[str]:
+        """The namespaces directory mode writes KaiwuClusters in ("*": any): as set, else the
+        watched namespace, else the reconciler's own (else 'default')."""
+        wanted = [n.strip() for n in self.source_namespaces.split(",") if n.strip()]
+        return wanted or [self.watch_namespace or pod_namespace() or "default"]
+
+    def source_namespace_allowed(self, namespace: str) -> bool:
+        """Whether directory mode may write a KaiwuCluster in `namespace` (never outside the
+        watched namespace, when one is set)."""
+        if self.watch_namespace and namespace != self.watch_namespace:
+            return False
+        lane = self.source_namespaces_list()
+        return "*" in lane or namespace in lane
+
+    def described_source_namespaces(self) -> str:
+        """Where directory mode writes, for people."""
+        lane = self.source_namespaces_list()
+        if self.watch_namespace and "*" in lane:
+            lane = [self.watch_namespace]
+        return "every namespace" if "*" in lane else f"--source-namespaces {', '.join(lane)}"
 
     @property
     def http_host_port(self) -> tuple[str, int]:

@@ -326,9 +326,9 @@ class DirectorySource:
         applied: list[ClusterKey] = []
         failed: list[tuple[ClusterKey, str]] = []
         for key, (_, obj) in sorted(good.items()):
-            if self.settings.watch_namespace and key.namespace != self.settings.watch_namespace:
-                failed.append((key, f"outside the watched namespace "
-                                    f"{self.settings.watch_namespace}"))
+            if not self.settings.source_namespace_allowed(key.namespace):
+                failed.append((key, f"namespace {key.namespace} is not one directory mode "
+                                    f"writes to ({self.settings.described_source_namespaces()})"))
                 continue
             digest = _digest(obj)
             live = self.view.get(KAIWU_CLUSTER, key.namespace, key.name)
@@ -388,7 +388,9 @@ class DirectorySource:
                ) -> tuple[list[ClusterKey], list[ClusterKey], str]:
         ours = [obj for obj in self.view.list(KAIWU_CLUSTER, self.settings.watch_namespace)
                 if ((obj.get("metadata") or {}).get("annotations") or {}).get(
-                    SOURCE_ANNOTATION) == SOURCE_VALUE]
+                    SOURCE_ANNOTATION) == SOURCE_VALUE
+                and self.settings.source_namespace_allowed(
+                    str((obj.get("metadata") or {}).get("namespace") or ""))]
         orphans = sorted((ClusterKey(o["metadata"]["namespace"], o["metadata"]["name"]), o)
                          for o in ours
                          if ClusterKey(o["metadata"]["namespace"], o["metadata"]["name"])

@@ -79,6 +79,8 @@ def runtime_settings(control_plane: ControlPlane, namespace: str, **changes: Any
         "kubeconfig": str(control_plane.kubeconfig_path),
         "watch_namespace": namespace,
         "lease_namespace": namespace,
+        # The test's namespace plays the reconciler's own: directory mode writes there.
+        "source_namespaces": namespace,
         "http_address": "127.0.0.1:0",
         "lease_duration_s": 3.0, "renew_deadline_s": 2.0, "retry_period_s": 0.5,
         "reconnect_backoff_base_s": 0.2, "reconnect_backoff_max_s": 1.0,

@@ -138,6 +138,21 @@ def test_directory_mode_alone_may_create_and_delete_clusters_and_has_a_git_sync_
     assert {"name": "KAIWU_SOURCE", "value": "dir:/git/repo"} in pod["containers"][0]["env"]
 
 
+def test_in_directory_mode_only_the_reconciler_container_gets_an_api_token() -> None:
+    """git-sync runs what a remote repository holds: it gets no token to the API."""
+    options = install.Options(directory_mode=True, git_repo="https://git.example/c.git")
+    pod = install.bundle(options)[-1].obj["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    reconciler, git_sync = pod["containers"]
+    assert {"name": "api-token", "mountPath": token_dir, "readOnly": True} in \
+        reconciler["volumeMounts"]
+    assert all(m["mountPath"] != token_dir for m in git_sync["volumeMounts"])
+    assert all(m["name"] != "api-token" for m in git_sync["volumeMounts"])
+    token = next(v for v in pod["volumes"] if v["name"] == "api-token")["projected"]["sources"]
+    assert [next(iter(s)) for s in token] == ["serviceAccountToken", "configMap", "downwardAPI"]
+
+
 def test_every_replica_serves_the_webhook_through_a_service_and_may_register_only_its_own(
 ) -> None:
     bundle = [d.obj for d in install.bundle(install.Options())]
@@ -395,10 +410,12 @@ def test_the_git_sync_sidecar_shares_a_checkout_the_reconciler_only_reads() -> N
     }
     assert reconciler["volumeMounts"] == [
         {"name": "git", "mountPath": "/git", "readOnly": True},
+        {"name": "api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+         "readOnly": True},
         {"name": "backup-0", "mountPath": "/backup-volumes/dumps"}]
-    assert pod["volumes"] == [{"name": "git", "emptyDir": {}},
-                              {"name": "backup-0",
-                               "persistentVolumeClaim": {"claimName": "dumps"}}]
+    assert [v["name"] for v in pod["volumes"]] == ["git", "api-token", "backup-0"]
+    assert pod["volumes"][2] == {"name": "backup-0",
+                                 "persistentVolumeClaim": {"claimName": "dumps"}}
     # A cluster whose file disappears from git is reported, not deleted, unless turned on.
     assert reconciler["env"][-2:] == [{"name": "KAIWU_SOURCE", "value": "dir:/git/repo"},
                                       {"name": "KAIWU_PRUNE_DELETED_CLUSTERS", "value": "false"}]

@@ -90,6 +90,9 @@ class Api:
 
 def source(repo: Path, api: Api, metrics: Metrics | None = None, **settings: Any
            ) -> DirectorySource:
+    """A directory source; unless a story says otherwise it may write in every namespace (its
+    lane has stories of its own)."""
+    settings.setdefault("source_namespaces", "*")
     return DirectorySource(repo, api, api, Settings(**settings),  # type: ignore[arg-type]
                            metrics or Metrics(), api)  # type: ignore[arg-type]
 
@@ -241,11 +244,45 @@ def test_a_cluster_outside_the_watched_namespace_is_refused(tmp_path: Path) -> N
     api = Api()
     result = source(repo, api, watch_namespace="shop").scan()
     assert result.applied == (ORDERS,)
-    assert result.failed == ((ClusterKey("elsewhere", "other"),
-                              "outside the watched namespace shop"),)
+    refusal = ("namespace elsewhere is not one directory mode writes to (--source-namespaces "
+               "shop)")
+    assert result.failed == ((ClusterKey("elsewhere", "other"), refusal),)
     assert list(api.clusters) == [("shop", "orders")], "the other one sorts first: skipped"
-    assert "apply of elsewhere/other refused: outside the watched namespace shop" in \
-        result.summary()
+    assert f"apply of elsewhere/other refused: {refusal}" in result.summary()
+
+
+def test_directory_mode_writes_only_in_the_reconcilers_own_namespace_by_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit to the watched repository cannot make the reconciler create clusters in
+    another team's namespace: by default it writes only where it runs."""
+    monkeypatch.setenv("POD_NAMESPACE", "shop")
+    repo = repo_with(tmp_path, orders=cluster_file("orders"),
+                     other=cluster_file("other", namespace="payroll"))
+    api = Api()
+    result = source(repo, api, source_namespaces="").scan()
+    assert result.applied == (ORDERS,)
+    assert result.failed == ((ClusterKey("payroll", "other"),
+                              "namespace payroll is not one directory mode writes to "
+                              "(--source-namespaces shop)"),)
+    assert list(api.clusters) == [("shop", "orders")]
+
+
+def test_directory_mode_writes_in_the_namespaces_it_is_given_and_prunes_only_there(
+        tmp_path: Path) -> None:
+    repo = repo_with(tmp_path, orders=cluster_file("orders"),
+                     other=cluster_file("other", namespace="payroll"))
+    api = Api()
+    for name, namespace in (("gone", "shop"), ("kept", "payroll")):
+        api.clusters[(namespace, name)] = {
+            "apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {SOURCE_ANNOTATION: "dir"}}, "spec": {}}
+    result = source(repo, api, source_namespaces="shop, accounts",
+                    prune_deleted_clusters=True).scan()
+    assert result.applied == (ORDERS,)
+    assert [key for key, _ in result.failed] == [ClusterKey("payroll", "other")]
+    assert ("shop", "gone") not in api.clusters, "pruned: in the lane, its file is gone"
+    assert ("payroll", "kept") in api.clusters, "outside the lane: never pruned"
 
 
 def test_an_apply_the_api_server_refuses_is_reported_and_tried_again_next_time(
