@@ -54,7 +54,7 @@ from renderer.schema import (
     SCHEDULE_PLURAL,
     crd_manifest,
 )
-from renderer.settings import OLDEST_SUPPORTED, KubeVersion, supported_version
+from renderer.settings import DEFAULT_KUBE_VERSION, KubeVersion, supported_version
 
 Obj = dict[str, Any]
 
@@ -92,7 +92,7 @@ class Options:
     git_repo: str = ""  # directory mode only
     # The oldest supported release: the default bundle installs everywhere. From 1.25 the CRD
     # carries CEL rules (renderer/cel.py).
-    kube_version: KubeVersion = OLDEST_SUPPORTED
+    kube_version: KubeVersion = DEFAULT_KUBE_VERSION
     shard: str = ""  # "" = the unnamed shard: the clusters without the shard label
     # ReadWriteMany claims (in the install namespace) mounted for volume backup targets.
     backup_volume_claims: tuple[str, ...] = ()
@@ -156,7 +156,7 @@ class Options:
             words.append(f"--watch-namespace {self.watch_namespace}")
         if self.directory_mode:
             words.append(f"--directory-mode --git-repo {self.git_repo}")
-        if self.kube_version != OLDEST_SUPPORTED:
+        if self.kube_version != DEFAULT_KUBE_VERSION:
             words.append(f"--kube-version {self.kube_version}")
         if self.shard:
             words.append(f"--shard {self.shard}")
@@ -570,9 +570,11 @@ def parser() -> argparse.ArgumentParser:
                         "create, apply and delete KaiwuClusters from its checkout")
     result.add_argument("--git-repo", default="", metavar="URL",
                         help="with --directory-mode: the repository holding KaiwuCluster files")
-    result.add_argument("--kube-version", type=_kube_version, default=OLDEST_SUPPORTED,
-                        help="the cluster's Kubernetes version: from 1.25 the CRD carries CEL "
-                        "validation rules (default: %(default)s, which installs everywhere)")
+    result.add_argument("--kube-version", type=_kube_version, default=DEFAULT_KUBE_VERSION,
+                        help="your cluster's Kubernetes version (default: %(default)s, which "
+                        "installs on 1.28 and every later release; give yours for its extra "
+                        "CEL rules, e.g. 1.29 refuses a smaller volume; 1.20 to 1.24 must be "
+                        "given: their API servers lack policy/v1 or CEL)")
     result.add_argument("--shard", default="", metavar="NAME",
                         help=f"a bundle for one shard: its Deployment ({NAME}-NAME), Lease and "
                         f"metrics Service reconcile only KaiwuClusters labelled "

@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def add_render_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--kube-version", type=_kube_version, default=defaults.kube_version,
-                         help=f"target Kubernetes version (default {defaults.kube_version})")
+                         help=f"your cluster's Kubernetes version (default "
+                         f"{defaults.kube_version}: its manifests suit every release from it on)")
         sub.add_argument("--cluster-domain", default=defaults.cluster_domain,
                          help=f"cluster DNS domain (default {defaults.cluster_domain})")
 
@@ -88,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Print the KaiwuCluster CRD: the schema, plus the CEL validation rules "
                     f"(x-kubernetes-validations) from Kubernetes {CEL_SINCE} on.")
     crd.add_argument("--kube-version", type=_kube_version, default=defaults.kube_version,
-                     help=f"target Kubernetes version (default {defaults.kube_version})")
+                     help=f"your cluster's Kubernetes version (default {defaults.kube_version}: "
+                     "its CEL rules suit every release from it on; give yours for more)")
 
     commands.add_parser("reconcile", help="run the reconciler (see kaiwu reconcile --help)",
                         add_help=False)

@@ -34,6 +34,13 @@ class KubeVersion:
 # topology spread constraints GA-ready, policy/v1beta1 PodDisruptionBudget).
 OLDEST_SUPPORTED = KubeVersion(1, 20)
 
+DEFAULT_KUBE_VERSION = KubeVersion(1, 28)
+"""What `kaiwu render`, `diff`, `validate`, `crd` and `install` target unless told: the oldest
+release KaiwuDB's users run (1.28 to 1.36). Its manifests and CRD (policy/v1, the CEL rules of
+1.25 to 1.28) are accepted by every release from 1.28 on; a later `--kube-version` adds the
+rules of that release (a smaller volume refused from 1.29), an earlier one (down to 1.20) drops
+what that release lacks. The reconciler itself renders for the API server it talks to."""
+
 
 def supported_version(text: str) -> KubeVersion:
     """A `--kube-version` flag's value: a version this project renders for, or ValueError."""
@@ -102,7 +109,7 @@ INPUT_LIMITS = InputLimits()
 class RenderSettings:
     """How to render. The defaults suit a current Kubernetes release with the usual DNS domain."""
 
-    kube_version: KubeVersion = field(default_factory=lambda: KubeVersion(1, 35))
+    kube_version: KubeVersion = DEFAULT_KUBE_VERSION
     """Target Kubernetes version: picks API versions (policy/v1 from 1.21)."""
 
     cluster_domain: str = "cluster.local"

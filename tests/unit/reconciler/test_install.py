@@ -54,9 +54,15 @@ def test_deploy_install_yaml_is_what_kaiwu_install_prints(
     assert printed == install.render(install.Options()), "deterministic"
 
 
-def test_the_bundle_carries_the_one_crd_unchanged_and_applies_it_first() -> None:
+def test_the_bundle_carries_the_one_crd_and_applies_it_first() -> None:
+    """By default the CRD of the oldest release users run (1.28, with its CEL rules); for 1.20
+    the schema file as it is."""
     bundle = docs(install.render(install.Options()))
-    assert bundle[0] == crd_manifest()
+    assert bundle[0] == crd_for(KubeVersion(1, 28)) != crd_manifest()
+    oldest = docs(install.render(install.Options(kube_version=KubeVersion(1, 20))))
+    assert oldest[0] == crd_manifest()
+    assert "--kube-version 1.20" in install.render(
+        install.Options(kube_version=KubeVersion(1, 20))).splitlines()[1]
     assert [d["kind"] for d in bundle] == [
         "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition",
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
@@ -76,7 +82,8 @@ def test_for_kubernetes_1_25_and_later_the_crd_carries_the_cel_rules(
         rule.message for rule in RULES if rule.at == ("spec", "startMode"))} in spec[
         "properties"]["startMode"]["x-kubernetes-validations"]
     assert "--kube-version 1.29" in printed.splitlines()[1], "the header says how it was made"
-    assert "x-kubernetes-validations" not in install.render(install.Options()), "1.20: none"
+    assert "x-kubernetes-validations" not in install.render(
+        install.Options(kube_version=KubeVersion(1, 20))), "1.20: none"
 
 
 def test_a_kube_version_older_than_supported_is_refused_in_one_line(
@@ -260,8 +267,10 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
         "--directory-mode GitOps pull: a git-sync sidecar (example image) and the rights to "
         "create, apply and delete KaiwuClusters from its checkout",
         "--git-repo URL with --directory-mode: the repository holding KaiwuCluster files",
-        "--kube-version KUBE_VERSION the cluster's Kubernetes version: from 1.25 the CRD carries "
-        "CEL validation rules (default: 1.20, which installs everywhere)",
+        "--kube-version KUBE_VERSION your cluster's Kubernetes version (default: 1.28, which "
+        "installs on 1.28 and every later release; give yours for its extra CEL rules, e.g. 1.29 "
+        "refuses a smaller volume; 1.20 to 1.24 must be given: their API servers lack policy/v1 "
+        "or CEL)",
         "--shard NAME a bundle for one shard: its Deployment (kaiwu-reconciler-NAME), Lease and "
         "metrics Service reconcile only KaiwuClusters labelled kaiwu.inspur.com/shard=NAME "
         "(default: the unnamed shard, the clusters without the label)",

@@ -71,7 +71,7 @@ def test_render_and_validate_default_to_clusters_and_out_in_the_working_director
     rendered = kaiwu("render")
     assert rendered.code == 0, rendered.stderr
     assert rendered.stdout == (
-        "rendered 16 objects of 3 clusters into out/ (Kubernetes 1.35): a preview of what the "
+        "rendered 16 objects of 3 clusters into out/ (Kubernetes 1.28): a preview of what the "
         'reconciler creates; commit the specs, not these files (README, "GitOps, end to '
         'end")\n')
     assert (tmp_path / "out" / KUSTOMIZATION).is_file()
@@ -138,6 +138,10 @@ def test_diff_can_name_the_repository_from_outside_it(tmp_path: Path) -> None:
     assert "is not inside the git repository" in outside.stderr
 
 
+KUBE_VERSION_HELP = ("--kube-version KUBE_VERSION your cluster's Kubernetes version (default "
+                     "1.28: its manifests suit every release from it on)")
+
+
 def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None:
     """The help a user reads before the first run, command by command (in-process)."""
     top = words(kaiwu("--help").stdout)
@@ -153,12 +157,12 @@ def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None
     for line in ("source directory or file of KaiwuCluster specs (default clusters)",
                  "-o OUT, --out OUT output directory, replaced as a whole (default out)",
                  "--stdout print one YAML stream instead",
-                 "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)",
+                 KUBE_VERSION_HELP,
                  "--cluster-domain CLUSTER_DOMAIN cluster DNS domain (default cluster.local)"):
         assert line in render
     validate = words(kaiwu("validate", "--help").stdout)
     assert "sources directories or files (default clusters)" in validate
-    assert "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)" in validate
+    assert KUBE_VERSION_HELP in validate
     diff = words(kaiwu("diff", "--help").stdout)
     for line in ("kaiwu diff OLD NEW (two directories), or kaiwu diff PATH --base REV [--head REV] "
                  "(one path at two git revisions; head defaults to the working tree)",
@@ -171,7 +175,8 @@ def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None
     crd = words(kaiwu("crd", "--help").stdout)
     assert ("Print the KaiwuCluster CRD: the schema, plus the CEL validation rules "
             "(x-kubernetes-validations) from Kubernetes 1.25 on.") in crd
-    assert "--kube-version KUBE_VERSION target Kubernetes version (default 1.35)" in crd
+    assert ("--kube-version KUBE_VERSION your cluster's Kubernetes version (default 1.28: its "
+            "CEL rules suit every release from it on; give yours for more)") in crd
 
 
 def test_the_version_is_the_installed_release() -> None:
@@ -201,7 +206,7 @@ def test_no_command_is_a_usage_error() -> None:
 def test_kaiwu_crd_without_a_release_prints_the_default_releases_crd() -> None:
     run = kaiwu("crd")
     assert run.code == 0, run.stderr
-    assert run.stdout == kaiwu("crd", "--kube-version", "1.35").stdout
+    assert run.stdout == kaiwu("crd", "--kube-version", "1.28").stdout
     assert "x-kubernetes-validations" in run.stdout
 
 

@@ -29,8 +29,8 @@ from tests.support.render import (
 DEFAULT_TARGET = str(RenderSettings().kube_version)
 
 
-def test_the_default_target_is_kubernetes_1_35() -> None:
-    assert DEFAULT_TARGET == "1.35"
+def test_the_default_target_is_the_oldest_kubernetes_users_run() -> None:
+    assert DEFAULT_TARGET == "1.28"
 
 
 @pytest.mark.parametrize("target", [None, "1.25", NEWEST_VALIDATABLE])

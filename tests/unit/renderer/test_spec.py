@@ -200,9 +200,9 @@ def test_versions_compare_by_minor_release() -> None:
         "Kubernetes 1.19 is older than the oldest supported release, 1.20")
 
 
-def test_the_default_target_is_current_kubernetes_with_the_usual_domain() -> None:
+def test_the_default_target_is_the_oldest_kubernetes_users_run_with_the_usual_domain() -> None:
     settings = RenderSettings()
-    assert str(settings.kube_version) == "1.35"
+    assert str(settings.kube_version) == "1.28"
     assert settings.cluster_domain == "cluster.local"
     live = settings.live
     assert (live.replicas, live.partition, live.certs_hash) == (None, None, None)

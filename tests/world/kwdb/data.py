@@ -2,12 +2,12 @@
 and IMPORT; the external-I/O directory on each node's disk.
 
 Called by tests/world/kwdb/sql.py (statements; EXPORT and IMPORT DATABASE through
-tests/world/kwdb/bulk.py, which adds their job rows and run time) and tests/world/kwdb/world.py (the file commands
-`find`, `sha256sum`, `cat`, `rm` exec'd in a kwbase container, and the test hooks that load and
-read data). The data model is deliberately small: a database is relational or time-series, a
-table has named columns and rows, each row remembers the simulated time it was written (so
-`AS OF SYSTEM TIME` sees the table as it was; no updates or deletes are modelled), users have
-option text, cluster settings are name = value.
+tests/world/kwdb/bulk.py, which adds their job rows and run time) and tests/world/kwdb/world.py
+(the file commands `find`, `sha256sum`, `cat`, `rm` exec'd in a kwbase container, and the test
+hooks that load and read data). The data model is deliberately small: a database is relational
+or time-series, a table has named columns and rows, each row remembers the simulated time it
+was written (so `AS OF SYSTEM TIME` sees the table as it was; no updates or deletes are
+modelled), users have option text, cluster settings are name = value.
 
 Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
 - `SHOW DATABASES` (`database_name, engine_type`: RELATIONAL or TIME SERIES), `SHOW USERS`
