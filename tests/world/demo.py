@@ -50,6 +50,7 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from renderer.settings import KubeVersion
 from tests.world.build import locate_binaries
 from tests.world.controlplane import REPO_ROOT, ControlPlane, ControlPlaneSettings
 from tests.world.kube_rest import KubeAccess
@@ -454,13 +455,14 @@ class Demo:
                  "dev")
 
     def _install(self) -> None:
-        self.step("Installing the operator: `kaiwu install` (CRD, namespace, ServiceAccount, "
-                  "RBAC)")
+        self.step("Installing the operator: `kaiwu install --kube-version 1.20` (CRD, namespace, "
+                  "ServiceAccount, RBAC; the test world runs Kubernetes 1.20)")
         assert self.plane is not None and self.workdir is not None
         api = self._api()
         started = time.monotonic()
         ns = self.settings.reconciler_namespace
-        docs = [d.obj for d in install.bundle(install.Options(namespace=ns))]
+        docs = [d.obj for d in install.bundle(install.Options(
+            namespace=ns, kube_version=KubeVersion(1, 20)))]
         applied = []
         for doc in docs:
             # The Deployment's pod needs a kubelet that runs images; the simulated ones run only
