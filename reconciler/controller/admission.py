@@ -6,7 +6,9 @@ KaiwuCluster CREATE or UPDATE, including the `scale` subresource, and by the con
 step (reconciler.controller.render) on every pass. Both run `renderer.render.check_live` (schema
 and semantic rules, what `kaiwu validate` runs in CI) and `renderer.semantics.check_change` (start
 mode, volume size, storage class, single-replica scale-in, version), so a spec means the same
-thing in CI, at the API's door and in the reconciler.
+thing in CI, at the API's door and in the reconciler. At the door it also refuses a cluster that
+would need an object another KaiwuCluster of its namespace needs (`kaiwu validate` refuses the
+same across files; the reconciler reports such an object as NameTaken and leaves it alone).
 
 What a change is judged against: the last spec the reconciler applied, remembered as
 `ACCEPTED_ANNOTATION` on the cluster's StatefulSet (`accepted_facts`; status is never the only
@@ -35,7 +37,7 @@ from reconciler.model import PAUSED_ANNOTATION, Obj, meta
 from renderer import quantity
 from renderer.builders import INSTANCE_LABEL
 from renderer.errors import RenderError
-from renderer.render import check_live, live_problem
+from renderer.render import check_live, live_problem, read_live, shared_names
 from renderer.semantics import check_change, transition_facts
 
 # On the StatefulSet: transition_facts of the spec the reconciler last applied, as JSON.
@@ -48,6 +50,8 @@ DENIED_CODE = 422
 MAX_WARNING = 120
 
 Lookup = Callable[[str, str], Obj | None]
+# The KaiwuClusters stored in a namespace (for the names two clusters would both need).
+Neighbours = Callable[[str], list[Obj]]
 # The accepted transition facts of a stored cluster (`accepted_facts` of its StatefulSet).
 Accepted = Callable[[Obj], dict[str, Any] | None]
 
@@ -141,17 +145,21 @@ def applied(view: CacheView, cluster: Obj) -> dict[str, Any] | None:
 
 
 def review(request: Mapping[str, Any], *, stored: Lookup, accepted: Accepted,
-           watched: Callable[[str], bool] = lambda _namespace: True) -> Verdict:
+           watched: Callable[[str], bool] = lambda _namespace: True,
+           neighbours: Neighbours = lambda _namespace: []) -> Verdict:
     """The verdict on one AdmissionReview `request` (CREATE or UPDATE of a KaiwuCluster or its
     scale subresource). `stored(ns, name)` is the KaiwuCluster as stored (for a scale request,
     which carries only an autoscaling/v1 Scale); `accepted(cluster)` the transition facts of
-    the last spec applied for that stored cluster (`accepted_facts`), None when unknown. A
-    namespace this reconciler does not watch is another install's business: allowed."""
+    the last spec applied for that stored cluster (`accepted_facts`), None when unknown;
+    `neighbours(ns)` the KaiwuClusters stored there: a cluster that would need an object another
+    one needs is refused (each would overwrite the other's). A namespace this reconciler does
+    not watch is another install's business: allowed."""
     namespace = str(request.get("namespace") or "")
     if not watched(namespace):
         return Verdict(True)
     if request.get("subResource") == "scale":
-        return _review_scale(request, stored, accepted)
+        return _with_neighbours(_review_scale(request, stored, accepted), request, stored,
+                                neighbours)
     new = request.get("object") or {}
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     if old and (new.get("spec") == old.get("spec") or meta(new).get("deletionTimestamp")):
@@ -164,7 +172,49 @@ def review(request: Mapping[str, Any], *, stored: Lookup, accepted: Accepted,
     reference = None
     if old:
         reference = accepted(old) or _own_facts(old)
-    return _verdict(new, reference)
+    return _with_neighbours(_verdict(new, reference), request, stored, neighbours)
+
+
+def _with_neighbours(verdict: Verdict, request: Mapping[str, Any], stored: Lookup,
+                     neighbours: Neighbours) -> Verdict:
+    """An allowed verdict, refused when the cluster would need an object that another
+    KaiwuCluster of its namespace needs (renderer.render.shared_names; `kaiwu validate` refuses
+    the same for files)."""
+    if not verdict.allowed:
+        return verdict
+    namespace = str(request.get("namespace") or "")
+    name = str(request.get("name") or "")
+    if request.get("subResource") == "scale":
+        cluster = stored(namespace, name)
+        if cluster is None:
+            return verdict
+        new = copy.deepcopy(cluster)
+        new.setdefault("spec", {})["replicas"] = ((request.get("object") or {}).get(
+            "spec") or {}).get("replicas")
+    else:
+        new = copy.deepcopy(request.get("object") or {})
+    new.setdefault("metadata", {}).setdefault("namespace", namespace)
+    try:
+        mine = read_live(new)
+    except RenderError:
+        return verdict  # judged already: the rules let it through
+    problems = []
+    for other in neighbours(namespace):
+        if meta(other).get("name") == mine.name or meta(other).get("deletionTimestamp"):
+            continue
+        try:
+            theirs = read_live(other)
+        except RenderError:
+            continue  # a stored cluster the rules refuse renders nothing of its own
+        shared = shared_names(mine, theirs)
+        if shared:
+            problems.append(str(live_problem(
+                new, ("metadata", "name"),
+                f"KaiwuCluster {mine.name!r} would need {', '.join(shared[:3])}"
+                f"{' and more' if len(shared) > 3 else ''}, which KaiwuCluster "
+                f"{theirs.name!r} needs too: each would overwrite the other's",
+                "rename one of them or move it to another namespace")))
+    return Verdict(False, tuple(problems)) if problems else verdict
 
 
 def _review_scale(request: Mapping[str, Any], stored: Lookup, accepted: Accepted) -> Verdict:

@@ -207,9 +207,12 @@ def decider(view: CacheView, kube: Kube, settings: Settings
     def watched(namespace: str) -> bool:
         return not settings.watch_namespace or namespace == settings.watch_namespace
 
+    def neighbours(namespace: str) -> list[Obj]:
+        return view.list(k.KAIWU_CLUSTER, namespace)
+
     def decide(body: dict[str, Any]) -> dict[str, Any]:
         verdict = review(body.get("request") or {}, stored=stored, accepted=accepted,
-                         watched=watched)
+                         watched=watched, neighbours=neighbours)
         return response(body, verdict)
 
     judge(WARM_UP, None)  # builds the schema validator now

@@ -271,3 +271,34 @@ def test_certificates_rotate_under_a_loop_of_updates_and_none_is_refused(
     print(f"\n{updates} updates in {time.monotonic() - began:.1f} s through "
           f"{len(serving)} serving certificates and {len(cas)} CAs (the CA replaced after "
           f"{rotated_at:.1f} s): 0 refused")
+
+
+def test_a_cluster_that_would_take_another_clusters_objects_is_refused_at_the_door(
+        control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
+        proxy: ServiceProxy) -> None:
+    """KaiwuCluster `orders` would render a Service `orders-public`, which KaiwuCluster
+    `orders-public` renders too (its headless Service): each would overwrite the other's. The
+    second one is refused before it is stored, naming the first and the objects."""
+    settings = webhook_settings(control_plane, namespace, proxy)
+    with registered(kube, settings):
+        runtime = started(settings, proxy)
+        try:
+            wait_for_the_door(kube, namespace)
+            create_cluster(kube, namespace, "orders-public", {"tls": {"enabled": False}})
+            eventually(lambda: runtime.caches.get(kk.KAIWU_CLUSTER, namespace,
+                                                  "orders-public"), 10,
+                       "the first cluster in the replica's cache")
+            code, message = refusal(lambda: create_cluster(kube, namespace, "orders",
+                                                           {"tls": {"enabled": False}}))
+            assert code == 422
+            assert message.startswith(DENIED + f"KaiwuCluster {namespace}/orders: metadata.name: "
+                                      "KaiwuCluster 'orders' would need ")
+            assert f"Service {namespace}/orders-public" in message
+            assert "which KaiwuCluster 'orders-public' needs too" in message
+            stored: dict[str, Any] = k8s.CustomObjectsApi(  # type: ignore[assignment,unused-ignore]
+                kube).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            assert [i["metadata"]["name"] for i in stored["items"]] == ["orders-public"], \
+                "nothing else was stored"
+            create_cluster(kube, namespace, "payments", {"tls": {"enabled": False}})
+        finally:
+            runtime.stop()

@@ -45,10 +45,19 @@ def scale(replicas: int, old_replicas: int, **lookups: Any) -> Verdict:
 
 
 def _lookups(stored: Obj | None = None, accepted: dict[str, Any] | None = None,
-             watched: str | None = None) -> dict[str, Any]:
+             watched: str | None = None, neighbours: list[Obj] | None = None
+             ) -> dict[str, Any]:
     return {"stored": lambda ns, name: copy.deepcopy(stored),
             "accepted": lambda _cluster: accepted,
-            "watched": lambda ns: watched is None or ns == watched}
+            "watched": lambda ns: watched is None or ns == watched,
+            "neighbours": lambda ns: [copy.deepcopy(o) for o in neighbours or ()
+                                      if o["metadata"]["namespace"] == ns]}
+
+
+def named(name: str, namespace: str = NS, **spec: Any) -> Obj:
+    obj = cluster(**spec)
+    obj["metadata"].update(name=name, namespace=namespace, uid=f"uid-{name}")
+    return obj
 
 
 def with_spec(obj: Obj, **changes: Any) -> Obj:
@@ -290,3 +299,30 @@ def test_the_statefulset_of_an_earlier_cluster_of_the_same_name_is_no_memory_for
     newer = cluster()
     newer["metadata"]["uid"] = "uid-2"
     assert admission.applied(View(sts), newer) is None
+
+
+def test_a_cluster_that_would_need_another_clusters_objects_is_refused_before_it_is_stored(
+) -> None:
+    """KaiwuCluster `orders` renders a Service `orders-public`; a KaiwuCluster named
+    `orders-public` renders a headless Service `orders-public` too: each would overwrite the
+    other's. `kaiwu validate` refuses it for files; at the API's door it is refused as well."""
+    public = named("orders-public")
+    verdict = create(cluster(), neighbours=[public])
+    assert not verdict.allowed
+    assert verdict.message.startswith("KaiwuCluster db/orders: metadata.name: KaiwuCluster "
+                                      "'orders' would need ")
+    assert "Service db/orders-public" in verdict.message
+    assert "which KaiwuCluster 'orders-public' needs too: each would overwrite the other's " \
+        "(rename one of them or move it to another namespace)" in verdict.message
+    # The same cluster in another namespace, or alone, is allowed.
+    assert create(cluster(), neighbours=[named("orders-public", namespace="elsewhere")]).allowed
+    assert create(cluster(), neighbours=[named("payments")]).allowed
+
+
+def test_a_cluster_is_never_refused_for_colliding_with_itself_or_a_cluster_being_deleted(
+) -> None:
+    stored = cluster()
+    assert update(stored, with_spec(stored, replicas=4), neighbours=[stored]).allowed
+    leaving = named("orders-public")
+    leaving["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    assert create(cluster(), neighbours=[leaving]).allowed
