@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconciler.settings import Settings, SettingsError, from_args
 from renderer import cli as renderer_cli
+
+if TYPE_CHECKING:
+    from reconciler.settings import Settings
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
@@ -96,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def reconcile(argv: Sequence[str] | None = None) -> int:
     """`kaiwu reconcile ...`: run the reconciler until SIGTERM or SIGINT."""
+    from reconciler.settings import SettingsError, from_args  # only `kaiwu reconcile` needs it
+
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
         settings = from_args(arguments)

@@ -44,7 +44,7 @@ from typing import Any, NoReturn
 
 from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE
 from reconciler.settings import SHARD_LABEL, Settings
-from renderer.cel import CEL_SINCE, crd_for
+from renderer.cel import crd_for
 from renderer.emit import to_yaml
 from renderer.schema import (
     BACKUP_CRD_FILES,
@@ -54,7 +54,7 @@ from renderer.schema import (
     SCHEDULE_PLURAL,
     crd_manifest,
 )
-from renderer.settings import DEFAULT_KUBE_VERSION, KubeVersion, supported_version
+from renderer.settings import CEL_SINCE, DEFAULT_KUBE_VERSION, KubeVersion, supported_version
 
 Obj = dict[str, Any]
 

@@ -26,10 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from renderer.schema import crd_manifest
-from renderer.settings import KubeVersion
+from renderer.settings import CEL_SINCE, KubeVersion
 
-# x-kubernetes-validations is beta and on by default from 1.25 (alpha and gated in 1.23, 1.24).
-CEL_SINCE = KubeVersion(1, 25)
 # quantity() with compareTo: in the library from 1.28, allowed in a new CRD from 1.29.
 QUANTITY_SINCE = KubeVersion(1, 29)
 

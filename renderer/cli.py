@@ -12,16 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from renderer import diff as tree_diff
-from renderer.cel import CEL_SINCE, crd_for
-from renderer.emit import OutputDirectoryError, manifest_for, to_stream, to_yaml, write_tree
-from renderer.errors import Problem, RenderError
-from renderer.loader import ParseCache
-from renderer.render import build_objects, load_clusters
-from renderer.settings import KubeVersion, RenderSettings, supported_version
+from renderer.errors import OutputDirectoryError, Problem, RenderError
+from renderer.settings import CEL_SINCE, KubeVersion, RenderSettings, supported_version
+
+if TYPE_CHECKING:
+    from renderer.loader import ParseCache
+
+# Each command imports what it uses when it runs (jsonschema, the YAML libraries, the diff
+# path): `kaiwu --help` and `kaiwu validate` start in a fraction of the time (bench/cli_start.py;
+# tests/unit/test_cli_imports.py keeps the heavy modules out of the start-up path).
 
 EXIT_OK, EXIT_CHANGES, EXIT_INVALID = 0, 1, 2
 DEFAULT_SOURCE = "clusters"
@@ -38,15 +40,31 @@ def _kube_version(text: str) -> KubeVersion:
 def _version() -> str:
     """The installed distribution's version (pyproject.toml's), so the image and a wheel say
     which release they are."""
+    from importlib import metadata  # 35 ms: only for --version
+
     try:
         return metadata.version("kaiwu-operator")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """--version, looking the version up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        sys.stdout.write(f"kaiwu {_version()}\n")  # as argparse's own version action does
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kaiwu", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"kaiwu {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     defaults = RenderSettings()
 
@@ -115,6 +133,9 @@ def _nothing_found(source: str) -> Problem:
 
 
 def _render(args: argparse.Namespace) -> int:
+    from renderer.emit import manifest_for, to_stream, write_tree
+    from renderer.render import build_objects, load_clusters
+
     # No spec found renders an empty kustomization (every cluster removed from the repository
     # is a preview too); `validate` is where finding none is an error.
     manifests = [manifest_for(obj, source.cluster.name)
@@ -132,11 +153,16 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _crd(args: argparse.Namespace) -> int:
+    from renderer.cel import crd_for
+    from renderer.emit import to_yaml
+
     sys.stdout.write(to_yaml(crd_for(args.kube_version)))
     return EXIT_OK
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from renderer.render import load_clusters
+
     problems: list[Problem] = []
     count = 0
     for source in args.sources:
@@ -155,6 +181,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    from renderer import diff as tree_diff
+
     base_problems: list[Problem] = []
     shared: ParseCache = {}  # a file both sides hold alike is read and checked once
     if args.base is None:

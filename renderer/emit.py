@@ -33,6 +33,8 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from renderer.errors import OutputDirectoryError
+
 TOP_LEVEL_ORDER = ("apiVersion", "kind", "metadata", "automountServiceAccountToken", "spec")
 KUSTOMIZATION = "kustomization.yaml"
 
@@ -179,10 +181,6 @@ def to_stream(manifests: Iterable[Manifest]) -> str:
 def kustomization(manifests: Sequence[Manifest]) -> str:
     return to_yaml({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                     "resources": [manifest.path for manifest in manifests]})
-
-
-class OutputDirectoryError(Exception):
-    """The output directory holds something that is not an earlier render."""
 
 
 def is_earlier_render(out: Path) -> bool:

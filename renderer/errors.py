@@ -11,6 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 
+class OutputDirectoryError(Exception):
+    """The output directory holds something that is not an earlier render."""
+
+
 @dataclass(frozen=True, order=True)
 class Problem:
     """One mistake in one input file."""

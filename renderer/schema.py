@@ -25,7 +25,7 @@ from importlib.resources.abc import Traversable
 from typing import Any
 
 import jsonschema
-from ruamel.yaml import YAML
+import yaml
 
 # One copy of the CRD: package data beside this module (crd/ in the repository links here).
 CRD_FILE: Traversable = resources.files("renderer") / "crd" / "kaiwuclusters.yaml"
@@ -59,9 +59,12 @@ class SchemaViolation:
 
 @cache
 def crd_manifest(crd_file: Traversable = CRD_FILE) -> dict[str, Any]:
-    """The CRD as a plain dict (cached: it is read once per process)."""
+    """The CRD as a plain dict (cached: it is read once per process). Our own file, read with
+    libyaml (PyYAML's C loader, as renderer.loader reads specs): ruamel's pure-Python reader
+    took a quarter of a second of every `kaiwu validate` on this 60 KB file; both read it alike
+    (tests/unit/renderer/test_schema_messages.py)."""
     with crd_file.open("r", encoding="utf-8") as handle:
-        loaded: dict[str, Any] = YAML(typ="safe").load(handle)
+        loaded: dict[str, Any] = yaml.load(handle, Loader=yaml.CSafeLoader)
     return loaded
 
 

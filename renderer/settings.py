@@ -34,6 +34,9 @@ class KubeVersion:
 # topology spread constraints GA-ready, policy/v1beta1 PodDisruptionBudget).
 OLDEST_SUPPORTED = KubeVersion(1, 20)
 
+# x-kubernetes-validations is beta and on by default from 1.25 (alpha and gated in 1.23, 1.24).
+CEL_SINCE = KubeVersion(1, 25)
+
 DEFAULT_KUBE_VERSION = KubeVersion(1, 28)
 """What `kaiwu render`, `diff`, `validate`, `crd` and `install` target unless told: the oldest
 release KaiwuDB's users run (1.28 to 1.36). Its manifests and CRD (policy/v1, the CEL rules of

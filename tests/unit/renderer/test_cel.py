@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from renderer import schema, semantics
-from renderer.cel import CEL_SINCE, QUANTITY_SINCE, RULES, crd_for, rules_for
-from renderer.settings import OLDEST_SUPPORTED, KubeVersion
+from renderer.cel import QUANTITY_SINCE, RULES, crd_for, rules_for
+from renderer.settings import CEL_SINCE, OLDEST_SUPPORTED, KubeVersion
 from tests.support import cel, specs
 from tests.support.render import EXAMPLES, cluster, dotted, kaiwu
 from tests.unit.renderer.test_semantics import GOOD_SPEC, with_spec

@@ -15,6 +15,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from renderer import emit
+from renderer.errors import OutputDirectoryError
 from tests.support.render import (
     EXAMPLES,
     KUSTOMIZATION,
@@ -182,6 +183,6 @@ def test_write_tree_refuses_before_writing_anything(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "data.db").write_bytes(b"\0")
-    with pytest.raises(emit.OutputDirectoryError):
+    with pytest.raises(OutputDirectoryError):
         emit.write_tree([], out)
     assert siblings(out) == []

@@ -185,3 +185,18 @@ def test_a_too_long_value_is_shown_whole_up_to_40_characters() -> None:
     for value, shown in (("y" * 40, "y" * 40), ("y" * 41, "y" * 37 + "...")):
         [error] = check.iter_errors({"spec": value})
         assert schema._describe(error).message == f"{shown!r} is {len(value)} characters long"
+
+
+def test_every_crd_file_reads_the_same_with_libyaml_as_with_a_yaml_1_2_reader() -> None:
+    """The CRDs are read with PyYAML's C loader (YAML 1.1) for speed; a YAML 1.2 reader
+    (ruamel) must read them alike, so no `on`, `no` or octal-looking value means two things."""
+    from pathlib import Path
+
+    import yaml
+    from ruamel.yaml import YAML
+
+    files = sorted((Path(__file__).resolve().parents[3] / "crd").glob("*.yaml"))
+    assert len(files) == 3
+    for path in files:
+        text = path.read_text()
+        assert yaml.load(text, Loader=yaml.CSafeLoader) == YAML(typ="safe").load(text), path
