@@ -196,10 +196,11 @@ class Settings:
         "the window fight_threshold counts repairs in"))
     exec_timeout_s: float = field(default=60.0, metadata=_help(
         "timeout of one command run in a KaiwuDB container (kwbase node status, ...)"))
-    long_statement_timeout_s: float = field(default=14400.0, metadata=_help(
-        "how long the exec of one EXPORT or IMPORT is held open for its answer (4 h: the "
-        "kubelet's default --streaming-connection-idle-timeout ends a silent exec then); a "
-        "longer statement runs on and is followed through KaiwuDB's job row (docs/backup.md)"))
+    long_statement_timeout_s: float = field(default=10800.0, metadata=_help(
+        "how long the exec of one EXPORT or IMPORT is held open for its answer (3 h: below "
+        "the kubelet's default --streaming-connection-idle-timeout, 4 h, which ends a silent "
+        "exec); a longer statement runs on and is followed through KaiwuDB's job row "
+        "(docs/backup.md)"))
     lifecycle_poll_s: float = field(default=1.0, metadata=_help(
         "while KaiwuDB is busy (init pending, nodes joining, a decommission draining), a "
         "cluster is looked at again this soon; each look costs one exec"))

@@ -64,7 +64,8 @@ def crd_manifest(crd_file: Traversable = CRD_FILE) -> dict[str, Any]:
     took a quarter of a second of every `kaiwu validate` on this 60 KB file; both read it alike
     (tests/unit/renderer/test_schema_messages.py)."""
     with crd_file.open("r", encoding="utf-8") as handle:
-        loaded: dict[str, Any] = yaml.load(handle, Loader=yaml.CSafeLoader)
+        loaded: dict[str, Any] = yaml.load(
+            handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml if built
     return loaded
 
 

@@ -184,20 +184,30 @@ def _with_neighbours(verdict: Verdict, request: Mapping[str, Any], stored: Looku
         return verdict
     namespace = str(request.get("namespace") or "")
     name = str(request.get("name") or "")
+    old: Obj | None = None
     if request.get("subResource") == "scale":
         cluster = stored(namespace, name)
         if cluster is None:
             return verdict
+        old = cluster
         new = copy.deepcopy(cluster)
         new.setdefault("spec", {})["replicas"] = ((request.get("object") or {}).get(
             "spec") or {}).get("replicas")
     else:
         new = copy.deepcopy(request.get("object") or {})
+        if request.get("operation") == "UPDATE":
+            old = request.get("oldObject")
     new.setdefault("metadata", {}).setdefault("namespace", namespace)
     try:
         mine = read_live(new)
     except RenderError:
         return verdict  # judged already: the rules let it through
+    before = None
+    if old:
+        try:
+            before = read_live({**old, "metadata": {**meta(old), "namespace": namespace}})
+        except RenderError:
+            before = None
     problems = []
     for other in neighbours(namespace):
         if meta(other).get("name") == mine.name or meta(other).get("deletionTimestamp"):
@@ -206,7 +216,10 @@ def _with_neighbours(verdict: Verdict, request: Mapping[str, Any], stored: Looku
             theirs = read_live(other)
         except RenderError:
             continue  # a stored cluster the rules refuse renders nothing of its own
-        shared = shared_names(mine, theirs)
+        # Only what this change brings: two clusters that met before it (stored before this
+        # rule) can still be scaled, changed and so told apart, never made worse.
+        had = set(shared_names(before, theirs)) if before is not None else set()
+        shared = [n for n in shared_names(mine, theirs) if n not in had]
         if shared:
             problems.append(str(live_problem(
                 new, ("metadata", "name"),

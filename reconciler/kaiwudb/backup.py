@@ -478,9 +478,11 @@ class Backups:
             return f"running {polled.elapsed_s:.0f} s"
         if polled is not None:
             return polled
-        jobs = admin.statement_jobs(plan.pod, "EXPORT", "statement", plan.url(item.node_dir))
+        # The destination with its closing quote: d0.t1 is not d0.t10.
+        jobs = admin.statement_jobs(plan.pod, "EXPORT", "statement",
+                                    f'{plan.url(item.node_dir)}"')
         latest = jobs[0] if jobs else None
-        if latest is not None and latest.status == "running":
+        if latest is not None and not latest.over:
             started = [n.started_at for n in admin.node_status(plan.pod, plan.node_id)
                        if n.id == plan.node_id]
             if not started or started[0] is None or latest.created >= started[0]:
@@ -488,9 +490,9 @@ class Backups:
                 return f"KWDB job {latest.job_id}, running since {since}"
             log.info("backup %s: %s: KWDB job %s died with node %s; exporting again",
                      plan.backup, item.shown, latest.job_id, plan.node_id)
-        elif latest is not None and latest.status == "failed":
+        elif latest is not None and latest.failed:
             raise BackupFailed("ExportFailed", f"{item.shown}: KWDB job {latest.job_id} "
-                               f"failed: {latest.error}")
+                               f"{latest.status}: {latest.error}")
         elif latest is not None and latest.status == "succeeded" and item.kind == "table" \
                 and admin.file_sums(plan.pod, node_dir):
             return None
@@ -532,7 +534,8 @@ class Backups:
             csv_records = 0
             counted = 0
             if answer is None:  # the answer was lost: the table at the backup's timestamp says
-                shown = admin.sql(plan.pod, bp.count_query(item, plan.consistent_to))
+                shown = admin.sql(plan.pod, bp.count_query(item, plan.consistent_to),
+                                  bulk=True)  # a big table's count takes long too
                 counted = int(shown.rows[0]["count"]) if shown.rows else -1
             for rel, digest in sorted(sums.items()):
                 data = admin.read_file(plan.pod, f"{node_dir}/{rel}")

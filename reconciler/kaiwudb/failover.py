@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -461,7 +462,12 @@ class Failover:
             return "KaiwuDB nodes not live: " + ", ".join(
                 f"{n.id} ({n.pod_name or n.address})" for n in not_live)
         seen_live = {n.pod_name for n in others if n.healthy}
-        unseen = [name for name in sorted(pods) if name not in (pod, *seen_live)]
+        # The StatefulSet's own pods that stay (not a copy with our labels, not one on its way
+        # out after a scale-in): each must show a live node in this view.
+        staying = [name for name, obj in sorted(pods.items())
+                   if re.fullmatch(rf"{re.escape(cluster.name)}-[0-9]+", name)
+                   and not meta(obj).get("deletionTimestamp")]
+        unseen = [name for name in staying if name not in (pod, *seen_live)]
         unseen_own = sorted(remembered - {n.id for n in nodes})
         if unseen or unseen_own:
             missing = [f"pod {name}" for name in unseen] + [f"node {i} of this pod"

@@ -111,7 +111,7 @@ class KwbaseSettings:
     cluster_domain: str = "cluster.local"
     connect_via: Literal["localhost", "pod-dns"] = "localhost"
     timeout_s: float = 60.0
-    long_timeout_s: float = 4 * 3600.0
+    long_timeout_s: float = 3 * 3600.0
 
 
 class ExecRunner(Protocol):
@@ -453,6 +453,12 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+JOB_ENDED_WELL = "succeeded"
+JOB_ENDED_BADLY = frozenset({"failed", "canceled"})
+"""KWDB's terminal job statuses (jobs/jobs.go Status*); every other one (pending, running,
+paused, pause-requested, cancel-requested, reverting, ...) means the job is not over."""
+
+
 @dataclass(frozen=True)
 class JobRow:
     """One job of statement_jobs_query: KWDB's id, status (running, succeeded, failed, ...),
@@ -462,6 +468,14 @@ class JobRow:
     status: str
     created: datetime
     error: str
+
+    @property
+    def over(self) -> bool:
+        return self.status == JOB_ENDED_WELL or self.status in JOB_ENDED_BADLY
+
+    @property
+    def failed(self) -> bool:
+        return self.status in JOB_ENDED_BADLY
 
 
 def parse_statement_jobs(text: str) -> tuple[JobRow, ...]:

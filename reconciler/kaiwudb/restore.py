@@ -32,7 +32,7 @@ from typing import Any
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import Backups, phase_of
 from reconciler.kaiwudb.backup_target import TargetError
-from reconciler.kaiwudb.kwbase import ExecTimedOut, KwbaseAdmin, KwbaseError
+from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
 from reconciler.kaiwudb.restore_server import BackupFileServer
 from reconciler.kaiwudb.statements import Running
@@ -178,10 +178,11 @@ class Restore:
         directory = stmt.rsplit("/", 1)[-1].split('"', 1)[0]
         jobs = admin.statement_jobs(pod, "IMPORT", "description", f"/{directory}')")
         latest = jobs[0] if jobs else None
-        if latest is not None and latest.status == "running":
+        if latest is not None and not latest.over:
             return f"KWDB job {latest.job_id}, running since {rfc3339(latest.created.timestamp())}"
-        if latest is not None and latest.status == "failed":
-            raise _Failed(f"{step}: KWDB job {latest.job_id} failed: {latest.error} (an IMPORT "
+        if latest is not None and latest.failed:
+            raise _Failed(f"{step}: KWDB job {latest.job_id} {latest.status}: {latest.error} "
+                          "(an IMPORT "
                           "reads the reconciler's file server while it runs: a reconciler that "
                           "restarted meanwhile no longer serves it)")
         db = step.removeprefix("database ")
@@ -189,7 +190,7 @@ class Restore:
             counted = {}
             for sources, _ in bp.expected_counts(manifest, db):
                 for source in sources:
-                    rows = admin.sql(pod, f"SELECT count(*) FROM {source}").rows
+                    rows = admin.sql(pod, f"SELECT count(*) FROM {source}", bulk=True).rows
                     counted[source] = int(rows[0]["count"]) if rows else -1
             problem = bp.count_problem(step, bp.expected_counts(manifest, db), counted)
             if problem:
@@ -210,7 +211,9 @@ class Restore:
         answer says it failed."""
         try:
             polled = self.backups.statements.poll(key)
-        except ExecTimedOut as err:  # the exec ended first: KWDB's job row says what follows
+        except ExecFailed as err:
+            # The exec ended with no answer (a time-out, the pod or the connection gone): the
+            # IMPORT is a job that goes on without its client; KWDB's job row says what follows.
             log.warning("restore: %s: no answer: %s", step, err)
             return None
         if polled is None:

@@ -36,7 +36,7 @@ class _Entry:
     started: float
     done: threading.Event = field(default_factory=threading.Event)
     answer: SqlAnswer | None = None
-    error: Exception | None = None
+    error: BaseException | None = None
 
 
 class BulkStatements:
@@ -59,7 +59,7 @@ class BulkStatements:
         def body() -> None:
             try:
                 entry.answer = run()
-            except Exception as err:  # handed to the pass that polls, which knows what it means
+            except BaseException as err:  # handed to the pass that polls, which knows what it means
                 entry.error = err
             finally:
                 entry.done.set()

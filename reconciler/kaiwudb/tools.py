@@ -45,7 +45,7 @@ class LifecycleSettings:
     poll_s: float = 1.0
     probe_every_s: float = 300.0
     exec_timeout_s: float = 60.0
-    long_statement_timeout_s: float = 14400.0
+    long_statement_timeout_s: float = 10800.0
     long_gone_after_s: float = 3600.0
 
 

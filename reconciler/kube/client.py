@@ -432,7 +432,12 @@ class Kube:
                 # EXPORT) would hold this call until it printed.
                 stdout.append(response.read_stdout(timeout=0) or "")
                 stderr.append(response.read_stderr(timeout=0) or "")
-                code = response.returncode
+                try:
+                    code = response.returncode
+                except (TypeError, KeyError, ValueError, IndexError):
+                    # Closed with no status on the error channel (an idle time-out, a restart
+                    # of the API server or a proxy on the way): no exit status, as a time-out.
+                    code = None
             finally:
                 response.close()
         finally:

@@ -326,3 +326,14 @@ def test_a_cluster_is_never_refused_for_colliding_with_itself_or_a_cluster_being
     leaving = named("orders-public")
     leaving["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:00Z"
     assert create(cluster(), neighbours=[leaving]).allowed
+
+
+def test_two_clusters_that_met_before_this_rule_can_still_be_changed_but_not_made_worse(
+) -> None:
+    """`orders` and `orders-public` were both stored before the webhook refused such pairs:
+    `orders` can still be scaled and changed (that is how they are told apart, or drained), but
+    no change may add another shared object."""
+    stored = cluster()
+    public = named("orders-public")
+    assert update(stored, with_spec(stored, replicas=4), neighbours=[public]).allowed
+    assert scale(5, 3, stored=stored, neighbours=[public]).allowed

@@ -355,6 +355,21 @@ def test_the_lost_pods_own_node_missing_from_the_view_is_not_taken_for_dead() ->
     assert "lists no node 2 of this pod" in " ".join(m for _, m in p.not_ready)
 
 
+def test_a_pod_on_its_way_out_or_a_copy_with_our_labels_needs_no_live_node() -> None:
+    """A pod left from a scale-in, stuck Terminating, and a `kubectl debug --copy-to` copy
+    carry the cluster's labels but are not its nodes: they never hold a failover back."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    leaving = pod(3, "n3")
+    leaving["metadata"]["deletionTimestamp"] = stamp(NOW - 60)
+    world.put(k.POD, leaving)
+    copy_ = pod(0, "n3")
+    copy_["metadata"]["name"] = "dev-0-debug"
+    world.put(k.POD, copy_)
+    run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
+
+
 def test_the_claim_is_kept_while_a_range_has_lost_its_quorum() -> None:
     """A store given up a moment ago has not re-replicated yet: ranges with copies on it and on
     this lost node have one live copy left. This store may hold their last copies: kept. (The
