@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
@@ -44,6 +45,7 @@ from renderer.spec import Cluster
 log = logging.getLogger(__name__)
 
 ANNOTATION = bp.RESTORE_ANNOTATION
+RECORD_CLOCK_GRACE = timedelta(seconds=5)
 BUILT_IN_USERS = frozenset({"root", "admin"})
 
 
@@ -107,7 +109,7 @@ class Restore:
                         f"spec.bootstrap.fromBackup: the cluster already holds data "
                         f"({refused}); a backup is restored only into a new, empty cluster")))
                     return
-                record = {"backup": name, "done": []}
+                record = {"backup": name, "done": [], "begunAt": rfc3339(p.now)}
                 self.annotate(p, cluster, record)
             target = self.backups.target(cluster, backup)
             manifest = json.loads(target.get(bp.MANIFEST_FILE) or b"{}")
@@ -130,7 +132,8 @@ class Restore:
                 return
             step, stmt = todo[0]
             if step.startswith("database "):
-                running = self.import_database(cluster, admin, pod, manifest, step, stmt)
+                running = self.import_database(cluster, admin, pod, manifest, step, stmt,
+                                               str(record.get("begunAt") or ""))
                 if running:
                     self.waiting(p, f"restoring KaiwuBackup {name}: {len(done)}/{len(steps)} "
                                     f"imports done; importing {step} ({running})",
@@ -160,7 +163,7 @@ class Restore:
                         f"done ({step})")
 
     def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
-                        manifest: dict[str, Any], step: str, stmt: str) -> str:
+                        manifest: dict[str, Any], step: str, stmt: str, begun_at: str) -> str:
         """One database's IMPORT: "" once it ended well, else a few words saying how it runs;
         _Failed when it cannot end well.
 
@@ -177,7 +180,12 @@ class Restore:
             return collected
         directory = stmt.rsplit("/", 1)[-1].split('"', 1)[0]
         jobs = admin.statement_jobs(pod, "IMPORT", "description", f"/{directory}')")
-        latest = jobs[0] if jobs else None
+        # Only this restore's: a retry (the annotation deleted, the database dropped) must not
+        # read the failed job of the attempt before it (SHOW JOBS keeps it seven days). A few
+        # seconds' grace for clocks: its first IMPORT starts passes after the record.
+        since = datetime.fromisoformat(begun_at.replace("Z", "+00:00")) - RECORD_CLOCK_GRACE \
+            if begun_at else None
+        latest = next((j for j in jobs if since is None or j.created >= since), None)
         if latest is not None and not latest.over:
             return f"KWDB job {latest.job_id}, running since {rfc3339(latest.created.timestamp())}"
         if latest is not None and latest.failed:

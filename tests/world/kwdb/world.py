@@ -641,6 +641,17 @@ class KwdbWorld:
         with self._lock:
             self._data(cluster, now)[1].bulk_rows_per_s = rows_per_s
 
+    def add_finished_job(self, cluster: ClusterKey, now: float, job_type: str,
+                         description: str, error: str) -> None:
+        """A job row that ended at `now` (an earlier attempt's, for tests): failed with
+        `error`, or succeeded when it is empty."""
+        with self._lock:
+            _, primary = self._primary(cluster, now)
+            if primary is None:
+                raise ValueError(f"{cluster}: no initialised cluster to hold jobs")
+            job = primary.add_job(job_type, description, "", now)
+            job.status, job.finished, job.error = ("failed" if error else "succeeded"), now, error
+
     def jobs(self, cluster: ClusterKey, now: float) -> list[Job]:
         """Every job row of the cluster (copies), oldest first."""
         with self._lock:

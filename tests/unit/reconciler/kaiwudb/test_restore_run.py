@@ -102,8 +102,9 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     assert passes[-1].not_ready == [] and passes[-1].stalled == []
     # The record, as the annotation holds it (keys sorted), and as later steps of the same
     # pass see it (the backup step waits for a restore to complete).
-    text = json.dumps({"backup": "first", "completedAt": found["completedAt"],
-                       "done": found["done"]}, sort_keys=False)
+    text = json.dumps({"backup": "first", "begunAt": found["begunAt"],
+                       "completedAt": found["completedAt"], "done": found["done"]},
+                      sort_keys=False)
     assert (site.api.get(k.KAIWU_CLUSTER, NS, "fresh") or {})["metadata"]["annotations"][
         bp.RESTORE_ANNOTATION] == text
     assert passes[-1].obj["metadata"]["annotations"][bp.RESTORE_ANNOTATION] == text
@@ -163,7 +164,9 @@ def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_on
 
     restore_passes(site, restore)
 
-    assert seen_at_import[0] == {"backup": "first", "done": []}
+    first = seen_at_import[0] or {}
+    assert {key: first.get(key) for key in ("backup", "done")} == {"backup": "first", "done": []}
+    assert first.get("begunAt"), "when this attempt began: older KWDB jobs are not its"
     assert len(seen_at_import) == 4 and (record(site) or {}).get("completedAt")
     assert reads.count("d1/public/orders/n1.0.csv") == 3, \
         "its checksum, then the HEAD and the ranged GET of its IMPORT"
@@ -858,4 +861,21 @@ def test_an_import_whose_files_stopped_answering_fails_the_restore_with_kwdbs_er
     assert message.startswith("restore from KaiwuBackup first: database shop: KWDB job ")
     assert "error response from server: 404" in message
     assert "a reconciler that restarted meanwhile no longer serves it" in message
+    assert imports_of_shop(site) == 1
+
+
+
+def test_a_failed_import_of_an_earlier_attempt_is_not_this_restores(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """The cluster "fresh" once ran an IMPORT of this backup's shop directory that failed
+    (an attempt wiped by hand since): KWDB keeps that job for seven days. It began before this
+    restore did, so it is not this restore's, and the restore imports shop itself."""
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    site.kwdb.add_finished_job((NS, "fresh"), site.now - 600, "IMPORT",
+                               "IMPORT DATABASE CSV DATA ('http://10.0.0.9:8091/old/d1')",
+                               "error response from server: 404 Not Found")
+    passes = restore_passes(site, restore)
+    assert (record(site) or {}).get("completedAt"), passes[-1].stalled
     assert imports_of_shop(site) == 1
