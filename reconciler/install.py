@@ -90,6 +90,9 @@ class Options:
     watch_namespace: str = ""  # namespaced scope only
     directory_mode: bool = False
     git_repo: str = ""  # directory mode only
+    # Directory mode: the namespaces its files may put KaiwuClusters in ("*": any; () = the
+    # reconciler's own, or the watched one).
+    source_namespaces: tuple[str, ...] = ()
     # The oldest supported release: the default bundle installs everywhere. From 1.25 the CRD
     # carries CEL rules (renderer/cel.py).
     kube_version: KubeVersion = DEFAULT_KUBE_VERSION
@@ -132,6 +135,15 @@ class Options:
                          "clones the KaiwuCluster files from)")
         if self.git_repo and not self.directory_mode:
             found.append("--git-repo: only with --directory-mode")
+        if self.source_namespaces and not self.directory_mode:
+            found.append("--source-namespace: only with --directory-mode")
+        for source in self.source_namespaces:
+            if source != "*" and not _DNS_LABEL.match(source):
+                found.append(f"--source-namespace: {source!r} is not a namespace name (or *)")
+            elif self.watch_namespace and source not in (self.watch_namespace, "*"):
+                found.append(f"--source-namespace: {source} is outside the watched namespace "
+                             f"{self.watch_namespace}: the reconciler would refuse every file "
+                             "for it")
         if self.shard and not _DNS_LABEL.match(self.shard):
             found.append(f"--shard: {self.shard!r} is not a shard name (lower-case letters, "
                          "digits and '-': it names the Deployment and the Lease)")
@@ -156,6 +168,7 @@ class Options:
             words.append(f"--watch-namespace {self.watch_namespace}")
         if self.directory_mode:
             words.append(f"--directory-mode --git-repo {self.git_repo}")
+            words += [f"--source-namespace {n}" for n in self.source_namespaces]
         if self.kube_version != DEFAULT_KUBE_VERSION:
             words.append(f"--kube-version {self.kube_version}")
         if self.shard:
@@ -396,6 +409,9 @@ def _deployment(options: Options) -> Obj:
         # git-sync keeps a checkout in the shared emptyDir; the reconciler applies the
         # KaiwuCluster files under it (directory mode, reconciler.runtime.source_dir).
         env.append({"name": "KAIWU_SOURCE", "value": f"dir:{GIT_ROOT}/{GIT_LINK}"})
+        if options.source_namespaces:
+            env.append({"name": "KAIWU_SOURCE_NAMESPACES",
+                        "value": ",".join(options.source_namespaces)})
         # Off: a cluster whose file disappears from git is reported, not deleted. Turn on to
         # delete it (its data volumes stay).
         env.append({"name": "KAIWU_PRUNE_DELETED_CLUSTERS", "value": "false"})
@@ -570,6 +586,10 @@ def parser() -> argparse.ArgumentParser:
                         "create, apply and delete KaiwuClusters from its checkout")
     result.add_argument("--git-repo", default="", metavar="URL",
                         help="with --directory-mode: the repository holding KaiwuCluster files")
+    result.add_argument("--source-namespace", action="append", default=[], metavar="NS",
+                        help="with --directory-mode: a namespace its files may put "
+                        "KaiwuClusters in (repeatable; * for any; default: --namespace, or "
+                        "the watched namespace)")
     result.add_argument("--kube-version", type=_kube_version, default=DEFAULT_KUBE_VERSION,
                         help="your cluster's Kubernetes version (default: %(default)s, which "
                         "installs on 1.28 and every later release; give yours for its extra "
@@ -599,6 +619,7 @@ def main(argv: Sequence[str]) -> int:
                       watch_namespace="".join(args.watch_namespace),
                       directory_mode=args.directory_mode,
                       git_repo=args.git_repo, kube_version=args.kube_version,
+                      source_namespaces=tuple(args.source_namespace),
                       shard=args.shard,
                       backup_volume_claims=tuple(args.backup_volume_claim))
     problems = options.problems()

@@ -145,6 +145,30 @@ def test_directory_mode_alone_may_create_and_delete_clusters_and_has_a_git_sync_
     assert {"name": "KAIWU_SOURCE", "value": "dir:/git/repo"} in pod["containers"][0]["env"]
 
 
+def test_directory_mode_is_told_which_namespaces_its_files_may_use(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """By default its files may put KaiwuClusters only in the reconciler's own namespace; the
+    repository's example clusters live in three others, named here."""
+    argv = ["install", "--directory-mode", "--git-repo", "https://git.example/c.git",
+            "--source-namespace", "kaiwu-dev", "--source-namespace", "kaiwu-prod"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    pod = docs(printed)[-1]["spec"]["template"]["spec"]
+    assert {"name": "KAIWU_SOURCE_NAMESPACES", "value": "kaiwu-dev,kaiwu-prod"} in \
+        pod["containers"][0]["env"]
+    assert "--source-namespace kaiwu-dev --source-namespace kaiwu-prod" in printed.splitlines()[1]
+    plain = install.bundle(install.Options(directory_mode=True, git_repo="https://g.example/c"))
+    assert all(e["name"] != "KAIWU_SOURCE_NAMESPACES"
+               for e in plain[-1].obj["spec"]["template"]["spec"]["containers"][0]["env"])
+    assert install.Options(scope="namespaced", watch_namespace="team-a", directory_mode=True,
+                           git_repo="https://g.example/c",
+                           source_namespaces=("team-b",)).problems() == [
+        "--source-namespace: team-b is outside the watched namespace team-a: the reconciler "
+        "would refuse every file for it"]
+    assert install.Options(source_namespaces=("x",)).problems() == [
+        "--source-namespace: only with --directory-mode"]
+
+
 def test_in_directory_mode_only_the_reconciler_container_gets_an_api_token() -> None:
     """git-sync runs what a remote repository holds: it gets no token to the API."""
     options = install.Options(directory_mode=True, git_repo="https://git.example/c.git")
@@ -267,6 +291,9 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
         "--directory-mode GitOps pull: a git-sync sidecar (example image) and the rights to "
         "create, apply and delete KaiwuClusters from its checkout",
         "--git-repo URL with --directory-mode: the repository holding KaiwuCluster files",
+        "--source-namespace NS with --directory-mode: a namespace its files may put "
+        "KaiwuClusters in (repeatable; * for any; default: --namespace, or the watched "
+        "namespace)",
         "--kube-version KUBE_VERSION your cluster's Kubernetes version (default: 1.28, which "
         "installs on 1.28 and every later release; give yours for its extra CEL rules, e.g. 1.29 "
         "refuses a smaller volume; 1.20 to 1.24 must be given: their API servers lack policy/v1 "
