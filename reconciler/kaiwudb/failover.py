@@ -496,6 +496,8 @@ class Failover:
               timeout: float) -> None:
         """Force-delete the pod on the lost node, and its claim with it when the policy allows
         and its volume is on that node (one step: the new pod then needs no second pass)."""
+        if self.came_back(p, f):
+            return
         pod = pods[f.pod]
         claim = claim_of(self.view, self.kube, cluster.namespace, f.pod)
         replace = ""
@@ -522,6 +524,8 @@ class Failover:
     def replace_volume(self, p: Pass, cluster: Cluster, f: Finding,
                        pods: Mapping[str, Obj]) -> None:
         """The pod is gone or pending; its volume is on the lost node: give it up."""
+        if self.came_back(p, f):
+            return
         refused = self.kaiwudb_allows_replacing(p, cluster, f.pod, pods)
         if refused:
             p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: the volume is replaced "
@@ -538,6 +542,24 @@ class Failover:
         failpoints.reached("failover.claim-deleted")
         self.announce_volume(p, f, name)
         p.requeue_in(self.settings.poll_s)
+
+    def came_back(self, p: Pass, f: Finding) -> bool:
+        """The lost node is Ready again in a fresh read of the API: the watch cache may lag
+        its return by a moment, and nothing is force-deleted or given up on a stale look (the
+        soak saw a volume given up 0.1 s after its node came back)."""
+        try:
+            fresh = node_loss(self.kube, f.node)
+        except ApiError as error:
+            self.metrics.errors_total.labels(stage="failover").inc()
+            p.not_ready.insert(0, ("FailoverWaiting", f"pod {f.pod}: node {f.node} could not "
+                                   f"be read again before acting: {error}"))
+            p.requeue_in(self.settings.poll_s)
+            return True
+        if fresh is not None:
+            return False
+        log.info("node %s is Ready again: pod %s and its volume are left alone", f.node, f.pod)
+        p.requeue_in(self.settings.poll_s)
+        return True
 
     def announce_volume(self, p: Pass, f: Finding, claim_name: str) -> None:
         self.count("replace-volume")

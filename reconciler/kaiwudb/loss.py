@@ -47,8 +47,9 @@ class NodeLoss:
     since: float | None
 
 
-def node_loss(view: CacheView, name: str) -> NodeLoss | None:
-    """The node's loss, or None while it is Ready."""
+def node_loss(view: CacheView | Kube, name: str) -> NodeLoss | None:
+    """The node's loss, or None while it is Ready (`view` a cache, or the API for a fresh
+    read)."""
     node = view.get(k.NODE, "", name)
     if node is None:
         return NodeLoss(name, "Missing", None)

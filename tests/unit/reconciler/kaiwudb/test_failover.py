@@ -62,6 +62,7 @@ class World:
         self.health = ReplicationHealth(unavailable=0, underreplicated=10)
         self.kwdb_error = ""  # when set, every kwbase command fails with it
         self.unseen: set[int] = set()  # node ids the asked gateway's view omits
+        self.cached: dict[tuple[str, str], Obj] = {}  # (kind, name) -> what a lagging cache shows
         self.grace: dict[str, int | None] = {}  # pod -> grace period of its delete
         self.metrics = Metrics()
 
@@ -83,7 +84,7 @@ class FakeView:
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         assert isinstance(namespace, str), "the cache keys cluster-scoped objects by \"\""
-        found = self.world.find(kind, namespace, name)
+        found = self.world.cached.get((kind.kind, name)) or self.world.find(kind, namespace, name)
         return slim(found) if found is not None else None
 
     def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
@@ -368,6 +369,19 @@ def test_a_pod_on_its_way_out_or_a_copy_with_our_labels_needs_no_live_node() -> 
     world.put(k.POD, copy_)
     run_pass(world, replaceLostVolumes=True)
     assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
+
+
+def test_a_node_back_in_the_api_before_the_cache_knows_keeps_its_pod_and_volume() -> None:
+    """The watch cache still shows n1 lost past the timeout; the API already has it Ready
+    again. Nothing is force-deleted or given up on that stale look (the soak saw a volume
+    given up 0.1 s after its node came back)."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    world.cached[("Node", "n1")] = copy.deepcopy(world.find(k.NODE, "", "n1"))
+    world.cached[("Pod", "dev-1")] = copy.deepcopy(world.find(k.POD, NS, "dev-1"))
+    world.put(k.NODE, node("n1"))  # Ready again, in the API
+    run_pass(world, replaceLostVolumes=True)
+    assert world.writes == []
 
 
 def test_the_claim_is_kept_while_a_range_has_lost_its_quorum() -> None:
