@@ -377,8 +377,8 @@ def test_a_node_back_in_the_api_before_the_cache_knows_keeps_its_pod_and_volume(
     given up 0.1 s after its node came back)."""
     world = healthy_world()
     lose(world, 1, since=NOW - TIMEOUT - 1)
-    world.cached[("Node", "n1")] = copy.deepcopy(world.find(k.NODE, "", "n1"))
-    world.cached[("Pod", "dev-1")] = copy.deepcopy(world.find(k.POD, NS, "dev-1"))
+    world.cached[("Node", "n1")] = world.find(k.NODE, "", "n1") or {}
+    world.cached[("Pod", "dev-1")] = world.find(k.POD, NS, "dev-1") or {}
     world.put(k.NODE, node("n1"))  # Ready again, in the API
     run_pass(world, replaceLostVolumes=True)
     assert world.writes == []
