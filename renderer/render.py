@@ -107,17 +107,6 @@ def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
     return names
 
 
-def shared_names(cluster: Cluster, other: Cluster) -> list[str]:
-    """The objects two clusters of one namespace would both need, as "<Kind> <ns>/<name> (what
-    it is)", sorted; [] when none (or when they live in different namespaces, or are one)."""
-    if cluster.namespace != other.namespace or cluster.name == other.name:
-        return []
-    theirs = owned_names(other)
-    return [f"{kind} {cluster.namespace}/{name} ({what})"
-            for (kind, name), what in sorted(owned_names(cluster).items())
-            if (kind, name) in theirs]
-
-
 def _collisions(clusters: list[SourceCluster]) -> Iterator[Problem]:
     """Two clusters of one namespace that would own the same object (clusters `orders` and
     `orders-public` both render a Service `orders-public`): each would overwrite the other's."""

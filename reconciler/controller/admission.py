@@ -37,7 +37,7 @@ from reconciler.model import PAUSED_ANNOTATION, Obj, meta
 from renderer import quantity
 from renderer.builders import INSTANCE_LABEL
 from renderer.errors import RenderError
-from renderer.render import check_live, live_problem, read_live, shared_names
+from renderer.render import check_live, live_problem, owned_names, read_live
 from renderer.semantics import check_change, transition_facts
 
 # On the StatefulSet: transition_facts of the spec the reconciler last applied, as JSON.
@@ -178,7 +178,7 @@ def review(request: Mapping[str, Any], *, stored: Lookup, accepted: Accepted,
 def _with_neighbours(verdict: Verdict, request: Mapping[str, Any], stored: Lookup,
                      neighbours: Neighbours) -> Verdict:
     """An allowed verdict, refused when the cluster would need an object that another
-    KaiwuCluster of its namespace needs (renderer.render.shared_names; `kaiwu validate` refuses
+    KaiwuCluster of its namespace needs (renderer.render.owned_names; `kaiwu validate` refuses
     the same for files)."""
     if not verdict.allowed:
         return verdict
@@ -202,12 +202,14 @@ def _with_neighbours(verdict: Verdict, request: Mapping[str, Any], stored: Looku
         mine = read_live(new)
     except RenderError:
         return verdict  # judged already: the rules let it through
-    before = None
+    had: dict[tuple[str, str], str] = {}  # what the cluster needed before this change
     if old:
         try:
-            before = read_live({**old, "metadata": {**meta(old), "namespace": namespace}})
+            had = owned_names(read_live({**old, "metadata": {**meta(old),
+                                                             "namespace": namespace}}))
         except RenderError:
-            before = None
+            had = {}
+    needs = owned_names(mine)  # each cluster's objects rendered once per request
     problems = []
     for other in neighbours(namespace):
         if meta(other).get("name") == mine.name or meta(other).get("deletionTimestamp"):
@@ -218,8 +220,10 @@ def _with_neighbours(verdict: Verdict, request: Mapping[str, Any], stored: Looku
             continue  # a stored cluster the rules refuse renders nothing of its own
         # Only what this change brings: two clusters that met before it (stored before this
         # rule) can still be scaled, changed and so told apart, never made worse.
-        had = set(shared_names(before, theirs)) if before is not None else set()
-        shared = [n for n in shared_names(mine, theirs) if n not in had]
+        their_needs = owned_names(theirs)
+        shared = [f"{kind} {namespace}/{name} ({what})"
+                  for (kind, name), what in sorted(needs.items())
+                  if (kind, name) in their_needs and (kind, name) not in had]
         if shared:
             problems.append(str(live_problem(
                 new, ("metadata", "name"),

@@ -80,12 +80,8 @@ def _export(env: Env, target: Proc, cluster: LogicalCluster, session: data.Sessi
     def staged_disk(node_id: int) -> dict[str, bytes] | None:
         return None if session.disk(node_id) is None else staged.setdefault(node_id, {})
 
-    try:
-        headers, rows, notices = _answered(data.statement(
-            dataclasses.replace(session, disk=staged_disk), text), text)
-    except data.SqlError as err:
-        _end(job, env.now, str(err.message))
-        raise
+    headers, rows, notices = _staged(job, dataclasses.replace(session, disk=staged_disk), text,
+                                     env.now)
     records = sum(_records(body) for files in staged.values() for path, body in files.items()
                   if path.endswith(".csv"))
 
@@ -111,12 +107,8 @@ def _import(env: Env, target: Proc, cluster: LogicalCluster, session: data.Sessi
     job = cluster.add_job("IMPORT", f"IMPORT DATABASE CSV DATA ('{url}')", "", env.now)
     real = session.data
     staged = dataclasses.replace(real, databases=dict(real.databases))
-    try:
-        headers, rows, notices = _answered(data.statement(
-            dataclasses.replace(session, data=staged), text), text)
-    except data.SqlError as err:
-        _end(job, env.now, str(err.message))
-        raise
+    headers, rows, notices = _staged(job, dataclasses.replace(session, data=staged), text,
+                                     env.now)
     rows = [[str(job.job_id), *row[1:]] for row in rows]  # the job's id, as KWDB answers
     added = {name: db for name, db in staged.databases.items() if name not in real.databases}
 
@@ -138,9 +130,17 @@ def _import(env: Env, target: Proc, cluster: LogicalCluster, session: data.Sessi
     return headers, rows, notices, duration
 
 
-def _answered(found: data.Result | None, text: str) -> data.Result:
-    if found is None:
-        raise data.SqlError(f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")
+def _staged(job: Job, session: data.Session, text: str, t: float) -> data.Result:
+    """The statement run on a session whose effects are staged; a failure ends its job failed
+    at once (conn_executor_exec.go:727-737) and is raised."""
+    try:
+        found = data.statement(session, text)
+        if found is None:
+            raise data.SqlError(
+                f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")
+    except data.SqlError as err:
+        _end(job, t, str(err.message))
+        raise
     return found
 
 
