@@ -59,6 +59,7 @@ from tests.world.pod_runtime import (
     ContainerRuntime,
     PodRuntime,
     Terminated,
+    ContainerConfigError,
     container_env,
     expand,
     micro_time,
@@ -781,11 +782,26 @@ class SimKubelet:
 
     def _argv(self, pod: PodRuntime, c: ContainerRuntime) -> list[str]:
         host_ip = self._nodes[pod.node].address
-        env = container_env(c.spec, pod.pod, pod.pod_ip, host_ip)
+
+        def config_map(name: str) -> JsonObj | None:
+            return self._rest.get_or_none(
+                f"/api/v1/namespaces/{pod.namespace}/configmaps/{name}")
+
+        env = container_env(c.spec, pod.pod, pod.pod_ip, host_ip, config_map)
         words = (c.spec.get("command") or []) + (c.spec.get("args") or [])
         return [expand(str(word), env) for word in words]
 
     def _start(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
+        if c.kwdb:
+            try:
+                argv = self._argv(pod, c)
+            except ContainerConfigError as error:
+                # Not created: the kubelet retries at its next sync of the pod.
+                if c.config_error != str(error):
+                    self._event(pod, "Warning", "Failed", f"Error: {error}")
+                c.config_error = str(error)
+                return
+            c.config_error = ""
         c.state = "running"
         c.started_wall = time.time()
         c.started_mono = now
@@ -803,9 +819,7 @@ class SimKubelet:
             return
         if c.kwdb:
             assert pod.store_key is not None  # set when the volumes mounted
-            outcome = self._kwdb.start(
-                pod.cluster, pod.name, pod.store_key, self._argv(pod, c), c.image
-            )
+            outcome = self._kwdb.start(pod.cluster, pod.name, pod.store_key, argv, c.image)
             if not outcome.started:
                 self._exited(pod, c, ProcessExit(outcome.exit_code, outcome.message), now)
                 return

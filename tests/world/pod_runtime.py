@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,16 +98,47 @@ def termination_message(container: JsonObj, ended: ProcessExit) -> str:
     return tail.encode()[-TERMINATION_LOG_BYTES:].decode(errors="ignore")
 
 
-def container_env(container: JsonObj, pod: JsonObj, pod_ip: str, host_ip: str) -> dict[str, str]:
-    """The env vars a container sees that can be known here (literals and fieldRefs)."""
+class ContainerConfigError(Exception):
+    """The container cannot be created yet (the kubelet's CreateContainerConfigError): an env
+    var names a ConfigMap or key that does not exist and is not optional."""
+
+
+def container_env(
+    container: JsonObj,
+    pod: JsonObj,
+    pod_ip: str,
+    host_ip: str,
+    config_map: Callable[[str], JsonObj | None] | None = None,
+) -> dict[str, str]:
+    """The env vars a container sees that can be known here: literals, fieldRefs, and
+    configMapKeyRefs when `config_map` reads a ConfigMap of the pod's namespace by name (read
+    at each container start, as the kubelet does; missing and not optional: ContainerConfigError
+    with the kubelet's message, pkg/kubelet/kubelet_pods.go makeEnvironmentVariables)."""
     env: dict[str, str] = {}
+    namespace = pod["metadata"].get("namespace")
     for var in container.get("env") or []:
+        source = var.get("valueFrom") or {}
         if "value" in var:
             env[var["name"]] = expand(str(var["value"]), env)
-        elif "fieldRef" in (var.get("valueFrom") or {}):
-            value = _field_ref(pod, var["valueFrom"]["fieldRef"]["fieldPath"], pod_ip, host_ip)
+        elif "fieldRef" in source:
+            value = _field_ref(pod, source["fieldRef"]["fieldPath"], pod_ip, host_ip)
             if value is not None:
                 env[var["name"]] = value
+        elif "configMapKeyRef" in source and config_map is not None:
+            ref = source["configMapKeyRef"]
+            name, key, optional = ref.get("name"), ref.get("key"), bool(ref.get("optional"))
+            found = config_map(str(name))
+            if found is None:
+                if optional:
+                    continue
+                raise ContainerConfigError(f'configmap "{name}" not found')
+            data = found.get("data") or {}
+            if key not in data:
+                if optional:
+                    continue
+                raise ContainerConfigError(
+                    f"couldn't find key {key} in ConfigMap {namespace}/{name}")
+            env[var["name"]] = str(data[key])
     return env
 
 
@@ -185,6 +216,7 @@ class ContainerRuntime:
         self.backoff = backoff
         self.backoff_event_sent = False
         self.lost = False  # its machine went down while it ran
+        self.config_error = ""  # why it could not be created yet (CreateContainerConfigError)
 
     def image_id(self) -> str:
         digest = hashlib.sha256(self.image.encode()).hexdigest()
@@ -271,6 +303,8 @@ def container_status(pod: PodRuntime, c: ContainerRuntime, init: bool) -> JsonOb
     state: JsonObj
     if pod.volume_error or (not pod.sandbox and c.state == "new"):
         state = {"waiting": {"reason": "ContainerCreating"}}
+    elif c.state == "new" and c.config_error:
+        state = {"waiting": {"reason": "CreateContainerConfigError", "message": c.config_error}}
     elif c.state == "new":
         state = {"waiting": {"reason": "PodInitializing" if not init else "ContainerCreating"}}
     elif c.state == "running":

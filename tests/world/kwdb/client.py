@@ -70,9 +70,11 @@ class Fail(Exception):
         hint: str | None = None,
         sqlstate: str | None = None,
         stderr_before: str = "",
+        stdout_before: str = "",
         duration_s: float = 0.0,
     ) -> None:
         super().__init__(message)
+        self.stdout_before = stdout_before
         self.message = message
         self.hint = hint
         self.sqlstate = sqlstate

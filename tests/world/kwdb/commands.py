@@ -23,10 +23,14 @@ from tests.world.kwdb.client import (
 )
 from tests.world.kwdb.flags import Invocation
 from tests.world.kwdb.model import (
+    DEAD,
     DECOMMISSIONED,
     DECOMMISSIONING,
     LIVE,
+    MODE_MULTI,
     MODE_SINGLE_REPLICA,
+    UPGRADE_STORE_DEAD_S,
+    UPGRADING,
     LogicalCluster,
     NodeRecord,
 )
@@ -188,6 +192,17 @@ def _mpp_mode(target: Proc) -> bool:
     return target.opts.mode == MODE_SINGLE_REPLICA
 
 
+def _upgrading_refusal(cluster: LogicalCluster, t: float) -> str:
+    """server/server.go:2764-2777 Decommission (both directions): refused while any node of the
+    cluster is UPGRADING, `%+v` of the status printing its name."""
+    if any(cluster.liveness_status(n, t) == UPGRADING for n in cluster.nodes.values()):
+        return (
+            "rpc error: code = Unknown desc = can not run node decommission when cluster has "
+            f"node {UPGRADING}"
+        )
+    return ""
+
+
 def _decommission_table(
     fmt: str, cluster: LogicalCluster, ids: Sequence[int], t: float
 ) -> tuple[str, bool]:
@@ -238,6 +253,9 @@ def run_decommission(env: Env, inv: Invocation) -> ExecResult:
         raise Fail(
             f"while trying to mark as decommissioning: {MPP_REFUSAL}", stderr_before=stderr + "\n"
         )
+    refused = _upgrading_refusal(cluster, t)
+    if refused:
+        raise Fail(f"while trying to mark as decommissioning: {refused}", stderr_before=stderr + "\n")
     for node_id in ids:
         if node_id not in cluster.nodes:
             raise Fail(
@@ -274,6 +292,9 @@ def run_recommission(env: Env, inv: Invocation) -> ExecResult:
             stderr += f"warning: node {node_id} is in unexpected state {status}\n"
     if _mpp_mode(target):
         raise Fail(MPP_REFUSAL, stderr_before=stderr)
+    refused = _upgrading_refusal(cluster, t)
+    if refused:
+        raise Fail(refused, stderr_before=stderr)
     for node_id in ids:
         if node_id not in cluster.nodes:
             raise Fail(
@@ -284,6 +305,60 @@ def run_recommission(env: Env, inv: Invocation) -> ExecResult:
         cluster.set_flags(node_id, t, decommissioning=False)
     table, _ = _decommission_table(fmt, cluster, ids, t)
     return ExecResult(table, stderr, 0)
+
+
+# ----- upgrade ---------------------------------------------------------------------------------
+def _upgrade_terminated(hint: str) -> Fail:
+    """cli/node.go:590-621: expectNodesUpgradable prints its refusal to stdout, then fails
+    with the same text."""
+    text = f"Upgrade ternimated. Hint: {hint}"
+    return Fail(text, stdout_before=text + "\n")
+
+
+def run_upgrade(env: Env, inv: Invocation) -> ExecResult:
+    """cli/node.go:558-636 runUpgradeNode, server/server.go:2824-2852 Upgrade.
+
+    The CLI checks each id: unknown (`cannot find status of node N`) or neither LIVE, DEAD nor
+    DECOMMISSIONED (`node N is not eligible to upgrade...`); a node not started with `start`
+    skips those checks and asks the server for the single-replica variant, which first dials
+    every node (kv/kvserver/node_liveness.go:370-397). The server refuses while any node of the
+    cluster is neither LIVE nor DECOMMISSIONED (an UPGRADING one included, the target too: a
+    second `node upgrade` of the same node fails), else sets each target's Upgrading flag and
+    server.time_until_store_dead to 3 h. Success prints nothing.
+    """
+    ids = _parse_node_ids(inv.args)
+    target, cluster, _ = rpc_node(env, inv, "Status/Nodes")
+    t = env.now
+    mpp = target.opts.mode != MODE_MULTI  # connNodeStatus.Desc.StartMode != startCmd.Use
+    if not mpp:
+        for node_id in ids:
+            node = cluster.nodes.get(node_id)
+            if node is None:
+                raise _upgrade_terminated(f"cannot find status of node {node_id}")
+            if cluster.liveness_status(node, t) not in (LIVE, DEAD, DECOMMISSIONED):
+                raise _upgrade_terminated(
+                    f"node {node_id} is not eligible to upgrade, check the node status and "
+                    "upgrader later."
+                )
+    for node in sorted(cluster.nodes.values(), key=lambda n: n.node_id):
+        status = cluster.liveness_status(node, t)
+        if status not in (LIVE, DECOMMISSIONED):
+            raise Fail(
+                "rpc error: code = Unknown desc = can not upgrade nodes when cluster has node "
+                f"{status}"
+            )
+    for node_id in ids:
+        if mpp:
+            down = [n.node_id for n in cluster.nodes.values() if not n.heartbeating]
+            if down:
+                raise Fail(
+                    f"rpc error: code = Unknown desc = during liveness update {node_id} -> true: "
+                    f"cluster has node unreachable. Can not connect to node {min(down)} "
+                )
+        if node_id in cluster.nodes:
+            cluster.set_flags(node_id, t, upgrading=True)
+        cluster.store_dead_s = UPGRADE_STORE_DEAD_S
+    return ExecResult("", "", 0)
 
 
 # ----- drain / quit -------------------------------------------------------------------------------
@@ -364,6 +439,7 @@ HANDLERS: dict[tuple[str, ...], Callable[[Env, Invocation], ExecResult]] = {
     ("node", "decommission"): run_decommission,
     ("node", "recommission"): run_recommission,
     ("node", "drain"): run_drain,
+    ("node", "upgrade"): run_upgrade,
 }
 
 
@@ -376,4 +452,4 @@ def run_client_command(env: Env, inv: Invocation) -> ExecResult:
         stderr = f.stderr_before + cli_error(
             f.message, inv.command.name, hint=f.hint, sqlstate=f.sqlstate
         )
-        return ExecResult("", stderr, 1, duration_s=f.duration_s)
+        return ExecResult(f.stdout_before, stderr, 1, duration_s=f.duration_s)

@@ -273,7 +273,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec(("node", "drain"), "drain", (*_NODE, _dur("drain-wait"))),
     CommandSpec(
-        ("node", "upgrade"), "upgrade <node id 1> [<node id 2> ...]", _NODE, "min1", modelled=False
+        ("node", "upgrade"), "upgrade <node id 1> [<node id 2> ...]", _NODE, "min1"
     ),
     CommandSpec(("node", "set-status"), "set-status", _NODE, modelled=False, group=True),
     CommandSpec(("version",), "version"),

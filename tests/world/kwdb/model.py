@@ -8,7 +8,15 @@ What it models (after CockroachDB v20.1, which kwbase forks):
 - liveness: a node heartbeats while its process runs on a live host; it stays live for
   `liveness_ttl_s` after the last heartbeat. Its liveness status (kvserver LivenessStatus) is LIVE,
   UNAVAILABLE (not live yet, or draining), DECOMMISSIONING, or DEAD / DECOMMISSIONED once
-  `time_until_store_dead_s` has passed after the liveness record expired.
+  `server.time_until_store_dead` (`store_dead_s`) has passed after the liveness record expired.
+- upgrading (`kwbase node upgrade`, cli/node.go:548-636): the record's Upgrading flag makes the
+  status UPGRADING until the node is dead (kv/kvserver/store_pool.go:151-156), whether it runs or
+  not; the flag survives restarts (a heartbeat copies the record, kv/kvserver/node_liveness.go:725-737) and is
+  cleared only by a start with `--upgrade-complete` (cli/start.go:711-715,
+  server/server.go:2855-2874). An UPGRADING node is not available (cli/node.go:174) and its
+  store is neither live nor dead to the allocator (store_pool.go:244, 561-562, 742): no replica
+  is moved onto it and none off it. `node upgrade` sets the cluster's store-dead time to 3 h,
+  the completing start resets it to the default (server/server.go:2845-2846, 2864-2865).
 - availability (`node status`'s is_available): a live node's liveness record is current only
   while the liveness range (range 1 here) has a quorum of live replicas to take heartbeats;
   without one, running nodes print is_live true and is_available false. A single-replica
@@ -69,6 +77,9 @@ UNAVAILABLE = "UNAVAILABLE"
 DECOMMISSIONING = "DECOMMISSIONING"
 DEAD = "DEAD"
 DECOMMISSIONED = "DECOMMISSIONED"
+UPGRADING = "UPGRADING"
+# server/server.go:2845-2846: `node upgrade` sets server.time_until_store_dead = '3h'.
+UPGRADE_STORE_DEAD_S = 3 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class NodeRecord:
     decommissioning: bool = False
     decommissioning_since: float | None = None
     draining: bool = False
+    upgrading: bool = False
     stale_metrics: StoreMetrics = field(default_factory=StoreMetrics)
     # The store descriptor last gossiped: its replica count, when, and how many replica changes
     # until the store gossips again without waiting for the interval.
@@ -161,6 +173,9 @@ class LogicalCluster:
         self.cluster_id = cluster_id
         self.mode = mode
         self.replication_factor = settings.replication_factor if mode == MODE_MULTI else 1
+        # The cluster setting server.time_until_store_dead: `node upgrade` raises it to 3 h and
+        # a start with --upgrade-complete resets it to its default (a custom value is lost).
+        self.store_dead_s = settings.time_until_store_dead_s
         self.nodes: dict[int, NodeRecord] = {}
         self.ranges: list[RangeState] = []
         self.next_node_id = 1
@@ -225,8 +240,9 @@ class LogicalCluster:
         (kwbase/pkg/cli/node.go: expiration > now and not upgrading). A heartbeat renews the
         record only through the liveness range (here: range 1), which needs a quorum of live
         replicas: without one, the nodes still running stay is_live (gossip) and turn
-        is_available false (kwbase/pkg/cmd/roachtest/cli.go: "false true")."""
-        if not self.is_live(node, t):
+        is_available false (kwbase/pkg/cmd/roachtest/cli.go: "false true"). An upgrading node
+        is never available (cli/node.go:174 `AND not upgrading`)."""
+        if node.upgrading or not self.is_live(node, t):
             return False
         liveness = self.ranges[0] if self.ranges else None
         # A single-replica cluster keeps its one copy of every range, the liveness range
@@ -238,9 +254,13 @@ class LogicalCluster:
         return self._has_quorum(liveness, t)
 
     def liveness_status(self, node: NodeRecord, t: float) -> str:
-        """kvserver Liveness.LivenessStatus as of simulated time t."""
+        """kvserver LivenessStatus (kv/kvserver/store_pool.go:148-176) as of simulated time t:
+        the Upgrading flag comes first, then dead, decommissioning, draining, live."""
         expiration = node.last_heartbeat + self.settings.liveness_ttl_s
-        if not node.heartbeating and t >= expiration + self.settings.time_until_store_dead_s:
+        dead = not node.heartbeating and t >= expiration + self.store_dead_s
+        if node.upgrading:
+            return DEAD if dead else UPGRADING
+        if dead:
             return DECOMMISSIONED if node.decommissioning else DEAD
         if node.decommissioning:
             return DECOMMISSIONING
@@ -281,10 +301,13 @@ class LogicalCluster:
         *,
         decommissioning: bool | None = None,
         draining: bool | None = None,
+        upgrading: bool | None = None,
     ) -> None:
-        """Change the liveness record's decommissioning / draining flags at time t."""
+        """Change the liveness record's decommissioning / draining / upgrading flags at time t."""
         self.advance(t)
         node = self.nodes[node_id]
+        if upgrading is not None:
+            node.upgrading = upgrading
         if decommissioning is not None:
             if decommissioning and not node.decommissioning:
                 node.decommissioning_since = t
@@ -399,6 +422,7 @@ class LogicalCluster:
             if n.heartbeating
             and not n.decommissioning
             and not n.draining
+            and not n.upgrading  # store status unknown: not a target (store_pool.go:244, 742)
             and not self._is_suspect(n, t)
         ]
 
@@ -479,7 +503,7 @@ class LogicalCluster:
                 yield n.gossiped_at + self.settings.gossip_stores_interval_s
             else:
                 yield n.last_heartbeat + ttl
-                yield n.last_heartbeat + ttl + self.settings.time_until_store_dead_s
+                yield n.last_heartbeat + ttl + self.store_dead_s
 
     def advance(self, now: float) -> None:
         """Run the replicate queue from the cluster's clock up to `now` (never backwards)."""

@@ -11,6 +11,7 @@ Called by tests/world/kwdb/commands.py. Statements answered:
   and the rows of EXPORT and IMPORT DATABASE, bulk.py), RUNNING_JOBS_QUERY (all running jobs,
   as a count), RUNNING_JOB_TYPES_QUERY (running jobs by type, optionally leaving out rows whose
   statement holds a text) and the jobs of one statement (_STATEMENT_JOBS);
+- the nodes whose liveness record is flagged upgrading (_UPGRADING_NODES);
 - `SELECT 1`;
 - the data statements of tests/world/kwdb/data.py (SHOW DATABASES, SHOW TABLES, EXPORT, IMPORT,
   cluster_logical_timestamp()); their notices are printed to stderr as `NOTICE: ...`, as the
@@ -84,6 +85,14 @@ _STATEMENT_JOBS = re.compile(
     re.IGNORECASE,
 )
 """The jobs of one statement, the admin adapter's STATEMENT_JOBS_QUERY (newest first)."""
+_UPGRADING_NODES = re.compile(
+    r"select\s+node_id\s+from\s+kwdb_internal\.gossip_liveness\s+where\s+upgrading"
+    r"\s+order\s+by\s+node_id",
+    re.IGNORECASE,
+)
+"""The admin adapter's UPGRADING_NODES_QUERY: the ids whose gossiped liveness record has the
+Upgrading flag (kwdb_internal.gossip_liveness, sql/kwdb_internal.go:2994-3060; every gateway's
+view is the whole cluster here)."""
 _JOB_WINDOW_S = 7 * 24 * 3600.0
 """SHOW JOBS lists a finished job for seven days (delegate/show_jobs.go:55-60)."""
 _JOB_HEADERS = (
@@ -269,6 +278,9 @@ def _statement(
             for job in ordered
         ]
         return list(_JOB_HEADERS), rows
+    if _UPGRADING_NODES.fullmatch(text):
+        return ["node_id"], [[str(n.node_id)] for n in sorted(
+            cluster.nodes.values(), key=lambda n: n.node_id) if n.upgrading]
     if text.lower() == "select 1":
         return ["?column?"], [["1"]]
     raise Fail(f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")

@@ -103,6 +103,9 @@ class StartOptions:
     join: tuple[tuple[str, int], ...]
     locality: str
     store_path: str
+    # --upgrade-complete (cli/cliflags/flags.go:1243-1246): clear this node's Upgrading flag
+    # once started.
+    upgrade_complete: bool = False
 
     @property
     def address(self) -> str:

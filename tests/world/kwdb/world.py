@@ -199,6 +199,7 @@ def _start_options(inv: Invocation, pod_name: str) -> StartOptions:
         join=tuple(join),
         locality=inv.get("locality"),
         store_path=store.removeprefix("path=").split(",", 1)[0],
+        upgrade_complete=inv.flag_true("upgrade-complete"),
     )
 
 
@@ -337,6 +338,12 @@ class KwdbWorld:
             proc.log.append(
                 group.banner(proc, cluster, node.node_id, "restarted pre-existing node", now)
             )
+            if opts.upgrade_complete and node.upgrading:
+                # cli/start.go:711-715, server/server.go:2855-2874: once the server has
+                # started, an UPGRADING node clears its flag and server.time_until_store_dead
+                # goes back to its default. A node that is not upgrading: nothing happens.
+                cluster.set_flags(node.node_id, now, upgrading=False)
+                cluster.store_dead_s = self.settings.time_until_store_dead_s
         elif opts.mode == MODE_SINGLE_NODE:
             group.bootstrap(proc, now)
         else:

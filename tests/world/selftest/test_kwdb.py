@@ -604,3 +604,70 @@ def test_a_single_replica_cluster_keeps_every_range_on_its_bootstrap_node_and_fa
     assert {n["id"]: n["is_available"] for n in nodes if n["id"] != "1"} == {
         "2": "false", "3": "false"}
     assert {n["is_live"] for n in nodes if n["id"] != "1"} == {"true"}, "still gossiping"
+
+
+UPGRADING_QUERY = "SELECT node_id FROM kwdb_internal.gossip_liveness WHERE upgrading ORDER BY node_id"
+
+
+def test_node_upgrade_marks_a_node_upgrading_until_it_restarts_with_upgrade_complete() -> None:
+    """KWDB's upgrade (cli/node.go:548-636, server/server.go:2764-2874): the node marked stays
+    live but unavailable, blocks every decommission and a second upgrade, keeps the flag across
+    a plain restart, and only a start with --upgrade-complete clears it."""
+    op = Operator()
+    t = op.healthy_cluster(3)
+
+    unknown = op.kwbase(0, t, "node", "upgrade", "9")
+    assert unknown.exit_code == 1
+    assert unknown.stdout == "Upgrade ternimated. Hint: cannot find status of node 9\n"
+    assert "ERROR: Upgrade ternimated. Hint: cannot find status of node 9\n" in unknown.stderr
+
+    marked = op.kwbase(0, t, "node", "upgrade", "3")
+    assert (marked.exit_code, marked.stdout, marked.stderr) == (0, "", "")
+    assert [(n["id"], n["is_available"], n["is_live"]) for n in op.status(t)] == [
+        ("1", "true", "true"), ("2", "true", "true"), ("3", "false", "true")]
+    assert rows(op.kwbase(0, t, "sql", "--format=csv", "-e", UPGRADING_QUERY)) == [
+        {"node_id": "3"}]
+
+    again = op.kwbase(0, t, "node", "upgrade", "3")  # the CLI's own check refuses first
+    assert again.exit_code == 1
+    assert again.stdout == ("Upgrade ternimated. Hint: node 3 is not eligible to upgrade, check "
+                            "the node status and upgrader later.\n")
+    other = op.kwbase(0, t, "node", "upgrade", "2")  # the server refuses any second one
+    assert other.exit_code == 1
+    assert ("ERROR: rpc error: code = Unknown desc = can not upgrade nodes when cluster has "
+            "node UPGRADING\n") in other.stderr
+    refused = op.kwbase(0, t, "node", "decommission", "1", "--wait=none")
+    assert refused.exit_code == 1
+    assert ("ERROR: while trying to mark as decommissioning: rpc error: code = Unknown desc = "
+            "can not run node decommission when cluster has node UPGRADING\n") in refused.stderr
+    assert not any(n.decommissioning for n in op.world.nodes(KEY, t))
+
+    # Stopped, an upgrading node is not dead to the allocator for 3 h (server.go:2845-2846):
+    # its replicas stay under-replicated well past the usual store-dead time.
+    op.world.stop_process(KEY, "kw-2", t)
+    t += FAST.liveness_ttl_s + FAST.time_until_store_dead_s + 60
+    assert op.health(t)[1] > 0
+    assert op.start(2, t).ok  # a plain restart keeps the flag
+    t += 1
+    assert op.status(t)[2]["is_available"] == "false"
+    op.world.stop_process(KEY, "kw-2", t)
+    assert op.start(2, t + 1, "--upgrade-complete").ok
+    t += 2
+    assert {n["is_available"] for n in op.status(t)} == {"true"}
+    assert rows(op.kwbase(0, t, "sql", "--format=csv", "-e", UPGRADING_QUERY)) == []
+    assert op.kwbase(0, t, "node", "decommission", "1", "--wait=none").exit_code == 0
+
+
+def test_upgrade_is_refused_while_a_node_is_down_and_complete_is_a_no_op_otherwise() -> None:
+    """server/server.go:2832-2837: every node LIVE or DECOMMISSIONED, or no upgrade at all; a
+    start with --upgrade-complete on a node that is not upgrading changes nothing."""
+    op = Operator()
+    t = op.healthy_cluster(3)
+    op.world.stop_process(KEY, "kw-2", t, graceful=False)
+    t += FAST.liveness_ttl_s + 1
+    refused = op.kwbase(0, t, "node", "upgrade", "1")
+    assert refused.exit_code == 1
+    assert ("can not upgrade nodes when cluster has node UNAVAILABLE") in refused.stderr
+    assert op.start(2, t, "--upgrade-complete").ok
+    t += 1
+    assert {n["is_available"] for n in op.status(t)} == {"true"}
