@@ -355,7 +355,7 @@ def live_fleet(count: int, nodes: int = 20) -> list[LiveCluster]:
     """`fleet_specs(count)` reconciled and running (see the comment above): rendered for
     Kubernetes 1.20, pods spread round-robin over `nodes` Kubernetes nodes (`node-<i>`)."""
     # Imported here: `fleet_specs` alone (the render benchmarks) needs nothing of the reconciler.
-    from reconciler.controller.shared import with_owner
+    from reconciler.model import with_owner
     from renderer.render import build_objects, read_live
     from renderer.settings import KubeVersion, RenderSettings
 

@@ -229,6 +229,8 @@ def namespaced_rules(directory_mode: bool) -> list[Obj]:
         _rule("monitoring.coreos.com", ["servicemonitors"], _RW),
         # TLS certificates: made and rotated, never deleted (the CA must survive).
         _rule("", ["secrets"], ["get", "list", "watch", "create", "patch"]),
+        # The pods' start flags (reconciler.kaiwudb.upgrade): made, read and switched.
+        _rule("", ["configmaps"], ["get", "create", "patch"]),
         # Health and failover: pods are read and, when their node is lost, deleted; claims
         # pinned to a lost node are deleted when the failover policy allows; a claim carries the
         # count of crash restarts of its pod (patch).

@@ -189,3 +189,13 @@ class Pass:
         self.actions.append(st.Action(rfc3339(self.now), action, target, message))
         if event is not None:
             self.events.append((event, reason or action, f"{target}: {message}"))
+
+
+def with_owner(obj: Obj, cluster: Obj) -> Obj:
+    """A copy of `obj` owned by the KaiwuCluster (garbage-collected with it)."""
+    md = meta(cluster)
+    owned = dict(obj)
+    owned["metadata"] = {**obj["metadata"], "ownerReferences": [{
+        "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "name": md["name"],
+        "uid": md["uid"], "controller": True, "blockOwnerDeletion": True}]}
+    return owned

@@ -93,7 +93,8 @@ def read_clusters(documents: Iterable[Document],
 def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
     """Every object name a cluster takes in its namespace, (kind, name) -> what it is: the
     rendered objects, the pods and volume claims of the StatefulSet at its highest scale, and
-    the Secrets the reconciler writes (reconciler/kaiwudb/certs.py names them the same way)."""
+    the Secrets and the ConfigMap the reconciler writes (reconciler/kaiwudb/certs.py and
+    upgrade.py name them the same way)."""
     names = {(obj["kind"], obj["metadata"]["name"]): "a rendered object"
              for obj in build_objects(cluster, RenderSettings())}
     for ordinal in range(cluster.replicas):
@@ -104,6 +105,7 @@ def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
         secrets = [f"{cluster.name}-ca", cluster.node_secret, cluster.client_secret]
         secrets += [cluster.user_client_secret(user) for user in cluster.client_users]
         names.update({("Secret", secret): "a certificate Secret" for secret in secrets})
+    names[("ConfigMap", cluster.start_flags_config_map)] = "the start-flags ConfigMap"
     return names
 
 

@@ -40,7 +40,7 @@ MANAGED_FLAGS = {
     "--upgrade-complete": "upgrades are driven by the reconciler",
 }
 RESERVED_ENV = {"POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR",
-                "KWBASE_SKIP_KEY_PERMISSION_CHECK"}
+                "KWBASE_SKIP_KEY_PERMISSION_CHECK", "KAIWU_UPGRADE_COMPLETE"}
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/managed-by", "app.kubernetes.io/component")
 # StatefulSet pods get a controller-revision-hash label "<name>-<10 chars>" (63 max) and the

@@ -154,6 +154,12 @@ class Cluster:
         return self.name
 
     @property
+    def start_flags_config_map(self) -> str:
+        """The ConfigMap the reconciler writes and every pod's start line reads
+        (`--upgrade-complete`, reconciler/kaiwudb/upgrade.py)."""
+        return f"{self.name}-start-flags"
+
+    @property
     def client_service(self) -> str:
         return f"{self.name}-public"
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared, with_owner
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
 from reconciler.kaiwudb.certs import (
     certs_action,
     earliest_expiry,
@@ -20,7 +20,7 @@ from reconciler.kaiwudb.certs import (
 )
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from reconciler.model import Obj, meta
+from reconciler.model import Obj, meta, with_owner
 from renderer.builders import CERTS_HASH_ANNOTATION
 
 

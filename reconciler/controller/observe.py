@@ -14,14 +14,14 @@ settle, and the repair removes them without an apply.
 from __future__ import annotations
 
 from reconciler.controller.objects import ObjectPass, ObjectState
-from reconciler.controller.shared import STALE_RECHECK_S, Shared, made_for, with_owner
+from reconciler.controller.shared import STALE_RECHECK_S, Shared, made_for
 from reconciler.drift.compare import DriftReport, format_report
 from reconciler.drift.ignore import IgnoreRule
 from reconciler.drift.memo import object_name
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from reconciler.model import meta
+from reconciler.model import meta, with_owner
 
 # StatefulSet fields the API server refuses to change, and which of them an orphaning delete and
 # recreate can change without touching pods or data. A new selector would not match the

@@ -71,16 +71,6 @@ def _content_key(live: Mapping[str, Any]) -> str:
     return projection_hash({"metadata": md, **body})
 
 
-def with_owner(obj: Obj, cluster: Obj) -> Obj:
-    """A copy of `obj` owned by the KaiwuCluster (garbage-collected with it)."""
-    md = meta(cluster)
-    owned = dict(obj)
-    owned["metadata"] = {**obj["metadata"], "ownerReferences": [{
-        "apiVersion": cluster["apiVersion"], "kind": cluster["kind"], "name": md["name"],
-        "uid": md["uid"], "controller": True, "blockOwnerDeletion": True}]}
-    return owned
-
-
 def made_for(live: Obj, cluster: Obj) -> bool:
     """Whether a live object with a name we render is this cluster's to change: owned by it
     (the owner reference every object we write carries; a KaiwuCluster of its name made again

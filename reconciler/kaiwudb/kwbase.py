@@ -496,6 +496,23 @@ def parse_statement_jobs(text: str) -> tuple[JobRow, ...]:
         raise ValueError(f"unreadable SHOW JOBS output: {err}") from None
 
 
+UPGRADING_NODES_QUERY = (
+    "SELECT node_id FROM kwdb_internal.gossip_liveness WHERE upgrading ORDER BY node_id")
+"""kwdb_internal.gossip_liveness (sql/kwdb_internal.go:2995-3064) has the liveness record's
+`upgrading` flag, which `node status` shows only folded into is_available (cli/node.go:174)."""
+
+
+def parse_upgrading_nodes(text: str) -> frozenset[int]:
+    """UPGRADING_NODES_QUERY's CSV: header `node_id`, one id per row."""
+    try:
+        rows = _csv_rows(text)
+        if rows and set(rows[0]) != {"node_id"}:
+            raise _ParseError(f"expected the column node_id, got {', '.join(rows[0])}")
+        return frozenset(_int(row["node_id"], "node_id") for row in rows)
+    except _ParseError as err:
+        raise ValueError(f"unreadable upgrading nodes: {err}") from None
+
+
 def parse_running_jobs(text: str) -> RunningJobs:
     """RUNNING_JOB_TYPES_QUERY's CSV: header `job_type,running`, one row per type. The type is
     KWDB's text; it is only compared with known names, never used elsewhere."""
@@ -713,6 +730,19 @@ class KwbaseAdmin:
         """`kwbase node drain` of the node the command connects to (with connect_via=localhost,
         pod's own node): it stops taking clients and moves its leases away, but keeps running."""
         self._checked(pod, self.argv(pod, "node", "drain"))
+
+    def upgrade(self, pod: str, node_id: int) -> None:
+        """`kwbase node upgrade <id>` (cli/node.go:548-636): mark the node UPGRADING, the first
+        step of KWDB's own version upgrade. Refused (CommandFailed) while any node of the
+        cluster is neither LIVE nor DECOMMISSIONED, an UPGRADING one included
+        (server/server.go:2824-2837): so never twice. Prints nothing on success."""
+        self._checked(pod, self.argv(pod, "node", "upgrade", str(node_id)))
+
+    def upgrading_nodes(self, pod: str) -> frozenset[int]:
+        """The ids whose liveness record carries KWDB's Upgrading flag (UPGRADING_NODES_QUERY),
+        as the gateway's gossip sees them."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e", UPGRADING_NODES_QUERY)
+        return self._parsed(pod, argv, parse_upgrading_nodes)
 
     def replication_health(self, pod: str) -> ReplicationHealth:
         """`replication_health_of` the nodes `node status --ranges` lists."""

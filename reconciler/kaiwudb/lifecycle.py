@@ -7,11 +7,14 @@ decides (during a scale-in the replicas come from the operation, not from spec.r
 what "observe" and "repair" compare and apply. KaiwuDB is reached through the admin adapter
 (reconciler.kaiwudb.kwbase, exec into a pod); Kubernetes objects are read from the cache view.
 
-A pass, in order: init once (reconciler.kaiwudb.nodes), a node-status probe (nodes), a node that
-came back decommissioning but is wanted is recommissioned, a scale-in is started or carried on
-(reconciler.kaiwudb.scale), stray nodes are removed when nothing else is busy (scale), and the
-rollout partition is set (reconciler.kaiwudb.rollout). While a KaiwuBackup of the cluster runs
-(reconciler.kaiwudb.backup.running_backup) no scale-in starts and the rollout holds. Scale-out
+A pass, in order: the pods' start-flags ConfigMap is kept (reconciler.kaiwudb.upgrade), init
+once (reconciler.kaiwudb.nodes), a node-status probe (nodes), a node that came back
+decommissioning but is wanted is recommissioned, a scale-in is started or carried on
+(reconciler.kaiwudb.scale), stray nodes are removed and a node left UPGRADING is restarted when
+nothing else is busy (scale, upgrade), and the rollout partition is set
+(reconciler.kaiwudb.rollout), a version change following KWDB's `node upgrade` procedure.
+While a KaiwuBackup of the cluster runs (reconciler.kaiwudb.backup.running_backup) no scale-in
+starts and the rollout holds. Scale-out
 needs nothing: new pods join through --join; their node ids show in status.nodes. The fields the
 step owns (reconciler.model.KaiwuStatus) are remembered across a watch cache that lags our own
 status write (`StatusMemory`).
@@ -32,6 +35,7 @@ from reconciler.kaiwudb.pods import cluster_pods, rolling
 from reconciler.kaiwudb.rollout import Rollout
 from reconciler.kaiwudb.scale import Scaling, Strays
 from reconciler.kaiwudb.tools import AdminFactory, LifecycleSettings, Tools, _admin
+from reconciler.kaiwudb.upgrade import Upgrades, flag_wanted
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
@@ -100,7 +104,8 @@ class Lifecycle:
         self.view = view
         self.tools = Tools(kube, view, metrics, settings or LifecycleSettings(), admin_factory)
         self.nodes = Nodes(self.tools)
-        self.rollouts = Rollout(self.tools)
+        self.upgrades = Upgrades(self.tools)
+        self.rollouts = Rollout(self.tools, self.upgrades)
         self.scaling = Scaling(self.tools, self.nodes)
         self.strays = Strays(self.tools, self.nodes, self.scaling)
         # Per cluster: the StatefulSet replicas the last pass applied. More live replicas than
@@ -119,6 +124,7 @@ class Lifecycle:
         self.nodes.forget(namespace, name)
         self._applied.pop((namespace, name), None)
         self.memory.forget(namespace, name)
+        self.upgrades.forget(namespace, name)
 
     def admin(self, cluster: Cluster) -> KwbaseAdmin:
         return self.tools.admin(cluster)
@@ -138,9 +144,13 @@ class Lifecycle:
         live_replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
             if sts is not None else None
         admin = self.admin(cluster)
-        if not p.kaiwu.initialized and not self.nodes.initialise(p, cluster, pods, admin):
-            self.rollouts.rollout(p, sts, pods, admin, None, busy="the cluster is not initialised")
-            return
+        if not p.kaiwu.initialized:
+            # The pods cannot start before their start-flags ConfigMap exists.
+            self.upgrades.flags.keep(p, cluster, pods, flag_wanted(sts, pods, frozenset()))
+            if not self.nodes.initialise(p, cluster, pods, admin):
+                self.rollouts.rollout(p, sts, pods, admin, None, frozenset(),
+                                      busy="the cluster is not initialised")
+                return
         operation = p.kaiwu.operation
         # A scale-in is the spec asking for fewer nodes than we applied; a StatefulSet someone
         # scaled up by hand is drift, which the repair step puts back.
@@ -153,6 +163,9 @@ class Lifecycle:
             self.strays.recommission_wanted(p, cluster, pods, admin, nodes)
         if nodes is not None:
             self.strays.retire_long_gone(p, cluster, pods, admin, nodes)
+        upgrading = self.upgrades.upgrading(p, pods, admin, nodes) if nodes is not None else None
+        if upgrading is not None:
+            self.upgrades.flags.keep(p, cluster, pods, flag_wanted(sts, pods, upgrading))
         backup = running_backup(self.view, cluster.namespace, cluster.name)
         if operation is None and scale_in and backup:
             # A backup exports from one node: no scale-in starts under it (docs/backup.md).
@@ -175,4 +188,6 @@ class Lifecycle:
                 f"KaiwuBackup {backup} is running" if backup else "")
         if not busy and nodes is not None and live_replicas is not None:
             self.strays.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
-        self.rollouts.rollout(p, sts, pods, admin, nodes, busy=busy)
+        if not busy and nodes is not None and upgrading:
+            self.upgrades.finish(p, cluster, sts, pods, nodes, upgrading)
+        self.rollouts.rollout(p, sts, pods, admin, nodes, upgrading, busy=busy)

@@ -5,7 +5,10 @@ replica count, so a new template moves no pod by itself. Each pass of a rollout 
 (the highest ordinal first, as the StatefulSet updates) only when the pods already moved run the
 new revision, no pod is down (loss.disrupted: every pod Ready), every KaiwuDB node is live,
 replication is healthy, no other operation runs, and nobody else changed the template (drift is
-repaired first, never rolled out). Once every pod runs it, the partition closes again.
+repaired first, never rolled out). Once every pod runs it, the partition closes again. A pod
+that moves to another kwbase image moves as KWDB upgrades a node: its node is marked UPGRADING
+first, and it restarts with --upgrade-complete (reconciler.kaiwudb.upgrade); the next pod waits
+until that mark is gone (the node is available again).
 KaiwuDB documents no downgrade and no in-place change of major version (2.x to 3.x needs export
 and import): such a version change is refused, Stalled, with no pod moved. Used by the
 lifecycle step (reconciler.kaiwudb.lifecycle).
@@ -28,10 +31,12 @@ from reconciler.kaiwudb.pods import (
     partition_of,
     rolling,
 )
-from reconciler.kaiwudb.tools import Part
+from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.upgrade import Upgrades
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj, Pass, meta
+from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +101,13 @@ def template_changed_by_others(sts: Obj | None, manager: str) -> list[str]:
 class Rollout(Part):
     """The partition a pass applies (see the module docstring)."""
 
+    def __init__(self, tools: Tools, upgrades: Upgrades) -> None:
+        super().__init__(tools)
+        self.upgrades = upgrades
+
     def rollout(self, p: Pass, sts: Obj | None, pods: Mapping[str, Obj], admin: KwbaseAdmin,
-                nodes: list[NodeStatus] | None, *, busy: str) -> None:
+                nodes: list[NodeStatus] | None, upgrading: frozenset[int] | None, *,
+                busy: str) -> None:
         """Set the partition this pass applies (see the module docstring)."""
         cluster = p.cluster
         assert cluster is not None
@@ -113,12 +123,16 @@ class Rollout(Part):
             refused = version_change_problem(cluster.version, pods)
             if refused:
                 p.stalled.append(("VersionChangeRefused", refused))
-            blocker = refused or busy or self.rollout_blocker(sts, pods, admin, nodes,
-                                                              partition, update)
+            name = str(meta(sts).get("name"))
+            blocker = refused or busy or self.rollout_blocker(
+                cluster, sts, pods, admin, nodes, upgrading, partition, update)
+            if not blocker and partition > 0:
+                assert nodes is not None and upgrading is not None
+                blocker = self.upgrades.prepare(p, cluster, sts, pods, admin, nodes, upgrading,
+                                                f"{name}-{partition - 1}")
             if not blocker and partition > 0:
                 partition -= 1
                 self.count("upgrade-step")
-                name = str(meta(sts).get("name"))
                 p.act("Upgrading", f"Pod/{name}-{partition}", (
                     f"every KaiwuDB node live and replication healthy: pod {name}-{partition} "
                     f"moves to revision {update} ({moved}/{replicas} there before it)"))
@@ -143,9 +157,12 @@ class Rollout(Part):
                     raise
                 p.requeue_in(self.settings.poll_s)
 
-    def rollout_blocker(self, sts: Obj, pods: Mapping[str, Obj], admin: KwbaseAdmin,
-                        nodes: list[NodeStatus] | None, partition: int, update: str) -> str:
-        """Why the rollout may not move the next pod now ("" when it may)."""
+    def rollout_blocker(self, cluster: Cluster, sts: Obj, pods: Mapping[str, Obj],
+                        admin: KwbaseAdmin, nodes: list[NodeStatus] | None,
+                        upgrading: frozenset[int] | None, partition: int, update: str) -> str:
+        """Why the rollout may not move the next pod now ("" when it may). The next pod's own
+        node may be UPGRADING: KWDB's first move for it was made (reconciler.kaiwudb.upgrade),
+        perhaps by a pass that stopped before it moved the pod."""
         others = template_changed_by_others(sts, self.kube.field_manager)
         if others:
             return (f"the pod template was changed by {', '.join(others)}: that is drift, "
@@ -160,7 +177,13 @@ class Rollout(Part):
                 return f"pod {name}-{ordinal_} is not on the new revision yet"
         if nodes is None:
             return "KaiwuDB node status unknown"
-        not_live = [n for n in nodes if not n.healthy and not n.is_decommissioning]
+        if upgrading is None:
+            return "which KaiwuDB nodes are UPGRADING is unknown"
+        if not self.upgrades.flags.known(cluster):
+            return f"the start-flags ConfigMap {cluster.start_flags_config_map} is not written"
+        next_pod = f"{name}-{partition - 1}"
+        not_live = [n for n in nodes if not n.healthy and not n.is_decommissioning
+                    and not (n.id in upgrading and n.is_live and n.pod_name == next_pod)]
         if not_live:
             return "KaiwuDB nodes not live: " + ", ".join(str(n.id) for n in not_live)
         runner = exec_pod(pods)

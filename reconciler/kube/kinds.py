@@ -61,6 +61,8 @@ KAIWU_BACKUP_SCHEDULE = Kind(schema.API_VERSION, schema.SCHEDULE_KIND, schema.SC
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", cached=True)
 SERVICE = Kind("v1", "Service", "services", cached=True)
 SECRET = Kind("v1", "Secret", "secrets", cached=True, prunable=False)
+# The start flags the pods read (reconciler.kaiwudb.upgrade): read when needed, not cached.
+CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps", prunable=False)
 POD = Kind("v1", "Pod", "pods", cached=True)
 PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", cached=True,
            prunable=False)
@@ -79,9 +81,9 @@ LEASE = Kind("coordination.k8s.io/v1", "Lease", "leases")
 VALIDATING_WEBHOOK = Kind("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
                           "validatingwebhookconfigurations", namespaced=False, prunable=False)
 KINDS = {(k.api_version, k.kind): k for k in (
-    KAIWU_CLUSTER, KAIWU_BACKUP, KAIWU_BACKUP_SCHEDULE, SERVICE_ACCOUNT, SERVICE, SECRET, POD,
-    PVC, PV, EVENT, NODE, STATEFUL_SET, PDB_V1, PDB_V1BETA1, NETWORK_POLICY, SERVICE_MONITOR,
-    LEASE, VALIDATING_WEBHOOK)}
+    KAIWU_CLUSTER, KAIWU_BACKUP, KAIWU_BACKUP_SCHEDULE, SERVICE_ACCOUNT, SERVICE, SECRET,
+    CONFIG_MAP, POD, PVC, PV, EVENT, NODE, STATEFUL_SET, PDB_V1, PDB_V1BETA1, NETWORK_POLICY,
+    SERVICE_MONITOR, LEASE, VALIDATING_WEBHOOK)}
 
 
 def kind_of(obj: Obj) -> Kind:

@@ -24,6 +24,11 @@ MANAGED_BY = "kaiwu-operator"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+# KWDB's upgrade ends with a start with --upgrade-complete (kwbase/pkg/cli/start.go:711-715),
+# and only that start: the reconciler switches it in the cluster's start-flags ConfigMap
+# (Cluster.start_flags_config_map), which every pod reads at each container start.
+UPGRADE_COMPLETE_KEY = "upgrade-complete"
+UPGRADE_COMPLETE_ENV = "KAIWU_UPGRADE_COMPLETE"
 # On the pod template: a hash of the certificates the pods run with (a renewal rolls them).
 CERTS_HASH_ANNOTATION = "kaiwu.inspur.com/certs-hash"
 

@@ -22,6 +22,8 @@ from renderer.builders import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     SQL_PORT,
+    UPGRADE_COMPLETE_ENV,
+    UPGRADE_COMPLETE_KEY,
     metadata,
     selector_labels,
 )
@@ -156,7 +158,10 @@ def start_command(cluster: Cluster, settings: RenderSettings) -> list[str]:
         command.append(f"--join={peers}")
     command += [f"--cache={_memory_flag(cluster.cache)}",
                 f"--max-sql-memory={_memory_flag(cluster.max_sql_memory)}",
-                "--logtostderr", *cluster.extra_args]
+                "--logtostderr",
+                # "true" only while a version upgrade is in flight (reconciler/kaiwudb/upgrade.py)
+                f"--{UPGRADE_COMPLETE_KEY}=$({UPGRADE_COMPLETE_ENV})",
+                *cluster.extra_args]
     return command
 
 
@@ -174,6 +179,8 @@ def _container(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "LD_LIBRARY_PATH", "value": "/kaiwudb/lib"},
+        {"name": UPGRADE_COMPLETE_ENV, "valueFrom": {"configMapKeyRef": {
+            "name": cluster.start_flags_config_map, "key": UPGRADE_COMPLETE_KEY}}},
     ]
     if cluster.tls:
         # The kubelet gives the mounted keys to the pod's fsGroup (mode 0400 becomes 0440), and

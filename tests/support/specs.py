@@ -39,7 +39,7 @@ QUALIFIED_NAME = st.one_of(NAME_PART, st.builds("{}/{}".format, DNS_SUBDOMAIN, N
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/managed-by", "app.kubernetes.io/component")
 RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR",
-                "KWBASE_SKIP_KEY_PERMISSION_CHECK")
+                "KWBASE_SKIP_KEY_PERMISSION_CHECK", "KAIWU_UPGRADE_COMPLETE")
 MANAGED_FLAGS = ("--join", "--store", "--listen-addr", "--advertise-addr", "--brpc-addr",
                  "--http-addr", "--sql-addr", "--advertise-host", "--insecure", "--certs-dir",
                  "--cache", "--max-sql-memory", "--background", "--pid-file",

@@ -56,10 +56,10 @@ from tests.world.kube_rest import (
 )
 from tests.world.kwdb_port import ExecOutput, KwdbPort, ProcessExit
 from tests.world.pod_runtime import (
+    ContainerConfigError,
     ContainerRuntime,
     PodRuntime,
     Terminated,
-    ContainerConfigError,
     container_env,
     expand,
     micro_time,

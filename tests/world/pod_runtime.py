@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,15 @@ def expand(text: str, env: Mapping[str, str]) -> str:
         return env.get(name, match.group(0))
 
     return _VAR_REF.sub(sub, text)
+
+
+def rendered_argv(command: Sequence[str], pod: str, *, upgrade_complete: bool = False
+                  ) -> list[str]:
+    """What the kubelet runs of a rendered kwbase command line in `pod`: $(POD_NAME) and the
+    start-flags ConfigMap's $(KAIWU_UPGRADE_COMPLETE) expanded (for tests that start the
+    simulated processes themselves, without a kubelet)."""
+    env = {"POD_NAME": pod, "KAIWU_UPGRADE_COMPLETE": "true" if upgrade_complete else "false"}
+    return [expand(str(word), env) for word in command]
 
 
 def _field_ref(pod: JsonObj, path: str, pod_ip: str, host_ip: str) -> str | None:

@@ -56,10 +56,16 @@ def test_a_multi_replica_node_starts_with_kwdbs_documented_flags(tmp_path: Path)
         "--listen-addr=0.0.0.0:26257", f"--advertise-addr=$(POD_NAME).{FQDN}:26257",
         "--http-addr=0.0.0.0:8080", "--store=/kaiwudb/deploy/data", "--brpc-addr=:27257",
         f"--join=orders-0.{FQDN}:26257,orders-1.{FQDN}:26257,orders-2.{FQDN}:26257",
-        "--cache=.25", "--max-sql-memory=.25", "--logtostderr"]
+        "--cache=.25", "--max-sql-memory=.25", "--logtostderr",
+        "--upgrade-complete=$(KAIWU_UPGRADE_COMPLETE)"]
     assert "args" not in kwbase, "never a shell, never a second argument list"
     pod_name = next(env for env in kwbase["env"] if env["name"] == "POD_NAME")
     assert pod_name["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # KWDB's upgrade restart, and only it, passes --upgrade-complete=true: the reconciler
+    # switches the value in a ConfigMap the kubelet reads at every container start.
+    flag = next(env for env in kwbase["env"] if env["name"] == "KAIWU_UPGRADE_COMPLETE")
+    assert flag["valueFrom"] == {"configMapKeyRef": {"name": "orders-start-flags",
+                                                     "key": "upgrade-complete"}}
 
 
 def test_scaling_never_changes_the_pod_template(tmp_path: Path) -> None:

@@ -255,7 +255,9 @@ def run_decommission(env: Env, inv: Invocation) -> ExecResult:
         )
     refused = _upgrading_refusal(cluster, t)
     if refused:
-        raise Fail(f"while trying to mark as decommissioning: {refused}", stderr_before=stderr + "\n")
+        raise Fail(
+            f"while trying to mark as decommissioning: {refused}", stderr_before=stderr + "\n"
+        )
     for node_id in ids:
         if node_id not in cluster.nodes:
             raise Fail(

@@ -11,9 +11,10 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   `server.time_until_store_dead` (`store_dead_s`) has passed after the liveness record expired.
 - upgrading (`kwbase node upgrade`, cli/node.go:548-636): the record's Upgrading flag makes the
   status UPGRADING until the node is dead (kv/kvserver/store_pool.go:151-156), whether it runs or
-  not; the flag survives restarts (a heartbeat copies the record, kv/kvserver/node_liveness.go:725-737) and is
-  cleared only by a start with `--upgrade-complete` (cli/start.go:711-715,
-  server/server.go:2855-2874). An UPGRADING node is not available (cli/node.go:174) and its
+  not; the flag survives restarts (a heartbeat copies the record,
+  kv/kvserver/node_liveness.go:725-737) and is cleared only by a start with
+  `--upgrade-complete` (cli/start.go:711-715, server/server.go:2855-2874). An UPGRADING node
+  is not available (cli/node.go:174) and its
   store is neither live nor dead to the allocator (store_pool.go:244, 561-562, 742): no replica
   is moved onto it and none off it. `node upgrade` sets the cluster's store-dead time to 3 h,
   the completing start resets it to the default (server/server.go:2845-2846, 2864-2865).

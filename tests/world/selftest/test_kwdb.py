@@ -606,7 +606,8 @@ def test_a_single_replica_cluster_keeps_every_range_on_its_bootstrap_node_and_fa
     assert {n["is_live"] for n in nodes if n["id"] != "1"} == {"true"}, "still gossiping"
 
 
-UPGRADING_QUERY = "SELECT node_id FROM kwdb_internal.gossip_liveness WHERE upgrading ORDER BY node_id"
+UPGRADING_QUERY = (
+    "SELECT node_id FROM kwdb_internal.gossip_liveness WHERE upgrading ORDER BY node_id")
 
 
 def test_node_upgrade_marks_a_node_upgrading_until_it_restarts_with_upgrade_complete() -> None:

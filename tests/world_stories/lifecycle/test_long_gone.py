@@ -28,6 +28,7 @@ from tests.support.lifecycle import (
     small_cluster,
     status,
 )
+from tests.world.pod_runtime import rendered_argv
 from tests.world.simworld import SimWorld
 
 DESCRIPTOR_INTERVAL_S = 2.0
@@ -56,7 +57,7 @@ def test_a_node_kaiwudb_forgot_the_address_of_is_decommissioned_and_the_cluster_
     sts = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
     assert sts is not None
     command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
-    argv = [arg.replace("$(POD_NAME)", "ghost") for arg in command]
+    argv = rendered_argv(command, "ghost")
     started = sim_world.kwdb.start_process(key, "ghost", "claim-ghost", argv,
                                            sim_world.clock.now(), image="kwdb/kwdb:3.2.1")
     assert started.ok, started.stderr

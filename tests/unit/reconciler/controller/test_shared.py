@@ -20,13 +20,12 @@ from reconciler.controller.shared import (
     PendingActions,
     ServedKinds,
     WriteMarks,
-    with_owner,
 )
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
-from reconciler.model import Obj
+from reconciler.model import Obj, with_owner
 from reconciler.settings import Settings
 
 ORDERS, SHOP = ClusterKey("db", "orders"), ClusterKey("db", "shop")

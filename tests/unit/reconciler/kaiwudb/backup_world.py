@@ -29,6 +29,7 @@ from renderer.settings import RenderSettings
 from renderer.spec import Cluster
 from tests.support.sim_exec import SimExec
 from tests.world.kwdb.world import KwdbWorld
+from tests.world.pod_runtime import rendered_argv
 
 NS = "shop"
 CLAIM = "dumps"
@@ -147,7 +148,7 @@ class Site:
         cluster = read_live(self.clusters[name])
         command = _statefulset(cluster)["spec"]["template"]["spec"]["containers"][0]["command"]
         pod = cluster.pod_name(ordinal)
-        argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
+        argv = rendered_argv(command, pod)
         started = self.kwdb.start_process((NS, name), pod, f"claim-{pod}", argv, self.now,
                                           image="kwdb/kwdb:3.2.1")
         assert started.ok, started.stderr

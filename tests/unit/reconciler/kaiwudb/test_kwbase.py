@@ -39,6 +39,7 @@ from renderer.settings import RenderSettings
 from tests.support.sim_exec import SimExec
 from tests.support.waiting import eventually
 from tests.world.kwdb.world import KwdbWorld
+from tests.world.pod_runtime import rendered_argv
 
 NAMESPACE, NAME = "shop", "orders"
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # KwdbSettings.epoch_unix_s: simulated time 0
@@ -69,12 +70,13 @@ def start_pods(replicas: int = 3, tls: bool = True,
                localities: dict[int, str] | None = None,
                mode: str = "multi-replica") -> Deployment:
     """Pods of the rendered StatefulSet running kwbase, waiting for init (as the kubelet starts
-    them: $(POD_NAME) expanded, one store per claim)."""
+    them: $(POD_NAME) expanded, the start-flags ConfigMap saying "false", one store per
+    claim)."""
     world = KwdbWorld()
     command = rendered_command(replicas, tls, mode)
     for ordinal in range(replicas):
         pod = f"{NAME}-{ordinal}"
-        argv = [arg.replace("$(POD_NAME)", pod) for arg in command]
+        argv = rendered_argv(command, pod)
         if localities and ordinal in localities:
             argv.append(f"--locality={localities[ordinal]}")
         started = world.start_process((NAMESPACE, NAME), pod, f"claim-uid-{ordinal}", argv, 0.0,

@@ -85,6 +85,14 @@ class Kube(FakeKube):
         self.world.writes.append(("patch", kind.kind, name))
         return copy.deepcopy(obj)
 
+    def create(self, obj: Obj) -> Obj:
+        if self.world.find(k.KINDS[(obj["apiVersion"], obj["kind"])], obj["metadata"]["namespace"],
+                           obj["metadata"]["name"]) is not None:
+            raise ApiError(409, "AlreadyExists", "already exists")
+        self.world.put(k.KINDS[(obj["apiVersion"], obj["kind"])], copy.deepcopy(obj))
+        self.world.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        return copy.deepcopy(obj)
+
 
 def merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
     for key, value in patch.items():
@@ -111,6 +119,7 @@ class Admin:
         # Gateways whose view lists only the nodes named here (restarted moments ago).
         self.partial_views: dict[str, set[int]] = {}
         self.failing_at: set[tuple[str, str]] = set()  # (command, pod) that fail
+        self.upgrading: set[int] = set()  # node ids KWDB marks UPGRADING
 
     def _ask(self, command: str, pod: str, ids: Sequence[int] = ()) -> None:
         self.asked.append((command, pod, tuple(ids)))
@@ -144,6 +153,14 @@ class Admin:
     def replication_health(self, pod: str) -> ReplicationHealth:
         self._ask("replication health", pod)
         return self.health
+
+    def upgrade(self, pod: str, node_id: int) -> None:
+        self._ask("node upgrade", pod, [node_id])
+        self.upgrading.add(node_id)
+
+    def upgrading_nodes(self, pod: str) -> frozenset[int]:
+        self._ask("upgrading nodes", pod)
+        return frozenset(self.upgrading)
 
     def running_jobs(self, pod: str) -> RunningJobs:
         self._ask("jobs", pod)
@@ -206,8 +223,10 @@ class Cluster3:
 
 
 def statefulset(replicas: int, *, partition: int | None = None, current: str = "rev1",
-                update: str = "rev1") -> Obj:
+                update: str = "rev1", image: str = "") -> Obj:
     spec: Obj = {"replicas": replicas}
+    if image:
+        spec["template"] = {"spec": {"containers": [{"name": "kwbase", "image": image}]}}
     if partition is not None:
         spec["updateStrategy"] = {"rollingUpdate": {"partition": partition}}
     return {"apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -562,7 +581,10 @@ def test_a_rollout_that_cannot_ask_kaiwudb_says_why_and_counts_the_error() -> No
     # With no pod left to run kwbase in, the rollout step has no one to ask.
     rollouts = c.lifecycle.rollouts
     admin: Any = c.admin
-    assert rollouts.rollout_blocker(c.sts(), {}, admin, [], 3, "rev2") == "no pod runs kwbase"
+    cluster = new_pass().cluster
+    assert cluster is not None
+    assert rollouts.rollout_blocker(cluster, c.sts(), {}, admin, [], frozenset(), 3,
+                                    "rev2") == "no pod runs kwbase"
 
 
 def test_a_rollout_held_by_a_backup_says_which_backup() -> None:
@@ -590,6 +612,142 @@ def test_without_a_rollout_the_partition_closes_at_the_replica_count() -> None:
     c.world.writes.clear()
     p = c.run()
     assert c.world.writes == []  # already closed: nothing to write
+
+
+# ---- version upgrades as KWDB does them (reconciler.kaiwudb.upgrade) ------------------------
+
+FLAGS = f"{NAME}-start-flags"
+
+
+def flag(c: Cluster3) -> str | None:
+    """What the start-flags ConfigMap tells the next kwbase start (None: there is none)."""
+    found = c.world.find(k.CONFIG_MAP, NS, FLAGS)
+    return None if found is None else found["data"]["upgrade-complete"]
+
+
+def version_upgrade(partition: int = 2, *, image: str = "kwdb/kwdb:3.2.1") -> Cluster3:
+    """3.2.0 -> `image`: the pods from `partition` up run it already, the others 3.2.0."""
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=partition, update="rev2", image=image))
+    for i in range(3):
+        moved = i >= partition
+        c.world.put(k.POD, running(i, revision="rev2" if moved else "rev1",
+                                   version=image.rsplit(":", 1)[1] if moved else "3.2.0"))
+    return c
+
+
+def upgrading(c: Cluster3, node_id: int) -> None:
+    """KWDB marks node `node_id` UPGRADING: live, not available (cli/node.go:174)."""
+    c.admin.upgrading.add(node_id)
+    c.kaiwu(node_id - 1, available=False)
+
+
+def test_a_new_version_marks_the_next_pods_node_upgrading_before_it_moves() -> None:
+    """KWDB's own upgrade: `kwbase node upgrade`, then the restart with --upgrade-complete,
+    which the start-flags ConfigMap turns on for the starts to come."""
+    c = version_upgrade(partition=2)
+    p = c.run(version="3.2.1")
+    assert flag(c) == "true"
+    assert ("node upgrade", f"{NAME}-0", (2,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["NodeUpgrading", "Upgrading"]
+    assert p.actions[0].target == f"Pod/{NAME}-1"
+    assert p.live.partition == 1
+
+
+def test_a_pass_that_finds_the_next_node_already_upgrading_moves_the_pod_without_asking_again(
+) -> None:
+    """The reconciler stopped between `node upgrade` and the partition: KWDB refuses a second
+    `node upgrade`, so the mark read back is the memory, and the pod moves."""
+    c = version_upgrade(partition=2)
+    upgrading(c, 2)
+    p = c.run(version="3.2.1")
+    assert "node upgrade" not in c.admin.commands()
+    assert p.live.partition == 1 and [a.action for a in p.actions] == ["Upgrading"]
+
+
+def test_a_moved_node_still_upgrading_holds_the_next_pod() -> None:
+    c = version_upgrade(partition=2)
+    upgrading(c, 3)  # dev-2 moved; its start has not cleared the mark yet
+    c.world.put(k.POD, running(2, revision="rev2", version="3.2.1") | {
+        "status": {**running(2)["status"], "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": stamp(NOW - 5)}]}})
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 2 and "node upgrade" not in c.admin.commands()
+    assert "next pod waits: KaiwuDB nodes not live: 3" in text(p.not_ready)
+    assert flag(c) == "true"
+
+
+def test_a_refused_node_upgrade_holds_the_pod_and_says_kwdbs_answer() -> None:
+    c = version_upgrade(partition=2)
+    c.admin.failing.add("node upgrade")
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 2
+    assert "next pod waits: `kwbase node upgrade 2` failed: node upgrade: connection refused" \
+        in text(p.not_ready)
+    assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_a_template_change_that_keeps_the_image_is_a_plain_rolling_restart() -> None:
+    c = version_upgrade(partition=2, image="kwdb/kwdb:3.2.0")
+    p = c.run(version="3.2.0")
+    assert "node upgrade" not in c.admin.commands()
+    assert flag(c) == "false" and p.live.partition == 1
+
+
+def test_a_node_left_upgrading_with_no_rollout_restarts_once_ready_a_while() -> None:
+    """A mark made by hand (or before spec.version went back): its pod runs the template's
+    image, so no rollout restarts it; the lifecycle does, with the flag on."""
+    c = version_upgrade(partition=0)
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=3, image="kwdb/kwdb:3.2.1"))
+    upgrading(c, 2)
+    fresh = running(1, version="3.2.1")
+    fresh["status"]["conditions"][0]["lastTransitionTime"] = stamp(NOW - 10)
+    c.world.put(k.POD, fresh)
+    p = c.run(version="3.2.1")
+    assert flag(c) == "true" and c.world.find(k.POD, NS, f"{NAME}-1") is not None
+    assert "KaiwuDB node 2 of pod dev-1 is UPGRADING" in text(p.not_ready)
+
+    p = c.run(version="3.2.1", now=NOW + 30)
+    assert c.world.find(k.POD, NS, f"{NAME}-1") is None
+    assert c.world.grace[f"{NAME}-1"] is None, "a plain delete: kwbase drains"
+    assert [a.action for a in p.actions] == ["UpgradeCompleting"]
+
+
+def test_the_flag_goes_off_once_no_pod_is_to_move_and_no_node_is_upgrading() -> None:
+    c = version_upgrade(partition=2)
+    c.run(version="3.2.1")
+    assert flag(c) == "true"
+    c.admin.upgrading.clear()
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=0, update="rev2", current="rev2",
+                                            image="kwdb/kwdb:3.2.1"))
+    for i in range(3):
+        c.world.put(k.POD, running(i, revision="rev2", version="3.2.1"))
+    c.run(version="3.2.1", now=NOW + PROBE_EVERY + 1)
+    assert flag(c) == "false"
+
+
+def test_a_pod_that_cannot_start_for_want_of_its_flags_gets_them_back() -> None:
+    c = Cluster3()
+    c.run()
+    assert flag(c) == "false"
+    c.world.objects.pop(("ConfigMap", NS, FLAGS))
+    c.run()
+    assert flag(c) is None, "a steady pass reads nothing"
+    stuck = running(1)
+    stuck["status"]["containerStatuses"][0]["state"] = {
+        "waiting": {"reason": "CreateContainerConfigError",
+                    "message": f'configmap "{FLAGS}" not found'}}
+    c.world.put(k.POD, stuck)
+    c.run()
+    assert flag(c) == "false"
+
+
+def test_a_new_cluster_gets_its_flags_before_its_pods_can_start() -> None:
+    c = Cluster3()
+    c.run(status={})
+    assert flag(c) == "false"
+    made = c.world.find(k.CONFIG_MAP, NS, FLAGS)
+    assert made is not None and made["metadata"]["ownerReferences"][0]["uid"] == "cluster-uid"
 
 
 # ---- scale-in ---------------------------------------------------------------------------------

@@ -34,8 +34,9 @@ def test_objects_are_looked_up_by_api_version_and_kind() -> None:
 
 
 def test_claims_secrets_backups_and_the_webhook_are_never_pruned() -> None:
-    never = {"PersistentVolumeClaim", "Secret", "KaiwuBackup", "KaiwuBackupSchedule",
-             "ValidatingWebhookConfiguration"}
+    # The start-flags ConfigMap is never rendered: it goes with its KaiwuCluster (owner).
+    never = {"PersistentVolumeClaim", "Secret", "ConfigMap", "KaiwuBackup",
+             "KaiwuBackupSchedule", "ValidatingWebhookConfiguration"}
     assert set(k.NEVER_PRUNED) == never
 
 

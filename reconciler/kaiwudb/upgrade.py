@@ -1,0 +1,237 @@
+"""KWDB's own version upgrade, node by node, and the one start flag that ends it.
+
+KWDB upgrades a node in three moves (kaiwudb_install/utils/kaiwudb_upgrade.sh:219-270):
+`kwbase node upgrade <id>` marks the node UPGRADING (cli/node.go:548-636), the binary is
+replaced, and the node restarts once with `--upgrade-complete`, which clears the mark and resets
+server.time_until_store_dead from the 3 h `node upgrade` set (cli/start.go:711-715,
+server/server.go:2824-2874). Only that one start carries the flag: KWDB's script removes it
+again, and a start with it fails when the node cannot read its own liveness record yet
+(server.go:2855-2874 returns GetLiveness's error), a risk for a new node's first start.
+While any node is UPGRADING, KWDB refuses every decommission and any other `node upgrade`
+(server.go:2764-2777, 2824-2837).
+
+Here the image is the binary. Every pod's start line passes
+`--upgrade-complete=$(KAIWU_UPGRADE_COMPLETE)`, which the kubelet reads at each container start
+from the cluster's start-flags ConfigMap (renderer.builders.statefulset). This module keeps that
+ConfigMap (`StartFlags`): "true" while a version upgrade is in flight (the StatefulSet's
+template runs another kwbase image than some pod) or any node is UPGRADING, "false" otherwise;
+made with the cluster, before its pods can start. `Upgrades.prepare` does KWDB's first move for
+the pod the rollout moves next (reconciler.kaiwudb.rollout): the flag set, then its node marked;
+the StatefulSet then restarts the pod on the new image, with the flag. `Upgrades.finish` restarts
+the pod of a node left UPGRADING with nothing to move it (a mark made by hand, or before a
+rollback of spec.version), so it starts once with the flag. Each write is repeatable: the
+marks are read back from KWDB every pass, never remembered (the flag's value is cached only to
+save a read). Used by the lifecycle step (reconciler.kaiwudb.lifecycle) and the rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseError, NodeStatus
+from reconciler.kaiwudb.loss import parse_time
+from reconciler.kaiwudb.pods import exec_pod, pod_ready
+from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kube import kinds as k
+from reconciler.kube.client import ApiError
+from reconciler.model import Obj, Pass, meta, with_owner
+from renderer.builders import (
+    CONTAINER,
+    UPGRADE_COMPLETE_KEY,
+    common_labels,
+)
+from renderer.spec import Cluster
+
+log = logging.getLogger(__name__)
+
+# A pod whose node is still UPGRADING this long after it turned Ready started without the flag
+# (a start with it clears the mark before the server answers): it is restarted.
+FINISH_AFTER_READY_S = 30.0
+CONFIG_ERROR = "CreateContainerConfigError"
+
+
+def kwbase_image(pod_or_template_spec: Obj | None) -> str:
+    """The kwbase container's image in a pod spec ("" when there is none)."""
+    for item in (pod_or_template_spec or {}).get("containers") or ():
+        if item.get("name") == CONTAINER:
+            return str(item.get("image") or "")
+    return ""
+
+
+def template_image(sts: Obj | None) -> str:
+    return kwbase_image((((sts or {}).get("spec") or {}).get("template") or {}).get("spec"))
+
+
+def new_binary(pod: Obj | None, sts: Obj | None) -> bool:
+    """Moving this pod to the StatefulSet's template changes the kwbase image it runs."""
+    wanted = template_image(sts)
+    return bool(pod is not None and wanted and kwbase_image(pod.get("spec")) != wanted)
+
+
+def flag_wanted(sts: Obj | None, pods: Mapping[str, Obj], upgrading: frozenset[int]) -> bool:
+    """`--upgrade-complete` for the starts to come: while a pod is still to move to another
+    image, or a node is UPGRADING."""
+    return bool(upgrading) or any(new_binary(pod, sts) for pod in pods.values())
+
+
+def suspects(nodes: Sequence[NodeStatus] | None) -> bool:
+    """Whether `node status` shows a node that may be UPGRADING: live but not available
+    (cli/node.go:174 folds the mark into is_available). Only then is the mark read."""
+    return any(n.is_live and not n.is_available and not n.is_decommissioning
+               for n in nodes or ())
+
+
+def ready_since(pod: Obj) -> float | None:
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+def config_error(pod: Obj) -> bool:
+    """The kubelet cannot create the pod's kwbase container (the ConfigMap is missing)."""
+    return any(((c.get("state") or {}).get("waiting") or {}).get("reason") == CONFIG_ERROR
+               for c in (pod.get("status") or {}).get("containerStatuses") or ())
+
+
+def flags_object(cluster: Cluster, owner: Obj, on: bool) -> Obj:
+    return with_owner({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": cluster.start_flags_config_map, "namespace": cluster.namespace,
+                     "labels": common_labels(cluster)},
+        "data": {UPGRADE_COMPLETE_KEY: "true" if on else "false"},
+    }, owner)
+
+
+class StartFlags(Part):
+    """The start-flags ConfigMap of each cluster (see the module docstring)."""
+
+    def __init__(self, tools: Tools) -> None:
+        super().__init__(tools)
+        # What each cluster's ConfigMap was last seen to hold: saves a read per pass. Never a
+        # decision: a pod that cannot start for want of it makes it read again.
+        self._seen: dict[tuple[str, str], bool] = {}
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._seen.pop((namespace, name), None)
+
+    def known(self, cluster: Cluster) -> bool:
+        """Whether the ConfigMap was written or read by this reconciler (it exists)."""
+        return (cluster.namespace, cluster.name) in self._seen
+
+    def keep(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], on: bool) -> bool:
+        """Make the ConfigMap say `on`; whether it does now (False: retried next pass)."""
+        key = (cluster.namespace, cluster.name)
+        if self._seen.get(key) == on and not any(config_error(pod) for pod in pods.values()):
+            return True
+        wanted = flags_object(cluster, p.obj, on)
+        value = wanted["data"][UPGRADE_COMPLETE_KEY]
+        try:
+            live = self.kube.get(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map)
+            if live is None:
+                self.metrics.writes_total.labels(verb="create", kind="ConfigMap").inc()
+                self.kube.create(wanted)
+            elif (live.get("data") or {}).get(UPGRADE_COMPLETE_KEY) != value:
+                self.metrics.writes_total.labels(verb="patch", kind="ConfigMap").inc()
+                self.kube.patch(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map,
+                                {"data": {UPGRADE_COMPLETE_KEY: value}})
+        except ApiError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            p.not_ready.append(("StartFlags", (
+                f"ConfigMap {cluster.start_flags_config_map} (the pods' start flags) could not "
+                f"be written (retrying): {error}")))
+            p.requeue_in(self.settings.poll_s)
+            self._seen.pop(key, None)
+            return False
+        self._seen[key] = on
+        return True
+
+
+class Upgrades(Part):
+    """KWDB's upgrade moves (see the module docstring)."""
+
+    def __init__(self, tools: Tools) -> None:
+        super().__init__(tools)
+        self.flags = StartFlags(tools)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.flags.forget(namespace, name)
+
+    def upgrading(self, p: Pass, pods: Mapping[str, Obj], admin: KwbaseAdmin,
+                  nodes: Sequence[NodeStatus] | None) -> frozenset[int] | None:
+        """The node ids KWDB marks UPGRADING (empty without a suspect; None: unknown now)."""
+        if not suspects(nodes):
+            return frozenset()
+        runner = exec_pod(pods)
+        if runner is None:
+            return None
+        try:
+            return admin.upgrading_nodes(runner)
+        except KwbaseError as error:
+            self.retry_later(p, "Upgrading", "reading which KaiwuDB nodes are UPGRADING", error)
+            return None
+
+    def prepare(self, p: Pass, cluster: Cluster, sts: Obj, pods: Mapping[str, Obj],
+                admin: KwbaseAdmin, nodes: Sequence[NodeStatus], upgrading: frozenset[int],
+                pod: str) -> str:
+        """Before `pod` moves to a new kwbase image: the flag on, its node UPGRADING (KWDB's
+        `node upgrade`). "" once done (the pod may move now), else why it may not yet."""
+        if not new_binary(pods.get(pod), sts):
+            return ""
+        if not self.flags.keep(p, cluster, pods, True):
+            return f"the start-flags ConfigMap {cluster.start_flags_config_map} is not written"
+        mine = [n for n in nodes if n.pod_name == pod and n.is_live]
+        if not mine:
+            return f"no live KaiwuDB node of pod {pod} to mark UPGRADING"
+        node = mine[0]
+        if node.id in upgrading:
+            return ""
+        runner = exec_pod(pods)
+        assert runner is not None  # the rollout checked every pod Ready
+        try:
+            admin.upgrade(runner, node.id)
+        except KwbaseError as error:
+            self.metrics.errors_total.labels(stage="lifecycle").inc()
+            return f"`kwbase node upgrade {node.id}` failed: {error}"
+        self.count("node-upgrade")
+        p.act("NodeUpgrading", f"Pod/{pod}", (
+            f"KaiwuDB node {node.id} marked UPGRADING (kwbase node upgrade): the pod restarts "
+            f"on {template_image(sts)} with --upgrade-complete, as KWDB's own upgrade does"))
+        return ""
+
+    def finish(self, p: Pass, cluster: Cluster, sts: Obj | None, pods: Mapping[str, Obj],
+               nodes: Sequence[NodeStatus], upgrading: frozenset[int]) -> None:
+        """Restart the pod of a node left UPGRADING that no rollout will restart (its pod runs
+        the template's image already), once every other node is healthy and it has been Ready
+        for FINISH_AFTER_READY_S. The flag is on by then (flag_wanted), so its next start
+        clears the mark."""
+        others_healthy = all(n.healthy or n.id in upgrading or n.is_decommissioning
+                             for n in nodes)
+        for node in sorted((n for n in nodes if n.id in upgrading), key=lambda n: n.id):
+            pod = pods.get(node.pod_name or "")
+            if pod is None or new_binary(pod, sts):
+                continue
+            since = ready_since(pod) if pod_ready(pod) else None
+            waited = since is not None and p.now - since >= FINISH_AFTER_READY_S
+            if not (others_healthy and waited and len(upgrading) == 1):
+                p.not_ready.append(("Upgrading", (
+                    f"KaiwuDB node {node.id} of pod {node.pod_name} is UPGRADING: KWDB refuses "
+                    "decommissions meanwhile; its pod restarts with --upgrade-complete once "
+                    "it has been Ready a while and every other node is healthy")))
+                p.requeue_in(self.settings.poll_s)
+                continue
+            # A plain delete (the pod's grace period: kwbase drains), guarded by its uid.
+            self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
+            try:
+                self.kube.delete(k.POD, cluster.namespace, str(node.pod_name),
+                                 uid=str(meta(pod).get("uid")))
+            except ApiError as error:
+                if not (error.conflict or error.not_found):
+                    raise
+            self.count("upgrade-complete-restart")
+            p.act("UpgradeCompleting", f"Pod/{node.pod_name}", (
+                f"KaiwuDB node {node.id} is UPGRADING with no rollout to restart it: the pod "
+                "restarts with --upgrade-complete, which ends KWDB's upgrade mark"))
+            p.requeue_in(self.settings.poll_s)
+            return
