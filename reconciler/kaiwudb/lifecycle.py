@@ -10,13 +10,13 @@ what "observe" and "repair" compare and apply. KaiwuDB is reached through the ad
 A pass, in order: the pods' start-flags ConfigMap is kept (reconciler.kaiwudb.upgrade), init
 once (reconciler.kaiwudb.nodes), a node-status probe (nodes), a node that came back
 decommissioning but is wanted is recommissioned, a scale-in is started or carried on
-(reconciler.kaiwudb.scale), stray nodes are removed and a node left UPGRADING is restarted when
-nothing else is busy (scale, upgrade), and the rollout partition is set
+(reconciler.kaiwudb.scale), stray nodes are removed when nothing else is busy (scale), a node
+left UPGRADING is restarted unless a pod is down or a backup runs (upgrade; KWDB refuses a
+scale-in's decommission until then), and the rollout partition is set
 (reconciler.kaiwudb.rollout), a version change following KWDB's `node upgrade` procedure.
 While a KaiwuBackup of the cluster runs (reconciler.kaiwudb.backup.running_backup) no scale-in
-starts and the rollout holds. Scale-out
-needs nothing: new pods join through --join; their node ids show in status.nodes. The fields the
-step owns (reconciler.model.KaiwuStatus) are remembered across a watch cache that lags our own
+starts and the rollout holds. Scale-out needs nothing: new pods join through --join; their
+node ids show in status.nodes. The fields the step owns (reconciler.model.KaiwuStatus) are remembered across a watch cache that lags our own
 status write (`StatusMemory`).
 """
 
@@ -188,6 +188,7 @@ class Lifecycle:
                 f"KaiwuBackup {backup} is running" if backup else "")
         if not busy and nodes is not None and live_replicas is not None:
             self.strays.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
-        if not busy and nodes is not None and upgrading:
+        if nodes is not None and upgrading and not down and not backup:
+            # Beside a scale-in too: KWDB refuses its decommission until the mark is gone.
             self.upgrades.finish(p, cluster, sts, pods, nodes, upgrading)
         self.rollouts.rollout(p, sts, pods, admin, nodes, upgrading, busy=busy)

@@ -4,7 +4,11 @@ The StatefulSet's partition keeps every pod on the old image until the reconcile
 one go: the highest ordinal first, each only once the pods already moved are Ready on the new
 revision, every KaiwuDB node is live and no range is under-replicated. The user sees the cluster
 Upgrading, then Ready on the new version with the same KaiwuDB node ids (stores survive the
-restart), and at no moment were two nodes down. Timings are printed (pytest -s).
+restart), and at no moment were two nodes down. Each pod moves as KWDB upgrades a node
+(kaiwudb_install/utils/kaiwudb_upgrade.sh): its node is marked UPGRADING (`kwbase node upgrade`)
+before the pod goes, and the new pod starts with --upgrade-complete, which clears the mark; the
+simulated KaiwuDB refuses a second mark while one stands, so one node at most is ever marked.
+Timings are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from collections.abc import Callable
 
 from kubernetes import client as k8s
 
+from reconciler.kaiwudb.kwbase import KwbaseAdmin
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
 from tests.support.harness import Reconciler, condition, wait_for
 from tests.support.lifecycle import (
     NAME,
@@ -58,9 +65,16 @@ def test_a_version_change_rolls_one_pod_at_a_time_gated_on_kaiwudb_health(
                                       {"spec": {"version": "3.2.2"}})
     fewest_ready = 3
     order: list[str] = []
+    marked: set[int] = set()
+    most_marked = 0
 
     def upgraded() -> Obj | None:
-        nonlocal fewest_ready
+        nonlocal fewest_ready, most_marked
+        now_marked = {n.node_id for n in sim_world.kwdb.nodes((namespace, NAME),
+                                                              sim_world.clock.now())
+                      if n.liveness == "UPGRADING"}
+        marked.update(now_marked)
+        most_marked = max(most_marked, len(now_marked))
         current = pods(kube, namespace)
         fewest_ready = min(fewest_ready, sum(ready(pod) for pod in current))
         for pod in current:
@@ -70,15 +84,21 @@ def test_a_version_change_rolls_one_pod_at_a_time_gated_on_kaiwudb_health(
         found = reconciler.cluster(NAME)
         done = len(current) == 3 and all(
             image(pod).endswith(":3.2.2") and ready(pod) for pod in current)
+        flags = Kube(kube, "test").get(kk.CONFIG_MAP, namespace, f"{NAME}-start-flags")
         return found if done and condition(found, "Ready").get("status") == "True" and (
-            found or {}).get("status", {}).get("version") == "3.2.2" else None
-    obj = wait_for("every pod Ready on 3.2.2 and the cluster Ready", upgraded, 75, 0.1)
+            found or {}).get("status", {}).get("version") == "3.2.2" and not now_marked and (
+            (flags or {}).get("data") or {}).get("upgrade-complete") == "false" else None
+    obj = wait_for("every pod Ready on 3.2.2, no node UPGRADING and the cluster Ready",
+                   upgraded, 75, 0.1)
     report("version 3.2.1 -> 3.2.2: rolled and Ready", time.monotonic() - started)
 
     assert order == [f"{NAME}-2", f"{NAME}-1", f"{NAME}-0"], "highest ordinal first"
     assert fewest_ready >= 2, "never two pods down at once"
     assert live_nodes(obj) == nodes, "stores survive the restart: the same node ids"
     assert lifecycle_count(reconciler, "upgrade-step") == 3
+    assert lifecycle_count(reconciler, "node-upgrade") == 3, "KWDB's node upgrade, each node"
+    assert marked == set(nodes.values()), "every node was marked, one after another"
+    assert most_marked <= 1, "never two nodes UPGRADING"
     sts = Kube(kube, "test").get(kk.STATEFUL_SET, namespace, NAME)
     assert sts is not None
     assert sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 3, \
@@ -116,3 +136,51 @@ def test_a_downgrade_is_refused_and_no_pod_moves(
         found := reconciler.cluster(NAME)) and condition(found, "Ready").get(
         "status") == "True" and condition(found, "Stalled").get("status") == "False", 30, 0.1)
     assert sorted(pod["metadata"]["uid"] for pod in pods(kube, namespace)) == uids
+
+
+def test_a_node_an_administrator_marked_upgrading_is_restarted_to_end_the_mark(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    """Someone runs KWDB's first upgrade move by hand (`kwbase node upgrade 2`) and stops
+    there. KWDB now refuses every decommission (server/server.go:2764-2777): the scale-in the
+    user asks for waits, saying why, instead of failing. The reconciler ends the mark as KWDB's
+    own script does, by a start with --upgrade-complete: the pod restarts once, the mark is
+    gone, and the scale-in goes on."""
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace, replicas=4))
+    report("apply -> Ready (4 nodes)", took)
+    node_of = live_nodes(obj)
+    cluster = Cluster.from_object(apply_defaults(small_cluster(namespace, replicas=4)))
+    admin = KwbaseAdmin.for_cluster(Kube(kube, "test"), cluster)
+    marked_pod = f"{NAME}-1"
+    admin.upgrade(f"{NAME}-0", node_of[marked_pod])
+    uid = next(p["metadata"]["uid"] for p in pods(kube, namespace)
+               if p["metadata"]["name"] == marked_pod)
+
+    started = time.monotonic()
+    Kube(kube, "kubectl-patch").patch(kk.KAIWU_CLUSTER, namespace, NAME,
+                                      {"spec": {"replicas": 3}})
+
+    def marked() -> bool:
+        return any(n.liveness == "UPGRADING" for n in sim_world.kwdb.nodes(
+            (namespace, NAME), sim_world.clock.now()))
+
+    waiting = wait_for("the cluster to say a node is UPGRADING", lambda: (
+        c := condition(reconciler.cluster(NAME), "Ready")).get("message") and "UPGRADING" in
+        c["message"] and c, 30, 0.1)
+    assert marked(), "the mark stands until the pod has been Ready a while"
+    report("the UPGRADING node named in Ready", time.monotonic() - started)
+    assert waiting["status"] == "False"
+
+    def scaled_in() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        current = pods(kube, namespace)
+        return found if len(current) == 3 and condition(found, "Ready").get(
+            "status") == "True" and not marked() else None
+    obj = wait_for("the mark gone and the scale-in done", scaled_in, 90, 0.2)
+    report("mark ended by a restart, then 4 -> 3", time.monotonic() - started)
+    restarted = next(p for p in pods(kube, namespace) if p["metadata"]["name"] == marked_pod)
+    assert restarted["metadata"]["uid"] != uid, "the marked node's pod was restarted"
+    assert lifecycle_count(reconciler, "upgrade-complete-restart") == 1
+    assert live_nodes(obj)[marked_pod] == node_of[marked_pod], "its store survived"
+    assert f"{NAME}-3" not in live_nodes(obj)
