@@ -16,8 +16,8 @@ scale-in's decommission until then), and the rollout partition is set
 (reconciler.kaiwudb.rollout), a version change following KWDB's `node upgrade` procedure.
 While a KaiwuBackup of the cluster runs (reconciler.kaiwudb.backup.running_backup) no scale-in
 starts and the rollout holds. Scale-out needs nothing: new pods join through --join; their
-node ids show in status.nodes. The fields the step owns (reconciler.model.KaiwuStatus) are remembered across a watch cache that lags our own
-status write (`StatusMemory`).
+node ids show in status.nodes. The fields the step owns (reconciler.model.KaiwuStatus) are
+remembered across a watch cache that lags our own status write (`StatusMemory`).
 """
 
 from __future__ import annotations
