@@ -1,6 +1,6 @@
 """KWDB's own version upgrade, node by node, and the one start flag that ends it.
 
-KWDB upgrades a node in three moves (kaiwudb_install/utils/kaiwudb_upgrade.sh:219-270):
+KWDB upgrades a node in three moves (kaiwudb_install/utils/kaiwudb_upgrade.sh:216-275):
 `kwbase node upgrade <id>` marks the node UPGRADING (cli/node.go:548-636), the binary is
 replaced, and the node restarts once with `--upgrade-complete`, which clears the mark and resets
 server.time_until_store_dead from the 3 h `node upgrade` set (cli/start.go:711-715,

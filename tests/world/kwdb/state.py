@@ -230,7 +230,8 @@ class Group:
         return sorted(self.procs.values(), key=lambda p: _ordinal(p.pod_name))
 
     def is_ready(self, proc: Proc) -> bool:
-        """`/health?ready=1`: initialised, live and not draining."""
+        """`/health?ready=1`: initialised, live and not draining; an UPGRADING mark does not
+        matter (server/admin.go:1492-1526)."""
         if not (proc.running and proc.host_alive and proc.waiting is None):
             return False
         found = self.node_of(proc)
