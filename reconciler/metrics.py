@@ -112,6 +112,11 @@ class Metrics:
         self.writes_total = Counter(
             "writes_total", "API writes, by verb (apply, create, patch, delete, status) and "
             "kind.", ["verb", "kind"], namespace=NAMESPACE, registry=r)
+        self.http_connections_dropped_total = Counter(
+            "http_connections_dropped_total", "Connections a listener of the reconciler dropped "
+            "(reconciler/listeners.py), by listener (metrics, webhook, restore) and reason "
+            "(evicted, deadline, busy, too_large, no_length).", ["listener", "reason"],
+            namespace=NAMESPACE, registry=r)
         self.lifecycle_actions_total = Counter(
             "lifecycle_actions_total", "Lifecycle and failover actions taken, by action.",
             ["action"], namespace=NAMESPACE, registry=r)

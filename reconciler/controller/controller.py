@@ -105,7 +105,9 @@ class Controller:
             remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin)
         self.restore = Restore(self.backups, BackupFileServer(
             settings.restore_http_address,
-            settings.restore_advertise_host or default_advertise_host()),
+            settings.restore_advertise_host or default_advertise_host(),
+            on_drop=lambda reason: metrics.http_connections_dropped_total.labels(
+                listener="restore", reason=reason).inc()),
             poll_s=settings.backup_poll_s)
         self.spec = SpecStep(self.shared)
         self.steps: list[Step] = [

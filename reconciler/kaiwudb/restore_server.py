@@ -15,7 +15,8 @@ exactly what KWDB's HTTP storage client asks (kwbase/pkg/storage/cloud/http_stor
   importer/import_csv.go:96-103, and falls back to reading bytes 0-0 when that fails);
 - `GET` of a file, whole or a byte range (`Range: bytes=a-b` or `bytes=a-`: Seek and resumed
   reads, :226-245, :286-303), answered 206 with Content-Range, `Accept-Ranges: bytes` always.
-Nothing else is served; a token is withdrawn when its restore ends. The server starts on first
+Nothing else is served; a token is withdrawn when its restore ends. Connections are bounded as
+every listener of the reconciler is (reconciler.listeners, LIMITS). The server starts on first
 use (Settings.restore_http_address) and KaiwuDB pods reach it
 at Settings.restore_advertise_host (the reconciler pod's IP, from the downward API).
 """
@@ -27,13 +28,18 @@ import logging
 import secrets
 import socket
 import threading
-from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote, urlsplit
 
 from reconciler.kaiwudb.backup_target import Target, TargetError
+from reconciler.listeners import BoundedHandler, BoundedServer, Limits
 
 log = logging.getLogger(__name__)
+
+# KWDB's IMPORT reads a file or a listing per request, a few at a time per node; a file
+# server that KWDB cannot reach within 5 s is of no use to it anyway.
+LIMITS = Limits(max_connections=64, request_deadline_s=5.0, max_body_bytes=0,
+                io_timeout_s=60.0)
 
 
 def default_advertise_host() -> str:
@@ -47,16 +53,19 @@ def default_advertise_host() -> str:
 class BackupFileServer:
     """Publishes targets under tokens; serves them over HTTP (see the module docstring)."""
 
-    def __init__(self, address: str, advertise_host: str, poll_s: float = 0.5) -> None:
+    def __init__(self, address: str, advertise_host: str, poll_s: float = 0.5,
+                 on_drop: Callable[[str], None] = lambda reason: None) -> None:
         """address: host:port to listen on (empty host: every interface; empty port: any free
-        one). poll_s: how often the serving thread looks for stop(), so how long stop() waits."""
+        one). poll_s: how often the serving thread looks for stop(), so how long stop() waits.
+        on_drop: told why each dropped connection was (reconciler.listeners)."""
+        self._on_drop = on_drop
         host, _, port = address.rpartition(":")
         self._bind = (host or "0.0.0.0", int(port or 0))
         self.advertise_host = advertise_host
         self._published: dict[str, Target] = {}
         self._keys: dict[str, str] = {}  # token -> the key it was published under
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: BoundedServer | None = None
         self._poll_s = poll_s
 
     def publish(self, key: str, target: Target) -> str:
@@ -89,7 +98,7 @@ class BackupFileServer:
                 return
             owner = self
 
-            class Handler(BaseHTTPRequestHandler):
+            class Handler(BoundedHandler):
                 def do_GET(self) -> None:
                     owner._answer(self, body=True)
 
@@ -99,11 +108,12 @@ class BackupFileServer:
                 def log_message(self, fmt: str, *args: object) -> None:
                     log.debug("restore server: " + fmt, *args)
 
-            self._server = ThreadingHTTPServer(self._bind, Handler)  # daemon request threads
+            self._server = BoundedServer(self._bind, Handler, LIMITS, self._on_drop,
+                                         name="restore-files")
             threading.Thread(target=self._server.serve_forever, args=(self._poll_s,),
                              name="restore-files", daemon=True).start()
 
-    def _answer(self, request: BaseHTTPRequestHandler, *, body: bool) -> None:
+    def _answer(self, request: BoundedHandler, *, body: bool) -> None:
         path = unquote(urlsplit(request.path).path).lstrip("/")
         token, _, rel = path.partition("/")
         with self._lock:
@@ -143,7 +153,7 @@ class BackupFileServer:
                        body=body, extra={"Content-Range": f"bytes {start}-{end}/{len(data)}"})
 
     @staticmethod
-    def _send(request: BaseHTTPRequestHandler, code: int, payload: bytes, kind: str, *,
+    def _send(request: BoundedHandler, code: int, payload: bytes, kind: str, *,
               body: bool, extra: dict[str, str] | None = None) -> None:
         request.send_response(code)
         request.send_header("Content-Type", kind)

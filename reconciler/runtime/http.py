@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from reconciler.listeners import BoundedHandler, BoundedServer, Limits
 from reconciler.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 Check = Callable[[], tuple[bool, list[str]]]
+# Probes and a scraper or two: few connections, no body.
+LIMITS = Limits(max_connections=32, request_deadline_s=5.0, max_body_bytes=0)
 
 
 class HealthServer:
@@ -33,7 +35,7 @@ class HealthServer:
         self.ready = ready
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -65,8 +67,10 @@ class HealthServer:
                 # Probes hit these every few seconds: not worth an info line each.
                 log.debug("http %s", format % args)
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = BoundedServer(
+            (host, port), Handler, LIMITS, name="metrics",
+            on_drop=lambda reason: metrics.http_connections_dropped_total.labels(
+                listener="metrics", reason=reason).inc())
         self.port: int = self._httpd.server_address[1]
         self._thread: threading.Thread | None = None
 

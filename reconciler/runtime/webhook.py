@@ -27,11 +27,11 @@ import json
 import logging
 import os
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from cryptography import x509
@@ -41,6 +41,7 @@ from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.leader import NotLeaderError
+from reconciler.listeners import BoundedHandler, BoundedServer, Limits
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from reconciler.runtime.webhook_certs import (
@@ -66,9 +67,10 @@ CONFIG_HASH = "kaiwu.inspur.com/config-hash"
 LABELS = {"app.kubernetes.io/name": "kaiwu-reconciler", "app.kubernetes.io/part-of":
           "kaiwu-operator"}
 # An AdmissionReview holds the object twice (object and oldObject); etcd caps one at 1.5 MiB.
-MAX_BODY = 4 * 1024 * 1024
-# A client that stalls the TLS handshake or its request holds one thread this long at most.
-SOCKET_TIMEOUT_S = 10.0
+# The API server sends its review at once: a client that stalls the TLS handshake or its
+# request is dropped after 5 s, or sooner when a new connection needs its place.
+LIMITS = Limits(max_connections=64, request_deadline_s=5.0, max_body_bytes=4 * 1024 * 1024,
+                io_timeout_s=10.0)
 # How often the certificate loop looks while nothing is served yet (a fresh install waits for
 # the leader's CA), when webhook_reload_s is longer.
 UNSERVED_RELOAD_S = 1.0
@@ -106,20 +108,20 @@ class WebhookServer:
         self.not_after: datetime | None = None
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def do_POST(self) -> None:
                 started = time.monotonic()
                 if self.path.split("?", 1)[0] != PATH:
                     self._send(404, {"error": f"not found: POST {PATH}"})
                     return
-                length = int(self.headers.get("Content-Length") or 0)
-                if length <= 0 or length > MAX_BODY:
+                raw = self.read_body()  # refused past the body cap (reconciler.listeners)
+                if not raw:
                     server.metrics.admission_reviews_total.labels(result="error").inc()
-                    self._send(413 if length > MAX_BODY else 400,
-                               {"error": "an AdmissionReview body is required"})
+                    if raw is not None:
+                        self._send(400, {"error": "an AdmissionReview body is required"})
                     return
                 try:
-                    body = json.loads(self.rfile.read(length))
+                    body = json.loads(raw)
                     answer = server.decide(body)
                 except Exception:  # the API server applies the failure policy to a 500
                     log.exception("admission review failed")
@@ -143,10 +145,13 @@ class WebhookServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("webhook %s", format % args)
 
-        class TLSServer(ThreadingHTTPServer):
-            daemon_threads = True
+        class TLSServer(BoundedServer):
+            refusal = b""  # no plain-text answer to a client expecting a TLS handshake
 
             def handle_error(self, request: Any, client_address: Any) -> None:
+                if isinstance(sys.exc_info()[1], OSError):  # a client gone, or dropped by us
+                    super().handle_error(request, client_address)
+                    return
                 log.warning("webhook request from %s failed", client_address, exc_info=True)
 
             def finish_request(self, request: Any, client_address: Any) -> None:
@@ -154,7 +159,6 @@ class WebhookServer:
                 context = server._context
                 if context is None:  # no certificate yet: the API server sees a refusal
                     return
-                request.settimeout(SOCKET_TIMEOUT_S)
                 try:
                     tls = context.wrap_socket(request, server_side=True)
                 except (ssl.SSLError, OSError) as error:
@@ -163,9 +167,13 @@ class WebhookServer:
                 try:
                     Handler(tls, client_address, self)
                 finally:
+                    self.forget(request)  # before its descriptor is closed and reused
                     tls.close()
 
-        self._httpd = TLSServer((host, port), Handler)
+        self._httpd = TLSServer(
+            (host, port), Handler, LIMITS, name="webhook",
+            on_drop=lambda reason: metrics.http_connections_dropped_total.labels(
+                listener="webhook", reason=reason).inc())
         self.port: int = self._httpd.server_address[1]
         self._thread: threading.Thread | None = None
 

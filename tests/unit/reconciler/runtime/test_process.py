@@ -930,7 +930,9 @@ def test_a_replica_runs_one_resync_thread_and_none_of_its_threads_holds_up_exit(
         term.starter.join(5)  # it waits for the caches, starts the workers and ends
     try:
         names = sorted(thread.name for thread in threads if thread.is_alive())
-        assert names == ["http", "resync", "webhook", "worker-0", "worker-1"]
+        # Each listener has a reaper for requests past their deadline (reconciler.listeners).
+        assert names == ["http", "metrics-reaper", "resync", "webhook", "webhook-reaper",
+                         "worker-0", "worker-1"]
         assert holding_up_exit(threads) == []
     finally:
         replica.stop()

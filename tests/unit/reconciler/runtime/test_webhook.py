@@ -23,6 +23,7 @@ from cryptography import x509
 
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError
+from reconciler.listeners import Limits
 from reconciler.metrics import Metrics
 from reconciler.runtime import webhook
 from reconciler.runtime.webhook import (
@@ -575,7 +576,7 @@ def test_the_certificate_loop_runs_in_a_thread_named_webhook_certs_that_never_ho
 
 def test_a_client_that_stalls_its_handshake_holds_a_thread_only_so_long(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webhook, "SOCKET_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(webhook, "LIMITS", Limits(request_deadline_s=0.2))
     server, ca, _ = serving()
     try:
         with threads_started() as handlers:
@@ -585,7 +586,7 @@ def test_a_client_that_stalls_its_handshake_holds_a_thread_only_so_long(
             assert handlers, "the stalled connection has its thread"
             for thread in handlers:
                 thread.join(2)
-                assert not thread.is_alive(), "given up after the socket timeout"
+                assert not thread.is_alive(), "given up after the request deadline"
             assert holding_up_exit(handlers) == []
         finally:
             stalled.close()
@@ -688,7 +689,6 @@ def test_a_replica_stops_its_webhook_server_within_a_tenth_of_a_second() -> None
 
 def test_the_path_ends_at_the_first_question_mark_and_a_request_without_length_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(webhook, "SOCKET_TIMEOUT_S", 0.5)  # a server waiting for a body gives up
     server, ca, metrics = serving()
     try:
         assert raw_post(server.port, ca, PATH + "?timeout=5s?x", b"{}")[0] == 200
@@ -699,8 +699,7 @@ def test_the_path_ends_at_the_first_question_mark_and_a_request_without_length_i
             connection.putrequest("POST", PATH)  # no Content-Length, no body
             connection.endheaders()
             answer = connection.getresponse()
-            assert (answer.status, json.loads(answer.read())) == (
-                400, {"error": "an AdmissionReview body is required"})
+            assert answer.status == 411 and b"a Content-Length is required" in answer.read()
         finally:
             connection.close()
         assert metrics.value("kaiwu_admission_duration_seconds_count") == 1
@@ -713,8 +712,9 @@ def test_a_body_as_large_as_allowed_is_read_and_decided() -> None:
     server, ca, _ = serving(lambda body: {"response": {"allowed": len(body["pad"]) > 0}})
     try:
         head = b'{"pad": "'
-        body = head + b"x" * (webhook.MAX_BODY - len(head) - 2) + b'"}'
-        assert len(body) == webhook.MAX_BODY
+        cap = webhook.LIMITS.max_body_bytes
+        body = head + b"x" * (cap - len(head) - 2) + b'"}'
+        assert len(body) == cap
         assert raw_post(server.port, ca, PATH, body)[::2] == (200, {"response": {
             "allowed": True}})
     finally:
@@ -872,3 +872,28 @@ def test_the_servers_tls_uses_no_deprecated_protocol_and_at_least_tls_1_2() -> N
         warnings.simplefilter("error", DeprecationWarning)
         context = webhook.tls_context(cert, key)
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_the_api_server_is_answered_at_once_while_slow_clients_flood_the_port() -> None:
+    """Two hundred connections that never shake hands (three times the connection cap): each
+    new one closes the one waiting longest, so the API server's review still gets a thread
+    and its answer well within its 10 s time-out; the flood is counted."""
+    server, ca, metrics = serving()
+    flood = []
+    try:
+        for _ in range(200):
+            flood.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        started = time.monotonic()
+        assert post(server.port, ca, review(3))[0] == 200
+        assert time.monotonic() - started < 2.0
+        deadline = time.monotonic() + 5
+        while metrics.value("kaiwu_http_connections_dropped_total",
+                            {"listener": "webhook", "reason": "evicted"}) < 137 and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert metrics.value("kaiwu_http_connections_dropped_total",
+                             {"listener": "webhook", "reason": "evicted"}) >= 137
+    finally:
+        for client in flood:
+            client.close()
+        server.stop()
