@@ -331,7 +331,10 @@ def _claim(sts: dict[str, Any], ordinal: int, version: int, node: str) -> dict[s
 
 
 def _secrets(cluster: dict[str, Any], version: int) -> list[dict[str, Any]]:
-    """The CA, node and root client certificate Secrets the certificates step keeps."""
+    """The CA, node and root client certificate Secrets the certificates step keeps (owned by
+    their KaiwuCluster, as the step writes them)."""
+    from reconciler.model import with_owner
+
     name, namespace = cluster["metadata"]["name"], cluster["metadata"]["namespace"]
     pem = base64.b64encode(b"-" * PEM_BYTES).decode()
     layouts = {f"{name}-ca": ("ca.crt", "ca.key"),
@@ -347,7 +350,7 @@ def _secrets(cluster: dict[str, Any], version: int) -> list[dict[str, Any]]:
         obj["metadata"] = _metadata(obj, version + offset, [_entry(
             FIELD_MANAGER, "Update", "v1", fields_v1({"metadata": obj["metadata"],
                                                       "data": obj["data"], "type": "Opaque"}))])
-        found.append(obj)
+        found.append(with_owner(obj, cluster))
     return found
 
 

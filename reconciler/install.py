@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE
+from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE, placeholder
 from reconciler.settings import SHARD_LABEL, Settings
 from renderer.cel import crd_for
 from renderer.emit import to_yaml
@@ -254,12 +254,11 @@ def cluster_read_rules() -> list[Obj]:
 
 
 def webhook_rules(options: Options) -> list[Obj]:
-    """The one cluster-wide object the reconciler writes: its own webhook registration."""
-    # `create` cannot be limited to a name (the name is in the body); get and patch can.
+    """The one cluster-wide object the reconciler writes: its own webhook registration, which
+    the bundle ships; so no `create` (that cannot be limited to a name), only get and update of
+    that one name."""
     return [_rule("admissionregistration.k8s.io", ["validatingwebhookconfigurations"],
-                  ["create"]),
-            _rule("admissionregistration.k8s.io", ["validatingwebhookconfigurations"],
-                  ["get", "patch"], names=[f"{NAME}-{options.namespace}"])]
+                  ["get", "update"], names=[f"{NAME}-{options.namespace}"])]
 
 
 def _meta(name: str, namespace: str | None = None, app: str = NAME) -> Obj:
@@ -484,6 +483,40 @@ def _webhook_service(options: Options) -> Obj:
     }
 
 
+# Namespaces whose pods may scrape the reconciler's /metrics (Prometheus's): label them so.
+METRICS_ACCESS_LABEL = "kaiwu.inspur.com/metrics-access"
+
+
+def _network_policy(options: Options) -> Obj:
+    """Who may reach the reconciler's pods: the webhook port from anywhere (the API server's
+    address is no pod or namespace a selector can name), the restore file server from KaiwuDB
+    pods only, /metrics from namespaces labelled METRICS_ACCESS_LABEL=true. The kubelet's
+    probes come from the pod's own node, which a NetworkPolicy never blocks."""
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _meta(options.component, options.namespace, options.component),
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": options.component}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"port": "webhook", "protocol": "TCP"}]},
+                {"ports": [{"port": "restore-files", "protocol": "TCP"}],
+                 "from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+                     "app.kubernetes.io/name": "kaiwudb"}}}]},
+                {"ports": [{"port": "http-metrics", "protocol": "TCP"}],
+                 "from": [{"namespaceSelector": {"matchLabels": {
+                     METRICS_ACCESS_LABEL: "true"}}}]},
+            ],
+        },
+    }
+
+
+def _webhook_configuration(options: Options) -> Obj:
+    settings = Settings(webhook_configuration=f"{NAME}-{options.namespace}",
+                        watch_namespace=options.watch_namespace)
+    return placeholder(settings, options.namespace, options.kube_version)
+
+
 def _namespace(options: Options) -> Obj:
     meta = _meta(options.namespace)
     if options.namespace != options.watch_namespace:
@@ -517,9 +550,15 @@ def bundle(options: Options) -> list[Document]:
         Document(f"For Prometheus: scrape {options.component}-metrics.{ns}:8090/metrics (both "
                  "replicas report; kaiwu_leader tells which one leads).", _service(options)),
         Document("The admission webhook: the API server sends KaiwuCluster creates and updates "
-                 "here, to any ready replica. The reconciler registers it (its "
-                 f"ValidatingWebhookConfiguration {NAME}-{ns}, failurePolicy Fail).",
-                 _webhook_service(options)),
+                 "here, to any ready replica.", _webhook_service(options)),
+        Document("Its registration, shipped here so the reconciler needs no right to create "
+                 "one: the leader puts its CA in (caBundle) and sets failurePolicy Fail; until "
+                 "it has, KaiwuCluster writes are not checked (Ignore).",
+                 _webhook_configuration(options)),
+        Document("Who may reach the reconciler: the webhook port from anywhere (the API "
+                 "server), the restore file server from KaiwuDB pods, /metrics from namespaces "
+                 f"labelled {METRICS_ACCESS_LABEL}=true (label your Prometheus's). Enforced "
+                 "where the network plugin enforces NetworkPolicies.", _network_policy(options)),
         Document("Two replicas: one leads (holds the Lease) and writes, the other takes over "
                  "within seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). "
                  + _shard_note(options), _deployment(options)),

@@ -43,8 +43,10 @@ class CertificatesStep:
         secrets: dict[str, Obj] = {}
         for name in names:
             found = self.shared.view.get(k.SECRET, cluster.namespace, name)
-            if found is None and cluster.user_provided_certs:
-                # A user's own Secrets need not carry our label, so the cache may not hold them.
+            if (found is None and cluster.user_provided_certs) or \
+                    (found is not None and "data" not in found):
+                # A user's own Secrets need not carry our label, so the cache may not hold
+                # them; one the cache keeps without its data (not ours: kinds.slim) is read.
                 found = self.shared.kube.get(k.SECRET, cluster.namespace, name)
             if found is not None:
                 secrets[name] = found

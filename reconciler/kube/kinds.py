@@ -138,8 +138,34 @@ def _kept(value: Any, keep: Any) -> Any:
     return value
 
 
+# The most of a Secret's data a cache keeps: a cluster's certificate Secrets hold a few KiB.
+SECRET_DATA_CAP = 64 * 1024
+
+
+def _owned_by_a_cluster(obj: Obj) -> bool:
+    return any(ref.get("kind") == KAIWU_CLUSTER.kind and ref.get("controller")
+               and str(ref.get("apiVersion", "")).startswith(f"{KAIWU_CLUSTER.group}/")
+               for ref in (obj.get("metadata") or {}).get("ownerReferences") or ())
+
+
+def _secret_size(obj: Obj) -> int:
+    return sum(len(str(value)) for field in ("data", "stringData")
+               for value in (obj.get(field) or {}).values())
+
+
 def slim(obj: Obj) -> Obj:
-    """What the caches keep of `obj` (see KEPT; objects of other kinds are kept whole)."""
+    """What the caches keep of `obj` (see KEPT; objects of other kinds are kept whole).
+
+    Anyone may label a Secret as ours: a Secret no KaiwuCluster controls, or one holding more
+    than SECRET_DATA_CAP, is kept as its name, labels, owners and version only (no data, no
+    annotations), so ten thousand labelled 1 MiB Secrets cost the cache almost nothing. A
+    reader that finds no `data` reads the Secret from the API (controller.certificates)."""
+    if obj.get("kind") == SECRET.kind and (
+            not _owned_by_a_cluster(obj) or _secret_size(obj) > SECRET_DATA_CAP):
+        md = obj.get("metadata") or {}
+        return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {
+            key: md[key] for key in ("name", "namespace", "uid", "resourceVersion", "labels",
+                                     "ownerReferences", "deletionTimestamp") if key in md}}
     keep = KEPT.get(str(obj.get("kind") or ""))
     if keep is None:
         return obj

@@ -22,7 +22,6 @@ file (memfd), so a read-only root filesystem needs no writable volume.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import os
@@ -63,7 +62,6 @@ WEBHOOK_NAME = f"{PLURAL}.{GROUP}"
 # Namespaces labelled so are not checked: the escape hatch (reconciler.install labels its own).
 SKIP_LABEL = "kaiwu.inspur.com/admission"
 SKIP_VALUE = "skip"
-CONFIG_HASH = "kaiwu.inspur.com/config-hash"
 LABELS = {"app.kubernetes.io/name": "kaiwu-reconciler", "app.kubernetes.io/part-of":
           "kaiwu-operator"}
 # An AdmissionReview holds the object twice (object and oldObject); etcd caps one at 1.5 MiB.
@@ -270,15 +268,43 @@ def configuration(settings: Settings, namespace: str, bundle: bytes,
         "namespaceSelector": {"matchExpressions": expressions},
         "clientConfig": client,
     }
-    without_bundle = json.dumps({**webhook, "clientConfig": {
-        key: value for key, value in client.items() if key != "caBundle"}}, sort_keys=True)
     return {
         "apiVersion": k.VALIDATING_WEBHOOK.api_version, "kind": k.VALIDATING_WEBHOOK.kind,
-        "metadata": {"name": settings.effective_webhook_configuration(), "labels": dict(LABELS),
-                     "annotations": {CONFIG_HASH: hashlib.sha256(
-                         without_bundle.encode()).hexdigest()[:16]}},
+        "metadata": {"name": settings.effective_webhook_configuration(), "labels": dict(LABELS)},
         "webhooks": [webhook],
     }
+
+
+def _shaped(live: Any, wanted: Any) -> Any:
+    """`live` cut to the keys `wanted` has (the API server adds defaults we never set)."""
+    if isinstance(wanted, dict) and isinstance(live, dict):
+        return {key: _shaped(live.get(key), value) for key, value in wanted.items()}
+    if isinstance(wanted, list) and isinstance(live, list) and len(wanted) == len(live):
+        return [_shaped(item, shape) for item, shape in zip(live, wanted, strict=True)]
+    return live
+
+
+def differs(registered: Obj, desired: Obj) -> bool:
+    """Whether the live registration differs from the desired one in anything the reconciler
+    sets, the caBundle aside (compared on its own): someone's edit, a re-applied bundle's
+    placeholder, or a changed setting."""
+    def without_bundle(webhooks: Any) -> Any:
+        return [{**w, "clientConfig": {key: value for key, value in
+                                       (w.get("clientConfig") or {}).items()
+                                       if key != "caBundle"}} for w in webhooks or ()]
+    wanted = without_bundle(desired["webhooks"])
+    return bool(_shaped(without_bundle(registered.get("webhooks")), wanted) != wanted)
+
+
+def placeholder(settings: Settings, namespace: str, kube_version: KubeVersion) -> Obj:
+    """The registration the install bundle ships: what the leader registers, without a
+    caBundle and with failurePolicy Ignore, until the leader has a CA to put in it and replaces
+    it whole (so KaiwuCluster writes pass unchecked, as before any webhook, only until then)."""
+    found = configuration(settings, namespace, b"", kube_version)
+    for webhook in found["webhooks"]:
+        webhook["failurePolicy"] = "Ignore"
+        webhook["clientConfig"].pop("caBundle", None)
+    return found
 
 
 def live_bundle(config: Obj | None) -> bytes:
@@ -376,12 +402,27 @@ class WebhookManager:
         if self._kube_version is None:
             self._kube_version = KubeVersion.parse(self.kube.server_version())
         desired = configuration(self.settings, self.namespace, bundle, self._kube_version)
-        current = (meta(registered).get("annotations") or {}).get(CONFIG_HASH)
-        if registered is None or trusted != bundle or \
-                current != desired["metadata"]["annotations"][CONFIG_HASH]:
-            self.kube.apply(desired)
-            log.info("webhook registered", extra={"configuration": name,
-                                                  "cas": bundle.count(b"BEGIN CERTIFICATE")})
+        if registered is None:
+            # The install bundle ships the registration (its caBundle empty, failurePolicy
+            # Ignore): the reconciler's rights are get and update of that one name. Made here
+            # only where it may create (a development run with an administrator's rights).
+            try:
+                self.kube.create(desired)
+            except ApiError as error:
+                if error.forbidden:
+                    raise OSError(f"ValidatingWebhookConfiguration {name} is missing: it comes "
+                                  "with the install bundle (kaiwu install | kubectl apply -f -)"
+                                  ) from error
+                raise
+        elif trusted != bundle or differs(registered, desired):
+            # A whole replacement over the object read (a conflict: the next tick reads again),
+            # so nothing of the bundle's placeholder or of an older setting survives.
+            desired["metadata"]["resourceVersion"] = meta(registered).get("resourceVersion")
+            self.kube.replace(desired)
+        else:
+            return secret
+        log.info("webhook registered", extra={"configuration": name,
+                                              "cas": bundle.count(b"BEGIN CERTIFICATE")})
         return secret
 
     def _write_secret(self, live: Obj | None, state: Any) -> Obj:

@@ -66,7 +66,8 @@ def test_the_bundle_carries_the_one_crd_and_applies_it_first() -> None:
     assert [d["kind"] for d in bundle] == [
         "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition",
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-        "RoleBinding", "Role", "RoleBinding", "Service", "Service", "Deployment"]
+        "RoleBinding", "Role", "RoleBinding", "Service", "Service",
+        "ValidatingWebhookConfiguration", "NetworkPolicy", "Deployment"]
     assert [d["metadata"]["name"] for d in bundle[1:3]] == [
         "kaiwubackups.kaiwu.inspur.com", "kaiwubackupschedules.kaiwu.inspur.com"]
 
@@ -197,8 +198,17 @@ def test_every_replica_serves_the_webhook_through_a_service_and_may_register_onl
         container["ports"]
     webhook_rules = [r for r in rules(install.Options(), "ClusterRole")
                      if r["resources"] == ["validatingwebhookconfigurations"]]
-    assert {v for r in webhook_rules if "resourceNames" not in r for v in r["verbs"]} == \
-        {"create"}, "only create is unlimited (the name is in the body)"
+    # The bundle ships the registration: no `create` (which no name can limit), only get and
+    # update of its one name.
+    assert webhook_rules == [{"apiGroups": ["admissionregistration.k8s.io"],
+                              "resources": ["validatingwebhookconfigurations"],
+                              "verbs": ["get", "update"],
+                              "resourceNames": ["kaiwu-reconciler-kaiwu-system"]}]
+    shipped = next(d for d in bundle if d["kind"] == "ValidatingWebhookConfiguration")
+    assert shipped["metadata"]["name"] == "kaiwu-reconciler-kaiwu-system"
+    assert shipped["webhooks"][0]["clientConfig"]["service"] == {
+        "namespace": "kaiwu-system", "name": "kaiwu-reconciler-webhook", "path": "/validate",
+        "port": 443}
     assert [r["resourceNames"] for r in webhook_rules if "resourceNames" in r] == [
         ["kaiwu-reconciler-kaiwu-system"]]
     namespace = next(d for d in bundle if d["kind"] == "Namespace")
@@ -408,8 +418,16 @@ def test_a_namespaced_shard_bundle_says_why_each_object_is_there() -> None:
          "replicas report; kaiwu_leader tells which one leads)."),
         ("Service", "kaiwu-reconciler-webhook",
          "The admission webhook: the API server sends KaiwuCluster creates and updates here, to "
-         "any ready replica. The reconciler registers it (its ValidatingWebhookConfiguration "
-         "kaiwu-reconciler-kaiwu-system, failurePolicy Fail)."),
+         "any ready replica."),
+        ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system",
+         "Its registration, shipped here so the reconciler needs no right to create one: the "
+         "leader puts its CA in (caBundle) and sets failurePolicy Fail; until it has, "
+         "KaiwuCluster writes are not checked (Ignore)."),
+        ("NetworkPolicy", "kaiwu-reconciler-eu",
+         "Who may reach the reconciler: the webhook port from anywhere (the API server), the "
+         "restore file server from KaiwuDB pods, /metrics from namespaces labelled "
+         "kaiwu.inspur.com/metrics-access=true (label your Prometheus's). Enforced where the "
+         "network plugin enforces NetworkPolicies."),
         ("Deployment", "kaiwu-reconciler-eu",
          "Two replicas: one leads (holds the Lease) and writes, the other takes over within "
          "seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). Shard eu: "
@@ -457,3 +475,20 @@ def test_the_git_sync_sidecar_shares_a_checkout_the_reconciler_only_reads() -> N
                                       {"name": "KAIWU_PRUNE_DELETED_CLUSTERS", "value": "false"}]
     assert verbs(rules(options, "ClusterRole"), "kaiwuclusters") == {
         "get", "list", "watch", "patch", "create", "delete"}
+
+
+def test_the_reconcilers_pods_take_connections_only_where_something_needs_them() -> None:
+    """The bundle's NetworkPolicy names each port the Deployment opens, by its name."""
+    bundle = [d.obj for d in install.bundle(install.Options(shard="eu"))]
+    policy = next(d for d in bundle if d["kind"] == "NetworkPolicy")
+    deployment = next(d for d in bundle if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    opened = {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    allowed = {rule["ports"][0]["port"]: rule.get("from") for rule in policy["spec"]["ingress"]}
+    assert set(allowed) == opened == {"webhook", "restore-files", "http-metrics"}
+    assert allowed["webhook"] is None, "the API server's address cannot be selected"
+    assert allowed["restore-files"] == [{"namespaceSelector": {}, "podSelector": {
+        "matchLabels": {"app.kubernetes.io/name": "kaiwudb"}}}]
+    assert allowed["http-metrics"] == [{"namespaceSelector": {"matchLabels": {
+        "kaiwu.inspur.com/metrics-access": "true"}}}]

@@ -59,6 +59,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "kaiwu_drift_detected": ("kind",), "kaiwu_drift_repaired": ("kind",),
     "kaiwu_writes": ("verb", "kind"), "kaiwu_errors": ("stage",),
     "kaiwu_lifecycle_actions": ("action",), "kaiwu_backups": ("result",),
+    "kaiwu_http_connections_dropped": ("listener", "reason"),
     "kaiwu_source_errors": (), "kaiwu_source_broken_files": (), "kaiwu_source_clusters": (),
     "kaiwu_admission_reviews": ("result",), "kaiwu_admission_duration_seconds": (),
     "kaiwu_webhook_certificate_expiry_seconds": (),
@@ -224,6 +225,10 @@ SHOWN: dict[str, tuple[str, str]] = {
         "API writes, by verb (apply, create, patch, delete, status) and kind."),
     "kaiwu_lifecycle_actions": ("counter",
         "Lifecycle and failover actions taken, by action."),
+    "kaiwu_http_connections_dropped": ("counter",
+        "Connections a listener of the reconciler dropped (reconciler/listeners.py), by "
+        "listener (metrics, webhook, restore) and reason (evicted, deadline, busy, too_large, "
+        "no_length)."),
     "workqueue_depth": ("gauge",
         "Current depth of the work queue."),
     "workqueue_adds": ("counter",

@@ -31,6 +31,7 @@ from reconciler.runtime.webhook import (
     WebhookServer,
     configuration,
     decider,
+    differs,
     live_bundle,
     policy_of,
 )
@@ -149,12 +150,12 @@ def test_the_registration_covers_clusters_and_their_scale_with_v1_reviews_and_an
     assert len(on_120["webhooks"][0]["namespaceSelector"]["matchExpressions"]) == 1
     assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]} in \
         on_121["webhooks"][0]["namespaceSelector"]["matchExpressions"]
-    # The hash the leader compares ignores the caBundle (a rotation alone is no re-registration
-    # of everything) but sees every other change.
-    assert configuration(settings, "kaiwu-system", b"OTHER")["metadata"] == config["metadata"]
+    # The comparison the leader makes leaves the caBundle aside (compared on its own) and sees
+    # every other change.
+    assert not differs(configuration(settings, "kaiwu-system", b"OTHER"), config)
     ignore = configuration(settings.replace(webhook_failure_policy="Ignore"), "kaiwu-system",
                            b"PEM")
-    assert ignore["metadata"]["annotations"] != config["metadata"]["annotations"]
+    assert differs(ignore, config)
 
 
 class FakeKube:
@@ -207,7 +208,7 @@ def test_the_leader_makes_the_certificate_and_registers_it_a_standby_only_serves
     assert kube.writes == [] and standby_server.serving is None, "a standby never writes"
     leader, leader_server = manager(kube, leader=True)
     leader.tick()
-    assert kube.writes == [("create", "Secret"), ("apply", "ValidatingWebhookConfiguration")]
+    assert kube.writes == [("create", "Secret"), ("create", "ValidatingWebhookConfiguration")]
     leader.tick()
     assert len(kube.writes) == 2, "nothing due: no write"
     standby.tick()
@@ -229,7 +230,7 @@ def test_with_a_cert_manager_secret_nothing_is_written_but_the_registration() ->
     leader, server = manager(kube, leader=True, webhook_cert_source="secret",
                              webhook_secret="issued")
     leader.tick()
-    assert kube.writes == [("apply", "ValidatingWebhookConfiguration")]
+    assert kube.writes == [("create", "ValidatingWebhookConfiguration")]
     assert server.serving == (cert, key)
     registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
     assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == ca
@@ -448,10 +449,17 @@ def test_a_changed_setting_or_a_lost_registration_is_registered_again() -> None:
     kube = FakeKube()
     leader, _ = manager(kube, leader=True)
     leader.tick()
-    assert kube.writes[-1] == ("apply", "ValidatingWebhookConfiguration")
+    assert kube.writes[-1] == ("create", "ValidatingWebhookConfiguration")
     registered = ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")
-    # Someone edits the failure policy by hand: the hash no longer matches.
-    kube.objects[registered]["metadata"]["annotations"]["kaiwu.inspur.com/config-hash"] = "x"
+    # Someone edits the failure policy by hand (or re-applies the bundle's placeholder).
+    kube.objects[registered]["webhooks"][0]["failurePolicy"] = "Ignore"
+    leader.tick()
+    assert kube.writes[-1] == ("replace", "ValidatingWebhookConfiguration")
+    assert kube.objects[registered]["webhooks"][0]["failurePolicy"] == "Fail"
+    assert len(kube.writes) == 3
+    # Fields the API server adds are not an edit.
+    kube.objects[registered]["webhooks"][0]["objectSelector"] = {}
+    kube.objects[registered]["webhooks"][0]["clientConfig"]["service"]["extra"] = "default"
     leader.tick()
     assert len(kube.writes) == 3
     # Someone trusts another CA: the bundle no longer matches.
@@ -459,6 +467,7 @@ def test_a_changed_setting_or_a_lost_registration_is_registered_again() -> None:
         base64.b64encode(b"other").decode()
     leader.tick()
     assert len(kube.writes) == 4
+    assert kube.replaced_over[-1] == "3", "over the version read"
     del kube.objects[registered]
     leader.tick()
     assert len(kube.writes) == 5 and registered in kube.objects
@@ -478,8 +487,9 @@ def test_the_secret_is_replaced_whole_over_the_version_read() -> None:
     secret["data"]["ca.crt"] = base64.b64encode(b"garbage").decode()
     before = server.serving
     leader.tick()
-    assert kube.writes[-2:] == [("replace", "Secret"), ("apply", "ValidatingWebhookConfiguration")]
-    assert kube.replaced_over == ["1"]
+    assert kube.writes[-2:] == [("replace", "Secret"),
+                                ("replace", "ValidatingWebhookConfiguration")]
+    assert kube.replaced_over[:1] == ["1"]
     assert server.serving != before, "the new certificate is served"
 
 
@@ -897,3 +907,39 @@ def test_the_api_server_is_answered_at_once_while_slow_clients_flood_the_port() 
         for client in flood:
             client.close()
         server.stop()
+
+
+def test_the_bundles_registration_is_taken_over_whole_and_without_it_the_leader_says_so(
+        ) -> None:
+    """The bundle ships the registration (no caBundle, failurePolicy Ignore) because the
+    reconciler may not create one: the leader replaces it whole with its CA and policy; where
+    it is missing and creating is forbidden, the problem names the fix."""
+    from reconciler.kube.client import ApiError
+    from reconciler.runtime.webhook import placeholder
+    from renderer.settings import KubeVersion
+
+    kube = FakeKube()
+    leader, _ = manager(kube, leader=True)
+    shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(1, 20))
+    assert "caBundle" not in shipped["webhooks"][0]["clientConfig"]
+    assert shipped["webhooks"][0]["failurePolicy"] == "Ignore"
+    kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
+        **shipped, "metadata": {**shipped["metadata"], "resourceVersion": "7"}}
+    leader.tick()
+    assert kube.writes[-1] == ("replace", "ValidatingWebhookConfiguration")
+    assert kube.replaced_over[-1] == "7"
+    taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
+    assert taken["webhooks"][0]["failurePolicy"] == "Fail"
+    assert taken["webhooks"][0]["clientConfig"]["caBundle"]
+
+    class NoCreate(FakeKube):
+        def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+            if obj["kind"] == "ValidatingWebhookConfiguration":
+                raise ApiError(403, "Forbidden", "cannot create")
+            return super().create(obj)
+    bare = NoCreate()
+    alone, _ = manager(bare, leader=True)
+    with pytest.raises(OSError, match="ValidatingWebhookConfiguration "
+                       "kaiwu-reconciler-kaiwu-system is missing: it comes with the install "
+                       "bundle"):
+        alone.tick()
