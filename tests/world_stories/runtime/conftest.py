@@ -1,9 +1,9 @@
 """Fixtures the runtime stories share.
 
 ``installed`` (function): apply a `kaiwu install` bundle's ServiceAccount, RBAC and webhook
-registration as an administrator would (the CRD is installed by the test world, the Namespace by the namespace
-fixture); its cluster-wide objects are removed after the test. Used by the install and image
-stories, so the reconciler runs under exactly the bundle's RBAC.
+registration as an administrator would (the CRD is installed by the test world, the Namespace
+by the namespace fixture); its cluster-wide objects are removed after the test. Used by the
+install and image stories, so the reconciler runs under exactly the bundle's RBAC.
 """
 
 from __future__ import annotations
