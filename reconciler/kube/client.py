@@ -307,11 +307,12 @@ class Kube:
                      label_selector: str | None = None, *,
                      keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         """Items (apiVersion and kind filled in, as watch events carry them) and the list's
-        resourceVersion, to start a watch from. Read in pages of LIST_PAGE_SIZE (one
+        resourceVersion, to start a watch from. Read in pages of LIST_PAGE_SIZE or the kind's
+        own `list_page` (one
         consistent snapshot: the server's continue token); `keep` is applied to each item as
         its page arrives, so a cache that keeps only part of each object never holds a whole
         list of whole objects at once."""
-        query: list[tuple[str, Any]] = [("limit", LIST_PAGE_SIZE)]
+        query: list[tuple[str, Any]] = [("limit", kind.list_page or LIST_PAGE_SIZE)]
         if label_selector:
             query.append(("labelSelector", label_selector))
         items: list[Obj] = []

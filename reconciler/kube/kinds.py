@@ -28,6 +28,7 @@ class Kind:
         API version newer than 1.20) are looked up before they are read or written.
     prunable: may be deleted once no longer rendered; claims hold the data and Secrets the CA
         (losing it breaks every certificate), so those never are.
+    list_page: objects per page of a list (0: the client's default).
     """
 
     api_version: str
@@ -37,6 +38,9 @@ class Kind:
     cached: bool = False
     always_served: bool = True
     prunable: bool = True
+    # Objects per page of a list (0: the client's LIST_PAGE_SIZE). Secrets come in small pages:
+    # anyone may label a 1 MiB one as ours, and a page is held whole while it is read.
+    list_page: int = 0
 
     @property
     def group(self) -> str:
@@ -60,7 +64,7 @@ KAIWU_BACKUP_SCHEDULE = Kind(schema.API_VERSION, schema.SCHEDULE_KIND, schema.SC
                              always_served=False, prunable=False)
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", cached=True)
 SERVICE = Kind("v1", "Service", "services", cached=True)
-SECRET = Kind("v1", "Secret", "secrets", cached=True, prunable=False)
+SECRET = Kind("v1", "Secret", "secrets", cached=True, prunable=False, list_page=25)
 # The start flags the pods read (reconciler.kaiwudb.upgrade): read when needed, not cached.
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps", prunable=False)
 POD = Kind("v1", "Pod", "pods", cached=True)
