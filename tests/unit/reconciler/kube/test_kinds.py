@@ -86,3 +86,25 @@ def test_objects_without_metadata_or_with_odd_values_are_kept_as_far_as_they_go(
         "kind": "Pod", "spec": "odd"}
     service = {"kind": "Service", "metadata": {"managedFields": []}}
     assert slim(service) is service
+
+
+def test_a_secret_is_cached_with_its_data_only_when_a_kaiwucluster_controls_it_and_it_is_small(
+        ) -> None:
+    """Anyone may label a Secret as ours: the cache keeps data only of a cluster's own."""
+    owner = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster", "name": "orders",
+             "uid": "u", "controller": True}
+
+    def secret(owners: list[dict[str, object]], size: int) -> dict[str, object]:
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": "s", "namespace": "db", "uid": "1",
+                             "resourceVersion": "9", "labels": {"a": "b"},
+                             "annotations": {"big": "x" * 1000}, "ownerReferences": owners},
+                "data": {"ca.crt": "A" * size}}
+
+    ours = k.slim(secret([owner], 4096))
+    assert ours["data"] == {"ca.crt": "A" * 4096}
+    for kept in (k.slim(secret([], 4096)), k.slim(secret([{**owner, "controller": False}], 10)),
+                 k.slim(secret([owner], k.SECRET_DATA_CAP + 1))):
+        assert "data" not in kept and "annotations" not in kept["metadata"]
+        assert kept["metadata"]["name"] == "s" and kept["metadata"]["resourceVersion"] == "9"
+    assert k.SECRET.list_page == 25, "a page of labelled Secrets is held whole while read"
