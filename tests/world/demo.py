@@ -506,9 +506,12 @@ class Demo:
     def _exists(self, ref: str, docs: list[Obj]) -> bool:
         kind, name = ref.split("/", 1)
         doc = next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+        known = kk.KINDS.get((doc["apiVersion"], kind))
+        ns = doc["metadata"].get("namespace")
+        if known is not None:
+            return self._api().exists(known.path(ns, name))
         api_version, plural = doc["apiVersion"], kind.lower() + "s"
         prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-        ns = doc["metadata"].get("namespace")
         path = f"{prefix}/namespaces/{ns}/{plural}/{name}" if ns else f"{prefix}/{plural}/{name}"
         return self._api().exists(path)
 
