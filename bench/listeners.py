@@ -2,8 +2,9 @@
 
 Run: `.venv/bin/python bench/listeners.py [--reviews 200] [--flood 500] [--no-append]`.
 Side by side in one run, the reconciler's webhook server (TLS, reconciler.listeners.Limits as
-shipped: 64 connections, a 5 s whole-request deadline) and the same server without bounds (what
-ThreadingHTTPServer did before: every connection keeps a thread for as long as it likes):
+shipped: 64 connections, a 5 s whole-request deadline, an accept queue of 128), the same server
+without bounds, and it as it was before (no bounds and socketserver's accept queue of 5: every
+connection keeps a thread for as long as it likes):
 - quiet: `--reviews` AdmissionReviews posted one after another;
 - flooded: the same while `--flood` connections that never shake hands are held open (a new one
   opened for each that is dropped).
@@ -30,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reconciler.listeners import Limits  # noqa: E402
+from reconciler.listeners import BoundedServer, Limits  # noqa: E402
 from reconciler.metrics import Metrics  # noqa: E402
 from reconciler.runtime import webhook  # noqa: E402
 from tests.unit.reconciler.runtime.test_webhook import certificate, post, review  # noqa: E402
@@ -41,15 +42,17 @@ UNBOUNDED = Limits(max_connections=10**6, request_deadline_s=10.0**6,
 
 
 @contextmanager
-def server(limits: Limits) -> Iterator[tuple[webhook.WebhookServer, bytes, Metrics]]:
-    shipped = webhook.LIMITS
+def server(limits: Limits, backlog: int = 128
+           ) -> Iterator[tuple[webhook.WebhookServer, bytes, Metrics]]:
+    shipped, queue = webhook.LIMITS, BoundedServer.request_queue_size
     webhook.LIMITS = limits  # read when the server is made
+    BoundedServer.request_queue_size = backlog
     try:
         metrics = Metrics()
         made = webhook.WebhookServer("127.0.0.1", 0, metrics,
                                      lambda body: {"response": {"allowed": True}})
     finally:
-        webhook.LIMITS = shipped
+        webhook.LIMITS, BoundedServer.request_queue_size = shipped, queue
     ca, cert, key = certificate(datetime.datetime.now(datetime.UTC))
     made.load(cert, key)
     made.start()
@@ -136,8 +139,11 @@ def main() -> int:
     parser.add_argument("--no-append", action="store_true", help="do not touch RESULTS.md")
     args = parser.parse_args()
     rows = []
-    for name, limits in (("bounded (as shipped)", webhook.LIMITS), ("unbounded", UNBOUNDED)):
-        with server(limits) as (made, ca, metrics):
+    variants = (("bounded (as shipped)", webhook.LIMITS, 128),
+                ("unbounded, accept queue 128", UNBOUNDED, 128),
+                ("before (unbounded, accept queue 5)", UNBOUNDED, 5))
+    for name, limits, backlog in variants:
+        with server(limits, backlog) as (made, ca, metrics):
             rows.append(row(f"{name}, quiet", latencies(made.port, ca, args.reviews), "-", "-"))
             with flood(made.port, args.flood):
                 took = latencies(made.port, ca, args.reviews)
