@@ -188,7 +188,8 @@ class BoundedHandler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
-        if not self.headers.get("Content-Length") and not self.headers.get("Transfer-Encoding"):
+        length = (self.headers.get("Content-Length") or "").strip()
+        if length in ("", "0") and not self.headers.get("Transfer-Encoding"):
             self.server.answering(self.request)
         return True
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 
 from reconciler.kaiwudb.backup import running_backup
 from reconciler.kaiwudb.kwbase import (
@@ -31,7 +32,13 @@ from reconciler.kaiwudb.kwbase import (
 )
 from reconciler.kaiwudb.loss import disrupted
 from reconciler.kaiwudb.nodes import Nodes
-from reconciler.kaiwudb.pods import cluster_pods, rolling
+from reconciler.kaiwudb.pods import (
+    REVISION_LABEL,
+    cluster_pods,
+    ordinal,
+    partition_of,
+    rolling,
+)
 from reconciler.kaiwudb.rollout import Rollout
 from reconciler.kaiwudb.scale import Scaling, Strays
 from reconciler.kaiwudb.tools import AdminFactory, LifecycleSettings, Tools, _admin
@@ -40,7 +47,7 @@ from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
-from reconciler.model import KaiwuStatus, Pass, meta
+from reconciler.model import KaiwuStatus, Obj, Pass, meta
 from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
@@ -90,6 +97,21 @@ class StatusMemory:
 
     def forget(self, namespace: str, name: str) -> None:
         self._last.pop((namespace, name), None)
+
+
+def left_to_rollout(sts: Obj | None, pods: Mapping[str, Obj], cluster: Cluster,
+                    busy: str) -> frozenset[str]:
+    """The pods a rollout is about to replace: released by the partition but not on the new
+    revision yet, and (unless something holds it) the one it moves next."""
+    if not rolling(sts):
+        return frozenset()
+    partition = partition_of(sts) or 0
+    update = str(((sts or {}).get("status") or {}).get("updateRevision"))
+    left = {name for name, pod in pods.items() if ordinal(name) >= partition
+            and (meta(pod).get("labels") or {}).get(REVISION_LABEL) != update}
+    if not busy and partition > 0:
+        left.add(cluster.pod_name(partition - 1))
+    return frozenset(left)
 
 
 class Lifecycle:
@@ -146,7 +168,7 @@ class Lifecycle:
         admin = self.admin(cluster)
         if not p.kaiwu.initialized:
             # The pods cannot start before their start-flags ConfigMap exists.
-            self.upgrades.flags.keep(p, cluster, pods, flag_wanted(sts, pods, frozenset()))
+            self.upgrades.flags.keep(p, cluster, pods, flag_wanted(cluster, pods, None, None))
             if not self.nodes.initialise(p, cluster, pods, admin):
                 self.rollouts.rollout(p, sts, pods, admin, None, frozenset(),
                                       busy="the cluster is not initialised")
@@ -164,8 +186,7 @@ class Lifecycle:
         if nodes is not None:
             self.strays.retire_long_gone(p, cluster, pods, admin, nodes)
         upgrading = self.upgrades.upgrading(p, pods, admin, nodes) if nodes is not None else None
-        if upgrading is not None:
-            self.upgrades.flags.keep(p, cluster, pods, flag_wanted(sts, pods, upgrading))
+        self.upgrades.flags.keep(p, cluster, pods, flag_wanted(cluster, pods, nodes, upgrading))
         backup = running_backup(self.view, cluster.namespace, cluster.name)
         if operation is None and scale_in and backup:
             # A backup exports from one node: no scale-in starts under it (docs/backup.md).
@@ -190,5 +211,6 @@ class Lifecycle:
             self.strays.remove_strays(p, cluster, pods, admin, nodes, live_replicas)
         if nodes is not None and upgrading and not down and not backup:
             # Beside a scale-in too: KWDB refuses its decommission until the mark is gone.
-            self.upgrades.finish(p, cluster, sts, pods, nodes, upgrading)
+            self.upgrades.finish(p, cluster, pods, nodes, upgrading,
+                                 left_to_rollout=left_to_rollout(sts, pods, cluster, busy))
         self.rollouts.rollout(p, sts, pods, admin, nodes, upgrading, busy=busy)

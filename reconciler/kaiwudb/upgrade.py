@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 # A pod whose node is still UPGRADING this long after it turned Ready started without the flag
 # (a start with it clears the mark before the server answers): it is restarted.
 FINISH_AFTER_READY_S = 30.0
+# How long a value of the start-flags ConfigMap seen by this replica is trusted without a read.
+SEEN_FOR_S = 300.0
 CONFIG_ERROR = "CreateContainerConfigError"
 
 
@@ -69,17 +71,28 @@ def new_binary(pod: Obj | None, sts: Obj | None) -> bool:
     return bool(pod is not None and wanted and kwbase_image(pod.get("spec")) != wanted)
 
 
-def flag_wanted(sts: Obj | None, pods: Mapping[str, Obj], upgrading: frozenset[int]) -> bool:
-    """`--upgrade-complete` for the starts to come: while a pod is still to move to another
-    image, or a node is UPGRADING."""
-    return bool(upgrading) or any(new_binary(pod, sts) for pod in pods.values())
+def flag_wanted(cluster: Cluster, pods: Mapping[str, Obj],
+                nodes: Sequence[NodeStatus] | None, upgrading: frozenset[int] | None
+                ) -> bool | None:
+    """`--upgrade-complete` for the starts to come: on while a pod runs another kwbase image
+    than the spec's (a version upgrade in flight) or a node is UPGRADING; off only once every
+    node is healthy and every pod Ready on the spec's image (an UPGRADING node is never
+    available: cli/node.go:174); None, leave it as it is, when that cannot be told (a node
+    down may be UPGRADING, and a pod re-made on the new image may not have started yet)."""
+    images = {kwbase_image(pod.get("spec")) for pod in pods.values()} - {""}
+    if upgrading or images - {cluster.image}:
+        return True
+    if nodes is None or upgrading is None or suspects(nodes) or \
+            not all(pod_ready(pod) for pod in pods.values()):
+        return None
+    return False
 
 
 def suspects(nodes: Sequence[NodeStatus] | None) -> bool:
-    """Whether `node status` shows a node that may be UPGRADING: live but not available
-    (cli/node.go:174 folds the mark into is_available). Only then is the mark read."""
-    return any(n.is_live and not n.is_available and not n.is_decommissioning
-               for n in nodes or ())
+    """Whether `node status` shows a node that may be UPGRADING: any node not available and not
+    decommissioning (cli/node.go:174 folds the mark into is_available; a marked node that is
+    down is not even live). Only then is the mark read."""
+    return any(not n.healthy and not n.is_decommissioning for n in nodes or ())
 
 
 def ready_since(pod: Obj) -> float | None:
@@ -109,9 +122,12 @@ class StartFlags(Part):
 
     def __init__(self, tools: Tools) -> None:
         super().__init__(tools)
-        # What each cluster's ConfigMap was last seen to hold: saves a read per pass. Never a
-        # decision: a pod that cannot start for want of it makes it read again.
-        self._seen: dict[tuple[str, str], bool] = {}
+        # What each cluster's ConfigMap was last seen to hold, and when: saves a read per
+        # pass. Never a decision: the two writes that matter (before a node is marked, before
+        # a marked node's pod restarts) read it afresh, a pod that cannot start for want of it
+        # makes it read again, and any value is read again after SEEN_FOR_S (another replica,
+        # or a person, may have changed it).
+        self._seen: dict[tuple[str, str], tuple[bool, float]] = {}
 
     def forget(self, namespace: str, name: str) -> None:
         self._seen.pop((namespace, name), None)
@@ -120,18 +136,25 @@ class StartFlags(Part):
         """Whether the ConfigMap was written or read by this reconciler (it exists)."""
         return (cluster.namespace, cluster.name) in self._seen
 
-    def keep(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], on: bool) -> bool:
-        """Make the ConfigMap say `on`; whether it does now (False: retried next pass)."""
+    def keep(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], on: bool | None, *,
+             fresh: bool = False) -> bool:
+        """Make the ConfigMap say `on` (None: only that it exists, "false" when made); whether
+        it does now (False: retried next pass). `fresh`: read it whatever was seen."""
         key = (cluster.namespace, cluster.name)
-        if self._seen.get(key) == on and not any(config_error(pod) for pod in pods.values()):
+        seen = self._seen.get(key)
+        if not fresh and seen is not None and on in (None, seen[0]) and \
+                p.now - seen[1] < SEEN_FOR_S and not any(config_error(pod)
+                                                         for pod in pods.values()):
             return True
-        wanted = flags_object(cluster, p.obj, on)
+        wanted = flags_object(cluster, p.obj, bool(on))
         value = wanted["data"][UPGRADE_COMPLETE_KEY]
         try:
             live = self.kube.get(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map)
             if live is None:
                 self.metrics.writes_total.labels(verb="create", kind="ConfigMap").inc()
                 self.kube.create(wanted)
+            elif on is None:
+                value = str((live.get("data") or {}).get(UPGRADE_COMPLETE_KEY))
             elif (live.get("data") or {}).get(UPGRADE_COMPLETE_KEY) != value:
                 self.metrics.writes_total.labels(verb="patch", kind="ConfigMap").inc()
                 self.kube.patch(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map,
@@ -144,7 +167,7 @@ class StartFlags(Part):
             p.requeue_in(self.settings.poll_s)
             self._seen.pop(key, None)
             return False
-        self._seen[key] = on
+        self._seen[key] = (value == "true", p.now)
         return True
 
 
@@ -154,9 +177,15 @@ class Upgrades(Part):
     def __init__(self, tools: Tools) -> None:
         super().__init__(tools)
         self.flags = StartFlags(tools)
+        # (namespace, pod) -> the uid `finish` deleted: a pass whose cache still shows that
+        # pod does not delete (and count) it twice; a new pod has a new uid.
+        self._restarted: dict[tuple[str, str], str] = {}
 
     def forget(self, namespace: str, name: str) -> None:
         self.flags.forget(namespace, name)
+        for key in [key for key in self._restarted
+                    if key[0] == namespace and key[1].rsplit("-", 1)[0] == name]:
+            self._restarted.pop(key, None)
 
     def upgrading(self, p: Pass, pods: Mapping[str, Obj], admin: KwbaseAdmin,
                   nodes: Sequence[NodeStatus] | None) -> frozenset[int] | None:
@@ -179,7 +208,7 @@ class Upgrades(Part):
         `node upgrade`). "" once done (the pod may move now), else why it may not yet."""
         if not new_binary(pods.get(pod), sts):
             return ""
-        if not self.flags.keep(p, cluster, pods, True):
+        if not self.flags.keep(p, cluster, pods, True, fresh=True):
             return f"the start-flags ConfigMap {cluster.start_flags_config_map} is not written"
         mine = [n for n in nodes if n.pod_name == pod and n.is_live]
         if not mine:
@@ -200,37 +229,46 @@ class Upgrades(Part):
             f"on {template_image(sts)} with --upgrade-complete, as KWDB's own upgrade does"))
         return ""
 
-    def finish(self, p: Pass, cluster: Cluster, sts: Obj | None, pods: Mapping[str, Obj],
-               nodes: Sequence[NodeStatus], upgrading: frozenset[int]) -> None:
-        """Restart the pod of a node left UPGRADING that no rollout will restart (its pod runs
-        the template's image already), once every other node is healthy and it has been Ready
-        for FINISH_AFTER_READY_S. The flag is on by then (flag_wanted), so its next start
-        clears the mark."""
+    def finish(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj],
+               nodes: Sequence[NodeStatus], upgrading: frozenset[int], *,
+               left_to_rollout: frozenset[str]) -> None:
+        """Restart the pod of a node left UPGRADING that nothing else will restart: a pod the
+        rollout is not about to move or replace (`left_to_rollout`: the pods it has released
+        and the one it moves next), once every other node is healthy and the pod has been
+        Ready for FINISH_AFTER_READY_S. The flag is read back as on first (a fresh read), so
+        its next start clears the mark, whatever image it runs (KWDB clears it on any start
+        with the flag). One pod a pass; several marks go one after another."""
         others_healthy = all(n.healthy or n.id in upgrading or n.is_decommissioning
                              for n in nodes)
         for node in sorted((n for n in nodes if n.id in upgrading), key=lambda n: n.id):
-            pod = pods.get(node.pod_name or "")
-            if pod is None or new_binary(pod, sts):
+            name = str(node.pod_name or "")
+            pod = pods.get(name)
+            if pod is None or name in left_to_rollout:
                 continue
+            uid = str(meta(pod).get("uid"))
             since = ready_since(pod) if pod_ready(pod) else None
             waited = since is not None and p.now - since >= FINISH_AFTER_READY_S
-            if not (others_healthy and waited and len(upgrading) == 1):
+            if self._restarted.get((cluster.namespace, name)) == uid:
+                continue  # deleted already; the cache has not shown it yet
+            if not (others_healthy and waited):
                 p.not_ready.append(("Upgrading", (
-                    f"KaiwuDB node {node.id} of pod {node.pod_name} is UPGRADING: KWDB refuses "
+                    f"KaiwuDB node {node.id} of pod {name} is UPGRADING: KWDB refuses "
                     "decommissions meanwhile; its pod restarts with --upgrade-complete once "
                     "it has been Ready a while and every other node is healthy")))
                 p.requeue_in(self.settings.poll_s)
                 continue
+            if not self.flags.keep(p, cluster, pods, True, fresh=True):
+                return
             # A plain delete (the pod's grace period: kwbase drains), guarded by its uid.
             self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
             try:
-                self.kube.delete(k.POD, cluster.namespace, str(node.pod_name),
-                                 uid=str(meta(pod).get("uid")))
+                self.kube.delete(k.POD, cluster.namespace, name, uid=uid)
             except ApiError as error:
                 if not (error.conflict or error.not_found):
                     raise
+            self._restarted[(cluster.namespace, name)] = uid
             self.count("upgrade-complete-restart")
-            p.act("UpgradeCompleting", f"Pod/{node.pod_name}", (
+            p.act("UpgradeCompleting", f"Pod/{name}", (
                 f"KaiwuDB node {node.id} is UPGRADING with no rollout to restart it: the pod "
                 "restarts with --upgrade-complete, which ends KWDB's upgrade mark"))
             p.requeue_in(self.settings.poll_s)

@@ -160,6 +160,9 @@ class WebhookServer:
                 try:
                     tls = context.wrap_socket(request, server_side=True)
                 except (ssl.SSLError, OSError) as error:
+                    # The failed wrapper has closed the descriptor already: forget it before
+                    # another connection is given the same number.
+                    self.forget(request)
                     log.debug("webhook TLS handshake failed: %s", error)
                     return
                 try:
@@ -293,7 +296,12 @@ def differs(registered: Obj, desired: Obj) -> bool:
                                        (w.get("clientConfig") or {}).items()
                                        if key != "caBundle"}} for w in webhooks or ()]
     wanted = without_bundle(desired["webhooks"])
-    return bool(_shaped(without_bundle(registered.get("webhooks")), wanted) != wanted)
+    live = without_bundle(registered.get("webhooks"))
+    # A field we never set narrows or widens what is checked (an objectSelector or
+    # matchConditions added by hand): only the API server's own empty objectSelector is not.
+    added = any(key not in want and not (key == "objectSelector" and value == {})
+                for have, want in zip(live, wanted, strict=False) for key, value in have.items())
+    return added or bool(_shaped(live, wanted) != wanted)
 
 
 def placeholder(settings: Settings, namespace: str, kube_version: KubeVersion) -> Obj:

@@ -58,6 +58,10 @@ def test_init_and_node_status_through_the_real_exec_path(
     plan = certs.certs_action(cluster, {}, datetime.now(UTC))
     for write in plan.writes:
         api.create(write.secret)
+    # What the reconciler makes with every cluster: the pods' start flags (upgrade.py).
+    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": cluster.start_flags_config_map, "namespace": namespace},
+        "data": {"upgrade-complete": "false"}})
     settings = RenderSettings(kube_version=KubeVersion.parse(api.server_version()))
     for rendered in build_objects(read_live(obj), settings):
         api.create(rendered)

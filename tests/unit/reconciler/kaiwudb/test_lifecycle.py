@@ -410,7 +410,9 @@ def test_a_replaced_stores_old_id_still_live_is_probed_until_it_dies() -> None:
     status = {"initialized": True, "nodes": [n.to_status() for n in p.kaiwu.nodes or ()]}
     c.kaiwu(1, live=False)  # the TTL ran out
     again = c.run(now=NOW + POLL, status=status)
-    assert c.admin.commands() == ["node status --decommission"] * 2
+    # A node down may be UPGRADING (a marked node that stopped is not even live): KWDB's
+    # marks are read whenever a node is not healthy.
+    assert c.admin.commands() == ["node status --decommission"] * 2 + ["upgrading nodes"]
     assert [(n.node_id, n.state) for n in again.kaiwu.nodes or ()][1] == (2, "not-live")
 
 
@@ -438,7 +440,8 @@ def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_no
     c.kaiwu(2, live=True)
     c.run(now=NOW + 3, status=status)  # looks again at once: finds it back
     c.run(now=NOW + 4, status=status)  # steady again: no exec
-    assert c.admin.commands() == ["node status --decommission"] * 4
+    assert c.admin.commands() == ["node status --decommission"] * 3 + ["upgrading nodes"] + [
+        "node status --decommission"]
 
 
 def test_a_failed_probe_says_why_and_looks_again_after_poll_s() -> None:
@@ -748,6 +751,66 @@ def test_a_new_cluster_gets_its_flags_before_its_pods_can_start() -> None:
     assert flag(c) == "false"
     made = c.world.find(k.CONFIG_MAP, NS, FLAGS)
     assert made is not None and made["metadata"]["ownerReferences"][0]["uid"] == "cluster-uid"
+
+
+def test_the_flag_stays_on_while_a_marked_node_is_down_and_its_pod_already_new() -> None:
+    """The last pod of an upgrade is re-made on the new image before its container starts:
+    no pod differs from the spec any more, but its node, marked and down, is not even live.
+    Its mark is read (any node not healthy is a suspect), so its start gets the flag."""
+    c = version_upgrade(partition=1)  # dev-0 still on 3.2.0
+    c.run(version="3.2.1")
+    assert flag(c) == "true"
+    upgrading(c, 1)
+    c.kaiwu(0, live=False)  # dev-0 stopped: marked, not live, not available
+    c.world.put(k.POD, running(0, revision="rev2", version="3.2.1", ready=False))  # re-made
+    c.run(version="3.2.1", now=NOW + PROBE_EVERY + 1)
+    assert "upgrading nodes" in c.admin.commands()
+    assert flag(c) == "true"
+
+
+def test_a_flag_another_replica_turned_off_is_read_again_before_a_node_is_marked() -> None:
+    c = version_upgrade(partition=2)
+    c.run(version="3.2.1")  # this replica saw (and wrote) "true"
+    c.admin.upgrading.clear()
+    c.world.objects[("ConfigMap", NS, FLAGS)]["data"]["upgrade-complete"] = "false"
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=2, update="rev2",
+                                            image="kwdb/kwdb:3.2.1"))
+    c.run(version="3.2.1", now=NOW + 1)
+    assert flag(c) == "true", "read afresh before `node upgrade`, not taken from memory"
+
+
+def test_a_marked_pod_the_rollout_moves_next_is_left_to_it_but_one_a_scale_in_holds_restarts(
+) -> None:
+    """A mark made just before the pass stopped (`node upgrade`, then no partition move):
+    the rollout moves that pod itself, so it is not restarted; but when a scale-in holds the
+    rollout, waiting would be for ever (KWDB refuses the decommission), so it restarts."""
+    c = version_upgrade(partition=2)
+    upgrading(c, 2)
+    p = c.run(version="3.2.1", now=NOW + 60)
+    assert [a.action for a in p.actions] == ["Upgrading"], "moved by the rollout, not restarted"
+
+    held = version_upgrade(partition=2)
+    held.world.put(k.STATEFUL_SET, statefulset(4, partition=2, update="rev2",
+                                               image="kwdb/kwdb:3.2.1"))
+    held.world.put(k.POD, running(3, revision="rev2", version="3.2.1"))
+    held.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+    upgrading(held, 2)
+    p = held.run(version="3.2.1", now=NOW + 60)  # spec.replicas 3 < 4: a scale-in
+    assert "UpgradeCompleting" in [a.action for a in p.actions]
+    assert held.world.find(k.POD, NS, f"{NAME}-1") is None
+
+
+def test_two_marked_nodes_are_restarted_one_after_another_and_never_twice() -> None:
+    c = version_upgrade(partition=0)
+    c.world.put(k.STATEFUL_SET, statefulset(3, partition=3, image="kwdb/kwdb:3.2.1"))
+    upgrading(c, 1)
+    upgrading(c, 3)
+    p = c.run(version="3.2.1", now=NOW + 60)
+    assert [a.target for a in p.actions] == [f"Pod/{NAME}-0"]
+    gone = running(0, version="3.2.1")  # the cache still shows it a moment longer
+    c.world.put(k.POD, gone)
+    p = c.run(version="3.2.1", now=NOW + 61)
+    assert [a.target for a in p.actions] == [f"Pod/{NAME}-2"], "the next, not the same again"
 
 
 # ---- scale-in ---------------------------------------------------------------------------------
