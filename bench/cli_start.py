@@ -13,8 +13,6 @@ bench/RESULTS.md with the date and the core count.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import resource
 import statistics
 import subprocess
@@ -23,7 +21,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "RESULTS.md"
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(ROOT))
+
+from bench.results import report  # noqa: E402
+
 KAIWU = str(Path(sys.executable).parent / "kaiwu")
 CASES = [
     ("python -c pass", [sys.executable, "-c", "pass"]),
@@ -58,20 +60,11 @@ def main() -> int:
         wall = [w for _, w in figures]
         rows.append(f"| {name} | {statistics.median(cpu):.3f} s | {min(cpu):.3f} s | "
                     f"{statistics.median(wall):.3f} s |")
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    table = "\n".join([
-        f"{stamp}, {os.cpu_count()} cores, {args.runs} runs each, load average "
-        f"{os.getloadavg()[0]:.1f}. Whole processes from this checkout's venv (an editable "
-        "install: its import hook costs about 20 ms a start that a wheel install does not).",
-        "",
-        "| command | CPU median | CPU min | wall median |",
-        "| --- | --- | --- | --- |",
-        *rows,
-    ])
-    print(table)
-    if not args.no_append:
-        with RESULTS.open("a") as out:
-            out.write("\n## CLI start-up (`bench/cli_start.py`)\n\n" + table + "\n")
+    report("CLI start-up (`bench/cli_start.py`)",
+           f"{args.runs} runs each. Whole processes from this checkout's venv (an editable "
+           "install: its import hook costs about 20 ms a start that a wheel install does not).",
+           ("command", "CPU median", "CPU min", "wall median"), rows,
+           append=not args.no_append)
     return 0
 
 

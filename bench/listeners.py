@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import socket
 import statistics
 import sys
@@ -31,12 +30,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results import report  # noqa: E402
 from reconciler.listeners import BoundedServer, Limits  # noqa: E402
 from reconciler.metrics import Metrics  # noqa: E402
 from reconciler.runtime import webhook  # noqa: E402
 from tests.unit.reconciler.runtime.test_webhook import certificate, post, review  # noqa: E402
 
-RESULTS = ROOT / "bench" / "RESULTS.md"
 UNBOUNDED = Limits(max_connections=10**6, request_deadline_s=10.0**6,
                    max_body_bytes=webhook.LIMITS.max_body_bytes, io_timeout_s=10.0**6)
 
@@ -151,20 +150,10 @@ def main() -> int:
                 held = sum(http.connections().values())
             rows.append(row(f"{name}, {args.flood} slow clients", took, held,
                             dropped_of(metrics)))
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    table = "\n".join([
-        f"{stamp}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-        f"{args.reviews} reviews per row, one at a time, TLS, on 127.0.0.1.",
-        "",
-        "| server | median ms | p99 ms | max ms | failed | connections held | dropped |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        *rows,
-    ])
-    print(table)
-    if not args.no_append:
-        with RESULTS.open("a") as out:
-            out.write("\n## Webhook under a slow-client flood (`bench/listeners.py`)\n\n"
-                      + table + "\n")
+    report("Webhook under a slow-client flood (`bench/listeners.py`)",
+           f"{args.reviews} reviews per row, one at a time, TLS, on 127.0.0.1.",
+           ("server", "median ms", "p99 ms", "max ms", "failed", "connections held",
+            "dropped"), rows, append=not args.no_append)
     return 0
 
 

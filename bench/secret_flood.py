@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import json
 import os
 import subprocess
@@ -29,7 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "RESULTS.md"
+
+from bench.results import report  # noqa: E402
 
 
 def memory() -> tuple[int, int]:
@@ -108,21 +108,10 @@ def main() -> int:
     for mode, count in (("imports", 0), ("ours", args.secrets), ("before", args.before_secrets)):
         peak, now = measure(mode, count, args.size_kib)
         rows.append(f"| {mode} | {count} | {peak / mib:.0f} MiB | {now / mib:.0f} MiB |")
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    table = "\n".join([
-        f"{stamp}, {os.cpu_count()} cores; labelled Secrets of {args.size_kib} KiB (and a 1 KiB "
-        "annotation) in 100 namespaces, none controlled by a KaiwuCluster, listed into the "
-        "Secret cache.",
-        "",
-        "| cache | Secrets | peak RSS | RSS after |",
-        "| --- | --- | --- | --- |",
-        *rows,
-    ])
-    print(table)
-    if not args.no_append:
-        with RESULTS.open("a") as out:
-            out.write("\n## Labelled Secrets in the cache (`bench/secret_flood.py`)\n\n"
-                      + table + "\n")
+    report("Labelled Secrets in the cache (`bench/secret_flood.py`)",
+           f"labelled Secrets of {args.size_kib} KiB (and a 1 KiB annotation) in 100 "
+           "namespaces, none controlled by a KaiwuCluster, listed into the Secret cache.",
+           ("cache", "Secrets", "peak RSS", "RSS after"), rows, append=not args.no_append)
     return 0
 
 
