@@ -3,6 +3,7 @@
 #               (DEMO_ARGS=--keep holds the world open at the end)
 #   make preview  render the example clusters in clusters/ into out/ (no cluster needed)
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
+#   make test-fast  the fast tier alone (no test world), one worker per core
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
 #   make test-random  the fast tier and the short soak with new random draws (seeds printed)
@@ -14,7 +15,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test test-random lint world lock image soak mutation clean
+.PHONY: demo preview test test-fast test-random lint world lock image soak mutation clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -54,8 +55,19 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: world lint
-	$(BIN)/pytest
+# Staged, so a broken change fails fast (docs/testworld.md, "Fail fast"): lint and types, then
+# the fast tier on every core, then the test world's build and its tier, whose first story is the
+# gate (a reference cluster must become Ready, or every world story stops with the reason).
+# WORLD_WORKERS: world-tier workers, each with its own control plane and simulated world (about
+# 0.6 GB each); a story's module stays on one worker. Two halve the tier on two cores, where a
+# story mostly waits on timers.
+WORLD_WORKERS ?= 2
+test: lint test-fast world
+	$(BIN)/pytest -m world -n $(WORLD_WORKERS) --dist loadfile
+
+# The fast tier alone (no test world needed), one worker per core.
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not world" -n auto
 
 # The gate draws the same examples and the same soak seed on every run; this draws new ones
 # (Hypothesis's random profile, a random soak seed, printed for replay).

@@ -117,6 +117,25 @@ def flags_object(cluster: Cluster, owner: Obj, on: bool) -> Obj:
     }, owner)
 
 
+
+UPGRADE_REFUSED = "can not upgrade nodes when cluster has node"
+"""KWDB's refusal of `node upgrade` while some node is neither LIVE nor DECOMMISSIONED
+(server/server.go:2833-2837)."""
+
+
+def refusal_hint(error: str) -> str:
+    """What a person reading the status should know about KWDB's refusal to mark a node: the
+    wait ends by itself. A node decommissioned after it died reads DECOMMISSIONING until
+    `server.time_until_store_dead` (30 min by default) has passed since its liveness expired
+    (kv/kvserver/store_pool.go:148-176); a stopped or restarting node reads UNAVAILABLE until it
+    is back. "" for any other failure."""
+    if UPGRADE_REFUSED not in error:
+        return ""
+    return ("; KWDB marks a node for upgrade only while every node is LIVE or DECOMMISSIONED: a "
+            "node decommissioned after it died counts as DECOMMISSIONING until "
+            "server.time_until_store_dead (30 min by default) has passed since it stopped, a "
+            "stopped node as UNAVAILABLE until it is back; the upgrade goes on by itself then")
+
 class StartFlags(Part):
     """The start-flags ConfigMap of each cluster (see the module docstring)."""
 
@@ -222,7 +241,7 @@ class Upgrades(Part):
             admin.upgrade(runner, node.id)
         except KwbaseError as error:
             self.metrics.errors_total.labels(stage="lifecycle").inc()
-            return f"`kwbase node upgrade {node.id}` failed: {error}"
+            return f"`kwbase node upgrade {node.id}` failed: {error}{refusal_hint(str(error))}"
         self.count("node-upgrade")
         p.act("NodeUpgrading", f"Pod/{pod}", (
             f"KaiwuDB node {node.id} marked UPGRADING (kwbase node upgrade): the pod restarts "

@@ -98,7 +98,7 @@ def test_a_flood_of_slow_clients_never_starves_a_client_that_asks_at_once() -> N
             wait_until(lambda: dropped.count("evicted") == 32)
             took, answer = get(server.server_address[1])
             assert answer.endswith(b"\r\n\r\nok")
-            assert took < 1.0, "answered at once, not after the flood's deadline"
+            assert took < 3.0, "answered at once, not after the flood's 30 s deadline"
             assert dropped.count("evicted") == 33, "one more slow reader made room"
             assert sum(server.connections().values()) <= 8
         finally:

@@ -120,11 +120,14 @@ class Admin:
         self.partial_views: dict[str, set[int]] = {}
         self.failing_at: set[tuple[str, str]] = set()  # (command, pod) that fail
         self.upgrading: set[int] = set()  # node ids KWDB marks UPGRADING
+        self.answers: dict[str, str] = {}  # command -> the error KWDB answers it with
 
     def _ask(self, command: str, pod: str, ids: Sequence[int] = ()) -> None:
         self.asked.append((command, pod, tuple(ids)))
         if command in self.failing or (command, pod) in self.failing_at:
             raise KwbaseError(f"{command}: connection refused", pod, [command])
+        if command in self.answers:
+            raise KwbaseError(self.answers[command], pod, [command])
 
     def commands(self) -> list[str]:
         return [command for command, _, _ in self.asked]
@@ -688,6 +691,24 @@ def test_a_refused_node_upgrade_holds_the_pod_and_says_kwdbs_answer() -> None:
     assert "next pod waits: `kwbase node upgrade 2` failed: node upgrade: connection refused" \
         in text(p.not_ready)
     assert c.counted("errors", stage="lifecycle") == 1
+
+
+def test_kwdbs_refusal_while_a_dead_node_is_decommissioning_is_explained_as_a_wait() -> None:
+    """A node lost and decommissioned just before the upgrade: KWDB refuses to mark any node
+    until that one reads DECOMMISSIONED (server.go:2833-2837). The status says the wait ends by
+    itself, and why, so nobody at 3 a.m. goes looking for a fault."""
+    c = version_upgrade(partition=2)
+    c.admin.answers["node upgrade"] = ("ERROR: rpc error: code = Unknown desc = can not upgrade "
+                                       "nodes when cluster has node DECOMMISSIONING")
+    p = c.run(version="3.2.1")
+    assert p.live.partition == 2
+    reason = text(p.not_ready)
+    assert "can not upgrade nodes when cluster has node DECOMMISSIONING" in reason
+    assert "server.time_until_store_dead (30 min by default)" in reason
+    assert "goes on by itself" in reason
+    c.admin.answers.clear()
+    c.admin.failing.add("node upgrade")
+    assert "by itself" not in text(c.run(version="3.2.1").not_ready), "only KWDB's own refusal"
 
 
 def test_a_template_change_that_keeps_the_image_is_a_plain_rolling_restart() -> None:

