@@ -24,7 +24,7 @@ import csv
 import io
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Literal, Protocol, TypeVar
@@ -348,18 +348,23 @@ class DecommissionStatus:
 
 @dataclass(frozen=True)
 class ReplicationHealth:
-    """Summed range health; None means no store reported the metric yet (not known healthy)."""
+    """Summed range health; None means no store reported the metric yet (not known healthy).
+    `stale` says why the sums may predate the last disruption ("" when they cannot): then they
+    are not evidence of health, whatever they say (`stale_records`)."""
 
     unavailable: int | None
     underreplicated: int | None
+    stale: str = ""
 
     @property
     def healthy(self) -> bool:
-        return self.unavailable == 0 and self.underreplicated == 0
+        return self.unavailable == 0 and self.underreplicated == 0 and not self.stale
 
     def describe(self) -> str:
         if self.unavailable is None or self.underreplicated is None:
             return "replication health unknown (no store has reported range metrics yet)"
+        if self.stale:
+            return f"replication health not known yet: {self.stale}"
         if self.healthy:
             return "all ranges available and fully replicated"
         return (f"{self.unavailable} unavailable and {self.underreplicated} under-replicated "
@@ -379,6 +384,51 @@ def replication_health_of(statuses: Sequence[NodeStatus]) -> ReplicationHealth:
         return ReplicationHealth(None, None)
     return ReplicationHealth(sum(s.ranges_unavailable or 0 for s in statuses),
                              sum(s.ranges_underreplicated or 0 for s in statuses))
+
+
+METRICS_SAMPLE_S = 10.0
+"""How often a KWDB node computes its periodic store metrics (ranges.unavailable,
+ranges.underreplicated) and, on a second ticker, writes them into its status record:
+base.DefaultMetricsSampleInterval (server/config.go:76; server/node.go:525, 763-846). A record
+carries metrics computed up to one interval before it was written, and a new process's gauges
+are 0 until its first computation."""
+
+
+@dataclass(frozen=True)
+class StatusTimes:
+    """When a node's status record (kwdb_internal.kv_node_status) was written, and when the
+    process that wrote it started."""
+
+    started_at: datetime
+    updated_at: datetime
+
+
+def stale_records(statuses: Sequence[NodeStatus], times: dict[int, StatusTimes],
+                  sample_s: float = METRICS_SAMPLE_S) -> str:
+    """Why the range metrics of `statuses` may not show the last start of a live node yet, or "".
+
+    The newest process start among the live nodes is the last disruption those metrics must
+    reflect (a restart, a failover's new node, a scale-out). Each live node's record must have
+    been written two sampling intervals after it: then its metrics were computed one interval
+    after it at least. Both times are KWDB's own clocks, which KWDB keeps within 500 ms
+    (--max-offset). A dead node's record is old by nature and still counted in the sums; it is
+    not waited for (it will never be rewritten)."""
+    live = [s for s in statuses if s.is_live]
+    missing = [s.id for s in live if s.id not in times]
+    if missing:
+        return ("no status record yet for KaiwuDB node " + ", ".join(map(str, missing))
+                + f" (written at start, then every {sample_s:g} s)")
+    if not live:
+        return ""
+    newest = max(live, key=lambda s: times[s.id].started_at)
+    started = times[newest.id].started_at
+    behind = sorted(s.id for s in live
+                    if (times[s.id].updated_at - started).total_seconds() < 2 * sample_s)
+    if not behind:
+        return ""
+    return (f"node {newest.id} started at {started:%H:%M:%S} and the store metrics of node "
+            + ", ".join(map(str, behind)) + f" were written less than {2 * sample_s:g} s after "
+            f"that; KWDB computes and writes them every {sample_s:g} s (server/node.go:763-846)")
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -496,6 +546,12 @@ def parse_statement_jobs(text: str) -> tuple[JobRow, ...]:
         raise ValueError(f"unreadable SHOW JOBS output: {err}") from None
 
 
+STATUS_TIMES_QUERY = (
+    "SELECT node_id, started_at, updated_at FROM kwdb_internal.kv_node_status ORDER BY node_id")
+"""kwdb_internal.kv_node_status (sql/kwdb_internal.go:3406-3430; admin only, the reconciler is
+root): each node's persisted status record, UpdatedAt when it was written and StartedAt when its
+process started (server/status/recorder.go:451-452)."""
+
 UPGRADING_NODES_QUERY = (
     "SELECT node_id FROM kwdb_internal.gossip_liveness WHERE upgrading ORDER BY node_id")
 """kwdb_internal.gossip_liveness (sql/kwdb_internal.go:2995-3064) has the liveness record's
@@ -511,6 +567,24 @@ def parse_upgrading_nodes(text: str) -> frozenset[int]:
         return frozenset(_int(row["node_id"], "node_id") for row in rows)
     except _ParseError as err:
         raise ValueError(f"unreadable upgrading nodes: {err}") from None
+
+
+def parse_status_times(text: str) -> dict[int, StatusTimes]:
+    """STATUS_TIMES_QUERY's CSV: header `node_id,started_at,updated_at`, one row per record."""
+    try:
+        rows = _csv_rows(text)
+        if rows and set(rows[0]) != {"node_id", "started_at", "updated_at"}:
+            raise _ParseError("expected columns node_id, started_at, updated_at, got "
+                              + ", ".join(rows[0]))
+        found: dict[int, StatusTimes] = {}
+        for row in rows:
+            started, updated = _time(row["started_at"]), _time(row["updated_at"])
+            if started is None or updated is None:
+                raise _ParseError("a status record without its times")
+            found[_int(row["node_id"], "node_id")] = StatusTimes(started, updated)
+        return found
+    except _ParseError as err:
+        raise ValueError(f"unreadable status record times: {err}") from None
 
 
 def parse_running_jobs(text: str) -> RunningJobs:
@@ -745,8 +819,13 @@ class KwbaseAdmin:
         return self._parsed(pod, argv, parse_upgrading_nodes)
 
     def replication_health(self, pod: str) -> ReplicationHealth:
-        """`replication_health_of` the nodes `node status --ranges` lists."""
-        return replication_health_of(self.node_status(pod, ranges=True))
+        """`replication_health_of` the nodes `node status --ranges` lists, marked stale while
+        their records may predate the newest start of a live node (`stale_records`)."""
+        statuses = self.node_status(pod, ranges=True)
+        health = replication_health_of(statuses)
+        argv = self.argv(pod, "sql", "--format=csv", "-e", STATUS_TIMES_QUERY)
+        times = self._parsed(pod, argv, parse_status_times)
+        return replace(health, stale=stale_records(statuses, times))
 
     def running_jobs(self, pod: str) -> RunningJobs:
         """The running jobs by type (RUNNING_JOB_TYPES_QUERY)."""

@@ -366,7 +366,7 @@ def run_upgrade(env: Env, inv: Invocation) -> ExecResult:
 # ----- drain / quit -------------------------------------------------------------------------------
 def _drain(env: Env, cluster: LogicalCluster, node: NodeRecord) -> str:
     """quit.go doDrainNoTimeout's stderr; marks the node draining (leases move away)."""
-    leases = cluster.metrics(node, env.now).leaseholders
+    leases = cluster.current_metrics(node, env.now).leaseholders
     cluster.set_flags(node.node_id, env.now, draining=True)
     text = f"node is draining... remaining: {leases}\n" if leases else ""
     return text + "node is draining... remaining: 0 (complete)\n"

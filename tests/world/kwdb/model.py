@@ -37,9 +37,19 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   replicas are fewer than needed. So under-replicated ranges show as soon as a node stops being
   live, and heal only after it is declared dead. A range with no live replica is counted by no
   one (also real).
-- persisted node status: a node that stops keeps the metrics it had when it stopped, forever, as
-  the real status records in kwdb_internal.kv_store_status do (summing that table over all nodes
-  includes stale rows of dead nodes).
+- persisted node status, sampled (`metrics_sample_interval_s`, base.DefaultMetricsSampleInterval
+  10 s, server/config.go:76): a running node computes its periodic store metrics (leaders,
+  leaseholders, ranges.unavailable, ranges.underreplicated: store.go:2387-2479, 2511-2520) on
+  one 10 s ticker (server/node.go:525, 763-795) and writes its status record on another, once
+  at start and then every 10 s (node.go:821-846; UpdatedAt, status/recorder.go:451). A new
+  process's computed gauges are 0 until its first tick; its replica count is kept as replicas
+  come and go (store.go:1520). Here both tickers start with the process and, at the same
+  instant, the write comes first: a record carries metrics computed up to 10 s before it was
+  written, and a restarted node's first two records claim no unavailable and no
+  under-replicated range. `kwdb_internal.kv_store_status` and `node status --ranges` read the
+  records; a node that stopped keeps its last one for ever (summing the table over all nodes
+  includes stale rows of dead nodes); `kv_node_status` has each record's started_at and
+  updated_at (sql/kwdb_internal.go:3406-3430).
 - gossiped store descriptors (gossip/gossip.go StoresInterval and StoreTTL, kvserver/store.go):
   a running node gossips its replica count when it starts, every `gossip_stores_interval_s`, and
   at once after `gossip_capacity_delta_fraction` of its count (at least 1) in replica changes.
@@ -116,7 +126,13 @@ class NodeRecord:
     decommissioning_since: float | None = None
     draining: bool = False
     upgrading: bool = False
-    stale_metrics: StoreMetrics = field(default_factory=StoreMetrics)
+    # The status record (what kv_store_status shows): its metrics, when it was written and the
+    # start of the process that wrote it; and the gauges that process last computed.
+    status: StoreMetrics = field(default_factory=StoreMetrics)
+    status_written_at: float | None = None
+    status_started_at: float = 0.0
+    computed: StoreMetrics = field(default_factory=StoreMetrics)
+    sampled_until: float = -math.inf  # the last sampling tick handled
     # The store descriptor last gossiped: its replica count, when, and how many replica changes
     # until the store gossips again without waiting for the interval.
     gossiped_ranges: int = 0
@@ -280,6 +296,8 @@ class LogicalCluster:
         self.advance(t)
         node = self.nodes[node_id]
         if on == node.heartbeating:
+            if on and node.started_at != node.status_started_at:
+                self._process_started(node, t)  # restarted with no stop seen in between
             return
         if on:
             if not self.is_live(node, t):
@@ -288,12 +306,48 @@ class LogicalCluster:
             node.draining = False  # a restart takes a new liveness epoch, clearing draining
             node.last_heartbeat = t
             self._gossip(node, t)  # a store gossips its descriptor as soon as it starts
+            if node.started_at != node.status_started_at or node.status_written_at is None:
+                self._process_started(node, t)
+            else:  # the same process, cut off meanwhile: it wrote nothing; next tick on time
+                interval = self.settings.metrics_sample_interval_s
+                node.sampled_until = node.started_at + math.floor(
+                    (t - node.started_at) / interval) * interval
         else:
-            # The last status record the node persisted is what kv_store_status keeps showing.
-            node.stale_metrics = self.metrics(node, t)
+            # The last status record the node wrote is what kv_store_status keeps showing.
             node.heartbeating = False
             node.last_heartbeat = t
         self._fix_leases(t)
+
+    def _process_started(self, node: NodeRecord, t: float) -> None:
+        """A new kwbase process: gauges at 0 but the replica count, and its first status
+        record written at once (node.go:823-827)."""
+        node.computed = StoreMetrics(replicas=self.replica_count(node.node_id))
+        node.status_started_at = node.started_at
+        node.sampled_until = t
+        self._write_status(node, t)
+
+    def _write_status(self, node: NodeRecord, t: float) -> None:
+        c = node.computed
+        node.status = StoreMetrics(self.replica_count(node.node_id), c.leaders, c.leaseholders,
+                                   c.unavailable, c.underreplicated)
+        node.status_written_at = t
+
+    def _next_sample(self, node: NodeRecord) -> float:
+        """The running node's next tick after the last one handled: started_at + k x 10 s."""
+        interval = self.settings.metrics_sample_interval_s
+        done = math.floor((node.sampled_until - node.started_at) / interval + 1e-9)
+        return node.started_at + (done + 1) * interval
+
+    def _sample_due(self, t: float) -> None:
+        """Every tick up to t of every running node: write its record, then compute its gauges.
+        A node that does not heartbeat (stopped, or cut off from the cluster) writes nothing."""
+        for node in self.nodes.values():
+            if not node.heartbeating or node.status_written_at is None:
+                continue
+            while (tick := self._next_sample(node)) <= t:
+                self._write_status(node, tick)
+                node.computed = self.current_metrics(node, tick)
+                node.sampled_until = tick
 
     def set_flags(
         self,
@@ -373,9 +427,12 @@ class LogicalCluster:
         return len(self._live_replicas(r, t)) >= len(r.replicas) // 2 + 1
 
     def metrics(self, node: NodeRecord, t: float) -> StoreMetrics:
-        """Current metrics of a heartbeating node; the persisted (stale) ones otherwise."""
-        if not node.heartbeating:
-            return node.stale_metrics
+        """The node's status record as kv_store_status shows it: the last one it wrote."""
+        self.advance(t)
+        return node.status
+
+    def current_metrics(self, node: NodeRecord, t: float) -> StoreMetrics:
+        """What the node's store would compute now (the truth; records lag behind it)."""
         replicas = leases = unavailable = underreplicated = 0
         for r in self.ranges:
             live = self._live_replicas(r, t)
@@ -502,6 +559,8 @@ class LogicalCluster:
             if n.heartbeating:
                 yield n.back_since + self.settings.suspect_after_restart_s
                 yield n.gossiped_at + self.settings.gossip_stores_interval_s
+                if n.status_written_at is not None:
+                    yield self._next_sample(n)
             else:
                 yield n.last_heartbeat + ttl
                 yield n.last_heartbeat + ttl + self.store_dead_s
@@ -511,6 +570,7 @@ class LogicalCluster:
         rate = self.settings.snapshot_rate_per_s
         while self.clock < now:
             self._gossip_due(self.clock)
+            self._sample_due(self.clock)
             boundary = min([b for b in self._boundaries() if b > self.clock] + [now])
             self._fix_leases(self.clock)
             move = self._next_move(self.clock)
@@ -527,4 +587,5 @@ class LogicalCluster:
                 self._budget += (boundary - self.clock) * rate
                 self.clock = boundary
         self._gossip_due(self.clock)
+        self._sample_due(self.clock)
         self._fix_leases(max(self.clock, now))

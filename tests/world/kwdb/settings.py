@@ -45,6 +45,10 @@ class KwdbSettings:
         (kvserver defaultGossipWhenCapacityDeltaExceedsFraction, 0.01). So a live node's
         gossiped count is close to the truth; a dead or cut-off node's is frozen, then 0.
 
+    metrics_sample_interval_s: how often a running node computes its periodic store metrics and
+        writes its status record (base.DefaultMetricsSampleInterval, 10 s: server/config.go:76,
+        server/node.go:525, 2144 of server.go); model.py says how the two tickers are modelled.
+
     node_descriptor_interval_s, node_descriptor_ttl_s: a running node gossips its descriptor
         (address, build, locality, start mode, started_at) when it starts and every interval;
         others forget it ttl after it was last gossiped (kwbase/pkg/gossip/gossip.go:133-140:
@@ -70,6 +74,7 @@ class KwdbSettings:
     gossip_stores_interval_s: float = 60.0
     store_gossip_ttl_s: float = 120.0
     gossip_capacity_delta_fraction: float = 0.01
+    metrics_sample_interval_s: float = 10.0
     node_descriptor_interval_s: float = 3600.0
     node_descriptor_ttl_s: float = 7200.0
 
@@ -84,5 +89,7 @@ class KwdbSettings:
             raise ValueError("need 0 < liveness_ttl_s < time_until_store_dead_s")
         if not 0 < self.node_descriptor_interval_s < self.node_descriptor_ttl_s:
             raise ValueError("need 0 < node_descriptor_interval_s < node_descriptor_ttl_s")
+        if self.metrics_sample_interval_s <= 0:
+            raise ValueError("metrics_sample_interval_s must be positive")
         if not 0 < self.gossip_stores_interval_s < self.store_gossip_ttl_s:
             raise ValueError("need 0 < gossip_stores_interval_s < store_gossip_ttl_s")

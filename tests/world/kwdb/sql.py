@@ -12,6 +12,7 @@ Called by tests/world/kwdb/commands.py. Statements answered:
   as a count), RUNNING_JOB_TYPES_QUERY (running jobs by type, optionally leaving out rows whose
   statement holds a text) and the jobs of one statement (_STATEMENT_JOBS);
 - the nodes whose liveness record is flagged upgrading (_UPGRADING_NODES);
+- when each node's status record was written, and its process started (_STATUS_TIMES);
 - `SELECT 1`;
 - the data statements of tests/world/kwdb/data.py (SHOW DATABASES, SHOW TABLES, EXPORT, IMPORT,
   cluster_logical_timestamp()); their notices are printed to stderr as `NOTICE: ...`, as the
@@ -93,6 +94,14 @@ _UPGRADING_NODES = re.compile(
 """The admin adapter's UPGRADING_NODES_QUERY: the ids whose gossiped liveness record has the
 Upgrading flag (kwdb_internal.gossip_liveness, sql/kwdb_internal.go:2994-3060; every gateway's
 view is the whole cluster here)."""
+_STATUS_TIMES = re.compile(
+    r"select\s+node_id\s*,\s*started_at\s*,\s*updated_at\s+from\s+kwdb_internal\."
+    r"kv_node_status\s+order\s+by\s+node_id",
+    re.IGNORECASE,
+)
+"""The admin adapter's STATUS_TIMES_QUERY: when each node's status record was written and when
+the process that wrote it started (kwdb_internal.kv_node_status, sql/kwdb_internal.go:3406-3430:
+every persisted record, dead nodes' included; model.py's sampled records)."""
 _JOB_WINDOW_S = 7 * 24 * 3600.0
 """SHOW JOBS lists a finished job for seven days (delegate/show_jobs.go:55-60)."""
 _JOB_HEADERS = (
@@ -281,6 +290,14 @@ def _statement(
     if _UPGRADING_NODES.fullmatch(text):
         return ["node_id"], [[str(n.node_id)] for n in sorted(
             cluster.nodes.values(), key=lambda n: n.node_id) if n.upgrading]
+    if _STATUS_TIMES.fullmatch(text):
+        cluster.advance(env.now)
+        epoch = env.group.settings.epoch_unix_s
+        return ["node_id", "started_at", "updated_at"], [
+            [str(n.node_id), format_timestamp(n.status_started_at, epoch),
+             format_timestamp(n.status_written_at, epoch)]
+            for n in sorted(cluster.nodes.values(), key=lambda n: n.node_id)
+            if n.status_written_at is not None]
     if text.lower() == "select 1":
         return ["?column?"], [["1"]]
     raise Fail(f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")

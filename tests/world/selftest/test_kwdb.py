@@ -89,14 +89,22 @@ class Operator:
         return int(got[0]["ranges_unavailable"]), int(got[0]["ranges_underreplicated"])
 
     def healthy_cluster(self, size: int, t: float = 0.0) -> float:
-        """Start `size` pods, init once, wait until replication is healthy; return the time."""
+        """Start `size` pods, init once, wait until replication is healthy and every node's
+        status record says so (two sampling intervals later); return the time."""
         for i in range(size):
             assert self.start(i, t).ok
         assert self.kwbase(0, t + 1, "init").exit_code == 0
         t += 1
-        while self.health(t) != (0, 0):
+        while self.truth(t) != (0, 0):
             t += 5
+        t += 2 * FAST.metrics_sample_interval_s
+        assert self.health(t) == (0, 0)
         return t
+
+    def truth(self, t: float) -> tuple[int, int]:
+        """(unavailable, under-replicated) as the cluster is, not as its records say."""
+        view = self.world.replication(KEY, t)
+        return view.unavailable, view.underreplicated
 
 
 def test_three_nodes_start_init_once_and_report_live_in_csv() -> None:
@@ -203,6 +211,9 @@ def test_dead_node_is_under_replicated_until_declared_dead_then_heals() -> None:
     assert op.health(killed_at + 1) == (0, 0), "still live until its liveness record expires"
     t = killed_at + FAST.liveness_ttl_s + 1
     assert op.status(t)[3]["is_live"] == "false"
+    # The records say so once the others have computed and then written their metrics: within
+    # two sampling intervals (server/node.go:763-846).
+    t += 2 * FAST.metrics_sample_interval_s
     unavailable, under = op.health(t)
     assert unavailable == 0 and under > 0, "a replica of every range the node held is not live"
 
@@ -454,7 +465,9 @@ def test_a_lost_host_times_out_and_its_node_turns_dead() -> None:
     assert op.health(t) == (0, 40)
     op.world.set_pod_host_alive(KEY, "kw-1", True, t)
     assert op.world.is_ready(KEY, "kw-1", t + 1)
-    assert op.health(t + 1) == (0, 0)
+    assert op.world.replication(KEY, t + 1).underreplicated == 0
+    assert op.health(t + 1) == (0, 40), "the records lag behind: written every 10 s"
+    assert op.health(t + 1 + 2 * FAST.metrics_sample_interval_s) == (0, 0)
 
 
 def test_recommissioning_brings_replicas_back() -> None:
@@ -513,7 +526,9 @@ def test_gossiped_replicas_of_a_dead_node_expire_to_zero_while_replicas_remain()
 
     op.world.stop_process(KEY, "kw-3", t, graceful=False)
     ttl = op.world.settings.store_gossip_ttl_s
-    frozen = int(op.status(t + ttl - 1, "4", "--decommission")[0]["gossiped_replicas"])
+    # It last gossiped within an interval before it stopped: visible until ttl after that.
+    last_visible = t + ttl - op.world.settings.gossip_stores_interval_s - 1
+    frozen = int(op.status(last_visible, "4", "--decommission")[0]["gossiped_replicas"])
     assert frozen == before, "a stopped store gossips nothing: the last count stays"
     t += ttl + 1
     gossiped = op.status(t, "4", "--decommission")[0]

@@ -406,7 +406,7 @@ def test_a_volume_lost_with_its_node_is_replaced_by_a_new_store_and_the_dead_id_
     assert rows[dead_id].is_decommissioning and not rows[dead_id].is_live, rows[dead_id]
     assert rows[new_id].healthy and not rows[new_id].is_decommissioning
     health = wait_for("replication to be healthy", lambda: (
-        h := admin.replication_health(f"{NAME}-0")).healthy and h, 20, 0.2)
+        h := admin.replication_health(f"{NAME}-0")).healthy and h, 60, 0.2)
     report("node powered off -> replication healthy", time.monotonic() - lost_at)
     assert health.unavailable == 0 and health.underreplicated == 0
     actions = [a["action"] for a in status(reconciler).get("lastActions") or ()]

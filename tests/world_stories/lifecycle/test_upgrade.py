@@ -89,7 +89,7 @@ def test_a_version_change_rolls_one_pod_at_a_time_gated_on_kaiwudb_health(
             found or {}).get("status", {}).get("version") == "3.2.2" and not now_marked and (
             (flags or {}).get("data") or {}).get("upgrade-complete") == "false" else None
     obj = wait_for("every pod Ready on 3.2.2, no node UPGRADING and the cluster Ready",
-                   upgraded, 75, 0.1)
+                   upgraded, 150, 0.1)  # each move waits for metrics 20 s past the last
     report("version 3.2.1 -> 3.2.2: rolled and Ready", time.monotonic() - started)
 
     assert order == [f"{NAME}-2", f"{NAME}-1", f"{NAME}-0"], "highest ordinal first"

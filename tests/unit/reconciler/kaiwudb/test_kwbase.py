@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -29,10 +29,14 @@ from reconciler.kaiwudb.kwbase import (
     KwbaseAdmin,
     KwbaseError,
     KwbaseSettings,
+    NodeStatus,
     NodeUnreachable,
     NotInitialized,
+    StatusTimes,
     UnexpectedOutput,
     UnknownNode,
+    parse_status_times,
+    stale_records,
 )
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
@@ -193,16 +197,24 @@ def test_replication_heals_after_init() -> None:
     deployment.admin.init("orders-0")
     deployment.at(2.0)
 
+    # Every node's first record was written at start, before it computed anything: zeros,
+    # which say nothing yet (server/node.go:821-827).
     early = deployment.admin.replication_health("orders-2")
-    assert early.unavailable == 0
-    assert early.underreplicated and early.underreplicated > 0
-    assert not early.healthy
-    assert "under-replicated" in early.describe()
-    assert "--ranges" in deployment.runner.calls[-1][1]
+    assert (early.unavailable, early.underreplicated) == (0, 0)
+    assert not early.healthy and "not known yet" in early.describe()
+    assert "less than 20 s after" in early.describe()
+    assert "--ranges" in deployment.runner.calls[-2][1]
+    assert any("kv_node_status" in arg for arg in deployment.runner.calls[-1][1])
+
+    # Ten seconds on, the records carry the first computation: the ranges still healing.
+    deployment.at(21.0)
+    healing = deployment.admin.replication_health("orders-2")
+    assert healing.underreplicated and not healing.healthy
+    assert "under-replicated" in healing.describe()
 
     deployment.at(60.0)
     healed = deployment.admin.replication_health("orders-2")
-    assert healed.healthy
+    assert healed.healthy, healed.describe()
 
 
 def test_every_cluster_runs_the_ts_txn_job_for_ever_and_it_never_holds_a_scale_in() -> None:
@@ -288,7 +300,10 @@ def test_a_node_that_died_while_ranges_were_under_replicated_stops_counting_once
     replication is healthy again: a scale-in waiting for health does not wait for ever."""
     deployment = initialised(4, 2.0)
     world, admin = deployment.world, deployment.admin
-    world.stop_process((NAMESPACE, NAME), "orders-0", 2.0, graceful=False)
+    world.tune((NAMESPACE, NAME), 2.0, snapshot_rate_per_s=1.0)  # healing takes a minute
+    # Its record of t=20 carries the metrics it computed at t=10 (node.go:763-846): still
+    # healing then. It dies right after writing it.
+    world.stop_process((NAMESPACE, NAME), "orders-0", 21.0, graceful=False)
 
     deployment.at(120.0)
     assert not admin.replication_health("orders-1").healthy, \
@@ -627,3 +642,52 @@ def test_a_node_down_for_two_hours_loses_its_address_and_is_long_gone() -> None:
     assert not gone.long_gone(epoch + 30.0 + 7201, after_s=8000), "liveness gossiped since"
     live = admin.node_status("orders-0", node_id=1)[0]
     assert live.address_known and not live.long_gone(epoch + 30.0 + 7201)
+
+
+def at(seconds: float) -> datetime:
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)
+
+
+def node(node_id: int, live: bool = True) -> NodeStatus:
+    return NodeStatus(node_id, f"orders-{node_id - 1}.orders:26257", "", "V3.2.1", None, None,
+                      "", "start", live, live, ranges_unavailable=0, ranges_underreplicated=0)
+
+
+def test_range_metrics_count_only_once_every_live_record_was_written_20_s_after_the_last_start(
+        ) -> None:
+    """Node 2 restarted at t=100. Its first records claim zeros (nothing computed yet), and the
+    others' carry metrics computed before it came back: KWDB computes and writes every 10 s,
+    on two tickers. Only records written 20 s after the start are evidence."""
+    nodes = [node(1), node(2), node(3)]
+    times = {1: StatusTimes(at(0), at(115)), 2: StatusTimes(at(100), at(110)),
+             3: StatusTimes(at(0), at(118))}
+    problem = stale_records(nodes, times)
+    assert problem.startswith("node 2 started at 00:01:40 and the store metrics of node 1, 2, 3 ")
+    assert "written less than 20 s after that" in problem
+    times = {1: StatusTimes(at(0), at(125)), 2: StatusTimes(at(100), at(120)),
+             3: StatusTimes(at(0), at(119.9))}
+    assert "of node 3 were" in stale_records(nodes, times)
+    times[3] = StatusTimes(at(0), at(128))
+    assert stale_records(nodes, times) == ""
+
+    # A dead node's record is never rewritten: not waited for (its stale sums still count).
+    dead = [node(1), node(2), node(3, live=False)]
+    times[3] = StatusTimes(at(0), at(50))
+    assert stale_records(dead, times) == ""
+    # A live node with no record at all: nothing is known about it yet.
+    assert "no status record yet for KaiwuDB node 3" in stale_records(nodes, {1: times[1],
+                                                                              2: times[2]})
+
+
+def test_status_record_times_are_read_as_utc_and_refused_when_unreadable() -> None:
+    text = ("node_id,started_at,updated_at\n"
+            "1,2026-01-01 00:00:00,2026-01-01 00:02:05.5\n"
+            "2,2026-01-01 00:01:40+00:00,2026-01-01 00:02:00\n")
+    assert parse_status_times(text) == {1: StatusTimes(at(0), at(125.5)),
+                                        2: StatusTimes(at(100), at(120))}
+    for bad in ("node_id,updated_at\n1,2026-01-01 00:00:00\n",
+                "node_id,started_at,updated_at\n1,NULL,2026-01-01 00:00:00\n",
+                "node_id,started_at,updated_at\nx,2026-01-01 00:00:00,2026-01-01 00:00:00\n",
+                "node_id,started_at,updated_at\n1,yesterday,2026-01-01 00:00:00\n"):
+        with pytest.raises(ValueError, match="unreadable status record times"):
+            parse_status_times(bad)
