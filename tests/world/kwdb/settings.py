@@ -17,8 +17,12 @@ class KwdbSettings:
         kwbase forks) bootstraps about 35-40 system ranges; 40 keeps the arithmetic simple.
     replication_factor: replicas per range for `kwbase start` clusters (KaiwuDB multi-replica
         mode: 3). `start-single-replica` and `start-single-node` always use 1.
-    liveness_ttl_s: how long a node stays live after its last liveness heartbeat. CockroachDB
-        v20.1 liveness records expire 9 s after the last heartbeat (heartbeats every 4.5 s).
+    liveness_ttl_s: how long a node stays live after its last liveness heartbeat. KWDB V3.2.1
+        derives it from raft: 3 (defaultRangeLeaseRaftElectionTimeoutMultiplier) x 25 election
+        ticks (defaultRaftElectionTimeoutTicks, KWDB's own raise of CockroachDB's 15) x 200 ms
+        (defaultRaftTickInterval) = 15 s (kwbase/pkg/base/config.go:72-76, 134-135, 660-693;
+        NodeLivenessDurations). CockroachDB v20.1's 9 s was the simulator's value until
+        3 December 2026: a real dead node stays live 6 s longer.
     time_until_store_dead_s: `server.time_until_store_dead`; KaiwuDB raises CockroachDB's 5 min
         to 30 min. Only after this does the cluster replace replicas of a non-live node.
     suspect_after_restart_s: a node that came back after being non-live is "suspect" for this long
@@ -63,7 +67,7 @@ class KwdbSettings:
 
     range_count: int = 40
     replication_factor: int = 3
-    liveness_ttl_s: float = 9.0
+    liveness_ttl_s: float = 15.0
     time_until_store_dead_s: float = 30 * 60.0
     suspect_after_restart_s: float = 60.0
     snapshot_rate_per_s: float = 8.0
