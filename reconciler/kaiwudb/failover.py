@@ -487,7 +487,9 @@ class Failover:
         except KwbaseError as error:
             self.metrics.errors_total.labels(stage="failover").inc()
             return f"KaiwuDB replication health unknown: {error}"
-        if health.unavailable != 0:
+        if health.unavailable != 0 or health.stale:
+            # A stale read says nothing: a node started moments ago reports 0 until it has
+            # computed its metrics (kwbase.stale_records).
             return (f"KaiwuDB reports {health.describe()}: this store may hold the last copies "
                     "of a range without its quorum; it is kept until none is unavailable")
         return ""

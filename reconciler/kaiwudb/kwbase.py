@@ -414,9 +414,14 @@ def stale_records(statuses: Sequence[NodeStatus], times: dict[int, StatusTimes],
     (--max-offset). A dead node's record is old by nature and still counted in the sums; it is
     not waited for (it will never be rewritten)."""
     live = [s for s in statuses if s.is_live]
-    missing = [s.id for s in live if s.id not in times]
+    # A record older than the node's current process (its started_at, the same value KWDB
+    # gossips with the descriptor) was written by the process before: SQL serves before a new
+    # process writes its first record (server/server.go:2118-2144).
+    missing = [s.id for s in live if s.id not in times or (
+        s.started_at is not None and times[s.id].started_at < s.started_at)]
     if missing:
-        return ("no status record yet for KaiwuDB node " + ", ".join(map(str, missing))
+        return ("no status record yet from the running process of KaiwuDB node "
+                + ", ".join(map(str, missing))
                 + f" (written at start, then every {sample_s:g} s)")
     if not live:
         return ""
@@ -821,10 +826,12 @@ class KwbaseAdmin:
     def replication_health(self, pod: str) -> ReplicationHealth:
         """`replication_health_of` the nodes `node status --ranges` lists, marked stale while
         their records may predate the newest start of a live node (`stale_records`)."""
-        statuses = self.node_status(pod, ranges=True)
-        health = replication_health_of(statuses)
+        # The times first: a record rewritten between the two reads then makes the sums newer
+        # than the times say, never older.
         argv = self.argv(pod, "sql", "--format=csv", "-e", STATUS_TIMES_QUERY)
         times = self._parsed(pod, argv, parse_status_times)
+        statuses = self.node_status(pod, ranges=True)
+        health = replication_health_of(statuses)
         return replace(health, stale=stale_records(statuses, times))
 
     def running_jobs(self, pod: str) -> RunningJobs:

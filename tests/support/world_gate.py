@@ -22,7 +22,7 @@ from tests.support.lifecycle import NAME, small_cluster
 from tests.world.controlplane import ControlPlane
 
 GATE_BOUND_S = 120.0
-"""How long the reference cluster may take to become Ready. A healthy run needs 10 to 20 s
+"""How long the reference cluster may take to become Ready. A healthy run needs about 4 s
 (bring-up stories print it); a third of the stories' own 75 s bound would be too tight on a busy
 machine, so twice that bound's margin."""
 

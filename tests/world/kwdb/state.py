@@ -263,7 +263,9 @@ class Group:
                 build=proc.build,
                 locality=opts.locality or f"region=NODE{node_id}",
                 start_mode=opts.mode,
-                started_at=proc.started_at,
+                # node.go:418: startedAt is taken once the node id is known, after a wait for
+                # init or join, not when the process was launched.
+                started_at=now,
                 last_heartbeat=now,
                 heartbeating=False,
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -158,7 +158,9 @@ def test_node_status_maps_every_node_id_to_its_pod(cluster: Deployment) -> None:
     assert first.address == "orders-0.orders.shop.svc.cluster.local:26257"
     assert first.build == "V3.2.1"
     assert first.start_mode == "start"
-    assert first.started_at == EPOCH
+    # Its start counts from `init` at t=1 s, when it got its node id (server/node.go:418),
+    # not from the launch of its process at t=0.
+    assert first.started_at == EPOCH + timedelta(seconds=1)
     assert first.updated_at is not None and first.updated_at > EPOCH
     assert all(n.healthy for n in nodes)
     # Without the flags, their column groups are absent, not zero.
@@ -195,6 +197,7 @@ def test_replication_heals_after_init() -> None:
     deployment = start_pods()
     deployment.at(1.0)
     deployment.admin.init("orders-0")
+    deployment.world.tune((NAMESPACE, NAME), 1.0, snapshot_rate_per_s=2.0)  # 40 s to heal
     deployment.at(2.0)
 
     # Every node's first record was written at start, before it computed anything: zeros,
@@ -203,8 +206,8 @@ def test_replication_heals_after_init() -> None:
     assert (early.unavailable, early.underreplicated) == (0, 0)
     assert not early.healthy and "not known yet" in early.describe()
     assert "less than 20 s after" in early.describe()
-    assert "--ranges" in deployment.runner.calls[-2][1]
-    assert any("kv_node_status" in arg for arg in deployment.runner.calls[-1][1])
+    assert any("kv_node_status" in arg for arg in deployment.runner.calls[-2][1])
+    assert "--ranges" in deployment.runner.calls[-1][1], "the times read first, then the sums"
 
     # Ten seconds on, the records carry the first computation: the ranges still healing.
     deployment.at(21.0)
@@ -675,8 +678,12 @@ def test_range_metrics_count_only_once_every_live_record_was_written_20_s_after_
     times[3] = StatusTimes(at(0), at(50))
     assert stale_records(dead, times) == ""
     # A live node with no record at all: nothing is known about it yet.
-    assert "no status record yet for KaiwuDB node 3" in stale_records(nodes, {1: times[1],
-                                                                              2: times[2]})
+    assert "no status record yet from the running process of KaiwuDB node 3" in stale_records(
+        nodes, {1: times[1], 2: times[2]})
+    # Nor when its record was written by the process before its restart (SQL serves before
+    # the new process writes its first record).
+    restarted = [node(1), node(2), replace(node(3), started_at=at(200))]
+    assert "running process of KaiwuDB node 3" in stale_records(restarted, times)
 
 
 def test_status_record_times_are_read_as_utc_and_refused_when_unreadable() -> None:
