@@ -117,7 +117,6 @@ def flags_object(cluster: Cluster, owner: Obj, on: bool) -> Obj:
     }, owner)
 
 
-
 UPGRADE_REFUSED = "can not upgrade nodes when cluster has node"
 """KWDB's refusal of `node upgrade` while some node is neither LIVE nor DECOMMISSIONED
 (server/server.go:2833-2837)."""
@@ -135,6 +134,7 @@ def refusal_hint(error: str) -> str:
             "node decommissioned after it died counts as DECOMMISSIONING until "
             "server.time_until_store_dead (30 min by default) has passed since it stopped, a "
             "stopped node as UNAVAILABLE until it is back; the upgrade goes on by itself then")
+
 
 class StartFlags(Part):
     """The start-flags ConfigMap of each cluster (see the module docstring)."""

@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from tests.support.harness import NODE_READER, Reconciler, condition, user
 from tests.support.lifecycle import NAME, small_cluster
 from tests.world.controlplane import ControlPlane
+from tests.world.fixtures import make_namespace
 
 GATE_BOUND_S = 120.0
 """How long the reference cluster may take to become Ready. A healthy run needs about 4 s
@@ -41,11 +42,10 @@ def reference_cluster_verdict(plane: ControlPlane, admin: k8s.ApiClient,
                               namespace: str, bound_s: float = GATE_BOUND_S) -> GateVerdict:
     """Apply the reference cluster in `namespace` (made and deleted here) and watch it."""
     core = k8s.CoreV1Api(admin)
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
-    reconciler: Reconciler | None = None
     started = time.monotonic()
+    reconciler: Reconciler | None = None
     try:
-        _wait_for_default_account(core, namespace)
+        make_namespace(core, namespace)
         reconciler = Reconciler(plane, admin, namespace).start()
         user(admin, "kubectl").apply(small_cluster(namespace))
         return _watch(reconciler, started, bound_s)
@@ -68,19 +68,6 @@ def _watch(reconciler: Reconciler, started: float, bound_s: float) -> GateVerdic
                     if ready else "no Ready condition written")
             return GateVerdict(elapsed, f"not Ready within {bound_s:g} s ({said})")
         time.sleep(0.2)
-
-
-def _wait_for_default_account(core: k8s.CoreV1Api, namespace: str) -> None:
-    # Pods are rejected until the serviceaccount controller has made the default account.
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            core.read_namespaced_service_account("default", namespace)
-            return
-        except k8s.ApiException as err:
-            if err.status != 404 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def _delete(core: k8s.CoreV1Api, admin: k8s.ApiClient, namespace: str) -> None:

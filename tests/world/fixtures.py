@@ -71,22 +71,27 @@ def _namespace_name(test_name: str) -> str:
     return f"{base or 't'}-{secrets.token_hex(3)}"
 
 
-@pytest.fixture
-def namespace(kube: k8s.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace named after the test, with its default ServiceAccount in place."""
-    core = k8s.CoreV1Api(kube)
-    name = _namespace_name(request.node.name)
+def make_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    """Create namespace `name` and wait until its default ServiceAccount is in place."""
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
     # Pods are rejected until the serviceaccount controller has made the default account.
     deadline = time.monotonic() + 30
     while True:
         try:
             core.read_namespaced_service_account("default", name)
-            break
+            return
         except k8s.ApiException as err:
             if err.status != 404 or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+@pytest.fixture
+def namespace(kube: k8s.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test, with its default ServiceAccount in place."""
+    core = k8s.CoreV1Api(kube)
+    name = _namespace_name(request.node.name)
+    make_namespace(core, name)
     yield name
     try:
         core.delete_namespace(name)

@@ -132,7 +132,7 @@ class NodeRecord:
     status_written_at: float | None = None
     status_started_at: float = 0.0
     computed: StoreMetrics = field(default_factory=StoreMetrics)
-    sampled_until: float = -math.inf  # the last sampling tick handled
+    ticks_done: int = 0  # sampling ticks of the running process handled so far
     # The store descriptor last gossiped: its replica count, when, and how many replica changes
     # until the store gossips again without waiting for the interval.
     gossiped_ranges: int = 0
@@ -309,9 +309,7 @@ class LogicalCluster:
             if node.started_at != node.status_started_at or node.status_written_at is None:
                 self._process_started(node, t)
             else:  # the same process, cut off meanwhile: it wrote nothing; next tick on time
-                interval = self.settings.metrics_sample_interval_s
-                node.sampled_until = node.started_at + math.floor(
-                    (t - node.started_at) / interval) * interval
+                node.ticks_done = self._ticks_by(node, t)
         else:
             # The last status record the node wrote is what kv_store_status keeps showing.
             node.heartbeating = False
@@ -323,7 +321,7 @@ class LogicalCluster:
         record written at once (node.go:823-827)."""
         node.computed = StoreMetrics(replicas=self.replica_count(node.node_id))
         node.status_started_at = node.started_at
-        node.sampled_until = t
+        node.ticks_done = self._ticks_by(node, t)
         self._write_status(node, t)
 
     def _write_status(self, node: NodeRecord, t: float) -> None:
@@ -332,11 +330,13 @@ class LogicalCluster:
                                    c.unavailable, c.underreplicated)
         node.status_written_at = t
 
+    def _ticks_by(self, node: NodeRecord, t: float) -> int:
+        """How many of the process's ticks (started_at + k x 10 s, k >= 1) come by time t."""
+        return max(0, math.floor((t - node.started_at) / self.settings.metrics_sample_interval_s))
+
     def _next_sample(self, node: NodeRecord) -> float:
-        """The running node's next tick after the last one handled: started_at + k x 10 s."""
-        interval = self.settings.metrics_sample_interval_s
-        done = math.floor((node.sampled_until - node.started_at) / interval + 1e-9)
-        return node.started_at + (done + 1) * interval
+        """The running node's next tick after the last one handled."""
+        return node.started_at + (node.ticks_done + 1) * self.settings.metrics_sample_interval_s
 
     def _sample_due(self, t: float) -> None:
         """Every tick up to t of every running node: write its record, then compute its gauges.
@@ -347,7 +347,7 @@ class LogicalCluster:
             while (tick := self._next_sample(node)) <= t:
                 self._write_status(node, tick)
                 node.computed = self.current_metrics(node, tick)
-                node.sampled_until = tick
+                node.ticks_done += 1
 
     def set_flags(
         self,
