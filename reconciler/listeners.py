@@ -20,6 +20,10 @@ here each listener has `Limits` (documented defaults below) and says why it drop
   stops reading a large answer frees its thread.
 - One request per connection (HTTP/1.0 semantics, the http.server default): no idle keep-alive.
 
+`TLSServer` is a BoundedServer that shakes hands in each connection's own thread (a slow
+handshake blocks nobody else), with the certificate of the moment (`tls_context`, swapped by
+its owner): the webhook and the restore file server serve through it.
+
 Every drop calls `on_drop(reason)`; the callers count it in
 `kaiwu_http_connections_dropped_total{listener, reason}` (reason: evicted, deadline, busy,
 too_large, no_length). `reconciler/listeners.py` is a leaf: it imports nothing of the reconciler.
@@ -29,7 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -213,3 +219,60 @@ class BoundedHandler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         self.server.answering(self.request)
         return body
+
+
+def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A server context for a PEM certificate (chain) and key, loaded from memory files (the
+    key never touches a disk)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    fds = [os.memfd_create("tls-cert"), os.memfd_create("tls-key")]
+    try:
+        for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
+            with os.fdopen(fd, "wb", closefd=False) as fh:
+                fh.write(data)
+        context.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return context
+
+
+class TLSServer(BoundedServer):
+    """A BoundedServer speaking TLS with `context()` of the moment (None: no certificate yet,
+    every client is closed at once)."""
+
+    refusal = b""  # no plain-text answer to a client expecting a TLS handshake
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 limits: Limits, context: Callable[[], ssl.SSLContext | None],
+                 on_drop: Callable[[str], None] = lambda reason: None,
+                 *, name: str = "https") -> None:
+        self.context = context
+        self.handler = handler
+        super().__init__(address, handler, limits, on_drop, name=name)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):  # a client gone, or dropped by us
+            super().handle_error(request, client_address)
+            return
+        log.warning("%s: request from %s failed", self.name, client_address, exc_info=True)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the request's own thread: a slow handshake blocks nobody else.
+        context = self.context()
+        if context is None:
+            return
+        try:
+            tls = context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as error:
+            # The failed wrapper has closed the descriptor already: forget it before another
+            # connection is given the same number.
+            self.forget(request)
+            log.debug("%s: TLS handshake failed: %s", self.name, error)
+            return
+        try:
+            self.handler(tls, client_address, self)
+        finally:
+            self.forget(request)  # before its descriptor is closed and reused
+            tls.close()

@@ -59,7 +59,6 @@ from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_LABEL = "kaiwu.inspur.com/schedule"
 NOT_CARRIED = (
     "not carried (a restore cannot bring them back): passwords (EXPORT USERS writes none: set "
     "them with ALTER USER ... WITH PASSWORD after a restore); privileges on databases, schemas "
@@ -184,8 +183,8 @@ class Backups:
             p.events.append(("Warning", "BackupScheduleInvalid",
                              f"KaiwuBackupSchedule/{name}: {problem}"))
             return
-        mine = [b for b in backups if (meta(b).get("labels") or {}).get(SCHEDULE_LABEL) == name]
-        slots = [_time((meta(b).get("annotations") or {}).get(f"{SCHEDULE_LABEL}-slot"))
+        mine = [b for b in backups if (meta(b).get("labels") or {}).get(k.SCHEDULE_LABEL) == name]
+        slots = [_time((meta(b).get("annotations") or {}).get(k.SLOT_ANNOTATION))
                  for b in mine]
         created = _time(meta(schedule).get("creationTimestamp"))
         due = None if spec.get("suspend") else bp.due_slot(
@@ -212,8 +211,8 @@ class Backups:
         body: Obj = {
             "apiVersion": k.KAIWU_BACKUP.api_version, "kind": k.KAIWU_BACKUP.kind,
             "metadata": {"name": name, "namespace": cluster.namespace,
-                         "labels": {SCHEDULE_LABEL: str(meta(schedule).get("name"))},
-                         "annotations": {f"{SCHEDULE_LABEL}-slot": _stamp(slot)}},
+                         "labels": {k.SCHEDULE_LABEL: str(meta(schedule).get("name"))},
+                         "annotations": {k.SLOT_ANNOTATION: _stamp(slot)}},
             "spec": {"cluster": {"name": cluster.name},
                      "target": template.get("target") or {},
                      **({"databases": template["databases"]} if template.get("databases")
@@ -235,7 +234,7 @@ class Backups:
         retention = spec.get("retention") or {}
         name = str(meta(schedule).get("name"))
         mine = {str(meta(b).get("name")): b for b in backups
-                if (meta(b).get("labels") or {}).get(SCHEDULE_LABEL) == name}
+                if (meta(b).get("labels") or {}).get(k.SCHEDULE_LABEL) == name}
         try:
             max_age = bp.age_seconds(retention["maxAge"]) if retention.get("maxAge") else None
         except ValueError as err:

@@ -5,9 +5,13 @@ The Controller runs `Restore.run` after "failover" and before "backup"
 (reconciler.controller.controller), once the cluster is initialised. The order is KWDB's
 (kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup_plan.restore_statements):
 cluster settings, users, then each database of the backup's manifest, one IMPORT per pass,
-each read over http from the reconciler's file server (reconciler.kaiwudb.restore_server),
-since IMPORT cannot read s3://. An IMPORT with a notice, a status other than succeeded or any
-reject rows fails the restore (Stalled, reason RestoreFailed): the data would be incomplete.
+each read over https from the reconciler's file server (reconciler.kaiwudb.restore_server),
+since IMPORT cannot read s3://. Before the first import KaiwuDB is made to trust the file
+server's CA (the cluster setting CUSTOM_CA; a database's import waits for it to spread), and
+before the restore is recorded complete it no longer does; a restore that failed drops it on a
+later pass.
+An IMPORT with a notice, a status other than succeeded or any reject rows fails the restore
+(Stalled, reason RestoreFailed): the data would be incomplete.
 
 Before the first IMPORT every file of the backup is checked against its manifest (present,
 same size, same sha256): a damaged backup fails the restore before anything is imported.
@@ -33,9 +37,9 @@ from typing import Any
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import Backups, phase_of
 from reconciler.kaiwudb.backup_target import TargetError
-from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError
+from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError, quote_literal
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
-from reconciler.kaiwudb.restore_server import BackupFileServer
+from reconciler.kaiwudb.restore_server import BackupFileServer, custom_ca_with
 from reconciler.kaiwudb.statements import Running
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -46,6 +50,18 @@ log = logging.getLogger(__name__)
 
 ANNOTATION = bp.RESTORE_ANNOTATION
 RECORD_CLOCK_GRACE = timedelta(seconds=5)
+# KWDB trusts an https server whose certificate one of this setting's PEM certificates signed
+# (storage/cloud/http_storage.go:76-87). The node that ran SET applied it before answering
+# (sql/set_cluster_setting.go:540-552 waits up to 10 s to observe it); the others hear of it
+# by gossip (server/settingsworker.go:132-140). Settings and users are imported by the gateway
+# alone (importer/import_stmt.go:1518-1580), a database's files are read on every node: a
+# setting written just before a database's import is given TRUST_SETTLE_S to spread.
+# A setting whose value has a newline must not be there when a backup runs: EXPORT CLUSTER
+# SETTING writes it as
+# `'e'...\n...'` (sql/export.go:576-582 trims quotes off lex.EncodeSQLString's `e'...'`),
+# which IMPORT CLUSTER SETTING cannot parse (importer/import_stmt.go:1535-1538).
+CUSTOM_CA = "cloudstorage.http.custom_ca"
+TRUST_SETTLE_S = 5.0
 BUILT_IN_USERS = frozenset({"root", "admin"})
 
 
@@ -62,6 +78,8 @@ class Restore:
         # The record this process last wrote, per cluster: the watch cache may still show an
         # older annotation for a moment, and an import must not run twice because of it.
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
+        # Clusters whose CUSTOM_CA this process has cleared of file server CAs.
+        self._distrusted: set[tuple[str, str]] = set()
 
     def recall(self, cluster: Cluster, shown: dict[str, Any] | None) -> dict[str, Any] | None:
         mine = self._written.get((cluster.namespace, cluster.name))
@@ -82,12 +100,19 @@ class Restore:
         cluster = p.cluster
         assert cluster is not None and cluster.restore_from
         record = self.recall(cluster, bp.restore_record(meta(p.obj).get("annotations") or {}))
-        if record is not None and record.get("completedAt"):
+        if record is not None and (record.get("completedAt") or record.get("failed")):
             self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
-            return
-        if record is not None and record.get("failed"):
-            self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
-            p.stalled.append(("RestoreFailed", str(record["failed"])))
+            if (cluster.namespace, cluster.name) not in self._distrusted:
+                # A failed restore (or one an earlier process finished) may have left a file
+                # server's CA trusted: once per process, it goes.
+                pod = self.pod(p, cluster)
+                if pod is not None:
+                    try:
+                        self.trust(cluster, self.backups.admin(cluster), pod, None)
+                    except KwbaseError as err:
+                        log.warning("restore: %s/%s: %s", cluster.namespace, cluster.name, err)
+            if record.get("failed"):
+                p.stalled.append(("RestoreFailed", str(record["failed"])))
             return
         name = cluster.restore_from
         backup = self.backups.view.get(k.KAIWU_BACKUP, cluster.namespace, name)
@@ -123,6 +148,11 @@ class Restore:
             done = list(record.get("done") or ())
             todo = [(step, stmt) for step, stmt in steps if step not in done]
             if not todo:
+                # The file server's CA leaves the cluster's trust before the restore is
+                # recorded complete: backups may start then, and KWDB writes the setting into
+                # a backup as a line it cannot read back (see CUSTOM_CA).
+                if self.trust_failed(p, name, cluster, admin, pod, None, settle=False):
+                    return
                 record["completedAt"] = rfc3339(p.now)
                 self.annotate(p, cluster, record)
                 self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
@@ -131,6 +161,11 @@ class Restore:
                     f"{manifest.get('consistentToTime')}")))
                 return
             step, stmt = todo[0]
+            # Settings and users are read by the gateway alone, which applied the setting
+            # before answering; a database is read on every node.
+            if self.trust_failed(p, name, cluster, admin, pod, self.server.ca_pem(),
+                                 settle=step.startswith("database ")):
+                return
             if step.startswith("database "):
                 running = self.import_database(cluster, admin, pod, manifest, step, stmt,
                                                str(record.get("begunAt") or ""))
@@ -232,6 +267,39 @@ class Restore:
         if problem:
             raise _Failed(problem)
         return ""
+
+    def trust(self, cluster: Cluster, admin: KwbaseAdmin, pod: str, ca_pem: str | None
+              ) -> bool:
+        """Make CUSTOM_CA trust `ca_pem` (a restore file server's CA; None: none of them);
+        True when it already did, so nothing was written."""
+        shown = admin.sql(pod, f"SHOW CLUSTER SETTING {CUSTOM_CA}")
+        current = str(shown.rows[0].get(CUSTOM_CA) or "") if shown.rows else ""
+        wanted = custom_ca_with(current, ca_pem)
+        if ca_pem is None:
+            self._distrusted.add((cluster.namespace, cluster.name))
+        else:
+            self._distrusted.discard((cluster.namespace, cluster.name))
+        if wanted == current:
+            return True
+        admin.sql(pod, f"SET CLUSTER SETTING {CUSTOM_CA} = {quote_literal(wanted)}" if wanted
+                  else f"RESET CLUSTER SETTING {CUSTOM_CA}")
+        return False
+
+    def trust_failed(self, p: Pass, name: str, cluster: Cluster, admin: KwbaseAdmin, pod: str,
+                     ca_pem: str | None, *, settle: bool) -> bool:
+        """`trust`, as a step of the restore: True (and the pass waits) when the setting could
+        not be read or written, or, with `settle`, was written just now (every node must hear
+        of it first); a later pass tries again."""
+        try:
+            if self.trust(cluster, admin, pod, ca_pem) or not settle:
+                return False
+        except KwbaseError as err:
+            self.waiting(p, f"restoring KaiwuBackup {name}: {CUSTOM_CA}: {err}")
+            return True
+        self.waiting(p, f"restoring KaiwuBackup {name}: KaiwuDB is told to trust the "
+                        f"reconciler's file server ({CUSTOM_CA}); the import goes on once "
+                        "every node has heard", TRUST_SETTLE_S)
+        return True
 
     def waiting(self, p: Pass, message: str, poll_s: float | None = None) -> None:
         p.not_ready.insert(0, ("Restoring", message))

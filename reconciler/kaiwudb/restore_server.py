@@ -19,20 +19,38 @@ Nothing else is served; a token is withdrawn when its restore ends. Connections 
 every listener of the reconciler is (reconciler.listeners, LIMITS). The server starts on first
 use (Settings.restore_http_address) and KaiwuDB pods reach it
 at Settings.restore_advertise_host (the reconciler pod's IP, from the downward API).
+
+It speaks only TLS: the token and the backup's rows never cross the pod network in the clear,
+and KWDB reads from this server, not from whoever answers at its address. The certificate
+(the advertised host as its SAN) is issued by a CA this process makes on first use; its key
+never leaves memory, so a CA left trusted after the process ended can sign nothing. KWDB trusts
+a server's certificate when it is signed by a system CA or by one of the PEM certificates of
+the cluster setting `cloudstorage.http.custom_ca` (storage/cloud/http_storage.go:76-87,
+makeHTTPClient: SystemCertPool plus AppendCertsFromPEM; the setting: external_storage.go:367),
+read each time an IMPORT opens its storage. `custom_ca_with` is how the restore step puts this
+CA into that setting and takes it (and any earlier process's) out again: certificates are told
+apart by RESTORE_CA_NAME, their subject's common name.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+import re
 import secrets
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote, urlsplit
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
 from reconciler.kaiwudb.backup_target import Target, TargetError
-from reconciler.listeners import BoundedHandler, BoundedServer, Limits
+from reconciler.kaiwudb.certs import CertKey, CertSettings, issue_server, new_ca
+from reconciler.listeners import BoundedHandler, Limits, TLSServer, tls_context
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +58,16 @@ log = logging.getLogger(__name__)
 # server that KWDB cannot reach within 5 s is of no use to it anyway.
 LIMITS = Limits(max_connections=64, request_deadline_s=5.0, max_body_bytes=0,
                 io_timeout_s=60.0)
+
+# The common name of every CA a restore file server makes: how `custom_ca_with` tells them
+# from certificates a user put into cloudstorage.http.custom_ca.
+RESTORE_CA_NAME = "kaiwu-operator restore file server"
+# The CA and its certificate live as long as the process (the key only in memory); they are
+# made anew when less than RENEW_BEFORE of a year is left.
+CREDENTIALS = CertSettings(ca_validity=timedelta(days=365), leaf_validity=timedelta(days=365))
+RENEW_BEFORE = timedelta(days=30)
+_PEM_CERTIFICATE = re.compile(
+    r"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.DOTALL)
 
 
 def default_advertise_host() -> str:
@@ -65,12 +93,15 @@ class BackupFileServer:
         self._published: dict[str, Target] = {}
         self._keys: dict[str, str] = {}  # token -> the key it was published under
         self._lock = threading.Lock()
-        self._server: BoundedServer | None = None
+        self._server: TLSServer | None = None
         self._poll_s = poll_s
+        self._ca: CertKey | None = None
+        self._context: ssl.SSLContext | None = None
 
     def publish(self, key: str, target: Target) -> str:
         """Serve `target`; returns its base URL. The same key keeps its token."""
         self._start()
+        self.ca_pem()  # a certificate, before anyone is told where to connect
         with self._lock:
             token = next((t for t, k in self._keys.items() if k == key), None)
             if token is None:
@@ -78,7 +109,20 @@ class BackupFileServer:
                 self._keys[token] = key
             self._published[token] = target
         assert self._server is not None
-        return f"http://{self.advertise_host}:{self._server.server_address[1]}/{token}"
+        return f"https://{self.advertise_host}:{self._server.server_address[1]}/{token}"
+
+    def ca_pem(self, now: datetime | None = None) -> str:
+        """The PEM certificate of the CA that issued the server's certificate: what KWDB must
+        trust to read from it (the restore step puts it into cloudstorage.http.custom_ca).
+        Made on first use; made anew, with a new server certificate, once it nears its end."""
+        now = now or datetime.now(UTC)
+        with self._lock:
+            if self._ca is None or self._ca.cert.not_valid_after_utc - now < RENEW_BEFORE:
+                ca = new_ca(RESTORE_CA_NAME, now, CREDENTIALS)
+                leaf = issue_server(ca, RESTORE_CA_NAME, [self.advertise_host], now, CREDENTIALS)
+                self._context = tls_context(leaf.cert_pem, leaf.key_pem)
+                self._ca = ca
+            return self._ca.cert_pem.decode()
 
     def withdraw(self, key: str) -> None:
         with self._lock:
@@ -108,8 +152,8 @@ class BackupFileServer:
                 def log_message(self, fmt: str, *args: object) -> None:
                     log.debug("restore server: " + fmt, *args)
 
-            self._server = BoundedServer(self._bind, Handler, LIMITS, self._on_drop,
-                                         name="restore-files")
+            self._server = TLSServer(self._bind, Handler, LIMITS, lambda: owner._context,
+                                     self._on_drop, name="restore-files")
             threading.Thread(target=self._server.serve_forever, args=(self._poll_s,),
                              name="restore-files", daemon=True).start()
 
@@ -193,3 +237,28 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
         return (0, -1)
     end = min(int(last), size - 1) if last else size - 1
     return None if end < start else (start, end)
+
+
+def custom_ca_with(current: str, ours: str | None) -> str:
+    """The value of cloudstorage.http.custom_ca that trusts `ours` (a restore file server's
+    CA; None: none of them) and keeps every other certificate of `current`, the setting's
+    value now (anyone with admin rights may have written it: read as hostile text). Every
+    certificate named RESTORE_CA_NAME goes (an earlier process's CA can serve nothing: its key
+    is gone); `current` itself when nothing changes, so a value the reconciler does not need
+    to touch is never rewritten."""
+    blocks = [block.strip() for block in _PEM_CERTIFICATE.findall(current)]
+    others = [block for block in blocks if not _restore_ca_name(block)]
+    restore_cas = [block for block in blocks if _restore_ca_name(block)]
+    wanted = [ours.strip()] if ours is not None else []
+    if restore_cas == wanted:
+        return current
+    return "".join(block + "\n" for block in [*others, *wanted])
+
+
+def _restore_ca_name(block: str) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(block.encode())
+    except ValueError:
+        return False
+    return any(a.value == RESTORE_CA_NAME
+               for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME))

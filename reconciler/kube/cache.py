@@ -24,8 +24,9 @@ shard's clusters are cached; events of other objects count only for clusters thi
 (in the cache, and past the handover delay of a cluster that moved here from another shard).
 A cluster leaving the selector arrives as DELETED and is forgotten like a deleted one.
 
-What is kept: of the kinds the reconciler only reads (Pods, claims, Secrets, Nodes), the fields
-its readers use (`kinds.slim`: no managedFields, a Pod's spec down to its node and images); the
+What is kept: of the kinds the reconciler only reads (Pods, claims, Secrets, Nodes, KaiwuBackups
+and schedules), the fields its readers use (`kinds.slim`: no managedFields, a Pod's spec down to
+its node and images, a KaiwuBackup's metadata down to the one label and annotation read); the
 kinds it applies whole, managedFields and all (drift attribution reads them). Every map and list
 equal to one already cached is stored once (`Shared`: the clusters of a fleet repeat each
 other's managedFields, probes, labels and volume mounts), map keys and short strings are

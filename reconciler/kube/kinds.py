@@ -58,10 +58,15 @@ class Kind:
 KAIWU_CLUSTER = Kind(schema.API_VERSION, schema.KIND, schema.PLURAL,  # as the CRD names it
                      always_served=False)
 # Backups (docs/backup.md): watched in full (no managed-by label), served once their CRDs are.
+# Small pages, as Secrets: anyone who may create one in a watched namespace may make it 1.5 MiB.
 KAIWU_BACKUP = Kind(schema.API_VERSION, schema.BACKUP_KIND, schema.BACKUP_PLURAL,
-                    always_served=False, prunable=False)
+                    always_served=False, prunable=False, list_page=25)
 KAIWU_BACKUP_SCHEDULE = Kind(schema.API_VERSION, schema.SCHEDULE_KIND, schema.SCHEDULE_PLURAL,
-                             always_served=False, prunable=False)
+                             always_served=False, prunable=False, list_page=25)
+# The label a KaiwuBackupSchedule puts on each backup it makes (its own name), and the
+# annotation with the slot (an RFC 3339 time) the backup was made for (reconciler.kaiwudb.backup).
+SCHEDULE_LABEL = f"{schema.GROUP}/schedule"
+SLOT_ANNOTATION = f"{SCHEDULE_LABEL}-slot"
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", cached=True)
 SERVICE = Kind("v1", "Service", "services", cached=True)
 SECRET = Kind("v1", "Secret", "secrets", cached=True, prunable=False, list_page=25)
@@ -101,12 +106,21 @@ ALWAYS_SERVED = frozenset(kind for kind in KINDS.values() if kind.always_served)
 NEVER_PRUNED = frozenset(kind.kind for kind in KINDS.values() if not kind.prunable)
 
 
+@dataclass(frozen=True)
+class Short:
+    """In KEPT: a value kept only while its text is at most `chars` long; a longer one is
+    dropped, as if absent (anyone who may create the object may make an annotation 256 KiB)."""
+
+    chars: int
+
+
 # What the caches keep of the kinds the reconciler reads but never applies: the fields its
 # readers use, and nothing else (every Pod's full spec and managedFields would make the Pod cache
 # alone weigh more than everything else at a thousand clusters). `True` keeps a value whole; a
-# map keeps only the keys it names (in every item of a list). metadata is kept whole except
-# managedFields: those are kept only on the kinds the reconciler applies, where drift
-# attribution reads them (reconciler.drift.normalise). The readers:
+# map keeps only the keys it names (in every item of a list); `Short` a short value. metadata is
+# kept whole except managedFields, unless KEPT names what to keep of it: managedFields are kept
+# only on the kinds the reconciler applies, where drift attribution reads them
+# (reconciler.drift.normalise). The readers:
 #   Pod   metadata (name, labels, deletionTimestamp, uid, creationTimestamp); spec.nodeName
 #         (kaiwudb.loss, the Node event mapping in kube.cache); spec.containers[].name/image
 #         (kaiwudb.rollout); status.phase, .conditions (type, status, since when) and
@@ -117,8 +131,27 @@ NEVER_PRUNED = frozenset(kind.kind for kind in KINDS.values() if not kind.prunab
 #   Secret  metadata, type, data (kaiwudb.certs)
 #   Node  metadata; spec (taints, unschedulable); status.conditions (kaiwudb.loss, kube.cache)
 #   KaiwuCluster  everything but managedFields (it is read, never compared for drift)
+#   KaiwuBackup  metadata: name, namespace (the store's key), uid (the delete precondition, the
+#         plan's owner), resourceVersion (list diffs, echoes), generation and deletionTimestamp
+#         (kube.cache's event filter), creationTimestamp (order, retention), the label
+#         SCHEDULE_LABEL and the annotation SLOT_ANNOTATION, while short (a slot is 20
+#         characters); no other label or annotation, no ownerReferences, finalizers or
+#         managedFields (created, deleted and status-patched, never applied); spec (cluster,
+#         target, databases: bounded by its CRD, renderer/crd/kaiwubackups.yaml); status (phase,
+#         message, startedAt, completedAt): kaiwudb.backup, kaiwudb.restore, kube.cache. Status
+#         is kept whole: only the status subresource writes it, which the bundle grants the
+#         reconciler and a role granting `kaiwubackups` alone does not reach.
+#   KaiwuBackupSchedule  metadata as a KaiwuBackup's but no label or annotation (none is read);
+#         spec (bounded by its CRD); status (lastScheduleTime, nextScheduleTime,
+#         lastSuccessfulBackup: compared before they are written): kaiwudb.backup
+# So whatever a tenant puts in a KaiwuBackup's or schedule's metadata, the cache keeps a few
+# hundred bytes of it, its spec (at most about 20 KiB, nearly all of it spec.databases) and the
+# status the reconciler wrote.
 # tests/unit/reconciler/kube/test_cache.py runs each reader on a slimmed object and on the full
 # one and expects the same answer.
+_BACKUP_METADATA: Mapping[str, Any] = {key: True for key in (
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp")}
 KEPT: Mapping[str, Mapping[str, Any]] = {
     "Pod": {"spec": {"nodeName": True, "containers": {"name": True, "image": True}},
             "status": {"phase": True,
@@ -129,6 +162,10 @@ KEPT: Mapping[str, Mapping[str, Any]] = {
     "Secret": {"type": True, "data": True, "stringData": True, "immutable": True},
     "Node": {"spec": True, "status": {"conditions": True}},
     "KaiwuCluster": {"spec": True, "status": True},
+    "KaiwuBackup": {"metadata": {**_BACKUP_METADATA, "labels": {SCHEDULE_LABEL: True},
+                                 "annotations": {SLOT_ANNOTATION: Short(64)}},
+                    "spec": True, "status": True},
+    "KaiwuBackupSchedule": {"metadata": _BACKUP_METADATA, "spec": True, "status": True},
 }
 
 
@@ -138,8 +175,13 @@ def _kept(value: Any, keep: Any) -> Any:
     if isinstance(value, list):
         return [_kept(item, keep) for item in value]
     if isinstance(value, Mapping):
-        return {key: _kept(value[key], sub) for key, sub in keep.items() if key in value}
+        return {key: _kept(value[key], sub) for key, sub in keep.items()
+                if key in value and _fits(value[key], sub)}
     return value
+
+
+def _fits(value: Any, keep: Any) -> bool:
+    return not isinstance(keep, Short) or len(str(value)) <= keep.chars
 
 
 # The most of a Secret's data a cache keeps: a cluster's certificate Secrets hold a few KiB.

@@ -24,9 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +38,7 @@ from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.leader import NotLeaderError
-from reconciler.listeners import BoundedHandler, BoundedServer, Limits
+from reconciler.listeners import BoundedHandler, Limits, TLSServer, tls_context
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from reconciler.runtime.webhook_certs import (
@@ -76,22 +74,6 @@ UNSERVED_RELOAD_S = 1.0
 # second), so it is built then, not on a user's request.
 WARM_UP: Obj = {"apiVersion": f"{GROUP}/v1", "kind": "KaiwuCluster",
                 "metadata": {"name": "warm-up", "namespace": "default"}, "spec": {}}
-
-
-def tls_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
-    """A server context for a PEM certificate (chain) and key, loaded from memory files."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    fds = [os.memfd_create("webhook-cert"), os.memfd_create("webhook-key")]
-    try:
-        for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
-            with os.fdopen(fd, "wb", closefd=False) as fh:
-                fh.write(data)
-        context.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
-    finally:
-        for fd in fds:
-            os.close(fd)
-    return context
 
 
 class WebhookServer:
@@ -143,36 +125,8 @@ class WebhookServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("webhook %s", format % args)
 
-        class TLSServer(BoundedServer):
-            refusal = b""  # no plain-text answer to a client expecting a TLS handshake
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                if isinstance(sys.exc_info()[1], OSError):  # a client gone, or dropped by us
-                    super().handle_error(request, client_address)
-                    return
-                log.warning("webhook request from %s failed", client_address, exc_info=True)
-
-            def finish_request(self, request: Any, client_address: Any) -> None:
-                # Runs in the request's own thread: a slow handshake blocks nobody else.
-                context = server._context
-                if context is None:  # no certificate yet: the API server sees a refusal
-                    return
-                try:
-                    tls = context.wrap_socket(request, server_side=True)
-                except (ssl.SSLError, OSError) as error:
-                    # The failed wrapper has closed the descriptor already: forget it before
-                    # another connection is given the same number.
-                    self.forget(request)
-                    log.debug("webhook TLS handshake failed: %s", error)
-                    return
-                try:
-                    Handler(tls, client_address, self)
-                finally:
-                    self.forget(request)  # before its descriptor is closed and reused
-                    tls.close()
-
         self._httpd = TLSServer(
-            (host, port), Handler, LIMITS, name="webhook",
+            (host, port), Handler, LIMITS, lambda: server._context, name="webhook",
             on_drop=lambda reason: metrics.http_connections_dropped_total.labels(
                 listener="webhook", reason=reason).inc())
         self.port: int = self._httpd.server_address[1]

@@ -115,7 +115,7 @@ def _import(env: Env, target: Proc, cluster: LogicalCluster, session: data.Sessi
     def finish() -> str:
         if url.startswith(("http://", "https://")):
             try:  # IMPORT reads its files while it runs: they must still be there
-                data.http_listing(url)
+                data.http_listing(url, data.custom_ca(session))
             except data.SqlError as err:
                 return str(err.message)
         clash = sorted(set(added) & set(real.databases))

@@ -13,7 +13,9 @@ Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
 - `SHOW DATABASES` (`database_name, engine_type`: RELATIONAL or TIME SERIES), `SHOW USERS`
   (`username, options, member_of`, admin and root included),
   `SHOW TABLES FROM <db>` (`table_name, table_type`: BASE TABLE or TIME SERIES TABLE),
-  `SELECT cluster_logical_timestamp()` (a decimal HLC timestamp `<ns>.0000000000`).
+  `SELECT cluster_logical_timestamp()` (a decimal HLC timestamp `<ns>.0000000000`),
+  `SHOW CLUSTER SETTING <name>`, `SET CLUSTER SETTING <name> = '<text>' | DEFAULT`,
+  `RESET CLUSTER SETTING <name>` (only settings with a value, and cloudstorage.http.custom_ca).
 - `EXPORT INTO CSV "nodelocal://<n>/<dir>" FROM DATABASE <db> [WITH meta_only]`: relational
   databases write `<dir>/meta.sql` and `<dir>/public/<table>/meta.sql` (and, without meta_only,
   `<dir>/public/<table>/n<node>.0.csv`), answering `filename | rows | node_id | file_num`
@@ -45,12 +47,15 @@ relational table: a NOTICE and no data file, rows still returned; a time-series 
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import html
 import io
+import json
 import math
 import posixpath
 import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -332,27 +337,85 @@ def export_users(s: Session, url: str) -> Result:
     return EXPORT_HEADERS, [["USERS", str(len(lines)), str(s.node_id), "1"]], []
 
 
+def _sql_string(value: str) -> str:
+    """A string as lex.EncodeSQLStringWithFlags writes it (sql/lex/encode.go:102-147): `'...'`
+    when every character is printable ASCII other than `'` and `\\`, else `e'...'` with those
+    escaped (util/stringencoding: \\b \\f \\n \\r \\t \\\\ and \\', other control bytes \\xNN;
+    characters past ASCII kept)."""
+    named = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+             "\\": "\\\\", "'": "\\'"}
+    if all(0x20 <= ord(c) < 0x7F and c not in named for c in value):
+        return f"'{value}'"
+    return "e'" + "".join(named.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F
+                                          else c) for c in value) + "'"
+
+
 def export_settings(s: Session, url: str) -> Result:
+    """clustersetting.sql as getClusterSettingSQL writes it (sql/export.go:555-600): every row
+    of system.settings but cluster.secret, diagnostics.reporting.enabled and version, its value
+    the SQL string with its quotes trimmed (strings.Trim(..., "'")) between new ones: a value
+    that needed an escape comes out as `'e'...'`, which nothing can parse back."""
     disk, path = _nodelocal(url, s, writing=True)
-    lines = [f"SET CLUSTER SETTING {k} = '{v}';" for k, v in sorted(s.data.settings.items())]
+    skipped = {"cluster.secret", "diagnostics.reporting.enabled", "version"}
+    lines = [f"SET CLUSTER SETTING {k} = '{_sql_string(v).strip(chr(39))}';"
+             for k, v in sorted(s.data.settings.items()) if k not in skipped]
     disk[_join(path, "clustersetting.sql")] = "".join(line + "\n" for line in lines).encode()
     return EXPORT_HEADERS, [["CLUSTER SETTING", str(len(lines)), str(s.node_id), "1"]], []
 
 
 # ----- IMPORT ------------------------------------------------------------------------------------
-def _http(url: str, method: str = "GET", headers: dict[str, str] | None = None
+CUSTOM_CA = "cloudstorage.http.custom_ca"
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----",
+                              re.DOTALL)
+
+
+def custom_ca(s: Session) -> str:
+    """The cluster setting an https storage reads its extra roots from (storage/cloud/
+    external_storage.go:367-371; default empty)."""
+    return s.data.settings.get(CUSTOM_CA, "")
+
+
+@functools.lru_cache(maxsize=8)
+def _tls(ca: str) -> ssl.SSLContext:
+    """The client's TLS as makeHTTPClient builds it (storage/cloud/http_storage.go:76-87): the
+    system's roots plus every certificate of `ca` that parses (AppendCertsFromPEM skips the
+    others), an error when `ca` is set and none does; the host checked against the SANs. One
+    context per value (loading the system's roots takes tens of milliseconds)."""
+    context = ssl.create_default_context()
+    if not ca:
+        return context
+    added = 0
+    for block in _PEM_CERTIFICATE.findall(ca):
+        try:
+            context.load_verify_locations(cadata=block)
+            added += 1
+        except (ssl.SSLError, ValueError):
+            continue
+    if not added:
+        raise SqlError(f"failed to parse root CA certificate from {json.dumps(ca)}")
+    return context
+
+
+def _http(url: str, ca: str, method: str = "GET", headers: dict[str, str] | None = None
           ) -> tuple[int, dict[str, str], bytes]:
     """One request as KWDB's httpStorage.req makes it (storage/cloud/http_storage.go:396-440):
-    any status but 200, 201, 204 and 206 is an error with the server's answer."""
+    any status but 200, 201, 204 and 206 is an error with the server's answer. https is
+    verified against the system's roots and `ca` (the setting CUSTOM_CA)."""
     request = urllib.request.Request(url, method=method, headers=headers or {})
+    context = _tls(ca) if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=context) as answer:
             body: bytes = answer.read()
             return answer.status, dict(answer.headers.items()), body
     except urllib.error.HTTPError as err:
         raise SqlError(f"error response from server: {err.code} {err.reason} for {url}") \
             from err
     except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            # Go's words for a server no trusted root signed (crypto/x509 UnknownAuthorityError).
+            raise SqlError(f"Get {url}: x509: certificate signed by unknown authority",
+                           sqlstate="08006") from err
         raise SqlError(f"Get {url}: {err}", sqlstate="08006") from err
 
 
@@ -365,48 +428,48 @@ def _http_join(base: str, name: str) -> str:
                                     ""))
 
 
-def _http_get(url: str) -> bytes:
+def _http_get(url: str, ca: str) -> bytes:
     """A whole file as IMPORT reads one: HEAD for its size (Size, http_storage.go:365-379;
     importer/import_csv.go:96), then the bytes by range (Seek, :286-303; import_csv.go:244).
     A size it cannot learn makes IMPORT read the range 0-0 (import_csv.go:97-101)."""
     try:
-        _, head, _ = _http(url, "HEAD")
+        _, head, _ = _http(url, ca, "HEAD")
         size = int(head.get("Content-Length", "-1"))
     except (SqlError, ValueError):
         size = -1
     end = size if size > 0 else 0
-    _, _, body = _http(url, "GET", {"Range": f"bytes=0-{end}"})
+    _, _, body = _http(url, ca, "GET", {"Range": f"bytes=0-{end}"})
     return body
 
 
-def http_listing(url: str) -> bytes:
+def http_listing(url: str, ca: str) -> bytes:
     """The index page of a directory over http, asked for as ListFiles asks (no trailing
     slash); SqlError when it does not answer."""
-    return _http(_http_join(url, ""))[2]
+    return _http(_http_join(url, ""), ca)[2]
 
 
-def _http_tree(url: str) -> dict[str, bytes]:
+def _http_tree(url: str, ca: str) -> dict[str, bytes]:
     """A directory over http as KWDB's http storage reads it (ListFiles, http_storage.go:
     332-355): a GET of the directory's URL *without* a trailing slash, the <a href> links of the
     page (their text, entities decoded as html.Parse does), `../` skipped, a trailing `/` naming
     a subdirectory; crawled into relative path -> contents."""
     found: dict[str, bytes] = {}
-    page = http_listing(url)
+    page = http_listing(url, ca)
     for raw in re.findall(r'<a href="([^"]*)"', page.decode()):
         link = html.unescape(raw)
         if link in ("../", ""):
             continue
         if link.endswith("/"):
-            for sub, data in _http_tree(_http_join(url, link[:-1])).items():
+            for sub, data in _http_tree(_http_join(url, link[:-1]), ca).items():
                 found[_join(link, sub)] = data
         else:
-            found[link] = _http_get(_http_join(url, link))
+            found[link] = _http_get(_http_join(url, link), ca)
     return found
 
 
 def _read(s: Session, url: str) -> bytes:
     if url.startswith(("http://", "https://")):
-        return _http_get(url)
+        return _http_get(url, custom_ca(s))
     disk, path = _nodelocal(url, s, writing=False)
     if path not in disk:
         raise SqlError(f"open {EXTERN}/{path}: no such file or directory")
@@ -419,17 +482,25 @@ def _job_row(s: Session, rows: int, rejected: int) -> list[str]:
             REJECT_NOTE if rejected else "None"]
 
 
-_SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '(.*)';")
+_SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '((?:[^']|'')*)';")
 _CREATE_USER = re.compile(r"CREATE USER (\S+?)(?: WITH (.*))?;")
 _CREATE_TABLE = re.compile(r"CREATE TABLE (?:" + IDENT + r"\.)?(" + IDENT + r") \((.*?)\)"
                            r"(?: TAGS .*)?;")
 
 
 def import_settings(s: Session, url: str) -> Result:
+    """execClusterSettingSQL (importer/import_stmt.go:1518-1550): the whole file is parsed
+    first (a line that does not parse fails it, nothing set), then each SET runs."""
+    found = []
     for line in _read(s, url).decode().splitlines():
+        if not line.strip():
+            continue
         m = _SET_SETTING.fullmatch(line.strip())
-        if m is not None:
-            s.data.settings[m.group(1)] = m.group(2)
+        if m is None:
+            raise SqlError(f"at or near {json.dumps(line.strip()[:60])}: syntax error",
+                           sqlstate="42601")
+        found.append((m.group(1), m.group(2).replace("''", "'")))
+    s.data.settings.update(found)
     return ["prompt_information"], [["import cluster setting success"]], []
 
 
@@ -456,7 +527,7 @@ def _columns(text: str) -> tuple[tuple[str, str], ...]:
 
 def import_database(s: Session, url: str) -> Result:
     if url.startswith(("http://", "https://")):
-        disk, path = _http_tree(url), ""
+        disk, path = _http_tree(url, custom_ca(s)), ""
     else:
         disk, path = _nodelocal(url, s, writing=False)
     meta = disk.get(_join(path, "meta.sql"))
@@ -581,6 +652,46 @@ def _grant_role(s: Session, m: re.Match[str]) -> Result:
     if member not in s.data.users:
         raise SqlError(f"role {member} does not exist", sqlstate="42704")
     s.data.role_members.add((role, member))
+    return [], [], []
+
+
+# Settings SHOW CLUSTER SETTING knows without a row in system.settings, with their defaults
+# (only those the reconciler reads are modelled; the others are refused as unknown).
+SETTING_DEFAULTS = {CUSTOM_CA: ""}
+
+
+def _setting_name(s: Session, name: str) -> str:
+    name = name.lower()
+    if name not in SETTING_DEFAULTS and name not in s.data.settings:
+        raise SqlError(f"unknown setting: {name}")  # sql/show_cluster_setting.go:117-120
+    return name
+
+
+@_pattern(r"show cluster setting (?P<name>[a-z0-9_.]+)")
+def _show_setting(s: Session, m: re.Match[str]) -> Result:
+    """One column named for the setting (sql/show_cluster_setting.go:144)."""
+    name = _setting_name(s, m.group("name"))
+    return [name], [[s.data.settings.get(name, SETTING_DEFAULTS.get(name, ""))]], []
+
+
+@_pattern(r"set cluster setting (?P<name>[a-z0-9_.]+) (?:=|to) "
+          r"(?P<value>'(?:[^']|'')*'|default)")
+def _set_setting(s: Session, m: re.Match[str]) -> Result:
+    """A string setting's new value, or its row deleted for DEFAULT (sql/set_cluster_setting.go:
+    106-110, 360-370)."""
+    name = _setting_name(s, m.group("name"))
+    value = m.group("value")
+    if value.lower() == "default":
+        s.data.settings.pop(name, None)
+    else:
+        s.data.settings[name] = value[1:-1].replace("''", "'")
+    return [], [], []
+
+
+@_pattern(r"reset cluster setting (?P<name>[a-z0-9_.]+)")
+def _reset_setting(s: Session, m: re.Match[str]) -> Result:
+    """SET CLUSTER SETTING name = DEFAULT (sql/parser/sql.y:3820-3824)."""
+    s.data.settings.pop(_setting_name(s, m.group("name")), None)
     return [], [], []
 
 

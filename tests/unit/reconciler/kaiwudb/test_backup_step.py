@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.kaiwudb.backup import SCHEDULE_LABEL, Backups, BackupSettings
+from reconciler.kaiwudb.backup import Backups, BackupSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -110,8 +110,8 @@ def schedule(name: str, cron: str, *, keep: int = 7, suspend: bool = False,
 def backup(name: str, phase: str, created: str, sched: str = "nightly") -> Obj:
     return {"apiVersion": k.KAIWU_BACKUP.api_version, "kind": k.KAIWU_BACKUP.kind,
             "metadata": {"name": name, "namespace": NS, "creationTimestamp": stamp(created),
-                         "labels": {SCHEDULE_LABEL: sched},
-                         "annotations": {f"{SCHEDULE_LABEL}-slot": stamp(created)}},
+                         "labels": {k.SCHEDULE_LABEL: sched},
+                         "annotations": {k.SLOT_ANNOTATION: stamp(created)}},
             "spec": {"cluster": {"name": NAME},
                      "target": {"volume": {"claimName": "dumps"}}},
             "status": {"phase": phase}}

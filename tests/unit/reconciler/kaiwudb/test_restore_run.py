@@ -13,28 +13,47 @@ twice; a lagging cache does not make an import run twice.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import logging
 import socket
+import ssl
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
+from reconciler.kaiwudb.certs import new_ca
 from reconciler.kaiwudb.kwbase import KwbaseSettings, SqlAnswer
 from reconciler.kaiwudb.restore import Restore
-from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
+from reconciler.kaiwudb.restore_server import (
+    RESTORE_CA_NAME,
+    BackupFileServer,
+    custom_ca_with,
+    default_advertise_host,
+)
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.kube import kinds as k
 from reconciler.model import Pass
 from renderer.render import read_live
 from tests.unit.reconciler.kaiwudb.backup_world import NS, Site, a_site, load_shop
+
+
+def fetch(server: BackupFileServer, url: str | urllib.request.Request, *,
+          check_hostname: bool = True) -> Any:
+    """urlopen, as KWDB's https storage connects once the restore trusts the file server: its
+    CA added to the system's, the host checked against the certificate's names."""
+    context = ssl.create_default_context(cadata=server.ca_pem())
+    context.check_hostname = check_hostname
+    return urllib.request.urlopen(url, timeout=5, context=context)
 
 
 @pytest.fixture
@@ -116,12 +135,21 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     manifest = json.loads((site.files("dev", "first") / bp.MANIFEST_FILE).read_text())
     assert passes[-1].events[-1][2] == (f"KaiwuBackup/first: 4 imports done; relational tables "
                                         f"as of {manifest['consistentToTime']}")
-    imports = [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
-    assert len(imports) == 4 and all("http://127.0.0.1:" in s for s in imports)
+    run = sql_run(site, "fresh-")
+    imports = [s for s in run if s.startswith("IMPORT")]
+    assert len(imports) == 4 and all("https://127.0.0.1:" in s for s in imports)
+    # KaiwuDB trusted the file server's CA for the imports, and no longer does.
+    writes = [s for s in run if s.startswith(("SET CLUSTER SETTING cloudstorage",
+                                              "RESET CLUSTER SETTING cloudstorage"))]
+    assert writes == [f"SET CLUSTER SETTING cloudstorage.http.custom_ca = '{server.ca_pem()}'",
+                      "RESET CLUSTER SETTING cloudstorage.http.custom_ca"]
+    assert run.index(writes[0]) < run.index(imports[0])
+    assert run.index(writes[1]) > run.index(imports[-1])
+    assert setting(site) == ""
     # The backup is no longer served.
     url = imports[0].split('("')[1].split('")')[0]
     with pytest.raises(urllib.error.HTTPError) as gone:
-        urllib.request.urlopen(url, timeout=5)
+        fetch(server, url)
     assert gone.value.code == 404
     # A completed restore does nothing more; a file server still publishing the backup (an
     # earlier leader's, say) stops.
@@ -133,7 +161,7 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
     restore.run(p)
     assert len(site.runner.calls) == calls and p.not_ready == [] and p.events == []
     with pytest.raises(urllib.error.HTTPError) as gone:
-        urllib.request.urlopen(url + "/manifest.json", timeout=5)
+        fetch(server, url + "/manifest.json")
     assert gone.value.code == 404
 
 
@@ -242,12 +270,17 @@ def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
     assert (record(site) or {})["failed"] == message
     assert not [s for s in sql_run(site, "fresh-") if s.startswith("IMPORT")]
     # Later passes report it again and import nothing; the Warning was sent once, the record
-    # written once.
-    p = site.a_pass("fresh")
-    calls, writes = len(site.runner.calls), len(site.api.writes)
-    restore.run(p)
-    assert p.stalled == [("RestoreFailed", message)] and len(site.runner.calls) == calls
-    assert p.events == [] and len(site.api.writes) == writes
+    # written once. The first of them makes sure no file server's CA is left trusted (this
+    # restore never got so far: nothing to change); after that, nothing runs at all.
+    writes = len(site.api.writes)
+    for expected_calls in (1, 0):
+        p = site.a_pass("fresh")
+        calls = len(site.runner.calls)
+        restore.run(p)
+        assert p.stalled == [("RestoreFailed", message)] and p.events == []
+        assert len(site.runner.calls) == calls + expected_calls
+    assert sql_run(site, "fresh-")[-1] == "SHOW CLUSTER SETTING cloudstorage.http.custom_ca"
+    assert len(site.api.writes) == writes
 
 
 def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore(
@@ -353,7 +386,7 @@ def test_the_file_server_lists_directories_and_serves_only_what_is_published(
 
     def get(path: str) -> tuple[int, bytes]:
         try:
-            with urllib.request.urlopen(url + path, timeout=5) as answer:
+            with fetch(server, url + path) as answer:
                 return answer.status, answer.read()
         except urllib.error.HTTPError as err:
             return err.code, b""
@@ -370,7 +403,7 @@ def test_the_file_server_lists_directories_and_serves_only_what_is_published(
     assert '<a href="manifest.json">manifest.json</a>' in root and '<a href="d1/">' in root
     other = url.rsplit("/", 1)[0] + "/not-a-token/plan.json"
     with pytest.raises(urllib.error.HTTPError):
-        urllib.request.urlopen(other, timeout=5)
+        fetch(server, other)
     server.withdraw("shop/fresh")
     assert get("/d1/public/orders/n1.0.csv")[0] == 404
 
@@ -465,9 +498,9 @@ def test_the_file_server_serves_nothing_outside_the_backup(
 
     for path in (f"/{secret}", f"//{secret}", f"/d1//{secret}", "/d1/../../../x", "/d1//"):
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(url + path, timeout=5)
+            fetch(server, url + path)
         assert refused.value.code == 404, path
-    with urllib.request.urlopen(url + "/d1/meta.sql", timeout=5) as answer:
+    with fetch(server, url + "/d1/meta.sql") as answer:
         assert answer.status == 200
 
 
@@ -483,10 +516,10 @@ def test_the_file_server_says_what_it_sends_and_logs_what_fails(
     assert url.endswith("/X-token-starting-with-X")
     assert [t.daemon for t in threading.enumerate() if t.name == "restore-files"] == [True]
 
-    with urllib.request.urlopen(url + "/d1/", timeout=5) as index:
+    with fetch(server, url + "/d1/") as index:
         assert index.headers["Content-Type"] == "text/html; charset=utf-8"
         assert int(index.headers["Content-Length"]) == len(index.read())
-    with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as file:
+    with fetch(server, url + "/users/users.sql") as file:
         assert file.headers["Content-Type"] == "application/octet-stream"
         assert file.headers["Content-Length"] == "17" and file.read() == b"CREATE USER app;\n"
     assert any(r.getMessage().startswith('restore server: "GET /X-token-starting-with-X/d1/ ')
@@ -496,7 +529,7 @@ def test_the_file_server_says_what_it_sends_and_logs_what_fails(
         raise TargetError("s3://backups/x: ConnectionError: refused")
     monkeypatch.setattr(target, "get", broken)
     with pytest.raises(urllib.error.HTTPError) as failed:
-        urllib.request.urlopen(url + "/users/users.sql", timeout=5)
+        fetch(server, url + "/users/users.sql")
     assert failed.value.code == 502
     assert "restore server: s3://backups/x: ConnectionError: refused" in [
         r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -525,9 +558,9 @@ def test_the_file_server_listens_where_it_is_told_and_says_where_pods_reach_it(
             host, port = server._server.server_address[:2]  # type: ignore[union-attr]
             assert (host, port if bound[1] else None) == bound, address
             assert port >= 1024, "no fixed port unless one is given"
-            assert url.startswith(f"http://10.1.2.3:{port}/")
+            assert url.startswith(f"https://10.1.2.3:{port}/")
             local = url.replace("10.1.2.3", "127.0.0.1")
-            with urllib.request.urlopen(local + "/users/users.sql", timeout=5) as answer:
+            with fetch(server, local + "/users/users.sql", check_hostname=False) as answer:
                 assert answer.read() == b"CREATE USER app;\n"
         finally:
             server.stop()
@@ -548,7 +581,7 @@ def test_a_stopped_file_server_starts_again_when_a_restore_needs_it(
 
     url = server.publish("shop/fresh", target)
 
-    with urllib.request.urlopen(url + "/users/users.sql", timeout=5) as answer:
+    with fetch(server, url + "/users/users.sql") as answer:
         assert answer.read() == b"CREATE USER app;\n"
 
 
@@ -693,7 +726,7 @@ def test_the_file_server_answers_what_kwdbs_http_storage_asks(
             ) -> tuple[int, dict[str, str], bytes]:
         request = urllib.request.Request(url + path, method=method, headers=headers or {})
         try:
-            with urllib.request.urlopen(request, timeout=5) as answer:
+            with fetch(server, request) as answer:
                 return answer.status, dict(answer.headers.items()), answer.read()
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers.items()), b""
@@ -770,8 +803,115 @@ def test_a_failed_import_never_shows_the_file_servers_url_and_withdraws_it(
             json.dumps(record(site))]
     assert not [text for text in said if token in text]
     with pytest.raises(urllib.error.HTTPError) as gone:
-        urllib.request.urlopen(urls[0] + "/meta.sql", timeout=5)
+        fetch(server, urls[0] + "/meta.sql")
     assert gone.value.code == 404
+
+
+# ---- the file server speaks TLS, trusted by KaiwuDB only while a restore needs it -------------
+
+CUSTOM_CA = "cloudstorage.http.custom_ca"
+
+
+def setting(site: Site, name: str = "fresh") -> str:
+    settings = site.kwdb.contents((NS, name), site.now)["settings"]
+    assert isinstance(settings, dict)
+    return str(settings.get(CUSTOM_CA, ""))
+
+
+def test_kaiwudb_reads_the_file_server_only_once_it_is_told_to_trust_its_ca(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KWDB's https storage trusts the system's roots and cloudstorage.http.custom_ca, nothing
+    else (storage/cloud/http_storage.go:76-87). A restore that did not tell it fails on its
+    first import, with Go's words, and without the file server's URL."""
+    site = backed_up(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    monkeypatch.setattr(Restore, "trust", lambda self, *args: True)  # never writes the setting
+
+    passes = restore_passes(site, restore)
+
+    (reason, message), = passes[-1].stalled
+    assert reason == "RestoreFailed"
+    assert ("Get <restore file server>/settings/clustersetting.sql: x509: certificate signed "
+            "by unknown authority") in message
+    assert (record(site) or {})["done"] == []
+
+
+def test_a_restore_resumed_by_another_process_trusts_only_its_file_server_and_keeps_the_users(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """A user's own CA in the setting stays; a file server CA of a reconciler that is gone is
+    taken out when the next one puts its own in; a database's import waits a moment after that
+    write (the other nodes hear of the setting by gossip); at the end only the user's is left."""
+    site = backed_up(tmp_path)
+    users = new_ca("the user's own CA", datetime.now(UTC)).cert_pem.decode()
+    site.start_cluster("fresh", restore_from="first")
+    site.kwdb.set_setting((NS, "fresh"), site.now, CUSTOM_CA, users)
+    first = Restore(site.backups, server)
+    for _ in range(2):  # settings, users
+        first.run(site.a_pass("fresh"))
+        site.at(site.now + 1)
+    assert setting(site) == users + server.ca_pem()
+    assert (record(site) or {})["done"] == ["settings", "users"]
+    later = BackupFileServer("127.0.0.1:0", "127.0.0.1", poll_s=0.01)
+    try:
+        second = Restore(site.backups, later)
+        p = site.a_pass("fresh")
+        second.run(p)
+        assert setting(site) == users + later.ca_pem(), "the gone process's CA is out"
+        assert p.not_ready == [("Restoring", (
+            "restoring KaiwuBackup first: KaiwuDB is told to trust the reconciler's file server "
+            "(cloudstorage.http.custom_ca); the import goes on once every node has heard"))]
+        assert min(p.requeue) == pytest.approx(5.0)
+        assert (record(site) or {})["done"] == ["settings", "users"], "nothing imported yet"
+
+        restore_passes(site, second)
+    finally:
+        later.stop()
+
+    assert (record(site) or {}).get("completedAt")
+    assert setting(site) == users
+
+
+def test_only_the_file_servers_own_cas_are_taken_out_of_the_setting() -> None:
+    """The setting is anyone's with admin rights: text that is no certificate, a certificate
+    that does not parse and a user's CA are kept as they are unless a file server's CA must
+    go in or out; every certificate named as a file server's CA goes."""
+    now = datetime.now(UTC)
+    ours = new_ca(RESTORE_CA_NAME, now).cert_pem.decode()
+    gone = new_ca(RESTORE_CA_NAME, now).cert_pem.decode()
+    users = new_ca("the user's own CA", now).cert_pem.decode()
+    broken = "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----"
+    hostile = f"'; DROP DATABASE shop; --\n{users}{broken}\n"
+
+    assert custom_ca_with("", None) == ""
+    assert custom_ca_with(hostile, None) == hostile, "nothing of ours: left as it is"
+    assert custom_ca_with("", ours) == ours
+    assert custom_ca_with(hostile, ours) == users + broken + "\n" + ours
+    assert custom_ca_with(users + ours, ours) == users + ours, "already trusted: unchanged"
+    assert custom_ca_with(users + gone, ours) == users + ours
+    assert custom_ca_with(ours + gone + users, None) == users
+
+
+def test_the_file_servers_certificate_names_the_host_kaiwudb_is_given(tmp_path: Path) -> None:
+    """KWDB checks the certificate against the host of the URL (Go's crypto/tls): the
+    advertised host is its name; the port speaks nothing but TLS."""
+    target = VolumeTarget(tmp_path, "dumps", "shop/dev/first")
+    target.put("users/users.sql", b"CREATE USER app;\n")
+    server = BackupFileServer("127.0.0.1:0", "10.1.2.3", poll_s=0.01)
+    try:
+        url = server.publish("shop/fresh", target).replace("10.1.2.3", "127.0.0.1")
+        with pytest.raises(urllib.error.URLError) as wrong_name:
+            fetch(server, url + "/users/users.sql")
+        assert isinstance(wrong_name.value.reason, ssl.SSLCertVerificationError)
+        assert "IP address mismatch" in str(wrong_name.value.reason)
+        with pytest.raises(urllib.error.URLError) as untrusted:
+            urllib.request.urlopen(url + "/users/users.sql", timeout=5)
+        assert isinstance(untrusted.value.reason, ssl.SSLCertVerificationError)
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            urllib.request.urlopen(url.replace("https://", "http://") + "/users/users.sql",
+                                   timeout=5)
+    finally:
+        server.stop()
 
 
 # ---- imports that outlive their exec (issue 24 item 5) ----------------------------------------

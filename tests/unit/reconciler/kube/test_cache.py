@@ -1,20 +1,25 @@
 """Stories of the watch caches (reconciler.kube.cache) on a fake API: what they keep of each
 object, and their indexes by cluster and by node, kept right through adds, updates, deletes and
 relists. The objects are the benchmark fleet's (bench/fleet.py), shaped as an API server returns
-them. The same caches against the real apiserver: tests/world_stories/runtime/test_caches.py.
+them, and the backup stories' KaiwuBackups and schedules (test_backup_step.py), made as large as
+a tenant may. The same caches against the real apiserver: tests/world_stories/runtime/
+test_caches.py.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bench.fleet import LiveCluster, live_fleet
 from reconciler.kaiwudb import failover, loss, pods, rollout
+from reconciler.kaiwudb.backup import phase_of, running_backup
 from reconciler.keys import ClusterKey
 from reconciler.kube import cache
 from reconciler.kube import kinds as k
@@ -23,6 +28,7 @@ from reconciler.kube.cache import (
     Caches,
     Informer,
     Shared,
+    _cluster_changed,
     _node_projection,
     cluster_of,
 )
@@ -30,7 +36,18 @@ from reconciler.kube.kinds import Kind, slim
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
+from renderer import schema
 from renderer.builders import INSTANCE_LABEL
+from tests.unit.reconciler.kaiwudb.test_backup_step import (
+    NAME,
+    NS,
+    World,
+    a_pass,
+    at,
+    backup,
+    schedule,
+    step,
+)
 
 
 class FakeWatch:
@@ -238,6 +255,152 @@ def test_a_kaiwucluster_is_kept_but_for_its_managed_fields(fleet: list[LiveClust
     without = {**cluster, "metadata": {key: value for key, value in cluster["metadata"].items()
                                        if key != "managedFields"}}
     assert kept == without
+
+
+TENANT_NOTE = 200 * 1024  # what a tenant may add in annotations (the API allows 256 KiB)
+
+
+def tenant_sized(obj: Obj, uid: str) -> Obj:
+    """`obj` as anyone who may create it in a watched namespace may make it: 200 KiB of
+    annotations, fifty labels, managedFields, owners and finalizers besides what the reconciler
+    reads."""
+    big = copy.deepcopy(obj)
+    md = big["metadata"]
+    md.update(uid=uid, resourceVersion="41", generation=1)
+    md.setdefault("labels", {}).update({f"tenant.example/l{i}": "v" * 63 for i in range(50)})
+    md.setdefault("annotations", {})["tenant.example/note"] = "x" * TENANT_NOTE
+    md["managedFields"] = [{"manager": f"kubectl-{i}", "operation": "Update", "fieldsV1": {
+        "f:metadata": {"f:annotations": {"f:tenant.example/note": {}}}}} for i in range(100)]
+    md["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap", "name": f"c{i}",
+                              "uid": f"u{i}"} for i in range(100)]
+    md["finalizers"] = [f"tenant.example/f{i}" for i in range(100)]
+    return big
+
+
+def test_a_tenants_kaiwubackup_is_cached_as_the_little_its_readers_use_however_large_it_is(
+        ) -> None:
+    made = tenant_sized(backup("nightly-1", "completed", "2026-01-01T03:00:00"), "b-uid")
+    kube = FakeKube()
+    kube.items["KaiwuBackup"] = [made]
+    informer = Informer(kube, k.KAIWU_BACKUP,  # type: ignore[arg-type]
+                        Settings(leader_election=False))
+    informer._list()
+    cached = informer.peek(NS, "nightly-1")
+    assert cached is not None
+    assert len(as_json(made)) > TENANT_NOTE and len(as_json(cached)) < 1024
+    assert cached == {**made, "metadata": {
+        "name": "nightly-1", "namespace": NS, "uid": "b-uid", "resourceVersion": "41",
+        "generation": 1, "creationTimestamp": "2026-01-01T03:00:00Z",
+        "labels": {k.SCHEDULE_LABEL: "nightly"},
+        "annotations": {k.SLOT_ANNOTATION: "2026-01-01T03:00:00Z"}}}, \
+        "spec and status whole, metadata down to what is read"
+
+    # The one annotation read, made huge, is dropped: as if absent (no slot), not kept.
+    made["metadata"]["annotations"][k.SLOT_ANNOTATION] = "2026" * (TENANT_NOTE // 4)
+    made["metadata"]["resourceVersion"] = "42"
+    kube.events = [("MODIFIED", made)]
+    informer._watch()
+    cached = informer.peek(NS, "nightly-1")
+    assert cached is not None and cached["metadata"]["annotations"] == {}
+    assert len(as_json(cached)) < 1024
+
+    plan = tenant_sized(schedule("nightly", "0 0 3 * * *"), "s-uid")
+    kept = slim(plan)
+    assert kept == {**plan, "metadata": {
+        "name": "nightly", "namespace": NS, "uid": "s-uid", "resourceVersion": "41",
+        "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}}, \
+        "a schedule's labels and annotations are read by nobody"
+    assert k.KAIWU_BACKUP.list_page == k.KAIWU_BACKUP_SCHEDULE.list_page == 25, \
+        "a page of tenants' backups is held whole while it is read"
+
+
+class SlimWorld(World):
+    """The backup stories' API and caches, the caches keeping what `slim` keeps."""
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        found = super().get(kind, namespace, name)
+        return slim(found) if found is not None else None
+
+    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
+        return [slim(obj) for obj in super().list(kind, namespace, labels)]
+
+
+def test_every_reader_of_backups_and_schedules_answers_the_same_on_the_slim_copy(
+        tmp_path: Path) -> None:
+    """The backup step's pass (schedule slots, retention, its status writes, the last success,
+    the pending backup's wait), the restore's look at its backup and the cache's event filter,
+    each on tenant-sized objects, whole and as the cache keeps them."""
+    def objects() -> list[Obj]:
+        made = [schedule("nightly", "0 0 3 * * *", keep=1)]
+        for name, phase, day in (("nightly-1", "completed", 1), ("nightly-2", "completed", 2),
+                                 ("nightly-3", "failed", 3), ("adhoc", "", 3)):
+            made.append(backup(name, phase, f"2026-01-0{day}T03:00:00",
+                               sched="" if name == "adhoc" else "nightly"))
+            if phase == "completed":
+                made[-1]["status"]["completedAt"] = f"2026-01-0{day}T03:10:00Z"
+        made[-1]["spec"]["databases"] = ["shop", "audit"]
+        return [tenant_sized(obj, f"uid-{obj['metadata']['name']}") for obj in made]
+
+    outcomes = []
+    for world in (World(), SlimWorld()):
+        root = tmp_path / type(world).__name__
+        for obj in objects():
+            world.add(obj)
+            (root / "dumps" / NS / NAME / obj["metadata"]["name"]).mkdir(parents=True)
+        steps = step(world, root)
+        # Slot 3 is made already (only its annotation says so); a scale-in keeps adhoc waiting.
+        p, cluster = a_pass(at("2026-01-03T03:00:01"), operation={
+            "replicas": 4, "targetReplicas": 3, "pod": "dev-3",
+            "startedAt": "2026-01-03T03:00:00Z", "phase": "Removing"})
+        steps.run(p)
+        statuses = {key: copy.deepcopy(obj.get("status")) for key, obj in world.objects.items()}
+        world.objects[("KaiwuBackup", NS, "adhoc")]["status"]["phase"] = "running"
+        adhoc = world.get(k.KAIWU_BACKUP, NS, "adhoc") or {}
+        outcomes.append((
+            world.writes, p.events, p.requeue, statuses, steps.metrics.value(
+                "kaiwu_backup_last_success_timestamp_seconds",
+                {"namespace": NS, "cluster": NAME}),
+            running_backup(world, NS, NAME),  # type: ignore[arg-type]
+            phase_of(adhoc), steps.target(cluster, adhoc).location, cluster_of(adhoc)))
+    assert outcomes[0] == outcomes[1]
+    writes, _, _, statuses, last_success, running = outcomes[0][:6]
+    assert ("delete", "KaiwuBackup", "nightly-1") in writes, "retention ran"
+    assert statuses[("KaiwuBackup", NS, "adhoc")] == {
+        "phase": "pending", "message": "waiting: a scale-in is in progress"}
+    assert last_success == at("2026-01-02T03:10:00") and running == "adhoc"
+    assert not [w for w in writes if w[0] == "create"], "slot 3 was seen made"
+
+    # The event filter: a change of what is read queues the cluster, a tenant's note does not.
+    before = tenant_sized(backup("b", "", "2026-01-01T03:00:00"), "u")
+    noted, bumped = copy.deepcopy(before), copy.deepcopy(before)
+    noted["metadata"]["annotations"]["tenant.example/note"] = "y"
+    bumped["metadata"]["generation"] = 2
+    assert _cluster_changed(slim(bumped), slim(before)) and _cluster_changed(bumped, before)
+    assert not _cluster_changed(slim(noted), slim(before))
+
+
+def largest(node: Mapping[str, Any]) -> Any:
+    """The largest value the schema `node` admits: every property present, every string and
+    list as long as it may be (KeyError where one is unbounded)."""
+    assert not node.get("x-kubernetes-preserve-unknown-fields")
+    assert "additionalProperties" not in node
+    if node["type"] == "object":
+        return {name: largest(sub) for name, sub in node["properties"].items()}
+    if node["type"] == "array":
+        return [largest(node["items"])] * node["maxItems"]
+    if node["type"] == "string":
+        return "x" * node["maxLength"]
+    return node.get("maximum", 2**63 - 1) if node["type"] == "integer" else True
+
+
+@pytest.mark.parametrize("crd", schema.BACKUP_CRD_FILES, ids=lambda crd: crd.name)
+def test_the_crds_bound_every_string_and_list_of_a_backups_spec_so_the_cache_may_keep_it(
+        crd: Any) -> None:
+    """The cache keeps a KaiwuBackup's and a schedule's spec whole (kinds.KEPT): the API server
+    refuses any spec larger than about 20 KiB."""
+    version = yaml.safe_load(crd.read_text())["spec"]["versions"][0]
+    spec = largest(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    assert 16 * 1024 < len(json.dumps(spec)) < 21 * 1024
 
 
 def applied_informer(kube: FakeKube, kind: Kind, fleet: list[LiveCluster]) -> Informer:

@@ -23,7 +23,7 @@ from cryptography import x509
 
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError
-from reconciler.listeners import Limits
+from reconciler.listeners import Limits, tls_context
 from reconciler.metrics import Metrics
 from reconciler.runtime import webhook
 from reconciler.runtime.webhook import (
@@ -735,21 +735,24 @@ def test_each_request_is_logged_at_debug_level_and_a_failed_handshake_too(
         caplog: pytest.LogCaptureFixture) -> None:
     server, ca, _ = serving()
     try:
-        with caplog.at_level(logging.DEBUG, logger="reconciler.runtime.webhook"):
+        # The handshake is the TLS listener's (reconciler.listeners), named for the webhook.
+        with caplog.at_level(logging.DEBUG, logger="reconciler.runtime.webhook"), \
+                caplog.at_level(logging.DEBUG, logger="reconciler.listeners"):
             post(server.port, ca, review(3))
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as plain:
                 plain.sendall(b"POST /validate HTTP/1.1\r\n\r\n")  # no TLS
             deadline = time.monotonic() + 5
-            while not any(m.startswith("webhook TLS handshake failed: ")
+            while not any(m.startswith("webhook: TLS handshake failed: ")
                           for m in caplog.messages) and time.monotonic() < deadline:
                 time.sleep(0.01)
     finally:
         server.stop()
-    webhook_lines = [r for r in caplog.records if r.name == "reconciler.runtime.webhook"]
+    webhook_lines = [r for r in caplog.records
+                     if r.name in ("reconciler.runtime.webhook", "reconciler.listeners")]
     assert all(r.levelno == logging.DEBUG for r in webhook_lines)
     messages = [r.getMessage() for r in webhook_lines]
     assert 'webhook "POST /validate HTTP/1.1" 200 -' in messages
-    [failed] = [m for m in messages if m.startswith("webhook TLS handshake failed: ")]
+    [failed] = [m for m in messages if m.startswith("webhook: TLS handshake failed: ")]
     assert "SSL" in failed or "ssl" in failed, failed
 
 
@@ -757,15 +760,15 @@ def test_a_handler_that_breaks_is_logged_with_the_client_and_the_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     server, ca, _ = serving(lambda body: {})  # an answer without a response: a bug
     try:
-        with caplog.at_level(logging.WARNING, logger="reconciler.runtime.webhook"), \
+        with caplog.at_level(logging.WARNING, logger="reconciler.listeners"), \
                 pytest.raises(http.client.HTTPException):
             post(server.port, ca, review(3))
     finally:
         server.stop()
-    [failed] = [r for r in caplog.records if r.getMessage().startswith("webhook request from")]
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("webhook: request from")]
     assert failed.levelno == logging.WARNING
     assert failed.exc_info and failed.exc_info[0] is KeyError, "with its traceback"
-    assert failed.getMessage().startswith("webhook request from ('127.0.0.1', ")
+    assert failed.getMessage().startswith("webhook: request from ('127.0.0.1', ")
     assert failed.getMessage().endswith(") failed")
 
 
@@ -880,7 +883,7 @@ def test_the_servers_tls_uses_no_deprecated_protocol_and_at_least_tls_1_2() -> N
     _, cert, key = certificate(datetime.now(UTC))
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
-        context = webhook.tls_context(cert, key)
+        context = tls_context(cert, key)
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
