@@ -13,15 +13,18 @@ from datetime import UTC, datetime
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
 from reconciler.kaiwudb.certs import (
+    TLS_SECRET_LABEL,
     certs_action,
     earliest_expiry,
     format_problem,
     secret_names,
+    unmarked_secrets,
 )
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj, meta, with_owner
 from renderer.builders import CERTS_HASH_ANNOTATION
+from renderer.spec import Cluster
 
 
 class CertificatesStep:
@@ -35,6 +38,32 @@ class CertificatesStep:
 
     def wanted(self, p: ObjectPass) -> bool:
         return p.cluster is not None and p.cluster.tls
+
+    def unmarked(self, p: ObjectPass, cluster: Cluster, secrets: dict[str, Obj]) -> bool:
+        """True, and the pass halted (nothing rendered, applied or mounted), when the spec names
+        a Secret of the user's that is not marked for KaiwuDB and the pods do not mount it yet.
+        One they already mount (a cluster made before the label was asked for) goes on, with a
+        Warning Event until it is labelled: halting it would halt its failover too."""
+        unmarked = unmarked_secrets(cluster, secrets)
+        if not unmarked:
+            return False
+        live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        mounted = mounted_secrets(live)
+        refused = False
+        for name in unmarked:
+            field = "nodeSecretName" if name == cluster.node_secret else "clientSecretName"
+            message = (f"spec.tls.{field}: Secret {cluster.namespace}/{name} is not marked for "
+                       f"KaiwuDB's certificates; label it: kubectl label secret -n "
+                       f"{cluster.namespace} {name} {TLS_SECRET_LABEL}=true (a KaiwuCluster may "
+                       "name only Secrets meant for it)")
+            if name in mounted:
+                p.events.append(("Warning", "SecretNotMarked", message))
+            else:
+                p.stalled.append(("SecretNotMarked", message))
+                refused = True
+        if refused:
+            p.halted = True
+        return refused
 
     def run(self, p: ObjectPass) -> None:
         cluster = p.cluster
@@ -50,6 +79,8 @@ class CertificatesStep:
                 found = self.shared.kube.get(k.SECRET, cluster.namespace, name)
             if found is not None:
                 secrets[name] = found
+        if self.unmarked(p, cluster, secrets):
+            return
         node = secrets.get(cluster.node_secret)
         expiry = earliest_expiry(node) if node is not None else None
         self.shared.metrics.cluster_certificate_expiry(
@@ -92,3 +123,18 @@ class CertificatesStep:
             certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
         if certs_hash:
             p.live = replace(p.live, certs_hash=certs_hash)
+
+
+def mounted_secrets(statefulset: Obj | None) -> set[str]:
+    """The Secrets a StatefulSet's pods mount: whole (`secret`) or as a projected volume's
+    sources (the certs volume, renderer.builders)."""
+    volumes = ((((statefulset or {}).get("spec") or {}).get("template") or {}).get("spec")
+               or {}).get("volumes") or ()
+    names = set()
+    for volume in volumes:
+        if (volume.get("secret") or {}).get("secretName"):
+            names.add(str(volume["secret"]["secretName"]))
+        for source in (volume.get("projected") or {}).get("sources") or ():
+            if (source.get("secret") or {}).get("name"):
+                names.add(str(source["secret"]["name"]))
+    return names

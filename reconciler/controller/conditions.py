@@ -68,7 +68,9 @@ def observed(p: ObjectPass) -> st.Observed:
 
     outstanding = [s for s in p.states if s.outstanding]
     if p.halted:
-        ready_reason, ready_message = "InvalidSpec", "the spec cannot be rendered"
+        # Halted by the spec step (nothing rendered), or by a later one that said why.
+        ready_reason, ready_message = (("InvalidSpec", "the spec cannot be rendered")
+                                       if p.cluster is None or not p.stalled else p.stalled[0])
     elif stalled:
         ready_reason, ready_message = "Stalled", p.stalled[0][1]
     elif drifted:

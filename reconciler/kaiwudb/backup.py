@@ -100,6 +100,14 @@ def _time(text: object) -> float:
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
 
 
+def _slot(text: object) -> float | None:
+    """A backup's slot annotation as a time; None when it is none (hostile or damaged)."""
+    try:
+        return _time(text) if text else None
+    except (ValueError, OverflowError):
+        return None
+
+
 def _stamp(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -184,8 +192,12 @@ class Backups:
                              f"KaiwuBackupSchedule/{name}: {problem}"))
             return
         mine = [b for b in backups if (meta(b).get("labels") or {}).get(k.SCHEDULE_LABEL) == name]
-        slots = [_time((meta(b).get("annotations") or {}).get(k.SLOT_ANNOTATION))
-                 for b in mine]
+        # Anyone who may create a KaiwuBackup may label one as this schedule's: a slot that
+        # is no time counts as none (the schedule may then make that slot's backup; its name
+        # is taken, and the create is a conflict).
+        slots = [slot for b in mine
+                 if (slot := _slot((meta(b).get("annotations") or {}).get(k.SLOT_ANNOTATION)))
+                 is not None]
         created = _time(meta(schedule).get("creationTimestamp"))
         due = None if spec.get("suspend") else bp.due_slot(
             expr, created, p.now, bool(spec.get("immediate")), slots)
@@ -222,8 +234,12 @@ class Backups:
         try:
             self.kube.create(body)
         except ApiError as error:
-            if not error.conflict:  # already made by an earlier pass: fine
-                raise
+            if not error.conflict:  # a conflict: already made by an earlier pass, fine
+                # Refused (a ResourceQuota counting KaiwuBackups, an admission policy): said,
+                # and tried again at the next pass; the cluster's other steps go on.
+                p.events.append(("Warning", "BackupScheduleFailed", (
+                    f"KaiwuBackupSchedule/{meta(schedule).get('name')}: could not create "
+                    f"KaiwuBackup/{name}: {error}")))
             return
         p.events.append(("Normal", "BackupScheduled",
                          f"KaiwuBackup/{name}: made by schedule {meta(schedule).get('name')}"))

@@ -77,6 +77,23 @@ from renderer.spec import CERT_MANAGER_LAYOUT, Cluster
 Obj = dict[str, Any]
 
 
+TLS_SECRET_LABEL = "kaiwu.inspur.com/tls-certs"
+"""The label (value "true") a Secret of your own needs before `spec.tls.nodeSecretName` or
+`clientSecretName` may name it: anyone who may write a KaiwuCluster would otherwise have the
+reconciler mount any Secret of the namespace into pods it makes and read it (docs/security.md).
+cert-manager puts it on the Secrets it writes through a Certificate's `secretTemplate.labels`."""
+
+
+def unmarked_secrets(cluster: Cluster, secrets: Mapping[str, Obj]) -> tuple[str, ...]:
+    """The user's own Secrets (nodeSecretName, clientSecretName) that exist without
+    TLS_SECRET_LABEL=true; () for the Secrets the reconciler manages."""
+    if not cluster.user_provided_certs:
+        return ()
+    return tuple(name for name in dict.fromkeys((cluster.node_secret, cluster.client_secret))
+                 if name in secrets and ((secrets[name].get("metadata") or {}).get("labels")
+                                         or {}).get(TLS_SECRET_LABEL) != "true")
+
+
 CA_CRT, CA_KEY = "ca.crt", "ca.key"
 NODE_CRT, NODE_KEY = "node.crt", "node.key"
 ROOT_CRT, ROOT_KEY = "client.root.crt", "client.root.key"

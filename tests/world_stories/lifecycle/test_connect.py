@@ -84,9 +84,11 @@ def test_a_client_user_gets_a_secret_kwbase_and_generic_clients_can_both_mount(
 
 def cert_manager_secret(name: str, namespace: str, ca: certs.CertKey,
                         leaf: certs.CertKey) -> Obj:
-    """What a cert-manager Certificate writes: a kubernetes.io/tls Secret with ca.crt."""
+    """What a cert-manager Certificate writes: a kubernetes.io/tls Secret with ca.crt, labelled
+    for KaiwuDB through the Certificate's secretTemplate.labels."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {certs.TLS_SECRET_LABEL: "true"}},
             "data": {"ca.crt": base64.b64encode(ca.cert_pem).decode(),
                      "tls.crt": base64.b64encode(leaf.cert_pem).decode(),
                      "tls.key": base64.b64encode(leaf.key_pem).decode()}}

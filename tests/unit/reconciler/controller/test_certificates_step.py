@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S
+from reconciler.kaiwudb.certs import TLS_SECRET_LABEL
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
@@ -110,9 +111,10 @@ def test_the_users_own_secrets_are_read_from_the_api_when_the_cache_lacks_them()
     assert stalled["message"].startswith("Secret mine: the Secret does not exist in namespace db")
     assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "never made for the user"
     assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
-    # Unlabelled, so not in the watch cache: read from the API.
+    # Not the operator's (no managed-by label), so not in the watch cache: read from the API.
     unlabelled = {"apiVersion": "v1", "kind": "Secret",
-                  "metadata": {"name": "mine", "namespace": NS}, "data": {}}
+                  "metadata": {"name": "mine", "namespace": NS,
+                               "labels": {TLS_SECRET_LABEL: "true"}}, "data": {}}
     real_get = world.kube.get
 
     def get(kind: Kind, namespace: str | None, name: str) -> Any:
@@ -133,6 +135,7 @@ def users_own(now: float) -> World:
     for name in SECRETS[1:]:
         secret = copy.deepcopy(made.objects[("Secret", NS, name)])
         secret["metadata"].pop("ownerReferences")
+        secret["metadata"]["labels"] = {TLS_SECRET_LABEL: "true"}
         world.objects[("Secret", NS, name)] = secret
     world.now = now
     return world
@@ -162,6 +165,56 @@ def test_unusable_certificates_keep_the_pods_on_the_ones_they_run_with() -> None
     assert world.condition("Stalled")["reason"] == "CertificatesUnusable"
     assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
     assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == running
+
+
+def test_a_secret_of_the_users_not_marked_for_kaiwudb_is_never_mounted() -> None:
+    """Whoever may write a KaiwuCluster could otherwise name any Secret of the namespace and
+    have the reconciler mount it into pods it makes: the pass stops before anything is
+    rendered or applied, says which Secret and how to mark it, and goes on once it is."""
+    world = users_own(NOW)
+    world.edit("Secret", f"{NAME}-node-certs", lambda secret: secret["metadata"].pop("labels"))
+    world.reconcile()
+    assert ("StatefulSet", NS, NAME) not in world.objects, "nothing mounts it"
+    ready, stalled = world.condition("Ready"), world.condition("Stalled")
+    assert (ready["status"], ready["reason"]) == ("False", "SecretNotMarked")
+    assert (stalled["status"], stalled["reason"]) == ("True", "SecretNotMarked")
+    assert stalled["message"] == (
+        f"spec.tls.nodeSecretName: Secret {NS}/{NAME}-node-certs is not marked for KaiwuDB's "
+        f"certificates; label it: kubectl label secret -n {NS} {NAME}-node-certs "
+        f"{TLS_SECRET_LABEL}=true (a KaiwuCluster may name only Secrets meant for it)")
+
+    world.edit("Secret", f"{NAME}-node-certs", lambda secret: secret["metadata"].update(
+        labels={TLS_SECRET_LABEL: "true"}))
+    world.reconcile()
+    assert ("StatefulSet", NS, NAME) in world.objects
+    assert world.condition("Stalled")["status"] == "False"
+
+
+def test_a_running_cluster_keeps_its_unmarked_secret_but_cannot_switch_to_another() -> None:
+    """A cluster made before the label was asked for runs on (its failover with it), warned
+    until the Secret is labelled; pointing it at another unmarked Secret is refused and the
+    pods keep what they mount."""
+    world = users_own(NOW)
+    world.reconcile()
+    running = copy.deepcopy(world.objects[("StatefulSet", NS, NAME)])
+    world.edit("Secret", f"{NAME}-node-certs", lambda secret: secret["metadata"].pop("labels"))
+    world.edit_spec(replicas=4)
+    world.reconcile()
+    assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4
+    assert world.condition("Stalled")["status"] == "False"
+    warned = [e for e in world.kube.events if e[1] == "SecretNotMarked"]
+    assert warned and warned[0][0] == "Warning" and f"{NAME}-node-certs" in warned[0][2]
+
+    other = copy.deepcopy(world.objects[("Secret", NS, f"{NAME}-node-certs")])
+    other["metadata"]["name"] = "someone-elses"
+    world.objects[("Secret", NS, "someone-elses")] = other
+    world.edit_spec(replicas=5, tls={"enabled": True, "nodeSecretName": "someone-elses",
+                                     "clientSecretName": f"{NAME}-root-client-certs"})
+    world.reconcile()
+    assert world.condition("Stalled")["reason"] == "SecretNotMarked"
+    volumes = world.objects[("StatefulSet", NS, NAME)]["spec"]["template"]["spec"]["volumes"]
+    assert volumes == running["spec"]["template"]["spec"]["volumes"]
+    assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4, "nothing applied"
 
 
 def test_a_cluster_without_tls_gets_no_certificates() -> None:

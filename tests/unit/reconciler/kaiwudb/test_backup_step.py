@@ -155,6 +155,45 @@ def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path:
     assert status["nextScheduleTime"] == "2026-01-03T03:00:00Z"
 
 
+def test_a_backup_labelled_as_the_schedules_with_a_slot_that_is_no_time_stops_nothing(
+        tmp_path: Path) -> None:
+    """Anyone who may create KaiwuBackups may label one as a schedule's: its slot is read as
+    none, and the schedule goes on."""
+    world = World()
+    world.add(schedule("nightly", "0 0 3 * * *"))
+    fake = backup("fake", "", "2026-01-01T03:00:00")
+    fake["metadata"]["annotations"][k.SLOT_ANNOTATION] = "x"
+    world.add(fake)
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-02T03:00:01"))
+
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+                   world.list(k.KAIWU_BACKUP, NS))
+
+    assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
+
+
+def test_a_backup_the_api_refuses_to_make_is_a_warning_and_the_pass_goes_on(
+        tmp_path: Path) -> None:
+    world = World()
+    world.add(schedule("nightly", "0 0 3 * * *"))
+
+    def full(obj: Obj) -> Obj:
+        raise ApiError(403, "Forbidden", 'kaiwubackups.kaiwu.inspur.com "nightly-20260102030000" '
+                       "is forbidden: exceeded quota: backups")
+    world.create = full  # type: ignore[method-assign]
+    steps = step(world, tmp_path)
+    p, cluster = a_pass(at("2026-01-02T03:00:01"))
+
+    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+
+    (warning,) = [e for e in p.events if e[1] == "BackupScheduleFailed"]
+    assert warning[0] == "Warning" and warning[2].startswith(
+        "KaiwuBackupSchedule/nightly: could not create KaiwuBackup/nightly-20260102030000: "
+        "HTTP 403 Forbidden")
+    assert "exceeded quota" in warning[2]
+
+
 def test_retention_deletes_files_then_objects_and_keeps_the_newest_completed(
         tmp_path: Path) -> None:
     world = World()
