@@ -4,6 +4,7 @@
 #   make preview  render the example clusters in clusters/ into out/ (no cluster needed)
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make test-fast  the fast tier alone (no test world), one worker per core
+#   make test-136  the test world's 1.36 tier, where ../shared/k8s-1.36 is (skipped, saying why)
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
 #   make test-random  the fast tier and the short soak with new random draws (seeds printed)
@@ -15,7 +16,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test test-fast test-random lint world lock image soak mutation clean
+.PHONY: demo preview test test-136 test-fast test-random lint world lock image soak mutation clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -64,6 +65,17 @@ lint: $(STAMP)
 WORLD_WORKERS ?= 2
 test: lint test-fast world
 	$(BIN)/pytest -m world -n $(WORLD_WORKERS) --dist loadfile
+	@$(BIN)/python -m tests.world.kube_versions
+
+# The test world on Kubernetes 1.36.2 (tests/world/kube_versions.py), from the prebuilt binaries
+# in ../shared/k8s-1.36 (KAIWU_K8S_136_DIR): its control plane's self-tests. Says in one line
+# that it is skipped, and why, where the binaries are not.
+K136_TESTS := tests/world/selftest/test_controlplane.py
+test-136: $(STAMP)
+	@if $(BIN)/python -c 'import sys; from tests.world.kube_versions import unavailable_136; \
+	    sys.exit(1 if unavailable_136() else 0)'; then \
+	    KAIWU_TESTWORLD_KUBE=1.36 $(BIN)/pytest -m world $(K136_TESTS); \
+	else $(BIN)/python -m tests.world.kube_versions; fi
 
 # The fast tier alone (no test world needed), one worker per core.
 test-fast: $(STAMP)

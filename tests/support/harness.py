@@ -14,7 +14,6 @@ check the harness itself are in tests/world_stories/drift/test_harness.py.
 
 from __future__ import annotations
 
-import base64
 import heapq
 import logging
 import threading
@@ -38,7 +37,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
 from tests.support.waiting import eventually
-from tests.world.controlplane import WRITE_VERBS, ControlPlane
+from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
@@ -80,20 +79,6 @@ def condition(obj: Obj | None, type_: str) -> dict[str, Any]:
         if item.get("type") == type_:
             return dict(item)
     return {}
-
-
-def service_account_token(core: k8s.CoreV1Api, namespace: str, name: str) -> str:
-    """The legacy token Secret Kubernetes 1.20's token controller makes for a ServiceAccount."""
-    def token() -> str | None:
-        for secret in core.list_namespaced_secret(namespace).items:
-            annotations = (secret.metadata.annotations if secret.metadata else None) or {}
-            data = secret.data or {}
-            if secret.type == "kubernetes.io/service-account-token" and annotations.get(
-                    "kubernetes.io/service-account.name") == name and data.get("token"):
-                return base64.b64decode(data["token"]).decode()
-        return None
-    found: str = wait_for(f"a token for ServiceAccount {name}", token, timeout_s=30)
-    return found
 
 
 def reconciler_identity(plane: ControlPlane, admin: k8s.ApiClient, namespace: str) -> tuple[

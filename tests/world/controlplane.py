@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client as k8s
 
+from tests.world import kube_versions
 from tests.world.build import locate_binaries
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -92,10 +93,13 @@ class ControlPlaneSettings:
     the grace period (every grace/4 or faster).
     """
 
+    # Which Kubernetes runs (tests/world/kube_versions.py): KAIWU_TESTWORLD_KUBE, default 1.20.
+    kube_version: str = field(default_factory=kube_versions.selected)
     # Directory holding kube-apiserver, kube-controller-manager and kube-scheduler; None: the
-    # cache python -m tests.world.build fills.
+    # cache python -m tests.world.build fills (1.20), or the unpacked 1.36 binaries.
     bin_dir: Path | None = None
-    # The etcd binary (Debian's etcd-server installs /usr/bin/etcd).
+    # The etcd binary (Debian's etcd-server installs /usr/bin/etcd; 1.36 needs etcd 3.5.24 or
+    # newer and brings its own, used unless this names another).
     etcd_binary: str = "etcd"
     # CRD manifests installed before the controller-manager starts, because its garbage collector
     # discovers new resource types only at its 30 s resync. None: every file in crd/.
@@ -126,6 +130,25 @@ class ControlPlaneSettings:
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not start; the message names the component and its log."""
+
+
+def service_account_token(core: k8s.CoreV1Api, namespace: str, name: str,
+                          timeout_s: float = 30.0, expiration_s: int = 86400) -> str:
+    """A token for a ServiceAccount from the TokenRequest API, as `kubectl create token` gets
+    one: Kubernetes 1.24 and later make no token Secrets, and 1.20 serves TokenRequest as well.
+    Asked again while the ServiceAccount is not there yet (404)."""
+    request = k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_s))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            answer = core.create_namespaced_service_account_token(name, namespace, request)
+            assert answer.status is not None, "a TokenRequest answered without a status"
+            return str(answer.status.token)
+        except k8s.ApiException as err:
+            if err.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def free_port() -> int:
@@ -207,15 +230,20 @@ class ControlPlane:
 
     def __init__(self, settings: ControlPlaneSettings | None = None) -> None:
         self.settings = settings or ControlPlaneSettings()
-        bin_dir = self.settings.bin_dir or locate_binaries()
+        self.kube_version = self.settings.kube_version
+        self.modern = self.kube_version != "1.20"
+        bin_dir = self.settings.bin_dir or (kube_versions.binaries_136() if self.modern
+                                            else locate_binaries())
         if bin_dir is None or not all(
                 (bin_dir / n).exists()
                 for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")):
             raise ControlPlaneError(
                 "the test world's Kubernetes binaries are not built. Run, as root:\n"
                 "  bash tests/world/install_deps.sh && python -m tests.world.build")
-        if shutil.which(self.settings.etcd_binary) is None:
-            raise ControlPlaneError(f"no '{self.settings.etcd_binary}' on PATH: install "
+        self.etcd_binary = (str(bin_dir / "etcd") if self.modern and
+                            self.settings.etcd_binary == "etcd" else self.settings.etcd_binary)
+        if shutil.which(self.etcd_binary) is None:
+            raise ControlPlaneError(f"no '{self.etcd_binary}' on PATH: install "
                                     "etcd-server (bash tests/world/install_deps.sh)")
         self.bin_dir: Path = bin_dir
         self.dir = Path(tempfile.mkdtemp(prefix="kaiwu-testworld-", dir=self.settings.tmp_root))
@@ -467,7 +495,7 @@ class ControlPlane:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         client_url = f"http://127.0.0.1:{self.etcd_port}"
         proc = _Process("etcd", [
-            self.settings.etcd_binary, "--name=testworld",
+            self.etcd_binary, "--name=testworld",
             f"--data-dir={self.etcd_data_dir}",
             f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
@@ -484,7 +512,7 @@ class ControlPlane:
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={self.apiserver_port}", "--insecure-port=0",
+            f"--secure-port={self.apiserver_port}", *self._only_1_20("--insecure-port=0"),
             f"--cert-dir={self.cert_dir}",
             f"--token-auth-file={self.dir / 'tokens.csv'}",
             f"--authorization-mode={s.authorization_mode}",
@@ -509,6 +537,11 @@ class ControlPlane:
             f"--v={s.log_verbosity}",
         ]
 
+    def _only_1_20(self, *flags: str) -> tuple[str, ...]:
+        """Flags 1.20 needs that later versions removed (the insecure ports, the taint manager
+        switch and the pod eviction timeout: taint-based eviction is all there is)."""
+        return () if self.modern else flags
+
     def _start_controller_manager(self) -> None:
         s = self.settings
         self._write_kubeconfigs()
@@ -522,7 +555,7 @@ class ControlPlane:
             # tokens are the only credentials (without this they log an error every few seconds).
             "--authentication-skip-lookup=true",
             "--bind-address=127.0.0.1", f"--secure-port={self.controller_manager_port}",
-            "--port=0", f"--cert-dir={self.dir / 'controller-manager-certs'}",
+            *self._only_1_20("--port=0"), f"--cert-dir={self.dir / 'controller-manager-certs'}",
             "--leader-elect=false",
             f"--controllers={','.join(s.controllers)}",
             # Each controller acts under its own service account, so RBAC applies to it as in
@@ -534,10 +567,10 @@ class ControlPlane:
             f"--node-monitor-period={s.node_monitor_period}s",
             f"--node-monitor-grace-period={s.node_monitor_grace_period}s",
             f"--node-startup-grace-period={s.node_startup_grace_period}s",
-            f"--pod-eviction-timeout={s.pod_eviction_timeout}s",
+            *self._only_1_20(f"--pod-eviction-timeout={s.pod_eviction_timeout}s"),
             f"--node-eviction-rate={s.node_eviction_rate}",
             f"--secondary-node-eviction-rate={s.node_eviction_rate}",
-            "--enable-taint-manager=true",
+            *self._only_1_20("--enable-taint-manager=true"),
             "--profiling=false",
             f"--v={s.log_verbosity}",
         ], self.log_dir / "kube-controller-manager.log")
@@ -554,7 +587,8 @@ class ControlPlane:
             # There is no client-certificate or front-proxy CA to look up in the cluster: bearer
             # tokens are the only credentials (without this they log an error every few seconds).
             "--authentication-skip-lookup=true",
-            "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}", "--port=0",
+            "--bind-address=127.0.0.1", f"--secure-port={self.scheduler_port}",
+            *self._only_1_20("--port=0"),
             f"--cert-dir={self.dir / 'scheduler-certs'}",
             "--leader-elect=false", "--profiling=false",
             f"--v={self.settings.log_verbosity}",

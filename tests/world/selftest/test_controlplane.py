@@ -8,7 +8,6 @@ restarted on the same address without losing data.
 
 from __future__ import annotations
 
-import base64
 import copy
 import secrets
 from pathlib import Path
@@ -24,6 +23,7 @@ from tests.world.controlplane import (
     REPO_ROOT,
     ControlPlane,
     ControlPlaneError,
+    service_account_token,
 )
 
 CRD_PATH = REPO_ROOT / "crd" / "kaiwuclusters.yaml"
@@ -124,20 +124,6 @@ def test_deleting_a_kaiwucluster_garbage_collects_what_it_owns(
 
     eventually(owned_is_gone, 30, "the garbage collector to delete the owned ConfigMap")
     assert core.read_namespaced_config_map("bystander", namespace).data == {"k": "v"}
-
-
-def service_account_token(core: k8s.CoreV1Api, namespace: str, account: str) -> str:
-    """The token the (real) token controller minted for a service account, decoded."""
-    def token() -> str | None:
-        for secret in core.list_namespaced_secret(namespace).items:
-            annotations = (secret.metadata.annotations if secret.metadata else None) or {}
-            if (secret.type == "kubernetes.io/service-account-token"
-                    and annotations.get("kubernetes.io/service-account.name") == account
-                    and secret.data and "token" in secret.data):
-                return base64.b64decode(secret.data["token"]).decode()
-        return None
-
-    return eventually(token, 30, f"a token secret for service account {account}")
 
 
 @pytest.mark.world

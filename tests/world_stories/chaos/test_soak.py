@@ -50,10 +50,9 @@ from tests.support.harness import (
     condition,
     example,
     reconciler_identity,
-    service_account_token,
     user,
 )
-from tests.world.controlplane import ControlPlane
+from tests.world.controlplane import ControlPlane, service_account_token
 from tests.world.kube_rest import KubeAccess
 from tests.world.kubelet import NodeSpec
 from tests.world.kwdb import KwdbSettings

@@ -35,7 +35,6 @@ from tests.support.harness import (
     REPO,
     condition,
     reconciler_identity,
-    service_account_token,
     user,
     wait_for,
 )
@@ -47,7 +46,7 @@ from tests.support.lifecycle import (
     report,
     small_cluster,
 )
-from tests.world.controlplane import WRITE_VERBS, ControlPlane
+from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
 

@@ -9,7 +9,6 @@ accepted by the API server and its probes and port match the reconciler's own de
 
 from __future__ import annotations
 
-import base64
 import copy
 import time
 from typing import Any
@@ -22,7 +21,7 @@ from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
 from tests.support.runtime import create_cluster, runtime_settings
 from tests.support.waiting import eventually
-from tests.world.controlplane import REPO_ROOT, ControlPlane
+from tests.world.controlplane import REPO_ROOT, ControlPlane, service_account_token
 
 DEPLOY = REPO_ROOT / "deploy"
 
@@ -52,28 +51,13 @@ def rbac_for(namespace: str) -> list[dict[str, Any]]:
     return docs
 
 
-def service_account_token(kube: k8s.ApiClient, namespace: str, name: str) -> str:
-    core = k8s.CoreV1Api(kube)
-
-    def token() -> str | None:
-        for secret in core.list_namespaced_secret(namespace).items:
-            annotations = (secret.metadata.annotations if secret.metadata else None) or {}
-            if secret.type == "kubernetes.io/service-account-token" and \
-                    annotations.get("kubernetes.io/service-account.name") == name and \
-                    secret.data and secret.data.get("token"):
-                return base64.b64decode(secret.data["token"]).decode()
-        return None
-
-    return eventually(token, 20, f"a token for service account {name}")
-
-
 def test_the_reconciler_needs_no_more_than_the_bundles_rbac(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
     docs = rbac_for(namespace)
     for doc in docs:
         # kubectl create -f, with the client's helper (it leaves itself unannotated).
         k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call,unused-ignore]
-    token = service_account_token(kube, namespace, "kaiwu-reconciler")
+    token = service_account_token(k8s.CoreV1Api(kube), namespace, "kaiwu-reconciler")
     user = f"system:serviceaccount:{namespace}:kaiwu-reconciler"
     settings = runtime_settings(control_plane, namespace, kubeconfig=None,
                                 lease_name="kaiwu-reconciler", identity="rbac-check")

@@ -37,8 +37,8 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
-from tests.support.harness import REPO, service_account_token, user, wait_for
-from tests.world.controlplane import WRITE_VERBS, ControlPlane
+from tests.support.harness import REPO, user, wait_for
+from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
 CLUSTERS = int(os.environ.get("KAIWU_FLEET_CLUSTERS", "200"))
 STEADY_S = float(os.environ.get("KAIWU_FLEET_STEADY_S", "15"))

@@ -29,10 +29,10 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
-from tests.support.harness import condition, refused, service_account_token, user, wait_for
+from tests.support.harness import condition, refused, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.world import image
-from tests.world.controlplane import WRITE_VERBS, ControlPlane
+from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 from tests.world.simworld import SimWorld
 
 UID = "10001"

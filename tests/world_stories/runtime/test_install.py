@@ -32,9 +32,9 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
-from tests.support.harness import REPO, condition, refused, service_account_token, user, wait_for
+from tests.support.harness import REPO, condition, refused, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
-from tests.world.controlplane import ControlPlane, free_port
+from tests.world.controlplane import ControlPlane, free_port, service_account_token
 from tests.world.simworld import SimWorld
 
 

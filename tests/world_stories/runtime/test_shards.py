@@ -34,8 +34,8 @@ from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL
-from tests.support.harness import REPO, now_stamp, service_account_token, user, wait_for
-from tests.world.controlplane import WRITE_VERBS, ControlPlane
+from tests.support.harness import REPO, now_stamp, user, wait_for
+from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
 CLUSTERS = 100
 AGENT = re.compile(r"\(shard (?P<shard>[^)]*)\)")
