@@ -44,13 +44,21 @@ class CertificatesStep:
         a Secret of the user's that is not marked for KaiwuDB and the pods do not mount it yet.
         One they already mount (a cluster made before the label was asked for) goes on, with a
         Warning Event until it is labelled: halting it would halt its failover too."""
-        unmarked = unmarked_secrets(cluster, secrets)
-        if not unmarked:
+        if not cluster.user_provided_certs:
             return False
         live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
         mounted = mounted_secrets(live)
-        refused = False
-        for name in unmarked:
+        # One that does not exist yet is not mounted either: else the StatefulSet would name
+        # it now and take it, unmarked, once someone made it.
+        missing = [name for name in dict.fromkeys((cluster.node_secret, cluster.client_secret))
+                   if name not in secrets and name not in mounted]
+        for name in missing:
+            field = "nodeSecretName" if name == cluster.node_secret else "clientSecretName"
+            p.stalled.append(("SecretNotMarked", (
+                f"spec.tls.{field}: Secret {cluster.namespace}/{name} does not exist; create "
+                f"it with the certificates and the label {TLS_SECRET_LABEL}=true")))
+        refused = bool(missing)
+        for name in unmarked_secrets(cluster, secrets):
             field = "nodeSecretName" if name == cluster.node_secret else "clientSecretName"
             message = (f"spec.tls.{field}: Secret {cluster.namespace}/{name} is not marked for "
                        f"KaiwuDB's certificates; label it: kubectl label secret -n "

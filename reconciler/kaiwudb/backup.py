@@ -100,6 +100,9 @@ def _time(text: object) -> float:
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
 
 
+SLOT_SLACK_S = 86400.0
+
+
 def _slot(text: object) -> float | None:
     """A backup's slot annotation as a time; None when it is none (hostile or damaged)."""
     try:
@@ -195,10 +198,12 @@ class Backups:
         # Anyone who may create a KaiwuBackup may label one as this schedule's: a slot that
         # is no time counts as none (the schedule may then make that slot's backup; its name
         # is taken, and the create is a conflict).
+        created = _time(meta(schedule).get("creationTimestamp"))
+        # Only a slot between the schedule's creation and tomorrow is one it made: a slot in
+        # year 9999 would otherwise stop it for good, one before year 1 break its status.
         slots = [slot for b in mine
                  if (slot := _slot((meta(b).get("annotations") or {}).get(k.SLOT_ANNOTATION)))
-                 is not None]
-        created = _time(meta(schedule).get("creationTimestamp"))
+                 is not None and created - SLOT_SLACK_S <= slot <= p.now + SLOT_SLACK_S]
         due = None if spec.get("suspend") else bp.due_slot(
             expr, created, p.now, bool(spec.get("immediate")), slots)
         if due is not None:

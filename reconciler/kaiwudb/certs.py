@@ -275,12 +275,23 @@ def _ca_builder(subject: x509.Name, key: rsa.RSAPrivateKey, now: datetime,
     )
 
 
-def new_ca(common_name: str, now: datetime, settings: CertSettings = CertSettings()) -> CertKey:
-    """A self-signed CA with a fresh key."""
+def new_ca(common_name: str, now: datetime, settings: CertSettings = CertSettings(),
+           permitted_hosts: tuple[str, ...] = ()) -> CertKey:
+    """A self-signed CA with a fresh key; with `permitted_hosts`, one that may sign only for
+    those (a critical NameConstraints extension: IP addresses as /32 or /128, names as DNS)."""
     key = _new_key(settings)
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "KaiwuDB"),
                          x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = _ca_builder(subject, key, now, settings).sign(key, hashes.SHA256())
+    builder = _ca_builder(subject, key, now, settings)
+    if permitted_hosts:
+        permitted: list[x509.GeneralName] = []
+        for host in permitted_hosts:
+            try:
+                permitted.append(x509.IPAddress(ipaddress.ip_network(host)))
+            except ValueError:
+                permitted.append(x509.DNSName(host))
+        builder = builder.add_extension(x509.NameConstraints(permitted, None), critical=True)
+    cert = builder.sign(key, hashes.SHA256())
     return CertKey(cert, key)
 
 

@@ -61,6 +61,7 @@ RECORD_CLOCK_GRACE = timedelta(seconds=5)
 # `'e'...\n...'` (sql/export.go:576-582 trims quotes off lex.EncodeSQLString's `e'...'`),
 # which IMPORT CLUSTER SETTING cannot parse (importer/import_stmt.go:1535-1538).
 CUSTOM_CA = "cloudstorage.http.custom_ca"
+_URL = re.compile(r"https?://[^\s\"')]+")
 TRUST_SETTLE_S = 5.0
 BUILT_IN_USERS = frozenset({"root", "admin"})
 
@@ -257,7 +258,9 @@ class Restore:
         except ExecFailed as err:
             # The exec ended with no answer (a time-out, the pod or the connection gone): the
             # IMPORT is a job that goes on without its client; KWDB's job row says what follows.
-            log.warning("restore: %s: no answer: %s", step, err)
+            # Its text holds the IMPORT, and so the file server's URL: logs get no token.
+            log.warning("restore: %s: no answer: %s", step, _URL.sub("<restore file server>",
+                                                                       str(err)))
             return None
         if polled is None:
             return None
@@ -274,16 +277,18 @@ class Restore:
         True when it already did, so nothing was written."""
         shown = admin.sql(pod, f"SHOW CLUSTER SETTING {CUSTOM_CA}")
         current = str(shown.rows[0].get(CUSTOM_CA) or "") if shown.rows else ""
-        wanted = custom_ca_with(current, ca_pem)
-        if ca_pem is None:
-            self._distrusted.add((cluster.namespace, cluster.name))
-        else:
-            self._distrusted.discard((cluster.namespace, cluster.name))
-        if wanted == current:
-            return True
-        admin.sql(pod, f"SET CLUSTER SETTING {CUSTOM_CA} = {quote_literal(wanted)}" if wanted
-                  else f"RESET CLUSTER SETTING {CUSTOM_CA}")
-        return False
+        try:
+            wanted = custom_ca_with(current, ca_pem)
+        except ValueError as err:
+            raise KwbaseError(str(err), pod, []) from err
+        key = (cluster.namespace, cluster.name)
+        self._distrusted.discard(key)
+        if wanted != current:
+            admin.sql(pod, f"SET CLUSTER SETTING {CUSTOM_CA} = {quote_literal(wanted)}"
+                      if wanted else f"RESET CLUSTER SETTING {CUSTOM_CA}")
+        if ca_pem is None:  # only once it is done: a failed write is tried again
+            self._distrusted.add(key)
+        return wanted == current
 
     def trust_failed(self, p: Pass, name: str, cluster: Cluster, admin: KwbaseAdmin, pod: str,
                      ca_pem: str | None, *, settle: bool) -> bool:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import html
 import logging
-import re
 import secrets
 import socket
 import ssl
@@ -66,8 +65,10 @@ RESTORE_CA_NAME = "kaiwu-operator restore file server"
 # made anew when less than RENEW_BEFORE of a year is left.
 CREDENTIALS = CertSettings(ca_validity=timedelta(days=365), leaf_validity=timedelta(days=365))
 RENEW_BEFORE = timedelta(days=30)
-_PEM_CERTIFICATE = re.compile(
-    r"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.DOTALL)
+_BEGIN, _END = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+# The most of cloudstorage.http.custom_ca the restore reads into certificates: a few CAs are a
+# few KiB; anything far larger is no trust store (and anyone with admin rights may write it).
+CUSTOM_CA_MAX_CHARS = 256 * 1024
 
 
 def default_advertise_host() -> str:
@@ -118,7 +119,10 @@ class BackupFileServer:
         now = now or datetime.now(UTC)
         with self._lock:
             if self._ca is None or self._ca.cert.not_valid_after_utc - now < RENEW_BEFORE:
-                ca = new_ca(RESTORE_CA_NAME, now, CREDENTIALS)
+                # Only for the host it serves at: while KWDB trusts it, it signs for nothing
+                # else KWDB may reach over https (Go's crypto/x509 enforces name constraints).
+                ca = new_ca(RESTORE_CA_NAME, now, CREDENTIALS,
+                            permitted_hosts=(self.advertise_host,))
                 leaf = issue_server(ca, RESTORE_CA_NAME, [self.advertise_host], now, CREDENTIALS)
                 self._context = tls_context(leaf.cert_pem, leaf.key_pem)
                 self._ca = ca
@@ -246,13 +250,32 @@ def custom_ca_with(current: str, ours: str | None) -> str:
     certificate named RESTORE_CA_NAME goes (an earlier process's CA can serve nothing: its key
     is gone); `current` itself when nothing changes, so a value the reconciler does not need
     to touch is never rewritten."""
-    blocks = [block.strip() for block in _PEM_CERTIFICATE.findall(current)]
+    if len(current) > CUSTOM_CA_MAX_CHARS:
+        raise ValueError(f"cloudstorage.http.custom_ca holds {len(current)} characters, more "
+                         f"than {CUSTOM_CA_MAX_CHARS} (a few certificates); RESET CLUSTER "
+                         "SETTING cloudstorage.http.custom_ca and set only your CAs")
+    blocks = pem_certificates(current)
     others = [block for block in blocks if not _restore_ca_name(block)]
     restore_cas = [block for block in blocks if _restore_ca_name(block)]
     wanted = [ours.strip()] if ours is not None else []
     if restore_cas == wanted:
         return current
     return "".join(block + "\n" for block in [*others, *wanted])
+
+
+def pem_certificates(text: str) -> list[str]:
+    """Every `-----BEGIN CERTIFICATE-----` ... `-----END CERTIFICATE-----` block of `text`, in
+    one pass (a pattern with a lazy `.*?` takes quadratic time on BEGIN lines without an END)."""
+    blocks, at = [], 0
+    while (start := text.find(_BEGIN, at)) >= 0:
+        end = text.find(_END, start + len(_BEGIN))
+        if end < 0:
+            break
+        nested = text.rfind(_BEGIN, start + len(_BEGIN), end)
+        start = nested if nested >= 0 else start  # a BEGIN without its END is no block
+        blocks.append(text[start:end + len(_END)].strip())
+        at = end + len(_END)
+    return blocks
 
 
 def _restore_ca_name(block: str) -> bool:

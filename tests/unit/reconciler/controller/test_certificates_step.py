@@ -107,18 +107,23 @@ def test_the_users_own_secrets_are_read_from_the_api_when_the_cache_lacks_them()
                        "clientSecretName": "mine-client"})
     world.reconcile()
     stalled = world.condition("Stalled")
-    assert (stalled["status"], stalled["reason"]) == ("True", "CertificatesUnusable")
-    assert stalled["message"].startswith("Secret mine: the Secret does not exist in namespace db")
+    assert (stalled["status"], stalled["reason"]) == ("True", "SecretNotMarked")
+    assert stalled["message"].startswith(
+        "spec.tls.nodeSecretName: Secret db/mine does not exist; create it with the "
+        f"certificates and the label {TLS_SECRET_LABEL}=true; spec.tls.clientSecretName: "
+        "Secret db/mine-client does not exist")
     assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "never made for the user"
-    assert CERTS_HASH_ANNOTATION not in pod_annotations(world)
+    assert ("StatefulSet", NS, NAME) not in world.objects, "nothing names it before it is seen"
     # Not the operator's (no managed-by label), so not in the watch cache: read from the API.
-    unlabelled = {"apiVersion": "v1", "kind": "Secret",
-                  "metadata": {"name": "mine", "namespace": NS,
-                               "labels": {TLS_SECRET_LABEL: "true"}}, "data": {}}
+    def empty(name: str) -> Obj:
+        return {"apiVersion": "v1", "kind": "Secret", "data": {},
+                "metadata": {"name": name, "namespace": NS,
+                             "labels": {TLS_SECRET_LABEL: "true"}}}
     real_get = world.kube.get
 
     def get(kind: Kind, namespace: str | None, name: str) -> Any:
-        return unlabelled if name == "mine" else real_get(kind, namespace, name)
+        return empty(name) if name in ("mine", "mine-client") else real_get(kind, namespace,
+                                                                              name)
     world.kube.get = get  # type: ignore[method-assign]
     world.reconcile()
     message = world.condition("Stalled")["message"]
@@ -188,6 +193,22 @@ def test_a_secret_of_the_users_not_marked_for_kaiwudb_is_never_mounted() -> None
     world.reconcile()
     assert ("StatefulSet", NS, NAME) in world.objects
     assert world.condition("Stalled")["status"] == "False"
+
+
+def test_a_secret_named_before_it_exists_is_not_mounted_once_someone_makes_it_unmarked(
+        ) -> None:
+    """Naming a Secret that does not exist yet must not put it into the StatefulSet: it would
+    count as mounted already when someone made it without the label."""
+    world = users_own(NOW)
+    world.objects.pop(("Secret", NS, f"{NAME}-node-certs"))
+    world.reconcile()
+    assert ("StatefulSet", NS, NAME) not in world.objects
+    made = users_own(NOW).objects[("Secret", NS, f"{NAME}-node-certs")]
+    made["metadata"].pop("labels")
+    world.objects[("Secret", NS, f"{NAME}-node-certs")] = made
+    world.reconcile()
+    assert ("StatefulSet", NS, NAME) not in world.objects
+    assert world.condition("Stalled")["reason"] == "SecretNotMarked"
 
 
 def test_a_running_cluster_keeps_its_unmarked_secret_but_cannot_switch_to_another() -> None:

@@ -161,9 +161,12 @@ def test_a_backup_labelled_as_the_schedules_with_a_slot_that_is_no_time_stops_no
     none, and the schedule goes on."""
     world = World()
     world.add(schedule("nightly", "0 0 3 * * *"))
-    fake = backup("fake", "", "2026-01-01T03:00:00")
-    fake["metadata"]["annotations"][k.SLOT_ANNOTATION] = "x"
-    world.add(fake)
+    for name, slot in (("not-a-time", "x"), ("far-future", "9999-12-31T23:59:59Z"),
+                       ("past-the-end", "9999-12-31T23:59:59-23:59"),
+                       ("before-year-one", "0001-01-01T00:00:00+23:59")):
+        fake = backup(name, "", "2026-01-01T03:00:00")
+        fake["metadata"]["annotations"][k.SLOT_ANNOTATION] = slot
+        world.add(fake)
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
 
@@ -171,6 +174,8 @@ def test_a_backup_labelled_as_the_schedules_with_a_slot_that_is_no_time_stops_no
                    world.list(k.KAIWU_BACKUP, NS))
 
     assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
+    status = (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {})["status"]
+    assert status["lastScheduleTime"] == "2026-01-02T03:00:00Z"
 
 
 def test_a_backup_the_api_refuses_to_make_is_a_warning_and_the_pass_goes_on(

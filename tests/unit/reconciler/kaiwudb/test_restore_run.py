@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
@@ -35,10 +36,12 @@ from reconciler.kaiwudb.certs import new_ca
 from reconciler.kaiwudb.kwbase import KwbaseSettings, SqlAnswer
 from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import (
+    CUSTOM_CA_MAX_CHARS,
     RESTORE_CA_NAME,
     BackupFileServer,
     custom_ca_with,
     default_advertise_host,
+    pem_certificates,
 )
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.kube import kinds as k
@@ -890,6 +893,31 @@ def test_only_the_file_servers_own_cas_are_taken_out_of_the_setting() -> None:
     assert custom_ca_with(users + ours, ours) == users + ours, "already trusted: unchanged"
     assert custom_ca_with(users + gone, ours) == users + ours
     assert custom_ca_with(ours + gone + users, None) == users
+
+
+def test_a_hostile_setting_is_read_in_one_pass_and_a_huge_one_is_refused() -> None:
+    """BEGIN lines without an END are no certificate (a lazy pattern took minutes on a few
+    hundred KiB of them); a value past CUSTOM_CA_MAX_CHARS is not read at all."""
+    ours = new_ca(RESTORE_CA_NAME, datetime.now(UTC)).cert_pem.decode()
+    begins = "-----BEGIN CERTIFICATE-----\n" * 8000  # 224 KB
+    assert pem_certificates(begins) == []
+    assert pem_certificates(begins + ours) == [ours.strip()]
+    assert custom_ca_with(begins + ours, None) == ""
+    with pytest.raises(ValueError, match=r"RESET CLUSTER SETTING cloudstorage\.http\.custom_ca"):
+        custom_ca_with("x" * (CUSTOM_CA_MAX_CHARS + 1), ours)
+
+
+def test_the_file_servers_ca_signs_only_for_its_own_address(tmp_path: Path) -> None:
+    """While KWDB trusts it, the CA must not vouch for any other https server KWDB may reach."""
+    server = BackupFileServer("127.0.0.1:0", "10.1.2.3", poll_s=0.01)
+    try:
+        ca = x509.load_pem_x509_certificate(server.ca_pem().encode())
+    finally:
+        server.stop()
+    constraints = ca.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical
+    assert constraints.value.permitted_subtrees == [
+        x509.IPAddress(ipaddress.ip_network("10.1.2.3/32"))]
 
 
 def test_the_file_servers_certificate_names_the_host_kaiwudb_is_given(tmp_path: Path) -> None:
