@@ -29,6 +29,7 @@ on the node; the next scheduled backup starts afresh.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
@@ -101,6 +102,15 @@ def _time(text: object) -> float:
 
 
 SLOT_SLACK_S = 86400.0
+
+
+def left_out_text(manifest: Mapping[str, Any]) -> str:
+    """What this backup left out because KWDB wrote it in a form no restore reads back."""
+    left_out = [str(x) for x in manifest.get("leftOut") or ()]
+    if not left_out:
+        return ""
+    return (f"; left out, as KWDB writes them in a form it cannot read back (set them again "
+            f"after a restore): {', '.join(left_out)}")
 
 
 def _slot(text: object) -> float | None:
@@ -557,11 +567,17 @@ class Backups:
                 shown = admin.sql(plan.pod, bp.count_query(item, plan.consistent_to),
                                   bulk=True)  # a big table's count takes long too
                 counted = int(shown.rows[0]["count"]) if shown.rows else -1
+            left_out: tuple[str, ...] = ()
             for rel, digest in sorted(sums.items()):
                 data = admin.read_file(plan.pod, f"{node_dir}/{rel}")
                 bad = bp.transfer_problem(f"{item.target_dir}/{rel}", digest, data)
                 if bad:
                     raise BackupFailed("ChecksumMismatch", bad)
+                if item.id == "settings" and rel == bp.SETTINGS_FILE:
+                    # Lines KWDB wrote that a restore could not read back: left out, and
+                    # named in the status (the file's checksum is then of what is kept).
+                    data, left_out = bp.readable_settings(data)
+                    digest = hashlib.sha256(data).hexdigest()
                 target.put(f"{item.target_dir}/{rel}", data)
                 files[f"{item.target_dir}/{rel}"] = (digest, len(data))
                 if rel.endswith(".csv"):
@@ -585,7 +601,7 @@ class Backups:
         # it wrote instead.
         rows = csv_records if item.kind == "ts-database" or answer is None else \
             bp.exported_rows(answer.rows)
-        return bp.ItemResult(item.id, rows, files)
+        return bp.ItemResult(item.id, rows, files, left_out)
 
     def finish(self, plan: bp.Plan, target: Target) -> dict[str, Any]:
         """Check every item's files in the target, then write the manifest (last)."""
@@ -614,6 +630,7 @@ class Backups:
         files = sum(len(r.files) for r in results)
         size = sum(size for r in results for _, size in r.files.values())
         manifest = {
+            "leftOut": [x for r in results for x in r.left_out],
             "plan": json.loads(plan.to_json()),
             "consistentTo": plan.consistent_to,
             "consistentToTime": _stamp(bp.hlc_time(plan.consistent_to).timestamp()),
@@ -672,7 +689,7 @@ class Backups:
         self._patch_status(k.KAIWU_BACKUP, cluster.namespace, name, {
             "phase": "completed", "reason": None,
             "message": f"{manifest.get('files')} file(s) verified in {target.location}; "
-                       f"{NOT_CARRIED}",
+                       f"{NOT_CARRIED}{left_out_text(manifest)}",
             "startedAt": status.get("startedAt") or completed_at,
             "completedAt": completed_at,
             "consistentTo": manifest.get("consistentTo"),

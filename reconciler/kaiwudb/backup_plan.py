@@ -299,17 +299,48 @@ class ItemResult:
     id: str
     rows: int
     files: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # What the item's export wrote that a restore could not read back, left out of the backup
+    # (readable_settings): said in the backup's status.
+    left_out: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
         return json.dumps({"id": self.id, "rows": self.rows,
-                           "files": {k: list(v) for k, v in sorted(self.files.items())}},
+                           "files": {k: list(v) for k, v in sorted(self.files.items())},
+                           **({"leftOut": list(self.left_out)} if self.left_out else {})},
                           indent=2).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> ItemResult:
         data = json.loads(raw)
         return cls(data["id"], int(data["rows"]),
-                   {k: (str(v[0]), int(v[1])) for k, v in data["files"].items()})
+                   {k: (str(v[0]), int(v[1])) for k, v in data["files"].items()},
+                   tuple(str(x) for x in data.get("leftOut") or ()))
+
+
+SETTINGS_FILE = "clustersetting.sql"
+# A line of clustersetting.sql that IMPORT CLUSTER SETTING reads back as written: KWDB's
+# exporter puts the value's SQL string, quotes trimmed, between new quotes (sql/export.go:
+# 576-582), so only a value that needed no escape (printable ASCII, no quote, no backslash:
+# sql/lex/encode.go:102-147) comes out as a plain literal.
+_READABLE_SETTING = re.compile(r"SET CLUSTER SETTING ([a-z0-9_.]+) = '([\x20-\x26\x28-\x5b"
+                               r"\x5d-\x7e]*)';")
+
+
+def readable_settings(data: bytes) -> tuple[bytes, tuple[str, ...]]:
+    """clustersetting.sql without the lines a restore could not read back, and the names of
+    the settings those lines set. A value that needed an escape (a certificate's newlines in
+    cloudstorage.http.custom_ca, a quote, a character past ASCII) is written `'e'...'`: IMPORT
+    CLUSTER SETTING then fails on the whole file, or, on the last line, reads the value as `e`
+    (the `--` of a PEM line starts a comment: sql/parser/scan.go). Every other line is kept
+    byte for byte."""
+    kept, left_out = [], []
+    for line in data.decode(errors="replace").splitlines(keepends=True):
+        if not line.strip() or _READABLE_SETTING.fullmatch(line.strip()):
+            kept.append(line)
+            continue
+        name = line.split(" = ", 1)[0].removeprefix("SET CLUSTER SETTING ").strip()
+        left_out.append(f"cluster setting {name[:100]}")
+    return "".join(kept).encode(), tuple(left_out)
 
 
 def export_problem(item: Item, headers: Sequence[str], rows: Sequence[Mapping[str, str]],

@@ -254,6 +254,12 @@ def custom_ca_with(current: str, ours: str | None) -> str:
         raise ValueError(f"cloudstorage.http.custom_ca holds {len(current)} characters, more "
                          f"than {CUSTOM_CA_MAX_CHARS} (a few certificates); RESET CLUSTER "
                          "SETTING cloudstorage.http.custom_ca and set only your CAs")
+    if "\\" in current:
+        # No PEM holds a backslash; kwbase prints a value holding a control character Go-quoted
+        # (cli/sql_util.go:936-963), newlines as `\n`: rewriting that would write the quoting.
+        raise ValueError("cloudstorage.http.custom_ca holds a character kwbase prints escaped, "
+                         "so it cannot be read back as it is set; RESET CLUSTER SETTING "
+                         "cloudstorage.http.custom_ca and set only your CAs")
     blocks = pem_certificates(current)
     others = [block for block in blocks if not _restore_ca_name(block)]
     restore_cas = [block for block in blocks if _restore_ca_name(block)]

@@ -340,14 +340,25 @@ def export_users(s: Session, url: str) -> Result:
 def _sql_string(value: str) -> str:
     """A string as lex.EncodeSQLStringWithFlags writes it (sql/lex/encode.go:102-147): `'...'`
     when every character is printable ASCII other than `'` and `\\`, else `e'...'` with those
-    escaped (util/stringencoding: \\b \\f \\n \\r \\t \\\\ and \\', other control bytes \\xNN;
-    characters past ASCII kept)."""
+    escaped (util/stringencoding: \\b \\f \\n \\r \\t \\\\ and \\', `_escaped` for the rest)."""
     named = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
              "\\": "\\\\", "'": "\\'"}
     if all(0x20 <= ord(c) < 0x7F and c not in named for c in value):
         return f"'{value}'"
-    return "e'" + "".join(named.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F
-                                          else c) for c in value) + "'"
+    return "e'" + "".join(named.get(c) or _escaped(c) for c in value) + "'"
+
+
+def _escaped(c: str) -> str:
+    """stringencoding.EncodeEscapedChar (util/stringencoding/string_encoding.go) for a
+    character without a named escape: printable ASCII as it is, other bytes `\\xnn`, a
+    character of two UTF-8 bytes `\\uNNNN`, of three or four `\\UNNNNNNNN` (Chinese text
+    included)."""
+    code = ord(c)
+    if 0x20 <= code < 0x7F:
+        return c
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04X}" if len(c.encode()) == 2 else f"\\U{code:08X}"
 
 
 def export_settings(s: Session, url: str) -> Result:
@@ -482,7 +493,7 @@ def _job_row(s: Session, rows: int, rejected: int) -> list[str]:
             REJECT_NOTE if rejected else "None"]
 
 
-_SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '((?:[^']|'')*)';")
+_SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '((?:[^']|'')*)'")
 _CREATE_USER = re.compile(r"CREATE USER (\S+?)(?: WITH (.*))?;")
 _CREATE_TABLE = re.compile(r"CREATE TABLE (?:" + IDENT + r"\.)?(" + IDENT + r") \((.*?)\)"
                            r"(?: TAGS .*)?;")
@@ -490,18 +501,53 @@ _CREATE_TABLE = re.compile(r"CREATE TABLE (?:" + IDENT + r"\.)?(" + IDENT + r") 
 
 def import_settings(s: Session, url: str) -> Result:
     """execClusterSettingSQL (importer/import_stmt.go:1518-1550): the whole file is parsed
-    first (a line that does not parse fails it, nothing set), then each SET runs."""
+    first, statements split and `--` comments dropped as KWDB's scanner does (a statement that
+    does not parse fails it, nothing set), then each SET runs. So `= 'e'-----BEGIN...'` fails,
+    unless it is the last statement: then it reads `= 'e'` (the rest is a comment)."""
     found = []
-    for line in _read(s, url).decode().splitlines():
-        if not line.strip():
-            continue
-        m = _SET_SETTING.fullmatch(line.strip())
+    for statement in split_statements(_read(s, url).decode()):
+        m = _SET_SETTING.fullmatch(" ".join(statement.split()))
         if m is None:
-            raise SqlError(f"at or near {json.dumps(line.strip()[:60])}: syntax error",
+            raise SqlError(f"at or near {json.dumps(statement[:60])}: syntax error",
                            sqlstate="42601")
         found.append((m.group(1), m.group(2).replace("''", "'")))
     s.data.settings.update(found)
     return ["prompt_information"], [["import cluster setting success"]], []
+
+
+def split_statements(text: str) -> list[str]:
+    """The statements of one `-e` text, as KWDB's parser splits them: at each `;` outside
+    string literals ('...', '' inside) and quoted identifiers ("...", "" inside), with `--`
+    comments dropped (kwbase/pkg/sql/parser/lexer.go, scan.go). The CLI runs them all, one
+    after another, and prints each result (kwbase/pkg/cli/sql.go runQueryAndFormatResults):
+    a name holding `;` is one statement only when it is quoted."""
+    statements, current, i = [], "", 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "'\"":
+            end = i + 1
+            while end < len(text):
+                if text[end] == ch:
+                    if text[end + 1 : end + 2] == ch:
+                        end += 2
+                        continue
+                    break
+                end += 1
+            current += text[i : end + 1]
+            i = end + 1
+            continue
+        if text.startswith("--", i):
+            newline = text.find("\n", i)
+            i = len(text) if newline < 0 else newline
+            continue
+        if ch == ";":
+            statements.append(current)
+            current = ""
+        else:
+            current += ch
+        i += 1
+    statements.append(current)
+    return [stmt.strip() for stmt in statements if stmt.strip()]
 
 
 def import_users(s: Session, url: str) -> Result:

@@ -311,7 +311,7 @@ def _shown_jobs(cluster: LogicalCluster, now: float) -> list[Job]:
 def run_sql(env: Env, inv: Invocation) -> ExecResult:
     """kwbase/pkg/cli/sql.go with -e: each statement's result in --format (tsv by default)."""
     fmt = output_format(inv)
-    statements = [s for e in inv.all("execute") for s in split_statements(e)]
+    statements = [s for e in inv.all("execute") for s in data.split_statements(e)]
     if not statements:
         return ExecResult("", "", 0)  # no -e and no stdin: nothing to run
     target, cluster = sql_session(env, inv)
@@ -339,41 +339,6 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
     took = sum(durations)
     return ExecResult(out, "".join(f"NOTICE: {n}\n" for n in notices), 0, duration_s=took,
                       answers_at_end=took > 0)
-
-
-def split_statements(text: str) -> list[str]:
-    """The statements of one `-e` text, as KWDB's parser splits them: at each `;` outside
-    string literals ('...', '' inside) and quoted identifiers ("...", "" inside), with `--`
-    comments dropped (kwbase/pkg/sql/parser/lexer.go, scan.go). The CLI runs them all, one
-    after another, and prints each result (kwbase/pkg/cli/sql.go runQueryAndFormatResults):
-    a name holding `;` is one statement only when it is quoted."""
-    statements, current, i = [], "", 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "'\"":
-            end = i + 1
-            while end < len(text):
-                if text[end] == ch:
-                    if text[end + 1 : end + 2] == ch:
-                        end += 2
-                        continue
-                    break
-                end += 1
-            current += text[i : end + 1]
-            i = end + 1
-            continue
-        if text.startswith("--", i):
-            newline = text.find("\n", i)
-            i = len(text) if newline < 0 else newline
-            continue
-        if ch == ";":
-            statements.append(current)
-            current = ""
-        else:
-            current += ch
-        i += 1
-    statements.append(current)
-    return [stmt.strip() for stmt in statements if stmt.strip()]
 
 
 def _tag(stmt: str) -> str:

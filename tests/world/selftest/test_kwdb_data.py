@@ -164,3 +164,25 @@ def test_cluster_settings_are_shown_set_and_reset_and_a_value_with_a_newline_can
     assert back.exit_code == 1 and "syntax error" in back.stderr
     assert sql(op, t, "SHOW CLUSTER SETTING cloudstorage.http.custom_ca").stdout == empty, \
         "nothing of a file that does not parse is set"
+
+
+def test_a_setting_written_as_e_string_reads_back_as_e_when_it_is_the_last_line() -> None:
+    """KWDB's scanner takes `--` outside quotes as a comment to the end of the line
+    (sql/parser/scan.go): the last line `= 'e'-----BEGIN...';` parses as `= 'e'`. Characters
+    past ASCII are escaped too (\\u for two UTF-8 bytes, \\U for more)."""
+    op = Operator()
+    t = op.healthy_cluster(3)
+    op.world.set_setting(KEY, t, "cloudstorage.http.custom_ca",
+                         "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    assert sql(op, t, 'EXPORT CLUSTER SETTING TO SQL "nodelocal://1/b/s"').exit_code == 0
+    # The certificate's line is the file's only one: it imports as `e`.
+    assert sql(op, t, "RESET CLUSTER SETTING cloudstorage.http.custom_ca").exit_code == 0
+    back = sql(op, t, 'IMPORT CLUSTER SETTING SQL DATA ("nodelocal://1/b/s/clustersetting.sql")')
+    assert back.exit_code == 0, back.stderr
+    assert sql(op, t, "SHOW CLUSTER SETTING cloudstorage.http.custom_ca").stdout == \
+        "cloudstorage.http.custom_ca\ne\n"
+
+    op.world.set_setting(KEY, t, "cluster.organization", "开物")
+    assert sql(op, t, 'EXPORT CLUSTER SETTING TO SQL "nodelocal://1/b/o"').exit_code == 0
+    written = op.world.extern_files(KEY, "kw-0")["b/o/clustersetting.sql"].decode()
+    assert "cluster.organization = 'e'\\U00005F00\\U00007269';" in written

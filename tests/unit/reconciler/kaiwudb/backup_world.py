@@ -201,16 +201,18 @@ class Site:
 
 
 def a_site(tmp_path: Path, settings: BackupSettings | None = None,
-           kwbase: KwbaseSettings | None = None) -> Site:
+           kwbase: KwbaseSettings | None = None, statements_wait_s: float = 0.2) -> Site:
     """kwbase: the adapter's settings (e.g. a short long_timeout_s, for exports that outlive
-    their exec)."""
+    their exec). statements_wait_s: how long a pass waits for an EXPORT or IMPORT it started
+    to end (BulkStatements.wait_s): a restore's IMPORT reads its files over TLS, a few
+    milliseconds a request, so its stories give it longer."""
     (tmp_path / CLAIM).mkdir(exist_ok=True)
     api, kwdb = Api(), KwdbWorld()
     runner = SimExec(kwdb)
     site_settings = settings or BackupSettings(volumes_dir=str(tmp_path))
     backups = Backups(api, api, Metrics(), site_settings,  # type: ignore[arg-type]
                       lambda cluster: KwbaseAdmin.for_cluster(runner, cluster, kwbase),
-                      statements=BulkStatements(wait_s=0.2))
+                      statements=BulkStatements(wait_s=statements_wait_s))
     return Site(api, kwdb, runner, tmp_path, backups)
 
 

@@ -59,6 +59,11 @@ def fetch(server: BackupFileServer, url: str | urllib.request.Request, *,
     return urllib.request.urlopen(url, timeout=5, context=context)
 
 
+# How long a pass waits for an IMPORT it started: the file server answers over TLS, so even a
+# small database's IMPORT takes a good part of a second on a busy machine.
+IMPORT_WAIT_S = 2.0
+
+
 @pytest.fixture
 def server() -> Iterator[BackupFileServer]:
     found = BackupFileServer("127.0.0.1:0", "127.0.0.1", poll_s=0.01)
@@ -70,7 +75,7 @@ def server() -> Iterator[BackupFileServer]:
 
 def backed_up(tmp_path: Path, kwbase: KwbaseSettings | None = None) -> Site:
     """The shop cluster "dev", backed up completely as KaiwuBackup "first"."""
-    site = a_site(tmp_path, kwbase=kwbase)
+    site = a_site(tmp_path, kwbase=kwbase, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     load_shop(site)
     site.backup("first")
@@ -205,7 +210,7 @@ def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_on
 
 def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
                                                       server: BackupFileServer) -> None:
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     load_shop(site)
     restore = Restore(site.backups, server, poll_s=2.5)
@@ -413,7 +418,7 @@ def test_the_file_server_lists_directories_and_serves_only_what_is_published(
 
 def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went_further(
         tmp_path: Path, server: BackupFileServer) -> None:
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     restore = Restore(site.backups, server)
     cluster = site.start_cluster("fresh", restore_from="first")
     p = site.a_pass("fresh")
@@ -472,7 +477,7 @@ def test_a_pod_that_stopped_answering_fails_the_restore_before_it_began(
 
 def test_the_restore_step_runs_for_an_initialised_cluster_made_from_a_backup(
         tmp_path: Path, server: BackupFileServer) -> None:
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     restore = Restore(site.backups, server)
     site.start_cluster("dev")
     site.start_cluster("fresh", restore_from="first")
@@ -669,7 +674,7 @@ def test_an_empty_database_and_names_that_need_quotes_come_back_as_they_were(
         tmp_path: Path, server: BackupFileServer) -> None:
     """A database without tables, a mixed-case database and a table whose name would end a
     statement survive the round trip exactly."""
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     load_shop(site)
     key = (NS, "dev")
@@ -694,7 +699,7 @@ def test_tables_of_every_schema_come_back_not_only_public(
     """`SHOW TABLES FROM db` lists the public schema only (delegate/show_tables.go:82-90): a
     backup built on it restored a database without its other schemas and said it succeeded.
     Tables are now read from kwdb_internal.create_statements, every schema."""
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     load_shop(site)
     key = (NS, "dev")
@@ -758,7 +763,7 @@ def test_a_table_exported_in_several_files_is_restored_whole(
         tmp_path: Path, server: BackupFileServer) -> None:
     """KWDB writes a new data file every chunk_rows rows (export.go:113); IMPORT reads each
     file of a table's folder through the file server, as KWDB's HTTP client asks."""
-    site = a_site(tmp_path)
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     load_shop(site)
     key = (NS, "dev")
@@ -905,6 +910,10 @@ def test_a_hostile_setting_is_read_in_one_pass_and_a_huge_one_is_refused() -> No
     assert custom_ca_with(begins + ours, None) == ""
     with pytest.raises(ValueError, match=r"RESET CLUSTER SETTING cloudstorage\.http\.custom_ca"):
         custom_ca_with("x" * (CUSTOM_CA_MAX_CHARS + 1), ours)
+    # A control character makes kwbase print the whole value Go-quoted: not rewritten.
+    quoted = (ours + "\x01").replace("\n", "\\n")
+    with pytest.raises(ValueError, match="prints escaped"):
+        custom_ca_with(quoted, None)
 
 
 def test_the_file_servers_ca_signs_only_for_its_own_address(tmp_path: Path) -> None:
