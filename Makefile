@@ -68,13 +68,19 @@ test: lint test-fast world
 	@$(BIN)/python -m tests.world.kube_versions
 
 # The test world on Kubernetes 1.36.2 (tests/world/kube_versions.py), from the prebuilt binaries
-# in ../shared/k8s-1.36 (KAIWU_K8S_136_DIR): its control plane's self-tests. Says in one line
-# that it is skipped, and why, where the binaries are not.
-K136_TESTS := tests/world/selftest/test_controlplane.py
+# in ../shared/k8s-1.36 (KAIWU_K8S_136_DIR): the control plane's and the kubelet's self-tests,
+# the CEL stories, and the install bundle, bring-up, drift repair, failover, scaling and backup
+# stories (docs/testworld.md, "Kubernetes 1.36"). Says in one line that it is skipped, and
+# why, where the binaries are not.
+K136_TESTS := tests/world/selftest/test_controlplane.py tests/world/selftest/test_kubelet.py \
+    tests/world/selftest/test_exec_spdy.py tests/world_stories/admission/test_cel_on_current_kubernetes.py \
+    tests/world_stories/runtime/test_install.py tests/world_stories/lifecycle \
+    tests/world_stories/drift tests/world_stories/failover tests/world_stories/backup
 test-136: $(STAMP)
 	@if $(BIN)/python -c 'import sys; from tests.world.kube_versions import unavailable_136; \
 	    sys.exit(1 if unavailable_136() else 0)'; then \
-	    KAIWU_TESTWORLD_KUBE=1.36 $(BIN)/pytest -m world $(K136_TESTS); \
+	    KAIWU_TESTWORLD_KUBE=1.36 $(BIN)/pytest -m world -n $(WORLD_WORKERS) --dist loadfile \
+	        $(K136_TESTS); \
 	else $(BIN)/python -m tests.world.kube_versions; fi
 
 # The fast tier alone (no test world needed), one worker per core.

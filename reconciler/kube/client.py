@@ -23,6 +23,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
 
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind, kind_of
@@ -433,14 +434,42 @@ class Kube:
                 # EXPORT) would hold this call until it printed.
                 stdout.append(response.read_stdout(timeout=0) or "")
                 stderr.append(response.read_stderr(timeout=0) or "")
-                try:
-                    code = response.returncode
-                except (TypeError, KeyError, ValueError, IndexError):
-                    # Closed with no status on the error channel (an idle time-out, a restart
-                    # of the API server or a proxy on the way): no exit status, as a time-out.
-                    code = None
+                code = exit_status(response.read_channel(ERROR_CHANNEL, timeout=0)
+                                   if not response.is_open() else "")
             finally:
                 response.close()
         finally:
             own.close()  # type: ignore[no-untyped-call,unused-ignore]  # the client leaves close() unannotated
         return "".join(stdout), "".join(stderr), int(code if code is not None else -1)
+
+
+class ExecNotRun(Exception):
+    """The exec's status says the command did not run to an exit code: the container or its
+    kubelet could not be reached, or the kubelet refused (its message is the error's)."""
+
+
+def exit_status(raw: str) -> int | None:
+    """The exit code in an exec's status channel (a metav1.Status: Success is 0, Failure with
+    reason NonZeroExitCode carries the code as its ExitCode cause; kubelet's remotecommand
+    v4). None when no status came (the stream was cut: an idle time-out, an API server
+    restart, a proxy): a caller cannot tell that from a command still running. ExecNotRun for
+    any other Failure: a Kubernetes 1.29+ API server upgrades the client's websocket before it
+    reaches the kubelet (its stream translator), so a kubelet it cannot reach comes back as a
+    Failure here, no longer as an HTTP error."""
+    if not raw.strip():
+        return None
+    try:
+        status = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        status = None
+    if not isinstance(status, dict):
+        raise ExecNotRun(raw.strip()[:500])
+    if status.get("status") == "Success":
+        return 0
+    details = status.get("details")
+    found = details.get("causes") if isinstance(details, dict) else None
+    causes = [c for c in found or () if isinstance(c, dict)]
+    if status.get("reason") == "NonZeroExitCode" and causes and \
+            causes[0].get("reason") == "ExitCode" and str(causes[0].get("message")).isdigit():
+        return int(causes[0]["message"])
+    raise ExecNotRun(str(status.get("message") or raw.strip())[:500])

@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
 
+from reconciler.kube.client import exit_status
 from tests.support.waiting import eventually
 from tests.world.simworld import SimWorld
 
@@ -192,9 +194,12 @@ def kubectl_exec(core: k8s.CoreV1Api, namespace: str, pod: str, argv: Sequence[s
         _preload_content=False,
     )
     resp.run_forever(timeout=30)
-    out = Exec(resp.read_stdout(), resp.read_stderr(), resp.returncode)
-    resp.close()
-    return out
+    try:
+        # The status as the reconciler reads it (ExecNotRun when the command never ran).
+        code = exit_status(resp.read_channel(ERROR_CHANNEL) if not resp.is_open() else "")
+        return Exec(resp.read_stdout(), resp.read_stderr(), code)
+    finally:
+        resp.close()
 
 
 def kwbase_status(core: k8s.CoreV1Api, namespace: str, pod: str) -> list[dict[str, str]]:

@@ -306,7 +306,7 @@ class ControlPlane:
             self.start_apiserver()
             phase("kube-apiserver")
             self.install_crds(self.settings.crd_paths
-                              if self.settings.crd_paths is not None else default_crd_paths())
+                              if self.settings.crd_paths is not None else self._default_crds())
             phase("crds")
             self._start_controller_manager()
             self._start_scheduler()
@@ -398,7 +398,11 @@ class ControlPlane:
                 conditions = (crd.status.conditions if crd.status else None) or []
                 established = any(c.type == "Established" and c.status == "True"
                                   for c in conditions)
-                if established and self._discovery_lists(group_version, plural):
+                # 1.36 answers a list of a type just made with 429 "storage is
+                # (re)initializing" for a moment: served means a list answers.
+                if established and self._discovery_lists(group_version, plural) and \
+                        self._get(f"{self.server}/apis/{group_version}/{plural}",
+                                  token=self.admin_token)[0] == 200:
                     break
                 if time.monotonic() > deadline:
                     raise ControlPlaneError(f"CRD {name} not established and served in time")
@@ -483,6 +487,19 @@ class ControlPlane:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         (self.dir / "sa.key").chmod(0o600)
 
+    def _default_crds(self) -> tuple[Path, ...]:
+        """crd/ as it is for 1.20; on a later release, the KaiwuCluster CRD as `kaiwu crd
+        --kube-version` prints it there (with that release's CEL rules), as a user installs it."""
+        if not self.modern:
+            return default_crd_paths()
+        from renderer.cel import crd_for  # the renderer only where a CRD must be made
+        from renderer.settings import KubeVersion
+
+        made = self.dir / f"kaiwuclusters-{self.kube_version}.yaml"
+        made.write_text(yaml.safe_dump(crd_for(KubeVersion.parse(self.kube_version))))
+        return tuple(made if path.name == "kaiwuclusters.yaml" else path
+                     for path in default_crd_paths())
+
     def _write_kubeconfigs(self) -> None:
         # Only once the apiserver has written its certificate (the CA is embedded).
         self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig()))
@@ -537,6 +554,12 @@ class ControlPlane:
             f"--v={s.log_verbosity}",
         ]
 
+    def _controllers(self) -> tuple[str, ...]:
+        """The settings' controllers; from 1.29 the node lifecycle controller no longer evicts
+        pods from tainted nodes: the taint eviction controller does (KEP-3902), so it runs too."""
+        modern = ("taint-eviction-controller",) if self.modern else ()
+        return (*self.settings.controllers, *modern)
+
     def _only_1_20(self, *flags: str) -> tuple[str, ...]:
         """Flags 1.20 needs that later versions removed (the insecure ports, the taint manager
         switch and the pod eviction timeout: taint-based eviction is all there is)."""
@@ -557,7 +580,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={self.controller_manager_port}",
             *self._only_1_20("--port=0"), f"--cert-dir={self.dir / 'controller-manager-certs'}",
             "--leader-elect=false",
-            f"--controllers={','.join(s.controllers)}",
+            f"--controllers={','.join(self._controllers())}",
             # Each controller acts under its own service account, so RBAC applies to it as in
             # a real cluster.
             "--use-service-account-credentials=true",

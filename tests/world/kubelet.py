@@ -20,7 +20,8 @@ Kubernetes runs on wall time, so the kubelet's timers are real seconds (shortene
 
 Not modelled: images and pulls, cgroups and resource enforcement, eviction under pressure,
 static/mirror pods, ephemeral containers, projected volume contents, the pod's network (pod IPs
-are addresses nobody listens on), CNI, port-forward, attach, SPDY, node-allocatable reservations.
+are addresses nobody listens on), CNI, port-forward, attach, TTYs in exec, node-allocatable
+reservations.
 """
 
 from __future__ import annotations

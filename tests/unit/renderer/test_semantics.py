@@ -7,7 +7,6 @@ what to do. `check_transition` stories change a spec the way a pull request does
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -15,15 +14,8 @@ import pytest
 from renderer import schema, semantics
 from renderer.render import check_object
 from tests.support import specs
+from tests.support.cel_cases import GOOD_SPEC, with_spec
 from tests.support.render import cluster, dotted
-
-GOOD_SPEC: dict[str, Any] = {
-    "version": "3.2.1",
-    "replicas": 3,
-    "resources": {"requests": {"cpu": "2", "memory": "4Gi"},
-                  "limits": {"cpu": "4", "memory": "8Gi"}},
-    "storage": {"size": "100Gi"},
-}
 
 
 def violations(spec: dict[str, Any] | None = None, name: str = "orders",
@@ -33,12 +25,6 @@ def violations(spec: dict[str, Any] | None = None, name: str = "orders",
     assert schema.validate(obj) == [], "the story must start from a schema-valid spec"
     found = semantics.check(schema.apply_defaults(obj))
     return {dotted(v.path): (v.message, v.fix) for v in found}
-
-
-def with_spec(**changes: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(GOOD_SPEC)
-    spec.update(changes)
-    return spec
 
 
 def test_a_sensible_cluster_breaks_no_rule() -> None:

@@ -15,6 +15,7 @@ from reconciler.drift.compare import DriftReport, compare, format_report
 from reconciler.drift.normalise import DriftSettings
 from reconciler.kube.client import Kube
 from reconciler.kube.kinds import SERVICE, STATEFUL_SET, Kind
+from tests.support import world_kube
 
 Obj = dict[str, Any]
 SETTINGS = DriftSettings(mask_key=b"test-key")
@@ -28,15 +29,15 @@ CLUSTERS = Path(__file__).resolve().parents[3] / "clusters"
 
 
 def _render(file_name: str) -> list[Obj]:
-    """The renderer's objects for an example cluster, for the test world's Kubernetes 1.20."""
+    """The renderer's objects for an example cluster, for the test world's Kubernetes."""
     from renderer.render import build_objects, load_clusters
-    from renderer.settings import KubeVersion, RenderSettings
+    from renderer.settings import RenderSettings
 
-    settings_1_20 = RenderSettings(kube_version=KubeVersion(1, 20))
+    settings = RenderSettings(kube_version=world_kube.VERSION)
     objects = [
         obj
         for source in load_clusters(CLUSTERS / file_name)
-        for obj in build_objects(source.cluster, settings_1_20)
+        for obj in build_objects(source.cluster, settings)
     ]
     # The test world has no Prometheus operator, hence no ServiceMonitor kind.
     return [obj for obj in objects if obj["kind"] != "ServiceMonitor"]

@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from tests.support import world_kube
 from tests.support.drift import (
     NAME,
     RENDERED_IMAGE,
@@ -160,19 +161,19 @@ def test_objects_no_longer_rendered_are_pruned_but_never_the_data(
         namespace: str) -> None:
     reconciler, cluster = start(reconciler_factory, kube, namespace)
     admin = Kube(kube, "test")
-    pdb = admin.get(kk.PDB_V1BETA1, namespace, NAME)
+    pdb = admin.get(world_kube.PDB, namespace, NAME)
     assert pdb is not None
     claims = wait_for("the StatefulSet's claims", lambda: len(
         c := admin.list_objects(kk.PVC, namespace)[0]) == 3 and c)
     before = reconciler.cluster(NAME)
     assert before is not None
-    assert f"policy/v1beta1/PodDisruptionBudget/{namespace}/{NAME}" in before["status"][
-        "inventory"]
+    assert f"{world_kube.PDB.api_version}/PodDisruptionBudget/{namespace}/{NAME}" in before[
+        "status"]["inventory"]
 
     cluster["spec"]["podDisruptionBudget"] = {"enabled": False}
     user(kube, "kubectl").apply(cluster)
     wait_for("the PodDisruptionBudget to be pruned",
-             lambda: admin.get(kk.PDB_V1BETA1, namespace, NAME) is None, timeout_s=5)
+             lambda: admin.get(world_kube.PDB, namespace, NAME) is None, timeout_s=5)
     obj = reconciler.settle(NAME)
     assert not any("PodDisruptionBudget" in entry for entry in obj["status"]["inventory"])
     assert any(a["action"] == "Pruned" and a["target"] == "PodDisruptionBudget/dev"

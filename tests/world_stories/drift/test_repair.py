@@ -24,6 +24,7 @@ from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
+from tests.support import world_kube
 from tests.support.drift import NAME, RENDERED_IMAGE, container, dev_with_pdb, scale, set_image, sts
 from tests.support.harness import (
     Reconciler,
@@ -103,7 +104,7 @@ def delete_client_service(kube: k8s.ApiClient, namespace: str) -> None:
 
 
 def delete_pdb(kube: k8s.ApiClient, namespace: str) -> None:
-    _delete(kube, namespace, kk.PDB_V1BETA1, NAME)
+    _delete(kube, namespace, world_kube.PDB, NAME)
 
 
 def _recreated(kind: kk.Kind, name: str) -> Callable[[k8s.ApiClient, str], bool]:
@@ -153,7 +154,7 @@ DRIFTS = [
     Drift("someone deletes the client Service", delete_client_service,
           _recreated(kk.SERVICE, f"{NAME}-public"), "Service/dev-public"),
     Drift("someone deletes the PodDisruptionBudget", delete_pdb,
-          _recreated(kk.PDB_V1BETA1, NAME), "PodDisruptionBudget/dev"),
+          _recreated(world_kube.PDB, NAME), "PodDisruptionBudget/dev"),
     Drift("kubectl edit changes a probe", edit_probe,
           lambda kube, ns: container(sts(kube, ns))["readinessProbe"]["periodSeconds"] == 5,
           "StatefulSet/dev"),

@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
+from tests.support import world_kube
 from tests.support.drift import NAME, dev_with_pdb, set_image
 from tests.support.harness import (
     Reconciler,
@@ -28,6 +29,7 @@ from tests.support.harness import (
 )
 
 
+@world_kube.STORED_ONLY_WITHOUT_CEL
 def test_an_invalid_spec_stalls_with_the_renderers_words_and_touches_nothing(
         reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
         namespace: str) -> None:
@@ -66,6 +68,7 @@ def test_an_invalid_spec_stalls_with_the_renderers_words_and_touches_nothing(
         "status") == "False", timeout_s=5)
 
 
+@world_kube.STORED_ONLY_WITHOUT_CEL
 def test_a_change_the_webhook_would_refuse_stored_while_it_was_down_stalls_only_that_cluster(
         reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
         namespace: str) -> None:

@@ -27,6 +27,7 @@ from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support import world_kube
 from tests.support.harness import Reconciler, condition, wait_for
 from tests.support.lifecycle import (
     NAME,
@@ -106,6 +107,7 @@ def test_scale_out_then_in_decommissions_exactly_the_removed_node(
     assert all(rows[i].healthy and not rows[i].is_decommissioning for i in three.values())
 
 
+@world_kube.STORED_ONLY_WITHOUT_CEL
 def test_a_single_replica_cluster_refuses_to_scale_in(
         sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:

@@ -394,6 +394,41 @@ def test_a_port_renumbered_by_hand_that_keeps_its_name_is_removed_before_the_app
     assert world.condition("Drifted")["reason"] == "Repaired"
 
 
+def test_a_container_port_renumbered_by_hand_is_removed_before_the_apply_not_called_immutable(
+        ) -> None:
+    """Kubernetes 1.36 refuses a StatefulSet whose container holds two ports named "http"
+    (what merging ours back would make); 1.20 did not check. It is the same clash as a
+    Service's: not an immutable field, and no orphaning recreate is asked for."""
+    world = World()
+    world.reconcile()
+
+    def renumber(obj: Obj) -> None:
+        for port in obj["spec"]["template"]["spec"]["containers"][0]["ports"]:
+            if port["name"] == "http":
+                port["containerPort"] = 8081
+    world.edit("StatefulSet", NAME, renumber)
+    real_apply = world.kube.apply
+
+    def apply(obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        stored = world.objects[("StatefulSet", NS, NAME)]
+        if obj["kind"] == "StatefulSet" and any(
+                p["containerPort"] == 8081
+                for p in stored["spec"]["template"]["spec"]["containers"][0]["ports"]):
+            raise ApiError(422, "Invalid", 'StatefulSet.apps "dev" is invalid: spec.template.'
+                           'spec.containers[0].ports[2].name: Duplicate value: "http"')
+        return real_apply(obj, dry_run=dry_run, force=force)
+    world.kube.apply = apply  # type: ignore[method-assign]
+    world.reconcile()
+    verbs = [(verb, kind) for verb, kind, name in world.kube.writes if name == NAME
+             and kind == "StatefulSet"]
+    assert verbs[-2:] == [("json_patch", "StatefulSet"), ("apply", "StatefulSet")]
+    ports = sorted(p["containerPort"] for p in world.objects[("StatefulSet", NS, NAME)][
+        "spec"]["template"]["spec"]["containers"][0]["ports"])
+    assert ports == [8080, 26257, 27257]
+    assert world.condition("Stalled")["status"] == "False"
+    assert world.condition("Drifted")["reason"] == "Repaired"
+
+
 def test_an_apply_that_fails_after_its_dry_run_passed_is_counted_and_reported() -> None:
     world = World()
     world.reconcile()

@@ -29,10 +29,12 @@ from reconciler.kube.client import (
     MERGE_PATCH,
     ApiError,
     ConnectionSetupError,
+    ExecNotRun,
     Kube,
     Watch,
     check_reachable,
     count_requests,
+    exit_status,
     load_api_client,
     send,
 )
@@ -556,3 +558,25 @@ def test_a_missing_or_broken_kubeconfig_is_a_mistake_to_fix(
     assert str(raised.value).startswith(f"kubeconfig {broken} is not usable: ")
     assert str(raised.value).endswith("(check the file, or choose a context with --context)")
     assert "gone" in str(raised.value) and raised.value.invalid
+
+
+def test_an_exec_status_says_the_exit_code_or_that_the_command_never_ran() -> None:
+    """kubelet's remotecommand v4 status: Success is 0, NonZeroExitCode carries the code. A
+    1.29+ API server's stream translator answers a kubelet it cannot reach with a Failure of
+    its own after the upgrade (once an HTTP error): the command never ran, which is no exit
+    code and no time-out."""
+    assert exit_status('{"metadata":{},"status":"Success"}') == 0
+    assert exit_status(json.dumps({
+        "status": "Failure", "reason": "NonZeroExitCode", "message": "command terminated with "
+        "non-zero exit code: error executing command [false], exit code 3",
+        "details": {"causes": [{"reason": "ExitCode", "message": "3"}]}})) == 3
+    assert exit_status("") is None, "the stream was cut: no status at all"
+    unreachable = {
+        "status": "Failure", "reason": "InternalError",
+        "message": 'error sending request: Post "https://10.0.0.7:10250/exec/db/dev-2/kwbase?'
+                   'command=kwbase": dial tcp 10.0.0.7:10250: connect: connection refused',
+        "details": {"causes": [{"message": "error sending request: Post ..."}]}}
+    with pytest.raises(ExecNotRun, match="connection refused"):
+        exit_status(json.dumps(unreachable))
+    with pytest.raises(ExecNotRun, match="container not found"):
+        exit_status("container not found (\"kwbase\")")
