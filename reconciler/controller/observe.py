@@ -109,7 +109,8 @@ class ObserveStep:
             return
         dry = self.shared.dry_runs.run(state.desired, state.live)
         if isinstance(dry, ApiError):
-            if dry.status == 422 and others_added(report, self.shared.settings.field_manager):
+            if dry.status == 422 and "Duplicate value" in dry.message and \
+                    others_added(report, self.shared.settings.field_manager):
                 # Items others added clash with ours (a Service or container port renumbered
                 # by hand keeps its name: from Kubernetes 1.2x the server refuses the duplicate
                 # name the merge would hold): the repair removes theirs before it applies. A

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -443,6 +444,14 @@ class Kube:
         return "".join(stdout), "".join(stderr), int(code if code is not None else -1)
 
 
+# Failures that come before the command starts: the API server could not reach the kubelet
+# (1.29+ stream translation: "error sending request: ... dial tcp ..."), or the kubelet or the
+# runtime could not start it (a container that is not there, an exec that failed to start).
+NOT_STARTED = re.compile(r"error sending request|dial tcp|unable to upgrade connection|"
+                         r"container not found|failed to start exec|OCI runtime exec failed",
+                         re.IGNORECASE)
+
+
 class ExecNotRun(Exception):
     """The exec's status says the command did not run to an exit code: the container or its
     kubelet could not be reached, or the kubelet refused (its message is the error's)."""
@@ -452,10 +461,11 @@ def exit_status(raw: str) -> int | None:
     """The exit code in an exec's status channel (a metav1.Status: Success is 0, Failure with
     reason NonZeroExitCode carries the code as its ExitCode cause; kubelet's remotecommand
     v4). None when no status came (the stream was cut: an idle time-out, an API server
-    restart, a proxy): a caller cannot tell that from a command still running. ExecNotRun for
-    any other Failure: a Kubernetes 1.29+ API server upgrades the client's websocket before it
-    reaches the kubelet (its stream translator), so a kubelet it cannot reach comes back as a
-    Failure here, no longer as an HTTP error."""
+    restart, a proxy), or a Failure that may have come after the command started: a caller
+    cannot tell that from a command still running. ExecNotRun for a Failure that comes before
+    the command starts (NOT_STARTED): a Kubernetes 1.29+ API server upgrades the client's
+    websocket before it reaches the kubelet (its stream translator), so a kubelet it cannot
+    reach comes back as such a Failure, no longer as an HTTP error."""
     if not raw.strip():
         return None
     try:
@@ -472,4 +482,9 @@ def exit_status(raw: str) -> int | None:
     if status.get("reason") == "NonZeroExitCode" and causes and \
             causes[0].get("reason") == "ExitCode" and str(causes[0].get("message")).isdigit():
         return int(causes[0]["message"])
-    raise ExecNotRun(str(status.get("message") or raw.strip())[:500])
+    message = str(status.get("message") or raw.strip())[:500]
+    if NOT_STARTED.search(message):
+        raise ExecNotRun(message)
+    # Any other Failure may come after the command started (a runtime stream lost midway):
+    # no exit status, as a cut stream; the caller's time-out path asks KWDB what happened.
+    return None

@@ -7,15 +7,19 @@ they were built; KAIWU_K8S_136_DIR names another folder), unpacked once into the
 cache after their checksums are checked. A fresh machine has no such folder: `make test` runs
 1.20 and says in one line that 1.36 was skipped and why (`unavailable`).
 
-Called by tests/world/controlplane.py (binaries and the flags each version takes) and by the
-1.36 tier's conftest (tests/world_stories/k136/).
+Called by tests/world/controlplane.py (binaries and the flags each version takes),
+tests/support/world_kube.py (what the stories need to know of it) and the Makefile
+(`make test-136`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tests.world.build import default_cache_dir
@@ -60,17 +64,29 @@ def binaries_136(cache_dir: Path | None = None) -> Path:
     problem = unavailable_136()
     if problem:
         raise KubeVersionError(problem)
-    target = (cache_dir or default_cache_dir()) / "k8s-1.36.2" / "bin"
-    if all(os.access(target / name, os.X_OK) for name in BINARIES_136):
-        return target
-    archive = folder_136() / ARCHIVE_136
-    sums = (folder_136() / "SHA256SUMS").read_text().split()
-    expected = sums[sums.index(ARCHIVE_136) - 1] if ARCHIVE_136 in sums else ""
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    if digest != expected:
-        raise KubeVersionError(f"{archive}: sha256 {digest} is not SHA256SUMS' {expected!r}")
-    target.mkdir(parents=True, exist_ok=True)
-    subprocess.run(f"zstd -dc '{archive}' | tar -x -C '{target}'", shell=True, check=True)
+    home = (cache_dir or default_cache_dir()) / "k8s-1.36.2"
+    target = home / "bin"
+    home.mkdir(parents=True, exist_ok=True)
+    # Several test workers start at once: one unpacks, under a lock, into a folder of its own
+    # renamed into place when whole, so nobody runs a half-written binary.
+    with (home / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all(os.access(target / name, os.X_OK) for name in BINARIES_136):
+            return target
+        archive = folder_136() / ARCHIVE_136
+        expected = ""
+        for line in (folder_136() / "SHA256SUMS").read_text().splitlines():
+            digest_text, _, name = line.strip().partition(" ")
+            if name.strip().lstrip("*") == ARCHIVE_136:
+                expected = digest_text
+        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+        if digest != expected:
+            raise KubeVersionError(f"{archive}: sha256 {digest} is not SHA256SUMS' {expected!r}")
+        staging = Path(tempfile.mkdtemp(prefix="bin-", dir=home))
+        subprocess.run(["bash", "-o", "pipefail", "-c",
+                        f"zstd -dc '{archive}' | tar -x -C '{staging}'"], check=True)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
     return target
 
 

@@ -174,6 +174,7 @@ def test_scaling_in_by_two_removes_one_node_at_a_time_and_below_three_is_refused
         with pytest.raises(ApiError, match="multi-replica needs at least 3 nodes"):
             patch_spec(kube, namespace, {"replicas": 2})
         assert int(statefulset(kube, namespace)["spec"]["replicas"]) == 3
+        assert live_nodes(wait_ready(reconciler)) == three
         return
     uids = {name: pod["metadata"]["uid"] for name, pod in pods(kube, namespace).items()}
     decommissions = lifecycle_count(reconciler, "decommission")

@@ -580,3 +580,7 @@ def test_an_exec_status_says_the_exit_code_or_that_the_command_never_ran() -> No
         exit_status(json.dumps(unreachable))
     with pytest.raises(ExecNotRun, match="container not found"):
         exit_status("container not found (\"kwbase\")")
+    # A Failure that may come after the command started is no verdict: as a cut stream.
+    assert exit_status(json.dumps({
+        "status": "Failure", "reason": "InternalError",
+        "message": "error executing command in container: stream lost"})) is None
