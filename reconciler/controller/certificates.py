@@ -53,13 +53,13 @@ class CertificatesStep:
         missing = [name for name in dict.fromkeys((cluster.node_secret, cluster.client_secret))
                    if name not in secrets and name not in mounted]
         for name in missing:
-            field = "nodeSecretName" if name == cluster.node_secret else "clientSecretName"
+            field = _spec_field(cluster, name)
             p.stalled.append(("SecretNotMarked", (
                 f"spec.tls.{field}: Secret {cluster.namespace}/{name} does not exist; create "
                 f"it with the certificates and the label {TLS_SECRET_LABEL}=true")))
         refused = bool(missing)
         for name in unmarked_secrets(cluster, secrets):
-            field = "nodeSecretName" if name == cluster.node_secret else "clientSecretName"
+            field = _spec_field(cluster, name)
             message = (f"spec.tls.{field}: Secret {cluster.namespace}/{name} is not marked for "
                        f"KaiwuDB's certificates; label it: kubectl label secret -n "
                        f"{cluster.namespace} {name} {TLS_SECRET_LABEL}=true (a KaiwuCluster may "
@@ -131,6 +131,11 @@ class CertificatesStep:
             certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
         if certs_hash:
             p.live = replace(p.live, certs_hash=certs_hash)
+
+
+def _spec_field(cluster: Cluster, secret: str) -> str:
+    """The spec.tls field that names one of the user's own Secrets."""
+    return "nodeSecretName" if secret == cluster.node_secret else "clientSecretName"
 
 
 def mounted_secrets(statefulset: Obj | None) -> set[str]:

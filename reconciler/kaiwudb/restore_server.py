@@ -261,8 +261,9 @@ def custom_ca_with(current: str, ours: str | None) -> str:
                          "so it cannot be read back as it is set; RESET CLUSTER SETTING "
                          "cloudstorage.http.custom_ca and set only your CAs")
     blocks = pem_certificates(current)
-    others = [block for block in blocks if not _restore_ca_name(block)]
-    restore_cas = [block for block in blocks if _restore_ca_name(block)]
+    ours_by_name = [_restore_ca_name(block) for block in blocks]  # each parsed once
+    others = [block for block, named in zip(blocks, ours_by_name, strict=True) if not named]
+    restore_cas = [block for block, named in zip(blocks, ours_by_name, strict=True) if named]
     wanted = [ours.strip()] if ours is not None else []
     if restore_cas == wanted:
         return current
