@@ -552,8 +552,10 @@ def bundle(options: Options) -> list[Document]:
         Document("The admission webhook: the API server sends KaiwuCluster creates and updates "
                  "here, to any ready replica.", _webhook_service(options)),
         Document("Its registration, shipped here so the reconciler needs no right to create "
-                 "one: the leader puts its CA in (caBundle) and sets failurePolicy Fail; until "
-                 "it has, KaiwuCluster writes are not checked (Ignore).",
+                 "one: the leader puts its CA in (caBundle) and its failurePolicy and "
+                 "timeoutSeconds (settings), which this copy leaves out, so applying it again "
+                 "never undoes them. Until then, KaiwuCluster writes are refused outside "
+                 f"namespaces labelled {SKIP_LABEL}={SKIP_VALUE}: wait for the Deployment.",
                  _webhook_configuration(options)),
         Document("Who may reach the reconciler: the webhook port from anywhere (the API "
                  "server), the restore file server from KaiwuDB pods, /metrics from namespaces "

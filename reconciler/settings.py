@@ -116,7 +116,9 @@ class Settings:
         "serve the validating admission webhook for KaiwuClusters on every replica and register "
         "it (the leader keeps its ValidatingWebhookConfiguration and certificate). Off by "
         "default: the API server must reach this process, through the install bundle's Service "
-        "(which turns it on) or --webhook-url"))
+        "(which turns it on) or --webhook-url. Turned off in the bundle's Deployment, delete "
+        "the bundle's ValidatingWebhookConfiguration too, or its default failurePolicy Fail "
+        "refuses every KaiwuCluster write"))
     webhook_address: str = field(default="0.0.0.0:9443", metadata=_help(
         "HOST:PORT serving the webhook over HTTPS (port 0: any free port)"))
     webhook_service: str = field(default="kaiwu-reconciler-webhook", metadata=_help(

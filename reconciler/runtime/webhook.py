@@ -258,13 +258,24 @@ def differs(registered: Obj, desired: Obj) -> bool:
     return added or bool(_shaped(live, wanted) != wanted)
 
 
+# What the leader decides and writes into the registration, and the install bundle's copy
+# therefore leaves out: its CA, and the settings --webhook-failure-policy and
+# --webhook-timeout-s. The bundle claims nothing the leader sets to another value, so applying
+# the bundle again (`kubectl apply --server-side`, a GitOps tool) never conflicts with the
+# leader's write, nor undoes it.
+SET_BY_THE_LEADER = ("failurePolicy", "timeoutSeconds")
+
+
 def placeholder(settings: Settings, namespace: str, kube_version: KubeVersion) -> Obj:
-    """The registration the install bundle ships: what the leader registers, without a
-    caBundle and with failurePolicy Ignore, until the leader has a CA to put in it and replaces
-    it whole (so KaiwuCluster writes pass unchecked, as before any webhook, only until then)."""
+    """The registration the install bundle ships: what the leader registers, less what the
+    leader decides (its caBundle, failure policy and time-out). Created from the bundle, it has
+    the API server's defaults there: failurePolicy Fail and no CA, so KaiwuCluster writes are
+    refused (outside namespaces labelled to skip it) until the leader has put its CA in,
+    seconds after its first replica starts."""
     found = configuration(settings, namespace, b"", kube_version)
     for webhook in found["webhooks"]:
-        webhook["failurePolicy"] = "Ignore"
+        for key in SET_BY_THE_LEADER:
+            webhook.pop(key, None)
         webhook["clientConfig"].pop("caBundle", None)
     return found
 
@@ -365,8 +376,8 @@ class WebhookManager:
             self._kube_version = KubeVersion.parse(self.kube.server_version())
         desired = configuration(self.settings, self.namespace, bundle, self._kube_version)
         if registered is None:
-            # The install bundle ships the registration (its caBundle empty, failurePolicy
-            # Ignore): the reconciler's rights are get and update of that one name. Made here
+            # The install bundle ships the registration (without a caBundle): the
+            # reconciler's rights are get and update of that one name. Made here
             # only where it may create (a development run with an administrator's rights).
             try:
                 self.kube.create(desired)

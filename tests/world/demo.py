@@ -470,8 +470,11 @@ class Demo:
         applied = []
         for doc in docs:
             # The Deployment's pod needs a kubelet that runs images; the simulated ones run only
-            # KaiwuDB. So its Service (a metrics endpoint for the pods) is left out with it.
-            if doc["kind"] in ("Deployment", "Service"):
+            # KaiwuDB. So its Services (metrics, webhook) are left out with it, and the webhook's
+            # registration: the demo's reconciler runs without its webhook (nothing routes the
+            # API server to a local process), and the registration's failurePolicy Fail would
+            # refuse every KaiwuCluster write (docs/reconciler.md, turning the webhook off).
+            if doc["kind"] in ("Deployment", "Service", "ValidatingWebhookConfiguration"):
                 continue
             k8s_utils.create_from_dict(api.client, doc)  # type: ignore[no-untyped-call,unused-ignore]
             applied.append(f"{doc['kind']}/{doc['metadata']['name']}")

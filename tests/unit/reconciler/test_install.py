@@ -421,8 +421,10 @@ def test_a_namespaced_shard_bundle_says_why_each_object_is_there() -> None:
          "any ready replica."),
         ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system",
          "Its registration, shipped here so the reconciler needs no right to create one: the "
-         "leader puts its CA in (caBundle) and sets failurePolicy Fail; until it has, "
-         "KaiwuCluster writes are not checked (Ignore)."),
+         "leader puts its CA in (caBundle) and its failurePolicy and timeoutSeconds (settings), "
+         "which this copy leaves out, so applying it again never undoes them. Until then, "
+         "KaiwuCluster writes are refused outside namespaces labelled "
+         "kaiwu.inspur.com/admission=skip: wait for the Deployment."),
         ("NetworkPolicy", "kaiwu-reconciler-eu",
          "Who may reach the reconciler: the webhook port from anywhere (the API server), the "
          "restore file server from KaiwuDB pods, /metrics from namespaces labelled "

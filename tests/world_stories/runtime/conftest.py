@@ -1,49 +1,61 @@
 """Fixtures the runtime stories share.
 
-``installed`` (function): apply a `kaiwu install` bundle's ServiceAccount, RBAC and webhook
-registration as an administrator would (the CRD is installed by the test world, the Namespace
-by the namespace fixture); its cluster-wide objects are removed after the test. Used by the
-install and image stories, so the reconciler runs under exactly the bundle's RBAC.
+``installed`` (function): apply a whole `kaiwu install` bundle, rendered for the test world's
+Kubernetes release, as an administrator does (`kubectl apply --server-side -f -`): every
+document of the printed YAML, the CRDs and the Namespace included, is server-side applied; the
+Deployment only as a dry run, since no kubelet here could run its image (the stories run the
+reconciler as that Deployment would). Cluster-wide objects it made are removed after the test,
+except the CRDs: they are the test world's own, and every story uses them. Used by the install,
+image, fleet and shard stories, so the reconciler runs under exactly the bundle's RBAC.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Iterator
 
 import pytest
+import yaml
 from kubernetes import client as k8s
-from kubernetes import utils as k8s_utils
 
 from reconciler import install
 from reconciler.model import Obj
-
-# Applied by the test world itself (the CRD) and the namespace fixture (the Namespace).
-PREINSTALLED = ("CustomResourceDefinition", "Namespace")
+from tests.support.bundle import PATHS, WORLD_OWNED, Installer, apply_bundle
+from tests.support.world_kube import VERSION
 
 
 @pytest.fixture
-def installed(kube: k8s.ApiClient) -> Iterator[Callable[[install.Options], list[Obj]]]:
-    """Apply a bundle's RBAC (kubectl create -f); remove its cluster-wide objects after."""
-    cluster_wide: list[tuple[str, str]] = []
+def installed(kube: k8s.ApiClient) -> Iterator[Installer]:
+    """Apply a bundle whole, for the world's release; returns its documents as printed.
+    `webhook=False`: the story runs the reconciler with its webhook off."""
+    cluster_wide: set[tuple[str, str]] = set()
 
-    def apply(opts: install.Options) -> list[Obj]:
-        docs = [d.obj for d in install.bundle(opts)]
-        for doc in docs:
-            if doc["kind"] in PREINSTALLED or doc["kind"] in ("Deployment", "Service"):
-                continue
-            if doc["kind"] == "ValidatingWebhookConfiguration" and \
-                    (doc["kind"], doc["metadata"]["name"]) in cluster_wide:
-                continue  # every shard's bundle ships the same one (`kubectl apply` keeps it)
-            k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call,unused-ignore]
-            if doc["kind"].startswith("Cluster") or \
-                    doc["kind"] == "ValidatingWebhookConfiguration":
-                cluster_wide.append((doc["kind"], doc["metadata"]["name"]))
+    def apply(opts: install.Options, webhook: bool = True) -> list[Obj]:
+        printed = install.render(dataclasses.replace(opts, kube_version=VERSION))
+        docs: list[Obj] = [doc for doc in yaml.safe_load_all(printed) if doc]
+        apply_bundle(kube, docs)
+        if not webhook:
+            # The story runs the reconciler with its webhook off (this world has no Service
+            # routing to a local process): as docs/reconciler.md tells an administrator who
+            # turns it off, the registration goes too, or its failurePolicy Fail refuses
+            # every KaiwuCluster write.
+            registration = next(doc for doc in docs
+                                if doc["kind"] == "ValidatingWebhookConfiguration")
+            try:
+                k8s.AdmissionregistrationV1Api(kube).delete_validating_webhook_configuration(
+                    registration["metadata"]["name"])
+            except k8s.ApiException as error:
+                if error.status != 404:  # a second shard's bundle: gone already
+                    raise
+        cluster_wide.update((doc["kind"], doc["metadata"]["name"]) for doc in docs
+                            if not PATHS[doc["kind"]][2]
+                            and doc["kind"] not in (*WORLD_OWNED, "Namespace"))
         return docs
 
     yield apply
     rbac = k8s.RbacAuthorizationV1Api(kube)
-    for kind, name in cluster_wide:
+    for kind, name in sorted(cluster_wide):
         with contextlib.suppress(k8s.ApiException):  # a story may have removed it already
             if kind == "ValidatingWebhookConfiguration":
                 k8s.AdmissionregistrationV1Api(kube).delete_validating_webhook_configuration(name)

@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from tests.support.bundle import Installer
 from tests.support.harness import REPO, user, wait_for
 from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
@@ -105,9 +105,10 @@ def fleet(namespace: str) -> list[Obj]:
 
 def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
         control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
-        installed: Callable[[install.Options], list[Obj]], tmp_path: Path) -> None:
+        installed: Installer, tmp_path: Path) -> None:
     installed(install.Options(namespace=namespace, scope="namespaced",
-                              image="kaiwu-reconciler:test", watch_namespace=namespace))
+                              image="kaiwu-reconciler:test", watch_namespace=namespace),
+              webhook=False)
     core = k8s.CoreV1Api(kube)
     core.create_namespaced_resource_quota(namespace, k8s.V1ResourceQuota(
         metadata=k8s.V1ObjectMeta(name="no-pods"),

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from tests.support.bundle import Installer
 from tests.support.harness import condition, refused, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.world import image
@@ -96,11 +97,11 @@ class Container:
 @pytest.fixture
 def container(reconciler_image: str, control_plane: ControlPlane, kube: k8s.ApiClient,
               namespace: str, tmp_path: Path,
-              installed: Callable[[install.Options], list[Obj]]) -> Iterator[Container]:
+              installed: Installer) -> Iterator[Container]:
     # The bundle's ServiceAccount and RBAC, namespace-scoped, exactly as `kaiwu install` makes
     # them: the image runs with nothing more.
     installed(install.Options(namespace=namespace, scope="namespaced", image=reconciler_image,
-                              watch_namespace=namespace))
+                              watch_namespace=namespace), webhook=False)
     token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
     config_dir = tmp_path / "config"
     config_dir.mkdir()

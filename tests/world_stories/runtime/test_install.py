@@ -1,16 +1,17 @@
 """Stories: `kaiwu install`'s bundle on a real authorizer (the test world's apiserver enforces
-RBAC), cluster-wide and namespace-scoped.
+RBAC), cluster-wide and namespace-scoped, on Kubernetes 1.20 and (make test-136) 1.36.
 
-An administrator applies the bundle's ServiceAccount and RBAC (the CRD is already installed and
-the namespace exists); the reconciler runs as it would in the bundle's Deployment: `python -m
+An administrator applies the whole bundle, rendered for the world's release, server-side (the
+`installed` fixture: CRDs, Namespace, RBAC, Services, webhook registration, NetworkPolicy; the
+Deployment as a dry run); the reconciler runs as it would in the bundle's Deployment: `python -m
 reconciler` in its own process, its KAIWU_* variables taken from the Deployment, with nothing but
-the ServiceAccount's token. It brings a small KaiwuCluster to Ready (the simulated kubelets run
-the pods) without a single request refused in the audit log. The namespace-scoped reconciler's
-token cannot read Secrets or delete claims outside its namespace (403), nor write
-cluster-wide. The webhook's Secret and registration are made with the bundle's rights too (the
-webhook is called by URL: no Service routes to a local process here). Each variant's Deployment
-passes a server-side dry run. Timings are printed
-(pytest -s).
+the ServiceAccount's token. Once it has registered its webhook it brings a small KaiwuCluster to
+Ready (the simulated kubelets run the pods) without a single request refused in the audit log;
+the bundle applied again, as an upgrade does, conflicts with nothing the leader registered. The
+namespace-scoped reconciler's token cannot read Secrets or delete claims outside its namespace
+(403), nor write cluster-wide. The webhook's Secret and registration are made with the bundle's
+rights too (the webhook is called by URL: no Service routes to a local process here). Each
+variant's Deployment passes a server-side dry run. Timings are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from tests.support.bundle import Installer, apply_bundle
 from tests.support.harness import REPO, condition, refused, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.world.controlplane import ControlPlane, free_port, service_account_token
@@ -88,12 +90,22 @@ def forbidden(call: Callable[[], object]) -> bool:
 @pytest.mark.parametrize("scope", ["cluster", "namespaced"])
 def test_the_bundle_is_all_the_reconciler_needs_to_bring_a_cluster_to_ready(
         scope: str, control_plane: ControlPlane, sim_world: SimWorld, kube: k8s.ApiClient,
-        namespace: str, installed: Callable[[install.Options], list[Obj]],
+        namespace: str, installed: Installer,
         tmp_path: Path) -> None:
     started = time.monotonic()
     docs = installed(options(scope, namespace))
     popen, log, who = run_as_deployed(control_plane, kube, namespace, docs, tmp_path)
+    registration = f"{install.NAME}-{namespace}"
+    admission = k8s.AdmissionregistrationV1Api(kube)
+
+    def registered() -> list[k8s.V1ValidatingWebhook]:
+        assert popen.poll() is None, log.read_text(errors="replace")[-3000:]
+        webhooks = admission.read_validating_webhook_configuration(registration).webhooks
+        return list(webhooks or []) if webhooks and webhooks[0].client_config.ca_bundle else []
     try:
+        # Until the leader has put its CA into the bundle's registration, KaiwuCluster writes
+        # are refused (failurePolicy Fail): the administrator waits for the reconciler first.
+        wait_for("the leader to register its webhook", registered, 30, 0.2)
         user(kube, "kubectl").apply(small_cluster(namespace))
 
         def ready() -> Obj | None:
@@ -104,15 +116,20 @@ def test_the_bundle_is_all_the_reconciler_needs_to_bring_a_cluster_to_ready(
         report(f"{scope} bundle: RBAC applied -> cluster Ready", time.monotonic() - started)
         time.sleep(1.0)  # a few more requests (status, caches) into the audit log
         # The bundle's rights were enough to make the webhook's Secret and register it.
-        registration = f"{install.NAME}-{namespace}"
-        webhooks = k8s.AdmissionregistrationV1Api(kube).read_validating_webhook_configuration(
-            registration).webhooks or []
-        assert webhooks and webhooks[0].client_config.ca_bundle
+        webhooks = registered()
+        policy = (webhooks[0].failure_policy, webhooks[0].timeout_seconds)
+        assert policy == ("Fail", 5)
+        # An upgrade applies the bundle again (`kubectl apply --server-side`) over what the
+        # leader registered: no conflict, and the leader's CA, policy and time-out stay. (Its
+        # registration names the URL the leader registered: no Service routes here.)
+        apply_bundle(kube, docs, webhook_url=str(webhooks[0].client_config.url))
+        again = registered()
+        assert (again[0].failure_policy, again[0].timeout_seconds) == policy
+        assert again[0].client_config.ca_bundle == webhooks[0].client_config.ca_bundle
     finally:
         stop(popen)
         with contextlib.suppress(k8s.ApiException):
-            k8s.AdmissionregistrationV1Api(kube).delete_validating_webhook_configuration(
-                f"{install.NAME}-{namespace}")
+            admission.delete_validating_webhook_configuration(registration)
     assert refused(control_plane, who, namespace, scope) == [], \
         "requests RBAC refused:\n" + "\n".join(refused(control_plane, who, namespace, scope))
     writes = control_plane.audit_events(user=who, verbs={"create", "patch", "update"})

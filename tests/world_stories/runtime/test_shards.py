@@ -20,20 +20,20 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes import utils as k8s_utils
 
 from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL
+from tests.support.bundle import Installer
 from tests.support.harness import REPO, now_stamp, user, wait_for
 from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
@@ -129,22 +129,16 @@ class Shards:
 
 @pytest.fixture
 def shards(control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
-           installed: Callable[[install.Options], list[Obj]],
+           installed: Installer,
            tmp_path: Path) -> Iterator[tuple[Shards, dict[str, list[Obj]]]]:
     bundles: dict[str, list[Obj]] = {}
     for shard in ("-", "a"):
         options = install.Options(namespace=namespace, scope="namespaced",
                                   watch_namespace=namespace, image="kaiwu-reconciler:test",
                                   shard="" if shard == "-" else shard)
-        if shard == "-":
-            bundles[shard] = installed(options)
-            continue
-        # The shared objects exist already: only the shard's own (its Lease's Role) are new.
-        bundles[shard] = [d.obj for d in install.bundle(options)]
-        for doc in bundles[shard]:
-            if doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"].startswith(
-                    f"{install.NAME}-{shard}-"):
-                k8s_utils.create_from_dict(kube, doc)  # type: ignore[no-untyped-call,unused-ignore]
+        # The second shard's bundle applies over the first's: the shared objects are the
+        # same, only the shard's own (its Lease's Role, its Deployment) are new.
+        bundles[shard] = installed(options, webhook=False)  # the shards run without it
     running = Shards(control_plane, kube, namespace, tmp_path)
     try:
         yield running, bundles

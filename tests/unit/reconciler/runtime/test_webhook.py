@@ -452,7 +452,7 @@ def test_a_changed_setting_or_a_lost_registration_is_registered_again() -> None:
     leader.tick()
     assert kube.writes[-1] == ("create", "ValidatingWebhookConfiguration")
     registered = ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")
-    # Someone edits the failure policy by hand (or re-applies the bundle's placeholder).
+    # Someone edits the failure policy by hand.
     kube.objects[registered]["webhooks"][0]["failurePolicy"] = "Ignore"
     leader.tick()
     assert kube.writes[-1] == ("replace", "ValidatingWebhookConfiguration")
@@ -914,9 +914,9 @@ def test_the_api_server_is_answered_at_once_while_slow_clients_flood_the_port() 
 
 def test_the_bundles_registration_is_taken_over_whole_and_without_it_the_leader_says_so(
         ) -> None:
-    """The bundle ships the registration (no caBundle, failurePolicy Ignore) because the
-    reconciler may not create one: the leader replaces it whole with its CA and policy; where
-    it is missing and creating is forbidden, the problem names the fix."""
+    """The bundle ships the registration (no caBundle, failure policy or time-out) because
+    the reconciler may not create one: the leader replaces it whole with its CA and settings;
+    where it is missing and creating is forbidden, the problem names the fix."""
     from reconciler.kube.client import ApiError
     from reconciler.runtime.webhook import placeholder
     from renderer.settings import KubeVersion
@@ -925,7 +925,7 @@ def test_the_bundles_registration_is_taken_over_whole_and_without_it_the_leader_
     leader, _ = manager(kube, leader=True)
     shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(1, 20))
     assert "caBundle" not in shipped["webhooks"][0]["clientConfig"]
-    assert shipped["webhooks"][0]["failurePolicy"] == "Ignore"
+    assert "failurePolicy" not in shipped["webhooks"][0]  # the API server's default: Fail
     kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
         **shipped, "metadata": {**shipped["metadata"], "resourceVersion": "7"}}
     leader.tick()
@@ -946,3 +946,31 @@ def test_the_bundles_registration_is_taken_over_whole_and_without_it_the_leader_
                        "kaiwu-reconciler-kaiwu-system is missing: it comes with the install "
                        "bundle"):
         alone.tick()
+
+
+@pytest.mark.parametrize("policy, timeout", [("Fail", 5), ("Ignore", 12)])
+@pytest.mark.parametrize("watch", ["", "shop"])
+def test_applying_the_bundle_again_never_conflicts_with_what_the_leader_registered(
+        policy: str, timeout: int, watch: str) -> None:
+    """`kubectl apply --server-side` of the bundle over a registration the leader took over is
+    refused (409) if the bundle claims a field the leader set to another value, and a GitOps
+    tool that forces it would undo the leader's write at every sync. So every value the
+    bundle's copy holds is the leader's value, for any settings the Deployment may carry."""
+    from reconciler.runtime.webhook import placeholder
+
+    def leaves(value: Any, path: str = "") -> dict[str, Any]:
+        if isinstance(value, dict):
+            return {k: v for key, item in value.items()
+                    for k, v in leaves(item, f"{path}.{key}").items()}
+        if isinstance(value, list):
+            return {k: v for index, item in enumerate(value)
+                    for k, v in leaves(item, f"{path}[{index}]").items()}
+        return {path: value}
+
+    settings = Settings(webhook_failure_policy=policy, webhook_timeout_s=timeout,
+                        watch_namespace=watch)
+    for version in (KubeVersion(1, 20), KubeVersion(1, 36)):
+        shipped = leaves(placeholder(settings, "kaiwu-system", version))
+        registered = leaves(configuration(settings, "kaiwu-system", b"CA", version))
+        assert {path: registered.get(path) for path in shipped} == shipped
+        assert registered[".webhooks[0].failurePolicy"] == policy  # the leader's, not the bundle's
