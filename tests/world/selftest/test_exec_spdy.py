@@ -32,6 +32,7 @@ import pytest
 import websocket
 from kubernetes import client as k8s
 
+from reconciler.kube.client import Kube
 from tests.support.pods import kubectl_exec, running_pods, start_cluster
 from tests.support.waiting import eventually
 from tests.world import exec_server, spdy
@@ -43,6 +44,7 @@ from tests.world.exec_server import (
     ServerLoop,
     ServingCert,
 )
+from tests.world.faults import Faults
 from tests.world.simworld import SimWorld
 
 NODE = "node-a"
@@ -574,3 +576,28 @@ def test_kubectl_exec(control_plane: ControlPlane, namespace: str, pod: str) -> 
     failed = kubectl(pod, "-c", "kwbase", "--", "false")
     assert failed.returncode == 1
     assert "command terminated with exit code 1" in failed.stderr
+
+
+def test_an_exec_cut_by_its_node_losing_power_never_reads_as_a_success(
+    sim_world: SimWorld, faults: Faults, kube: k8s.ApiClient, namespace: str, pod: str
+) -> None:
+    """The reconciler's exec of a command that blocks (`kwbase init` at an address that never
+    answers retries for ever), while the pod's node loses power: no exit status, -1, never 0,
+    and no exception. (Offered websocket v5, a 1.36 API server translated the exec to SPDY and
+    reported the cut stream as Success: exit 0. Kube.exec offers only v4 since.)"""
+    spec = k8s.CoreV1Api(kube).read_namespaced_pod(pod, namespace).spec
+    assert spec is not None
+    node = str(spec.node_name)
+    timer = threading.Timer(1.5, faults.lose_node, args=(node,))
+    timer.start()
+    try:
+        started = time.monotonic()
+        stdout, stderr, code = Kube(kube, "test").exec(
+            namespace, pod, "kwbase",
+            ["kwbase", "init", "--insecure", "--host=192.0.2.1:26257"], timeout=20)
+        took = time.monotonic() - started
+    finally:
+        timer.join()
+        faults.restore_node(node)
+    assert code == -1, (code, stdout, stderr)
+    assert took < 15, "the cut stream ends the call, not its time-out"
