@@ -349,6 +349,10 @@ class WebhookManager:
         secret = self.kube.get(k.SECRET, self.namespace, self.settings.webhook_secret)
         if self.is_leader():
             secret = self._lead(secret)
+        self._serve(secret)
+
+    def _serve(self, secret: Obj | None) -> None:
+        """Serve the Secret's certificate from the next TLS handshake, if it is a new one."""
         pair = serving_pair(secret)
         if pair is not None and pair != self.server.serving:
             self.server.load(*pair)
@@ -374,6 +378,10 @@ class WebhookManager:
                               "ca.crt yet (cert-manager issues it)")
         if self._kube_version is None:
             self._kube_version = KubeVersion.parse(self.kube.server_version())
+        # This replica serves the certificate before the registration names its CA: the API
+        # server calls the webhook as soon as it does, and a replica without a certificate
+        # ends the handshake (failurePolicy Fail: the write is refused).
+        self._serve(secret)
         desired = configuration(self.settings, self.namespace, bundle, self._kube_version)
         if registered is None:
             # The install bundle ships the registration (without a caBundle): the

@@ -678,7 +678,8 @@ def test_a_bug_in_the_certificate_loop_is_logged_said_in_readyz_and_the_loop_goe
             while not leader.problem and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert leader.problem == "webhook certificate: 'caBundle'"
-            while server.serving is None and time.monotonic() < deadline:
+            # The next tick serves the certificate, registers, and clears the problem.
+            while (server.serving is None or leader.problem) and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert server.serving is not None and leader.problem == ""
         finally:
@@ -974,3 +975,21 @@ def test_applying_the_bundle_again_never_conflicts_with_what_the_leader_register
         registered = leaves(configuration(settings, "kaiwu-system", b"CA", version))
         assert {path: registered.get(path) for path in shipped} == shipped
         assert registered[".webhooks[0].failurePolicy"] == policy  # the leader's, not the bundle's
+
+
+def test_the_leader_serves_its_certificate_before_the_registration_names_its_ca() -> None:
+    """The API server calls the webhook as soon as the registration holds the CA; a leader
+    that registered first and loaded its certificate after ended that first handshake (a
+    refused write under failurePolicy Fail, seen on the test world)."""
+    kube = FakeKube()
+    leader, server = manager(kube, leader=True)
+    served_when_registered: list[bool] = []
+    real_create = kube.create
+
+    def create(obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] == "ValidatingWebhookConfiguration":
+            served_when_registered.append(server.serving is not None)
+        return real_create(obj)
+    kube.create = create  # type: ignore[method-assign]
+    leader.tick()
+    assert served_when_registered == [True]
