@@ -15,16 +15,13 @@ repository's crd/kaiwuclusters.yaml is a symlink to it, for `kubectl apply -f cr
 from __future__ import annotations
 
 import copy
-import difflib
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
 
-import jsonschema
 import yaml
 
 # One copy of the CRD: package data beside this module (crd/ in the repository links here).
@@ -108,117 +105,78 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _go_pattern(validator: Any, pattern: str, instance: Any,
-                _schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
-    """`pattern` as the API server matches it (Go RE2): `$` ends the text. Python's `$` also
-    matches before a final newline, which would let a version such as "3.2.1\n" through."""
-    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern),
-                                                                instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
 _END = re.compile(r"(?<!\\)\$")  # an unescaped `$` (the CRD's patterns use no `[$]`)
-# The stubs leave `extend` unannotated.
-_Validator: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft4Validator, {"pattern": _go_pattern})
+
+
+def go_pattern(pattern: str) -> str:
+    """A CRD `pattern` as the API server matches it (Go RE2), for Python's `re`: `$` ends the
+    text. Python's `$` also matches before a final newline, which would let a version such as
+    "3.2.1\n" through."""
+    return _END.sub(r"\\Z", pattern)
 
 
 @cache
-def _validator() -> jsonschema.protocols.Validator:
+def json_schema() -> dict[str, Any]:
+    """The KaiwuCluster object's JSON Schema (Draft 4) as validation reads it: the CRD's schema
+    translated, metadata left to the API server's own rules (renderer/semantics.py checks
+    names)."""
     schema = _to_json_schema(openapi_schema())
-    # metadata is validated by the API server's own rules; renderer/semantics.py checks names.
     schema["properties"]["metadata"] = {"type": "object"}
-    return _Validator(schema)
+    return schema
+
+
+def gate_schema() -> dict[str, Any]:
+    """json_schema() with every pattern in Go's meaning, for the compiled gate."""
+    def translated(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {key: go_pattern(value) if key == "pattern" and isinstance(value, str)
+                    else translated(value) for key, value in node.items()}
+        return [translated(item) for item in node] if isinstance(node, list) else node
+    return {"$schema": "http://json-schema.org/draft-04/schema#", **translated(json_schema())}
+
+
+GATE_HEADER = '''"""Generated from the KaiwuCluster CRD by renderer.schema.gate_code(): do not edit.
+
+Whether an object is valid against the CRD's schema, compiled to plain Python so that a valid
+spec needs no schema library at start-up (renderer.schema.validate calls it; only an invalid one
+loads jsonschema, in renderer.schema_explain, to name every violation). Refresh with
+`pytest tests/unit/renderer/test_schema_gate.py --update-golden`.
+"""
+# ruff: noqa
+# mypy: ignore-errors
+'''
+
+
+def gate_code() -> str:
+    """The source of renderer/schema_gate.py: gate_schema() compiled to plain Python by
+    fastjsonschema (its generator is imported only here). tests/unit/renderer/
+    test_schema_gate.py checks the file holds exactly this."""
+    import fastjsonschema
+
+    return GATE_HEADER + fastjsonschema.compile_to_code(gate_schema(), use_formats=False,
+                                                        use_default=False)
+
+
+def _passes_gate(obj: dict[str, Any]) -> bool:
+    """True only when the compiled schema accepts obj. Any doubt (a refusal, or an error of the
+    generated code on an odd value) leaves the verdict to jsonschema."""
+    from renderer import schema_gate
+
+    try:
+        schema_gate.validate(obj)  # type: ignore[no-untyped-call]  # generated, untyped
+    except Exception:
+        return False
+    return True
 
 
 def validate(obj: dict[str, Any]) -> list[SchemaViolation]:
-    """Every schema violation of a KaiwuCluster object (plain dict), deepest first."""
-    violations = []
-    for error in _leaf_errors(_validator().iter_errors(obj)):
-        violations.append(_describe(error))
-    return sorted(violations, key=lambda violation: [str(part) for part in violation.path])
+    """Every schema violation of a KaiwuCluster object (plain dict), deepest first: none when
+    the compiled gate accepts it, else what jsonschema finds (renderer.schema_explain)."""
+    if _passes_gate(obj):
+        return []
+    from renderer.schema_explain import violations
 
-
-def _leaf_errors(
-    errors: Iterator[jsonschema.ValidationError],
-) -> Iterator[jsonschema.ValidationError]:
-    """anyOf errors (int-or-string) are reported through their most telling branch."""
-    for error in errors:
-        if error.validator == "anyOf" and error.context:
-            strings = [sub for sub in error.context if sub.validator != "type"]
-            yield strings[0] if strings else error
-        else:
-            yield error
-
-
-def _describe(error: jsonschema.ValidationError) -> SchemaViolation:
-    path = tuple(error.absolute_path)
-    schema = error.schema if isinstance(error.schema, dict) else {}
-    kind = error.validator
-    value = error.instance
-    if kind == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        unknown = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
-        name = unknown[0] if unknown else "?"
-        close = difflib.get_close_matches(name, allowed, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(allowed)}"
-        return SchemaViolation((*path, name), f"unknown field {name!r}", hint)
-    if kind == "required":
-        missing = str(error.message).split("'")[1] if "'" in str(error.message) else "?"
-        return SchemaViolation((*path, missing), f"required field {missing!r} is missing",
-                               f"add {missing}")
-    if kind == "enum":
-        choices = ", ".join(str(choice) for choice in schema.get("enum", ()))
-        return SchemaViolation(path, f"{value!r} is not allowed", f"use one of: {choices}")
-    if kind in ("type", "anyOf"):
-        expected = error.validator_value if kind == "type" else "integer or string"
-        return SchemaViolation(path, f"expected {expected}, got {_type_name(value)} {value!r}",
-                               f"write a value of type {expected}")
-    if kind == "pattern":
-        hint = _PATTERN_HINTS.get(str(error.validator_value),
-                                  f"it must match {error.validator_value}")
-        return SchemaViolation(path, f"{value!r} has the wrong form", hint)
-    if kind in ("minLength", "maxLength"):  # jsonschema checks the length of strings only
-        text = str(value)
-        bound = "at least" if kind == "minLength" else "at most"
-        shown = text if len(text) <= 40 else f"{text[:37]}..."
-        return SchemaViolation(path, f"{shown!r} is {len(text)} characters long",
-                               f"use {bound} {error.validator_value} characters")
-    if kind in ("minimum", "maximum", "minItems", "maxItems"):
-        bound = "at least" if kind.startswith("min") else "at most"
-        return SchemaViolation(path, f"{value!r} is out of range",
-                               f"use a value {bound} {error.validator_value}")
-    return SchemaViolation(path, str(error.message), "see `kubectl explain kaiwucluster.spec`")
-
-
-_QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
-    r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-_DOMAIN_PART = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
-_PATH_PART = r"[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*"
-# The image reference grammar (distribution/reference) for a name without tag or digest: a
-# registry host (with a dot or a port, or localhost), then lower-case path components.
-_REPOSITORY_PATTERN = (
-    rf"^(({_DOMAIN_PART}(\.{_DOMAIN_PART})+(:[0-9]+)?|{_DOMAIN_PART}:[0-9]+|localhost)/)?"
-    rf"{_PATH_PART}(/{_PATH_PART})*$"
-)
-_PATTERN_HINTS = {
-    _QUANTITY_PATTERN: "write a Kubernetes quantity such as 500m, 4, 512Mi or 8Gi",
-    "^([0-9]+(ms|s|m|h))+$": "write a duration such as 30s, 5m or 1h30m",
-    "^(/([^~/]|~[01])*)+$": "write a JSON pointer such as /spec/replicas",
-    r"^[0-9]+\.[0-9]+\.[0-9]+([.-][0-9A-Za-z.-]+)?$": "write a plain version such as 3.2.1",
-    _REPOSITORY_PATTERN: "write a repository without tag or digest, such as kwdb/kwdb or "
-                         "registry.example.com:5000/kwdb/kwdb (the tag is spec.version)",
-    r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$": "a label value holds letters, digits, "
-                                                      "'-', '_' and '.', and starts and ends "
-                                                      "with a letter or digit",
-}
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+    return violations(obj)
 
 
 def apply_defaults(obj: dict[str, Any]) -> dict[str, Any]:

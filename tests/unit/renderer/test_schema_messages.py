@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from renderer import schema
+from renderer import schema, schema_explain
 from tests.support.render import cluster, dotted
 
 KNOWN_SPEC_FIELDS = (
@@ -176,7 +176,7 @@ def test_a_validator_the_crd_does_not_use_yet_still_reads_as_a_mistake_and_a_fix
     message, with where to look."""
     [error] = jsonschema.Draft4Validator({"properties": {"spec": keyword}}).iter_errors(
         {"spec": bad})
-    violation = schema._describe(error)
+    violation = schema_explain._describe(error)
     assert (violation.path, violation.message, violation.fix) == (("spec",), message, fix)
 
 
@@ -184,7 +184,8 @@ def test_a_too_long_value_is_shown_whole_up_to_40_characters() -> None:
     check = jsonschema.Draft4Validator({"properties": {"spec": {"maxLength": 3}}})
     for value, shown in (("y" * 40, "y" * 40), ("y" * 41, "y" * 37 + "...")):
         [error] = check.iter_errors({"spec": value})
-        assert schema._describe(error).message == f"{shown!r} is {len(value)} characters long"
+        message = schema_explain._describe(error).message
+        assert message == f"{shown!r} is {len(value)} characters long"
 
 
 def test_every_crd_file_reads_the_same_with_libyaml_as_with_a_yaml_1_2_reader() -> None:

@@ -396,10 +396,10 @@ def test_a_change_is_judged_against_what_this_replicas_caches_say_was_applied() 
 
 
 def test_a_decider_is_ready_to_judge_before_the_first_review_comes() -> None:
-    from renderer import schema
-    schema._validator.cache_clear()
+    from renderer import schema_explain
+    schema_explain._validator.cache_clear()
     decider(EmptyView(), cast(Any, ReadingKube()), Settings())
-    assert schema._validator.cache_info().currsize == 1, "the schema validator is built"
+    assert schema_explain._validator.cache_info().currsize == 1, "the schema validator is built"
 
 
 def test_the_certificate_covers_the_service_in_every_form_and_the_extra_hosts() -> None:

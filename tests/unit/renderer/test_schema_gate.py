@@ -1,0 +1,121 @@
+"""The compiled schema gate (renderer/schema_gate.py) and jsonschema (renderer.schema_explain)
+give the same verdict on every object: the gate says "valid" alone, so a spec it let through
+that jsonschema refuses would be a violation nobody is told of.
+
+Stories: the gate file is what the CRD compiles to (refreshed with `--update-golden`, as the
+golden files are); the gate and jsonschema agree on the example clusters, on generated valid
+specs, and on those specs with one field anywhere replaced by a value of any shape; a valid spec
+never imports jsonschema.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from renderer import schema
+from renderer.schema_explain import violations
+from tests.support.specs import PROPERTY, specs
+
+REPO = Path(__file__).resolve().parents[3]
+GATE = REPO / "renderer" / "schema_gate.py"
+
+
+def test_the_gate_is_what_the_crd_compiles_to(request: pytest.FixtureRequest) -> None:
+    current = schema.gate_code()
+    if request.config.getoption("--update-golden", default=False):
+        GATE.write_text(current, encoding="utf-8")
+        return
+    assert GATE.read_text(encoding="utf-8") == current, (
+        "renderer/schema_gate.py is stale (the CRD changed): run pytest "
+        "tests/unit/renderer/test_schema_gate.py --update-golden")
+
+
+def verdicts(obj: dict[str, Any]) -> tuple[bool, bool]:
+    """(the gate accepts, jsonschema finds nothing)."""
+    return schema._passes_gate(obj), not violations(obj)
+
+
+def whole(spec: Any) -> dict[str, Any]:
+    return {"apiVersion": schema.API_VERSION, "kind": schema.KIND,
+            "metadata": {"name": "c", "namespace": "n"}, "spec": spec}
+
+
+def test_the_example_clusters_pass_both() -> None:
+    for path in sorted((REPO / "clusters").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            assert verdicts(doc) == (True, True), path
+
+
+# Any JSON-like value, as YAML could give it: scalars of every type (strings that look like
+# numbers, quantities and versions, with a final newline too), bounds, lists and maps.
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.floats(allow_nan=False),
+    st.sampled_from(["", "3", "3.2.1", "3.2.1\n", "1Gi", "500m", "x", "Fail", "multi-replica",
+                     "-1", "30s", "/spec/replicas", "kwdb/kwdb", "a b", "A" * 70]),
+    st.text(max_size=8))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=6)
+
+
+def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place inside value (map keys and list indexes), itself included."""
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += paths(child, (*prefix, index))
+    return found
+
+
+@PROPERTY
+@given(spec=specs())
+def test_any_valid_spec_passes_both(spec: dict[str, Any]) -> None:
+    assert verdicts(whole(spec)) == (True, True)
+
+
+@PROPERTY
+@given(spec=specs(), data=st.data())
+def test_any_spec_with_one_value_replaced_anywhere_gets_the_same_verdict_from_both(
+        spec: dict[str, Any], data: st.DataObject) -> None:
+    obj = whole(spec)
+    where = data.draw(st.sampled_from(paths(obj["spec"], ("spec",))))
+    changed = copy.deepcopy(obj)
+    if data.draw(st.booleans()) and where[1:]:
+        parent: Any = changed
+        for part in where[:-1]:
+            parent = parent[part]
+        if isinstance(parent, dict):
+            parent[data.draw(st.text(max_size=6))] = data.draw(VALUES)  # an extra key
+        else:
+            parent[where[-1]] = data.draw(VALUES)
+    else:
+        target: Any = changed
+        for part in where[:-1]:
+            target = target[part]
+        target[where[-1]] = data.draw(VALUES)
+    gate, explained = verdicts(changed)
+    assert gate == explained, (where, violations(changed))
+
+
+def test_a_valid_spec_never_imports_jsonschema() -> None:
+    code = ("import sys; from renderer import schema, render; from pathlib import Path; "
+            "import yaml; "
+            "docs = yaml.safe_load_all(Path('clusters/dev.yaml').read_text()); "
+            "assert all(not schema.validate(d) for d in docs); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('jsonschema', 'referencing', 'attrs', 'renderer')))")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout
+    assert "jsonschema" not in shown and "schema_explain" not in shown, shown
