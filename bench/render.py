@@ -88,8 +88,8 @@ def render_earlier(source: Path) -> int:
     documents = []
     for path in find_files(source):
         reader = YAML(typ="rt")
-        for index, content in enumerate(reader.load_all(path.read_text())):
-            documents.append(Document(str(path), index, 1, to_plain(content)))
+        for content in reader.load_all(path.read_text()):
+            documents.append(Document(str(path), 1, to_plain(content)))
     clusters = read_clusters(documents)
     texts = [earlier_to_yaml(obj) for c in clusters for obj in build_objects(c.cluster, SETTINGS)]
     return len(texts)
