@@ -139,8 +139,9 @@ class ExecFailed(KwbaseError):
 
 
 class ExecTimedOut(ExecFailed):
-    """The exec ended with no exit status: the command outlived the time-out (or a streaming
-    idle time-out on the way). The command itself may still be running in the pod: a process
+    """The exec ended with no exit status: the command outlived the time-out, or its stream was
+    cut (a streaming idle time-out on the way, a kubelet restarting, a node losing power). The
+    command itself may still be running in the pod: a process
     started by exec is not killed when its exec session ends (kubernetes/kubernetes#73056,
     #89031: the kubelet logs "Exec session ... terminated but process still running!")."""
 
@@ -750,7 +751,7 @@ class KwbaseAdmin:
         if code < 0:
             waited = self.settings.timeout_s if timeout_s is None else timeout_s
             return ExecTimedOut(f"{' '.join(argv)} in pod {self.namespace}/{pod} gave no exit "
-                                f"status within {waited:g} s "
+                                f"status (its stream was cut, or it ran past {waited:g} s) "
                                 f"({error_text(stderr) or 'no output'})", pod, argv)
         if code in (126, 127) and "ERROR:" not in stderr:
             # The runtime's answers for "cannot execute" and "not found": kwbase never ran.

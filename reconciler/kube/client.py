@@ -445,13 +445,17 @@ class Kube:
                     response.run_forever(timeout=timeout)
                 except (WebSocketException, OSError):
                     cut = True  # the connection ended without a closing frame
+                # Whether the stream ended is read before any channel: a read takes in the
+                # frames that came meanwhile, the closing ones too, so a stream still open when
+                # the time-out passed would otherwise read as ended, its output cut short. A
+                # stream cut after its status frame came did end (the status comes last).
+                ended = cut or not response.is_open()
                 # What arrived, without waiting: read_stdout()'s default (timeout=None) blocks
                 # until the channel gets data, so a silent command outliving `timeout` (a long
                 # EXPORT) would hold this call until it printed.
                 stdout = _arrived(response, STDOUT_CHANNEL)
                 stderr = _arrived(response, STDERR_CHANNEL)
-                code = None if cut or response.is_open() else exit_status(
-                    _arrived(response, ERROR_CHANNEL))
+                code = exit_status(_arrived(response, ERROR_CHANNEL)) if ended else None
             finally:
                 response.close()
         finally:

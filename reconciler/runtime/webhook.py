@@ -199,20 +199,26 @@ def policy_of(settings: Settings, namespace: str) -> ServingPolicy:
         overlap=timedelta(seconds=settings.webhook_ca_overlap_s))
 
 
+NAME_LABEL = "kubernetes.io/metadata.name"  # every namespace's own name, from Kubernetes 1.21
+
+
 def configuration(settings: Settings, namespace: str, bundle: bytes,
-                  kube_version: KubeVersion | None = None) -> Obj:
+                  kube_version: KubeVersion | None = None, *,
+                  by_name: bool | None = None) -> Obj:
     """The ValidatingWebhookConfiguration: KaiwuCluster CREATE and UPDATE (the object and its
     scale subresource; status writes and deletes are never checked), every namespace but those
-    labelled `kaiwu.inspur.com/admission: skip`; a namespaced install (1.21 on, where namespaces
-    carry their name as a label) only its own namespace."""
+    labelled `kaiwu.inspur.com/admission: skip`; a namespaced install only its own namespace
+    where namespaces carry their name as a label (NAME_LABEL). `by_name` says whether they do;
+    None: from `kube_version` (1.21 on)."""
     client: Obj = ({"url": settings.webhook_url.rstrip("/") + PATH} if settings.webhook_url
                    else {"service": {"namespace": namespace, "name": settings.webhook_service,
                                      "path": PATH, "port": 443}})
     client["caBundle"] = base64.b64encode(bundle).decode()
     expressions: list[Obj] = [{"key": SKIP_LABEL, "operator": "NotIn", "values": [SKIP_VALUE]}]
-    if settings.watch_namespace and kube_version is not None and \
-            (kube_version.major, kube_version.minor) >= (1, 21):
-        expressions.append({"key": "kubernetes.io/metadata.name", "operator": "In",
+    if by_name is None:
+        by_name = kube_version is not None and (kube_version.major, kube_version.minor) >= (1, 21)
+    if settings.watch_namespace and by_name:
+        expressions.append({"key": NAME_LABEL, "operator": "In",
                             "values": [settings.watch_namespace]})
     webhook: Obj = {
         "name": WEBHOOK_NAME,
@@ -282,6 +288,16 @@ def placeholder(settings: Settings, namespace: str, kube_version: KubeVersion) -
     return found
 
 
+def _selects_by_name(config: Obj) -> bool:
+    """Whether the registration's webhook selects namespaces by their name label."""
+    for webhook in config.get("webhooks") or ():
+        if isinstance(webhook, dict) and webhook.get("name") == WEBHOOK_NAME:
+            selector = webhook.get("namespaceSelector") or {}
+            return any(isinstance(e, dict) and e.get("key") == NAME_LABEL
+                       for e in selector.get("matchExpressions") or ())
+    return False
+
+
 def live_bundle(config: Obj | None) -> bytes:
     """The caBundle the API server trusts now (b"" without a registration)."""
     for webhook in (config or {}).get("webhooks") or ():
@@ -340,9 +356,11 @@ class WebhookManager:
             except Exception as error:  # keep serving what is loaded; say why in /readyz
                 self.problem = f"webhook certificate: {error}"
                 log.exception("webhook certificate loop failed")
-            # Quick while nothing is served yet (a fresh install waits for the leader's CA).
-            wait = self.settings.webhook_reload_s if self.server.serving else min(
-                UNSERVED_RELOAD_S, self.settings.webhook_reload_s)
+            # Quick while nothing is served yet, or the last look failed (a fresh install waits
+            # for the leader's CA: a registration refused once is tried again within a second,
+            # though the leader serves its certificate already).
+            wait = self.settings.webhook_reload_s if self.server.serving and not self.problem \
+                else min(UNSERVED_RELOAD_S, self.settings.webhook_reload_s)
             self._wake.wait(wait)
             self._wake.clear()
 
@@ -384,7 +402,14 @@ class WebhookManager:
         # server calls the webhook as soon as it does, and a replica without a certificate
         # ends the handshake (failurePolicy Fail: the write is refused).
         self._serve(secret)
-        desired = configuration(self.settings, self.namespace, bundle, self._kube_version)
+        # Whether a namespaced install selects its namespace by name is the install bundle's
+        # choice (made for the Kubernetes `kaiwu install --kube-version` named), kept as the
+        # registration holds it: decided again from the server, it would differ from the
+        # bundle's after an upgrade of Kubernetes, and applying the bundle again would conflict
+        # with this write (matchExpressions is one field to server-side apply).
+        desired = configuration(self.settings, self.namespace, bundle, self._kube_version,
+                                by_name=None if registered is None
+                                else _selects_by_name(registered))
         if registered is None:
             # The install bundle ships the registration (without a caBundle): the
             # reconciler's rights are get and update of that one name. Made here

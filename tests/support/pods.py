@@ -180,7 +180,9 @@ class Exec:
 
 
 def kubectl_exec(core: k8s.CoreV1Api, namespace: str, pod: str, argv: Sequence[str]) -> Exec:
-    """`kubectl exec pod -- argv` through the real apiserver's websocket exec."""
+    """`kubectl exec pod -- argv` through the real apiserver's websocket exec, with the Python
+    client's default offer (v5 first: a 1.36 API server translates it to SPDY towards the
+    kubelet, which the reconciler's own exec avoids by offering v4 alone, Kube.exec)."""
     resp = stream(
         core.connect_get_namespaced_pod_exec,
         pod,
@@ -195,7 +197,7 @@ def kubectl_exec(core: k8s.CoreV1Api, namespace: str, pod: str, argv: Sequence[s
     )
     resp.run_forever(timeout=30)
     try:
-        # The status as the reconciler reads it (ExecNotRun when the command never ran).
+        # The status read with the reconciler's reader (ExecNotRun when the command never ran).
         code = exit_status(resp.read_channel(ERROR_CHANNEL) if not resp.is_open() else "")
         return Exec(resp.read_stdout(), resp.read_stderr(), code)
     finally:

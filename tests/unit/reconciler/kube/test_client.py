@@ -584,3 +584,79 @@ def test_an_exec_status_says_the_exit_code_or_that_the_command_never_ran() -> No
     assert exit_status(json.dumps({
         "status": "Failure", "reason": "InternalError",
         "message": "error executing command in container: stream lost"})) is None
+
+
+# ---- exec: what its stream says, read as the kubelet sent it --------------------------------
+
+
+class FakeExecStream:
+    """The client's WSClient as Kube.exec uses it: frames in `pending` arrive with the next read
+    of an empty channel (as its reads take in whatever came meanwhile), the closing one too."""
+
+    def __init__(self, at_end: dict[int, str], pending: dict[int, str] | None = None, *,
+                 open_after_run: bool = False, cut: bool = False) -> None:
+        self.channels = dict(at_end)
+        self.pending = dict(pending or {})
+        self.open = open_after_run
+        self.cut = cut
+
+    def run_forever(self, timeout: float) -> None:
+        if self.cut:
+            import websocket
+            raise websocket.WebSocketConnectionClosedException("remote host lost")
+
+    def is_open(self) -> bool:
+        return self.open
+
+    def read_channel(self, channel: int, timeout: float = 0) -> str:
+        if self.cut and channel not in self.channels:
+            raise OSError("the socket is closed")
+        if channel not in self.channels and self.pending:
+            self.channels.update(self.pending)  # the rest, the status, the closing frame
+            self.pending = {}
+            self.open = False
+        return self.channels.pop(channel, "")
+
+    def close(self) -> None:
+        self.open = False
+
+
+def exec_with(monkeypatch: pytest.MonkeyPatch, fake: FakeExecStream) -> tuple[
+        tuple[str, str, int], dict[str, Any]]:
+    from reconciler.kube import client as kube_client
+
+    asked: dict[str, Any] = {}
+
+    def stream(_call: Any, *args: Any, **kwargs: Any) -> FakeExecStream:
+        asked.update(kwargs)
+        return fake
+    monkeypatch.setattr(kube_client, "stream", stream)
+    kube = Kube(k8s.ApiClient(k8s.Configuration()), "test")
+    return kube.exec("db", "kdb-0", "kwbase", ["kwbase", "init"], timeout=1), asked
+
+
+SUCCESS = json.dumps({"metadata": {}, "status": "Success"})
+
+
+def test_exec_offers_only_v4_and_reads_the_kubelets_status(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    answer, asked = exec_with(monkeypatch, FakeExecStream({1: "ok\n", 3: SUCCESS}))
+    assert answer == ("ok\n", "", 0)
+    # v5 would have a 1.30+ API server translate the exec to SPDY, whose cut streams read as
+    # Success: offered v4 alone, the status is the kubelet's own.
+    assert asked["_headers"] == {"sec-websocket-protocol": "v4.channel.k8s.io"}
+
+
+def test_an_exec_open_at_its_time_out_has_no_status_though_a_later_read_brings_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeExecStream({1: "part-1 "}, {1: "part-2\n", 3: SUCCESS}, open_after_run=True)
+    assert exec_with(monkeypatch, fake)[0][2] == -1
+
+
+def test_a_cut_stream_is_no_status_and_no_exception_unless_its_status_had_come(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert exec_with(monkeypatch, FakeExecStream({1: "part-1 "}, cut=True))[0] == (
+        "part-1 ", "", -1)
+    # The status is the kubelet's last frame: a cut after it cut nothing.
+    assert exec_with(monkeypatch, FakeExecStream({1: "all\n", 3: SUCCESS}, cut=True))[0] == (
+        "all\n", "", 0)

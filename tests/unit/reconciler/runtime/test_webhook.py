@@ -993,3 +993,51 @@ def test_the_leader_serves_its_certificate_before_the_registration_names_its_ca(
     kube.create = create  # type: ignore[method-assign]
     leader.tick()
     assert served_when_registered == [True]
+
+
+@pytest.mark.parametrize("bundle_for, server", [((1, 20), "v1.28.4"), ((1, 28), "v1.20.2"),
+                                                ((1, 28), "v1.36.2")])
+def test_the_leader_keeps_the_bundles_namespace_selector_whatever_the_server_says(
+        bundle_for: tuple[int, int], server: str) -> None:
+    """A namespaced install's bundle selects its namespace by name or not, for the Kubernetes
+    it was made for; a leader deciding again from the server would make the two differ (the
+    cluster upgraded since, or the bundle made for another release), and applying the bundle
+    again would then conflict with the leader's write."""
+    from reconciler.runtime.webhook import placeholder
+
+    kube = FakeKube()
+    kube.server_version = lambda: server  # type: ignore[method-assign]
+    leader, _ = manager(kube, leader=True, watch_namespace="team-a")
+    shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(*bundle_for))
+    kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
+        **shipped, "metadata": {**shipped["metadata"], "resourceVersion": "3"}}
+    leader.tick()
+    taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
+    assert taken["webhooks"][0]["clientConfig"]["caBundle"]
+    assert taken["webhooks"][0]["namespaceSelector"] == shipped["webhooks"][0][
+        "namespaceSelector"]
+
+
+def test_a_registration_refused_once_is_tried_again_within_a_second() -> None:
+    """The leader serves its certificate before it registers: a refused registration must not
+    wait out the 30 s reload as a served replica does, while every KaiwuCluster write is
+    refused for want of the CA."""
+    from reconciler.kube.client import ApiError
+
+    class Flaky(FakeKube):
+        refusals = 1
+
+        def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+            if obj["kind"] == "ValidatingWebhookConfiguration" and self.refusals:
+                self.refusals -= 1
+                raise ApiError(503, "ServiceUnavailable", "etcd leader changed")
+            return super().create(obj)
+    kube = Flaky()
+    leader, server = manager(kube, leader=True, webhook_reload_s=30)
+    leader.start()
+    try:
+        eventually(lambda: ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")
+                   in kube.objects, 5, "the registration, tried again")
+        assert server.serving is not None
+    finally:
+        leader.stop()
