@@ -555,7 +555,9 @@ def bundle(options: Options) -> list[Document]:
                  "one: the leader puts its CA in (caBundle) and its failurePolicy and "
                  "timeoutSeconds (settings), which this copy leaves out, so applying it again "
                  "never undoes them. Until then, KaiwuCluster writes are refused outside "
-                 f"namespaces labelled {SKIP_LABEL}={SKIP_VALUE}: wait for the Deployment.",
+                 f"namespaces labelled {SKIP_LABEL}={SKIP_VALUE}: wait for the Deployment"
+                 + (" of the unnamed shard, whose leader registers it for every shard (install "
+                    "its bundle too)." if options.shard else "."),
                  _webhook_configuration(options)),
         Document("Who may reach the reconciler: the webhook port from anywhere (the API "
                  "server), the restore file server from KaiwuDB pods, /metrics from namespaces "

@@ -424,7 +424,8 @@ def test_a_namespaced_shard_bundle_says_why_each_object_is_there() -> None:
          "leader puts its CA in (caBundle) and its failurePolicy and timeoutSeconds (settings), "
          "which this copy leaves out, so applying it again never undoes them. Until then, "
          "KaiwuCluster writes are refused outside namespaces labelled "
-         "kaiwu.inspur.com/admission=skip: wait for the Deployment."),
+         "kaiwu.inspur.com/admission=skip: wait for the Deployment of the unnamed shard, whose "
+         "leader registers it for every shard (install its bundle too)."),
         ("NetworkPolicy", "kaiwu-reconciler-eu",
          "Who may reach the reconciler: the webhook port from anywhere (the API server), the "
          "restore file server from KaiwuDB pods, /metrics from namespaces labelled "
