@@ -424,8 +424,15 @@ class WebhookManager:
                 raise
         elif trusted != bundle or differs(registered, desired):
             # A whole replacement over the object read (a conflict: the next tick reads again),
-            # so nothing of the bundle's placeholder or of an older setting survives.
-            desired["metadata"]["resourceVersion"] = meta(registered).get("resourceVersion")
+            # so nothing of an older setting survives in the webhooks. The labels and
+            # annotations others put on it stay (a GitOps tool's tracking marks): dropped, the
+            # tool would see the bundle's object as changed and apply it again.
+            live = meta(registered)
+            desired["metadata"]["labels"] = {**(live.get("labels") or {}),
+                                             **desired["metadata"]["labels"]}
+            if live.get("annotations"):
+                desired["metadata"]["annotations"] = dict(live["annotations"])
+            desired["metadata"]["resourceVersion"] = live.get("resourceVersion")
             self.kube.replace(desired)
         else:
             return secret

@@ -935,6 +935,7 @@ def test_the_bundles_registration_is_taken_over_whole_and_without_it_the_leader_
     taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
     assert taken["webhooks"][0]["failurePolicy"] == "Fail"
     assert taken["webhooks"][0]["clientConfig"]["caBundle"]
+    assert taken["metadata"]["labels"] == shipped["metadata"]["labels"]
 
     class NoCreate(FakeKube):
         def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -1041,3 +1042,27 @@ def test_a_registration_refused_once_is_tried_again_within_a_second() -> None:
         assert server.serving is not None
     finally:
         leader.stop()
+
+
+def test_the_leaders_write_keeps_the_marks_a_gitops_tool_put_on_the_registration() -> None:
+    """Argo CD or Flux applied the bundle and marked what it owns: the leader's replacement
+    keeps those labels and annotations (its own labels win), or the tool would see its object
+    changed and apply it again at every rotation."""
+    from reconciler.runtime.webhook import placeholder
+
+    kube = FakeKube()
+    leader, _ = manager(kube, leader=True)
+    shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(1, 28))
+    marked = {**shipped["metadata"], "resourceVersion": "9",
+              "labels": {**shipped["metadata"]["labels"], "kustomize.toolkit.fluxcd.io/name": "op",
+                         "app.kubernetes.io/name": "renamed-by-hand"},
+              "annotations": {"argocd.argoproj.io/tracking-id": "op:admissionregistration/x"}}
+    kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
+        **shipped, "metadata": marked}
+    leader.tick()
+    taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
+    assert taken["metadata"]["annotations"] == {
+        "argocd.argoproj.io/tracking-id": "op:admissionregistration/x"}
+    assert taken["metadata"]["labels"] == {**shipped["metadata"]["labels"],
+                                           "kustomize.toolkit.fluxcd.io/name": "op"}
+    assert taken["webhooks"][0]["clientConfig"]["caBundle"]
