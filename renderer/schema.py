@@ -15,7 +15,6 @@ repository's crd/kaiwuclusters.yaml is a symlink to it, for `kubectl apply -f cr
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -105,16 +104,6 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-_END = re.compile(r"(?<!\\)\$")  # an unescaped `$` (the CRD's patterns use no `[$]`)
-
-
-def go_pattern(pattern: str) -> str:
-    """A CRD `pattern` as the API server matches it (Go RE2), for Python's `re`: `$` ends the
-    text. Python's `$` also matches before a final newline, which would let a version such as
-    "3.2.1\n" through."""
-    return _END.sub(r"\\Z", pattern)
-
-
 @cache
 def json_schema() -> dict[str, Any]:
     """The KaiwuCluster object's JSON Schema (Draft 4) as validation reads it: the CRD's schema
@@ -123,16 +112,6 @@ def json_schema() -> dict[str, Any]:
     schema = _to_json_schema(openapi_schema())
     schema["properties"]["metadata"] = {"type": "object"}
     return schema
-
-
-def gate_schema() -> dict[str, Any]:
-    """json_schema() with every pattern in Go's meaning, for the compiled gate."""
-    def translated(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {key: go_pattern(value) if key == "pattern" and isinstance(value, str)
-                    else translated(value) for key, value in node.items()}
-        return [translated(item) for item in node] if isinstance(node, list) else node
-    return {"$schema": "http://json-schema.org/draft-04/schema#", **translated(json_schema())}
 
 
 GATE_HEADER = '''"""Generated from the KaiwuCluster CRD by renderer.schema.gate_code(): do not edit.
@@ -148,12 +127,14 @@ loads jsonschema, in renderer.schema_explain, to name every violation). Refresh 
 
 
 def gate_code() -> str:
-    """The source of renderer/schema_gate.py: gate_schema() compiled to plain Python by
-    fastjsonschema (its generator is imported only here). tests/unit/renderer/
-    test_schema_gate.py checks the file holds exactly this."""
+    """The source of renderer/schema_gate.py: json_schema() compiled to plain Python by
+    fastjsonschema (its generator is imported only here), which reads a pattern's `$` as the
+    end of the text, as Go does. tests/unit/renderer/test_schema_gate.py checks the file holds
+    exactly this."""
     import fastjsonschema
 
-    return GATE_HEADER + fastjsonschema.compile_to_code(gate_schema(), use_formats=False,
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", **json_schema()}
+    return GATE_HEADER + fastjsonschema.compile_to_code(draft4, use_formats=False,
                                                         use_default=False)
 
 

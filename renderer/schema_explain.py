@@ -17,14 +17,17 @@ from typing import Any
 
 import jsonschema
 
-from renderer.schema import SchemaViolation, go_pattern, json_schema
+from renderer.schema import SchemaViolation, json_schema
+
+_END = re.compile(r"(?<!\\)\$")  # an unescaped `$` (the CRD's patterns use no `[$]`)
 
 
 def _go_pattern(validator: Any, pattern: str, instance: Any,
                 _schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
     """`pattern` as the API server matches it (Go RE2): `$` ends the text. Python's `$` also
     matches before a final newline, which would let a version such as "3.2.1\n" through."""
-    if validator.is_type(instance, "string") and not re.search(go_pattern(pattern), instance):
+    if validator.is_type(instance, "string") and \
+            not re.search(_END.sub(r"\\Z", pattern), instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 

@@ -365,11 +365,13 @@ class WebhookManager:
             self._wake.clear()
 
     def tick(self) -> None:
-        """One look: (leader) move the Secret on and register; (all) serve what it holds."""
+        """One look: (all) serve what the Secret holds; (leader) move the Secret on first, and
+        register its CA once serving."""
         secret = self.kube.get(k.SECRET, self.namespace, self.settings.webhook_secret)
         if self.is_leader():
-            secret = self._lead(secret)
-        self._serve(secret)
+            self._lead(secret)
+        else:
+            self._serve(secret)
 
     def _serve(self, secret: Obj | None) -> None:
         """Serve the Secret's certificate from the next TLS handshake, if it is a new one."""
@@ -379,7 +381,7 @@ class WebhookManager:
             log.info("webhook serving certificate loaded", extra={
                 "not_after": str(self.server.not_after)})
 
-    def _lead(self, secret: Obj | None) -> Obj | None:
+    def _lead(self, secret: Obj | None) -> None:
         name = self.settings.effective_webhook_configuration()
         registered = self.kube.get(k.VALIDATING_WEBHOOK, None, name)
         trusted = live_bundle(registered)
@@ -435,10 +437,9 @@ class WebhookManager:
             desired["metadata"]["resourceVersion"] = live.get("resourceVersion")
             self.kube.replace(desired)
         else:
-            return secret
+            return
         log.info("webhook registered", extra={"configuration": name,
                                               "cas": bundle.count(b"BEGIN CERTIFICATE")})
-        return secret
 
     def _write_secret(self, live: Obj | None, state: Any) -> Obj:
         data, annotations = secret_content(state)

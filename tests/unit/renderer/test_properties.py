@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from renderer import schema
 from renderer.loader import load_documents, to_plain
+from tests.support.places import places
 from tests.support.render import (
     FOREIGN_KINDS,
     KIND,
@@ -192,18 +193,6 @@ def _schema_at(path: Path_) -> dict[str, Any] | None:
     return node
 
 
-def _leaves(node: Any, path: Path_ = ()) -> list[Path_]:
-    """Every path inside a spec (objects, lists and scalars alike)."""
-    found = [path] if path else []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _leaves(value, (*path, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            found += _leaves(value, (*path, index))
-    return found
-
-
 def _wrong_value(node: dict[str, Any]) -> Any:
     """A value of the wrong type for a CRD node."""
     if node.get("x-kubernetes-int-or-string"):
@@ -314,7 +303,7 @@ def _break_unknown_field(data: st.DataObject, files: list[list[dict[str, Any]]],
         field = data.draw(st.sampled_from(["specs", "Spec", "metdata"]))
         doc[field] = value
         return Breakage("unknown field", FILE_NAMES[at_file], document, (field,)), files, {}
-    objects = [path for path in _leaves(doc["spec"]) if isinstance(_get(doc["spec"], path), dict)
+    objects = [path for path in places(doc["spec"]) if isinstance(_get(doc["spec"], path), dict)
                and "properties" in (_schema_at(path) or {})]
     where: Path_ = data.draw(st.sampled_from([(), *objects]))
     field = data.draw(st.sampled_from(["colour", "replica", "enable", "zz-typo"]))
@@ -328,7 +317,7 @@ def _break_unknown_field(data: st.DataObject, files: list[list[dict[str, Any]]],
 def _break_type(data: st.DataObject, files: list[list[dict[str, Any]]], at_file: int,
                 document: int) -> Broken:
     doc = files[at_file][document]
-    typed = [path for path in _leaves(doc["spec"]) if (_schema_at(path) or {}).get("type")
+    typed = [path for path in places(doc["spec"]) if (_schema_at(path) or {}).get("type")
              or (_schema_at(path) or {}).get("x-kubernetes-int-or-string")]
     where: Path_ = data.draw(st.sampled_from(typed or [("replicas",)]))
     node = _schema_at(where)

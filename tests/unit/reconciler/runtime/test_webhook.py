@@ -959,15 +959,7 @@ def test_applying_the_bundle_again_never_conflicts_with_what_the_leader_register
     tool that forces it would undo the leader's write at every sync. So every value the
     bundle's copy holds is the leader's value, for any settings the Deployment may carry."""
     from reconciler.runtime.webhook import placeholder
-
-    def leaves(value: Any, path: str = "") -> dict[str, Any]:
-        if isinstance(value, dict):
-            return {k: v for key, item in value.items()
-                    for k, v in leaves(item, f"{path}.{key}").items()}
-        if isinstance(value, list):
-            return {k: v for index, item in enumerate(value)
-                    for k, v in leaves(item, f"{path}[{index}]").items()}
-        return {path: value}
+    from tests.support.places import leaves
 
     settings = Settings(webhook_failure_policy=policy, webhook_timeout_s=timeout,
                         watch_namespace=watch)
@@ -975,7 +967,7 @@ def test_applying_the_bundle_again_never_conflicts_with_what_the_leader_register
         shipped = leaves(placeholder(settings, "kaiwu-system", version))
         registered = leaves(configuration(settings, "kaiwu-system", b"CA", version))
         assert {path: registered.get(path) for path in shipped} == shipped
-        assert registered[".webhooks[0].failurePolicy"] == policy  # the leader's, not the bundle's
+        assert registered["webhooks", 0, "failurePolicy"] == policy  # the leader's own
 
 
 def test_the_leader_serves_its_certificate_before_the_registration_names_its_ca() -> None:
