@@ -99,7 +99,9 @@ class Reconcilers:
         env = {**os.environ, "KAIWU_FAILPOINTS": crash_at}
         argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(self.kubeconfig),
                 "--watch-namespace", self.namespace, "--lease-namespace", self.namespace,
-                "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s",
+                # A successor takes over within seconds; the leader has 4 s (each Lease
+                # request 2 s) to renew on a busy two-core CI machine.
+                "--lease-duration-s", "6", "--renew-deadline-s", "4", "--retry-period-s",
                 "0.5", "--http-address", "127.0.0.1:0", "--log-format", "text",
                 "--identity", f"reconciler-{len(self.started)}"]
         with log.open("wb") as out:

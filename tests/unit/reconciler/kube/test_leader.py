@@ -51,14 +51,15 @@ class Clock:
 
 
 class LeaseStore:
-    """One Lease, with resourceVersions; `down` makes every request fail, `error` the next
-    write answer with that HTTP status."""
+    """One Lease, with resourceVersions; `down` makes every request fail, `errors` the next
+    writes answer with these HTTP statuses, one each."""
 
     def __init__(self) -> None:
         self.lease: Obj | None = None
         self.version = 0
         self.down = False
-        self.error = 0
+        self.errors: list[int] = []
+        self.gets = 0
         self.writes = 0
         self.meanwhile: Callable[[], None] | None = None  # another replica's write, next
 
@@ -72,13 +73,13 @@ class LeaseStore:
         if meanwhile is not None:
             meanwhile()
         self.writes += 1
-        if self.error:
-            status, self.error = self.error, 0
-            raise ApiError(status, "Error", "refused")
+        if self.errors:
+            raise ApiError(self.errors.pop(0), "Error", "refused")
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         assert (kind, namespace, name) == (LEASE, "kaiwu-system", "kaiwu-reconciler")
         self._request()
+        self.gets += 1
         return copy.deepcopy(self.lease)
 
     def create(self, obj: Obj) -> Obj:
@@ -257,10 +258,10 @@ def test_a_take_over_loses_to_a_renewal_made_after_it_read_the_lease() -> None:
 def test_a_create_that_loses_the_race_is_retried_not_an_error() -> None:
     store, clock = LeaseStore(), Clock()
     a = Candidate(store, clock)
-    store.error = 409
+    store.errors = [409]
     assert a.elector.step() is Attempt.FAILED
     assert not a.elector.is_leader()
-    store.error = 500
+    store.errors = [500]
     assert a.elector.step() is Attempt.FAILED  # logged and retried
     assert a.elector.step() is Attempt.HELD
 
@@ -291,14 +292,34 @@ def test_a_leader_that_cannot_renew_stops_writing_at_the_renew_deadline() -> Non
     assert a.events == ["started", "stopped"]
 
 
+def test_a_leader_renews_with_one_write_and_reads_the_lease_only_when_that_fails() -> None:
+    store, clock = LeaseStore(), Clock()
+    a = Candidate(store, clock)
+    a.elector.step()
+    gets, writes = store.gets, store.writes
+    for _ in range(3):
+        clock.now += 2
+        assert a.elector.step() is Attempt.HELD
+    assert (store.gets - gets, store.writes - writes) == (0, 3), "one request per renewal"
+    # The write as last written fails (here a conflict: someone touched the Lease, say an
+    # administrator's label): the leader reads the Lease and renews it in the same round.
+    store.lease["metadata"]["resourceVersion"] = "99"  # type: ignore[index]
+    clock.now += 2
+    assert a.elector.step() is Attempt.HELD
+    assert store.spec["renewTime"] == "2026-01-01T00:00:08.000000Z"
+    assert a.events == ["started"]
+
+
 def test_a_conflict_renewing_is_no_reason_to_stop_before_the_deadline() -> None:
     store, clock = LeaseStore(), Clock()
     a = Candidate(store, clock)
     a.elector.step()
     clock.now += 2
-    store.error = 409
+    store.errors = [409, 409]  # the write as last written, then the one after reading
     assert a.elector.step() is Attempt.FAILED
     assert a.elector.is_leader()
+    clock.now += 2
+    assert a.elector.step() is Attempt.HELD
 
 
 def test_shutting_down_stops_the_workers_then_releases_the_lease() -> None:
@@ -339,13 +360,13 @@ def test_a_release_that_conflicts_is_tried_again_and_a_failing_one_is_left_to_ex
     store, clock = LeaseStore(), Clock()
     a = Candidate(store, clock)
     a.elector.step()
-    store.error = 409
+    store.errors = [409]
     a.elector.stop()
     assert store.spec["holderIdentity"] == ""
 
     b = Candidate(store, clock, "replica-b")
     b.elector.step()
-    store.error = 500
+    store.errors = [500]
     with caplog.at_level(logging.WARNING, logger="reconciler.kube.leader"):
         b.elector.stop()
     assert store.spec["holderIdentity"] == "replica-b"
