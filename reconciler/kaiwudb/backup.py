@@ -34,7 +34,7 @@ import io
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,12 +62,13 @@ log = logging.getLogger(__name__)
 
 NOT_CARRIED = (
     "not carried (a restore cannot bring them back): passwords (EXPORT USERS writes none: set "
-    "them with ALTER USER ... WITH PASSWORD after a restore); privileges on databases, schemas "
-    "and tables, foreign keys and comments (KWDB exports them only WITH privileges, foreign_key, "
-    "comment, not used yet: docs/backup.md)")
+    "them with ALTER USER ... WITH PASSWORD after a restore); foreign keys and comments (KWDB "
+    "exports them only WITH foreign_key, comment, not used yet: docs/backup.md)")
 """What every completed backup says it lacks, in its status message (kwbase/pkg/sql/
 export.go:76-111 lists EXPORT's options; EXPORT USERS, export.go:634-712, writes each user's
-CREATE USER with its options and role memberships, never a password)."""
+CREATE USER with its options and role memberships, never a password). Privileges on
+databases, schemas and tables are carried by the plan (backup_plan.Grant) and granted again by
+the restore."""
 EXTERN_DIR = f"{DATA_DIR}/extern"
 """The node's external-I/O directory: kwbase's default, <first store>/extern."""
 FAILED_FILE = "failed.json"
@@ -386,7 +387,13 @@ class Backups:
                 tables, refused = bp.split_objects(db_name, objects.rows)
                 if refused:
                     raise BackupFailed("NotExportable", refused)
-                dbs.append(bp.DatabasePlan(db_name, engine, tables))
+                db = bp.DatabasePlan(db_name, engine, tables)
+                on_schemas, on_tables = bp.grants_queries(db_name)
+                grants, refused = bp.read_grants(db, admin.sql(chosen, on_schemas).rows,
+                                                 admin.sql(chosen, on_tables).rows)
+                if refused:
+                    raise BackupFailed("NotExportable", refused)
+                dbs.append(replace(db, grants=grants))
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
         except KwbaseError as err:

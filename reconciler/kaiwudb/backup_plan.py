@@ -36,7 +36,7 @@ import json
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -114,14 +114,64 @@ TableRef = tuple[str, str]
 """(schema, table) of a table to back up."""
 
 
+PRIVILEGES = ("ALL", "CREATE", "DROP", "GRANT", "SELECT", "INSERT", "DELETE", "UPDATE",
+              "ZONECONFIG", "EXECUTE")
+"""KWDB's privilege kinds, in its order (kwbase/pkg/sql/privilege/privilege.go:41-75); a
+privilege read from KaiwuDB or a target that is not one of them is refused, never replayed."""
+GRANT_ON = ("database", "schema", "table")
+VIRTUAL_SCHEMAS = frozenset({"information_schema", "kwdb_internal", "pg_catalog", "public"})
+"""The schemas whose privileges are the database's own (information_schema.go:1035-1045: only
+user-defined schemas have their own)."""
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """One privilege a user or role holds on a database, one of its user-defined schemas or
+    one of its tables: what `SCHEMA_GRANTS_QUERY` and `TABLE_GRANTS_QUERY` read at the backup's
+    start, and the restore grants again after the database's IMPORT (KWDB's own EXPORT ...
+    WITH privileges is not used: it writes names into GRANT statements unquoted unless they
+    hold an upper-case letter, kwbase/pkg/sql/export.go:431-552, and IMPORT fails on a
+    database with no GRANT at all and overwrites the database's own grants,
+    importer/import_database_details.go:186-209)."""
+
+    on: str  # database, schema or table
+    schema: str  # "" for the database
+    table: str  # "" unless on a table
+    grantee: str
+    privilege: str
+
+
 @dataclass(frozen=True)
 class DatabasePlan:
-    """A database to back up: its engine (SHOW DATABASES engine_type) and its tables of every
-    schema, as kwdb_internal.create_statements lists them (`DATABASE_OBJECTS_QUERY`)."""
+    """A database to back up: its engine (SHOW DATABASES engine_type), its tables of every
+    schema, as kwdb_internal.create_statements lists them (`DATABASE_OBJECTS_QUERY`), and the
+    privileges granted on it, its schemas and its tables."""
 
     name: str
     engine: str  # RELATIONAL or TIME SERIES
     tables: tuple[TableRef, ...]
+    grants: tuple[Grant, ...] = ()
+
+    def grant_problem(self, grant: Grant) -> str:
+        """Why `grant` is not one the restore may replay ("" when it is)."""
+        shown = json.dumps(self.name)
+        if grant.privilege not in PRIVILEGES:
+            return (f"database {shown}: privilege {json.dumps(grant.privilege)} of "
+                    f"{json.dumps(grant.grantee)} is not one KWDB knows")
+        if not grant.grantee or any(ord(c) < 0x20 or ord(c) == 0x7F for c in grant.grantee):
+            return f"database {shown}: grantee {json.dumps(grant.grantee)} is not a user name"
+        if grant.on == "database" and not grant.schema and not grant.table:
+            return ""
+        if grant.on == "schema" and not grant.table and grant.schema in self.user_schemas:
+            return ""
+        if grant.on == "table" and (grant.schema, grant.table) in self.tables:
+            return ""
+        return (f"database {shown}: a grant on {grant.on} {json.dumps(grant.schema)}."
+                f"{json.dumps(grant.table)} that is not one of the backup's")
+
+    @property
+    def user_schemas(self) -> frozenset[str]:
+        return frozenset(schema for schema, _ in self.tables if schema not in VIRTUAL_SCHEMAS)
 
 
 DATABASE_OBJECTS_QUERY = (
@@ -137,6 +187,70 @@ backup built on it silently dropped every other schema."""
 def objects_query(database: str) -> str:
     return DATABASE_OBJECTS_QUERY.format(db=quote_ident(database),
                                          literal=quote_literal(database))
+
+
+SCHEMA_GRANTS_QUERY = (
+    "SELECT table_schema, grantee, privilege_type FROM {db}.information_schema."
+    "schema_privileges WHERE grantee NOT IN ('admin', 'root') ORDER BY table_schema, grantee, "
+    "privilege_type")
+"""Privileges on the database (every schema but the user-defined ones shows the database's:
+KWDB's own export reads them off `information_schema`, kwbase/pkg/sql/export.go:431-466) and
+on its user-defined schemas (information_schema.go:1023-1066). root and admin hold ALL on
+everything KWDB makes; they are not carried."""
+TABLE_GRANTS_QUERY = (
+    "SELECT table_schema, table_name, grantee, privilege_type FROM {db}.information_schema."
+    "table_privileges WHERE grantee NOT IN ('admin', 'root') ORDER BY table_schema, table_name, "
+    "grantee, privilege_type")
+"""Privileges on every table of the database (information_schema.go:1358-1400; a table
+created after a GRANT ON DATABASE holds a copy of the database's, create_table.go:447)."""
+
+
+def grants_queries(database: str) -> tuple[str, str]:
+    return (SCHEMA_GRANTS_QUERY.format(db=quote_ident(database)),
+            TABLE_GRANTS_QUERY.format(db=quote_ident(database)))
+
+
+def read_grants(db: DatabasePlan, schema_rows: Sequence[Mapping[str, str]],
+                table_rows: Sequence[Mapping[str, str]]) -> tuple[tuple[Grant, ...], str]:
+    """The grants of `db` from what `grants_queries` answered, and why they cannot be carried
+    ("" when they can). Rows about what the backup does not carry (virtual tables, whose
+    SELECT `public` holds; views and sequences, refused before) are passed over."""
+    found: set[Grant] = set()
+    for row in schema_rows:
+        schema = str(row.get("table_schema") or "")
+        if schema == "information_schema":
+            found.add(Grant("database", "", "", str(row.get("grantee") or ""),
+                            str(row.get("privilege_type") or "")))
+        elif schema in db.user_schemas:
+            found.add(Grant("schema", schema, "", str(row.get("grantee") or ""),
+                            str(row.get("privilege_type") or "")))
+    for row in table_rows:
+        ref = (str(row.get("table_schema") or ""), str(row.get("table_name") or ""))
+        if ref in db.tables:
+            found.add(Grant("table", *ref, str(row.get("grantee") or ""),
+                            str(row.get("privilege_type") or "")))
+    grants = tuple(sorted(found))
+    return grants, next((p for g in grants if (p := db.grant_problem(g))), "")
+
+
+def grant_statements(db: DatabasePlan) -> list[tuple[str, str]]:
+    """(database to run it in, statement) granting again what `db` held, one GRANT per object
+    and grantee; every name quoted (`quote_ident`), every privilege one of KWDB's. A schema is
+    named in the session's database (`GRANT ... ON SCHEMA` takes unqualified names:
+    kwbase/pkg/sql/parser/sql.y:5303-5306)."""
+    held: dict[tuple[str, str, str, str], list[str]] = {}
+    for g in sorted(db.grants):
+        held.setdefault((g.on, g.schema, g.table, g.grantee), []).append(g.privilege)
+    found = []
+    for (on, schema, table, grantee), privileges in held.items():
+        listed = ", ".join(sorted(privileges, key=PRIVILEGES.index))
+        target = {"database": f"DATABASE {quote_ident(db.name)}",
+                  "schema": f"SCHEMA {quote_ident(schema)}",
+                  "table": f"TABLE {quote_ident(db.name)}.{quote_ident(schema)}."
+                           f"{quote_ident(table)}"}[on]
+        found.append((db.name if on == "schema" else "",
+                      f"GRANT {listed} ON {target} TO {quote_ident(grantee)}"))
+    return found
 
 
 def split_objects(database: str, rows: Sequence[Mapping[str, str]]
@@ -210,6 +324,10 @@ class Plan:
                 found = found or f"database {json.dumps(db.name)}: engine {db.engine!r} unknown"
             for schema, table in db.tables:
                 found = found or name_problem("schema", schema) or name_problem("table", table)
+            for grant in db.grants:
+                found = found or (f"grant on {grant.on}: {grant.on!r} is not one of "
+                                  f"{', '.join(GRANT_ON)}" if grant.on not in GRANT_ON
+                                  else db.grant_problem(grant))
         return found
 
     @property
@@ -265,7 +383,9 @@ class Plan:
         try:
             data = json.loads(raw)
             dbs = tuple(DatabasePlan(str(d["name"]), str(d["engine"]),
-                                     tuple((str(t[0]), str(t[1])) for t in d["tables"]))
+                                     tuple((str(t[0]), str(t[1])) for t in d["tables"]),
+                                     tuple(Grant(**{f.name: str(g[f.name]) for f in fields(Grant)})
+                                           for g in d.get("grants") or ()))
                         for d in data["databases"])
             return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
                        int(data["node_id"]), str(data["consistent_to"]), dbs,
@@ -571,14 +691,22 @@ def backup_problem(manifest: Mapping[str, Any], stored: Mapping[str, int],
     return ""
 
 
+GRANTS_STEP = "grants "
+"""The restore step that grants again what a database's users held, after its IMPORT."""
+
+
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
     """(step id, statement) in the documented order: cluster settings, users, then each
-    database (`url`: where the backup's files are served). The manifest is read from the
-    target: a database's directory must be one of ours (d<i>), or, in a backup of layout 1, a
-    name `name_problem` accepts; anything else is a ValueError naming it."""
+    database (`url`: where the backup's files are served), each followed by its grants when
+    it had any (`grants <db>`: its statements are `grant_statements` of the manifest's plan,
+    the text here only says so). The manifest is read from the target: a database's directory
+    must be one of ours (d<i>), or, in a backup of layout 1, a name `name_problem` accepts;
+    anything else is a ValueError naming it."""
     steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
                           'clustersetting.sql")'),
              ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
+    granted = {str(d.get("name")) for d in (manifest.get("plan") or {}).get("databases") or ()
+               if isinstance(d, dict) and d.get("grants")}
     for db in manifest.get("databases") or ():
         name = str(db.get("name") or "")
         directory = str(db.get("dir") or name)
@@ -587,7 +715,22 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
             raise ValueError(f"{MANIFEST_FILE}: database {json.dumps(name)} has directory "
                              f"{json.dumps(directory)}, which this reconciler does not read")
         steps.append((f"database {name}", f'IMPORT DATABASE CSV DATA ("{url}/{directory}")'))
+        if name in granted:
+            steps.append((f"{GRANTS_STEP}{name}", f"GRANT ... (the privileges {name} held)"))
     return steps
+
+
+def manifest_database(manifest: Mapping[str, Any], database: str) -> tuple[int, DatabasePlan]:
+    """A database of the backup's plan as its manifest holds it, checked (`Plan.problem`), and
+    its index; ValueError when the manifest does not say."""
+    plan = Plan.from_json(json.dumps(manifest.get("plan") or {}).encode())
+    problem = plan.problem()
+    if problem:
+        raise ValueError(problem)
+    names = [db.name for db in plan.databases]
+    if database not in names:
+        raise ValueError(f"{MANIFEST_FILE}: database {json.dumps(database)} is not in its plan")
+    return names.index(database), plan.databases[names.index(database)]
 
 
 def expected_counts(manifest: Mapping[str, Any], database: str
@@ -596,13 +739,8 @@ def expected_counts(manifest: Mapping[str, Any], database: str
     in them together). A relational table was exported alone (one group each); a time-series
     database in one EXPORT (one group of all its tables). ValueError when the manifest does
     not say."""
-    plan = Plan.from_json(json.dumps(manifest.get("plan") or {}).encode())
-    problem = plan.problem()
-    if problem:
-        raise ValueError(problem)
+    index, db = manifest_database(manifest, database)
     items = manifest.get("items") or {}
-    index = [db.name for db in plan.databases].index(database)
-    db = plan.databases[index]
 
     def rows_of(item_id: str) -> int:
         if item_id not in items:

@@ -851,12 +851,16 @@ class KwbaseAdmin:
 
     # --- SQL statements and the external-I/O directory (backups, reconciler.kaiwudb.backup) ---
 
-    def sql(self, pod: str, statement: str, *, bulk: bool = False) -> SqlAnswer:
+    def sql(self, pod: str, statement: str, *, bulk: bool = False,
+            database: str = "") -> SqlAnswer:
         """One statement through `kwbase sql --format=csv -e`: its columns, rows and the
         server's notices (the CLI prints each as `NOTICE: ...` on stderr, exit code 0).
         bulk: an EXPORT or IMPORT, given KwbaseSettings.long_timeout_s; ExecTimedOut when it
-        outlives even that (the statement may run on: statement_jobs says)."""
-        argv = self.argv(pod, "sql", "--format=csv", "-e", statement)
+        outlives even that (the statement may run on: statement_jobs says). database: the
+        session's current database (`--database`, kwbase/pkg/cli/flags.go), for statements
+        that name objects in it unqualified; one argument of its own, never parsed as SQL."""
+        chosen = (f"--database={database}",) if database else ()
+        argv = self.argv(pod, "sql", "--format=csv", *chosen, "-e", statement)
         problem = statement_problem(statement)
         if problem:
             raise NotOneStatement(f"refusing to run {statement[:200]!r}: {problem}", pod, argv)

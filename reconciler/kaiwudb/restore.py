@@ -5,6 +5,8 @@ The Controller runs `Restore.run` after "failover" and before "backup"
 (reconciler.controller.controller), once the cluster is initialised. The order is KWDB's
 (kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup_plan.restore_statements):
 cluster settings, users, then each database of the backup's manifest, one IMPORT per pass,
+each followed by a pass that grants again what the database's users held (its GRANTs, from the
+backup's plan; KWDB's IMPORT brings no privileges back unless asked, and then loses some),
 each read over https from the reconciler's file server (reconciler.kaiwudb.restore_server),
 since IMPORT cannot read s3://. Before the first import KaiwuDB is made to trust the file
 server's CA (the cluster setting CUSTOM_CA; a database's import waits for it to spread), and
@@ -167,7 +169,12 @@ class Restore:
             if self.trust_failed(p, name, cluster, admin, pod, self.server.ca_pem(),
                                  settle=step.startswith("database ")):
                 return
-            if step.startswith("database "):
+            if step.startswith(bp.GRANTS_STEP):
+                # Each GRANT adds to what is held: run again after a crash, it changes nothing.
+                _, db = bp.manifest_database(manifest, step.removeprefix(bp.GRANTS_STEP))
+                for database, grant in bp.grant_statements(db):
+                    admin.sql(pod, grant, database=database)
+            elif step.startswith("database "):
                 running = self.import_database(cluster, admin, pod, manifest, step, stmt,
                                                str(record.get("begunAt") or ""))
                 if running:

@@ -102,7 +102,8 @@ def phase(obj: Obj | None) -> str:
 
 
 def load_shop(world: SimWorld, namespace: str, t: float | None = None) -> None:
-    """A relational database with two tables, a time-series one, a user and a setting."""
+    """A relational database with two tables, a time-series one, a user with privileges on
+    the first and one of its tables, and a setting."""
     key = (namespace, NAME)
     now = world.clock.now() if t is None else t
     world.kwdb.load(key, now, database="shop", table="orders",
@@ -115,4 +116,6 @@ def load_shop(world: SimWorld, namespace: str, t: float | None = None) -> None:
                     rows=[("2026-01-01 00:00:00", "20.5"), ("2026-01-01 00:01:00", "20.7")],
                     time_series=True)
     world.kwdb.set_user(key, now, "app")
+    world.kwdb.grant(key, now, "GRANT SELECT ON DATABASE shop TO app")
+    world.kwdb.grant(key, now, "GRANT INSERT, UPDATE ON TABLE shop.public.orders TO app")
     world.kwdb.set_setting(key, now, "sql.defaults.idle_timeout", "10m")

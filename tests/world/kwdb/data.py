@@ -92,6 +92,8 @@ class Table:
     rows: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
     schema: str = "public"
     kind: str = "table"  # table, view, sequence
+    # Grantee -> privileges beyond root's and admin's ALL (the descriptor's privileges).
+    grants: dict[str, set[str]] = field(default_factory=dict)
 
     def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
         return [values for written, values in self.rows if t is None or written <= t]
@@ -126,10 +128,51 @@ class Database:
     name: str
     engine: str
     tables: dict[tuple[str, str], Table] = field(default_factory=dict)  # (schema, name)
+    # The database descriptor's privileges and each user-defined schema's (grantee ->
+    # privileges), root's and admin's ALL left implicit.
+    grants: dict[str, set[str]] = field(default_factory=dict)
+    schema_grants: dict[str, dict[str, set[str]]] = field(default_factory=dict)
 
     def of_kind(self, kind: str) -> list[Table]:
         return sorted((t for t in self.tables.values() if t.kind == kind),
                       key=lambda t: (t.schema, t.name))
+
+    def user_schemas(self) -> list[str]:
+        return sorted({t.schema for t in self.tables.values()} - set(VIRTUAL_SCHEMAS)
+                      | set(self.schema_grants))
+
+    def add_table(self, table: Table) -> Table:
+        """CREATE TABLE/VIEW/SEQUENCE: a new descriptor copies the database's privileges
+        (kwbase/pkg/sql/create_table.go:447), a new user-defined schema too
+        (create_schema.go:112-113)."""
+        if table.schema not in VIRTUAL_SCHEMAS:
+            self.schema_grants.setdefault(table.schema, _copy(self.grants))
+        table.grants = _copy(self.grants)
+        self.tables[(table.schema, table.name)] = table
+        return table
+
+
+PRIVILEGES = ("ALL", "CREATE", "DROP", "GRANT", "SELECT", "INSERT", "DELETE", "UPDATE",
+              "ZONECONFIG", "EXECUTE")  # privilege/privilege.go:41-75, in ByValue order
+VIRTUAL_SCHEMAS = ("information_schema", "kwdb_internal", "pg_catalog", "public")
+# A few of the virtual tables every database shows, whose SELECT the `public` role holds
+# (sql/virtual_schema.go:383: publicSelectPrivileges); the rest are not listed here.
+VIRTUAL_TABLES = (("information_schema", "schema_privileges"),
+                  ("information_schema", "table_privileges"), ("pg_catalog", "pg_class"))
+
+
+def _copy(grants: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {user: set(privs) for user, privs in grants.items()}
+
+
+def shown_privileges(grants: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(grantee, privilege) as PrivilegeDescriptor.Show lists them: users sorted, admin and
+    root with ALL, a user holding ALL shown with ALL alone, others in KWDB's privilege order
+    (sqlbase/privilege.go Show; privilege.ListFromBitField)."""
+    held = {"admin": {"ALL"}, "root": {"ALL"}, **grants}
+    return [(user, priv) for user in sorted(held)
+            for priv in (["ALL"] if "ALL" in held[user] else
+                         [p for p in PRIVILEGES if p in held[user]])]
 
 
 @dataclass
@@ -165,6 +208,7 @@ class Session:
     epoch_unix_s: float
     node_id: int
     disk: Disk
+    database: str = ""  # the session's current database (`kwbase sql --database`)
 
 
 Result = tuple[list[str], list[list[str]], list[str]]  # headers, rows, notices
@@ -699,6 +743,81 @@ def _grant_role(s: Session, m: re.Match[str]) -> Result:
         raise SqlError(f"role {member} does not exist", sqlstate="42704")
     s.data.role_members.add((role, member))
     return [], [], []
+
+
+_PRIVILEGE_LIST = r"(?P<privs>[a-z]+(?:, ?[a-z]+)*)"
+
+
+@_pattern(r"grant " + _PRIVILEGE_LIST + r" on (?P<on>database|schema|table) (?P<target>"
+          + IDENT + r"(?:\." + IDENT + r"){0,2}) to (?P<grantees>" + IDENT + r"(?:, ?" + IDENT
+          + r")*)")
+def _grant(s: Session, m: re.Match[str]) -> Result:
+    """GRANT <privileges> ON DATABASE d | SCHEMA s | TABLE d.s.t TO <grantees> (sql.y:3716-3720,
+    5239-5306; grant_revoke.go:113-170): every grantee must be a user or role, or `public`;
+    a schema is named in the session's database; the privileges are added to what each
+    grantee holds."""
+    privileges = [p.strip().upper() for p in m.group("privs").split(",")]
+    unknown = [p for p in privileges if p not in PRIVILEGES]
+    if unknown:
+        raise SqlError(f'at or near "{unknown[0].lower()}": syntax error', sqlstate="42601")
+    grantees = [ident(g.strip()) for g in re.findall(IDENT, m.group("grantees"))]
+    for grantee in grantees:
+        if grantee not in s.data.users and grantee not in ("admin", "root", "public"):
+            raise SqlError(f"user or role {grantee} does not exist")
+    parts = [ident(p) for p in re.findall(IDENT, m.group("target"))]
+    on = m.group("on").lower()
+    if on == "database" and len(parts) == 1:
+        held = _database(s, parts[0]).grants
+    elif on == "schema" and len(parts) == 1:
+        if not s.database:
+            raise SqlError("kwdb-sim: GRANT ON SCHEMA without a current database is not "
+                           "modelled")
+        db = _database(s, s.database)
+        if parts[0] not in db.user_schemas():
+            raise SqlError(f'schema "{parts[0]}" does not exist', sqlstate="3F000")
+        held = db.schema_grants.setdefault(parts[0], {})
+    elif on == "table" and len(parts) == 3:
+        db = _database(s, parts[0])
+        table = db.tables.get((parts[1], parts[2]))
+        if table is None:
+            raise SqlError(f'relation "{m.group("target")}" does not exist', sqlstate="42P01")
+        held = table.grants
+    else:
+        raise SqlError(f"kwdb-sim: GRANT ON {on.upper()} {m.group('target')} is not modelled")
+    for grantee in grantees:
+        if grantee not in ("admin", "root"):
+            held.setdefault(grantee, set()).update(privileges)
+    return [], [], []
+
+
+@_pattern(r"select table_schema, grantee, privilege_type from (?P<db>" + IDENT + r")"
+          r"\.information_schema\.schema_privileges where grantee not in \('admin', 'root'\)"
+          r" order by table_schema, grantee, privilege_type")
+def _schema_privileges(s: Session, m: re.Match[str]) -> Result:
+    """information_schema.schema_privileges (information_schema.go:1023-1066): every schema
+    of the database, the user-defined ones with their own privileges, the others with the
+    database's."""
+    db = _database(s, ident(m.group("db")))
+    rows = [[schema, user, priv]
+            for schema in sorted({*VIRTUAL_SCHEMAS, *db.user_schemas()})
+            for user, priv in shown_privileges(
+                db.schema_grants.get(schema, {}) if schema not in VIRTUAL_SCHEMAS else db.grants)
+            if user not in ("admin", "root")]
+    return ["table_schema", "grantee", "privilege_type"], sorted(rows), []
+
+
+@_pattern(r"select table_schema, table_name, grantee, privilege_type from (?P<db>" + IDENT
+          + r")\.information_schema\.table_privileges where grantee not in \('admin', 'root'\)"
+          r" order by table_schema, table_name, grantee, privilege_type")
+def _table_privileges(s: Session, m: re.Match[str]) -> Result:
+    """information_schema.table_privileges (information_schema.go:1358-1400): every table,
+    view and sequence with its descriptor's privileges, and the virtual tables, whose SELECT
+    the `public` role holds (a few of them here)."""
+    db = _database(s, ident(m.group("db")))
+    rows = [[t.schema, t.name, user, priv] for t in db.tables.values()
+            for user, priv in shown_privileges(t.grants) if user not in ("admin", "root")]
+    rows += [[schema, name, "public", "SELECT"] for schema, name in VIRTUAL_TABLES]
+    return ["table_schema", "table_name", "grantee", "privilege_type"], sorted(rows), []
 
 
 # Settings SHOW CLUSTER SETTING knows without a row in system.settings, with their defaults

@@ -192,8 +192,9 @@ def _kv_store_status(
     return headers, rows
 
 
-def _session(env: Env, target: Proc, cluster: LogicalCluster) -> data.Session:
-    """The data session of a SQL connection to `target`: its node id and every node's disk."""
+def _session(env: Env, target: Proc, cluster: LogicalCluster, database: str) -> data.Session:
+    """The data session of a SQL connection to `target`: its node id, every node's disk and
+    the current database (`--database`)."""
     store = env.group.store_of(target)
     node_id = store.node_id if store is not None and store.node_id is not None else 0
 
@@ -207,22 +208,23 @@ def _session(env: Env, target: Proc, cluster: LogicalCluster) -> data.Session:
                 return other.files
         return None
 
-    return data.Session(cluster.data, env.now, env.group.settings.epoch_unix_s, node_id, disk)
+    return data.Session(cluster.data, env.now, env.group.settings.epoch_unix_s, node_id, disk,
+                        database)
 
 
 def _statement(
     env: Env, target: Proc, cluster: LogicalCluster, stmt: str, notices: list[str],
-    durations: list[float],
+    durations: list[float], database: str,
 ) -> tuple[list[str], list[list[str]]]:
     text = _squash(stmt)
+    session = _session(env, target, cluster, database)
     try:
         if bulk.is_bulk(text):
-            headers, rows, said, duration = bulk.run(
-                env, target, cluster, _session(env, target, cluster), stmt, text)
+            headers, rows, said, duration = bulk.run(env, target, cluster, session, stmt, text)
             notices.extend(said)
             durations.append(duration)
             return headers, rows
-        answered = data.statement(_session(env, target, cluster), text)
+        answered = data.statement(session, text)
     except data.SqlError as err:
         raise Fail(err.message, sqlstate=err.sqlstate) from err
     if answered is not None:
@@ -320,7 +322,8 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
     durations: list[float] = []
     for stmt in statements:
         try:
-            headers, rows = _statement(env, target, cluster, stmt, notices, durations)
+            headers, rows = _statement(env, target, cluster, stmt, notices, durations,
+                                       inv.get("database", ""))
         except Fail as f:
             # Results of the statements before the failing one were already printed.
             err = cli_error(f.message, "sql", hint=f.hint, sqlstate=f.sqlstate)

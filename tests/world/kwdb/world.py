@@ -46,9 +46,12 @@ from tests.world.kwdb.data import (
     RELATIONAL,
     TIME_SERIES,
     Database,
+    Session,
     SqlData,
     Table,
     file_command,
+    shown_privileges,
+    statement,
 )
 from tests.world.kwdb.flags import CliError, Invocation, parse
 from tests.world.kwdb.model import (
@@ -611,8 +614,8 @@ class KwdbWorld:
             db = data.databases.setdefault(database, Database(database, engine))
             if db.engine != engine:
                 raise ValueError(f"database {database} is {db.engine}, not {engine}")
-            t = db.tables.setdefault((schema, table), Table(table, tuple(columns),
-                                                            schema=schema))
+            t = db.tables.get((schema, table)) or db.add_table(
+                Table(table, tuple(columns), schema=schema))
             t.rows.extend((group.clock, tuple(str(v) for v in row)) for row in rows)
 
     def create_database(self, cluster: ClusterKey, now: float, name: str,
@@ -631,7 +634,16 @@ class KwdbWorld:
         with self._lock:
             db = self._data(cluster, now)[1].databases.setdefault(
                 database, Database(database, RELATIONAL))
-            db.tables[(schema, name)] = Table(name, (), schema=schema, kind=kind)
+            db.add_table(Table(name, (), schema=schema, kind=kind))
+
+    def grant(self, cluster: ClusterKey, now: float, text: str, database: str = "") -> None:
+        """GRANT ... ON DATABASE | SCHEMA | TABLE ... TO ..., as a user types it (data.py
+        `_grant`; a schema is named in `database`)."""
+        with self._lock:
+            data = self._data(cluster, now)[1]
+            session = Session(data, now, self.settings.epoch_unix_s, 0, lambda _: None, database)
+            if not text.lower().startswith("grant ") or statement(session, text) is None:
+                raise ValueError(f"not a GRANT the simulator knows: {text}")
 
     def set_user(self, cluster: ClusterKey, now: float, name: str, options: str = "") -> None:
         """CREATE USER name [WITH options]."""
@@ -692,6 +704,7 @@ class KwdbWorld:
                 },
                 "users": dict(data.users),
                 "settings": dict(data.settings),
+                "grants": {db.name: _grants_of(db) for db in data.databases.values()},
             }
 
     def removed_outside_extern(self, cluster: ClusterKey) -> list[str]:
@@ -709,3 +722,12 @@ class KwdbWorld:
             proc = group.procs.get(pod_name) if group else None
             store = group.store_of(proc) if group and proc else None
             return dict(store.files) if store is not None else {}
+
+
+def _grants_of(db: Database) -> list[tuple[str, str, str]]:
+    """(object, grantee, privilege) of everything granted in `db` beyond root's and admin's."""
+    held = [("database", db.grants)]
+    held += [(f"schema {schema}", grants) for schema, grants in db.schema_grants.items()]
+    held += [(f"{t.kind} {t.schema}.{t.name}", t.grants) for t in db.tables.values()]
+    return sorted((what, user, priv) for what, grants in held
+                  for user, priv in shown_privileges(grants) if user not in ("admin", "root"))

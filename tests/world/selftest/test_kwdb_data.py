@@ -186,3 +186,45 @@ def test_a_setting_written_as_e_string_reads_back_as_e_when_it_is_the_last_line(
     assert sql(op, t, 'EXPORT CLUSTER SETTING TO SQL "nodelocal://1/b/o"').exit_code == 0
     written = op.world.extern_files(KEY, "kw-0")["b/o/clustersetting.sql"].decode()
     assert "cluster.organization = 'e'\\U00005F00\\U00007269';" in written
+
+
+def test_grants_are_held_as_kwdb_holds_them_and_read_from_information_schema() -> None:
+    """GRANT (grant_revoke.go:113-170): a grantee must be a user or role, or `public`; what is
+    granted adds to what is held, ALL shows alone (PrivilegeDescriptor.Show). A table or a
+    user-defined schema made after a GRANT ON DATABASE holds a copy of the database's
+    privileges (create_table.go:447, create_schema.go:112-113); information_schema shows the
+    database's privileges on every schema but the user-defined ones (information_schema.go:
+    1023-1066) and SELECT for `public` on virtual tables (virtual_schema.go:383)."""
+    op = Operator()
+    t = loaded(op)
+    refused = sql(op, t, "GRANT SELECT ON DATABASE shop TO nobody")
+    assert refused.exit_code == 1 and "user or role nobody does not exist" in refused.stderr
+    assert sql(op, t, "GRANT SELECT ON DATABASE shop TO app").stdout == "GRANT\n"
+    assert sql(op, t, "GRANT INSERT ON DATABASE shop TO app").exit_code == 0
+    op.world.load(KEY, t, database="shop", schema="sales", table="q1", columns=[("id", "INT8")],
+                  rows=[])
+    assert sql(op, t, "GRANT ALL ON TABLE shop.public.orders TO app, public").exit_code == 0
+    assert sql(op, t, "GRANT UPDATE ON TABLE shop.public.orders TO app").exit_code == 0
+    on_schema = op.kwbase(0, t, "sql", "--format=csv", "--database=shop", "-e",
+                          "GRANT DROP ON SCHEMA sales TO app")
+    assert on_schema.exit_code == 0, on_schema.stderr
+    schemas = table(sql(op, t, (
+        "SELECT table_schema, grantee, privilege_type FROM shop.information_schema."
+        "schema_privileges WHERE grantee NOT IN ('admin', 'root') ORDER BY table_schema, "
+        "grantee, privilege_type")))
+    assert [(r["table_schema"], r["privilege_type"]) for r in schemas] == [
+        (s, p) for s in ("information_schema", "kwdb_internal", "pg_catalog", "public")
+        for p in ("INSERT", "SELECT")] + [("sales", "DROP"), ("sales", "INSERT"),
+                                          ("sales", "SELECT")]
+    tables = table(sql(op, t, (
+        "SELECT table_schema, table_name, grantee, privilege_type FROM shop.information_schema."
+        "table_privileges WHERE grantee NOT IN ('admin', 'root') ORDER BY table_schema, "
+        "table_name, grantee, privilege_type")))
+    shown = [(r["table_schema"], r["table_name"], r["grantee"], r["privilege_type"])
+             for r in tables]
+    assert ("public", "orders", "app", "ALL") in shown
+    assert ("public", "orders", "app", "UPDATE") not in shown, "ALL shows alone"
+    assert ("public", "orders", "public", "ALL") in shown
+    assert [x for x in shown if x[1] == "q1"] == [("sales", "q1", "app", "INSERT"),
+                                                  ("sales", "q1", "app", "SELECT")]
+    assert ("pg_catalog", "pg_class", "public", "SELECT") in shown

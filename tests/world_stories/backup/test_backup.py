@@ -187,11 +187,13 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
         else None), 90, 0.1)
     report("apply restored cluster -> Ready with its data", time.monotonic() - started)
     record = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
-    assert record["done"] == ["settings", "users", "database sensors", "database shop"]
+    assert record["done"] == ["settings", "users", "database sensors", "database shop",
+                              "grants shop"]
     assert record["completedAt"]
     after = sim_world.kwdb.contents((namespace, "copy"), sim_world.clock.now())
-    # Settings included: the file server's CA, trusted for the imports, is no longer.
-    assert after == before
+    # Settings included: the file server's CA, trusted for the imports, is no longer. The
+    # user's privileges came back with the data.
+    assert after == before and "('database', 'app', 'SELECT')" in str(after["grants"])
 
     # The object store loses a row of one file: a restore from it fails before importing.
     key = f"adhoc/{namespace}/{NAME}/source/d1/public/orders/n1.0.csv"

@@ -1056,3 +1056,47 @@ def test_a_failed_import_of_an_earlier_attempt_is_not_this_restores(
     passes = restore_passes(site, restore)
     assert (record(site) or {}).get("completedAt"), passes[-1].stalled
     assert imports_of_shop(site) == 1
+
+
+def test_privileges_on_databases_schemas_and_tables_come_back_after_the_import(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """KWDB's IMPORT brings no privileges back unless asked, and asked it fails on a database
+    without a GRANT and overwrites the database's own (import_database_details.go:186-209):
+    the backup reads them itself and the restore grants them again, names quoted, after each
+    database's import. A table created after a GRANT ON DATABASE holds a copy of it
+    (create_table.go:447), and `public` is a grantee like any role."""
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
+    site.start_cluster("dev")
+    load_shop(site)
+    key = (NS, "dev")
+    site.kwdb.set_user(key, site.now, "auditor")
+    site.kwdb.set_user(key, site.now, "ops-team.eu")  # valid (create_role.go:242), quoted
+    site.kwdb.grant(key, site.now, "GRANT SELECT ON DATABASE shop TO auditor")
+    site.kwdb.load(key, site.now, database="shop", schema="Sales", table='2024 "Q1"',
+                   columns=[("id", "INT8")], rows=[("1",)])
+    site.kwdb.grant(key, site.now, 'GRANT INSERT, UPDATE ON TABLE shop.public.orders TO app, '
+                    '"ops-team.eu"')
+    site.kwdb.grant(key, site.now, "GRANT SELECT ON TABLE shop.public.customers TO public")
+    site.kwdb.grant(key, site.now, 'GRANT CREATE ON SCHEMA "Sales" TO app', database="shop")
+    site.kwdb.grant(key, site.now, "GRANT ALL ON DATABASE sensors TO app")
+    held = site.kwdb.contents(key, site.now)["grants"]
+    assert isinstance(held, dict)
+    assert ("table Sales.2024 \"Q1\"", "auditor", "SELECT") in held["shop"], "inherited"
+    assert ("schema Sales", "app", "CREATE") in held["shop"]
+    site.backup("first")
+    site.run_backup()
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status.get("message")
+    assert "privileges" not in status["message"], "no longer said to be lost"
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    restore_passes(site, restore, passes=12)
+
+    found = record(site) or {}
+    assert found.get("completedAt"), found
+    assert found["done"] == ["settings", "users", "database sensors", "grants sensors",
+                             "database shop", "grants shop"]
+    restored = site.kwdb.contents((NS, "fresh"), site.now)
+    assert restored["grants"] == held
+    assert restored == site.kwdb.contents(key, site.now)
