@@ -188,9 +188,12 @@ class Backups:
         running = [b for b in live if self._phase(b) == "running"]
         if running:
             self.advance(p, cluster, running[0])
-            return
-        if live:
+        elif live:
             self.start(p, cluster, live[0])
+        if len(live) > 1:
+            # Level-triggered: another backup waits behind the one this pass moved (which may
+            # have just ended): the state asks for the next pass, no watch event is needed.
+            p.requeue_in(self.settings.poll_s)
 
     def _phase(self, obj: Obj) -> str:
         return self._finished.get(str(meta(obj).get("uid")), phase_of(obj))

@@ -152,6 +152,7 @@ class Reconciler:
         self._resynced = time.monotonic()
         self.passes = 0
         self.errors: list[str] = []
+        self._busy = False
 
     def start(self) -> Reconciler:
         self.caches.start()
@@ -195,19 +196,31 @@ class Reconciler:
                 self._lock.wait(max(wait, 0.001))
             return None
 
+    def at_rest(self, horizon_s: float = 60.0) -> bool:
+        """No pass runs and none is asked for within `horizon_s` (a certificate's renewal may
+        be asked for days ahead): until then only a watch event or the periodic resync would
+        start one."""
+        with self._lock:
+            return not self._busy and (
+                not self._heap or self._heap[0].at - time.monotonic() > horizon_s)
+
     def _run(self) -> None:
         while (key := self._next()) is not None:
+            with self._lock:
+                self._busy = True
             try:
                 result = self.controller.reconcile(key)
+                if result.requeue_after_s is not None:
+                    self.enqueue(key, result.requeue_after_s)
             except Exception as error:  # a pass failed: the runtime would retry; so do we
                 log.exception("reconcile of %s failed", key)
                 self.errors.append(f"{key}: {type(error).__name__}: {error}")
                 self.enqueue(key, 1.0)
-                continue
             finally:
+                # Counted, and no longer busy, only once the next pass it asked for is queued.
                 self.passes += 1
-            if result.requeue_after_s is not None:
-                self.enqueue(key, result.requeue_after_s)
+                with self._lock:
+                    self._busy = False
 
     # ---- what the apiserver saw -------------------------------------------------------------
 

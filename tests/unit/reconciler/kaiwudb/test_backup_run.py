@@ -985,3 +985,27 @@ def test_an_export_whose_node_restarted_is_exported_again_and_kwdbs_orphan_row_s
             and "/d0.t1" in j.statement]
     assert [j.status for j in rows] == ["running", "succeeded"], \
         "KWDB never ends the first row: its gateway's session died with it"
+
+
+def test_a_queued_backup_starts_when_the_one_before_it_ends_without_any_event(
+        tmp_path: Path) -> None:
+    """Level-triggered: the step asks for its next pass while any backup of the cluster is not
+    over, so a backup queued behind a running one starts at the pass after that one ends, not
+    at the next periodic resync (up to five minutes later), whatever watch events arrive."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.backup("first")
+    site.backup("second")
+    passes = 0
+    while passes < 40:
+        p = site.a_pass("dev")
+        site.backups.run(p)
+        passes += 1
+        if not p.requeue:
+            break  # nothing asked for another pass: only an event or the resync would come
+        site.at(site.now + min(p.requeue))
+    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
+    second = site.status(k.KAIWU_BACKUP, "second")
+    assert second["phase"] == "completed", second
+    assert not p.requeue, "at rest once every backup is over"
