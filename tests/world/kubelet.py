@@ -64,6 +64,7 @@ from tests.world.pod_runtime import (
     container_env,
     expand,
     micro_time,
+    mounted_file_modes,
     pod_status,
     prune,
     rfc3339,
@@ -781,7 +782,8 @@ class SimKubelet:
         c.restart_count += 1
         self._start(pod, c, now)
 
-    def _argv(self, pod: PodRuntime, c: ContainerRuntime) -> list[str]:
+    def _argv(self, pod: PodRuntime, c: ContainerRuntime) -> tuple[list[str], dict[str, str]]:
+        """The container's expanded command line, and its environment."""
         host_ip = self._nodes[pod.node].address
 
         def config_map(name: str) -> JsonObj | None:
@@ -790,12 +792,12 @@ class SimKubelet:
 
         env = container_env(c.spec, pod.pod, pod.pod_ip, host_ip, config_map)
         words = (c.spec.get("command") or []) + (c.spec.get("args") or [])
-        return [expand(str(word), env) for word in words]
+        return [expand(str(word), env) for word in words], env
 
     def _start(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
         if c.kwdb:
             try:
-                argv = self._argv(pod, c)
+                argv, env = self._argv(pod, c)
             except ContainerConfigError as error:
                 # Not created: the kubelet retries at its next sync of the pod.
                 if c.config_error != str(error):
@@ -820,7 +822,8 @@ class SimKubelet:
             return
         if c.kwdb:
             assert pod.store_key is not None  # set when the volumes mounted
-            outcome = self._kwdb.start(pod.cluster, pod.name, pod.store_key, argv, c.image)
+            outcome = self._kwdb.start(pod.cluster, pod.name, pod.store_key, argv, c.image,
+                                       env=env, files=mounted_file_modes(c.spec, pod.pod))
             if not outcome.started:
                 self._exited(pod, c, ProcessExit(outcome.exit_code, outcome.message), now)
                 return

@@ -11,7 +11,7 @@ one module, so API changes on either side stay cheap.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,9 +62,11 @@ class KwdbPort(Protocol):
     """Everything the kubelet needs from the simulated KaiwuDB."""
 
     def start(
-        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str], image: str
+        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str], image: str,
+        *, env: Mapping[str, str], files: Mapping[str, int],
     ) -> StartOutcome:
-        """Start `argv` (the container's expanded command line) as pod's process on a store."""
+        """Start `argv` (the container's expanded command line) as pod's process on a store,
+        with the container's environment and its mounted secret files (path -> mode)."""
 
     def stop(self, cluster: ClusterKey, pod: str, *, graceful: bool) -> None:
         """The process is gone: SIGTERM (graceful, the node drains) or SIGKILL/power off."""
@@ -106,7 +108,8 @@ class KwdbAdapter:
         return (cluster.namespace, cluster.name)
 
     def start(
-        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str], image: str
+        self, cluster: ClusterKey, pod: str, store_key: str, argv: Sequence[str], image: str,
+        *, env: Mapping[str, str], files: Mapping[str, int],
     ) -> StartOutcome:
         with self._lock:
             self._exits.pop((cluster.namespace, cluster.name, pod), None)
@@ -116,7 +119,8 @@ class KwdbAdapter:
             # a partitioned node while the pod was made again elsewhere: it is killed here, where
             # a real cluster would have both until the partition heals.
             self.world.stop_process(key, pod, now, graceful=False)
-        result = self.world.start_process(key, pod, store_key, argv, now, image=image)
+        result = self.world.start_process(key, pod, store_key, argv, now, image=image, env=env,
+                                          files=files)
         if result.ok:
             return StartOutcome(True)
         code = result.exit_code if result.exit_code is not None else 1

@@ -426,3 +426,36 @@ def pod_status(pod: PodRuntime, host_ip: str) -> JsonObj:
     if pod.start_time:
         status["startTime"] = pod.start_time
     return status
+
+
+PROJECTED_DEFAULT_MODE = 0o644  # the API's default for a secret or projected volume
+READ_ONLY_GROUP_MASK = 0o440
+
+
+def mounted_file_modes(container: JsonObj, pod: JsonObj) -> dict[str, int]:
+    """The files a container's secret and projected volumes hold, path -> mode, as the kubelet
+    writes them (Kubernetes v1.20.2): each item's mode, or the volume's defaultMode
+    (pkg/volume/projected/projected.go:250, secret/secret.go), and with the pod's fsGroup every
+    file of such a read-only volume also readable by the group (projected.go:171, 240;
+    pkg/volume/volume_linux.go:35-36, 91-128: mode | 0440). A source without items (every key
+    of the Secret) is not listed: its keys are not read here."""
+    spec = pod.get("spec") or {}
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    grouped = (spec.get("securityContext") or {}).get("fsGroup") is not None
+    found: dict[str, int] = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount.get("name")) or {}
+        if "secret" in volume:
+            sources, default = [{"secret": volume["secret"]}], volume["secret"].get("defaultMode")
+        elif "projected" in volume:
+            sources = volume["projected"].get("sources") or []
+            default = volume["projected"].get("defaultMode")
+        else:
+            continue
+        for source in sources:
+            for item in (source.get("secret") or {}).get("items") or []:
+                mode = int(item.get("mode", PROJECTED_DEFAULT_MODE if default is None
+                                    else default))
+                path = str(mount.get("mountPath", "")).rstrip("/") + "/" + str(item["path"])
+                found[path] = mode | READ_ONLY_GROUP_MASK if grouped else mode
+    return found

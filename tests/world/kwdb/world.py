@@ -27,14 +27,17 @@ base/addr_validation.go in KWDB/KWDB):
   here, so the rest is modelled): match on "start mode", not on the exact text.
 A store whose node was decommissioned starts again as V3.2.1 does (no "permanently removed"
 check, which only CockroachDB 20.2 and later have): live, and still decommissioning.
-Certificate files, ports in use, memory and disk are not checked.
+- secure mode with a node key the group or others may read (the kubelet's mounted files and
+  the container's environment, see `_key_file_problem`).
+Certificates' contents, ports in use, memory and disk are not checked.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tests.world.kwdb import bulk
@@ -76,6 +79,43 @@ from tests.world.kwdb.state import (
 )
 
 _SHELLS = ("sh", "bash", "ash", "dash", "zsh", "busybox", "env")
+SKIP_KEY_CHECK = "KWBASE_SKIP_KEY_PERMISSION_CHECK"
+MAX_KEY_PERMISSIONS = 0o700  # security/certificate_loader.go:101-102
+_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
+_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+def _skip_key_check_panic(env: Mapping[str, str]) -> str:
+    """The panic of a process whose KWBASE_SKIP_KEY_PERMISSION_CHECK is no Go bool: the
+    security package reads it when it is loaded (certificate_loader.go:42-51), and
+    util/envutil/env.go:183-192 panics on a value strconv.ParseBool refuses (exit 2)."""
+    value = env.get(SKIP_KEY_CHECK)
+    if value is None or value in _GO_TRUE + _GO_FALSE:
+        return ""
+    return (f"panic: error parsing {SKIP_KEY_CHECK}: strconv.ParseBool: parsing "
+            f"{json.dumps(value)}: invalid syntax\n")
+
+
+def _go_file_mode(mode: int) -> str:
+    """A regular file's permissions as Go's os.FileMode.String writes them (-rwxr-x---)."""
+    return "-" + "".join(c if mode & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
+
+
+def _key_file_problem(certs_dir: str, env: Mapping[str, str], files: Mapping[str, int]) -> str:
+    """Why a secure start fails on its node key ("" when it does not): the certificate loader
+    refuses a key file whose permissions go beyond 0700, unless KWBASE_SKIP_KEY_PERMISSION_CHECK
+    is true (security/certificate_loader.go:42-51, 169-172, 360-385); NewServer loads the
+    node certificate first and fails the start with it (server/server.go:405-411;
+    security/certificate_manager.go:592-597; cli/start.go:679-681). Only a key the kubelet
+    mounted is checked (a key it did not list is not known here)."""
+    if env.get(SKIP_KEY_CHECK) in _GO_TRUE:
+        return ""
+    path = certs_dir.rstrip("/") + "/node.key"
+    mode = files.get(path)
+    if mode is None or not mode & 0o777 & ~MAX_KEY_PERMISSIONS:
+        return ""
+    return (f"failed to start server: problem with node certificate: key file {path} has "
+            f"permissions {_go_file_mode(mode)}, exceeds {_go_file_mode(MAX_KEY_PERMISSIONS)}")
 _NO_CERTS_START = (
     "cannot load certificates.\nCheck your certificate settings, set --certs-dir, or use "
     "--insecure for insecure clusters.\n\nfailed to start server: problem using security "
@@ -238,11 +278,15 @@ class KwdbWorld:
         *,
         image: str | None = None,
         pod_ip: str | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, int] | None = None,
     ) -> StartResult:
         """The pod's kwbase container starts with `argv` (command + args, already expanded).
 
         `store_key` names the volume (the PVC uid); `image` (e.g. kwdb/kwdb:3.2.1) sets the
-        build tag `node status` reports; `pod_ip`, when given, makes `--host=<pod IP>` resolve.
+        build tag `node status` reports; `pod_ip`, when given, makes `--host=<pod IP>` resolve;
+        `env` is the container's environment and `files` its mounted secret files (path ->
+        mode), for the key-file check (`_key_file_problem`; not checked when None).
         Returns ok=False with an exit code and stderr when the real process would exit at
         once; the kubelet turns that into a crash loop.
         """
@@ -279,6 +323,13 @@ class KwdbWorld:
                 )
             try:
                 opts = _start_options(inv, pod_name)
+                panic = _skip_key_check_panic(env or {})
+                if panic:
+                    return StartResult(False, 2, "", panic, None)
+                if not opts.insecure and files is not None:
+                    problem = _key_file_problem(str(opts.certs_dir), env or {}, files)
+                    if problem:
+                        raise _StartFailure(problem)
                 started = self._start(group, pod_name, store_key, tuple(argv), opts, image, now)
                 group.procs[pod_name].pod_ip = pod_ip or ""
                 return started

@@ -25,6 +25,7 @@ from tests.world.kwdb import (
     StartResult,
 )
 from tests.world.kwdb.render import render_table
+from tests.world.pod_runtime import mounted_file_modes
 
 NS, STS = "shop", "kw"
 KEY = (NS, STS)
@@ -687,3 +688,51 @@ def test_upgrade_is_refused_while_a_node_is_down_and_complete_is_a_no_op_otherwi
     assert op.start(2, t, "--upgrade-complete").ok
     t += 1
     assert {n["is_available"] for n in op.status(t)} == {"true"}
+
+
+def test_a_secure_start_refuses_a_node_key_the_group_may_read_unless_told_not_to_check() -> None:
+    """security/certificate_loader.go: a key file beyond 0700 fails the node certificate, and
+    with it the start (server/server.go:405-411), unless KWBASE_SKIP_KEY_PERMISSION_CHECK is a
+    true Go bool; a value Go cannot parse panics when the package loads (envutil/env.go:183)."""
+    op = Operator()
+    secure = [a for a in start_line(0) if a != "--insecure"] + ["--certs-dir=/kaiwudb/certs"]
+    keys = {"/kaiwudb/certs/node.key": 0o440, "/kaiwudb/certs/ca.crt": 0o440}
+
+    refused = op.world.start_process(KEY, "kw-0", "pvc-0", secure, 0.0, files=keys, env={})
+    assert (refused.ok, refused.exit_code) == (False, 1)
+    assert ("ERROR: failed to start server: problem with node certificate: key file "
+            "/kaiwudb/certs/node.key has permissions -r--r-----, exceeds -rwx------"
+            ) in refused.stderr
+    bad_flag = op.world.start_process(KEY, "kw-0", "pvc-0", secure, 0.0, files=keys,
+                                      env={"KWBASE_SKIP_KEY_PERMISSION_CHECK": "yes"})
+    assert (bad_flag.ok, bad_flag.exit_code) == (False, 2)
+    assert bad_flag.stderr.startswith("panic: error parsing KWBASE_SKIP_KEY_PERMISSION_CHECK")
+    private = op.world.start_process(KEY, "kw-0", "pvc-0", secure, 0.0,
+                                     files={"/kaiwudb/certs/node.key": 0o400}, env={})
+    assert private.ok, private.stderr
+    op.world.stop_process(KEY, "kw-0", 1.0, graceful=False)
+    skipped = op.world.start_process(KEY, "kw-0", "pvc-0", secure, 2.0, files=keys,
+                                     env={"KWBASE_SKIP_KEY_PERMISSION_CHECK": "true"})
+    assert skipped.ok, skipped.stderr
+
+
+def test_the_kubelet_gives_mounted_keys_to_the_pods_group_as_kubernetes_does() -> None:
+    """Kubernetes v1.20.2 pkg/volume/volume_linux.go:91-128: with fsGroup, each file of a
+    read-only (secret, projected) volume gets mode | 0440; the mode is the item's or the
+    volume's defaultMode (0644 when unset)."""
+    container = {"volumeMounts": [{"name": "certs", "mountPath": "/kaiwudb/certs/"},
+                                  {"name": "data", "mountPath": "/kaiwudb/deploy"}]}
+    volumes = [{"name": "certs", "projected": {"defaultMode": 0o400, "sources": [
+        {"secret": {"name": "node", "items": [{"key": "tls.key", "path": "node.key"},
+                                              {"key": "ca.crt", "path": "ca.crt",
+                                               "mode": 0o444}]}}]}},
+               {"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]
+    pod = {"spec": {"volumes": volumes}}
+    assert mounted_file_modes(container, pod) == {"/kaiwudb/certs/node.key": 0o400,
+                                                  "/kaiwudb/certs/ca.crt": 0o444}
+    grouped = {"spec": {"volumes": volumes, "securityContext": {"fsGroup": 1000}}}
+    assert mounted_file_modes(container, grouped) == {"/kaiwudb/certs/node.key": 0o440,
+                                                      "/kaiwudb/certs/ca.crt": 0o444}
+    secret = {"spec": {"volumes": [{"name": "certs", "secret": {"secretName": "s", "items": [
+        {"key": "k", "path": "node.key"}]}}]}}
+    assert mounted_file_modes(container, secret) == {"/kaiwudb/certs/node.key": 0o644}
