@@ -1,8 +1,9 @@
 """The `kaiwu` command: render, validate and diff KaiwuCluster files; run the reconciler.
 
 Entry point of the console script. Exit codes: 0 success (or no difference), 1 differences found
-(`diff` only), 2 invalid input, with one `file:line: path: problem (fix)` line per mistake on
-stderr and nothing written. The `kaiwu` console script starts in reconciler.cli, which runs
+(`diff` only), 2 invalid input or a change the reconciler would refuse, with one
+`file:line: path: problem (fix)` line per mistake on stderr and nothing written. A source `-`
+reads standard input. The `kaiwu` console script starts in reconciler.cli, which runs
 `kaiwu reconcile` itself and hands every other subcommand here: the renderer imports nothing
 from the reconciler.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from renderer.errors import OutputDirectoryError, Problem, RenderError
 from renderer.settings import CEL_SINCE, KubeVersion, RenderSettings, supported_version
+from renderer.versions import ALLOW_FLAG, KNOWN_VERSIONS, unknown_versions
 
 if TYPE_CHECKING:
     from renderer.loader import ParseCache
@@ -74,10 +76,14 @@ def _parser() -> argparse.ArgumentParser:
                          f"{defaults.kube_version}: its manifests suit every release from it on)")
         sub.add_argument("--cluster-domain", default=defaults.cluster_domain,
                          help=f"cluster DNS domain (default {defaults.cluster_domain})")
+        sub.add_argument(ALLOW_FLAG, action="store_true", dest="allow_unknown_version",
+                         help="accept a spec.version this kaiwu does not know (a newer "
+                         f"KaiwuDB release), with a warning; known: {', '.join(KNOWN_VERSIONS)}")
 
     render = commands.add_parser("render", help="render KaiwuCluster files to manifests")
     render.add_argument("source", nargs="?", default=DEFAULT_SOURCE,
-                        help=f"directory or file of KaiwuCluster specs (default {DEFAULT_SOURCE})")
+                        help="directory or file of KaiwuCluster specs, - for standard input "
+                        f"(default {DEFAULT_SOURCE})")
     where = render.add_mutually_exclusive_group()
     where.add_argument("-o", "--out", type=Path, default=Path(DEFAULT_OUT),
                        help=f"output directory, replaced as a whole (default {DEFAULT_OUT})")
@@ -86,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check KaiwuCluster files, write nothing")
     validate.add_argument("sources", nargs="*", default=[DEFAULT_SOURCE],
-                          help=f"directories or files (default {DEFAULT_SOURCE})")
+                          help="directories or files, - for standard input (default "
+                          f"{DEFAULT_SOURCE})")
     add_render_options(validate)
 
     compare = commands.add_parser(
@@ -132,14 +139,27 @@ def _nothing_found(source: str) -> Problem:
                    "clusters/")
 
 
+def _known_versions(args: argparse.Namespace, unknown: list[Problem]) -> list[Problem]:
+    """The problems of versions this kaiwu does not know: errors, or with
+    --allow-unknown-version warnings on stderr and none."""
+    if not args.allow_unknown_version:
+        return unknown
+    for problem in unknown:
+        print(f"warning: {problem}", file=sys.stderr)
+    return []
+
+
 def _render(args: argparse.Namespace) -> int:
     from renderer.emit import manifest_for, to_stream, write_tree
     from renderer.render import build_objects, load_clusters
 
     # No spec found renders an empty kustomization (every cluster removed from the repository
     # is a preview too); `validate` is where finding none is an error.
-    manifests = [manifest_for(obj, source.cluster.name)
-                 for source in load_clusters(Path(args.source))
+    sources = load_clusters(Path(args.source))
+    problems = _known_versions(args, unknown_versions(sources))
+    if problems:
+        raise RenderError(problems)
+    manifests = [manifest_for(obj, source.cluster.name) for source in sources
                  for obj in build_objects(source.cluster, _settings(args))]
     if args.stdout:
         sys.stdout.write(to_stream(manifests))
@@ -167,13 +187,14 @@ def _validate(args: argparse.Namespace) -> int:
     count = 0
     for source in args.sources:
         try:
-            found = len(load_clusters(Path(source)))
+            found = load_clusters(Path(source))
         except RenderError as error:
             problems.extend(error.problems)
             continue
         if not found:
             problems.append(_nothing_found(source))
-        count += found
+        problems.extend(_known_versions(args, unknown_versions(found)))
+        count += len(found)
     if problems:
         raise RenderError(problems)
     print(f"{count} KaiwuCluster specs are valid")
@@ -204,8 +225,16 @@ def _diff(args: argparse.Namespace) -> int:
         new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo, shared)
                     if args.head else tree_diff.documents_in(Path(path), shared))
     result = tree_diff.compare(old_docs, new_docs, _settings(args), base_problems)
+    problems = _known_versions(args, list(result.unknown_versions))
+    if problems:
+        raise RenderError(problems)
     formatter = tree_diff.format_markdown if args.format == "markdown" else tree_diff.format_text
     sys.stdout.write(formatter(result))
+    if result.refusals:
+        # A change the reconciler will refuse fails the check, as every other refusal does.
+        print(f"kaiwu diff: {len(result.refusals)} change(s) the reconciler refuses",
+              file=sys.stderr)
+        return EXIT_INVALID
     return EXIT_OK if result.empty else EXIT_CHANGES
 
 

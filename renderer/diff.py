@@ -28,6 +28,7 @@ from renderer.loader import (
 from renderer.redact import redact
 from renderer.render import SourceCluster, build_objects, read_clusters
 from renderer.settings import RenderSettings
+from renderer.versions import unknown_versions
 
 # GitHub refuses comments above 65536 characters; leave room for the summary.
 MARKDOWN_BUDGET = 60000
@@ -52,6 +53,8 @@ class TreeDiff:
     unchanged: int
     base_problems: tuple[Problem, ...] = ()
     refusals: tuple[str, ...] = ()
+    # The head's clusters whose version this kaiwu does not know (renderer.versions).
+    unknown_versions: tuple[Problem, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -233,7 +236,8 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
             fromfile=f"a/{old_name}" if key in before else old_name,
             tofile=f"b/{new_name}" if key in after else new_name))
         changes.append(ObjectChange(key, change, diff))
-    return TreeDiff(tuple(changes), unchanged, tuple(base_problems), tuple(refusals))
+    return TreeDiff(tuple(changes), unchanged, tuple(base_problems), tuple(refusals),
+                    tuple(unknown_versions(new_clusters)))
 
 
 def _notes(result: TreeDiff) -> list[str]:

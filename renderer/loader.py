@@ -21,10 +21,11 @@ import math
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -408,6 +409,30 @@ def _merge(container: _Container, lines: dict[int, Any]) -> None:
                 where[key] = source_lines.get(key, container.key_line)
 
 
+STDIN = "-"
+"""The source name that means standard input (`kaiwu validate -`); shown as <stdin>."""
+
+
+def _read_limited(stream: BinaryIO, shown: str) -> str:
+    """A stream's text, at most the input limit (even if it grows while read); RenderError
+    (one problem) when it is larger or not UTF-8."""
+    data = stream.read(INPUT_LIMITS.max_file_bytes + 1)
+    if len(data) > INPUT_LIMITS.max_file_bytes:
+        raise RenderError([_too_large(shown)])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1  # where an editor shows the bad byte
+        raise RenderError([Problem(shown, line, "", f"cannot read file: {error}",
+                                   "make it a readable UTF-8 text file")]) from None
+
+
+def load_stdin(stream: BinaryIO | None = None) -> list[Document]:
+    """Every document of standard input (or `stream`), as `load_documents` reads a file."""
+    text = _read_limited(stream if stream is not None else sys.stdin.buffer, "<stdin>")
+    return parse_text(text, "<stdin>")
+
+
 def load_documents(paths: Iterable[Path], display_root: Path | None = None,
                    cache: ParseCache | None = None) -> list[Document]:
     """Parse every file, collecting the problems of all of them before raising."""
@@ -415,28 +440,16 @@ def load_documents(paths: Iterable[Path], display_root: Path | None = None,
     problems: list[Problem] = []
     for path in paths:
         shown = str(path.relative_to(display_root)) if display_root else str(path)
-        data = b""
         try:
             if path.stat().st_size > INPUT_LIMITS.max_file_bytes:
                 problems.append(_too_large(shown))
                 continue
-            with path.open("rb") as stream:  # at most the limit, even if the file grows
-                data = stream.read(INPUT_LIMITS.max_file_bytes + 1)
-            if len(data) > INPUT_LIMITS.max_file_bytes:
-                problems.append(_too_large(shown))
-                continue
-            text = data.decode("utf-8")
+            with path.open("rb") as stream:
+                text = _read_limited(stream, shown)
+            documents.extend(parse_text(text, shown, cache=cache))
         except OSError as error:
             problems.append(Problem(shown, 0, "", f"cannot read file: {error}",
                                     "make it a readable UTF-8 text file"))
-            continue
-        except UnicodeDecodeError as error:
-            line = data.count(b"\n", 0, error.start) + 1  # where an editor shows the bad byte
-            problems.append(Problem(shown, line, "", f"cannot read file: {error}",
-                                    "make it a readable UTF-8 text file"))
-            continue
-        try:
-            documents.extend(parse_text(text, shown, cache=cache))
         except RenderError as error:
             problems.extend(error.problems)
     if problems:

@@ -24,7 +24,7 @@ from renderer.builders import (
     statefulset,
 )
 from renderer.errors import Problem, RenderError
-from renderer.loader import Document, find_files, load_documents, to_plain
+from renderer.loader import STDIN, Document, find_files, load_documents, load_stdin, to_plain
 from renderer.settings import RenderSettings
 from renderer.spec import Cluster
 
@@ -210,5 +210,8 @@ def live_problem(live: dict[str, Any], path: Iterable[Any], message: str, fix: s
 
 
 def load_clusters(root: Path) -> list[SourceCluster]:
-    """Every KaiwuCluster under `root` (a directory or one file), checked."""
+    """Every KaiwuCluster under `root` (a directory or one file; `-`, standard input),
+    checked."""
+    if str(root) == STDIN:
+        return read_clusters(load_stdin())
     return read_clusters(load_documents(find_files(root)))

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from renderer import quantity, schema, semantics
+from renderer.versions import KNOWN_VERSIONS
 
 # No shrinking: one example runs the CLI several times, so shrinking a failure would take
 # minutes; the failure message already names the mistake, the file and the renderer's output.
@@ -213,6 +214,8 @@ OVERRIDES: dict[tuple[str, ...], st.SearchStrategy[Any]] = {
 def specs(draw: st.DrawFn) -> dict[str, Any]:
     """A spec the CRD and every semantic rule accept."""
     spec: dict[str, Any] = draw(from_schema(SPEC_SCHEMA, ()))
+    if "version" in spec and spec["version"] not in KNOWN_VERSIONS:
+        spec["version"] = draw(st.sampled_from(KNOWN_VERSIONS))  # others need a flag
     mode = spec.get("startMode", "multi-replica")
     if mode == "multi-replica":
         if spec.get("replicas", 3) < 3:

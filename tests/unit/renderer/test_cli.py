@@ -154,14 +154,15 @@ def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None
                  "reconcile run the reconciler (see kaiwu reconcile --help)"):
         assert line in top
     render = words(kaiwu("render", "--help").stdout)
-    for line in ("source directory or file of KaiwuCluster specs (default clusters)",
+    for line in ("source directory or file of KaiwuCluster specs, - for standard input (default "
+                 "clusters)",
                  "-o OUT, --out OUT output directory, replaced as a whole (default out)",
                  "--stdout print one YAML stream instead",
                  KUBE_VERSION_HELP,
                  "--cluster-domain CLUSTER_DOMAIN cluster DNS domain (default cluster.local)"):
         assert line in render
     validate = words(kaiwu("validate", "--help").stdout)
-    assert "sources directories or files (default clusters)" in validate
+    assert "sources directories or files, - for standard input (default clusters)" in validate
     assert KUBE_VERSION_HELP in validate
     diff = words(kaiwu("diff", "--help").stdout)
     for line in ("kaiwu diff OLD NEW (two directories), or kaiwu diff PATH --base REV [--head REV] "
@@ -268,3 +269,45 @@ def test_help_lists_every_subcommand() -> None:
     shown = kaiwu("--help").stdout
     for command in ("render", "validate", "diff", "crd", "reconcile", "install", "status"):
         assert f"    {command}" in shown, command
+
+
+def test_a_version_this_kaiwu_does_not_know_is_refused_unless_allowed_with_a_warning(
+        tmp_path: Path) -> None:
+    """A typo in spec.version (9.9.9) would roll every pod to an image that does not exist:
+    the CLI names it at its line; a newer KaiwuDB release goes through with a flag."""
+    spec = (EXAMPLES / "dev.yaml").read_text().replace('version: "3.2.1"', 'version: "9.9.9"')
+    (tmp_path / "dev.yaml").write_text(spec)
+    line = spec.splitlines().index('  version: "9.9.9"') + 1
+
+    refused = kaiwu("validate", tmp_path)
+    assert refused.code == 2 and refused.stdout == ""
+    assert refused.stderr.startswith(
+        f"{tmp_path}/dev.yaml:{line}: spec.version: 9.9.9 is not a KaiwuDB release this kaiwu "
+        "knows (3.0.0, 3.0.1, 3.1.0, 3.2.0, 3.2.1) (use one of them, or pass "
+        "--allow-unknown-version if 9.9.9 is a newer KaiwuDB release)")
+    assert kaiwu("render", tmp_path, "-o", tmp_path / "out").code == 2
+    assert not (tmp_path / "out").exists(), "nothing written"
+
+    allowed = kaiwu("validate", tmp_path, "--allow-unknown-version")
+    assert allowed.code == 0 and allowed.stdout == "1 KaiwuCluster specs are valid\n"
+    assert allowed.stderr.startswith(f"warning: {tmp_path}/dev.yaml:{line}: spec.version: 9.9.9")
+    rendered = kaiwu("render", tmp_path, "--stdout", "--allow-unknown-version")
+    assert rendered.code == 0 and "image: kwdb/kwdb:9.9.9" in rendered.stdout
+
+
+def test_a_dash_reads_the_specs_from_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kaiwu validate -` and `kaiwu render -`: a spec piped from another tool."""
+    text = (EXAMPLES / "dev.yaml").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    assert kaiwu("validate", "-").stdout == "1 KaiwuCluster specs are valid\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    rendered = kaiwu("render", "-", "--stdout")
+    assert rendered.code == 0 and "kind: StatefulSet" in rendered.stdout
+    broken = text.replace(b"replicas: 3", b"replicas: 2")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(broken)))
+    refused = kaiwu("validate", "-")
+    assert refused.code == 2 and refused.stderr.startswith("<stdin>:")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe not text")))
+    unreadable = kaiwu("validate", "-")
+    assert unreadable.code == 2
+    assert unreadable.stderr.startswith("<stdin>:1: cannot read file:")

@@ -49,8 +49,8 @@ def test_a_default_cluster_renders_the_expected_objects(tmp_path: Path) -> None:
 
 
 def test_a_multi_replica_node_starts_with_kwdbs_documented_flags(tmp_path: Path) -> None:
-    kwbase = container(render_one(tmp_path, version="3.2.2", replicas=5))
-    assert kwbase["image"] == "kwdb/kwdb:3.2.2"
+    kwbase = container(render_one(tmp_path, version="3.2.0", replicas=5))
+    assert kwbase["image"] == "kwdb/kwdb:3.2.0"
     assert kwbase["command"] == [
         "/kaiwudb/bin/kwbase", "start", "--certs-dir=/kaiwudb/certs",
         "--listen-addr=0.0.0.0:26257", f"--advertise-addr=$(POD_NAME).{FQDN}:26257",

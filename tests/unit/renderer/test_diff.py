@@ -127,15 +127,20 @@ def test_a_replica_change_is_one_changed_statefulset(repo: Repo) -> None:
 def test_the_working_tree_is_compared_with_a_revision(repo: Repo) -> None:
     repo.write("orders.yaml", orders(version="3.2.2"))
 
-    run = repo.diff("clusters", "--base", "HEAD")
+    unknown = repo.diff("clusters", "--base", "HEAD")
+    assert unknown.code == 2 and unknown.stdout == ""
+    assert unknown.stderr.startswith("clusters/orders.yaml:7: spec.version: 3.2.2 is not a "
+                                     "KaiwuDB release this kaiwu knows")
+    run = repo.diff("clusters", "--base", "HEAD", "--allow-unknown-version")
 
     assert run.code == 1
+    assert run.stderr.startswith("warning: clusters/orders.yaml:7: spec.version: 3.2.2")
     assert listed(run) == [("changed", "StatefulSet shop/orders")]
     assert "-        image: kwdb/kwdb:3.2.1\n" in run.stdout
     assert "+        image: kwdb/kwdb:3.2.2\n" in run.stdout
 
     repo.commit("orders: 3.2.2")
-    unchanged = repo.diff("clusters", "--base", "HEAD")
+    unchanged = repo.diff("clusters", "--base", "HEAD", "--allow-unknown-version")
     assert unchanged.code == 0
     assert unchanged.stdout == "No changes (10 objects unchanged).\n"
 
@@ -303,7 +308,8 @@ def test_a_version_downgrade_is_flagged_as_refused_by_the_reconciler(repo: Repo)
 
     run = repo.diff("clusters", "--base", "HEAD")
 
-    assert run.code == 1, run.stderr
+    assert run.code == 2, "a change the reconciler refuses fails the check"
+    assert run.stderr == "kaiwu diff: 1 change(s) the reconciler refuses\n"
     assert run.stdout.splitlines()[0] == (
         "REFUSED by the reconciler: shop/orders: spec.version 3.2.1 -> 3.1.0 is a downgrade, "
         "which the reconciler refuses (KaiwuDB cannot be downgraded): no pod will move; keep "
@@ -315,12 +321,14 @@ def test_a_version_downgrade_is_flagged_as_refused_by_the_reconciler(repo: Repo)
 
 def test_a_major_version_change_is_flagged_and_a_minor_upgrade_is_not(repo: Repo) -> None:
     repo.write("orders.yaml", orders(version="4.0.0"))
-    run = repo.diff("clusters", "--base", "HEAD")
+    run = repo.diff("clusters", "--base", "HEAD", "--allow-unknown-version")
+    assert run.code == 2
     assert "REFUSED by the reconciler: shop/orders: spec.version 3.2.1 -> 4.0.0 changes the " \
         "major version" in run.stdout
 
     repo.write("orders.yaml", orders(version="3.3.0"))
-    assert "REFUSED" not in repo.diff("clusters", "--base", "HEAD").stdout
+    minor = repo.diff("clusters", "--base", "HEAD", "--allow-unknown-version")
+    assert minor.code == 1 and "REFUSED" not in minor.stdout
 
 
 def test_a_version_that_is_no_plain_number_is_not_judged(repo: Repo) -> None:
@@ -336,7 +344,8 @@ def test_a_version_that_is_no_plain_number_is_not_judged(repo: Repo) -> None:
     assert "REFUSED" not in run.stdout
     assert listed(run) == [("changed", "StatefulSet shop/orders")]
     repo.write("orders.yaml", orders(version="3.2.1.beta"))
-    back = repo.diff("clusters", "--base", "HEAD~1")  # 3.2.1 -> 3.2.1.beta
+    back = repo.diff("clusters", "--base", "HEAD~1",  # 3.2.1 -> 3.2.1.beta
+                     "--allow-unknown-version")
     assert back.code == 1 and "REFUSED" not in back.stdout
 
 
