@@ -151,21 +151,25 @@ def _known_versions(args: argparse.Namespace, unknown: list[Problem]) -> list[Pr
 
 def _render(args: argparse.Namespace) -> int:
     from renderer.emit import manifest_for, to_stream, write_tree
-    from renderer.render import build_objects, load_clusters
+    from renderer.render import build_objects, load_sources
 
     # No spec found renders an empty kustomization (every cluster removed from the repository
     # is a preview too); `validate` is where finding none is an error.
-    sources = load_clusters(Path(args.source))
-    problems = _known_versions(args, unknown_versions(sources))
+    sources = load_sources(Path(args.source))
+    problems = _known_versions(args, unknown_versions(sources.clusters))
     if problems:
         raise RenderError(problems)
-    manifests = [manifest_for(obj, source.cluster.name) for source in sources
+    manifests = [manifest_for(obj, source.cluster.name) for source in sources.clusters
                  for obj in build_objects(source.cluster, _settings(args))]
+    # Backups and schedules kept beside the clusters go out as written, in their cluster's
+    # directory.
+    manifests += [manifest_for(companion.manifest(), companion.cluster)
+                  for companion in sources.companions]
     if args.stdout:
         sys.stdout.write(to_stream(manifests))
         return EXIT_OK
     write_tree(manifests, args.out)
-    clusters = len({manifest.path.rsplit("/", 1)[0] for manifest in manifests})
+    clusters = len(sources.clusters)
     print(f"rendered {len(manifests)} objects of {clusters} clusters into {args.out}/ "
           f"(Kubernetes {args.kube_version}): a preview of what the reconciler creates; "
           "commit the specs, not these files (README, \"GitOps, end to end\")")
@@ -181,23 +185,26 @@ def _crd(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from renderer.render import load_clusters
+    from renderer.render import load_sources
 
     problems: list[Problem] = []
-    count = 0
+    count = companions = 0
     for source in args.sources:
         try:
-            found = load_clusters(Path(source))
+            found = load_sources(Path(source))
         except RenderError as error:
             problems.extend(error.problems)
             continue
-        if not found:
+        if not found.clusters and not found.companions:
             problems.append(_nothing_found(source))
-        problems.extend(_known_versions(args, unknown_versions(found)))
-        count += len(found)
+        problems.extend(_known_versions(args, unknown_versions(found.clusters)))
+        count += len(found.clusters)
+        companions += len(found.companions)
     if problems:
         raise RenderError(problems)
-    print(f"{count} KaiwuCluster specs are valid")
+    beside = (f", and {companions} KaiwuBackup and KaiwuBackupSchedule object(s)"
+              if companions else "")
+    print(f"{count} KaiwuCluster specs are valid{beside}")
     return EXIT_OK
 
 

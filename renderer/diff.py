@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from renderer import semantics
+from renderer.companions import SourceObject
 from renderer.emit import Manifest, manifest_for, to_yaml
 from renderer.errors import Problem, RenderError
 from renderer.loader import (
@@ -26,7 +27,7 @@ from renderer.loader import (
     parse_text,
 )
 from renderer.redact import redact
-from renderer.render import SourceCluster, build_objects, read_clusters
+from renderer.render import SourceCluster, Sources, build_objects, read_sources
 from renderer.settings import RenderSettings
 from renderer.versions import unknown_versions
 
@@ -150,6 +151,11 @@ def manifests_of(clusters: Sequence[SourceCluster], settings: RenderSettings,
     return manifests
 
 
+def companion_manifests(companions: Sequence[SourceObject]) -> list[Manifest]:
+    """The backups and schedules kept beside the clusters, as `kaiwu render` writes them."""
+    return [manifest_for(companion.manifest(), companion.cluster) for companion in companions]
+
+
 def transition_problems(old: Sequence[SourceCluster],
                         new: Sequence[SourceCluster]) -> list[Problem]:
     """Rule violations in changes of clusters that exist on both sides."""
@@ -199,22 +205,26 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     are reported beside it; `base_problems` carries those found while reading the base."""
     base_problems = list(base_problems)
     try:
-        new_clusters = read_clusters(new_docs)
+        new_sources = read_sources(new_docs)
     except RenderError as error:
         raise RenderError(error.problems) from error
-    old_clusters: list[SourceCluster] = []
+    new_clusters = new_sources.clusters
+    old_sources = Sources([], [])
     if not base_problems:
         try:
-            old_clusters = read_clusters(old_docs, checked=new_clusters)
+            old_sources = read_sources(old_docs, checked=new_clusters)
         except RenderError as error:
             base_problems = list(error.problems)
+    old_clusters = old_sources.clusters
     problems = transition_problems(old_clusters, new_clusters)
     if problems:
         raise RenderError(problems)
     refusals = version_refusals(old_clusters, new_clusters)
     built: dict[int, list[Manifest]] = {}
-    before = {m.key: m for m in manifests_of(old_clusters, settings, built)}
-    after = {m.key: m for m in manifests_of(new_clusters, settings, built)}
+    before = {m.key: m for m in manifests_of(old_clusters, settings, built)
+              + companion_manifests(old_sources.companions)}
+    after = {m.key: m for m in manifests_of(new_clusters, settings, built)
+             + companion_manifests(new_sources.companions)}
     changes = []
     unchanged = 0
     for key in sorted(before.keys() | after.keys()):

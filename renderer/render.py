@@ -23,6 +23,7 @@ from renderer.builders import (
     service_monitor,
     statefulset,
 )
+from renderer.companions import COMPANION_KINDS, SourceObject, read_companion
 from renderer.errors import Problem, RenderError
 from renderer.loader import STDIN, Document, find_files, load_documents, load_stdin, to_plain
 from renderer.settings import RenderSettings
@@ -55,18 +56,52 @@ def check_object(obj: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, s
     return defaulted, [(v.path, v.message, v.fix) for v in semantics.check(defaulted)]
 
 
+@dataclass(frozen=True)
+class Sources:
+    """What a tree of files holds: its KaiwuClusters, and the KaiwuBackups and
+    KaiwuBackupSchedules kept beside them (renderer.companions)."""
+
+    clusters: list[SourceCluster]
+    companions: list[SourceObject]
+
+
 def read_clusters(documents: Iterable[Document],
                   checked: Iterable[SourceCluster] = ()) -> list[SourceCluster]:
+    """The KaiwuClusters of `read_sources` (its companions checked too)."""
+    return read_sources(documents, checked).clusters
+
+
+def read_sources(documents: Iterable[Document],
+                 checked: Iterable[SourceCluster] = ()) -> Sources:
     """Check every document; raise one RenderError with every problem, or return them all.
 
     `checked`: clusters already read from documents sharing content with some of these (the
     other side of a `kaiwu diff`); such a document is not checked again."""
     problems: list[Problem] = []
     clusters: list[SourceCluster] = []
+    companions: list[SourceObject] = []
     seen: dict[tuple[str, str], Document] = {}
+    seen_companions: dict[tuple[str, str, str], Document] = {}
     known = {id(source.document.content): source for source in checked}
     for document in documents:
         same = known.get(id(document.content))
+        content = to_plain(document.content) if same is None else None
+        if isinstance(content, dict) and content.get("kind") in COMPANION_KINDS:
+            companion, problem = read_companion(document, content)
+            if companion is not None:
+                key3 = (companion.kind, companion.namespace, companion.name)
+                if key3 in seen_companions:
+                    first = seen_companions[key3]
+                    problem = [Problem(
+                        document.file, document.line_of(["metadata", "name"]), "metadata.name",
+                        f"{key3[0]} {key3[1]}/{key3[2]} is already defined in {first.file}:"
+                        f"{first.line_of(['metadata', 'name'])}",
+                        "rename one of them or move it to another namespace")]
+                else:
+                    seen_companions[key3] = document
+                    companions.append(companion)
+            problems.extend(problem)
+            continue
         found, problem = ((SourceCluster(document, same.obj, same.cluster), []) if same
                           else _read_one(document))
         if problem:
@@ -87,7 +122,7 @@ def read_clusters(documents: Iterable[Document],
     problems.extend(_collisions(clusters))
     if problems:
         raise RenderError(problems)
-    return clusters
+    return Sources(clusters, companions)
 
 
 def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
@@ -141,8 +176,8 @@ def _read_one(document: Document) -> tuple[SourceCluster | None, list[Problem]]:
     kind, api_version = content.get("kind"), content.get("apiVersion")
     if kind != schema.KIND:
         return None, [problem(("kind",), f"unknown kind {kind!r}",
-                              f"only kind {schema.KIND} (apiVersion {schema.API_VERSION}) "
-                              "belongs in cluster files")]
+                              f"only kinds {schema.KIND}, {', '.join(COMPANION_KINDS)} "
+                              f"(apiVersion {schema.API_VERSION}) belong in cluster files")]
     if api_version != schema.API_VERSION:
         return None, [problem(("apiVersion",), f"unknown apiVersion {api_version!r}",
                               f"use apiVersion: {schema.API_VERSION}")]
@@ -211,7 +246,13 @@ def live_problem(live: dict[str, Any], path: Iterable[Any], message: str, fix: s
 
 def load_clusters(root: Path) -> list[SourceCluster]:
     """Every KaiwuCluster under `root` (a directory or one file; `-`, standard input),
-    checked."""
+    checked (and the backups and schedules beside them)."""
+    return load_sources(root).clusters
+
+
+def load_sources(root: Path) -> Sources:
+    """Every KaiwuCluster, KaiwuBackup and KaiwuBackupSchedule under `root` (a directory or one
+    file; `-`, standard input), checked."""
     if str(root) == STDIN:
-        return read_clusters(load_stdin())
-    return read_clusters(load_documents(find_files(root)))
+        return read_sources(load_stdin())
+    return read_sources(load_documents(find_files(root)))

@@ -38,6 +38,8 @@ BACKUP_CRD_FILES: tuple[Traversable, ...] = (
     resources.files("renderer") / "crd" / "kaiwubackups.yaml",
     resources.files("renderer") / "crd" / "kaiwubackupschedules.yaml",
 )
+CRD_FILES: dict[str, Traversable] = {KIND: CRD_FILE, BACKUP_KIND: BACKUP_CRD_FILES[0],
+                                     SCHEDULE_KIND: BACKUP_CRD_FILES[1]}
 
 
 # The ranges of the integer formats the CRD uses.
@@ -65,13 +67,15 @@ def crd_manifest(crd_file: Traversable = CRD_FILE) -> dict[str, Any]:
     return loaded
 
 
-def openapi_schema() -> dict[str, Any]:
-    """The `openAPIV3Schema` of the served version."""
-    for version in crd_manifest()["spec"]["versions"]:
+def openapi_schema(kind: str = KIND) -> dict[str, Any]:
+    """The `openAPIV3Schema` of the served version of one of our kinds' CRDs (KaiwuCluster's
+    unless another is named)."""
+    crd_file = CRD_FILES[kind]
+    for version in crd_manifest(crd_file)["spec"]["versions"]:  # type: ignore[arg-type]  # files are hashable
         if version["name"] == VERSION:
             schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
             return schema
-    raise LookupError(f"{CRD_FILE} has no version {VERSION}")  # pragma: no cover
+    raise LookupError(f"{crd_file} has no version {VERSION}")  # pragma: no cover
 
 
 def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
@@ -105,11 +109,11 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def json_schema() -> dict[str, Any]:
-    """The KaiwuCluster object's JSON Schema (Draft 4) as validation reads it: the CRD's schema
-    translated, metadata left to the API server's own rules (renderer/semantics.py checks
-    names)."""
-    schema = _to_json_schema(openapi_schema())
+def json_schema(kind: str = KIND) -> dict[str, Any]:
+    """The KaiwuCluster object's JSON Schema (Draft 4) as validation reads it (or another of
+    our kinds'): the CRD's schema translated, metadata left to the API server's own rules
+    (renderer/semantics.py checks names)."""
+    schema = _to_json_schema(openapi_schema(kind))
     schema["properties"]["metadata"] = {"type": "object"}
     return schema
 

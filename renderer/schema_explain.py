@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from renderer.schema import SchemaViolation, json_schema
+from renderer.schema import KIND, SchemaViolation, json_schema
 
 _END = re.compile(r"(?<!\\)\$")  # an unescaped `$` (the CRD's patterns use no `[$]`)
 
@@ -37,13 +37,14 @@ _Validator: type[jsonschema.protocols.Validator] = jsonschema.validators.extend(
 
 
 @cache
-def _validator() -> jsonschema.protocols.Validator:
-    return _Validator(json_schema())
+def _validator(kind: str) -> jsonschema.protocols.Validator:
+    return _Validator(json_schema(kind))
 
 
-def violations(obj: dict[str, Any]) -> list[SchemaViolation]:
-    """Every schema violation of a KaiwuCluster object (plain dict), deepest first."""
-    found = [_describe(error) for error in _leaf_errors(_validator().iter_errors(obj))]
+def violations(obj: dict[str, Any], kind: str = KIND) -> list[SchemaViolation]:
+    """Every schema violation of a KaiwuCluster object (plain dict), or of an object of
+    another of our kinds, deepest first."""
+    found = [_describe(error) for error in _leaf_errors(_validator(kind).iter_errors(obj))]
     return sorted(found, key=lambda violation: [str(part) for part in violation.path])
 
 
@@ -96,7 +97,15 @@ def _describe(error: jsonschema.ValidationError) -> SchemaViolation:
         bound = "at least" if kind.startswith("min") else "at most"
         return SchemaViolation(path, f"{value!r} is out of range",
                                f"use a value {bound} {error.validator_value}")
-    return SchemaViolation(path, str(error.message), "see `kubectl explain kaiwucluster.spec`")
+    if kind == "oneOf":  # the backup target: exactly one of its alternatives
+        branches = error.validator_value if isinstance(error.validator_value, list) else []
+        options = [str(branch.get("required", ["?"])[0]) for branch in branches
+                   if isinstance(branch, dict)]
+        present = [c for c in options if isinstance(value, dict) and c in value]
+        said = f"both {' and '.join(present)} are set" if present else "none is set"
+        return SchemaViolation(path, f"exactly one of {', '.join(options)} must be set; {said}",
+                               f"keep one of {', '.join(options)}")
+    return SchemaViolation(path, str(error.message), "see `kubectl explain` for the field")
 
 
 _QUANTITY_PATTERN = (

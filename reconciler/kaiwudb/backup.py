@@ -56,6 +56,7 @@ from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, meta
 from renderer.builders import DATA_DIR
+from renderer.cron import cron_problem
 from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,7 @@ class Backups:
         spec = schedule.get("spec") or {}
         name = str(meta(schedule).get("name"))
         expr = str(spec.get("schedule") or "")
-        problem = bp.cron_problem(expr)
+        problem = cron_problem(expr)
         if problem:
             p.events.append(("Warning", "BackupScheduleInvalid",
                              f"KaiwuBackupSchedule/{name}: {problem}"))

@@ -40,9 +40,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from croniter import croniter
-
 from reconciler.kaiwudb.kwbase import quote_ident, quote_literal
+from renderer.cron import cron
 
 RELATIONAL = "RELATIONAL"
 TIME_SERIES = "TIME SERIES"
@@ -542,32 +541,16 @@ def missing_in_target(expected: Mapping[str, tuple[str, int]],
 
 
 # ----- schedules and retention -------------------------------------------------------------------
-def cron_problem(expr: str) -> str:
-    """Why a schedule string is not usable ("" when it is)."""
-    fields = expr.split()
-    if len(fields) not in (5, 6):
-        return (f"spec.schedule {expr!r}: expected 6 fields (seconds first) or 5, got "
-                f"{len(fields)}; e.g. '0 0 3 * * *' for 03:00 UTC daily")
-    try:
-        _cron(expr, 0.0)
-    except (ValueError, KeyError) as err:
-        return f"spec.schedule {expr!r}: {err}"
-    return ""
-
-
-def _cron(expr: str, start: float) -> croniter:
-    six = len(expr.split()) == 6
-    return croniter(expr, start, second_at_beginning=six)
 
 
 def latest_slot(expr: str, now: float) -> float:
     """The latest time at or before `now` the schedule fires."""
-    it = _cron(expr, now + 1e-3)
+    it = cron(expr, now + 1e-3)
     return float(it.get_prev(float))
 
 
 def next_slot(expr: str, now: float) -> float:
-    return float(_cron(expr, now).get_next(float))
+    return float(cron(expr, now).get_next(float))
 
 
 def due_slot(expr: str, created: float, now: float, immediate: bool,

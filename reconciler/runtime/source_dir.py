@@ -42,7 +42,7 @@ from reconciler.model import Obj
 from reconciler.settings import Settings
 from renderer.errors import RenderError
 from renderer.loader import find_files, load_documents, to_plain
-from renderer.render import read_clusters
+from renderer.render import read_sources
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class _FileState:
     digest: str = ""
     clusters: tuple[ClusterKey, ...] = ()  # from its last good version
     reported: str = ""  # digest of the broken version last reported
+    passed_over: str = ""  # digest of the version whose backups and schedules were last logged
 
 
 @dataclass
@@ -296,7 +297,16 @@ class DirectorySource:
             try:
                 raw = path.read_bytes()
                 state.digest = hashlib.sha256(raw).hexdigest()[:16]
-                sources = read_clusters(load_documents([path], display_root=real))
+                read = read_sources(load_documents([path], display_root=real))
+                sources = read.clusters
+                if read.companions and state.passed_over != state.digest:
+                    # Checked like the clusters (`kaiwu validate` reads the same tree), but
+                    # applied by whoever applies the tree: this mode applies KaiwuClusters.
+                    state.passed_over = state.digest
+                    log.warning("backups and schedules in the source directory are not "
+                                "applied from it; apply them with kubectl or your GitOps tool",
+                                extra={"file": shown, "objects": ", ".join(
+                                    f"{c.kind} {c.namespace}/{c.name}" for c in read.companions)})
             except RenderError as error:
                 broken.append(self._report_broken(shown, state,
                                                   [str(p) for p in error.problems]))

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from tests.support.render import (
     kaiwu_process,
     read_tree,
     render_tree,
+    rendered_objects,
     write_yaml,
 )
 
@@ -311,3 +313,69 @@ def test_a_dash_reads_the_specs_from_standard_input(monkeypatch: pytest.MonkeyPa
     unreadable = kaiwu("validate", "-")
     assert unreadable.code == 2
     assert unreadable.stderr.startswith("<stdin>:1: cannot read file:")
+
+
+def schedule_doc(**spec: Any) -> dict[str, Any]:
+    """The KaiwuBackupSchedule a user keeps beside the dev example."""
+    body: dict[str, Any] = {"cluster": {"name": "dev"}, "schedule": "0 0 3 * * *",
+                            "template": {"target": {"volume": {"claimName": "dumps"}}}}
+    body.update(spec)
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackupSchedule",
+            "metadata": {"name": "nightly", "namespace": "kaiwu-dev"}, "spec": body}
+
+
+def test_backups_and_schedules_live_in_the_same_tree_checked_and_passed_through(
+        tmp_path: Path) -> None:
+    """One tree in git for a cluster and what protects it: `kaiwu validate` checks a
+    KaiwuBackupSchedule and a KaiwuBackup against their CRDs and the schedule's cron, and
+    `kaiwu render` writes them as written, in their cluster's directory."""
+    tree = tmp_path / "clusters"
+    tree.mkdir()
+    shutil.copy(EXAMPLES / "dev.yaml", tree / "dev.yaml")
+    backup = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackup",
+              "metadata": {"name": "before-upgrade", "namespace": "kaiwu-dev"},
+              "spec": {"cluster": {"name": "dev"},
+                       "target": {"volume": {"claimName": "dumps"}}}}
+    write_yaml(tree / "protection.yaml", schedule_doc(), backup)
+
+    valid = kaiwu("validate", tree)
+    assert (valid.code, valid.stdout) == (0, "1 KaiwuCluster specs are valid, and 2 KaiwuBackup "
+                                             "and KaiwuBackupSchedule object(s)\n")
+    assert kaiwu("render", tree, "-o", tmp_path / "out").code == 0
+    written = rendered_objects(tmp_path / "out")
+    assert written["kaiwu-dev/dev/kaiwubackupschedule-nightly.yaml"] == schedule_doc()
+    assert written["kaiwu-dev/dev/kaiwubackup-before-upgrade.yaml"] == backup
+    assert b"kaiwu-dev/dev/kaiwubackupschedule-nightly.yaml" in read_tree(tmp_path / "out")[
+        "kustomization.yaml"]
+
+
+@pytest.mark.parametrize(("doc", "where", "wanted"), [
+    (schedule_doc(schedule="61 0 3 * * *"), "spec.schedule", "out of range"),
+    (schedule_doc(schedule="every night"), "spec.schedule", "expected 6 fields"),
+    (schedule_doc(template={"target": {"volume": {"claimName": "d"},
+                                       "s3": {"bucket": "b", "credentialsSecret": {
+                                           "name": "s"}}}}),
+     "spec.template.target", "exactly one of s3, volume must be set; both s3 and volume"),
+    (schedule_doc(retention={"keep": 0}), "spec.retention.keep", "0 is out of range"),
+    (schedule_doc(surprise=1), "spec.surprise", "unknown field"),
+    ({**schedule_doc(), "status": {"lastScheduleTime": "x"}}, "status",
+     "written by the reconciler"),
+    ({**schedule_doc(), "apiVersion": "kaiwu.inspur.com/v2"}, "apiVersion", "unknown apiVersion"),
+])
+def test_a_broken_backup_file_is_refused_at_its_line_naming_the_field(
+        tmp_path: Path, doc: dict[str, Any], where: str, wanted: str) -> None:
+    shutil.copy(EXAMPLES / "dev.yaml", tmp_path / "dev.yaml")
+    write_yaml(tmp_path / "backups.yaml", doc)
+    run = kaiwu("validate", tmp_path)
+    assert run.code == 2
+    first = run.stderr.splitlines()[0]
+    assert first.startswith(f"{tmp_path}/backups.yaml:") and f" {where}:" in first, run.stderr
+    assert wanted in first
+
+
+def test_the_same_schedule_twice_is_refused_naming_both_places(tmp_path: Path) -> None:
+    write_yaml(tmp_path / "a.yaml", schedule_doc())
+    write_yaml(tmp_path / "b.yaml", schedule_doc())
+    run = kaiwu("validate", tmp_path)
+    assert run.code == 2
+    assert "KaiwuBackupSchedule kaiwu-dev/nightly is already defined in" in run.stderr

@@ -625,3 +625,23 @@ def test_a_table_too_long_for_the_comment_is_cut_too() -> None:
     assert "| added | `StatefulSet tenants-with-a-long-namespace/tenant-00000` |" in text
     assert "| ... | _" in text and "more objects" in text
     assert text.rstrip().endswith("run `kaiwu diff` locally for all of them._")
+
+
+def test_a_backup_schedule_kept_beside_its_cluster_is_diffed_like_its_objects(
+        repo: Repo) -> None:
+    schedule: dict[str, Any] = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackupSchedule",
+                "metadata": {"name": "nightly", "namespace": "kaiwu-dev"},
+                "spec": {"cluster": {"name": "dev"}, "schedule": "0 0 3 * * *",
+                         "template": {"target": {"volume": {"claimName": "dumps"}}}}}
+    repo.write("dev-backups.yaml", schedule)
+    added = repo.diff("clusters", "--base", "HEAD")
+    assert added.code == 1, added.stderr
+    assert listed(added) == [("added", "KaiwuBackupSchedule kaiwu-dev/nightly")]
+    repo.commit("dev: nightly backups")
+
+    schedule["spec"]["schedule"] = "0 30 2 * * *"
+    repo.write("dev-backups.yaml", schedule)
+    changed = repo.diff("clusters", "--base", "HEAD")
+    assert listed(changed) == [("changed", "KaiwuBackupSchedule kaiwu-dev/nightly")]
+    assert "-  schedule: 0 0 3 * * *\n" in changed.stdout
+    assert "+  schedule: 0 30 2 * * *\n" in changed.stdout

@@ -14,6 +14,7 @@ import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb import kwbase
+from renderer.cron import cron_problem
 
 PLAN = bp.Plan("nightly", "u1", "dev-0", 1, "1767225600000000000.0000000000", (
     bp.DatabasePlan("shop", bp.RELATIONAL, (("public", "customers"), ("public", "orders"))),
@@ -173,8 +174,8 @@ def test_a_schedule_is_due_once_per_slot_and_only_for_the_latest_slot() -> None:
     ("0 0 3 * *  * *", "expected 6 fields"), ("61 * * * * *", "spec.schedule"),
     ("every day", "expected 6 fields")])
 def test_a_bad_cron_is_named_with_its_field(expr: str, wanted: str) -> None:
-    assert wanted in bp.cron_problem(expr)
-    assert bp.cron_problem("0 0 3 * * *") == ""
+    assert wanted in cron_problem(expr)
+    assert cron_problem("0 0 3 * * *") == ""
 
 
 def view(name: str, phase: str, day: int) -> bp.BackupView:

@@ -532,3 +532,26 @@ def test_a_cluster_gone_from_the_directory_is_logged_once_when_kept_and_when_del
     [failed] = records(caplog, "pruning a KaiwuCluster failed")
     assert failed.levelno == logging.ERROR
     assert fields(failed, "cluster", "error") == {"cluster": "shop/a", "error": "y" * 300}
+
+
+def test_a_schedule_kept_beside_its_cluster_is_checked_and_said_not_applied_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The tree `kaiwu validate` accepts (a cluster and its backup schedule) works in directory
+    mode too: the cluster is applied; the schedule is checked, not applied (whoever applies the
+    tree applies it), and said so once per version of the file."""
+    schedule = ("---\napiVersion: kaiwu.inspur.com/v1\nkind: KaiwuBackupSchedule\n"
+                "metadata:\n  name: nightly\n  namespace: shop\n"
+                "spec:\n  cluster: {name: orders}\n  schedule: '0 0 3 * * *'\n"
+                "  template: {target: {volume: {claimName: dumps}}}\n")
+    repo = repo_with(tmp_path, orders=cluster_file("orders") + schedule)
+    api = Api()
+    watched = source(repo, api)
+    with caplog.at_level(logging.WARNING, logger="reconciler.runtime.source_dir"):
+        first = watched.scan()
+        watched.scan(force=True)
+    assert first.clusters == (ORDERS,) and first.applied == (ORDERS,) and not first.broken
+    said = [r for r in caplog.records if "backups and schedules" in r.getMessage()]
+    assert len(said) == 1 and said[0].objects == "KaiwuBackupSchedule shop/nightly"  # type: ignore[attr-defined]
+    broken = repo_with(tmp_path, orders=cluster_file("orders") + schedule.replace(
+        "'0 0 3 * * *'", "'61 0 3 * * *'"))
+    assert source(broken, Api()).scan().broken, "an invalid schedule is a broken file"
