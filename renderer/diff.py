@@ -65,16 +65,15 @@ class TreeDiff:
 def documents_at_revision(path: str, revision: str, repo: Path,
                           cache: ParseCache | None = None) -> list[Document]:
     """The YAML documents under `path` as they were at git `revision` (no checkout needed)."""
-    _check_revision(revision, repo)
+    top = _check_revision(revision, repo)
     listed = _git(repo, "ls-tree", "-r", "--name-only", "--full-tree", revision, "--",
-                  _repo_relative(path, repo))
+                  _repo_relative(path, top))
     files = [name for name in listed.splitlines()
              if name.endswith(YAML_SUFFIXES)
              and not any(part.startswith(".") for part in PurePosixPath(name).parts)]
     documents: list[Document] = []
     problems: list[Problem] = []
-    for name in sorted(files):
-        text = _git(repo, "show", f"{revision}:{name}")
+    for name, text in _blobs(repo, revision, sorted(files)):
         try:
             documents.extend(parse_text(text, f"{revision}:{name}", cache=cache))
         except RenderError as error:
@@ -84,15 +83,46 @@ def documents_at_revision(path: str, revision: str, repo: Path,
     return documents
 
 
-def _check_revision(revision: str, repo: Path) -> None:
-    """A missing revision, said with its likely cause: CI checkouts are shallow by default and
-    hold neither the base branch nor the history to find it."""
-    _git(repo, "rev-parse", "--show-toplevel")  # not a repository: its own message
+def _blobs(repo: Path, revision: str, names: list[str]) -> list[tuple[str, str]]:
+    """Each file's text at `revision`, read by one `git cat-file --batch` (a `git show` per
+    file cost a process each: most of a `kaiwu diff --base` over a hundred files). A file
+    that is not UTF-8 is read with replacement characters, as `git show` text was."""
+    if not names:
+        return []
+    request = "".join(f"{revision}:{name}\n" for name in names).encode()
+    try:
+        result = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input=request,
+                                capture_output=True, check=False)
+    except FileNotFoundError as error:
+        raise RenderError([Problem("git", 0, "", "git is not installed",
+                                   "install git, or compare two directories")]) from error
+    out, at, found = result.stdout, 0, []
+    for name in names:
+        end = out.find(b"\n", at)
+        header = out[at:end].split() if end >= 0 else []
+        if result.returncode != 0 or len(header) != 3 or header[1] != b"blob":
+            # Git's own last word (a lost object, a broken clone), and the command that said it.
+            said = result.stderr.decode(errors="replace").strip().splitlines()
+            detail = said[-1] if said else (out[at:end].decode(errors="replace") or "failed")
+            raise RenderError([Problem(f"git cat-file {revision}:{name}", 0, "", detail,
+                                       "check the revision name (e.g. origin/main) and the "
+                                       "path")])
+        size = int(header[2])
+        found.append((name, out[end + 1:end + 1 + size].decode("utf-8", errors="replace")))
+        at = end + 1 + size + 1  # the blob, then a newline
+    return found
+
+
+def _check_revision(revision: str, repo: Path) -> Path:
+    """The repository's top directory, once the revision is known to be there; a missing
+    revision is said with its likely cause: CI checkouts are shallow by default and hold
+    neither the base branch nor the history to find it."""
+    top = Path(_git(repo, "rev-parse", "--show-toplevel").strip())  # not a repository: said
     found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
                             f"{revision}^{{commit}}"], capture_output=True, text=True,
                            check=False)
     if found.returncode == 0:
-        return
+        return top
     shallow = _git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
     if shallow:
         raise RenderError([Problem(
@@ -104,9 +134,9 @@ def _check_revision(revision: str, repo: Path) -> None:
         "check the revision name (e.g. origin/main), or fetch it first (git fetch origin main)")])
 
 
-def _repo_relative(path: str, repo: Path) -> str:
+def _repo_relative(path: str, top: Path) -> str:
     absolute = (Path.cwd() / path).resolve()
-    top = Path(_git(repo, "rev-parse", "--show-toplevel").strip()).resolve()
+    top = top.resolve()
     try:
         return str(absolute.relative_to(top)) or "."
     except ValueError as error:

@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from renderer.errors import OutputDirectoryError
 
@@ -186,6 +184,9 @@ def kustomization(manifests: Sequence[Manifest]) -> str:
 def is_earlier_render(out: Path) -> bool:
     """True when `out` holds exactly what `write_tree` writes: our kustomization file (nothing
     but apiVersion, kind and resources) and the files it lists, nothing else."""
+    from ruamel.yaml import YAML  # only to read an existing output directory
+    from ruamel.yaml.error import YAMLError
+
     try:
         listed = YAML(typ="safe", pure=True).load((out / KUSTOMIZATION).read_text("utf-8"))
     except (OSError, UnicodeDecodeError, YAMLError):
