@@ -2,8 +2,8 @@
 
 Entry point of the console script. Exit codes: 0 success (or no difference), 1 differences found
 (`diff` only), 2 invalid input or a change the reconciler would refuse, with one
-`file:line: path: problem (fix)` line per mistake on stderr and nothing written. A source `-`
-reads standard input. The `kaiwu` console script starts in reconciler.cli, which runs
+`file:line: path: problem (fix)` line per mistake on stderr and nothing written. For `render`
+and `validate`, a source `-` reads standard input (once). The `kaiwu` console script starts in reconciler.cli, which runs
 `kaiwu reconcile` itself and hands every other subcommand here: the renderer imports nothing
 from the reconciler.
 """
@@ -189,6 +189,8 @@ def _validate(args: argparse.Namespace) -> int:
 
     problems: list[Problem] = []
     count = companions = 0
+    if args.sources.count("-") > 1:
+        raise _UsageError("standard input (-) can be read once")
     for source in args.sources:
         try:
             found = load_sources(Path(source))

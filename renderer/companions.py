@@ -23,6 +23,7 @@ COMPANION_KINDS = (schema.BACKUP_KIND, schema.SCHEDULE_KIND)
 DEFAULT_NAMESPACE = "default"  # where kubectl applies an object that names none
 _DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ def read_companion(document: Document, content: dict[str, Any]
                               "add metadata with at least a name")]
     found = [problem(tuple(v.path), v.message, v.fix)
              for v in _violations(content, kind)]
+    if found:  # the fields below are read only from an object of the CRD's shape
+        return None, found
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not _DNS_1123_SUBDOMAIN.match(name) or len(name) > 253:
         found.append(problem(("metadata", "name"), f"{name!r} is not a valid {kind} name",
@@ -85,7 +88,14 @@ def read_companion(document: Document, content: dict[str, Any]
                                       and len(namespace) <= 63):
         found.append(problem(("metadata", "namespace"), f"{namespace!r} is not a valid "
                              "namespace", "use lower-case letters, digits and '-'"))
-    schedule = (content.get("spec") or {}).get("schedule")
+    cluster = content["spec"]["cluster"]["name"]
+    if not _DNS_1035_LABEL.match(cluster):
+        # It names a directory of `kaiwu render`'s output and of the backup's target: one
+        # path component, as a KaiwuCluster's name is.
+        found.append(problem(("spec", "cluster", "name"), f"{cluster!r} is not a valid "
+                             "cluster name", "use lower-case letters, digits and '-', "
+                             "starting with a letter"))
+    schedule = content["spec"].get("schedule")
     if kind == schema.SCHEDULE_KIND and isinstance(schedule, str) and not found:
         reason = cron_problem(schedule)
         if reason:

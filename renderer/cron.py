@@ -29,7 +29,11 @@ def cron_problem(expr: str) -> str:
         return (f"spec.schedule {expr!r}: expected 6 fields (seconds first) or 5, got "
                 f"{len(fields)}; e.g. '0 0 3 * * *' for 03:00 UTC daily")
     try:
-        cron(expr, 0.0)
-    except (ValueError, KeyError) as err:
+        # A date no year has (31 February) reads, then fails when a time is asked for: both
+        # directions are asked here, as the reconciler asks them (due and next slots).
+        start = 1_767_225_600.0  # 2026-01-01, any instant would do
+        cron(expr, start).get_next(float)
+        cron(expr, start).get_prev(float)
+    except (ValueError, KeyError) as err:  # croniter's errors are ValueErrors
         return f"spec.schedule {expr!r}: {err}"
     return ""

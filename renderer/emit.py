@@ -256,6 +256,12 @@ def write_tree(manifests: Sequence[Manifest], out: Path) -> None:
             directory.mkdir()
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         for manifest in manifests:
+            parts = manifest.path.split("/")
+            if manifest.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                # Paths are made of names from the input: one that would leave `out` is a bug
+                # upstream (every name is checked), refused here all the same.
+                raise OutputDirectoryError(f"refusing to write {manifest.path!r}: it is not a "
+                                           "plain path inside the output directory")
             target = staging / manifest.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(manifest.text, encoding="utf-8")

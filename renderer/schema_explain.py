@@ -127,6 +127,8 @@ _PATTERN_HINTS = {
     r"^[0-9]+\.[0-9]+\.[0-9]+([.-][0-9A-Za-z.-]+)?$": "write a plain version such as 3.2.1",
     _REPOSITORY_PATTERN: "write a repository without tag or digest, such as kwdb/kwdb or "
                          "registry.example.com:5000/kwdb/kwdb (the tag is spec.version)",
+    "^[a-z]([-a-z0-9]*[a-z0-9])?$": "a KaiwuCluster's name: lower-case letters, digits and "
+                                    "'-', starting with a letter",
     r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$": "a label value holds letters, digits, "
                                                       "'-', '_' and '.', and starts and ends "
                                                       "with a letter or digit",

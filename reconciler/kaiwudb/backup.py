@@ -106,6 +106,16 @@ def _time(text: object) -> float:
 SLOT_SLACK_S = 86400.0
 
 
+def unread_privileges(manifest: Mapping[str, Any]) -> str:
+    """What a backup whose plan predates carried privileges lacks besides (its plan says
+    nothing of them: a restore grants nothing)."""
+    plan = manifest.get("plan")
+    if isinstance(plan, dict) and plan.get("privileges") is True:
+        return ""
+    return ("; nor privileges on databases, schemas and tables: this backup began before the "
+            "reconciler carried them")
+
+
 def left_out_text(manifest: Mapping[str, Any]) -> str:
     """What this backup left out because KWDB wrote it in a form no restore reads back."""
     left_out = [str(x) for x in manifest.get("leftOut") or ()]
@@ -187,13 +197,15 @@ class Backups:
         self.report_last_success(cluster, backups)
         live = [b for b in backups if self._phase(b) not in TERMINAL]
         running = [b for b in live if self._phase(b) == "running"]
+        asked = len(p.requeue)
         if running:
             self.advance(p, cluster, running[0])
         elif live:
             self.start(p, cluster, live[0])
-        if len(live) > 1:
-            # Level-triggered: another backup waits behind the one this pass moved (which may
-            # have just ended): the state asks for the next pass, no watch event is needed.
+        if len(live) > 1 and len(p.requeue) == asked:
+            # Level-triggered: the backup this pass moved has just ended (it asked for no next
+            # look) and another waits behind it: the state asks for the next pass, no watch
+            # event is needed. While one runs, its own polling comes first.
             p.requeue_in(self.settings.poll_s)
 
     def _phase(self, obj: Obj) -> str:
@@ -219,22 +231,27 @@ class Backups:
         slots = [slot for b in mine
                  if (slot := _slot((meta(b).get("annotations") or {}).get(k.SLOT_ANNOTATION)))
                  is not None and created - SLOT_SLACK_S <= slot <= p.now + SLOT_SLACK_S]
-        due = None if spec.get("suspend") else bp.due_slot(
-            expr, created, p.now, bool(spec.get("immediate")), slots)
+        try:
+            due = None if spec.get("suspend") else bp.due_slot(
+                expr, created, p.now, bool(spec.get("immediate")), slots)
+            upcoming = bp.next_slot(expr, p.now)
+        except ValueError as err:  # croniter's: a time it cannot find from here
+            p.events.append(("Warning", "BackupScheduleInvalid",
+                             f"KaiwuBackupSchedule/{name}: spec.schedule {expr!r}: {err}"))
+            return
         if due is not None:
             self.create_backup(p, cluster, schedule, due)
         completed = [b for b in mine if self._phase(b) == "completed"]
         last = max(slots + ([due] if due is not None else []), default=None)
         status = {
             "lastScheduleTime": _stamp(last) if last is not None else None,
-            "nextScheduleTime": None if spec.get("suspend") else _stamp(bp.next_slot(expr,
-                                                                                     p.now)),
+            "nextScheduleTime": None if spec.get("suspend") else _stamp(upcoming),
             "lastSuccessfulBackup": str(meta(completed[-1]).get("name")) if completed else None,
         }
         if status != {key: (schedule.get("status") or {}).get(key) for key in status}:
             self._patch_status(k.KAIWU_BACKUP_SCHEDULE, cluster.namespace, name, status)
         if not spec.get("suspend"):
-            p.requeue_in(max(bp.next_slot(expr, p.now) - p.now, 0.05))
+            p.requeue_in(max(upcoming - p.now, 0.05))
 
     def create_backup(self, p: Pass, cluster: Cluster, schedule: Obj, slot: float) -> None:
         spec = schedule.get("spec") or {}
@@ -385,6 +402,10 @@ class Backups:
             if missing:
                 raise BackupFailed("DatabaseNotFound", f"spec.databases: {', '.join(missing)} "
                                    "do(es) not exist in the cluster")
+            refused = bp.users_problem([str(r.get("username") or "")
+                                        for r in admin.sql(chosen, "SHOW USERS").rows])
+            if refused:
+                raise BackupFailed("NotExportable", refused)
             dbs = []
             for db_name, engine in chosen_dbs:
                 objects = admin.sql(chosen, bp.objects_query(db_name))
@@ -700,7 +721,7 @@ class Backups:
         self._patch_status(k.KAIWU_BACKUP, cluster.namespace, name, {
             "phase": "completed", "reason": None,
             "message": f"{manifest.get('files')} file(s) verified in {target.location}; "
-                       f"{NOT_CARRIED}{left_out_text(manifest)}",
+                       f"{NOT_CARRIED}{unread_privileges(manifest)}{left_out_text(manifest)}",
             "startedAt": status.get("startedAt") or completed_at,
             "completedAt": completed_at,
             "consistentTo": manifest.get("consistentTo"),

@@ -85,6 +85,27 @@ def name_problem(what: str, name: str) -> str:
     return ""
 
 
+_BARE_USER = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def users_problem(names: Sequence[str]) -> str:
+    """Why the cluster's users cannot be carried ("" when they can): KWDB's EXPORT USERS writes
+    `CREATE USER <name>` with the name as it is, never quoted (kwbase/pkg/sql/export.go:
+    634-690), and IMPORT USERS parses the whole file before it runs any of it
+    (importer/import_stmt.go:1573-1576). A name KWDB allows (create_role.go:242: `-` and `.`
+    too) that is no bare identifier would make every restore of the backup fail at its users
+    step. Reserved words (a user named `select`) are not recognised here."""
+    bad = [name for name in names if name not in ("admin", "root")
+           and not _BARE_USER.fullmatch(name)]
+    if not bad:
+        return ""
+    shown = ", ".join(json.dumps(name) for name in bad[:10])
+    return (f"users {shown}: KWDB's EXPORT USERS writes user names unquoted, so its IMPORT "
+            "USERS could not read these back and no restore of the backup could succeed; "
+            "replace each with a user named with lower-case letters, digits and _ only "
+            "(CREATE USER, the same GRANTs, DROP USER)")
+
+
 def hlc_problem(text: str) -> str:
     """Why a timestamp read from KaiwuDB is not a decimal HLC timestamp ("" when it is)."""
     if _HLC.fullmatch(text):
@@ -233,22 +254,30 @@ def read_grants(db: DatabasePlan, schema_rows: Sequence[Mapping[str, str]],
 
 
 def grant_statements(db: DatabasePlan) -> list[tuple[str, str]]:
-    """(database to run it in, statement) granting again what `db` held, one GRANT per object
-    and grantee; every name quoted (`quote_ident`), every privilege one of KWDB's. A schema is
-    named in the session's database (`GRANT ... ON SCHEMA` takes unqualified names:
-    kwbase/pkg/sql/parser/sql.y:5303-5306)."""
+    """(database to run it in, statement) granting again what `db` held: one GRANT per object
+    and grantee for the database and its schemas, and one per grantee and set of privileges
+    for its tables, which it lists (`TABLE a, b`, sql.y:5296-5299), so a database of a
+    thousand tables is a few statements. Every name is quoted (`quote_ident`), every
+    privilege one of KWDB's. A schema is named in the session's database (`GRANT ... ON
+    SCHEMA` takes unqualified names: kwbase/pkg/sql/parser/sql.y:5304-5307)."""
     held: dict[tuple[str, str, str, str], list[str]] = {}
     for g in sorted(db.grants):
         held.setdefault((g.on, g.schema, g.table, g.grantee), []).append(g.privilege)
     found = []
+    tables: dict[tuple[str, str], list[str]] = {}  # (grantee, privileges) -> tables
     for (on, schema, table, grantee), privileges in held.items():
         listed = ", ".join(sorted(privileges, key=PRIVILEGES.index))
-        target = {"database": f"DATABASE {quote_ident(db.name)}",
-                  "schema": f"SCHEMA {quote_ident(schema)}",
-                  "table": f"TABLE {quote_ident(db.name)}.{quote_ident(schema)}."
-                           f"{quote_ident(table)}"}[on]
+        if on == "table":
+            tables.setdefault((grantee, listed), []).append(
+                f"{quote_ident(db.name)}.{quote_ident(schema)}.{quote_ident(table)}")
+            continue
+        target = (f"DATABASE {quote_ident(db.name)}" if on == "database"
+                  else f"SCHEMA {quote_ident(schema)}")
         found.append((db.name if on == "schema" else "",
                       f"GRANT {listed} ON {target} TO {quote_ident(grantee)}"))
+    for (grantee, listed), names in tables.items():
+        found.append(("", f"GRANT {listed} ON TABLE {', '.join(names)} TO "
+                          f"{quote_ident(grantee)}"))
     return found
 
 
@@ -307,6 +336,8 @@ class Plan:
     consistent_to: str  # HLC decimal nanoseconds from cluster_logical_timestamp()
     databases: tuple[DatabasePlan, ...]
     layout: int = LAYOUT
+    # The grants were read (a plan written before privileges were carried has none to say).
+    privileges: bool = True
 
     def problem(self) -> str:
         """Why this plan cannot be carried out ("" when it can): a plan is read back from the
@@ -388,7 +419,7 @@ class Plan:
                         for d in data["databases"])
             return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
                        int(data["node_id"]), str(data["consistent_to"]), dbs,
-                       int(data.get("layout") or 1))
+                       int(data.get("layout") or 1), data.get("privileges") is True)
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{PLAN_FILE} is not a backup plan: {err}") from None
 
@@ -688,9 +719,14 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
     steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
                           'clustersetting.sql")'),
              ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
-    granted = {str(d.get("name")) for d in (manifest.get("plan") or {}).get("databases") or ()
-               if isinstance(d, dict) and d.get("grants")}
-    for db in manifest.get("databases") or ():
+    plan = manifest.get("plan")
+    planned = plan.get("databases") if isinstance(plan, dict) else None
+    granted = {str(d.get("name")) for d in planned if isinstance(d, dict) and d.get("grants")} \
+        if isinstance(planned, list) else set()
+    databases = manifest.get("databases") or []
+    if not isinstance(databases, list) or not all(isinstance(db, dict) for db in databases):
+        raise ValueError(f"{MANIFEST_FILE}: databases is not a list of databases")
+    for db in databases:
         name = str(db.get("name") or "")
         directory = str(db.get("dir") or name)
         if not (re.fullmatch(r"d[0-9]{1,4}", directory) or (

@@ -141,6 +141,8 @@ class Restore:
                 self.annotate(p, cluster, record)
             target = self.backups.target(cluster, backup)
             manifest = json.loads(target.get(bp.MANIFEST_FILE) or b"{}")
+            if not isinstance(manifest, dict):  # the target's, not ours to trust
+                raise ValueError(f"{bp.MANIFEST_FILE} is not a JSON object")
             if not record.get("done"):
                 # Before the first import: every file as the backup recorded it.
                 problem = bp.backup_problem(manifest, target.list(""), target.get)
@@ -172,8 +174,12 @@ class Restore:
             if step.startswith(bp.GRANTS_STEP):
                 # Each GRANT adds to what is held: run again after a crash, it changes nothing.
                 _, db = bp.manifest_database(manifest, step.removeprefix(bp.GRANTS_STEP))
-                for database, grant in bp.grant_statements(db):
-                    admin.sql(pod, grant, database=database)
+                try:
+                    for database, grant in bp.grant_statements(db):
+                        admin.sql(pod, grant, database=database)
+                except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
+                    self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
+                    return
             elif step.startswith("database "):
                 running = self.import_database(cluster, admin, pod, manifest, step, stmt,
                                                str(record.get("begunAt") or ""))

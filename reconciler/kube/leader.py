@@ -271,8 +271,10 @@ class LeaderElector:
         """The leader's fast path (client-go's since 1.27, leaderelection.go "Failed to update
         lease optimistically, falling back to slow path"): renew the Lease as we last wrote it,
         one request instead of a read and a write, so a slow API server costs a renewal half the
-        time. True when renewed; False sends the caller down the slow path (read, then write):
-        a conflict means someone changed the Lease since, any other failure may be passing."""
+        time. True when renewed; False after a conflict (someone changed the Lease since),
+        which sends the caller down the slow path (read, then write) in the same round. Any
+        other failure (a time-out) is raised: the round fails and the next one reads the Lease,
+        so one round never takes more than two requests' time-outs."""
         held = self._held or {}
         spec = held.get("spec") or {}
         try:
@@ -281,11 +283,16 @@ class LeaderElector:
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": duration,
                          "renewTime": now, "acquireTime": spec.get("acquireTime"),
                          "leaseTransitions": int(spec.get("leaseTransitions") or 0)}})
-        except Exception as error:  # a conflict, a timeout: the slow path decides
-            log.info("renewing the lease as last written failed; reading it", extra={
-                "lease": f"{self.namespace}/{self.name}", "error": str(error)[:300]})
+        except ApiError as error:
             self._held = None
+            if not error.conflict:
+                raise
+            log.info("the lease changed since we last wrote it; reading it", extra={
+                "lease": f"{self.namespace}/{self.name}"})
             return False
+        except Exception:
+            self._held = None  # the next round reads the Lease first
+            raise
         self._observe(updated)
         self._held = updated
         return True

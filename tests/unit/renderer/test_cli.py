@@ -352,6 +352,10 @@ def test_backups_and_schedules_live_in_the_same_tree_checked_and_passed_through(
 @pytest.mark.parametrize(("doc", "where", "wanted"), [
     (schedule_doc(schedule="61 0 3 * * *"), "spec.schedule", "out of range"),
     (schedule_doc(schedule="every night"), "spec.schedule", "expected 6 fields"),
+    (schedule_doc(schedule="0 0 0 31 2 *"), "spec.schedule", "failed to find"),  # 31 February
+    (schedule_doc(cluster={"name": "../../../escaped"}), "spec.cluster.name", "wrong form"),
+    (schedule_doc(cluster={"name": "Dev"}), "spec.cluster.name", ""),
+    ({**schedule_doc(), "spec": ["not", "a", "mapping"]}, "spec", "expected object"),
     (schedule_doc(template={"target": {"volume": {"claimName": "d"},
                                        "s3": {"bucket": "b", "credentialsSecret": {
                                            "name": "s"}}}}),

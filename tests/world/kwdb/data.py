@@ -538,7 +538,7 @@ def _job_row(s: Session, rows: int, rejected: int) -> list[str]:
 
 
 _SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '((?:[^']|'')*)'")
-_CREATE_USER = re.compile(r"CREATE USER (\S+?)(?: WITH (.*))?;")
+_CREATE_USER = re.compile(r"CREATE USER ([a-z_][a-z0-9_$]*)(?: WITH (.*))?;")
 _CREATE_TABLE = re.compile(r"CREATE TABLE (?:" + IDENT + r"\.)?(" + IDENT + r") \((.*?)\)"
                            r"(?: TAGS .*)?;")
 
@@ -595,16 +595,26 @@ def split_statements(text: str) -> list[str]:
 
 
 def import_users(s: Session, url: str) -> Result:
-    count = 0
-    for line in _read(s, url).decode().splitlines():
-        m = _CREATE_USER.fullmatch(line.strip())
-        if m is None:
+    """IMPORT USERS (importer/import_stmt.go:1557-1609): the whole file is parsed before any of
+    it runs (:1573-1576), so one name EXPORT USERS wrote unquoted that is no bare identifier
+    (export.go:634-660 writes `CREATE USER ` + the name as it is: `ops-team.eu`) fails the
+    whole import, nobody created."""
+    found = []
+    for statement in split_statements(_read(s, url).decode()):
+        text = " ".join(statement.split())
+        if not text.upper().startswith("CREATE USER "):
             continue
-        if m.group(1) in s.data.users:
-            raise SqlError(f'a role/user named {m.group(1)} already exists', sqlstate="42710")
-        s.data.users[m.group(1)] = m.group(2) or ""
-        count += 1
-    return IMPORT_HEADERS, [_job_row(s, count, 0)], []
+        m = _CREATE_USER.fullmatch(text + ";")
+        if m is None:
+            near = re.sub(r"^[a-z_][a-z0-9_$]*", "", text.removeprefix("CREATE USER "))
+            raise SqlError(f"at or near {json.dumps(near[:1] or 'EOF')}: syntax error",
+                           sqlstate="42601")
+        found.append((m.group(1), m.group(2) or ""))
+    for name, options in found:
+        if name in s.data.users:
+            raise SqlError(f'a role/user named {name} already exists', sqlstate="42710")
+        s.data.users[name] = options
+    return IMPORT_HEADERS, [_job_row(s, len(found), 0)], []
 
 
 def _columns(text: str) -> tuple[tuple[str, str], ...]:
@@ -748,9 +758,12 @@ def _grant_role(s: Session, m: re.Match[str]) -> Result:
 _PRIVILEGE_LIST = r"(?P<privs>[a-z]+(?:, ?[a-z]+)*)"
 
 
-@_pattern(r"grant " + _PRIVILEGE_LIST + r" on (?P<on>database|schema|table) (?P<target>"
-          + IDENT + r"(?:\." + IDENT + r"){0,2}) to (?P<grantees>" + IDENT + r"(?:, ?" + IDENT
-          + r")*)")
+_QUALIFIED = IDENT + r"(?:\." + IDENT + r"){0,2}"
+
+
+@_pattern(r"grant " + _PRIVILEGE_LIST + r" on (?P<on>database|schema|table) (?P<targets>"
+          + _QUALIFIED + r"(?:, ?" + _QUALIFIED + r")*) to (?P<grantees>" + IDENT + r"(?:, ?"
+          + IDENT + r")*)")
 def _grant(s: Session, m: re.Match[str]) -> Result:
     """GRANT <privileges> ON DATABASE d | SCHEMA s | TABLE d.s.t TO <grantees> (sql.y:3716-3720,
     5239-5306; grant_revoke.go:113-170): every grantee must be a user or role, or `public`;
@@ -764,29 +777,33 @@ def _grant(s: Session, m: re.Match[str]) -> Result:
     for grantee in grantees:
         if grantee not in s.data.users and grantee not in ("admin", "root", "public"):
             raise SqlError(f"user or role {grantee} does not exist")
-    parts = [ident(p) for p in re.findall(IDENT, m.group("target"))]
     on = m.group("on").lower()
-    if on == "database" and len(parts) == 1:
-        held = _database(s, parts[0]).grants
-    elif on == "schema" and len(parts) == 1:
-        if not s.database:
-            raise SqlError("kwdb-sim: GRANT ON SCHEMA without a current database is not "
-                           "modelled")
-        db = _database(s, s.database)
-        if parts[0] not in db.user_schemas():
-            raise SqlError(f'schema "{parts[0]}" does not exist', sqlstate="3F000")
-        held = db.schema_grants.setdefault(parts[0], {})
-    elif on == "table" and len(parts) == 3:
-        db = _database(s, parts[0])
-        table = db.tables.get((parts[1], parts[2]))
-        if table is None:
-            raise SqlError(f'relation "{m.group("target")}" does not exist', sqlstate="42P01")
-        held = table.grants
-    else:
-        raise SqlError(f"kwdb-sim: GRANT ON {on.upper()} {m.group('target')} is not modelled")
-    for grantee in grantees:
-        if grantee not in ("admin", "root"):
-            held.setdefault(grantee, set()).update(privileges)
+    targets = [[ident(p) for p in re.findall(IDENT, target)]
+               for target in re.findall(_QUALIFIED, m.group("targets"))]
+    found: list[dict[str, set[str]]] = []  # every target resolved before any changes
+    for parts in targets:
+        if on == "database" and len(parts) == 1:
+            found.append(_database(s, parts[0]).grants)
+        elif on == "schema" and len(parts) == 1:
+            if not s.database:
+                raise SqlError("kwdb-sim: GRANT ON SCHEMA without a current database is not "
+                               "modelled")
+            db = _database(s, s.database)
+            if parts[0] not in db.user_schemas():
+                raise SqlError(f'schema "{parts[0]}" does not exist', sqlstate="3F000")
+            found.append(db.schema_grants.setdefault(parts[0], {}))
+        elif on == "table" and len(parts) == 3:
+            table = _database(s, parts[0]).tables.get((parts[1], parts[2]))
+            if table is None:
+                raise SqlError(f'relation "{".".join(parts)}" does not exist',
+                               sqlstate="42P01")
+            found.append(table.grants)
+        else:
+            raise SqlError(f"kwdb-sim: GRANT ON {on.upper()} {'.'.join(parts)} is not modelled")
+    for held in found:
+        for grantee in grantees:
+            if grantee not in ("admin", "root"):
+                held.setdefault(grantee, set()).update(privileges)
     return [], [], []
 
 

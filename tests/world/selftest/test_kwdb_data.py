@@ -228,3 +228,17 @@ def test_grants_are_held_as_kwdb_holds_them_and_read_from_information_schema() -
     assert [x for x in shown if x[1] == "q1"] == [("sales", "q1", "app", "INSERT"),
                                                   ("sales", "q1", "app", "SELECT")]
     assert ("pg_catalog", "pg_class", "public", "SELECT") in shown
+
+
+def test_import_users_parses_the_whole_file_first_and_an_unquoted_odd_name_fails_it() -> None:
+    """EXPORT USERS writes `CREATE USER <name>` unquoted (export.go:634-690); IMPORT USERS
+    parses every statement before running one (import_stmt.go:1573-1576): the odd name fails
+    the file with a syntax error, before any user is looked at or created."""
+    op = Operator()
+    t = loaded(op)
+    op.world.set_user(KEY, t, "ops-team.eu")
+    assert sql(op, t, 'EXPORT USERS TO SQL "nodelocal://1/u"').exit_code == 0
+    users = op.world.extern_files(KEY, "kw-0")["u/users.sql"].decode()
+    assert "CREATE USER ops-team.eu;" in users
+    failed = sql(op, t, 'IMPORT USERS SQL DATA ("nodelocal://1/u/users.sql")')
+    assert failed.exit_code == 1 and 'at or near "-": syntax error' in failed.stderr

