@@ -3,9 +3,9 @@
 Entry point of the console script. Exit codes: 0 success (or no difference), 1 differences found
 (`diff` only), 2 invalid input or a change the reconciler would refuse, with one
 `file:line: path: problem (fix)` line per mistake on stderr and nothing written. For `render`
-and `validate`, a source `-` reads standard input (once). The `kaiwu` console script starts in reconciler.cli, which runs
-`kaiwu reconcile` itself and hands every other subcommand here: the renderer imports nothing
-from the reconciler.
+and `validate`, a source `-` reads standard input (once). The `kaiwu` console script starts in
+reconciler.cli, which runs `kaiwu reconcile` itself and hands every other subcommand here: the
+renderer imports nothing from the reconciler.
 """
 
 from __future__ import annotations
