@@ -156,7 +156,11 @@ def test_ctrl_c_while_the_cluster_runs_stops_everything_and_removes_its_files(
         assert Path(kubeconfig[1]).is_relative_to(tmp_path)
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
+        # The teardown's own bounds add up to about 50 s before anything is slow (the
+        # reconciler 15 s, then killed and 5 s more; four control-plane processes 3 s each,
+        # then killed and 3 s more; the kubelets): 60 s was exceeded once in CI's world tier
+        # with the chaos soak on the other core. A hang still fails here.
+        rest, _ = proc.communicate(timeout=120)
         report("Ctrl-C -> demo exited", time.monotonic() - started)
     finally:
         if proc.poll() is None:
