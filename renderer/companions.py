@@ -10,7 +10,6 @@ changes beside the cluster's objects. The reconciler acts on them once they are 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +17,10 @@ from renderer import schema
 from renderer.cron import cron_problem
 from renderer.errors import Problem
 from renderer.loader import Document
+from renderer.semantics import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, MAX_NAMESPACE_LENGTH
 
 COMPANION_KINDS = (schema.BACKUP_KIND, schema.SCHEDULE_KIND)
 DEFAULT_NAMESPACE = "default"  # where kubectl applies an object that names none
-_DNS_1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")
-_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 @dataclass(frozen=True)
@@ -80,21 +77,16 @@ def read_companion(document: Document, content: dict[str, Any]
     if found:  # the fields below are read only from an object of the CRD's shape
         return None, found
     name, namespace = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not _DNS_1123_SUBDOMAIN.match(name) or len(name) > 253:
+    if not isinstance(name, str) or not DNS_1123_SUBDOMAIN.match(name) or len(name) > 253:
         found.append(problem(("metadata", "name"), f"{name!r} is not a valid {kind} name",
                              "use lower-case letters, digits, '-' and '.'"))
     if namespace is not None and not (isinstance(namespace, str)
-                                      and _DNS_1123_LABEL.match(namespace)
-                                      and len(namespace) <= 63):
+                                      and DNS_1123_LABEL.match(namespace)
+                                      and len(namespace) <= MAX_NAMESPACE_LENGTH):
         found.append(problem(("metadata", "namespace"), f"{namespace!r} is not a valid "
                              "namespace", "use lower-case letters, digits and '-'"))
-    cluster = content["spec"]["cluster"]["name"]
-    if not _DNS_1035_LABEL.match(cluster):
-        # It names a directory of `kaiwu render`'s output and of the backup's target: one
-        # path component, as a KaiwuCluster's name is.
-        found.append(problem(("spec", "cluster", "name"), f"{cluster!r} is not a valid "
-                             "cluster name", "use lower-case letters, digits and '-', "
-                             "starting with a letter"))
+    # spec.cluster.name, which names a directory of `kaiwu render`'s output and of the
+    # backup's target, has a cluster name's pattern in the CRD: checked above.
     schedule = content["spec"].get("schedule")
     if kind == schema.SCHEDULE_KIND and isinstance(schedule, str) and not found:
         reason = cron_problem(schedule)

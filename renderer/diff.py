@@ -90,12 +90,7 @@ def _blobs(repo: Path, revision: str, names: list[str]) -> list[tuple[str, str]]
     if not names:
         return []
     request = "".join(f"{revision}:{name}\n" for name in names).encode()
-    try:
-        result = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input=request,
-                                capture_output=True, check=False)
-    except FileNotFoundError as error:
-        raise RenderError([Problem("git", 0, "", "git is not installed",
-                                   "install git, or compare two directories")]) from error
+    result = _git_process(repo, ["cat-file", "--batch"], request)
     out, at, found = result.stdout, 0, []
     for name in names:
         end = out.find(b"\n", at)
@@ -144,22 +139,29 @@ def _repo_relative(path: str, top: Path) -> str:
                                    f"run kaiwu diff from inside {top}")]) from error
 
 
-def _git(repo: Path, *args: str) -> str:
+def _git_process(repo: Path, args: list[str], stdin: bytes = b""
+                 ) -> subprocess.CompletedProcess[bytes]:
+    """One git command in `repo`, its output as bytes, whatever its exit code."""
     try:
-        result = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                                text=True, check=False)
+        return subprocess.run(["git", "-C", str(repo), *args], input=stdin,
+                              capture_output=True, check=False)
     except FileNotFoundError as error:
         raise RenderError([Problem("git", 0, "", "git is not installed",
                                    "install git, or compare two directories")]) from error
-    if result.returncode != 0:
-        detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed"
-        if "not a git repository" in result.stderr or "cannot change to" in result.stderr:
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = _git_process(repo, list(args))
+    stderr = done.stderr.decode(errors="replace")
+    if done.returncode != 0:
+        detail = stderr.strip().splitlines()[-1] if stderr.strip() else "failed"
+        if "not a git repository" in stderr or "cannot change to" in stderr:
             raise RenderError([Problem(str(repo), 0, "", "is not a git repository",
                                        "run kaiwu diff inside the repository, name it with "
                                        "--repo DIR, or compare two directories")])
         raise RenderError([Problem(f"git {' '.join(args[:2])}", 0, "", detail,
                                    "check the revision name (e.g. origin/main) and the path")])
-    return result.stdout
+    return done.stdout.decode(errors="replace")
 
 
 def documents_in(path: Path, cache: ParseCache | None = None) -> list[Document]:

@@ -85,9 +85,6 @@ def name_problem(what: str, name: str) -> str:
     return ""
 
 
-_BARE_USER = re.compile(r"[a-z_][a-z0-9_$]*")
-
-
 def users_problem(names: Sequence[str]) -> str:
     """Why the cluster's users cannot be carried ("" when they can): KWDB's EXPORT USERS writes
     `CREATE USER <name>` with the name as it is, never quoted (kwbase/pkg/sql/export.go:
@@ -96,7 +93,7 @@ def users_problem(names: Sequence[str]) -> str:
     too) that is no bare identifier would make every restore of the backup fail at its users
     step. Reserved words (a user named `select`) are not recognised here."""
     bad = [name for name in names if name not in ("admin", "root")
-           and not _BARE_USER.fullmatch(name)]
+           and not _BARE_LOWER.fullmatch(name)]
     if not bad:
         return ""
     shown = ", ".join(json.dumps(name) for name in bad[:10])

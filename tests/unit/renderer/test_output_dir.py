@@ -186,3 +186,15 @@ def test_write_tree_refuses_before_writing_anything(tmp_path: Path) -> None:
     with pytest.raises(OutputDirectoryError):
         emit.write_tree([], out)
     assert siblings(out) == []
+
+
+@pytest.mark.parametrize("path", ["../escaped/kaiwubackup-x.yaml", "/etc/kaiwubackup-x.yaml",
+                                  "ns/./x.yaml", "ns//x.yaml"])
+def test_a_manifest_path_that_would_leave_the_output_is_refused_and_nothing_written(
+        tmp_path: Path, path: str) -> None:
+    out = tmp_path / "a" / "out"
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    with pytest.raises(OutputDirectoryError, match="not a plain path inside"):
+        emit.write_tree([emit.Manifest(path, obj)], out)
+    assert not out.exists() and not (tmp_path / "a" / "escaped").exists()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [], "nothing left behind"
