@@ -63,13 +63,13 @@ log = logging.getLogger(__name__)
 
 NOT_CARRIED = (
     "not carried (a restore cannot bring them back): passwords (EXPORT USERS writes none: set "
-    "them with ALTER USER ... WITH PASSWORD after a restore); foreign keys and comments (KWDB "
-    "exports them only WITH foreign_key, comment, not used yet: docs/backup.md)")
+    "them with ALTER USER ... WITH PASSWORD after a restore); comments (KWDB exports them only "
+    "WITH comment, not used: docs/backup.md)")
 """What every completed backup says it lacks, in its status message (kwbase/pkg/sql/
 export.go:76-111 lists EXPORT's options; EXPORT USERS, export.go:634-712, writes each user's
 CREATE USER with its options and role memberships, never a password). Privileges on
-databases, schemas and tables are carried by the plan (backup_plan.Grant) and granted again by
-the restore."""
+databases, schemas and tables, and foreign keys within a database, are carried by the plan
+(backup_plan.Grant, ForeignKey) and restored after each database's import."""
 EXTERN_DIR = f"{DATA_DIR}/extern"
 """The node's external-I/O directory: kwbase's default, <first store>/extern."""
 FAILED_FILE = "failed.json"
@@ -106,23 +106,36 @@ def _time(text: object) -> float:
 SLOT_SLACK_S = 86400.0
 
 
-def unread_privileges(manifest: Mapping[str, Any]) -> str:
-    """What a backup whose plan predates carried privileges lacks besides (its plan says
-    nothing of them: a restore grants nothing)."""
+def unread(manifest: Mapping[str, Any]) -> str:
+    """What a backup whose plan predates carried privileges or foreign keys lacks besides (its
+    plan says nothing of them: a restore brings none back)."""
     plan = manifest.get("plan")
-    if isinstance(plan, dict) and plan.get("privileges") is True:
+    plan = plan if isinstance(plan, dict) else {}
+    lacking = [what for key, what in (("privileges", "privileges on databases, schemas and "
+                                       "tables"), ("foreign_keys", "foreign keys"))
+               if plan.get(key) is not True]
+    if not lacking:
         return ""
-    return ("; nor privileges on databases, schemas and tables: this backup began before the "
-            "reconciler carried them")
+    return (f"; nor {' nor '.join(lacking)}: this backup began before the reconciler carried "
+            "them")
 
 
 def left_out_text(manifest: Mapping[str, Any]) -> str:
-    """What this backup left out because KWDB wrote it in a form no restore reads back."""
+    """What this backup left out: settings KWDB writes in a form no restore reads back, and
+    foreign keys onto another database."""
     left_out = [str(x) for x in manifest.get("leftOut") or ()]
-    if not left_out:
-        return ""
-    return (f"; left out, as KWDB writes them in a form it cannot read back (set them again "
-            f"after a restore): {', '.join(left_out)}")
+    plan = manifest.get("plan")
+    databases = plan.get("databases") if isinstance(plan, dict) else None
+    keys = [str(x) for db in (databases if isinstance(databases, list) else ())
+            if isinstance(db, dict) for x in db.get("left_out") or ()]
+    text = ""
+    if left_out:
+        text += (f"; left out, as KWDB writes them in a form it cannot read back (set them "
+                 f"again after a restore): {', '.join(left_out)}")
+    if keys:
+        text += (f"; left out, as a restore brings back one database at a time (add them "
+                 f"again after a restore): {'; '.join(keys)}")
+    return text
 
 
 def _slot(text: object) -> float | None:
@@ -418,7 +431,15 @@ class Backups:
                                                  admin.sql(chosen, on_tables).rows)
                 if refused:
                     raise BackupFailed("NotExportable", refused)
-                dbs.append(replace(db, grants=grants))
+                db = replace(db, grants=grants)
+                if engine == bp.RELATIONAL and tables:
+                    on_keys, on_columns = bp.foreign_keys_queries(db_name)
+                    keys, left_out, refused = bp.read_foreign_keys(
+                        db, admin.sql(chosen, on_keys).rows, admin.sql(chosen, on_columns).rows)
+                    if refused:
+                        raise BackupFailed("NotExportable", refused)
+                    db = replace(db, foreign_keys=keys, left_out=left_out)
+                dbs.append(db)
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
         except KwbaseError as err:
@@ -721,7 +742,7 @@ class Backups:
         self._patch_status(k.KAIWU_BACKUP, cluster.namespace, name, {
             "phase": "completed", "reason": None,
             "message": f"{manifest.get('files')} file(s) verified in {target.location}; "
-                       f"{NOT_CARRIED}{unread_privileges(manifest)}{left_out_text(manifest)}",
+                       f"{NOT_CARRIED}{unread(manifest)}{left_out_text(manifest)}",
             "startedAt": status.get("startedAt") or completed_at,
             "completedAt": completed_at,
             "consistentTo": manifest.get("consistentTo"),

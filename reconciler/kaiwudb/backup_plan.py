@@ -158,16 +158,70 @@ class Grant:
     privilege: str
 
 
+MATCH_OPTIONS = {"NONE": "", "FULL": " MATCH FULL"}
+"""information_schema.referential_constraints' match_option (information_schema.go:777-786)
+and how ADD CONSTRAINT writes it (MATCH SIMPLE is the default and is not written; MATCH
+PARTIAL cannot be created: parser/sql.y:6590-6609)."""
+REFERENCE_ACTIONS = ("NO ACTION", "RESTRICT", "SET NULL", "SET DEFAULT", "CASCADE")
+"""update_rule and delete_rule as referential_constraints shows them (information_schema.go:
+788-810), which are also the words ADD CONSTRAINT takes (parser/sql.y:6645-6670)."""
+
+
+@dataclass(frozen=True, order=True)
+class ForeignKey:
+    """A foreign key of a table of the database onto a table of the same database: what
+    `FOREIGN_KEYS_QUERY` and `KEY_COLUMNS_QUERY` read at the backup's start, and the restore
+    adds again after the database's IMPORT (`foreign_key_statement`). KWDB's own EXPORT ...
+    WITH foreign_key is not used: it names the referenced table's schema `public` whatever it
+    is (show_create_clauses.go:194, tree.MakeTableName), and its CREATE TABLE would reference
+    tables IMPORT has not made yet."""
+
+    schema: str
+    table: str
+    name: str
+    columns: tuple[str, ...]
+    ref_schema: str
+    ref_table: str
+    ref_columns: tuple[str, ...]
+    match: str = "NONE"  # NONE (MATCH SIMPLE) or FULL
+    on_update: str = "NO ACTION"
+    on_delete: str = "NO ACTION"
+
+    @property
+    def shown(self) -> str:
+        return (f"foreign key {json.dumps(self.name)} of "
+                f"{json.dumps(self.schema)}.{json.dumps(self.table)}")
+
+
 @dataclass(frozen=True)
 class DatabasePlan:
     """A database to back up: its engine (SHOW DATABASES engine_type), its tables of every
-    schema, as kwdb_internal.create_statements lists them (`DATABASE_OBJECTS_QUERY`), and the
-    privileges granted on it, its schemas and its tables."""
+    schema, as kwdb_internal.create_statements lists them (`DATABASE_OBJECTS_QUERY`), the
+    privileges granted on it, its schemas and its tables, its foreign keys, and what of it the
+    backup leaves out, each said in words (foreign keys onto another database)."""
 
     name: str
     engine: str  # RELATIONAL or TIME SERIES
     tables: tuple[TableRef, ...]
     grants: tuple[Grant, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+    left_out: tuple[str, ...] = ()
+
+    def foreign_key_problem(self, fk: ForeignKey) -> str:
+        """Why `fk` is not one the restore may add ("" when it is)."""
+        shown = f"database {json.dumps(self.name)}: {fk.shown}"
+        if (fk.schema, fk.table) not in self.tables or (
+                fk.ref_schema, fk.ref_table) not in self.tables:
+            return f"{shown} joins tables that are not the backup's"
+        if not fk.name or not fk.columns or len(fk.columns) != len(fk.ref_columns) or not all(
+                fk.columns + fk.ref_columns):
+            return f"{shown} has no name, or columns that do not pair up"
+        if fk.match not in MATCH_OPTIONS or fk.on_update not in REFERENCE_ACTIONS or \
+                fk.on_delete not in REFERENCE_ACTIONS:
+            return (f"{shown}: match {json.dumps(fk.match)}, on update "
+                    f"{json.dumps(fk.on_update)}, on delete {json.dumps(fk.on_delete)}: not "
+                    "what KWDB shows")
+        return ""
 
     def grant_problem(self, grant: Grant) -> str:
         """Why `grant` is not one the restore may replay ("" when it is)."""
@@ -278,6 +332,91 @@ def grant_statements(db: DatabasePlan) -> list[tuple[str, str]]:
     return found
 
 
+FOREIGN_KEYS_QUERY = (
+    "SELECT t.schema_name, t.name AS table_name, d.dependson_name AS constraint_name, "
+    "r.database_name AS referenced_database, r.schema_name AS referenced_schema, "
+    "r.name AS referenced_table, c.unique_constraint_name, c.match_option, c.update_rule, "
+    "c.delete_rule FROM {db}.kwdb_internal.backward_dependencies AS d "
+    "JOIN {db}.kwdb_internal.tables AS t ON t.table_id = d.descriptor_id "
+    "JOIN {db}.kwdb_internal.tables AS r ON r.table_id = d.dependson_id "
+    "JOIN {db}.information_schema.referential_constraints AS c ON c.constraint_schema = "
+    "t.schema_name AND c.table_name = t.name AND c.constraint_name = d.dependson_name "
+    "WHERE d.dependson_type = 'fk' ORDER BY 1, 2, 3")
+"""Every foreign key of the database's tables, with the referenced table's database and schema
+by descriptor id: backward_dependencies has a row per outbound foreign key (kwdb_internal.go:
+1924-1985: dependson_id is the referenced table, dependson_name the constraint), tables names
+every table with its database and schema (kwdb_internal.go:233-300). Not
+referential_constraints alone: it gives the referenced table's name without its schema or
+database (unique_constraint_schema is the referencing table's, information_schema.go:812-870)
+and not SHOW CREATE's text, which names every referenced table's schema `public`
+(show_create_clauses.go:194)."""
+KEY_COLUMNS_QUERY = (
+    "SELECT table_schema, table_name, constraint_name, column_name FROM {db}."
+    "information_schema.key_column_usage ORDER BY table_schema, table_name, constraint_name, "
+    "ordinal_position")
+"""The columns of every primary key, unique constraint and foreign key of the database, in
+order (information_schema.go:664-725). A foreign key's referenced columns are its referenced
+index's, in that index's order: KWDB finds that index by equal column lists in order
+(sqlbase/table.go:843-869, structured.go:109-119)."""
+
+
+def foreign_keys_queries(database: str) -> tuple[str, str]:
+    return (FOREIGN_KEYS_QUERY.format(db=quote_ident(database)),
+            KEY_COLUMNS_QUERY.format(db=quote_ident(database)))
+
+
+def read_foreign_keys(db: DatabasePlan, fk_rows: Sequence[Mapping[str, str]],
+                      column_rows: Sequence[Mapping[str, str]]
+                      ) -> tuple[tuple[ForeignKey, ...], tuple[str, ...], str]:
+    """The foreign keys of `db` from what `foreign_keys_queries` answered; what is left out
+    (a foreign key onto another database: the restore brings back one database at a time,
+    and the other may not be restored, or restored under its name); and why the database's
+    foreign keys cannot be carried ("" when they can)."""
+    columns: dict[tuple[str, str, str], list[str]] = {}
+    for row in column_rows:
+        key = (str(row.get("table_schema") or ""), str(row.get("table_name") or ""),
+               str(row.get("constraint_name") or ""))
+        columns.setdefault(key, []).append(str(row.get("column_name") or ""))
+    found, left_out = [], []
+    for row in fk_rows:
+        schema, table, name = (str(row.get(c) or "") for c in (
+            "schema_name", "table_name", "constraint_name"))
+        ref_db, ref_schema, ref_table = (str(row.get(c) or "") for c in (
+            "referenced_database", "referenced_schema", "referenced_table"))
+        fk = ForeignKey(
+            schema, table, name, tuple(columns.get((schema, table, name), ())), ref_schema,
+            ref_table, tuple(columns.get((ref_schema, ref_table,
+                                          str(row.get("unique_constraint_name") or "")), ())),
+            str(row.get("match_option") or ""), str(row.get("update_rule") or ""),
+            str(row.get("delete_rule") or ""))
+        if ref_db != db.name:
+            left_out.append(f"{fk.shown} in database {json.dumps(db.name)}, onto "
+                            f"{json.dumps(ref_db)}.{json.dumps(ref_schema)}."
+                            f"{json.dumps(ref_table)} in another database")
+            continue
+        found.append(fk)
+    keys = tuple(sorted(set(found)))
+    return keys, tuple(left_out), next((p for fk in keys if (p := db.foreign_key_problem(fk))),
+                                       "")
+
+
+def foreign_key_statement(db: DatabasePlan, fk: ForeignKey) -> str:
+    """ALTER TABLE ... ADD CONSTRAINT ... FOREIGN KEY as KWDB formats one (tree/create.go:
+    947-956, 992-1016), every name quoted and both tables named in full; adding it checks every row
+    (check.go:300-325), so a restore whose data breaks it fails, saying so."""
+    def table(schema: str, name: str) -> str:
+        return f"{quote_ident(db.name)}.{quote_ident(schema)}.{quote_ident(name)}"
+
+    def names(columns: tuple[str, ...]) -> str:
+        return ", ".join(quote_ident(c) for c in columns)
+
+    actions = "".join(f" ON {what} {action}" for what, action in (
+        ("DELETE", fk.on_delete), ("UPDATE", fk.on_update)) if action != "NO ACTION")
+    return (f"ALTER TABLE {table(fk.schema, fk.table)} ADD CONSTRAINT {quote_ident(fk.name)} "
+            f"FOREIGN KEY ({names(fk.columns)}) REFERENCES {table(fk.ref_schema, fk.ref_table)} "
+            f"({names(fk.ref_columns)}){MATCH_OPTIONS[fk.match]}{actions}")
+
+
 def split_objects(database: str, rows: Sequence[Mapping[str, str]]
                   ) -> tuple[tuple[TableRef, ...], str]:
     """The tables `objects_query` found, and why the database cannot be backed up ("" when it
@@ -335,6 +474,8 @@ class Plan:
     layout: int = LAYOUT
     # The grants were read (a plan written before privileges were carried has none to say).
     privileges: bool = True
+    # The foreign keys were read (likewise).
+    foreign_keys: bool = True
 
     def problem(self) -> str:
         """Why this plan cannot be carried out ("" when it can): a plan is read back from the
@@ -355,6 +496,8 @@ class Plan:
                 found = found or (f"grant on {grant.on}: {grant.on!r} is not one of "
                                   f"{', '.join(GRANT_ON)}" if grant.on not in GRANT_ON
                                   else db.grant_problem(grant))
+            for fk in db.foreign_keys:
+                found = found or db.foreign_key_problem(fk)
         return found
 
     @property
@@ -412,13 +555,28 @@ class Plan:
             dbs = tuple(DatabasePlan(str(d["name"]), str(d["engine"]),
                                      tuple((str(t[0]), str(t[1])) for t in d["tables"]),
                                      tuple(Grant(**{f.name: str(g[f.name]) for f in fields(Grant)})
-                                           for g in d.get("grants") or ()))
+                                           for g in d.get("grants") or ()),
+                                     tuple(_foreign_key(fk) for fk in d.get("foreign_keys") or ()),
+                                     tuple(str(x) for x in d.get("left_out") or ()))
                         for d in data["databases"])
             return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
                        int(data["node_id"]), str(data["consistent_to"]), dbs,
-                       int(data.get("layout") or 1), data.get("privileges") is True)
+                       int(data.get("layout") or 1), data.get("privileges") is True,
+                       data.get("foreign_keys") is True)
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{PLAN_FILE} is not a backup plan: {err}") from None
+
+
+def _foreign_key(raw: Mapping[str, Any]) -> ForeignKey:
+    """A foreign key as plan.json holds it (KeyError, TypeError when it does not)."""
+    if not isinstance(raw, Mapping) or isinstance(raw["columns"], str) or isinstance(
+            raw["ref_columns"], str):
+        raise TypeError("a foreign key is not an object with lists of columns")
+    return ForeignKey(
+        str(raw["schema"]), str(raw["table"]), str(raw["name"]),
+        tuple(str(c) for c in raw["columns"]), str(raw["ref_schema"]), str(raw["ref_table"]),
+        tuple(str(c) for c in raw["ref_columns"]), str(raw["match"]), str(raw["on_update"]),
+        str(raw["on_delete"]))
 
 
 def hlc_time(hlc: str) -> datetime:
@@ -704,13 +862,16 @@ def backup_problem(manifest: Mapping[str, Any], stored: Mapping[str, int],
 
 GRANTS_STEP = "grants "
 """The restore step that grants again what a database's users held, after its IMPORT."""
+FOREIGN_KEYS_STEP = "foreign keys "
+"""The restore step that adds a database's foreign keys again, after its IMPORT."""
 
 
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
     """(step id, statement) in the documented order: cluster settings, users, then each
-    database (`url`: where the backup's files are served), each followed by its grants when
-    it had any (`grants <db>`: its statements are `grant_statements` of the manifest's plan,
-    the text here only says so). The manifest is read from the target: a database's directory
+    database (`url`: where the backup's files are served), each followed by its foreign keys
+    and its grants when it had any (`foreign keys <db>`, `grants <db>`: their statements are
+    `foreign_key_statement` and `grant_statements` of the manifest's plan, the text here only
+    says so). The manifest is read from the target: a database's directory
     must be one of ours (d<i>), or, in a backup of layout 1, a name `name_problem` accepts;
     anything else is a ValueError naming it."""
     steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
@@ -718,8 +879,10 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
              ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
     plan = manifest.get("plan")
     planned = plan.get("databases") if isinstance(plan, dict) else None
-    granted = {str(d.get("name")) for d in planned if isinstance(d, dict) and d.get("grants")} \
-        if isinstance(planned, list) else set()
+    planned = planned if isinstance(planned, list) else []
+    granted = {str(d.get("name")) for d in planned if isinstance(d, dict) and d.get("grants")}
+    keyed = {str(d.get("name")) for d in planned if isinstance(d, dict)
+             and d.get("foreign_keys")}
     databases = manifest.get("databases") or []
     if not isinstance(databases, list) or not all(isinstance(db, dict) for db in databases):
         raise ValueError(f"{MANIFEST_FILE}: databases is not a list of databases")
@@ -731,6 +894,9 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
             raise ValueError(f"{MANIFEST_FILE}: database {json.dumps(name)} has directory "
                              f"{json.dumps(directory)}, which this reconciler does not read")
         steps.append((f"database {name}", f'IMPORT DATABASE CSV DATA ("{url}/{directory}")'))
+        if name in keyed:
+            steps.append((f"{FOREIGN_KEYS_STEP}{name}",
+                          f"ALTER TABLE ... ADD CONSTRAINT ... (the foreign keys {name} had)"))
         if name in granted:
             steps.append((f"{GRANTS_STEP}{name}", f"GRANT ... (the privileges {name} held)"))
     return steps

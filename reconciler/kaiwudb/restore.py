@@ -5,8 +5,10 @@ The Controller runs `Restore.run` after "failover" and before "backup"
 (reconciler.controller.controller), once the cluster is initialised. The order is KWDB's
 (kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup_plan.restore_statements):
 cluster settings, users, then each database of the backup's manifest, one IMPORT per pass,
-each followed by a pass that grants again what the database's users held (its GRANTs, from the
-backup's plan; KWDB's IMPORT brings no privileges back unless asked, and then loses some),
+each followed by a pass that adds its foreign keys again (IMPORT makes tables without them:
+the backup's schema export leaves them out) and one that grants again what the database's
+users held (its GRANTs; KWDB's IMPORT brings no privileges back unless asked, and then loses
+some), both from the backup's plan,
 each read over https from the reconciler's file server (reconciler.kaiwudb.restore_server),
 since IMPORT cannot read s3://. Before the first import KaiwuDB is made to trust the file
 server's CA (the cluster setting CUSTOM_CA; a database's import waits for it to spread), and
@@ -180,6 +182,13 @@ class Restore:
                 except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
                     self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
                     return
+            elif step.startswith(bp.FOREIGN_KEYS_STEP):
+                try:
+                    self.add_foreign_keys(admin, pod, manifest,
+                                          step.removeprefix(bp.FOREIGN_KEYS_STEP))
+                except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
+                    self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
+                    return
             elif step.startswith("database "):
                 running = self.import_database(cluster, admin, pod, manifest, step, stmt,
                                                str(record.get("begunAt") or ""))
@@ -210,6 +219,20 @@ class Restore:
         p.events.append(("Normal", "RestoreStep", f"KaiwuBackup/{name}: {step} imported"))
         self.waiting(p, f"restoring KaiwuBackup {name}: {len(done) + 1}/{len(steps)} imports "
                         f"done ({step})")
+
+    @staticmethod
+    def add_foreign_keys(admin: KwbaseAdmin, pod: str, manifest: dict[str, Any],
+                         database: str) -> None:
+        """Add the foreign keys `database` had that it lacks: read first, as KWDB refuses a
+        constraint whose name the table has (create_table.go:1140-1150), so a step run again
+        after a crash adds only what the first run did not."""
+        _, db = bp.manifest_database(manifest, database)
+        on_keys, _ = bp.foreign_keys_queries(database)
+        there = {(str(r.get("schema_name")), str(r.get("table_name")),
+                  str(r.get("constraint_name"))) for r in admin.sql(pod, on_keys).rows}
+        for fk in db.foreign_keys:
+            if (fk.schema, fk.table, fk.name) not in there:
+                admin.sql(pod, bp.foreign_key_statement(db, fk))
 
     def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
                         manifest: dict[str, Any], step: str, stmt: str, begun_at: str) -> str:

@@ -230,8 +230,11 @@ class BackupFileServer:
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """The inclusive (first, last) byte of a `Range: bytes=a-b` or `bytes=a-` header, clamped
     to the file; None to send the whole file (no header, or one this server does not read:
-    several ranges, suffix ranges); (0, -1) when the range starts past the end (416)."""
-    if not header or not header.startswith("bytes=") or "," in header:
+    several ranges, suffix ranges; and an empty file: KWDB reads a file whose size is 0 as the
+    range 0-0, kwbase/pkg/sql/importer/import_csv.go:96-101 and storage/cloud/http_storage.go:
+    286-303, and takes a 200, :437-443, where a 416 would fail the import of an empty table);
+    (0, -1) when the range starts past the end (416)."""
+    if not header or not header.startswith("bytes=") or "," in header or size == 0:
         return None
     first, sep, last = header[len("bytes="):].strip().partition("-")
     if not sep or not first.isdigit() or (last and not last.isdigit()):

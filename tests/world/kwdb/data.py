@@ -81,11 +81,28 @@ class SqlError(Exception):
         self.sqlstate = sqlstate
 
 
+@dataclass(frozen=True)
+class ForeignKeyDef:
+    """An outbound foreign key (sqlbase.ForeignKeyConstraint): the referencing columns, the
+    referenced table (by database, schema and name: the simulator's stand-in for its
+    descriptor id) and columns, the match type as information_schema shows it (NONE for MATCH
+    SIMPLE, FULL) and the actions (NO ACTION, RESTRICT, SET NULL, SET DEFAULT, CASCADE)."""
+
+    columns: tuple[str, ...]
+    ref: tuple[str, str, str]  # database, schema, table
+    ref_columns: tuple[str, ...]
+    match: str = "NONE"
+    on_update: str = "NO ACTION"
+    on_delete: str = "NO ACTION"
+
+
 @dataclass
 class Table:
     """A table, view or sequence of a schema (kind: kwdb_internal.create_statements'
     descriptor_type, kwbase/pkg/sql/kwdb_internal.go:1411-1440): a table's columns (name, type)
-    and rows, each (written at, values as text). Views and sequences hold no rows here."""
+    and rows, each (written at, values as text), its primary key and unique indexes (name ->
+    columns in order; "primary" is the primary key; none: the hidden rowid), its outbound
+    foreign keys by name. Views and sequences hold no rows here."""
 
     name: str
     columns: tuple[tuple[str, str], ...]
@@ -94,17 +111,31 @@ class Table:
     kind: str = "table"  # table, view, sequence
     # Grantee -> privileges beyond root's and admin's ALL (the descriptor's privileges).
     grants: dict[str, set[str]] = field(default_factory=dict)
+    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    foreign_keys: dict[str, ForeignKeyDef] = field(default_factory=dict)
 
     def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
         return [values for written, values in self.rows if t is None or written <= t]
 
+    def column_index(self, name: str) -> int:
+        names = [n for n, _ in self.columns]
+        if name not in names:
+            raise SqlError(f'column "{name}" does not exist', sqlstate="42703")
+        return names.index(name)
+
     def create_sql(self, db: str, engine: str) -> str:
         """The table's CREATE as KWDB formats it: names quoted where they need it
-        (kwbase/pkg/sql/lex/encode.go:164-170)."""
+        (kwbase/pkg/sql/lex/encode.go:164-170), its primary key and unique indexes, and no
+        foreign key: EXPORT without `foreign_key` omits them (kwbase/pkg/sql/export.go:
+        376-381, OmitFKClausesFromCreate). On one line here; KWDB's spans lines."""
         cols = ", ".join(f"{n} {ty}" for n, ty in self.columns)
         if engine == TIME_SERIES:
             return f"CREATE TABLE {quoted(db)}.{quoted(self.name)} ({cols}) TAGS (site INT4 " \
                    "NOT NULL) PRIMARY TAGS(site);"
+        for name, columns in self.keys.items():
+            listed = ", ".join(f"{quoted(c)} ASC" for c in columns)
+            cols += (f", CONSTRAINT {quoted(name)} PRIMARY KEY ({listed})" if name == "primary"
+                     else f", UNIQUE INDEX {quoted(name)} ({listed})")
         return f"CREATE TABLE {quoted(self.name)} ({cols});"
 
 
@@ -483,10 +514,18 @@ def _http_join(base: str, name: str) -> str:
                                     ""))
 
 
+def _http_read_file(url: str, ca: str) -> bytes:
+    """A whole file as ReadFile reads one: a GET without a range (http_storage.go:147-164,
+    270-273), as IMPORT reads meta.sql (importer/import_database_details.go:50, 320), users.sql
+    and clustersetting.sql (import_stmt.go:1518-1560)."""
+    return _http(url, ca, "GET")[2]
+
+
 def _http_get(url: str, ca: str) -> bytes:
-    """A whole file as IMPORT reads one: HEAD for its size (Size, http_storage.go:365-379;
+    """A whole data file as IMPORT reads one: HEAD for its size (Size, http_storage.go:365-379;
     importer/import_csv.go:96), then the bytes by range (Seek, :286-303; import_csv.go:244).
-    A size it cannot learn makes IMPORT read the range 0-0 (import_csv.go:97-101)."""
+    A size of 0, or one it cannot learn, makes IMPORT read the range 0-0
+    (import_csv.go:97-101)."""
     try:
         _, head, _ = _http(url, ca, "HEAD")
         size = int(head.get("Content-Length", "-1"))
@@ -518,13 +557,14 @@ def _http_tree(url: str, ca: str) -> dict[str, bytes]:
             for sub, data in _http_tree(_http_join(url, link[:-1]), ca).items():
                 found[_join(link, sub)] = data
         else:
-            found[link] = _http_get(_http_join(url, link), ca)
+            read = _http_read_file if link == "meta.sql" else _http_get
+            found[link] = read(_http_join(url, link), ca)
     return found
 
 
 def _read(s: Session, url: str) -> bytes:
     if url.startswith(("http://", "https://")):
-        return _http_get(url, custom_ca(s))
+        return _http_read_file(url, custom_ca(s))
     disk, path = _nodelocal(url, s, writing=False)
     if path not in disk:
         raise SqlError(f"open {EXTERN}/{path}: no such file or directory")
@@ -541,6 +581,7 @@ _SET_SETTING = re.compile(r"SET CLUSTER SETTING (\S+) = '((?:[^']|'')*)'")
 _CREATE_USER = re.compile(r"CREATE USER ([a-z_][a-z0-9_$]*)(?: WITH (.*))?;")
 _CREATE_TABLE = re.compile(r"CREATE TABLE (?:" + IDENT + r"\.)?(" + IDENT + r") \((.*?)\)"
                            r"(?: TAGS .*)?;")
+_CREATE_RELATIONAL_TABLE = re.compile(r"CREATE TABLE (" + IDENT + r") \((.*)\);")
 
 
 def import_settings(s: Session, url: str) -> Result:
@@ -617,12 +658,27 @@ def import_users(s: Session, url: str) -> Result:
     return IMPORT_HEADERS, [_job_row(s, len(found), 0)], []
 
 
-def _columns(text: str) -> tuple[tuple[str, str], ...]:
-    cols = []
-    for item in text.split(","):
-        name, _, ty = item.strip().partition(" ")
-        cols.append((name, ty))
-    return tuple(cols)
+_KEY_DEF = re.compile(r"(?:CONSTRAINT (" + IDENT + r") PRIMARY KEY|UNIQUE INDEX (" + IDENT
+                      + r")) \((.*)\)")
+
+
+def _table_body(text: str) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
+    """The columns and keys of a CREATE TABLE's body as `Table.create_sql` writes it."""
+    cols, keys, depth, item = [], {}, 0, ""
+    for c in text + ",":
+        depth += (c == "(") - (c == ")")
+        if c == "," and depth == 0:
+            part, item = item.strip(), ""
+            km = _KEY_DEF.fullmatch(part)
+            if km is not None:
+                keys[ident(km.group(1) or km.group(2))] = tuple(
+                    ident(col.strip().removesuffix(" ASC")) for col in km.group(3).split(","))
+            else:
+                name, _, ty = part.partition(" ")
+                cols.append((name, ty))
+            continue
+        item += c
+    return tuple(cols), keys
 
 
 def import_database(s: Session, url: str) -> Result:
@@ -645,7 +701,7 @@ def import_database(s: Session, url: str) -> Result:
         for line in meta.decode().splitlines()[1:]:
             tm = _CREATE_TABLE.fullmatch(line.strip())
             if tm is not None:
-                found = Table(ident(tm.group(1)), _columns(tm.group(2)))
+                found = Table(ident(tm.group(1)), _table_body(tm.group(2))[0])
                 db.tables[("public", found.name)] = found
         locations = {key: _join(path, key[1]) for key in db.tables}
     else:
@@ -661,12 +717,13 @@ def import_database(s: Session, url: str) -> Result:
                             if p.startswith(sprefix) and "/" in p[len(sprefix):]})
             for each in names:
                 tmeta = disk.get(_join(sprefix, each, "meta.sql"), b"").decode().strip()
-                tm = _CREATE_TABLE.fullmatch(tmeta)
+                tm = _CREATE_RELATIONAL_TABLE.fullmatch(tmeta)
                 if tm is None:
                     raise SqlError("expected CREATE TABLE statement in database file")
                 table_name = ident(tm.group(1))  # the name is in meta.sql; the folder is any
-                db.tables[(schema, table_name)] = Table(table_name, _columns(tm.group(2)),
-                                                        schema=schema)
+                columns, keys = _table_body(tm.group(2))
+                db.tables[(schema, table_name)] = Table(table_name, columns, schema=schema,
+                                                        keys=keys)
                 locations[(schema, table_name)] = _join(sprefix, each)
     total = rejected = 0
     for key, location in sorted(locations.items()):
@@ -835,6 +892,120 @@ def _table_privileges(s: Session, m: re.Match[str]) -> Result:
             for user, priv in shown_privileges(t.grants) if user not in ("admin", "root")]
     rows += [[schema, name, "public", "SELECT"] for schema, name in VIRTUAL_TABLES]
     return ["table_schema", "table_name", "grantee", "privilege_type"], sorted(rows), []
+
+
+_NAMES = r"(?P<{0}>" + IDENT + r"(?:, ?" + IDENT + r")*)"
+_ACTION = r"(NO ACTION|RESTRICT|SET NULL|SET DEFAULT|CASCADE)"
+
+
+def _table_of(s: Session, qualified: str) -> tuple[tuple[str, str, str], Table]:
+    """A table named `db.schema.table` (the only form the reconciler writes), or its error
+    (kwbase/pkg/sql/resolver.go: relation "..." does not exist)."""
+    parts = [ident(p) for p in re.findall(IDENT, qualified)]
+    if len(parts) != 3:
+        raise SqlError(f"kwdb-sim: table {qualified} is not named db.schema.table")
+    db = _database(s, parts[0])
+    table = db.tables.get((parts[1], parts[2]))
+    if table is None or table.kind != "table":
+        raise SqlError(f'relation "{qualified}" does not exist', sqlstate="42P01")
+    return (parts[0], parts[1], parts[2]), table
+
+
+@_pattern(r"alter table (?P<table>" + _QUALIFIED + r") add constraint (?P<name>" + IDENT
+          + r") foreign key \(" + _NAMES.format("cols") + r"\) references (?P<ref>" + _QUALIFIED
+          + r") \(" + _NAMES.format("refcols") + r"\)(?P<full> match full)?"
+          + r"(?: on delete " + _ACTION.replace("(", "(?P<delete>", 1) + r")?"
+          + r"(?: on update " + _ACTION.replace("(", "(?P<update>", 1) + r")?")
+def _add_foreign_key(s: Session, m: re.Match[str]) -> Result:
+    """ALTER TABLE t ADD CONSTRAINT name FOREIGN KEY (cols) REFERENCES r (cols) [MATCH FULL]
+    [ON DELETE a] [ON UPDATE a], as ResolveFK checks it (kwbase/pkg/sql/create_table.go:
+    1018-1218): the columns exist and pair up, the name is the table's only constraint of
+    that name, the referenced columns are a unique index's in its order (sqlbase/table.go:
+    843-869), then every row is checked (check.go:300-325: a row whose columns are all set
+    needs a match; MATCH FULL also refuses some set and some NULL; NULL is the empty text
+    here)."""
+    _, table = _table_of(s, m.group("table"))
+    ref_where, ref = _table_of(s, m.group("ref"))
+    name = ident(m.group("name"))
+    cols = tuple(ident(c) for c in re.findall(IDENT, m.group("cols")))
+    ref_cols = tuple(ident(c) for c in re.findall(IDENT, m.group("refcols")))
+    at = [table.column_index(c) for c in cols]
+    ref_at = [ref.column_index(c) for c in ref_cols]
+    if len(cols) != len(ref_cols):
+        raise SqlError(f"{len(cols)} columns must reference exactly {len(cols)} columns in "
+                       f"referenced table (found {len(ref_cols)})", sqlstate="42601")
+    if name in table.keys or name in table.foreign_keys:
+        raise SqlError(f'duplicate constraint name: "{name}"', sqlstate="42710")
+    if ref_cols not in ref.keys.values():
+        raise SqlError("there is no unique constraint matching given keys for referenced "
+                       f"table {ref.name}", sqlstate="23503")
+    full = m.group("full") is not None
+    present = {tuple(row[i] for i in ref_at) for row in ref.rows_at(None)}
+    for row in table.rows_at(None):
+        values = tuple(row[i] for i in at)
+        if full and any(values) and not all(values):
+            raise SqlError("foreign key violation: MATCH FULL does not allow mixing of null "
+                           f"and nonnull values {values} for {name}", sqlstate="23503")
+        if all(values) and values not in present:
+            shown = ", ".join(f"{c}={v}" for c, v in zip(cols, values, strict=True))
+            raise SqlError(f'foreign key violation: "{table.name}" row {shown} has no match in '
+                           f'"{ref.name}"', sqlstate="23503")
+    table.foreign_keys[name] = ForeignKeyDef(
+        cols, ref_where, ref_cols, "FULL" if full else "NONE",
+        (m.group("update") or "NO ACTION").upper(), (m.group("delete") or "NO ACTION").upper())
+    return [], [], []
+
+
+FOREIGN_KEY_HEADERS = ["schema_name", "table_name", "constraint_name", "referenced_database",
+                       "referenced_schema", "referenced_table", "unique_constraint_name",
+                       "match_option", "update_rule", "delete_rule"]
+
+
+@_pattern(r"select t\.schema_name, t\.name as table_name, d\.dependson_name as constraint_name, "
+          r"r\.database_name as referenced_database, r\.schema_name as referenced_schema, "
+          r"r\.name as referenced_table, c\.unique_constraint_name, c\.match_option, "
+          r"c\.update_rule, c\.delete_rule from (?P<db>" + IDENT + r")\.kwdb_internal\."
+          r"backward_dependencies as d join (?P=db)\.kwdb_internal\.tables as t on t\.table_id "
+          r"= d\.descriptor_id join (?P=db)\.kwdb_internal\.tables as r on r\.table_id = "
+          r"d\.dependson_id join (?P=db)\.information_schema\.referential_constraints as c on "
+          r"c\.constraint_schema = t\.schema_name and c\.table_name = t\.name and "
+          r"c\.constraint_name = d\.dependson_name where d\.dependson_type = 'fk' "
+          r"order by 1, 2, 3")
+def _foreign_keys(s: Session, m: re.Match[str]) -> Result:
+    """One row per outbound foreign key of the database's tables: backward_dependencies'
+    `fk` rows (kwdb_internal.go:1924-1985) joined by descriptor id to kwdb_internal.tables
+    (:233-300, every database's) for both tables, and to referential_constraints
+    (information_schema.go:812-870) for the referenced index's name, the match type and the
+    rules. The referenced index is the first unique one with the referenced columns in order,
+    the primary key first (sqlbase/table.go:849-869)."""
+    db = _database(s, ident(m.group("db")))
+    rows = []
+    for table in db.of_kind("table"):
+        for name, fk in table.foreign_keys.items():
+            ref_db = s.data.databases.get(fk.ref[0])
+            ref = ref_db.tables.get(fk.ref[1:]) if ref_db is not None else None
+            if ref is None:
+                continue  # dropped with its references in KWDB; not modelled
+            index = next(n for n, cols in sorted(ref.keys.items(), key=lambda kv: (
+                kv[0] != "primary", kv[0])) if cols == fk.ref_columns)
+            rows.append([table.schema, table.name, name, *fk.ref, index, fk.match,
+                         fk.on_update, fk.on_delete])
+    return FOREIGN_KEY_HEADERS, sorted(rows), []
+
+
+@_pattern(r"select table_schema, table_name, constraint_name, column_name from (?P<db>" + IDENT
+          + r")\.information_schema\.key_column_usage order by table_schema, table_name, "
+          r"constraint_name, ordinal_position")
+def _key_columns(s: Session, m: re.Match[str]) -> Result:
+    """information_schema.key_column_usage (information_schema.go:664-725): the columns of
+    every primary key (not the hidden rowid's), unique index and foreign key, in order."""
+    db = _database(s, ident(m.group("db")))
+    rows = []
+    for table in db.of_kind("table"):
+        named = {**table.keys, **{n: fk.columns for n, fk in table.foreign_keys.items()}}
+        for name, columns in sorted(named.items()):
+            rows += [[table.schema, table.name, name, column] for column in columns]
+    return ["table_schema", "table_name", "constraint_name", "column_name"], rows, []
 
 
 # Settings SHOW CLUSTER SETTING knows without a row in system.settings, with their defaults

@@ -346,8 +346,9 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
 
 def _tag(stmt: str) -> str:
     """A statement's tag as tree's StatementTag gives it for those modelled: its first word
-    (EXPORT, GRANT, ...)."""
-    return stmt.split(None, 1)[0].upper()
+    (EXPORT, GRANT, ...), ALTER TABLE's two (kwbase/pkg/sql/sem/tree/stmt.go:232)."""
+    words = stmt.upper().split(None, 2)
+    return " ".join(words[:2]) if words[:2] == ["ALTER", "TABLE"] else words[0]
 
 
 def _squash(stmt: str) -> str:

@@ -656,9 +656,11 @@ class KwdbWorld:
         rows: Sequence[Sequence[str]],
         time_series: bool = False,
         schema: str = "public",
+        keys: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Create the database and table when missing and write rows now (an application's
-        INSERTs; SQL DDL/DML is not modelled)."""
+        INSERTs; SQL DDL/DML is not modelled). keys: the new table's primary key ("primary")
+        and unique indexes, name -> columns (none: KWDB's hidden rowid)."""
         with self._lock:
             group, data = self._data(cluster, now)
             engine = TIME_SERIES if time_series else RELATIONAL
@@ -666,7 +668,8 @@ class KwdbWorld:
             if db.engine != engine:
                 raise ValueError(f"database {database} is {db.engine}, not {engine}")
             t = db.tables.get((schema, table)) or db.add_table(
-                Table(table, tuple(columns), schema=schema))
+                Table(table, tuple(columns), schema=schema,
+                      keys={k: tuple(v) for k, v in (keys or {}).items()}))
             t.rows.extend((group.clock, tuple(str(v) for v in row)) for row in rows)
 
     def create_database(self, cluster: ClusterKey, now: float, name: str,
@@ -690,11 +693,19 @@ class KwdbWorld:
     def grant(self, cluster: ClusterKey, now: float, text: str, database: str = "") -> None:
         """GRANT ... ON DATABASE | SCHEMA | TABLE ... TO ..., as a user types it (data.py
         `_grant`; a schema is named in `database`)."""
+        if not text.lower().startswith("grant "):
+            raise ValueError(f"not a GRANT: {text}")
+        self.execute(cluster, now, text, database)
+
+    def execute(self, cluster: ClusterKey, now: float, text: str, database: str = "") -> None:
+        """A statement the simulated SQL knows (data.py), as a user types it, run in
+        `database`: a GRANT, ALTER TABLE ... ADD CONSTRAINT ... FOREIGN KEY; its SqlError
+        when KWDB would refuse it."""
         with self._lock:
             data = self._data(cluster, now)[1]
             session = Session(data, now, self.settings.epoch_unix_s, 0, lambda _: None, database)
-            if not text.lower().startswith("grant ") or statement(session, text) is None:
-                raise ValueError(f"not a GRANT the simulator knows: {text}")
+            if statement(session, text) is None:
+                raise ValueError(f"not a statement the simulator knows: {text}")
 
     def set_user(self, cluster: ClusterKey, now: float, name: str, options: str = "") -> None:
         """CREATE USER name [WITH options]."""
@@ -742,7 +753,7 @@ class KwdbWorld:
 
     def contents(self, cluster: ClusterKey, now: float) -> dict[str, object]:
         """What a person compares after a restore: databases with their engine and each
-        table's rows (sorted), users, cluster settings."""
+        table's rows (sorted), users, cluster settings, grants, foreign keys."""
         with self._lock:
             _, data = self._data(cluster, now)
             return {
@@ -756,6 +767,9 @@ class KwdbWorld:
                 "users": dict(data.users),
                 "settings": dict(data.settings),
                 "grants": {db.name: _grants_of(db) for db in data.databases.values()},
+                "foreign_keys": {db.name: sorted(
+                    (t.schema, t.name, name, fk) for t in db.tables.values()
+                    for name, fk in t.foreign_keys.items()) for db in data.databases.values()},
             }
 
     def removed_outside_extern(self, cluster: ClusterKey) -> list[str]:

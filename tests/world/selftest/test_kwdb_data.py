@@ -242,3 +242,57 @@ def test_import_users_parses_the_whole_file_first_and_an_unquoted_odd_name_fails
     assert "CREATE USER ops-team.eu;" in users
     failed = sql(op, t, 'IMPORT USERS SQL DATA ("nodelocal://1/u/users.sql")')
     assert failed.exit_code == 1 and 'at or near "-": syntax error' in failed.stderr
+
+
+FOREIGN_KEYS = (
+    "SELECT t.schema_name, t.name AS table_name, d.dependson_name AS constraint_name, "
+    "r.database_name AS referenced_database, r.schema_name AS referenced_schema, "
+    "r.name AS referenced_table, c.unique_constraint_name, c.match_option, c.update_rule, "
+    "c.delete_rule FROM shop.kwdb_internal.backward_dependencies AS d "
+    "JOIN shop.kwdb_internal.tables AS t ON t.table_id = d.descriptor_id "
+    "JOIN shop.kwdb_internal.tables AS r ON r.table_id = d.dependson_id "
+    "JOIN shop.information_schema.referential_constraints AS c ON c.constraint_schema = "
+    "t.schema_name AND c.table_name = t.name AND c.constraint_name = d.dependson_name "
+    "WHERE d.dependson_type = 'fk' ORDER BY 1, 2, 3")
+
+
+def test_a_foreign_key_is_added_as_resolvefk_checks_it_and_read_by_descriptor() -> None:
+    """ADD CONSTRAINT ... FOREIGN KEY (create_table.go:1018-1218): the referenced columns must
+    be a unique index's in its order (sqlbase/table.go:843-869), the name new on the table,
+    every row matched (check.go:280-325; MATCH FULL refuses mixed NULLs). The keys read back
+    with the referenced table's own schema (kwdb_internal.go:1924-1985), and the columns
+    from key_column_usage in order (information_schema.go:664-725)."""
+    op = Operator()
+    t = loaded(op)
+    op.world.load(KEY, t, database="shop", schema="cat", table="items",
+                  keys={"primary": ["sku", "size"]}, columns=[("sku", "STRING"),
+                  ("size", "STRING")], rows=[("tea", "S")])
+    op.world.load(KEY, t, database="shop", table="lines", keys={"primary": ["id"]},
+                  columns=[("id", "INT8"), ("sku", "STRING"), ("size", "STRING")],
+                  rows=[("1", "tea", "S"), ("2", "", "")])
+    reversed_order = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY "
+                                "(size, sku) REFERENCES shop.cat.items (size, sku)")
+    assert "there is no unique constraint matching given keys for referenced table items" \
+        in reversed_order.stderr
+    added = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY (sku, size) "
+                       "REFERENCES shop.cat.items (sku, size) ON DELETE CASCADE")
+    assert (added.exit_code, added.stdout) == (0, "ALTER TABLE\n"), added.stderr
+    again = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY (sku, size) "
+                       "REFERENCES shop.cat.items (sku, size)")
+    assert 'duplicate constraint name: "k"' in again.stderr
+    op.world.load(KEY, t, database="shop", table="lines", columns=(), rows=[("3", "salt", "S")])
+    unmatched = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k2 FOREIGN KEY (sku, "
+                           "size) REFERENCES shop.cat.items (sku, size)")
+    assert 'foreign key violation: "lines" row sku=salt, size=S has no match in "items"' \
+        in unmatched.stderr
+    assert table(sql(op, t, FOREIGN_KEYS)) == [{
+        "schema_name": "public", "table_name": "lines", "constraint_name": "k",
+        "referenced_database": "shop", "referenced_schema": "cat", "referenced_table": "items",
+        "unique_constraint_name": "primary", "match_option": "NONE",
+        "update_rule": "NO ACTION", "delete_rule": "CASCADE"}]
+    columns = table(sql(op, t, "SELECT table_schema, table_name, constraint_name, column_name "
+                               "FROM shop.information_schema.key_column_usage ORDER BY "
+                               "table_schema, table_name, constraint_name, ordinal_position"))
+    assert [(r["table_name"], r["constraint_name"], r["column_name"]) for r in columns] == [
+        ("items", "primary", "sku"), ("items", "primary", "size"), ("lines", "k", "sku"),
+        ("lines", "k", "size"), ("lines", "primary", "id")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -379,12 +380,85 @@ def test_a_manifest_of_the_wrong_shape_is_a_value_error_never_a_crash(
     assert [s for s, _ in steps] == ["settings", "users", "database shop"], "no grants step"
 
 
-def test_a_plan_written_before_privileges_were_carried_says_it_lacks_them() -> None:
-    from reconciler.kaiwudb.backup import unread_privileges
+def test_a_plan_written_before_privileges_or_foreign_keys_were_carried_says_it_lacks_them(
+        ) -> None:
+    from reconciler.kaiwudb.backup import unread
 
     raw = json.loads(PLAN.to_json())
-    assert raw["privileges"] is True and unread_privileges({"plan": raw}) == ""
-    del raw["privileges"]  # as an earlier reconciler wrote it
+    assert raw["privileges"] is True and raw["foreign_keys"] is True
+    assert unread({"plan": raw}) == ""
+    del raw["foreign_keys"]  # as the reconciler before this one wrote it
+    assert unread({"plan": raw}) == ("; nor foreign keys: this backup began before the "
+                                     "reconciler carried them")
+    del raw["privileges"]  # as an earlier one wrote it
     older = bp.Plan.from_json(json.dumps(raw).encode())
-    assert older.privileges is False and older.problem() == ""
-    assert "nor privileges" in unread_privileges({"plan": raw})
+    assert older.privileges is False and older.foreign_keys is False and older.problem() == ""
+    assert "nor privileges on databases, schemas and tables nor foreign keys" in unread(
+        {"plan": raw})
+
+
+ORDERS_FK = bp.ForeignKey("public", "orders", "Item of", ("sku", "size"), "Sales", 'q1"; --',
+                          ("sku", "size"), "FULL", "SET NULL", "NO ACTION")
+
+
+def test_foreign_keys_are_read_with_their_referenced_tables_schema_and_columns_in_order(
+        ) -> None:
+    """backward_dependencies gives the referenced table by descriptor id, so its schema and
+    database; key_column_usage the referencing columns and the referenced index's, in
+    order. A key onto another database is left out, said in words."""
+    fk_rows = [
+        {"schema_name": "public", "table_name": "orders", "constraint_name": "Item of",
+         "referenced_database": "shop", "referenced_schema": "Sales",
+         "referenced_table": 'q1"; --', "unique_constraint_name": "primary",
+         "match_option": "FULL", "update_rule": "SET NULL", "delete_rule": "NO ACTION"},
+        {"schema_name": "public", "table_name": "orders", "constraint_name": "fk_person",
+         "referenced_database": "crm", "referenced_schema": "public",
+         "referenced_table": "people", "unique_constraint_name": "primary",
+         "match_option": "NONE", "update_rule": "NO ACTION", "delete_rule": "CASCADE"}]
+    column_rows = [
+        {"table_schema": "Sales", "table_name": 'q1"; --', "constraint_name": "primary",
+         "column_name": c} for c in ("sku", "size")] + [
+        {"table_schema": "public", "table_name": "orders", "constraint_name": "Item of",
+         "column_name": c} for c in ("sku", "size")] + [
+        {"table_schema": "public", "table_name": "orders", "constraint_name": "fk_person",
+         "column_name": "customer"}]
+    keys, left_out, problem = bp.read_foreign_keys(SHOP, fk_rows, column_rows)
+    assert (keys, problem) == ((ORDERS_FK,), "")
+    assert left_out == ('foreign key "fk_person" of "public"."orders" in database "shop", '
+                        'onto "crm"."public"."people" in another database',)
+
+
+def test_a_foreign_key_is_added_again_with_every_name_quoted_and_both_tables_in_full(
+        ) -> None:
+    db = replace(SHOP, foreign_keys=(ORDERS_FK,))
+    statement = bp.foreign_key_statement(db, ORDERS_FK)
+    assert statement == (
+        'ALTER TABLE "shop"."public"."orders" ADD CONSTRAINT "Item of" FOREIGN KEY ("sku", '
+        '"size") REFERENCES "shop"."Sales"."q1""; --" ("sku", "size") MATCH FULL ON UPDATE '
+        "SET NULL")
+    assert kwbase.statement_problem(statement) == ""
+    cascade = replace(ORDERS_FK, match="NONE", on_update="NO ACTION", on_delete="CASCADE")
+    assert bp.foreign_key_statement(db, cascade).endswith('("sku", "size") ON DELETE CASCADE')
+    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
+    assert bp.Plan.from_json(plan.to_json()) == plan
+    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
+                                   "plan": json.loads(plan.to_json())}, "http://x")
+    assert [s for s, _ in steps] == ["settings", "users", "database shop", "foreign keys shop"]
+
+
+@pytest.mark.parametrize(("fk", "wanted"), [
+    (replace(ORDERS_FK, ref_table="elsewhere"), "joins tables that are not the backup's"),
+    (replace(ORDERS_FK, ref_columns=("sku",)), "columns that do not pair up"),
+    (replace(ORDERS_FK, columns=()), "columns that do not pair up"),
+    (replace(ORDERS_FK, name=""), "has no name"),
+    (replace(ORDERS_FK, match="PARTIAL"), "not what KWDB shows"),
+    (replace(ORDERS_FK, on_delete="DROP TABLE x"), "not what KWDB shows"),
+])
+def test_a_foreign_key_read_back_from_a_target_is_added_only_when_it_is_one_of_the_backups(
+        fk: bp.ForeignKey, wanted: str) -> None:
+    raw = json.loads(bp.Plan("b", "u1", "dev-0", 1, "1.0", (
+        replace(SHOP, foreign_keys=(fk,)),)).to_json())
+    assert wanted in bp.Plan.from_json(json.dumps(raw).encode()).problem()
+    raw["databases"][0]["foreign_keys"][0]["columns"] = "sku"
+    with pytest.raises(ValueError, match="not a backup plan"):
+        bp.Plan.from_json(json.dumps(raw).encode())
