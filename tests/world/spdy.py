@@ -60,6 +60,8 @@ FLAG_UNIDIRECTIONAL = 0x02  # SYN_STREAM
 PROTOCOL_ERROR = 1
 CANCEL = 5
 GOAWAY_OK = 0
+CLOSE_WAIT_S = 10.0
+"""How long a closing session reads on, waiting for the client to end the connection."""
 
 MAX_DATA_LENGTH = (1 << 24) - 1  # spdy/types.go:52
 MAX_STREAM_ID = 0x7FFFFFFF
@@ -390,15 +392,29 @@ class ServerSession:
     async def close(self) -> None:
         """httpstream/spdy connection.Close (connection.go:102-117): reset every stream, then
         spdystream's Close sends GOAWAY naming the last stream received (spdystream
-        connection.go:766-792), and its shutdown, with no stream left, closes the socket."""
+        connection.go:766-792), and its shutdown closes the socket while Serve goes on reading.
+
+        The read loop runs until the client has gone (its GOAWAY or end of file, at most
+        CLOSE_WAIT_S): a socket closed with the client's last frames unread (the stdin of
+        `kubectl exec -i`, still arriving) answers them with a TCP reset, which can discard
+        the output and status sent just before, and kubectl then reports a success with no
+        output (an empty error stream is a success: remotecommand v4's error decoder). This
+        side's FIN goes first, so the client reads everything and ends the connection."""
         for stream_id in self._order:
             await self.reset(stream_id)
         last_good = self._next_remote_id - 2 if self._next_remote_id > 2 else 0
         self._send(GoAway(last_good, GOAWAY_OK))
         await self._drain()
         self._writable = False
-        self._writer.close()
-        self._reading.cancel()
+        try:
+            if self._writer.can_write_eof() and not self._writer.is_closing():
+                self._writer.write_eof()
+            await asyncio.wait_for(asyncio.shield(self._reading), CLOSE_WAIT_S)
+        except (TimeoutError, OSError):
+            pass
+        finally:
+            self._writer.close()
+            self._reading.cancel()
 
     # ---- internals ----
 

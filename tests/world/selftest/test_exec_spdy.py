@@ -67,7 +67,7 @@ class Answer:
     body: bytes = b""
     frames: list[spdy.Frame] = field(default_factory=list)
     streams: dict[str, int] = field(default_factory=dict)  # stream type -> id
-    closed: bool = False  # the server ended the connection (end of file)
+    closed: bool = False  # the server ended the connection (GOAWAY or end of file)
 
     def header(self, name: str) -> list[str]:
         return [v for k, v in self.headers if k.lower() == name.lower()]
@@ -149,8 +149,12 @@ class SpdyClient:
                 return stream_id
 
     def read_to_end(self) -> None:
-        while self.receive() is not None:
-            pass
+        """Every frame until the server hangs up or goes away; then the client closes, as
+        client-go's executor closes its connection once the exec has ended."""
+        while (frame := self.receive()) is not None:
+            if isinstance(frame, spdy.GoAway):
+                self.eof = True
+                break
         self.sock.close()
 
 
@@ -329,7 +333,8 @@ def test_v4_success_output_status_and_the_kubelets_closing_frames(kubelet: Kubel
     assert answer.data("stdout") == b"pod-a\n" and answer.data("stderr") == b""
     assert answer.exit_status() == {"metadata": {}, "status": "Success"}
     # Each stream was answered with an empty SYN_REPLY; at the end every stream is reset, in
-    # the order opened, then GOAWAY names the last stream, then the socket closes.
+    # the order opened, then GOAWAY names the last stream (the server then reads on until
+    # the client has closed: spdy.ServerSession.close).
     replies = [f for f in answer.frames if isinstance(f, spdy.SynReply)]
     assert replies == [spdy.SynReply(i, {}) for i in (1, 3, 5)]
     assert end_frames(answer) == [spdy.RstStream(1, spdy.CANCEL), spdy.RstStream(3, spdy.CANCEL),
