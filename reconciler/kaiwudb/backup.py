@@ -122,7 +122,8 @@ def unread(manifest: Mapping[str, Any]) -> str:
 
 def left_out_text(manifest: Mapping[str, Any]) -> str:
     """What this backup left out: settings KWDB writes in a form no restore reads back, and
-    foreign keys onto another database."""
+    foreign keys it cannot carry (onto another database, onto a hidden rowid, changed while
+    it started), ten at most named (names come from the database: a status has a size)."""
     left_out = [str(x) for x in manifest.get("leftOut") or ()]
     plan = manifest.get("plan")
     databases = plan.get("databases") if isinstance(plan, dict) else None
@@ -133,8 +134,9 @@ def left_out_text(manifest: Mapping[str, Any]) -> str:
         text += (f"; left out, as KWDB writes them in a form it cannot read back (set them "
                  f"again after a restore): {', '.join(left_out)}")
     if keys:
-        text += (f"; left out, as a restore brings back one database at a time (add them "
-                 f"again after a restore): {'; '.join(keys)}")
+        more = f"; and {len(keys) - 10} more (plan.json lists them)" if len(keys) > 10 else ""
+        text += (f"; foreign keys left out (add them again after a restore): "
+                 f"{'; '.join(keys[:10])}{more}")
     return text
 
 
@@ -433,15 +435,18 @@ class Backups:
                     raise BackupFailed("NotExportable", refused)
                 db = replace(db, grants=grants)
                 if engine == bp.RELATIONAL and tables:
-                    on_keys, on_columns = bp.foreign_keys_queries(db_name)
-                    keys, left_out, refused = bp.read_foreign_keys(
-                        db, admin.sql(chosen, on_keys).rows, admin.sql(chosen, on_columns).rows)
-                    if refused:
-                        raise BackupFailed("NotExportable", refused)
+                    keys, left_out = self.foreign_keys(admin, chosen, db)
                     db = replace(db, foreign_keys=keys, left_out=left_out)
                 dbs.append(db)
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
+            for i, db in enumerate(dbs):
+                if db.foreign_keys:
+                    # Read again: only a key that held before and after the timestamp surely
+                    # fits the rows exported as of it.
+                    again, _ = self.foreign_keys(admin, chosen, db)
+                    kept, changed = bp.unsettled_foreign_keys(db.foreign_keys, again)
+                    dbs[i] = replace(db, foreign_keys=kept, left_out=(*db.left_out, *changed))
         except KwbaseError as err:
             raise BackupFailed("ExportFailed", str(err)) from err
         plan = bp.Plan(str(meta(obj).get("name")), str(meta(obj).get("uid")), chosen,
@@ -450,6 +455,18 @@ class Backups:
         if problem:
             raise BackupFailed("NotExportable", problem)
         return plan
+
+    @staticmethod
+    def foreign_keys(admin: KwbaseAdmin, pod: str, db: bp.DatabasePlan
+                     ) -> tuple[tuple[bp.ForeignKey, ...], tuple[str, ...]]:
+        """The foreign keys of a relational database and what of them is left out, said in
+        words (bp.read_foreign_keys); BackupFailed when they cannot be carried."""
+        on_keys, on_columns = bp.foreign_keys_queries(db.name)
+        keys, left_out, refused = bp.read_foreign_keys(
+            db, admin.sql(pod, on_keys).rows, admin.sql(pod, on_columns).rows)
+        if refused:
+            raise BackupFailed("NotExportable", refused)
+        return keys, left_out
 
     def advance(self, p: Pass, cluster: Cluster, obj: Obj) -> None:
         """One step of a running backup: the next item, or the manifest."""

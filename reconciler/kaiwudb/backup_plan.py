@@ -186,6 +186,9 @@ class ForeignKey:
     match: str = "NONE"  # NONE (MATCH SIMPLE) or FULL
     on_update: str = "NO ACTION"
     on_delete: str = "NO ACTION"
+    # Checked against every row: False for a key added NOT VALID, which the restore adds
+    # NOT VALID too (its rows may break it).
+    validated: bool = True
 
     @property
     def shown(self) -> str:
@@ -336,20 +339,25 @@ FOREIGN_KEYS_QUERY = (
     "SELECT t.schema_name, t.name AS table_name, d.dependson_name AS constraint_name, "
     "r.database_name AS referenced_database, r.schema_name AS referenced_schema, "
     "r.name AS referenced_table, c.unique_constraint_name, c.match_option, c.update_rule, "
-    "c.delete_rule FROM {db}.kwdb_internal.backward_dependencies AS d "
+    "c.delete_rule, k.convalidated FROM {db}.kwdb_internal.backward_dependencies AS d "
     "JOIN {db}.kwdb_internal.tables AS t ON t.table_id = d.descriptor_id "
     "JOIN {db}.kwdb_internal.tables AS r ON r.table_id = d.dependson_id "
     "JOIN {db}.information_schema.referential_constraints AS c ON c.constraint_schema = "
     "t.schema_name AND c.table_name = t.name AND c.constraint_name = d.dependson_name "
+    "JOIN {db}.pg_catalog.pg_constraint AS k ON k.conrelid::INT8 = d.descriptor_id AND "
+    "k.conname = d.dependson_name AND k.contype = 'f' "
     "WHERE d.dependson_type = 'fk' ORDER BY 1, 2, 3")
 """Every foreign key of the database's tables, with the referenced table's database and schema
 by descriptor id: backward_dependencies has a row per outbound foreign key (kwdb_internal.go:
 1924-1985: dependson_id is the referenced table, dependson_name the constraint), tables names
-every table with its database and schema (kwdb_internal.go:233-300). Not
-referential_constraints alone: it gives the referenced table's name without its schema or
-database (unique_constraint_schema is the referencing table's, information_schema.go:812-870)
-and not SHOW CREATE's text, which names every referenced table's schema `public`
-(show_create_clauses.go:194)."""
+every table with its database and schema (kwdb_internal.go:233-300), pg_constraint says
+whether the key has been checked against every row (pg_catalog.go:925-1040: conrelid is the
+table's descriptor id, convalidated false while it is being checked and for a key added NOT
+VALID). Not referential_constraints alone: it gives the referenced table's name without its
+schema or database (unique_constraint_schema is the referencing table's,
+information_schema.go:812-870), and not SHOW CREATE's text, which names every referenced
+table's schema `public` (show_create_clauses.go:194). Read from KWDB's source, not run on a
+real KWDB (docs/kwdb-contract.md)."""
 KEY_COLUMNS_QUERY = (
     "SELECT table_schema, table_name, constraint_name, column_name FROM {db}."
     "information_schema.key_column_usage ORDER BY table_schema, table_name, constraint_name, "
@@ -368,10 +376,12 @@ def foreign_keys_queries(database: str) -> tuple[str, str]:
 def read_foreign_keys(db: DatabasePlan, fk_rows: Sequence[Mapping[str, str]],
                       column_rows: Sequence[Mapping[str, str]]
                       ) -> tuple[tuple[ForeignKey, ...], tuple[str, ...], str]:
-    """The foreign keys of `db` from what `foreign_keys_queries` answered; what is left out
-    (a foreign key onto another database: the restore brings back one database at a time,
-    and the other may not be restored, or restored under its name); and why the database's
-    foreign keys cannot be carried ("" when they can)."""
+    """The foreign keys of `db` from what `foreign_keys_queries` answered; what is left out,
+    said in words (a foreign key onto another database: the restore brings back one database
+    at a time, and the other may not be restored, or restored under its name; a key onto a
+    table's hidden rowid, which EXPORT does not write: key_column_usage leaves a primary key
+    of hidden columns out, sqlbase/table.go:741-752); and why the database's foreign keys
+    cannot be carried ("" when they can)."""
     columns: dict[tuple[str, str, str], list[str]] = {}
     for row in column_rows:
         key = (str(row.get("table_schema") or ""), str(row.get("table_name") or ""),
@@ -388,13 +398,16 @@ def read_foreign_keys(db: DatabasePlan, fk_rows: Sequence[Mapping[str, str]],
             ref_table, tuple(columns.get((ref_schema, ref_table,
                                           str(row.get("unique_constraint_name") or "")), ())),
             str(row.get("match_option") or ""), str(row.get("update_rule") or ""),
-            str(row.get("delete_rule") or ""))
+            str(row.get("delete_rule") or ""), str(row.get("convalidated")) != "false")
+        onto = (f"{fk.shown} in database {json.dumps(db.name)}, onto {json.dumps(ref_db)}."
+                f"{json.dumps(ref_schema)}.{json.dumps(ref_table)}")
         if ref_db != db.name:
-            left_out.append(f"{fk.shown} in database {json.dumps(db.name)}, onto "
-                            f"{json.dumps(ref_db)}.{json.dumps(ref_schema)}."
-                            f"{json.dumps(ref_table)} in another database")
-            continue
-        found.append(fk)
+            left_out.append(f"{onto} in another database")
+        elif fk.columns and not fk.ref_columns:
+            left_out.append(f"{onto}'s hidden rowid (a table without a primary key of its "
+                            "own: its rowid is not exported)")
+        else:
+            found.append(fk)
     keys = tuple(sorted(set(found)))
     return keys, tuple(left_out), next((p for fk in keys if (p := db.foreign_key_problem(fk))),
                                        "")
@@ -412,9 +425,40 @@ def foreign_key_statement(db: DatabasePlan, fk: ForeignKey) -> str:
 
     actions = "".join(f" ON {what} {action}" for what, action in (
         ("DELETE", fk.on_delete), ("UPDATE", fk.on_update)) if action != "NO ACTION")
+    unchecked = "" if fk.validated else " NOT VALID"  # parser/sql.y:2201-2209
     return (f"ALTER TABLE {table(fk.schema, fk.table)} ADD CONSTRAINT {quote_ident(fk.name)} "
             f"FOREIGN KEY ({names(fk.columns)}) REFERENCES {table(fk.ref_schema, fk.ref_table)} "
-            f"({names(fk.ref_columns)}){MATCH_OPTIONS[fk.match]}{actions}")
+            f"({names(fk.ref_columns)}){MATCH_OPTIONS[fk.match]}{actions}{unchecked}")
+
+
+def unsettled_foreign_keys(first: Sequence[ForeignKey], second: Sequence[ForeignKey]
+                           ) -> tuple[tuple[ForeignKey, ...], tuple[str, ...]]:
+    """The keys read before and after the backup's timestamp was taken that are the same in
+    both reads (held throughout, so the rows as of the timestamp satisfy them), and the
+    others, said in words: a key dropped or added meanwhile may not fit those rows."""
+    kept = tuple(sorted(set(first) & set(second)))
+    changed = sorted({fk.shown for fk in set(first) ^ set(second)})
+    return kept, tuple(f"{what}, changed while the backup started" for what in changed)
+
+
+def foreign_keys_to_add(db: DatabasePlan, rows: Sequence[Mapping[str, str]]
+                        ) -> tuple[list[ForeignKey], list[ForeignKey]]:
+    """What the restore's `foreign keys <db>` step does next, from what `FOREIGN_KEYS_QUERY`
+    answers on the restored database: (keys to add, keys KWDB is still checking). A key KWDB
+    lists but has not validated yet is being checked (its ADD runs a schema change that reads
+    every row, sql/backfill.go:419-490) unless the backup's own was NOT VALID. The step is done
+    when both are empty: each key there, and checked."""
+    there = {(str(r.get("schema_name")), str(r.get("table_name")),
+              str(r.get("constraint_name"))): str(r.get("convalidated")) != "false"
+             for r in rows}
+    to_add, checking = [], []
+    for fk in db.foreign_keys:
+        key = (fk.schema, fk.table, fk.name)
+        if key not in there:
+            to_add.append(fk)
+        elif fk.validated and not there[key]:
+            checking.append(fk)
+    return to_add, checking
 
 
 def split_objects(database: str, rows: Sequence[Mapping[str, str]]
@@ -576,7 +620,7 @@ def _foreign_key(raw: Mapping[str, Any]) -> ForeignKey:
         str(raw["schema"]), str(raw["table"]), str(raw["name"]),
         tuple(str(c) for c in raw["columns"]), str(raw["ref_schema"]), str(raw["ref_table"]),
         tuple(str(c) for c in raw["ref_columns"]), str(raw["match"]), str(raw["on_update"]),
-        str(raw["on_delete"]))
+        str(raw["on_delete"]), raw.get("validated") is not False)
 
 
 def hlc_time(hlc: str) -> datetime:
@@ -698,7 +742,8 @@ def unanswered_export_problem(item: Item, files: Sequence[str], records: int,
     row says it succeeded (a table's EXPORT fails as an error, which fails the row:
     kwbase/pkg/sql/conn_executor_exec.go:727-756), and its files must hold exactly the rows the
     table had at the backup's timestamp."""
-    if not any(f.endswith(".csv") for f in files):
+    if counted and not any(f.endswith(".csv") for f in files):
+        # An empty table exports no file (importer/exportcsv.go:476-478, 493-496).
         return f"{item.shown}: no data file on the node after the export"
     if records != counted:
         return (f"{item.shown}: the export's files hold {records} row(s), the table had "

@@ -41,7 +41,13 @@ from typing import Any
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import Backups, phase_of
 from reconciler.kaiwudb.backup_target import TargetError
-from reconciler.kaiwudb.kwbase import ExecFailed, KwbaseAdmin, KwbaseError, quote_literal
+from reconciler.kaiwudb.kwbase import (
+    CommandFailed,
+    ExecFailed,
+    KwbaseAdmin,
+    KwbaseError,
+    quote_literal,
+)
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
 from reconciler.kaiwudb.restore_server import BackupFileServer, custom_ca_with
 from reconciler.kaiwudb.statements import Running
@@ -184,10 +190,16 @@ class Restore:
                     return
             elif step.startswith(bp.FOREIGN_KEYS_STEP):
                 try:
-                    self.add_foreign_keys(admin, pod, manifest,
-                                          step.removeprefix(bp.FOREIGN_KEYS_STEP))
-                except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
+                    pending = self.add_foreign_keys(admin, pod, manifest,
+                                                    step.removeprefix(bp.FOREIGN_KEYS_STEP))
+                except ExecFailed as err:
+                    # The exec, not KWDB, failed, or the ALTER outlived it and runs on: the
+                    # next pass reads what is there.
                     self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
+                    return
+                if pending:
+                    self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {pending}",
+                                 self.backups.settings.running_poll_s)
                     return
             elif step.startswith("database "):
                 running = self.import_database(cluster, admin, pod, manifest, step, stmt,
@@ -222,17 +234,28 @@ class Restore:
 
     @staticmethod
     def add_foreign_keys(admin: KwbaseAdmin, pod: str, manifest: dict[str, Any],
-                         database: str) -> None:
-        """Add the foreign keys `database` had that it lacks: read first, as KWDB refuses a
-        constraint whose name the table has (create_table.go:1140-1150), so a step run again
-        after a crash adds only what the first run did not."""
+                         database: str) -> str:
+        """Add the foreign keys `database` had that it lacks; what the step still waits for
+        ("" once every key is there and checked: bp.foreign_keys_to_add). What is there is read
+        first, each pass: KWDB refuses a constraint name the table has, one being added
+        included (create_table.go:1136-1139, sqlbase/structured.go:989-1007), so a step run
+        again after a crash, or while KWDB still checks the rows of a key an earlier pass
+        added, adds nothing twice. A key whose rows do not fit fails the restore, naming it."""
         _, db = bp.manifest_database(manifest, database)
         on_keys, _ = bp.foreign_keys_queries(database)
-        there = {(str(r.get("schema_name")), str(r.get("table_name")),
-                  str(r.get("constraint_name"))) for r in admin.sql(pod, on_keys).rows}
-        for fk in db.foreign_keys:
-            if (fk.schema, fk.table, fk.name) not in there:
+        to_add, checking = bp.foreign_keys_to_add(db, admin.sql(pod, on_keys).rows)
+        for fk in to_add:
+            try:
                 admin.sql(pod, bp.foreign_key_statement(db, fk))
+            except CommandFailed as err:
+                if "duplicate constraint name" not in err.stderr:
+                    raise
+            checking.append(fk)  # done once a later read shows it checked
+        if not checking:
+            return ""
+        shown = ", ".join(fk.shown for fk in checking[:3])
+        more = f" and {len(checking) - 3} more" if len(checking) > 3 else ""
+        return f"KaiwuDB adds and checks {shown}{more}"
 
     def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
                         manifest: dict[str, Any], step: str, stmt: str, begun_at: str) -> str:

@@ -94,6 +94,7 @@ class ForeignKeyDef:
     match: str = "NONE"
     on_update: str = "NO ACTION"
     on_delete: str = "NO ACTION"
+    validated: bool = True  # False: added NOT VALID
 
 
 @dataclass
@@ -101,8 +102,8 @@ class Table:
     """A table, view or sequence of a schema (kind: kwdb_internal.create_statements'
     descriptor_type, kwbase/pkg/sql/kwdb_internal.go:1411-1440): a table's columns (name, type)
     and rows, each (written at, values as text), its primary key and unique indexes (name ->
-    columns in order; "primary" is the primary key; none: the hidden rowid), its outbound
-    foreign keys by name. Views and sequences hold no rows here."""
+    columns in order; "primary" is the primary key; none: the hidden rowid), its other
+    indexes, its outbound foreign keys by name. Views and sequences hold no rows here."""
 
     name: str
     columns: tuple[tuple[str, str], ...]
@@ -113,6 +114,7 @@ class Table:
     grants: dict[str, set[str]] = field(default_factory=dict)
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     foreign_keys: dict[str, ForeignKeyDef] = field(default_factory=dict)
+    indexes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # not unique
 
     def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
         return [values for written, values in self.rows if t is None or written <= t]
@@ -132,10 +134,11 @@ class Table:
         if engine == TIME_SERIES:
             return f"CREATE TABLE {quoted(db)}.{quoted(self.name)} ({cols}) TAGS (site INT4 " \
                    "NOT NULL) PRIMARY TAGS(site);"
-        for name, columns in self.keys.items():
+        for name, columns in [*self.keys.items(), *self.indexes.items()]:
             listed = ", ".join(f"{quoted(c)} ASC" for c in columns)
             cols += (f", CONSTRAINT {quoted(name)} PRIMARY KEY ({listed})" if name == "primary"
-                     else f", UNIQUE INDEX {quoted(name)} ({listed})")
+                     else f", UNIQUE INDEX {quoted(name)} ({listed})" if name in self.keys
+                     else f", INDEX {quoted(name)} ({listed})")
         return f"CREATE TABLE {quoted(self.name)} ({cols});"
 
 
@@ -366,7 +369,8 @@ def export_database(s: Session, url: str, name: str, options: str) -> Result:
             continue
         data = table.rows_at(None)
         files = _write_chunks(disk, base, s, data)
-        rows.append([f"TABLE {table.name}", str(len(data)), str(s.node_id), str(files)])
+        if files:
+            rows.append([f"TABLE {table.name}", str(len(data)), str(s.node_id), str(files)])
     return EXPORT_HEADERS, rows, notices
 
 
@@ -374,9 +378,11 @@ def _write_chunks(disk: dict[str, bytes], directory: str, s: Session,
                   rows: list[tuple[str, ...]]) -> int:
     """The data files of one export on one node: n<node>.<chunk>.csv, a new chunk every
     `export_chunk_rows` rows (KWDB's chunk_rows, default 100000: kwbase/pkg/sql/export.go:113,
-    importer/exportcsv.go:420-505); one file at least. Returns how many (file_num)."""
+    importer/exportcsv.go:420-505); none for no rows (a chunk of no row is never sent, :476-478,
+    and a processor that read none returns before writing, :493-496). Returns how many
+    (file_num)."""
     size = max(s.data.export_chunk_rows, 1)
-    chunks = [rows[i:i + size] for i in range(0, len(rows), size)] or [[]]
+    chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
     for number, chunk in enumerate(chunks):
         disk[_join(directory, f"n{s.node_id}.{number}.csv")] = _csv_text(chunk)
     return len(chunks)
@@ -400,6 +406,8 @@ def export_select(s: Session, url: str, db_name: str, schema: str, table_name: s
                        "simulated storage error")
     data = table.rows_at(t)
     files = _write_chunks(disk, path, s, data)
+    if not files:
+        return EXPORT_HEADERS, [], []  # no processor wrote, so none answered a row
     return EXPORT_HEADERS, [[f"TABLE {table.name}", str(len(data)), str(s.node_id),
                              str(files)]], []
 
@@ -659,26 +667,32 @@ def import_users(s: Session, url: str) -> Result:
 
 
 _KEY_DEF = re.compile(r"(?:CONSTRAINT (" + IDENT + r") PRIMARY KEY|UNIQUE INDEX (" + IDENT
-                      + r")) \((.*)\)")
+                      + r")|INDEX (" + IDENT + r")) \((.*)\)")
 
 
-def _table_body(text: str) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
-    """The columns and keys of a CREATE TABLE's body as `Table.create_sql` writes it."""
-    cols, keys, depth, item = [], {}, 0, ""
+def _table_body(text: str) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]],
+                                    dict[str, tuple[str, ...]]]:
+    """The columns, keys and other indexes of a CREATE TABLE's body as `Table.create_sql`
+    writes it."""
+    cols, keys, indexes, depth, item = [], {}, {}, 0, ""
     for c in text + ",":
         depth += (c == "(") - (c == ")")
         if c == "," and depth == 0:
             part, item = item.strip(), ""
             km = _KEY_DEF.fullmatch(part)
             if km is not None:
-                keys[ident(km.group(1) or km.group(2))] = tuple(
-                    ident(col.strip().removesuffix(" ASC")) for col in km.group(3).split(","))
+                columns = tuple(ident(col.strip().removesuffix(" ASC"))
+                                for col in km.group(4).split(","))
+                if km.group(3):
+                    indexes[ident(km.group(3))] = columns
+                else:
+                    keys[ident(km.group(1) or km.group(2))] = columns
             else:
                 name, _, ty = part.partition(" ")
                 cols.append((name, ty))
             continue
         item += c
-    return tuple(cols), keys
+    return tuple(cols), keys, indexes
 
 
 def import_database(s: Session, url: str) -> Result:
@@ -721,9 +735,9 @@ def import_database(s: Session, url: str) -> Result:
                 if tm is None:
                     raise SqlError("expected CREATE TABLE statement in database file")
                 table_name = ident(tm.group(1))  # the name is in meta.sql; the folder is any
-                columns, keys = _table_body(tm.group(2))
+                columns, keys, indexes = _table_body(tm.group(2))
                 db.tables[(schema, table_name)] = Table(table_name, columns, schema=schema,
-                                                        keys=keys)
+                                                        keys=keys, indexes=indexes)
                 locations[(schema, table_name)] = _join(sprefix, each)
     total = rejected = 0
     for key, location in sorted(locations.items()):
@@ -915,15 +929,19 @@ def _table_of(s: Session, qualified: str) -> tuple[tuple[str, str, str], Table]:
           + r") foreign key \(" + _NAMES.format("cols") + r"\) references (?P<ref>" + _QUALIFIED
           + r") \(" + _NAMES.format("refcols") + r"\)(?P<full> match full)?"
           + r"(?: on delete " + _ACTION.replace("(", "(?P<delete>", 1) + r")?"
-          + r"(?: on update " + _ACTION.replace("(", "(?P<update>", 1) + r")?")
+          + r"(?: on update " + _ACTION.replace("(", "(?P<update>", 1) + r")?"
+          + r"(?P<notvalid> not valid)?")
 def _add_foreign_key(s: Session, m: re.Match[str]) -> Result:
     """ALTER TABLE t ADD CONSTRAINT name FOREIGN KEY (cols) REFERENCES r (cols) [MATCH FULL]
-    [ON DELETE a] [ON UPDATE a], as ResolveFK checks it (kwbase/pkg/sql/create_table.go:
-    1018-1218): the columns exist and pair up, the name is the table's only constraint of
-    that name, the referenced columns are a unique index's in its order (sqlbase/table.go:
-    843-869), then every row is checked (check.go:300-325: a row whose columns are all set
+    [ON DELETE a] [ON UPDATE a] [NOT VALID], as ResolveFK checks it (kwbase/pkg/sql/
+    create_table.go:1018-1218; alter_table.go:466-480): the columns exist and pair up, the
+    name is new on the table, an index of the table starts with the columns (one is made,
+    <table>_auto_index_<name>, when the table is empty; create_table.go:1176-1205, 1250-1270),
+    the referenced columns are a unique index's in its order (sqlbase/table.go:843-869); then,
+    unless NOT VALID, every row is checked (check.go:280-337: a row whose columns are all set
     needs a match; MATCH FULL also refuses some set and some NULL; NULL is the empty text
-    here)."""
+    here). Not modelled: column types, SET NULL on NOT NULL columns, the schema change that
+    checks the rows after the statement (here it is all done at once)."""
     _, table = _table_of(s, m.group("table"))
     ref_where, ref = _table_of(s, m.group("ref"))
     name = ident(m.group("name"))
@@ -936,48 +954,68 @@ def _add_foreign_key(s: Session, m: re.Match[str]) -> Result:
                        f"referenced table (found {len(ref_cols)})", sqlstate="42601")
     if name in table.keys or name in table.foreign_keys:
         raise SqlError(f'duplicate constraint name: "{name}"', sqlstate="42710")
+    origin = [c for c in [*table.keys.values(), *table.indexes.values()]
+              if c[:len(cols)] == cols]
+    if not origin and table.rows:
+        listed = '", "'.join(cols)
+        raise SqlError(f'foreign key requires an existing index on columns ("{listed}")',
+                       sqlstate="23503")
     if ref_cols not in ref.keys.values():
         raise SqlError("there is no unique constraint matching given keys for referenced "
                        f"table {ref.name}", sqlstate="23503")
     full = m.group("full") is not None
     present = {tuple(row[i] for i in ref_at) for row in ref.rows_at(None)}
-    for row in table.rows_at(None):
+    for row in table.rows_at(None) if m.group("notvalid") is None else ():
         values = tuple(row[i] for i in at)
+        shown = ", ".join(f"{c}={_datum(table, c, v)}" for c, v in zip(cols, values, strict=True))
         if full and any(values) and not all(values):
             raise SqlError("foreign key violation: MATCH FULL does not allow mixing of null "
-                           f"and nonnull values {values} for {name}", sqlstate="23503")
+                           f"and nonnull values {shown} for {name}", sqlstate="23503")
         if all(values) and values not in present:
-            shown = ", ".join(f"{c}={v}" for c, v in zip(cols, values, strict=True))
             raise SqlError(f'foreign key violation: "{table.name}" row {shown} has no match in '
                            f'"{ref.name}"', sqlstate="23503")
+    if not origin:
+        table.indexes[f"{table.name}_auto_index_{name}"] = cols
     table.foreign_keys[name] = ForeignKeyDef(
         cols, ref_where, ref_cols, "FULL" if full else "NONE",
-        (m.group("update") or "NO ACTION").upper(), (m.group("delete") or "NO ACTION").upper())
+        (m.group("update") or "NO ACTION").upper(), (m.group("delete") or "NO ACTION").upper(),
+        m.group("notvalid") is None)
     return [], [], []
+
+
+def _datum(table: Table, column: str, value: str) -> str:
+    """A value as `%v` prints a datum (check.go:328-337): strings quoted, NULL as NULL."""
+    if not value:
+        return "NULL"
+    kind = dict(table.columns).get(column, "").upper()
+    return f"'{value}'" if kind.startswith(("STRING", "VARCHAR", "CHAR", "TEXT")) else value
 
 
 FOREIGN_KEY_HEADERS = ["schema_name", "table_name", "constraint_name", "referenced_database",
                        "referenced_schema", "referenced_table", "unique_constraint_name",
-                       "match_option", "update_rule", "delete_rule"]
+                       "match_option", "update_rule", "delete_rule", "convalidated"]
 
 
 @_pattern(r"select t\.schema_name, t\.name as table_name, d\.dependson_name as constraint_name, "
           r"r\.database_name as referenced_database, r\.schema_name as referenced_schema, "
           r"r\.name as referenced_table, c\.unique_constraint_name, c\.match_option, "
-          r"c\.update_rule, c\.delete_rule from (?P<db>" + IDENT + r")\.kwdb_internal\."
+          r"c\.update_rule, c\.delete_rule, k\.convalidated from (?P<db>" + IDENT
+          + r")\.kwdb_internal\."
           r"backward_dependencies as d join (?P=db)\.kwdb_internal\.tables as t on t\.table_id "
           r"= d\.descriptor_id join (?P=db)\.kwdb_internal\.tables as r on r\.table_id = "
           r"d\.dependson_id join (?P=db)\.information_schema\.referential_constraints as c on "
           r"c\.constraint_schema = t\.schema_name and c\.table_name = t\.name and "
-          r"c\.constraint_name = d\.dependson_name where d\.dependson_type = 'fk' "
-          r"order by 1, 2, 3")
+          r"c\.constraint_name = d\.dependson_name join (?P=db)\.pg_catalog\.pg_constraint as "
+          r"k on k\.conrelid::int8 = d\.descriptor_id and k\.conname = d\.dependson_name and "
+          r"k\.contype = 'f' where d\.dependson_type = 'fk' order by 1, 2, 3")
 def _foreign_keys(s: Session, m: re.Match[str]) -> Result:
     """One row per outbound foreign key of the database's tables: backward_dependencies'
     `fk` rows (kwdb_internal.go:1924-1985) joined by descriptor id to kwdb_internal.tables
     (:233-300, every database's) for both tables, and to referential_constraints
     (information_schema.go:812-870) for the referenced index's name, the match type and the
-    rules. The referenced index is the first unique one with the referenced columns in order,
-    the primary key first (sqlbase/table.go:849-869)."""
+    rules, and to pg_constraint (pg_catalog.go:925-1040) for convalidated. The referenced index
+    is the first unique one with the referenced columns in order, the primary key first
+    (sqlbase/table.go:849-869)."""
     db = _database(s, ident(m.group("db")))
     rows = []
     for table in db.of_kind("table"):
@@ -989,7 +1027,7 @@ def _foreign_keys(s: Session, m: re.Match[str]) -> Result:
             index = next(n for n, cols in sorted(ref.keys.items(), key=lambda kv: (
                 kv[0] != "primary", kv[0])) if cols == fk.ref_columns)
             rows.append([table.schema, table.name, name, *fk.ref, index, fk.match,
-                         fk.on_update, fk.on_delete])
+                         fk.on_update, fk.on_delete, "true" if fk.validated else "false"])
     return FOREIGN_KEY_HEADERS, sorted(rows), []
 
 

@@ -657,10 +657,12 @@ class KwdbWorld:
         time_series: bool = False,
         schema: str = "public",
         keys: Mapping[str, Sequence[str]] | None = None,
+        indexes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """Create the database and table when missing and write rows now (an application's
         INSERTs; SQL DDL/DML is not modelled). keys: the new table's primary key ("primary")
-        and unique indexes, name -> columns (none: KWDB's hidden rowid)."""
+        and unique indexes, name -> columns (none: KWDB's hidden rowid); indexes: its other
+        indexes."""
         with self._lock:
             group, data = self._data(cluster, now)
             engine = TIME_SERIES if time_series else RELATIONAL
@@ -669,7 +671,8 @@ class KwdbWorld:
                 raise ValueError(f"database {database} is {db.engine}, not {engine}")
             t = db.tables.get((schema, table)) or db.add_table(
                 Table(table, tuple(columns), schema=schema,
-                      keys={k: tuple(v) for k, v in (keys or {}).items()}))
+                      keys={k: tuple(v) for k, v in (keys or {}).items()},
+                      indexes={k: tuple(v) for k, v in (indexes or {}).items()}))
             t.rows.extend((group.clock, tuple(str(v) for v in row)) for row in rows)
 
     def create_database(self, cluster: ClusterKey, now: float, name: str,

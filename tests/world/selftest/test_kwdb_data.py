@@ -248,20 +248,24 @@ FOREIGN_KEYS = (
     "SELECT t.schema_name, t.name AS table_name, d.dependson_name AS constraint_name, "
     "r.database_name AS referenced_database, r.schema_name AS referenced_schema, "
     "r.name AS referenced_table, c.unique_constraint_name, c.match_option, c.update_rule, "
-    "c.delete_rule FROM shop.kwdb_internal.backward_dependencies AS d "
+    "c.delete_rule, k.convalidated FROM shop.kwdb_internal.backward_dependencies AS d "
     "JOIN shop.kwdb_internal.tables AS t ON t.table_id = d.descriptor_id "
     "JOIN shop.kwdb_internal.tables AS r ON r.table_id = d.dependson_id "
     "JOIN shop.information_schema.referential_constraints AS c ON c.constraint_schema = "
     "t.schema_name AND c.table_name = t.name AND c.constraint_name = d.dependson_name "
+    "JOIN shop.pg_catalog.pg_constraint AS k ON k.conrelid::INT8 = d.descriptor_id AND "
+    "k.conname = d.dependson_name AND k.contype = 'f' "
     "WHERE d.dependson_type = 'fk' ORDER BY 1, 2, 3")
 
 
 def test_a_foreign_key_is_added_as_resolvefk_checks_it_and_read_by_descriptor() -> None:
-    """ADD CONSTRAINT ... FOREIGN KEY (create_table.go:1018-1218): the referenced columns must
-    be a unique index's in its order (sqlbase/table.go:843-869), the name new on the table,
-    every row matched (check.go:280-325; MATCH FULL refuses mixed NULLs). The keys read back
-    with the referenced table's own schema (kwdb_internal.go:1924-1985), and the columns
-    from key_column_usage in order (information_schema.go:664-725)."""
+    """ADD CONSTRAINT ... FOREIGN KEY (create_table.go:1018-1218): a table with rows needs an
+    index starting with the columns (an empty one gets <table>_auto_index_<name>), the
+    referenced columns must be a unique index's in its order (sqlbase/table.go:843-869), the
+    name new on the table, every row matched unless NOT VALID (check.go:280-337, values as
+    %v prints them). The keys read back with the referenced table's own schema and whether
+    they were checked (kwdb_internal.go:1924-1985, pg_catalog.go:925-1040), the columns from
+    key_column_usage in order (information_schema.go:664-725)."""
     op = Operator()
     t = loaded(op)
     op.world.load(KEY, t, database="shop", schema="cat", table="items",
@@ -270,29 +274,39 @@ def test_a_foreign_key_is_added_as_resolvefk_checks_it_and_read_by_descriptor() 
     op.world.load(KEY, t, database="shop", table="lines", keys={"primary": ["id"]},
                   columns=[("id", "INT8"), ("sku", "STRING"), ("size", "STRING")],
                   rows=[("1", "tea", "S"), ("2", "", "")])
-    reversed_order = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY "
-                                "(size, sku) REFERENCES shop.cat.items (size, sku)")
+    unindexed = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY "
+                           "(sku, size) REFERENCES shop.cat.items (sku, size)")
+    assert 'foreign key requires an existing index on columns ("sku", "size")' \
+        in unindexed.stderr
+    op.world.load(KEY, t, database="shop", table="empty_lines",
+                  columns=[("sku", "STRING"), ("size", "STRING")], rows=[])
+    reversed_order = sql(op, t, "ALTER TABLE shop.public.empty_lines ADD CONSTRAINT k FOREIGN "
+                                "KEY (size, sku) REFERENCES shop.cat.items (size, sku)")
     assert "there is no unique constraint matching given keys for referenced table items" \
         in reversed_order.stderr
-    added = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY (sku, size) "
-                       "REFERENCES shop.cat.items (sku, size) ON DELETE CASCADE")
-    assert (added.exit_code, added.stdout) == (0, "ALTER TABLE\n"), added.stderr
-    again = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k FOREIGN KEY (sku, size) "
-                       "REFERENCES shop.cat.items (sku, size)")
+    auto = sql(op, t, "ALTER TABLE shop.public.empty_lines ADD CONSTRAINT k FOREIGN KEY "
+                      "(sku, size) REFERENCES shop.cat.items (sku, size) ON DELETE CASCADE")
+    assert (auto.exit_code, auto.stdout) == (0, "ALTER TABLE\n"), auto.stderr
+    again = sql(op, t, "ALTER TABLE shop.public.empty_lines ADD CONSTRAINT k FOREIGN KEY "
+                       "(sku, size) REFERENCES shop.cat.items (sku, size)")
     assert 'duplicate constraint name: "k"' in again.stderr
-    op.world.load(KEY, t, database="shop", table="lines", columns=(), rows=[("3", "salt", "S")])
-    unmatched = sql(op, t, "ALTER TABLE shop.public.lines ADD CONSTRAINT k2 FOREIGN KEY (sku, "
+    op.world.load(KEY, t, database="shop", table="orders2", indexes={"by_item": ["sku", "size"]},
+                  columns=[("sku", "STRING"), ("size", "STRING")], rows=[("salt", "S")])
+    unmatched = sql(op, t, "ALTER TABLE shop.public.orders2 ADD CONSTRAINT k2 FOREIGN KEY (sku, "
                            "size) REFERENCES shop.cat.items (sku, size)")
-    assert 'foreign key violation: "lines" row sku=salt, size=S has no match in "items"' \
-        in unmatched.stderr
-    assert table(sql(op, t, FOREIGN_KEYS)) == [{
-        "schema_name": "public", "table_name": "lines", "constraint_name": "k",
-        "referenced_database": "shop", "referenced_schema": "cat", "referenced_table": "items",
-        "unique_constraint_name": "primary", "match_option": "NONE",
-        "update_rule": "NO ACTION", "delete_rule": "CASCADE"}]
+    assert "foreign key violation: \"orders2\" row sku='salt', size='S' has no match in " \
+        '"items"' in unmatched.stderr
+    op.world.execute(KEY, t, "ALTER TABLE shop.public.orders2 ADD CONSTRAINT k2 FOREIGN KEY "
+                             "(sku, size) REFERENCES shop.cat.items (sku, size) NOT VALID")
+    assert [(r["table_name"], r["constraint_name"], r["referenced_schema"],
+             r["referenced_table"], r["delete_rule"], r["convalidated"])
+            for r in table(sql(op, t, FOREIGN_KEYS))] == [
+        ("empty_lines", "k", "cat", "items", "CASCADE", "true"),
+        ("orders2", "k2", "cat", "items", "NO ACTION", "false")]
     columns = table(sql(op, t, "SELECT table_schema, table_name, constraint_name, column_name "
                                "FROM shop.information_schema.key_column_usage ORDER BY "
                                "table_schema, table_name, constraint_name, ordinal_position"))
-    assert [(r["table_name"], r["constraint_name"], r["column_name"]) for r in columns] == [
-        ("items", "primary", "sku"), ("items", "primary", "size"), ("lines", "k", "sku"),
-        ("lines", "k", "size"), ("lines", "primary", "id")]
+    assert [(r["table_name"], r["constraint_name"], r["column_name"]) for r in columns
+            if r["table_name"] in ("items", "empty_lines")] == [
+        ("items", "primary", "sku"), ("items", "primary", "size"), ("empty_lines", "k", "sku"),
+        ("empty_lines", "k", "size")]

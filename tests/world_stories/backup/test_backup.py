@@ -276,6 +276,7 @@ def test_schemas_users_grants_and_foreign_keys_come_back_and_the_status_names_th
     kwdb.load(key, now, database="crm", table="people", keys={"primary": ["id"]},
               columns=[("id", "INT8")], rows=[("7",)])
     kwdb.load(key, now, database="shop", table="lines", keys={"primary": ["id"]},
+              indexes={"by_item": ["sku", "size"], "by_buyer": ["buyer"]},
               columns=[("id", "INT8"), ("sku", "STRING"), ("size", "STRING"),
                        ("buyer", "INT8")],
               rows=[("1", "tea", "S", "7"), ("2", "tea", "L", "7")])

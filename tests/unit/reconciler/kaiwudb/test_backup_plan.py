@@ -410,11 +410,13 @@ def test_foreign_keys_are_read_with_their_referenced_tables_schema_and_columns_i
         {"schema_name": "public", "table_name": "orders", "constraint_name": "Item of",
          "referenced_database": "shop", "referenced_schema": "Sales",
          "referenced_table": 'q1"; --', "unique_constraint_name": "primary",
-         "match_option": "FULL", "update_rule": "SET NULL", "delete_rule": "NO ACTION"},
+         "match_option": "FULL", "update_rule": "SET NULL", "delete_rule": "NO ACTION",
+         "convalidated": "true"},
         {"schema_name": "public", "table_name": "orders", "constraint_name": "fk_person",
          "referenced_database": "crm", "referenced_schema": "public",
          "referenced_table": "people", "unique_constraint_name": "primary",
-         "match_option": "NONE", "update_rule": "NO ACTION", "delete_rule": "CASCADE"}]
+         "match_option": "NONE", "update_rule": "NO ACTION", "delete_rule": "CASCADE",
+         "convalidated": "true"}]
     column_rows = [
         {"table_schema": "Sales", "table_name": 'q1"; --', "constraint_name": "primary",
          "column_name": c} for c in ("sku", "size")] + [
@@ -462,3 +464,68 @@ def test_a_foreign_key_read_back_from_a_target_is_added_only_when_it_is_one_of_t
     raw["databases"][0]["foreign_keys"][0]["columns"] = "sku"
     with pytest.raises(ValueError, match="not a backup plan"):
         bp.Plan.from_json(json.dumps(raw).encode())
+
+
+def test_a_key_onto_a_hidden_rowid_is_left_out_and_named_not_refused() -> None:
+    """A key onto a table without a primary key of its own references its hidden rowid,
+    which key_column_usage leaves out (sqlbase/table.go:741-752) and EXPORT does not write:
+    the key cannot come back, the rest of the backup can."""
+    fk_rows = [{"schema_name": "public", "table_name": "orders", "constraint_name": "fk_log",
+                "referenced_database": "shop", "referenced_schema": "public",
+                "referenced_table": "log", "unique_constraint_name": "primary",
+                "match_option": "NONE", "update_rule": "NO ACTION", "delete_rule": "NO ACTION",
+                "convalidated": "true"}]
+    column_rows = [{"table_schema": "public", "table_name": "orders",
+                    "constraint_name": "fk_log", "column_name": "log_id"}]
+    db = replace(SHOP, tables=(*SHOP.tables, ("public", "log")))
+    keys, left_out, problem = bp.read_foreign_keys(db, fk_rows, column_rows)
+    assert (keys, problem) == ((), "")
+    assert left_out == ('foreign key "fk_log" of "public"."orders" in database "shop", onto '
+                        '"shop"."public"."log"\'s hidden rowid (a table without a primary key '
+                        "of its own: its rowid is not exported)",)
+
+
+def test_only_keys_that_held_before_and_after_the_timestamp_are_carried() -> None:
+    """The keys are read before the backup's timestamp is taken and again after: a key
+    dropped or added meanwhile may not fit the rows exported as of it."""
+    dropped = replace(ORDERS_FK, name="old")
+    added = replace(ORDERS_FK, name="new")
+    kept, changed = bp.unsettled_foreign_keys([ORDERS_FK, dropped], [added, ORDERS_FK])
+    assert kept == (ORDERS_FK,)
+    assert changed == ('foreign key "new" of "public"."orders", changed while the backup '
+                       "started", 'foreign key "old" of "public"."orders", changed while the '
+                       "backup started")
+
+
+def test_the_foreign_keys_step_adds_what_is_missing_and_waits_for_what_kwdb_still_checks(
+        ) -> None:
+    """ADD CONSTRAINT runs a schema change that checks every row (sql/backfill.go:419-490):
+    until pg_constraint says the key is validated, the step waits. A key the backup had NOT
+    VALID is added NOT VALID and done once it is there."""
+    unchecked = replace(ORDERS_FK, name="loose", validated=False)
+    other = replace(ORDERS_FK, name="other")
+    db = replace(SHOP, foreign_keys=(ORDERS_FK, unchecked, other))
+
+    def row(name: str, validated: bool) -> dict[str, str]:
+        return {"schema_name": "public", "table_name": "orders", "constraint_name": name,
+                "convalidated": "true" if validated else "false"}
+
+    assert bp.foreign_keys_to_add(db, []) == ([ORDERS_FK, unchecked, other], [])
+    assert bp.foreign_keys_to_add(db, [row("Item of", False), row("loose", False)]) == (
+        [other], [ORDERS_FK])
+    assert bp.foreign_keys_to_add(db, [row("Item of", True), row("loose", False),
+                                       row("other", True)]) == ([], [])
+    assert bp.foreign_key_statement(db, unchecked).endswith(
+        '("sku", "size") MATCH FULL ON UPDATE SET NULL NOT VALID')
+
+
+def test_the_status_names_ten_left_out_keys_at_most() -> None:
+    """Names come from the database and a status has a size: ten are named, the rest
+    counted (plan.json lists them all)."""
+    from reconciler.kaiwudb.backup import left_out_text
+
+    many = [f"foreign key \"k{i}\" onto another database" for i in range(20_000)]
+    text = left_out_text({"plan": {"databases": [{"left_out": many}]}})
+    assert '"k9"' in text and '"k10"' not in text
+    assert text.endswith("; and 19990 more (plan.json lists them)")
+    assert len(text) < 1000

@@ -786,10 +786,9 @@ def test_a_table_exported_in_several_files_is_restored_whole(
 
 def test_an_empty_table_and_a_cluster_without_settings_are_restored(
         tmp_path: Path, server: BackupFileServer) -> None:
-    """An empty table exports an empty data file, and a cluster with no setting of its own an
-    empty clustersetting.sql. KWDB asks a file of size 0 for the byte range 0-0
-    (import_csv.go:97-101) and takes a 200 for it (http_storage.go:437-443): the file
-    server sends an empty file whole, where a 416 failed the restore."""
+    """An empty table exports no data file at all (exportcsv.go:476-478, 493-496), and a
+    cluster with no setting of its own an empty clustersetting.sql, which IMPORT reads with
+    one plain GET (ReadFile): both come back."""
     site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     key = (NS, "dev")
@@ -800,7 +799,8 @@ def test_an_empty_table_and_a_cluster_without_settings_are_restored(
     site.backup("first")
     site.run_backup()
     assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
-    assert (site.files("dev", "first") / "d0/public/returns/n1.0.csv").read_bytes() == b""
+    assert [p.name for p in (site.files("dev", "first") / "d0/public/returns").iterdir()] \
+        == ["meta.sql"]
     restore = Restore(site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
@@ -1148,6 +1148,7 @@ def keyed_shop(site: Site, name: str = "dev") -> None:
     site.kwdb.load(key, now, database="crm", table="people", keys={"primary": ["id"]},
                    columns=[("id", "INT8")], rows=[("7",)])
     site.kwdb.load(key, now, database="shop", table="orders", keys={"primary": ["id"]},
+                   indexes={"by_customer": ["customer"], "by_item": ["sku", "size"]},
                    columns=[("id", "INT8"), ("customer", "INT8"), ("sku", "STRING"),
                             ("size", "STRING")],
                    rows=[("1", "7", "tea", "S"), ("2", "7", "tea", "L"), ("3", "", "", "")])
@@ -1224,3 +1225,34 @@ def test_a_foreign_keys_step_run_again_after_a_crash_adds_only_what_is_missing(
     adds = [s for s in sql_run(site, "fresh-") if s.startswith("ALTER TABLE")]
     assert len(adds) == 1 and '"Item of"' in adds[0], adds
 
+
+
+def test_a_key_added_not_valid_comes_back_not_valid_with_the_rows_that_break_it(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """A key added NOT VALID was never checked against the rows it had (parser/sql.y:
+    2201-2209): re-added with a check, a row that breaks it would fail every restore of a
+    backup that said it completed. It comes back NOT VALID."""
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
+    site.start_cluster("dev")
+    keyed_shop(site)
+    key = (NS, "dev")
+    site.kwdb.load(key, site.now, database="shop", table="notes", keys={"primary": ["id"]},
+                   indexes={"by_customer": ["customer"]},
+                   columns=[("id", "INT8"), ("customer", "INT8")], rows=[("1", "99")])
+    site.kwdb.execute(key, site.now, "ALTER TABLE shop.public.notes ADD CONSTRAINT fk_note "
+                      "FOREIGN KEY (customer) REFERENCES shop.public.customers (id) NOT VALID")
+    site.backup("first")
+    site.run_backup()
+    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    passes = restore_passes(site, restore, passes=12)
+
+    assert (record(site) or {}).get("completedAt"), passes[-1].stalled
+    keys = site.kwdb.contents((NS, "fresh"), site.now)["foreign_keys"]
+    assert isinstance(keys, dict)
+    note = next(fk for *_, name, fk in keys["shop"] if name == "fk_note")
+    assert note.validated is False
+    assert any(s.endswith("NOT VALID") for s in sql_run(site, "fresh-")
+               if s.startswith("ALTER TABLE"))
