@@ -63,13 +63,14 @@ log = logging.getLogger(__name__)
 
 NOT_CARRIED = (
     "not carried (a restore cannot bring them back): passwords (EXPORT USERS writes none: set "
-    "them with ALTER USER ... WITH PASSWORD after a restore); comments (KWDB exports them only "
-    "WITH comment, not used: docs/backup.md)")
+    "them with ALTER USER ... WITH PASSWORD after a restore); comments on time-series "
+    "databases and tables, and on procedures (docs/backup.md)")
 """What every completed backup says it lacks, in its status message (kwbase/pkg/sql/
 export.go:76-111 lists EXPORT's options; EXPORT USERS, export.go:634-712, writes each user's
 CREATE USER with its options and role memberships, never a password). Privileges on
-databases, schemas and tables, and foreign keys within a database, are carried by the plan
-(backup_plan.Grant, ForeignKey) and restored after each database's import."""
+databases, schemas and tables, foreign keys within a database and comments on a relational
+database, its tables, columns and indexes are carried by the plan (backup_plan.Grant,
+ForeignKey, Comment) and restored after each database's import."""
 EXTERN_DIR = f"{DATA_DIR}/extern"
 """The node's external-I/O directory: kwbase's default, <first store>/extern."""
 FAILED_FILE = "failed.json"
@@ -112,7 +113,8 @@ def unread(manifest: Mapping[str, Any]) -> str:
     plan = manifest.get("plan")
     plan = plan if isinstance(plan, dict) else {}
     lacking = [what for key, what in (("privileges", "privileges on databases, schemas and "
-                                       "tables"), ("foreign_keys", "foreign keys"))
+                                       "tables"), ("foreign_keys", "foreign keys"),
+                                      ("comments", "comments"))
                if plan.get(key) is not True]
     if not lacking:
         return ""
@@ -123,7 +125,8 @@ def unread(manifest: Mapping[str, Any]) -> str:
 def left_out_text(manifest: Mapping[str, Any]) -> str:
     """What this backup left out: settings KWDB writes in a form no restore reads back, and
     foreign keys it cannot carry (onto another database, onto a hidden rowid, changed while
-    it started), ten at most named (names come from the database: a status has a size)."""
+    it started) and comments it cannot read surely, ten at most named (names come from the
+    database: a status has a size)."""
     left_out = [str(x) for x in manifest.get("leftOut") or ()]
     plan = manifest.get("plan")
     databases = plan.get("databases") if isinstance(plan, dict) else None
@@ -135,7 +138,7 @@ def left_out_text(manifest: Mapping[str, Any]) -> str:
                  f"again after a restore): {', '.join(left_out)}")
     if keys:
         more = f"; and {len(keys) - 10} more (plan.json lists them)" if len(keys) > 10 else ""
-        text += (f"; foreign keys left out (add them again after a restore): "
+        text += (f"; also left out (set them again after a restore): "
                  f"{'; '.join(keys[:10])}{more}")
     return text
 
@@ -437,6 +440,12 @@ class Backups:
                 if engine == bp.RELATIONAL and tables:
                     keys, left_out = self.foreign_keys(admin, chosen, db)
                     db = replace(db, foreign_keys=keys, left_out=left_out)
+                if engine == bp.RELATIONAL:
+                    on_database, on_tables = bp.comments_queries(db_name)
+                    comments, left_out = bp.read_comments(
+                        db, admin.sql(chosen, on_database).rows,
+                        admin.sql(chosen, on_tables).rows)
+                    db = replace(db, comments=comments, left_out=(*db.left_out, *left_out))
                 dbs.append(db)
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]

@@ -196,6 +196,25 @@ class ForeignKey:
                 f"{json.dumps(self.schema)}.{json.dumps(self.table)}")
 
 
+COMMENT_ON = {"1": "table", "2": "column", "3": "index"}
+"""system.comments' type of a comment on a table, a column, an index (kwbase/pkg/keys/
+constants.go:428-433; 0 is a database's, 4 a procedure's, which a backup does not carry)."""
+
+
+@dataclass(frozen=True, order=True)
+class Comment:
+    """A comment on the database, or on one of its tables, columns or indexes: what
+    `comments_queries` read at the backup's start, set again by the restore after the
+    database's IMPORT (`comment_statement`). KWDB's EXPORT ... WITH comment is not used: it
+    fails on a database that has no comment at all (export.go:401-405)."""
+
+    on: str  # database, table, column, index
+    schema: str = ""
+    table: str = ""
+    name: str = ""  # the column's or the index's
+    text: str = ""
+
+
 @dataclass(frozen=True)
 class DatabasePlan:
     """A database to back up: its engine (SHOW DATABASES engine_type), its tables of every
@@ -209,6 +228,20 @@ class DatabasePlan:
     grants: tuple[Grant, ...] = ()
     foreign_keys: tuple[ForeignKey, ...] = ()
     left_out: tuple[str, ...] = ()
+    comments: tuple[Comment, ...] = ()
+
+    def comment_problem(self, comment: Comment) -> str:
+        """Why `comment` is not one the restore may set ("" when it is)."""
+        shown = f"database {json.dumps(self.name)}: a comment on {comment.on}"
+        if comment.on == "database" and not (comment.schema or comment.table or comment.name):
+            return ""
+        if comment.on not in COMMENT_ON.values() or (
+                comment.schema, comment.table) not in self.tables:
+            return f"{shown} {json.dumps(comment.schema)}.{json.dumps(comment.table)} that is " \
+                   "not one of the backup's"
+        if (comment.on == "table") == bool(comment.name):
+            return f"{shown} names {json.dumps(comment.name)}"
+        return ""
 
     def foreign_key_problem(self, fk: ForeignKey) -> str:
         """Why `fk` is not one the restore may add ("" when it is)."""
@@ -461,6 +494,68 @@ def foreign_keys_to_add(db: DatabasePlan, rows: Sequence[Mapping[str, str]]
     return to_add, checking
 
 
+DATABASE_COMMENT_QUERY = (
+    "SELECT c.comment FROM system.comments AS c JOIN {db}.pg_catalog.pg_database AS d ON "
+    "c.object_id = d.oid::INT8 WHERE c.type = 0 AND d.datname = {literal}")
+"""The database's comment: system.comments keeps one row per comment (sqlbase/system.go:
+300-308), a database's with its descriptor id, which pg_database's oid is (pg_catalog.go:
+1134-1141)."""
+COMMENTS_QUERY = (
+    "SELECT c.type, t.schema_name, t.name AS table_name, col.column_name, idx.index_name, "
+    "c.comment FROM system.comments AS c JOIN {db}.kwdb_internal.tables AS t ON t.table_id = "
+    "c.object_id LEFT JOIN {db}.kwdb_internal.table_columns AS col ON c.type = 2 AND "
+    "col.descriptor_id = c.object_id AND col.column_id = c.sub_id LEFT JOIN {db}.kwdb_internal."
+    "table_indexes AS idx ON c.type = 3 AND idx.descriptor_id = c.object_id AND idx.index_id = "
+    "c.sub_id WHERE c.type IN (1, 2, 3) AND t.database_name = {literal} ORDER BY 2, 3, 1, 4, 5")
+"""Comments on the database's tables, columns and indexes: a table's with the table's
+descriptor id, a column's and an index's with its id as sub_id (keys/constants.go:428-433;
+comment_on_*.go), named through kwdb_internal.tables, table_columns and table_indexes
+(kwdb_internal.go:233-300, 1710-1790). Read from KWDB's source, not run on a real KWDB."""
+
+
+def comments_queries(database: str) -> tuple[str, str]:
+    literal = quote_literal(database)
+    return (DATABASE_COMMENT_QUERY.format(db=quote_ident(database), literal=literal),
+            COMMENTS_QUERY.format(db=quote_ident(database), literal=literal))
+
+
+def read_comments(db: DatabasePlan, database_rows: Sequence[Mapping[str, str]],
+                  rows: Sequence[Mapping[str, str]]
+                  ) -> tuple[tuple[Comment, ...], tuple[str, ...]]:
+    """The comments of `db` from what `comments_queries` answered, and those left out, said in
+    words: a comment holding a backslash, which kwbase's CLI may have written for a character
+    it prints escaped (cli/sql_util.go:929-963), so the text read is not surely the comment."""
+    found, left_out = [], []
+    candidates = [Comment("database", text=str(r.get("comment") or "")) for r in database_rows]
+    for row in rows:
+        on = COMMENT_ON.get(str(row.get("type")), "")
+        name = str(row.get("column_name") if on == "column" else row.get("index_name")
+                   if on == "index" else "")
+        candidates.append(Comment(on, str(row.get("schema_name") or ""),
+                                  str(row.get("table_name") or ""), name,
+                                  str(row.get("comment") or "")))
+    for comment in candidates:
+        if "\\" in comment.text:
+            where = ".".join(json.dumps(p) for p in (comment.schema, comment.table, comment.name)
+                             if p)
+            left_out.append(f"the comment on {comment.on} {where or json.dumps(db.name)} in "
+                            f"database {json.dumps(db.name)} (it holds a backslash)")
+        elif comment.on and comment.text:
+            found.append(comment)
+    return tuple(sorted(set(found))), tuple(left_out)
+
+
+def comment_statement(db: DatabasePlan, comment: Comment) -> str:
+    """COMMENT ON DATABASE | TABLE | COLUMN | INDEX ... IS '<text>' (parser/sql.y:2644-2686),
+    every name quoted and the table named in full; setting a comment replaces the one there,
+    so it is safe to repeat."""
+    table = f"{quote_ident(db.name)}.{quote_ident(comment.schema)}.{quote_ident(comment.table)}"
+    target = {"database": f"DATABASE {quote_ident(db.name)}", "table": f"TABLE {table}",
+              "column": f"COLUMN {table}.{quote_ident(comment.name)}",
+              "index": f"INDEX {table}@{quote_ident(comment.name)}"}[comment.on]
+    return f"COMMENT ON {target} IS {quote_literal(comment.text)}"
+
+
 def split_objects(database: str, rows: Sequence[Mapping[str, str]]
                   ) -> tuple[tuple[TableRef, ...], str]:
     """The tables `objects_query` found, and why the database cannot be backed up ("" when it
@@ -518,8 +613,9 @@ class Plan:
     layout: int = LAYOUT
     # The grants were read (a plan written before privileges were carried has none to say).
     privileges: bool = True
-    # The foreign keys were read (likewise).
+    # The foreign keys were read (likewise), the comments.
     foreign_keys: bool = True
+    comments: bool = True
 
     def problem(self) -> str:
         """Why this plan cannot be carried out ("" when it can): a plan is read back from the
@@ -542,6 +638,8 @@ class Plan:
                                   else db.grant_problem(grant))
             for fk in db.foreign_keys:
                 found = found or db.foreign_key_problem(fk)
+            for comment in db.comments:
+                found = found or db.comment_problem(comment)
         return found
 
     @property
@@ -601,12 +699,15 @@ class Plan:
                                      tuple(Grant(**{f.name: str(g[f.name]) for f in fields(Grant)})
                                            for g in d.get("grants") or ()),
                                      tuple(_foreign_key(fk) for fk in d.get("foreign_keys") or ()),
-                                     tuple(str(x) for x in d.get("left_out") or ()))
+                                     tuple(str(x) for x in d.get("left_out") or ()),
+                                     tuple(Comment(**{f.name: str(c[f.name])
+                                                      for f in fields(Comment)})
+                                           for c in d.get("comments") or ()))
                         for d in data["databases"])
             return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
                        int(data["node_id"]), str(data["consistent_to"]), dbs,
                        int(data.get("layout") or 1), data.get("privileges") is True,
-                       data.get("foreign_keys") is True)
+                       data.get("foreign_keys") is True, data.get("comments") is True)
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{PLAN_FILE} is not a backup plan: {err}") from None
 
@@ -909,16 +1010,18 @@ GRANTS_STEP = "grants "
 """The restore step that grants again what a database's users held, after its IMPORT."""
 FOREIGN_KEYS_STEP = "foreign keys "
 """The restore step that adds a database's foreign keys again, after its IMPORT."""
+COMMENTS_STEP = "comments "
+"""The restore step that sets a database's comments again, after its IMPORT."""
 
 
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
     """(step id, statement) in the documented order: cluster settings, users, then each
-    database (`url`: where the backup's files are served), each followed by its foreign keys
-    and its grants when it had any (`foreign keys <db>`, `grants <db>`: their statements are
-    `foreign_key_statement` and `grant_statements` of the manifest's plan, the text here only
-    says so). The manifest is read from the target: a database's directory
-    must be one of ours (d<i>), or, in a backup of layout 1, a name `name_problem` accepts;
-    anything else is a ValueError naming it."""
+    database (`url`: where the backup's files are served), each followed by its foreign keys,
+    comments and grants when it had any (`foreign keys <db>`, `comments <db>`, `grants <db>`:
+    their statements are `foreign_key_statement`, `comment_statement` and `grant_statements`
+    of the manifest's plan, the text here only says so). The manifest is read from the
+    target: a database's directory must be one of ours (d<i>), or, in a backup of layout 1, a
+    name `name_problem` accepts; anything else is a ValueError naming it."""
     steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
                           'clustersetting.sql")'),
              ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
@@ -928,6 +1031,8 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
     granted = {str(d.get("name")) for d in planned if isinstance(d, dict) and d.get("grants")}
     keyed = {str(d.get("name")) for d in planned if isinstance(d, dict)
              and d.get("foreign_keys")}
+    commented = {str(d.get("name")) for d in planned if isinstance(d, dict)
+                 and d.get("comments")}
     databases = manifest.get("databases") or []
     if not isinstance(databases, list) or not all(isinstance(db, dict) for db in databases):
         raise ValueError(f"{MANIFEST_FILE}: databases is not a list of databases")
@@ -942,6 +1047,8 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
         if name in keyed:
             steps.append((f"{FOREIGN_KEYS_STEP}{name}",
                           f"ALTER TABLE ... ADD CONSTRAINT ... (the foreign keys {name} had)"))
+        if name in commented:
+            steps.append((f"{COMMENTS_STEP}{name}", f"COMMENT ON ... (the comments {name} had)"))
         if name in granted:
             steps.append((f"{GRANTS_STEP}{name}", f"GRANT ... (the privileges {name} held)"))
     return steps

@@ -6,9 +6,9 @@ The Controller runs `Restore.run` after "failover" and before "backup"
 (kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup_plan.restore_statements):
 cluster settings, users, then each database of the backup's manifest, one IMPORT per pass,
 each followed by a pass that adds its foreign keys again (IMPORT makes tables without them:
-the backup's schema export leaves them out) and one that grants again what the database's
-users held (its GRANTs; KWDB's IMPORT brings no privileges back unless asked, and then loses
-some), both from the backup's plan,
+the backup's schema export leaves them out), one that sets its comments again and one that
+grants again what the database's users held (its GRANTs; KWDB's IMPORT brings no privileges
+back unless asked, and then loses some), all from the backup's plan,
 each read over https from the reconciler's file server (reconciler.kaiwudb.restore_server),
 since IMPORT cannot read s3://. Before the first import KaiwuDB is made to trust the file
 server's CA (the cluster setting CUSTOM_CA; a database's import waits for it to spread), and
@@ -179,7 +179,16 @@ class Restore:
             if self.trust_failed(p, name, cluster, admin, pod, self.server.ca_pem(),
                                  settle=step.startswith("database ")):
                 return
-            if step.startswith(bp.GRANTS_STEP):
+            if step.startswith(bp.COMMENTS_STEP):
+                # Setting a comment replaces the one there: run again, it changes nothing.
+                _, db = bp.manifest_database(manifest, step.removeprefix(bp.COMMENTS_STEP))
+                try:
+                    for comment in db.comments:
+                        admin.sql(pod, bp.comment_statement(db, comment))
+                except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
+                    self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
+                    return
+            elif step.startswith(bp.GRANTS_STEP):
                 # Each GRANT adds to what is held: run again after a crash, it changes nothing.
                 _, db = bp.manifest_database(manifest, step.removeprefix(bp.GRANTS_STEP))
                 try:

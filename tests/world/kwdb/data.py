@@ -115,6 +115,10 @@ class Table:
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     foreign_keys: dict[str, ForeignKeyDef] = field(default_factory=dict)
     indexes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # not unique
+    # Its comments (system.comments rows of types 1, 2, 3: keys/constants.go:428-433).
+    comment: str = ""
+    column_comments: dict[str, str] = field(default_factory=dict)
+    index_comments: dict[str, str] = field(default_factory=dict)
 
     def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
         return [values for written, values in self.rows if t is None or written <= t]
@@ -166,6 +170,7 @@ class Database:
     # privileges), root's and admin's ALL left implicit.
     grants: dict[str, set[str]] = field(default_factory=dict)
     schema_grants: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    comment: str = ""  # system.comments of type 0
 
     def of_kind(self, kind: str) -> list[Table]:
         return sorted((t for t in self.tables.values() if t.kind == kind),
@@ -1044,6 +1049,79 @@ def _key_columns(s: Session, m: re.Match[str]) -> Result:
         for name, columns in sorted(named.items()):
             rows += [[table.schema, table.name, name, column] for column in columns]
     return ["table_schema", "table_name", "constraint_name", "column_name"], rows, []
+
+
+_LITERAL = r"'(?:[^']|'')*'"
+
+
+def _literal(text: str) -> str:
+    return text[1:-1].replace("''", "'")
+
+
+@_pattern(r"comment on (?P<on>database|table|column|index) (?P<target>" + IDENT + r"(?:\."
+          + IDENT + r"){0,3})(?:@(?P<index>" + IDENT + r"))? is (?P<text>" + _LITERAL
+          + r"|null)")
+def _comment_on(s: Session, m: re.Match[str]) -> Result:
+    """COMMENT ON DATABASE d | TABLE d.s.t | COLUMN d.s.t.c | INDEX d.s.t@i IS '...' | NULL
+    (parser/sql.y:2644-2686; comment_on_*.go: the comment replaces the one there, NULL
+    removes it). Tables are named in full here, as the reconciler names them."""
+    on = m.group("on").lower()
+    parts = [ident(p) for p in re.findall(IDENT, m.group("target"))]
+    text = "" if m.group("text").lower() == "null" else _literal(m.group("text"))
+    if on == "database" and len(parts) == 1 and m.group("index") is None:
+        _database(s, parts[0]).comment = text
+        return [], [], []
+    wanted = 4 if on == "column" else 3
+    if len(parts) != wanted or (on == "index") != (m.group("index") is not None):
+        raise SqlError(f"kwdb-sim: COMMENT ON {on.upper()} {m.group('target')} is not modelled")
+    _, table = _table_of(s, ".".join(quoted(p) for p in parts[:3]))
+    if on == "table":
+        table.comment = text
+    elif on == "column":
+        table.column_index(parts[3])
+        table.column_comments[parts[3]] = text
+    else:
+        index = ident(m.group("index") or "")
+        if index != "primary" and index not in table.keys and index not in table.indexes:
+            raise SqlError(f'index "{index}" does not exist', sqlstate="42704")
+        table.index_comments[index] = text
+    return [], [], []
+
+
+@_pattern(r"select c\.comment from system\.comments as c join (?P<db>" + IDENT + r")\."
+          r"pg_catalog\.pg_database as d on c\.object_id = d\.oid::int8 where c\.type = 0 and "
+          r"d\.datname = (?P<lit>" + _LITERAL + ")")
+def _database_comment(s: Session, m: re.Match[str]) -> Result:
+    """The database's row of system.comments (sqlbase/system.go:300-308), found by
+    pg_database's oid, its descriptor id (pg_catalog.go:1134-1141)."""
+    db = s.data.databases.get(_literal(m.group("lit")))
+    return ["comment"], [[db.comment]] if db is not None and db.comment else [], []
+
+
+@_pattern(r"select c\.type, t\.schema_name, t\.name as table_name, col\.column_name, "
+          r"idx\.index_name, c\.comment from system\.comments as c join (?P<db>" + IDENT
+          + r")\.kwdb_internal\.tables as t on t\.table_id = c\.object_id left join (?P=db)\."
+          r"kwdb_internal\.table_columns as col on c\.type = 2 and col\.descriptor_id = "
+          r"c\.object_id and col\.column_id = c\.sub_id left join (?P=db)\.kwdb_internal\."
+          r"table_indexes as idx on c\.type = 3 and idx\.descriptor_id = c\.object_id and "
+          r"idx\.index_id = c\.sub_id where c\.type in \(1, 2, 3\) and t\.database_name = "
+          r"(?P<lit>" + _LITERAL + r") order by 2, 3, 1, 4, 5")
+def _comments(s: Session, m: re.Match[str]) -> Result:
+    """Comments on the database's tables (type 1), columns (2) and indexes (3), named through
+    kwdb_internal.tables, table_columns and table_indexes (kwdb_internal.go:233-300,
+    1710-1790); a column's or an index's name is NULL on the other rows."""
+    db = s.data.databases.get(_literal(m.group("lit")))
+    rows = []
+    for table in db.of_kind("table") if db is not None else ():
+        if table.comment:
+            rows.append(["1", table.schema, table.name, "NULL", "NULL", table.comment])
+        rows += [["2", table.schema, table.name, c, "NULL", text]
+                 for c, text in table.column_comments.items() if text]
+        rows += [["3", table.schema, table.name, "NULL", i, text]
+                 for i, text in table.index_comments.items() if text]
+    rows.sort(key=lambda r: (r[1], r[2], r[0], r[3], r[4]))
+    return ["type", "schema_name", "table_name", "column_name", "index_name", "comment"], \
+        rows, []
 
 
 # Settings SHOW CLUSTER SETTING knows without a row in system.settings, with their defaults

@@ -346,8 +346,11 @@ def run_sql(env: Env, inv: Invocation) -> ExecResult:
 
 def _tag(stmt: str) -> str:
     """A statement's tag as tree's StatementTag gives it for those modelled: its first word
-    (EXPORT, GRANT, ...), ALTER TABLE's two (kwbase/pkg/sql/sem/tree/stmt.go:232)."""
-    words = stmt.upper().split(None, 2)
+    (EXPORT, GRANT, ...), ALTER TABLE's two, COMMENT ON's three (kwbase/pkg/sql/sem/tree/
+    stmt.go:232, 381-429)."""
+    words = stmt.upper().split(None, 3)
+    if words[:2] == ["COMMENT", "ON"]:
+        return " ".join(words[:3])
     return " ".join(words[:2]) if words[:2] == ["ALTER", "TABLE"] else words[0]
 
 

@@ -702,8 +702,8 @@ class KwdbWorld:
 
     def execute(self, cluster: ClusterKey, now: float, text: str, database: str = "") -> None:
         """A statement the simulated SQL knows (data.py), as a user types it, run in
-        `database`: a GRANT, ALTER TABLE ... ADD CONSTRAINT ... FOREIGN KEY; its SqlError
-        when KWDB would refuse it."""
+        `database`: a GRANT, ALTER TABLE ... ADD CONSTRAINT ... FOREIGN KEY, COMMENT ON; its
+        SqlError when KWDB would refuse it."""
         with self._lock:
             data = self._data(cluster, now)[1]
             session = Session(data, now, self.settings.epoch_unix_s, 0, lambda _: None, database)
@@ -756,7 +756,7 @@ class KwdbWorld:
 
     def contents(self, cluster: ClusterKey, now: float) -> dict[str, object]:
         """What a person compares after a restore: databases with their engine and each
-        table's rows (sorted), users, cluster settings, grants, foreign keys."""
+        table's rows (sorted), users, cluster settings, grants, foreign keys, comments."""
         with self._lock:
             _, data = self._data(cluster, now)
             return {
@@ -773,6 +773,15 @@ class KwdbWorld:
                 "foreign_keys": {db.name: sorted(
                     (t.schema, t.name, name, fk) for t in db.tables.values()
                     for name, fk in t.foreign_keys.items()) for db in data.databases.values()},
+                "comments": {db.name: sorted(
+                    [("database", "", db.comment)] * bool(db.comment)
+                    + [(f"table {t.schema}.{t.name}", "", t.comment) for t in db.tables.values()
+                       if t.comment]
+                    + [(f"column {t.schema}.{t.name}", c, text) for t in db.tables.values()
+                       for c, text in t.column_comments.items() if text]
+                    + [(f"index {t.schema}.{t.name}", i, text) for t in db.tables.values()
+                       for i, text in t.index_comments.items() if text])
+                    for db in data.databases.values()},
             }
 
     def removed_outside_extern(self, cluster: ClusterKey) -> list[str]:

@@ -310,3 +310,33 @@ def test_a_foreign_key_is_added_as_resolvefk_checks_it_and_read_by_descriptor() 
             if r["table_name"] in ("items", "empty_lines")] == [
         ("items", "primary", "sku"), ("items", "primary", "size"), ("empty_lines", "k", "sku"),
         ("empty_lines", "k", "size")]
+
+
+def test_comments_are_set_replaced_removed_and_read_from_system_comments() -> None:
+    """COMMENT ON (parser/sql.y:2644-2686; a comment replaces the one there, NULL removes
+    it), read back from system.comments by type (keys/constants.go:428-433) and named through
+    kwdb_internal (kwdb_internal.go:233-300, 1710-1790)."""
+    op = Operator()
+    t = loaded(op)
+    for statement in ("COMMENT ON DATABASE shop IS 'old'", "COMMENT ON DATABASE shop IS 'it''s'",
+                      "COMMENT ON TABLE shop.public.orders IS 'x'",
+                      "COMMENT ON COLUMN shop.public.orders.item IS 'what'",
+                      "COMMENT ON INDEX shop.public.orders@primary IS 'pk'",
+                      "COMMENT ON TABLE shop.public.orders IS NULL"):
+        done = sql(op, t, statement)
+        assert done.stdout == " ".join(statement.split()[:3]) + "\n", done.stderr
+    missing = sql(op, t, "COMMENT ON COLUMN shop.public.orders.nope IS 'x'")
+    assert 'column "nope" does not exist' in missing.stderr
+    assert table(sql(op, t, "SELECT c.comment FROM system.comments AS c JOIN shop.pg_catalog."
+                            "pg_database AS d ON c.object_id = d.oid::INT8 WHERE c.type = 0 AND "
+                            "d.datname = 'shop'")) == [{"comment": "it's"}]
+    rows = table(sql(op, t, (
+        "SELECT c.type, t.schema_name, t.name AS table_name, col.column_name, idx.index_name, "
+        "c.comment FROM system.comments AS c JOIN shop.kwdb_internal.tables AS t ON t.table_id "
+        "= c.object_id LEFT JOIN shop.kwdb_internal.table_columns AS col ON c.type = 2 AND "
+        "col.descriptor_id = c.object_id AND col.column_id = c.sub_id LEFT JOIN shop."
+        "kwdb_internal.table_indexes AS idx ON c.type = 3 AND idx.descriptor_id = c.object_id "
+        "AND idx.index_id = c.sub_id WHERE c.type IN (1, 2, 3) AND t.database_name = 'shop' "
+        "ORDER BY 2, 3, 1, 4, 5")))
+    assert [(r["type"], r["column_name"], r["index_name"], r["comment"]) for r in rows] == [
+        ("2", "item", "NULL", "what"), ("3", "NULL", "primary", "pk")]

@@ -250,17 +250,17 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
         "databases"] == {}, "nothing imported"
 
 
-def test_schemas_users_grants_and_foreign_keys_come_back_and_the_status_names_the_rest(
+def test_schemas_users_grants_comments_and_foreign_keys_come_back_and_the_rest_is_named(
         sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
         kube: k8s.ApiClient, namespace: str) -> None:
     """A shop with a second schema ("Catalog"), a user with privileges on a database, a
-    schema and a table, and foreign keys: one onto a table of "Catalog" whose name public
+    schema and a table, comments, and foreign keys: one onto a table of "Catalog" whose name public
     has too (KWDB's own foreign key text would point at public's), one with MATCH FULL and
     actions, one onto another database. A database holding a view and a sequence, which
     KWDB's EXPORT does not carry, refuses the backup that names it, touching nothing; the
     backup of the other databases completes and names what a restore cannot bring back;
-    a new cluster restored from it holds every table, row, user, grant and foreign key,
-    the one onto another database aside."""
+    a new cluster restored from it holds every table, row, user, grant, comment and foreign
+    key, the one onto another database aside."""
     factory = lambda: reconciler_factory(  # noqa: E731
         backup_poll_s=0.2, restore_http_address="127.0.0.1:0",
         restore_advertise_host="127.0.0.1")
@@ -285,6 +285,8 @@ def test_schemas_users_grants_and_foreign_keys_come_back_and_the_status_names_th
                  "ON DELETE CASCADE ON UPDATE CASCADE")
     kwdb.execute(key, now, "ALTER TABLE shop.public.lines ADD CONSTRAINT buyer FOREIGN KEY "
                  "(buyer) REFERENCES crm.public.people (id)")
+    kwdb.execute(key, now, "COMMENT ON TABLE shop.\"Catalog\".items IS '货品 (what we sell)'")
+    kwdb.execute(key, now, "COMMENT ON COLUMN shop.public.lines.buyer IS 'who; it''s a crm id'")
     kwdb.set_user(key, now, "clerk")
     kwdb.grant(key, now, 'GRANT CREATE ON SCHEMA "Catalog" TO clerk', database="shop")
     kwdb.grant(key, now, "GRANT SELECT, INSERT ON TABLE shop.public.lines TO clerk")
@@ -310,7 +312,7 @@ def test_schemas_users_grants_and_foreign_keys_come_back_and_the_status_names_th
         b if phase(b := backups(kube, namespace).get("source")) == "completed" else None),
         60, 0.2)
     message = done["status"]["message"]
-    assert "passwords" in message and "comments" in message
+    assert "passwords" in message and "comments on time-series" in message
     assert 'foreign key "buyer" of "public"."lines" in database "shop", onto "crm"."public".' \
         '"people" in another database' in message
     assert "privileges" not in message and "foreign keys:" not in message
@@ -327,7 +329,8 @@ def test_schemas_users_grants_and_foreign_keys_come_back_and_the_status_names_th
     report("apply restored cluster -> Ready with keys and grants", time.monotonic() - started)
     record = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
     assert record["done"] == ["settings", "users", "database crm", "database sensors",
-                              "database shop", "foreign keys shop", "grants shop"]
+                              "database shop", "foreign keys shop", "comments shop",
+                              "grants shop"]
     after = kwdb.contents((namespace, "copy"), sim_world.clock.now())
     was: dict[str, Any] = {**before}
     now_there: dict[str, Any] = {**after}
@@ -340,6 +343,8 @@ def test_schemas_users_grants_and_foreign_keys_come_back_and_the_status_names_th
     assert [k[2] for k in keys] == ["Item"], "the key onto crm is left out"
     assert keys == [k for k in was["foreign_keys"]["shop"] if k[2] == "Item"]
     assert keys[0][3].ref == ("shop", "Catalog", "items")
+    assert now_there["comments"]["shop"] == was["comments"]["shop"]
+    assert len(now_there["comments"]["shop"]) == 2
 
 
 def test_a_reconciler_restarted_mid_backup_carries_on_with_the_same_node_and_timestamp(

@@ -529,3 +529,44 @@ def test_the_status_names_ten_left_out_keys_at_most() -> None:
     assert '"k9"' in text and '"k10"' not in text
     assert text.endswith("; and 19990 more (plan.json lists them)")
     assert len(text) < 1000
+
+
+def test_comments_are_read_and_set_again_quoted_and_one_with_a_backslash_is_left_out() -> None:
+    """system.comments by type (keys/constants.go:428-433): 1 a table's, 2 a column's, 3 an
+    index's. The text is the database's: quoted as a literal, never code. kwbase's CLI
+    prints a character it cannot show escaped, with a backslash: such a text is not surely
+    the comment, so it is left out and named."""
+    rows = [
+        {"type": "1", "schema_name": "Sales", "table_name": 'q1"; --', "column_name": "NULL",
+         "index_name": "NULL", "comment": "it's '; DROP DATABASE shop; --\n二行"},
+        {"type": "2", "schema_name": "public", "table_name": "orders", "column_name": "id",
+         "index_name": "NULL", "comment": "the order"},
+        {"type": "3", "schema_name": "public", "table_name": "orders", "column_name": "NULL",
+         "index_name": "primary", "comment": "by id"},
+        {"type": "2", "schema_name": "public", "table_name": "orders", "column_name": "item",
+         "index_name": "NULL", "comment": "C:\\temp"}]
+    comments, left_out = bp.read_comments(SHOP, [{"comment": "the shop"}], rows)
+    assert comments == (
+        bp.Comment("column", "public", "orders", "id", "the order"),
+        bp.Comment("database", text="the shop"),
+        bp.Comment("index", "public", "orders", "primary", "by id"),
+        bp.Comment("table", "Sales", 'q1"; --', "", "it's '; DROP DATABASE shop; --\n二行"))
+    assert left_out == ('the comment on column "public"."orders"."item" in database "shop" '
+                        "(it holds a backslash)",)
+    db = replace(SHOP, comments=comments)
+    statements = [bp.comment_statement(db, c) for c in comments]
+    assert statements == [
+        'COMMENT ON COLUMN "shop"."public"."orders"."id" IS \'the order\'',
+        "COMMENT ON DATABASE \"shop\" IS 'the shop'",
+        'COMMENT ON INDEX "shop"."public"."orders"@"primary" IS \'by id\'',
+        'COMMENT ON TABLE "shop"."Sales"."q1""; --" IS \'it\'\'s \'\'; DROP DATABASE shop; '
+        "--\n二行'"]
+    assert all(kwbase.statement_problem(text) == "" for text in statements)
+    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
+    assert bp.Plan.from_json(plan.to_json()) == plan and plan.problem() == ""
+    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
+                                   "plan": json.loads(plan.to_json())}, "http://x")
+    assert [s for s, _ in steps] == ["settings", "users", "database shop", "comments shop"]
+    stray = replace(db, comments=(bp.Comment("table", "public", "elsewhere", "", "x"),))
+    assert "not one of the backup's" in bp.Plan("b", "u1", "dev-0", 1, "1.0",
+                                                (stray,)).problem()

@@ -1256,3 +1256,42 @@ def test_a_key_added_not_valid_comes_back_not_valid_with_the_rows_that_break_it(
     assert note.validated is False
     assert any(s.endswith("NOT VALID") for s in sql_run(site, "fresh-")
                if s.startswith("ALTER TABLE"))
+
+
+def test_comments_on_the_database_its_tables_columns_and_indexes_come_back(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """KWDB's EXPORT writes comments only WITH comment, which fails on a database with none
+    (export.go:401-405): the backup reads them from system.comments and the restore sets them
+    again after the import, text quoted whatever it holds; a comment holding a backslash is
+    left out and named."""
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
+    site.start_cluster("dev")
+    keyed_shop(site)
+    key = (NS, "dev")
+    for statement in (
+            "COMMENT ON DATABASE shop IS 'the shop'",
+            "COMMENT ON TABLE shop.\"Catalog\".items IS 'what we sell; it''s all here\n二行'",
+            "COMMENT ON COLUMN shop.public.orders.customer IS 'who ordered'",
+            "COMMENT ON INDEX shop.public.orders@by_customer IS 'for the CRM'",
+            "COMMENT ON COLUMN shop.public.orders.sku IS 'C:\\skus'"):
+        site.kwdb.execute(key, site.now, statement)
+    site.backup("first")
+    site.run_backup()
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status.get("message")
+    assert 'the comment on column "public"."orders"."sku" in database "shop" (it holds a ' \
+        "backslash)" in status["message"]
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    restore_passes(site, restore, passes=14)
+
+    found = record(site) or {}
+    assert found.get("completedAt"), found
+    assert found["done"] == ["settings", "users", "database crm", "database shop",
+                             "foreign keys shop", "comments shop"]
+    before = site.kwdb.contents(key, site.now)["comments"]
+    after = site.kwdb.contents((NS, "fresh"), site.now)["comments"]
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert after["shop"] == [c for c in before["shop"] if c[1] != "sku"]
+    assert len(after["shop"]) == 4
