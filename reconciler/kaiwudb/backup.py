@@ -41,12 +41,14 @@ from typing import Any
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
 from reconciler.kaiwudb.kwbase import (
+    CommandFailed,
     ExecFailed,
     ExecTimedOut,
     KwbaseAdmin,
     KwbaseError,
     NodeUnreachable,
     SqlAnswer,
+    error_text,
 )
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready, rolling
 from reconciler.kaiwudb.statements import BulkStatements, Running
@@ -141,6 +143,19 @@ def left_out_text(manifest: Mapping[str, Any]) -> str:
         text += (f"; also left out (set them again after a restore): "
                  f"{'; '.join(keys[:10])}{more}")
     return text
+
+
+def _refused(err: CommandFailed) -> bool:
+    """KaiwuDB ran the statement and refused it (an `ERROR:` of its SQL), as opposed to a node
+    that could not be reached or was not ready (CommandFailed's subclasses): only that is
+    worth going on without."""
+    return type(err) is CommandFailed and "ERROR:" in err.stderr
+
+
+def _short(err: CommandFailed) -> str:
+    """KaiwuDB's error, on one line and short (it goes into a status)."""
+    text = " ".join((error_text(err.stderr) or str(err)).split())
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _slot(text: object) -> float | None:
@@ -441,11 +456,7 @@ class Backups:
                     keys, left_out = self.foreign_keys(admin, chosen, db)
                     db = replace(db, foreign_keys=keys, left_out=left_out)
                 if engine == bp.RELATIONAL:
-                    on_database, on_tables = bp.comments_queries(db_name)
-                    comments, left_out = bp.read_comments(
-                        db, admin.sql(chosen, on_database).rows,
-                        admin.sql(chosen, on_tables).rows)
-                    db = replace(db, comments=comments, left_out=(*db.left_out, *left_out))
+                    db = self.comments(admin, chosen, db)
                 dbs.append(db)
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
@@ -469,13 +480,38 @@ class Backups:
     def foreign_keys(admin: KwbaseAdmin, pod: str, db: bp.DatabasePlan
                      ) -> tuple[tuple[bp.ForeignKey, ...], tuple[str, ...]]:
         """The foreign keys of a relational database and what of them is left out, said in
-        words (bp.read_foreign_keys); BackupFailed when they cannot be carried."""
+        words (bp.read_foreign_keys); BackupFailed when they cannot be carried. A query KWDB
+        refuses leaves every key out, said so, and the backup goes on: the catalogue queries
+        were written from KWDB's source, not run on a real KWDB, and a backup without the
+        keys, saying so, is worth more than none."""
         on_keys, on_columns = bp.foreign_keys_queries(db.name)
-        keys, left_out, refused = bp.read_foreign_keys(
-            db, admin.sql(pod, on_keys).rows, admin.sql(pod, on_columns).rows)
+        try:
+            keys, left_out, refused = bp.read_foreign_keys(
+                db, admin.sql(pod, on_keys).rows, admin.sql(pod, on_columns).rows)
+        except CommandFailed as err:
+            if not _refused(err):
+                raise
+            return (), (f"every foreign key of database {json.dumps(db.name)} (KaiwuDB "
+                        f"refused the query that reads them: {_short(err)})",)
         if refused:
             raise BackupFailed("NotExportable", refused)
         return keys, left_out
+
+    @staticmethod
+    def comments(admin: KwbaseAdmin, pod: str, db: bp.DatabasePlan) -> bp.DatabasePlan:
+        """`db` with its comments and what of them is left out (bp.read_comments); a query
+        KWDB refuses leaves them all out, said so, as for foreign keys."""
+        on_database, on_tables = bp.comments_queries(db.name)
+        try:
+            comments, left_out = bp.read_comments(
+                db, admin.sql(pod, on_database).rows, admin.sql(pod, on_tables).rows)
+        except CommandFailed as err:
+            if not _refused(err):
+                raise
+            comments, left_out = (), (f"every comment in database {json.dumps(db.name)} "
+                                      f"(KaiwuDB refused the query that reads them: "
+                                      f"{_short(err)})",)
+        return replace(db, comments=comments, left_out=(*db.left_out, *left_out))
 
     def advance(self, p: Pass, cluster: Cluster, obj: Obj) -> None:
         """One step of a running backup: the next item, or the manifest."""

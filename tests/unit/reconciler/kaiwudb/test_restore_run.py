@@ -1295,3 +1295,36 @@ def test_comments_on_the_database_its_tables_columns_and_indexes_come_back(
     assert isinstance(before, dict) and isinstance(after, dict)
     assert after["shop"] == [c for c in before["shop"] if c[1] != "sku"]
     assert len(after["shop"]) == 4
+
+
+def test_a_kwdb_that_refuses_the_catalogue_queries_still_gets_a_backup_that_says_so(
+        tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queries that read foreign keys and comments were written from KWDB's source and
+    never run on a real KWDB. Should one refuse them, the backup goes on without what they
+    read and names it, rather than no backup at all; a node that cannot be reached still
+    fails the backup's start (it is tried again)."""
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
+    site.start_cluster("dev")
+    keyed_shop(site)
+    run = site.runner.exec
+
+    def refusing(namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = 60.0) -> tuple[str, str, int]:
+        if any("backward_dependencies" in a or "system.comments" in a for a in command):
+            return "", ('ERROR: relation "system.comments" does not exist\nSQLSTATE: 42P01\n'
+                        'Failed running "sql"\n'), 1
+        return run(namespace, pod, container, command, timeout)
+    monkeypatch.setattr(site.runner, "exec", refusing)
+    site.backup("first")
+    site.run_backup()
+
+    status = site.status(k.KAIWU_BACKUP, "first")
+    assert status["phase"] == "completed", status.get("message")
+    assert 'every foreign key of database "shop" (KaiwuDB refused the query that reads ' \
+        'them: ERROR: relation "system.comments" does not exist' in status["message"]
+    assert 'every comment in database "shop"' in status["message"]
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    restore_passes(site, restore, passes=12)
+    assert (record(site) or {}).get("done") == ["settings", "users", "database crm",
+                                                "database shop"]
