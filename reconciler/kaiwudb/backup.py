@@ -110,8 +110,8 @@ SLOT_SLACK_S = 86400.0
 
 
 def unread(manifest: Mapping[str, Any]) -> str:
-    """What a backup whose plan predates carried privileges or foreign keys lacks besides (its
-    plan says nothing of them: a restore brings none back)."""
+    """What a backup whose plan predates carried privileges, foreign keys or comments lacks
+    besides (its plan says nothing of them: a restore brings none back)."""
     plan = manifest.get("plan")
     plan = plan if isinstance(plan, dict) else {}
     lacking = [what for key, what in (("privileges", "privileges on databases, schemas and "

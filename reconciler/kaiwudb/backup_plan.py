@@ -36,7 +36,7 @@ import json
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -469,8 +469,12 @@ def unsettled_foreign_keys(first: Sequence[ForeignKey], second: Sequence[Foreign
     """The keys read before and after the backup's timestamp was taken that are the same in
     both reads (held throughout, so the rows as of the timestamp satisfy them), and the
     others, said in words: a key dropped or added meanwhile may not fit those rows."""
-    kept = tuple(sorted(set(first) & set(second)))
-    changed = sorted({fk.shown for fk in set(first) ^ set(second)})
+    def same(fk: ForeignKey) -> ForeignKey:  # a key KWDB finished checking meanwhile held
+        return replace(fk, validated=True)
+
+    again = {same(fk) for fk in second}
+    kept = tuple(sorted(fk for fk in set(first) if same(fk) in again))
+    changed = sorted({fk.shown for fk in {same(fk) for fk in first} ^ again})
     return kept, tuple(f"{what}, changed while the backup started" for what in changed)
 
 
@@ -506,11 +510,19 @@ COMMENTS_QUERY = (
     "c.object_id LEFT JOIN {db}.kwdb_internal.table_columns AS col ON c.type = 2 AND "
     "col.descriptor_id = c.object_id AND col.column_id = c.sub_id LEFT JOIN {db}.kwdb_internal."
     "table_indexes AS idx ON c.type = 3 AND idx.descriptor_id = c.object_id AND idx.index_id = "
-    "c.sub_id WHERE c.type IN (1, 2, 3) AND t.database_name = {literal} ORDER BY 2, 3, 1, 4, 5")
+    "c.sub_id WHERE c.type IN (1, 2, 3) AND t.database_name = {literal} AND t.state = "
+    "'PUBLIC' AND ((c.type = 1 AND c.sub_id = 0) OR (c.type = 2 AND col.column_name IS NOT "
+    "NULL) OR (c.type = 3 AND idx.index_name IS NOT NULL)) ORDER BY 2, 3, 1, 4, 5")
 """Comments on the database's tables, columns and indexes: a table's with the table's
 descriptor id, a column's and an index's with its id as sub_id (keys/constants.go:428-433;
 comment_on_*.go), named through kwdb_internal.tables, table_columns and table_indexes
-(kwdb_internal.go:233-300, 1710-1790). Read from KWDB's source, not run on a real KWDB."""
+(kwdb_internal.go:233-300, 1710-1790). Rows naming nothing are passed over: KWDB keeps the
+comments of a dropped table until it is collected (kwdb_internal.tables lists it, state
+DROP) and of a primary index that ALTER PRIMARY KEY replaced (drop_table.go:753-758,
+alter_primary_key.go), and a NULL name prints as the text NULL. Read from KWDB's source,
+not run on a real KWDB."""
+COMMENT_MAX_CHARS = 64 * 1024
+"""A longer comment is left out, named: its COMMENT ON goes whole into one exec argument."""
 
 
 def comments_queries(database: str) -> tuple[str, str]:
@@ -522,9 +534,12 @@ def comments_queries(database: str) -> tuple[str, str]:
 def read_comments(db: DatabasePlan, database_rows: Sequence[Mapping[str, str]],
                   rows: Sequence[Mapping[str, str]]
                   ) -> tuple[tuple[Comment, ...], tuple[str, ...]]:
-    """The comments of `db` from what `comments_queries` answered, and those left out, said in
-    words: a comment holding a backslash, which kwbase's CLI may have written for a character
-    it prints escaped (cli/sql_util.go:929-963), so the text read is not surely the comment."""
+    """The comments of `db` from what `comments_queries` answered (an empty one too: KWDB keeps
+    `IS ''` as a row, comment_on_table.go), and those left out, said in words: one holding a
+    backslash in its text or in its column's or index's name, which kwbase's CLI may have
+    written for a character it prints escaped (cli/sql_util.go:929-963), so what was read is
+    not surely it; one longer than COMMENT_MAX_CHARS; one on a table the backup does not
+    hold (made after its tables were read)."""
     found, left_out = [], []
     candidates = [Comment("database", text=str(r.get("comment") or "")) for r in database_rows]
     for row in rows:
@@ -535,12 +550,17 @@ def read_comments(db: DatabasePlan, database_rows: Sequence[Mapping[str, str]],
                                   str(row.get("table_name") or ""), name,
                                   str(row.get("comment") or "")))
     for comment in candidates:
-        if "\\" in comment.text:
-            where = ".".join(json.dumps(p) for p in (comment.schema, comment.table, comment.name)
-                             if p)
-            left_out.append(f"the comment on {comment.on} {where or json.dumps(db.name)} in "
-                            f"database {json.dumps(db.name)} (it holds a backslash)")
-        elif comment.on and comment.text:
+        where = ".".join(json.dumps(p) for p in (comment.schema, comment.table, comment.name)
+                         if p)
+        shown = (f"the comment on {comment.on} {where or json.dumps(db.name)} in database "
+                 f"{json.dumps(db.name)}")
+        if "\\" in comment.text or "\\" in comment.name:
+            left_out.append(f"{shown} (it or its name holds a backslash)")
+        elif len(comment.text) > COMMENT_MAX_CHARS:
+            left_out.append(f"{shown} (longer than {COMMENT_MAX_CHARS} characters)")
+        elif db.comment_problem(comment):
+            left_out.append(f"{shown} (on a table made while the backup started)")
+        else:
             found.append(comment)
     return tuple(sorted(set(found))), tuple(left_out)
 

@@ -860,17 +860,24 @@ class SimKubelet:
     # ---- probes ------------------------------------------------------------------------
 
     def _handler_ok(self, pod: PodRuntime, c: ContainerRuntime, probe: JsonObj) -> bool:
+        """One probe of a KaiwuDB container as the kubelet runs it (pkg/kubelet/prober/
+        prober.go runProbe): httpGet at the probe's port (a number, or a name resolved
+        through the container's ports, findPortByName), scheme and path; tcpSocket at its
+        port; exec. Other images' probes pass."""
         if not c.kwdb:
             return True
         if "httpGet" in probe:
-            path = str(probe["httpGet"].get("path") or "/")
-            if "ready=1" in path:
-                return self._kwdb.is_ready(pod.cluster, pod.name)
-            return self._kwdb.is_live(pod.cluster, pod.name)
+            get = probe["httpGet"]
+            return self._kwdb.http_get(pod.cluster, pod.name, _probe_port(c.spec, get.get("port")),
+                                       str(get.get("scheme") or "HTTP").upper(),
+                                       str(get.get("path") or "/"))
         if "exec" in probe:
             argv = probe["exec"].get("command") or []
             return self._run(pod, c, argv).exit_code == 0
-        return self._kwdb.is_live(pod.cluster, pod.name)  # tcpSocket: the port answers
+        if "tcpSocket" in probe:
+            return self._kwdb.tcp_open(pod.cluster, pod.name,
+                                       _probe_port(c.spec, probe["tcpSocket"].get("port")))
+        return False  # no handler: the API server refuses such a pod
 
     def _probe(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
         def outcome(kind: str, ok: bool) -> bool | None:
@@ -1067,3 +1074,18 @@ class SimKubelet:
                     for c in pod.containers
                 )
                 yield f"{pod.namespace}/{pod.name} on {pod.node}: {states}"
+
+
+def _probe_port(container: JsonObj, port: object) -> int | None:
+    """A probe's port: a number as it is, a name through the container's ports (the kubelet's
+    findPortByName, pkg/kubelet/prober/prober.go); None when the name is no port of the
+    container (the probe then fails)."""
+    if isinstance(port, int):
+        return port
+    text = str(port or "")
+    if text.isdigit():
+        return int(text)
+    for each in container.get("ports") or ():
+        if each.get("name") == text:
+            return int(each.get("containerPort") or 0)
+    return None

@@ -77,11 +77,13 @@ class KwdbPort(Protocol):
     def exited(self, cluster: ClusterKey, pod: str) -> ProcessExit | None:
         """If the process the kubelet started ended on its own, how (asked while it runs)."""
 
-    def is_ready(self, cluster: ClusterKey, pod: str) -> bool:
-        """What `GET :8080/health?ready=1` answers (serving, initialised, live, not draining)."""
+    def http_get(self, cluster: ClusterKey, pod: str, port: int | None, scheme: str,
+                 path: str) -> bool:
+        """Whether `GET <scheme>://<pod>:<port><path>` answers 2xx or 3xx, as a kubelet's
+        httpGet probe counts it (`/health?ready=1`: serving, initialised, not draining)."""
 
-    def is_live(self, cluster: ClusterKey, pod: str) -> bool:
-        """What `GET :8080/health` answers (the process serves HTTP)."""
+    def tcp_open(self, cluster: ClusterKey, pod: str, port: int | None) -> bool:
+        """Whether a TCP connection to the port is accepted (a tcpSocket probe)."""
 
     def exec(self, cluster: ClusterKey, pod: str, argv: Sequence[str]) -> ExecOutput:
         """Run a command line inside pod's KaiwuDB container."""
@@ -142,11 +144,12 @@ class KwdbAdapter:
             return ProcessExit(137, "")
         return None
 
-    def is_ready(self, cluster: ClusterKey, pod: str) -> bool:
-        return self.world.is_ready(self._key(cluster), pod, self.clock.now())
+    def http_get(self, cluster: ClusterKey, pod: str, port: int | None, scheme: str,
+                 path: str) -> bool:
+        return self.world.http_get(self._key(cluster), pod, self.clock.now(), port, scheme, path)
 
-    def is_live(self, cluster: ClusterKey, pod: str) -> bool:
-        return self.world.is_live(self._key(cluster), pod, self.clock.now())
+    def tcp_open(self, cluster: ClusterKey, pod: str, port: int | None) -> bool:
+        return self.world.tcp_open(self._key(cluster), pod, self.clock.now(), port)
 
     def exec(self, cluster: ClusterKey, pod: str, argv: Sequence[str]) -> ExecOutput:
         result = self.world.exec(self._key(cluster), pod, argv, self.clock.now())

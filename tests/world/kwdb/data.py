@@ -115,8 +115,9 @@ class Table:
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     foreign_keys: dict[str, ForeignKeyDef] = field(default_factory=dict)
     indexes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # not unique
-    # Its comments (system.comments rows of types 1, 2, 3: keys/constants.go:428-433).
-    comment: str = ""
+    # Its comments (system.comments rows of types 1, 2, 3: keys/constants.go:428-433); None:
+    # no row ('' is a row, as `IS ''` leaves one).
+    comment: str | None = None
     column_comments: dict[str, str] = field(default_factory=dict)
     index_comments: dict[str, str] = field(default_factory=dict)
 
@@ -170,7 +171,7 @@ class Database:
     # privileges), root's and admin's ALL left implicit.
     grants: dict[str, set[str]] = field(default_factory=dict)
     schema_grants: dict[str, dict[str, set[str]]] = field(default_factory=dict)
-    comment: str = ""  # system.comments of type 0
+    comment: str | None = None  # system.comments of type 0 (None: no row)
 
     def of_kind(self, kind: str) -> list[Table]:
         return sorted((t for t in self.tables.values() if t.kind == kind),
@@ -1067,7 +1068,7 @@ def _comment_on(s: Session, m: re.Match[str]) -> Result:
     removes it). Tables are named in full here, as the reconciler names them."""
     on = m.group("on").lower()
     parts = [ident(p) for p in re.findall(IDENT, m.group("target"))]
-    text = "" if m.group("text").lower() == "null" else _literal(m.group("text"))
+    text = None if m.group("text").lower() == "null" else _literal(m.group("text"))
     if on == "database" and len(parts) == 1 and m.group("index") is None:
         _database(s, parts[0]).comment = text
         return [], [], []
@@ -1077,14 +1078,19 @@ def _comment_on(s: Session, m: re.Match[str]) -> Result:
     _, table = _table_of(s, ".".join(quoted(p) for p in parts[:3]))
     if on == "table":
         table.comment = text
-    elif on == "column":
+        return [], [], []
+    if on == "column":
         table.column_index(parts[3])
-        table.column_comments[parts[3]] = text
+        held, key = table.column_comments, parts[3]
     else:
-        index = ident(m.group("index") or "")
-        if index != "primary" and index not in table.keys and index not in table.indexes:
-            raise SqlError(f'index "{index}" does not exist', sqlstate="42704")
-        table.index_comments[index] = text
+        key = ident(m.group("index") or "")
+        if key != "primary" and key not in table.keys and key not in table.indexes:
+            raise SqlError(f'index "{key}" does not exist', sqlstate="42704")
+        held = table.index_comments
+    if text is None:
+        held.pop(key, None)
+    else:
+        held[key] = text
     return [], [], []
 
 
@@ -1095,7 +1101,7 @@ def _database_comment(s: Session, m: re.Match[str]) -> Result:
     """The database's row of system.comments (sqlbase/system.go:300-308), found by
     pg_database's oid, its descriptor id (pg_catalog.go:1134-1141)."""
     db = s.data.databases.get(_literal(m.group("lit")))
-    return ["comment"], [[db.comment]] if db is not None and db.comment else [], []
+    return ["comment"], [[db.comment]] if db is not None and db.comment is not None else [], []
 
 
 @_pattern(r"select c\.type, t\.schema_name, t\.name as table_name, col\.column_name, "
@@ -1105,20 +1111,24 @@ def _database_comment(s: Session, m: re.Match[str]) -> Result:
           r"c\.object_id and col\.column_id = c\.sub_id left join (?P=db)\.kwdb_internal\."
           r"table_indexes as idx on c\.type = 3 and idx\.descriptor_id = c\.object_id and "
           r"idx\.index_id = c\.sub_id where c\.type in \(1, 2, 3\) and t\.database_name = "
-          r"(?P<lit>" + _LITERAL + r") order by 2, 3, 1, 4, 5")
+          r"(?P<lit>" + _LITERAL + r") and t\.state = 'public' and \(\(c\.type = 1 and "
+          r"c\.sub_id = 0\) or \(c\.type = 2 and col\.column_name is not null\) or "
+          r"\(c\.type = 3 and idx\.index_name is not null\)\) order by 2, 3, 1, 4, 5")
 def _comments(s: Session, m: re.Match[str]) -> Result:
     """Comments on the database's tables (type 1), columns (2) and indexes (3), named through
     kwdb_internal.tables, table_columns and table_indexes (kwdb_internal.go:233-300,
-    1710-1790); a column's or an index's name is NULL on the other rows."""
+    1710-1790); a column's or an index's name is NULL on the other rows. Not modelled: the
+    rows KWDB keeps for a dropped table or a replaced primary index (the query passes them
+    over: its joins find no name, its table's state is DROP)."""
     db = s.data.databases.get(_literal(m.group("lit")))
     rows = []
     for table in db.of_kind("table") if db is not None else ():
-        if table.comment:
+        if table.comment is not None:
             rows.append(["1", table.schema, table.name, "NULL", "NULL", table.comment])
         rows += [["2", table.schema, table.name, c, "NULL", text]
-                 for c, text in table.column_comments.items() if text]
+                 for c, text in table.column_comments.items()]
         rows += [["3", table.schema, table.name, "NULL", i, text]
-                 for i, text in table.index_comments.items() if text]
+                 for i, text in table.index_comments.items()]
     rows.sort(key=lambda r: (r[1], r[2], r[0], r[3], r[4]))
     return ["type", "schema_name", "table_name", "column_name", "index_name", "comment"], \
         rows, []

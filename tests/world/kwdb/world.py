@@ -462,6 +462,46 @@ class KwdbWorld:
             group, proc = self._proc(cluster, pod_name, now)
             return proc is not None and group.is_ready(proc)
 
+    def http_get(self, cluster: ClusterKey, pod_name: str, now: float, port: int | None,
+                 scheme: str, path: str) -> bool:
+        """Whether an HTTP GET of `path` at `port` over `scheme` (HTTP or HTTPS), as a
+        kubelet's probe sends it, answers 2xx or 3xx. kwbase serves HTTP on --http-addr's port
+        only (server/server.go:2600-2670): plain HTTP there in an insecure cluster; in a secure
+        one TLS, and plain HTTP too for /health, every other path redirected to https (307,
+        which a probe counts as a success). A TLS handshake with an insecure node fails.
+        `/health` answers once the process serves; `?ready=` parsed as a Go bool by the
+        gateway (server.go:1773-1778), true asks for readiness too (is_ready); a value it
+        cannot parse is a 400. Paths other than /health are not modelled (a 404 here)."""
+        with self._lock:
+            _, proc = self._proc(cluster, pod_name, now)
+            if proc is None or not (proc.running and proc.host_alive):
+                return False
+            if port != proc.opts.http_port or scheme not in ("HTTP", "HTTPS"):
+                return False  # nothing listens there: connection refused
+            if scheme == "HTTPS" and proc.opts.insecure:
+                return False  # a TLS handshake with a plain HTTP server
+            route, _, query = path.partition("?")
+            if route != "/health":
+                return scheme == "HTTP" and not proc.opts.insecure  # the 307 to https
+            ready = "false"
+            for pair in query.split("&") if query else ():
+                name, _, value = pair.partition("=")
+                if name == "ready":
+                    ready = value
+            parsed = _go_bool(ready)
+            if parsed is None:
+                return False
+        return self.is_ready(cluster, pod_name, now) if parsed else True
+
+    def tcp_open(self, cluster: ClusterKey, pod_name: str, now: float, port: int | None
+                 ) -> bool:
+        """Whether a TCP connection to `port` is accepted: the SQL/RPC port (--listen-addr)
+        and the HTTP port (--http-addr) of a running process."""
+        with self._lock:
+            _, proc = self._proc(cluster, pod_name, now)
+            return (proc is not None and proc.running and proc.host_alive
+                    and port in (proc.opts.listen_port, proc.opts.http_port))
+
     def process_running(self, cluster: ClusterKey, pod_name: str) -> bool:
         """Whether the pod's kwbase server process is running (it may have quit)."""
         with self._lock:
@@ -774,13 +814,13 @@ class KwdbWorld:
                     (t.schema, t.name, name, fk) for t in db.tables.values()
                     for name, fk in t.foreign_keys.items()) for db in data.databases.values()},
                 "comments": {db.name: sorted(
-                    [("database", "", db.comment)] * bool(db.comment)
+                    [("database", "", db.comment)] * (db.comment is not None)
                     + [(f"table {t.schema}.{t.name}", "", t.comment) for t in db.tables.values()
-                       if t.comment]
+                       if t.comment is not None]
                     + [(f"column {t.schema}.{t.name}", c, text) for t in db.tables.values()
-                       for c, text in t.column_comments.items() if text]
+                       for c, text in t.column_comments.items()]
                     + [(f"index {t.schema}.{t.name}", i, text) for t in db.tables.values()
-                       for i, text in t.index_comments.items() if text])
+                       for i, text in t.index_comments.items()])
                     for db in data.databases.values()},
             }
 
@@ -808,3 +848,12 @@ def _grants_of(db: Database) -> list[tuple[str, str, str]]:
     held += [(f"{t.kind} {t.schema}.{t.name}", t.grants) for t in db.tables.values()]
     return sorted((what, user, priv) for what, grants in held
                   for user, priv in shown_privileges(grants) if user not in ("admin", "root"))
+
+
+def _go_bool(text: str) -> bool | None:
+    """strconv.ParseBool: None when it is none of Go's spellings."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    return None

@@ -736,3 +736,28 @@ def test_the_kubelet_gives_mounted_keys_to_the_pods_group_as_kubernetes_does() -
     secret = {"spec": {"volumes": [{"name": "certs", "secret": {"secretName": "s", "items": [
         {"key": "k", "path": "node.key"}]}}]}}
     assert mounted_file_modes(container, secret) == {"/kaiwudb/certs/node.key": 0o644}
+
+
+def test_a_probe_is_answered_only_at_the_http_port_with_the_scheme_and_path_kwbase_serves(
+        ) -> None:
+    """kwbase serves HTTP on --http-addr's port only (server/server.go:2600-2670): a probe at
+    another port, over TLS to an insecure node, or asking `?ready=` what Go cannot parse as a
+    bool (the gateway's 400) fails, so a renderer that names the wrong port or scheme fails
+    the stories that wait for Ready. `/health` answers before init, `?ready=1` after."""
+    op = Operator()
+    for i in range(3):
+        op.start(i, 0.0)
+
+    def get(port: int | None, scheme: str = "HTTP", path: str = "/health?ready=1",
+            t: float = 5.0) -> bool:
+        return op.world.http_get(KEY, "kw-0", t, port, scheme, path)
+
+    assert get(8080, path="/health", t=1.0) and not get(8080, t=1.0), "before init"
+    assert op.kwbase(0, 3.0, "init", f"--host={fqdn(0)}:26257").exit_code == 0
+    assert get(8080) and get(8080, path="/health?ready=true")
+    assert not get(26257) and not get(None), "not the HTTP port, or a name no port has"
+    assert not get(8080, "HTTPS"), "a TLS handshake with an insecure node"
+    assert not get(8080, path="/health?ready=yes"), "the gateway's 400"
+    assert not get(8080, path="/healthz")
+    assert op.world.tcp_open(KEY, "kw-0", 5.0, 26257)
+    assert not op.world.tcp_open(KEY, "kw-0", 5.0, 9999)

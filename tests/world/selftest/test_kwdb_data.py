@@ -322,7 +322,8 @@ def test_comments_are_set_replaced_removed_and_read_from_system_comments() -> No
                       "COMMENT ON TABLE shop.public.orders IS 'x'",
                       "COMMENT ON COLUMN shop.public.orders.item IS 'what'",
                       "COMMENT ON INDEX shop.public.orders@primary IS 'pk'",
-                      "COMMENT ON TABLE shop.public.orders IS NULL"):
+                      "COMMENT ON TABLE shop.public.orders IS NULL",
+                      "COMMENT ON COLUMN shop.public.orders.id IS ''"):
         done = sql(op, t, statement)
         assert done.stdout == " ".join(statement.split()[:3]) + "\n", done.stderr
     missing = sql(op, t, "COMMENT ON COLUMN shop.public.orders.nope IS 'x'")
@@ -337,6 +338,8 @@ def test_comments_are_set_replaced_removed_and_read_from_system_comments() -> No
         "col.descriptor_id = c.object_id AND col.column_id = c.sub_id LEFT JOIN shop."
         "kwdb_internal.table_indexes AS idx ON c.type = 3 AND idx.descriptor_id = c.object_id "
         "AND idx.index_id = c.sub_id WHERE c.type IN (1, 2, 3) AND t.database_name = 'shop' "
+        "AND t.state = 'PUBLIC' AND ((c.type = 1 AND c.sub_id = 0) OR (c.type = 2 AND "
+        "col.column_name IS NOT NULL) OR (c.type = 3 AND idx.index_name IS NOT NULL)) "
         "ORDER BY 2, 3, 1, 4, 5")))
     assert [(r["type"], r["column_name"], r["index_name"], r["comment"]) for r in rows] == [
-        ("2", "item", "NULL", "what"), ("3", "NULL", "primary", "pk")]
+        ("2", "id", "NULL", ""), ("2", "item", "NULL", "what"), ("3", "NULL", "primary", "pk")]

@@ -495,6 +495,9 @@ def test_only_keys_that_held_before_and_after_the_timestamp_are_carried() -> Non
     assert changed == ('foreign key "new" of "public"."orders", changed while the backup '
                        "started", 'foreign key "old" of "public"."orders", changed while the '
                        "backup started")
+    checking = replace(ORDERS_FK, validated=False)
+    assert bp.unsettled_foreign_keys([checking], [ORDERS_FK]) == ((checking,), ()), \
+        "checked meanwhile: it held throughout, and goes as first read (NOT VALID)"
 
 
 def test_the_foreign_keys_step_adds_what_is_missing_and_waits_for_what_kwdb_still_checks(
@@ -544,15 +547,31 @@ def test_comments_are_read_and_set_again_quoted_and_one_with_a_backslash_is_left
         {"type": "3", "schema_name": "public", "table_name": "orders", "column_name": "NULL",
          "index_name": "primary", "comment": "by id"},
         {"type": "2", "schema_name": "public", "table_name": "orders", "column_name": "item",
-         "index_name": "NULL", "comment": "C:\\temp"}]
+         "index_name": "NULL", "comment": "C:\\temp"},
+        {"type": "2", "schema_name": "public", "table_name": "orders",
+         "column_name": "x\\u200by", "index_name": "NULL", "comment": "escaped name"},
+        {"type": "3", "schema_name": "public", "table_name": "orders", "column_name": "NULL",
+         "index_name": "by_item", "comment": "x" * (bp.COMMENT_MAX_CHARS + 1)},
+        {"type": "1", "schema_name": "public", "table_name": "made_meanwhile",
+         "column_name": "NULL", "index_name": "NULL", "comment": "new"},
+        {"type": "1", "schema_name": "public", "table_name": "orders", "column_name": "NULL",
+         "index_name": "NULL", "comment": ""}]
     comments, left_out = bp.read_comments(SHOP, [{"comment": "the shop"}], rows)
     assert comments == (
         bp.Comment("column", "public", "orders", "id", "the order"),
         bp.Comment("database", text="the shop"),
         bp.Comment("index", "public", "orders", "primary", "by id"),
-        bp.Comment("table", "Sales", 'q1"; --', "", "it's '; DROP DATABASE shop; --\n二行"))
-    assert left_out == ('the comment on column "public"."orders"."item" in database "shop" '
-                        "(it holds a backslash)",)
+        bp.Comment("table", "Sales", 'q1"; --', "", "it's '; DROP DATABASE shop; --\n二行"),
+        bp.Comment("table", "public", "orders", "", ""))
+    assert left_out == (
+        'the comment on column "public"."orders"."item" in database "shop" (it or its name '
+        "holds a backslash)",
+        'the comment on column "public"."orders"."x\\\\u200by" in database "shop" (it or its '
+        "name holds a backslash)",
+        f'the comment on index "public"."orders"."by_item" in database "shop" (longer than '
+        f"{bp.COMMENT_MAX_CHARS} characters)",
+        'the comment on table "public"."made_meanwhile" in database "shop" (on a table made '
+        "while the backup started)")
     db = replace(SHOP, comments=comments)
     statements = [bp.comment_statement(db, c) for c in comments]
     assert statements == [
@@ -560,7 +579,8 @@ def test_comments_are_read_and_set_again_quoted_and_one_with_a_backslash_is_left
         "COMMENT ON DATABASE \"shop\" IS 'the shop'",
         'COMMENT ON INDEX "shop"."public"."orders"@"primary" IS \'by id\'',
         'COMMENT ON TABLE "shop"."Sales"."q1""; --" IS \'it\'\'s \'\'; DROP DATABASE shop; '
-        "--\n二行'"]
+        "--\n二行'",
+        "COMMENT ON TABLE \"shop\".\"public\".\"orders\" IS ''"]
     assert all(kwbase.statement_problem(text) == "" for text in statements)
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
     assert bp.Plan.from_json(plan.to_json()) == plan and plan.problem() == ""
