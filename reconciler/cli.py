@@ -96,6 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
+    """`kubectl kaiwu ...`: kubectl runs an executable named kubectl-kaiwu found on PATH with
+    the arguments after `kaiwu` (kubectl's plugin mechanism, since 1.12), so every `kaiwu`
+    command works as a kubectl plugin; `status` takes kubectl's --kubeconfig, --context and
+    -n/--namespace. Installed beside `kaiwu` by pip (pyproject.toml's scripts)."""
+    return main(argv)
+
+
 def reconcile(argv: Sequence[str] | None = None) -> int:
     """`kaiwu reconcile ...`: run the reconciler until SIGTERM or SIGINT."""
     from reconciler.settings import SettingsError, from_args  # only `kaiwu reconcile` needs it

@@ -12,6 +12,8 @@ About 30-40 s, most of it pip installing the dependencies; the time is printed (
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -56,6 +58,15 @@ def test_a_wheel_installed_into_a_fresh_venv_validates_and_renders_from_anywhere
     version = run([str(kaiwu), "--version"], cwd=elsewhere)
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert version.strip() == f"kaiwu {project['version']}"
+    # The kubectl plugin: kubectl finds kubectl-kaiwu on PATH and runs it for `kubectl kaiwu`.
+    plugin = venv / "bin" / "kubectl-kaiwu"
+    assert run([str(plugin), "--version"], cwd=elsewhere) == version
+    kubectl = shutil.which("kubectl")
+    if kubectl is not None:
+        through = subprocess.run(
+            [kubectl, "kaiwu", "--version"], cwd=elsewhere, capture_output=True, text=True,
+            check=False, env={**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"})
+        assert (through.returncode, through.stdout) == (0, version), through.stderr
     clusters = REPO_ROOT / "clusters"
     assert "specs are valid" in run([str(kaiwu), "validate", str(clusters)], cwd=elsewhere)
     run([str(kaiwu), "render", str(clusters), "-o", "out"], cwd=elsewhere)
