@@ -1047,12 +1047,12 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
              ("users", f'IMPORT USERS SQL DATA ("{url}/users/users.sql")')]
     plan = manifest.get("plan")
     planned = plan.get("databases") if isinstance(plan, dict) else None
-    planned = planned if isinstance(planned, list) else []
-    granted = {str(d.get("name")) for d in planned if isinstance(d, dict) and d.get("grants")}
-    keyed = {str(d.get("name")) for d in planned if isinstance(d, dict)
-             and d.get("foreign_keys")}
-    commented = {str(d.get("name")) for d in planned if isinstance(d, dict)
-                 and d.get("comments")}
+    planned = [d for d in planned if isinstance(d, dict)] if isinstance(planned, list) else []
+
+    def holding(what: str) -> set[str]:  # the databases whose plan holds some of `what`
+        return {str(d.get("name")) for d in planned if d.get(what)}
+
+    granted, keyed, commented = holding("grants"), holding("foreign_keys"), holding("comments")
     databases = manifest.get("databases") or []
     if not isinstance(databases, list) or not all(isinstance(db, dict) for db in databases):
         raise ValueError(f"{MANIFEST_FILE}: databases is not a list of databases")

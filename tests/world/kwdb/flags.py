@@ -100,7 +100,7 @@ class Invocation:
         return self.values.get(name, ())
 
     def flag_true(self, name: str) -> bool:
-        return self.has(name) and _parse_bool(self.get(name)) is True
+        return self.has(name) and parse_go_bool(self.get(name)) is True
 
 
 def _bool(name: str, short: str = "") -> FlagSpec:
@@ -302,7 +302,9 @@ _DURATION = re.compile(r"[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+")
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 
 
-def _parse_bool(value: str) -> bool | None:
+def parse_go_bool(value: str) -> bool | None:
+    """strconv.ParseBool: None when the text is none of Go's spellings (flags, environment
+    variables and query parameters are read with it)."""
     if value in ("1", "t", "T", "TRUE", "true", "True"):
         return True
     if value in ("0", "f", "F", "FALSE", "false", "False"):
@@ -333,7 +335,7 @@ def _check_value(spec: FlagSpec, value: str) -> str | None:
         if percent is not None and not 1 <= percent <= 99:
             return f"percentage {percent}% out of range 1% - 99%"
         return None
-    if spec.kind == "bool" and _parse_bool(value) is None:
+    if spec.kind == "bool" and parse_go_bool(value) is None:
         return f'strconv.ParseBool: parsing "{value}": invalid syntax'
     if (
         spec.kind == "duration"

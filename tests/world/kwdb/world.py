@@ -56,7 +56,7 @@ from tests.world.kwdb.data import (
     shown_privileges,
     statement,
 )
-from tests.world.kwdb.flags import CliError, Invocation, parse
+from tests.world.kwdb.flags import CliError, Invocation, parse, parse_go_bool
 from tests.world.kwdb.model import (
     MODE_SINGLE_NODE,
     START_MODES,
@@ -81,8 +81,6 @@ from tests.world.kwdb.state import (
 _SHELLS = ("sh", "bash", "ash", "dash", "zsh", "busybox", "env")
 SKIP_KEY_CHECK = "KWBASE_SKIP_KEY_PERMISSION_CHECK"
 MAX_KEY_PERMISSIONS = 0o700  # security/certificate_loader.go:101-102
-_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool
-_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
 
 def _skip_key_check_panic(env: Mapping[str, str]) -> str:
@@ -90,7 +88,7 @@ def _skip_key_check_panic(env: Mapping[str, str]) -> str:
     security package reads it when it is loaded (certificate_loader.go:42-51), and
     util/envutil/env.go:183-192 panics on a value strconv.ParseBool refuses (exit 2)."""
     value = env.get(SKIP_KEY_CHECK)
-    if value is None or value in _GO_TRUE + _GO_FALSE:
+    if value is None or parse_go_bool(value) is not None:
         return ""
     return (f"panic: error parsing {SKIP_KEY_CHECK}: strconv.ParseBool: parsing "
             f"{json.dumps(value)}: invalid syntax\n")
@@ -108,7 +106,7 @@ def _key_file_problem(certs_dir: str, env: Mapping[str, str], files: Mapping[str
     node certificate first and fails the start with it (server/server.go:405-411;
     security/certificate_manager.go:592-597; cli/start.go:679-681). Only a key the kubelet
     mounted is checked (a key it did not list is not known here)."""
-    if env.get(SKIP_KEY_CHECK) in _GO_TRUE:
+    if parse_go_bool(env.get(SKIP_KEY_CHECK, "")) is True:
         return ""
     path = certs_dir.rstrip("/") + "/node.key"
     mode = files.get(path)
@@ -488,7 +486,7 @@ class KwdbWorld:
                 name, _, value = pair.partition("=")
                 if name == "ready":
                     ready = value
-            parsed = _go_bool(ready)
+            parsed = parse_go_bool(ready)
             if parsed is None:
                 return False
         return self.is_ready(cluster, pod_name, now) if parsed else True
@@ -849,11 +847,3 @@ def _grants_of(db: Database) -> list[tuple[str, str, str]]:
     return sorted((what, user, priv) for what, grants in held
                   for user, priv in shown_privileges(grants) if user not in ("admin", "root"))
 
-
-def _go_bool(text: str) -> bool | None:
-    """strconv.ParseBool: None when it is none of Go's spellings."""
-    if text in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if text in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    return None

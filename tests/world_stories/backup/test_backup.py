@@ -186,6 +186,23 @@ def test_a_node_lost_mid_backup_fails_it_with_a_reason_and_the_next_one_succeeds
     assert reconciler.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 1
 
 
+def restored_copy(user: Kube, reconciler: Reconciler, namespace: str, what: str
+                  ) -> dict[str, Any]:
+    """A new single-node cluster "copy" restored from KaiwuBackup "source": Ready only once
+    every import succeeded; its restore record (the time it took printed)."""
+    copy = small_cluster(namespace, startMode="single-node", replicas=1,
+                         bootstrap={"fromBackup": {"name": "source"}})
+    copy["metadata"]["name"] = "copy"
+    started = time.monotonic()
+    user.apply(copy)
+    ready = wait_for("the restored cluster to be Ready", lambda: (
+        c if condition(c := reconciler.cluster("copy"), "Ready").get("status") == "True"
+        else None), 120, 0.1)
+    report(f"apply restored cluster -> Ready {what}", time.monotonic() - started)
+    record: dict[str, Any] = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
+    return record
+
+
 def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_is_refused(
         sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
         kube: k8s.ApiClient, namespace: str) -> None:
@@ -215,16 +232,7 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
     patch.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"bootstrap": None}})
 
     # A new single-node cluster restored from it: Ready only once every import succeeded.
-    copy = small_cluster(namespace, startMode="single-node", replicas=1,
-                         bootstrap={"fromBackup": {"name": "source"}})
-    copy["metadata"]["name"] = "copy"
-    started = time.monotonic()
-    user.apply(copy)
-    ready = wait_for("the restored cluster to be Ready", lambda: (
-        c if condition(c := reconciler.cluster("copy"), "Ready").get("status") == "True"
-        else None), 90, 0.1)
-    report("apply restored cluster -> Ready with its data", time.monotonic() - started)
-    record = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
+    record = restored_copy(user, reconciler, namespace, "with its data")
     assert record["done"] == ["settings", "users", "database sensors", "database shop",
                               "grants shop"]
     assert record["completedAt"]
@@ -318,16 +326,7 @@ def test_schemas_users_grants_comments_and_foreign_keys_come_back_and_the_rest_i
     assert "privileges" not in message and "foreign keys:" not in message
     before = kwdb.contents(key, sim_world.clock.now())
 
-    copy = small_cluster(namespace, startMode="single-node", replicas=1,
-                         bootstrap={"fromBackup": {"name": "source"}})
-    copy["metadata"]["name"] = "copy"
-    started = time.monotonic()
-    user.apply(copy)
-    ready = wait_for("the restored cluster to be Ready", lambda: (
-        c if condition(c := reconciler.cluster("copy"), "Ready").get("status") == "True"
-        else None), 120, 0.2)
-    report("apply restored cluster -> Ready with keys and grants", time.monotonic() - started)
-    record = json.loads(ready["metadata"]["annotations"][RESTORE_ANNOTATION])
+    record = restored_copy(user, reconciler, namespace, "with keys, comments and grants")
     assert record["done"] == ["settings", "users", "database crm", "database sensors",
                               "database shop", "foreign keys shop", "comments shop",
                               "grants shop"]

@@ -1131,6 +1131,30 @@ def test_privileges_on_databases_schemas_and_tables_come_back_after_the_import(
     assert restored == site.kwdb.contents(key, site.now)
 
 
+def keyed_site(tmp_path: Path) -> Site:
+    """The cluster "dev" holding `keyed_shop`."""
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
+    site.start_cluster("dev")
+    keyed_shop(site)
+    return site
+
+
+def back_up(site: Site) -> dict[str, Any]:
+    """KaiwuBackup "first" of "dev", run to its end; its status."""
+    site.backup("first")
+    site.run_backup()
+    status: dict[str, Any] = site.status(k.KAIWU_BACKUP, "first")
+    return status
+
+
+def restore_fresh(site: Site, server: BackupFileServer, passes: int = 12
+                  ) -> tuple[Restore, list[Pass]]:
+    """A new cluster "fresh" restored from "first", `passes` restore passes at most."""
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    return restore, restore_passes(site, restore, passes=passes)
+
+
 def keyed_shop(site: Site, name: str = "dev") -> None:
     """The shop with keys: customers and orders in public, a product catalogue in the schema
     "Catalog" whose table "items" has a two-column key, and a table of another database that
@@ -1169,19 +1193,13 @@ def test_foreign_keys_come_back_after_the_import_onto_the_tables_they_pointed_at
     reads each key with its referenced table's schema by descriptor id, and the restore adds
     it after the database's import, so a key onto "Catalog".items points there again, with
     its match type and actions. A key onto another database is left out, and said so."""
-    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    site.start_cluster("dev")
-    keyed_shop(site)
-    site.backup("first")
-    site.run_backup()
-    status = site.status(k.KAIWU_BACKUP, "first")
+    site = keyed_site(tmp_path)
+    status = back_up(site)
     assert status["phase"] == "completed", status.get("message")
     assert 'foreign key "fk_person" of "public"."orders" in database "shop", onto "crm".' \
         '"public"."people" in another database' in status["message"]
-    restore = Restore(site.backups, server)
-    site.start_cluster("fresh", restore_from="first")
 
-    restore_passes(site, restore, passes=12)
+    restore_fresh(site, server)
 
     found = record(site) or {}
     assert found.get("completedAt"), found
@@ -1202,13 +1220,9 @@ def test_a_foreign_keys_step_run_again_after_a_crash_adds_only_what_is_missing(
     """The reconciler died after adding one of shop's keys, before recording the step: KWDB
     refuses a constraint name the table has (create_table.go:1140-1150), so the step reads
     what is there and adds the rest."""
-    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    site.start_cluster("dev")
-    keyed_shop(site)
-    site.backup("first")
-    site.run_backup()
-    restore = Restore(site.backups, server)
-    site.start_cluster("fresh", restore_from="first")
+    site = keyed_site(tmp_path)
+    back_up(site)
+    restore, _ = restore_fresh(site, server, passes=0)
     for _ in range(12):
         restore_passes(site, restore, passes=1)
         done = (record(site) or {}).get("done")
@@ -1232,22 +1246,16 @@ def test_a_key_added_not_valid_comes_back_not_valid_with_the_rows_that_break_it(
     """A key added NOT VALID was never checked against the rows it had (parser/sql.y:
     2201-2209): re-added with a check, a row that breaks it would fail every restore of a
     backup that said it completed. It comes back NOT VALID."""
-    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    site.start_cluster("dev")
-    keyed_shop(site)
+    site = keyed_site(tmp_path)
     key = (NS, "dev")
     site.kwdb.load(key, site.now, database="shop", table="notes", keys={"primary": ["id"]},
                    indexes={"by_customer": ["customer"]},
                    columns=[("id", "INT8"), ("customer", "INT8")], rows=[("1", "99")])
     site.kwdb.execute(key, site.now, "ALTER TABLE shop.public.notes ADD CONSTRAINT fk_note "
                       "FOREIGN KEY (customer) REFERENCES shop.public.customers (id) NOT VALID")
-    site.backup("first")
-    site.run_backup()
-    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
-    restore = Restore(site.backups, server)
-    site.start_cluster("fresh", restore_from="first")
+    assert back_up(site)["phase"] == "completed"
 
-    passes = restore_passes(site, restore, passes=12)
+    _, passes = restore_fresh(site, server)
 
     assert (record(site) or {}).get("completedAt"), passes[-1].stalled
     keys = site.kwdb.contents((NS, "fresh"), site.now)["foreign_keys"]
@@ -1264,9 +1272,7 @@ def test_comments_on_the_database_its_tables_columns_and_indexes_come_back(
     (export.go:401-405): the backup reads them from system.comments and the restore sets them
     again after the import, text quoted whatever it holds; a comment holding a backslash is
     left out and named."""
-    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    site.start_cluster("dev")
-    keyed_shop(site)
+    site = keyed_site(tmp_path)
     key = (NS, "dev")
     for statement in (
             "COMMENT ON DATABASE shop IS 'the shop'",
@@ -1275,16 +1281,12 @@ def test_comments_on_the_database_its_tables_columns_and_indexes_come_back(
             "COMMENT ON INDEX shop.public.orders@by_customer IS 'for the CRM'",
             "COMMENT ON COLUMN shop.public.orders.sku IS 'C:\\skus'"):
         site.kwdb.execute(key, site.now, statement)
-    site.backup("first")
-    site.run_backup()
-    status = site.status(k.KAIWU_BACKUP, "first")
+    status = back_up(site)
     assert status["phase"] == "completed", status.get("message")
     assert 'the comment on column "public"."orders"."sku" in database "shop" (it or its name ' \
         "holds a backslash)" in status["message"]
-    restore = Restore(site.backups, server)
-    site.start_cluster("fresh", restore_from="first")
 
-    restore_passes(site, restore, passes=14)
+    restore_fresh(site, server, passes=14)
 
     found = record(site) or {}
     assert found.get("completedAt"), found
@@ -1303,9 +1305,7 @@ def test_a_kwdb_that_refuses_the_catalogue_queries_still_gets_a_backup_that_says
     never run on a real KWDB. Should one refuse them, the backup goes on without what they
     read and names it, rather than no backup at all; a node that cannot be reached still
     fails the backup's start (it is tried again)."""
-    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    site.start_cluster("dev")
-    keyed_shop(site)
+    site = keyed_site(tmp_path)
     run = site.runner.exec
 
     def refusing(namespace: str, pod: str, container: str, command: list[str],
@@ -1315,16 +1315,13 @@ def test_a_kwdb_that_refuses_the_catalogue_queries_still_gets_a_backup_that_says
                         'Failed running "sql"\n'), 1
         return run(namespace, pod, container, command, timeout)
     monkeypatch.setattr(site.runner, "exec", refusing)
-    site.backup("first")
-    site.run_backup()
 
-    status = site.status(k.KAIWU_BACKUP, "first")
+    status = back_up(site)
+
     assert status["phase"] == "completed", status.get("message")
     assert 'every foreign key of database "shop" (KaiwuDB refused the query that reads ' \
         'them: ERROR: relation "system.comments" does not exist' in status["message"]
     assert 'every comment in database "shop"' in status["message"]
-    restore = Restore(site.backups, server)
-    site.start_cluster("fresh", restore_from="first")
-    restore_passes(site, restore, passes=12)
+    restore_fresh(site, server)
     assert (record(site) or {}).get("done") == ["settings", "users", "database crm",
                                                 "database shop"]
