@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -350,41 +350,60 @@ class DecommissionStatus:
 @dataclass(frozen=True)
 class ReplicationHealth:
     """Summed range health; None means no store reported the metric yet (not known healthy).
-    `stale` says why the sums may predate the last disruption ("" when they cannot): then they
-    are not evidence of health, whatever they say (`stale_records`)."""
+    `catching_up` counts the replicas live stores wait to send or are applying raft snapshots
+    for (`snapshots_in_flight`). `stale` says why the sums may predate the last disruption (""
+    when they cannot): then they are not evidence of health, whatever they say
+    (`stale_records`)."""
 
     unavailable: int | None
     underreplicated: int | None
+    catching_up: int | None
     stale: str = ""
 
     @property
     def healthy(self) -> bool:
-        return self.unavailable == 0 and self.underreplicated == 0 and not self.stale
+        return (self.unavailable == 0 and self.underreplicated == 0 and self.catching_up == 0
+                and not self.stale)
 
     def describe(self) -> str:
         if self.unavailable is None or self.underreplicated is None:
             return "replication health unknown (no store has reported range metrics yet)"
+        if self.catching_up is None:
+            return ("replication health unknown (a live store has not reported its raft "
+                    "snapshot gauges)")
         if self.stale:
             return f"replication health not known yet: {self.stale}"
         if self.healthy:
             return "all ranges available and fully replicated"
-        return (f"{self.unavailable} unavailable and {self.underreplicated} under-replicated "
-                "ranges")
+        if self.unavailable or self.underreplicated:
+            return (f"{self.unavailable} unavailable and {self.underreplicated} "
+                    "under-replicated ranges")
+        return (f"{self.catching_up} replicas are waiting for or applying a raft snapshot "
+                "(catching up after their node was away; until then they cannot acknowledge "
+                "writes, whatever the range metrics say)")
 
 
-def replication_health_of(statuses: Sequence[NodeStatus]) -> ReplicationHealth:
+def replication_health_of(statuses: Sequence[NodeStatus],
+                          snapshots: Mapping[int, int | None]) -> ReplicationHealth:
     """Replication health as KaiwuDB documents it (the precondition of scale-in and upgrades):
     the sums of the `ranges_unavailable` and `ranges_underreplicated` store metrics of the rows
     of `node status --ranges`. Those are each store's persisted status, a dead node's stale one
     included (better to wait than to act on missing data), but KaiwuDB lists no node that is
     decommissioned and no longer live: its last status, frozen when it died, would count the
     ranges that were under-replicated then for ever (kwdb_internal.kv_store_status keeps it,
-    which is why that table is not summed)."""
+    which is why that table is not summed for them).
+
+    Those two metrics count a replica as up to date whenever its node is live
+    (calcRangeCounter, kv/kvserver/replica_metrics.go:170-201), so they call a range healthy
+    while a replica of it still waits for the raft snapshot it needs after its node was away.
+    `snapshots` (node id to `snapshots_in_flight`) adds that, summed over the live nodes."""
     if not statuses or any(s.ranges_unavailable is None or s.ranges_underreplicated is None
                            for s in statuses):
-        return ReplicationHealth(None, None)
+        return ReplicationHealth(None, None, None)
+    live = [snapshots.get(s.id) for s in statuses if s.is_live]
+    catching_up = None if any(n is None for n in live) else sum(n or 0 for n in live)
     return ReplicationHealth(sum(s.ranges_unavailable or 0 for s in statuses),
-                             sum(s.ranges_underreplicated or 0 for s in statuses))
+                             sum(s.ranges_underreplicated or 0 for s in statuses), catching_up)
 
 
 METRICS_SAMPLE_S = 10.0
@@ -558,6 +577,19 @@ STATUS_TIMES_QUERY = (
 root): each node's persisted status record, UpdatedAt when it was written and StartedAt when its
 process started (server/status/recorder.go:451-452)."""
 
+SNAPSHOTS_QUERY = (
+    "SELECT node_id, "
+    "sum((metrics->>'queue.raftsnapshot.pending')::DECIMAL)::INT AS snapshots_queued, "
+    "sum((metrics->>'replicas.reserved')::DECIMAL)::INT AS snapshots_applying "
+    "FROM kwdb_internal.kv_store_status GROUP BY node_id ORDER BY node_id")
+"""Each node's raft snapshots in flight, from its stores' persisted status records
+(kwdb_internal.kv_store_status, sql/kwdb_internal.go:3515-3620: a `metrics` JSON column;
+admin only). `queue.raftsnapshot.pending` (kv/kvserver/metrics.go:724-728) counts the ranges a
+leader queued because a follower needs a snapshot (raft_snapshot_queue.go:79-98; queued at once,
+replica_raft.go:2003-2006), less the one being sent; `replicas.reserved` (metrics.go:48-52)
+counts the snapshots a store is receiving and applying (store_snapshot.go:935-939). Both are
+kept current, not sampled, and written with every record (every 10 s)."""
+
 UPGRADING_NODES_QUERY = (
     "SELECT node_id FROM kwdb_internal.gossip_liveness WHERE upgrading ORDER BY node_id")
 """kwdb_internal.gossip_liveness (sql/kwdb_internal.go:2995-3064) has the liveness record's
@@ -591,6 +623,28 @@ def parse_status_times(text: str) -> dict[int, StatusTimes]:
         return found
     except _ParseError as err:
         raise ValueError(f"unreadable status record times: {err}") from None
+
+
+def parse_snapshots(text: str) -> dict[int, int | None]:
+    """SNAPSHOTS_QUERY's CSV: header `node_id,snapshots_queued,snapshots_applying`, one row per
+    node; a node's count is None when a gauge is missing (NULL: not known to be 0)."""
+    try:
+        rows = _csv_rows(text)
+        wanted = {"node_id", "snapshots_queued", "snapshots_applying"}
+        if rows and set(rows[0]) != wanted:
+            raise _ParseError(f"expected columns {', '.join(sorted(wanted))}, got "
+                              + ", ".join(rows[0]))
+        found: dict[int, int | None] = {}
+        for row in rows:
+            queued = _opt_int(row, "snapshots_queued")
+            applying = _opt_int(row, "snapshots_applying")
+            if (queued or 0) < 0 or (applying or 0) < 0:
+                raise _ParseError("a negative snapshot count")
+            found[_int(row["node_id"], "node_id")] = (
+                None if queued is None or applying is None else queued + applying)
+        return found
+    except _ParseError as err:
+        raise ValueError(f"unreadable raft snapshot gauges: {err}") from None
 
 
 def parse_running_jobs(text: str) -> RunningJobs:
@@ -831,8 +885,10 @@ class KwbaseAdmin:
         # than the times say, never older.
         argv = self.argv(pod, "sql", "--format=csv", "-e", STATUS_TIMES_QUERY)
         times = self._parsed(pod, argv, parse_status_times)
+        argv = self.argv(pod, "sql", "--format=csv", "-e", SNAPSHOTS_QUERY)
+        snapshots = self._parsed(pod, argv, parse_snapshots)
         statuses = self.node_status(pod, ranges=True)
-        health = replication_health_of(statuses)
+        health = replication_health_of(statuses, snapshots)
         return replace(health, stale=stale_records(statuses, times))
 
     def running_jobs(self, pod: str) -> RunningJobs:

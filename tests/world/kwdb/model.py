@@ -58,11 +58,23 @@ What it models (after CockroachDB v20.1, which kwbase forks):
   or is cut off mid-decommission shows 0 two minutes later while range descriptors still list
   replicas on it: only the meta scan of `node decommission` (replica_count) is authoritative.
 
-Leases move only when their holder stops being live or drains (to the first live, non-draining
-replica); there is no lease rebalancing.
+- raft catch-up: a node back after `follower_inactive_s` (10 s) or more finds every range it
+  holds a replica of with a raft log truncated past it (assumed: every range took writes enough,
+  raft_log_queue.go:442-478), so each such replica waits for a raft snapshot. The leader queues
+  it at once (replica_raft.go:2003-2006; raft_snapshot_queue.go:79-98) and sends snapshots
+  first among the moves here, at `recovery_snapshot_rate_per_s`. Until its snapshot is applied a
+  replica cannot acknowledge writes or take a lease: a range whose caught-up live replicas are
+  not a quorum is truly unavailable. KWDB's range metrics still count it live, available and
+  fully replicated (calcRangeCounter reads only liveness, replica_metrics.go:170-201); the
+  store gauges `queue.raftsnapshot.pending` (leader, ranges queued) and `replicas.reserved`
+  (receiver, a snapshot being applied) show it, current at every record write.
 
-Not modelled: data sizes, raft logs, zone configs other than the replication factor, localities
-in placement, lease preferences, time-series (kwdbts2) replication, clock offsets.
+Leases move only when their holder stops being live or drains (to the first live, non-draining
+replica not waiting for a snapshot); there is no lease rebalancing.
+
+Not modelled: data sizes, raft logs (only "needs a snapshot" or not), zone configs other than
+the replication factor, localities in placement, lease preferences, time-series (kwdbts2)
+replication, clock offsets.
 """
 
 from __future__ import annotations
@@ -102,6 +114,11 @@ class StoreMetrics:
     leaseholders: int = 0
     unavailable: int = 0
     underreplicated: int = 0
+    # Live gauges, read when the record is written: ranges this store leads that wait in its
+    # raft snapshot queue (queue.raftsnapshot.pending), and snapshots it is receiving
+    # (replicas.reserved).
+    snapshots_queued: int = 0
+    snapshots_applying: int = 0
 
 
 @dataclass
@@ -166,18 +183,25 @@ cluster lists one job `running`, always."""
 
 @dataclass
 class RangeState:
-    """One range: replica node ids in descriptor order, and the leaseholder's node id."""
+    """One range: replica node ids in descriptor order, the leaseholder's node id, and the
+    replicas (node ids) whose raft log the leader truncated past while they were gone: they
+    need a raft snapshot before they can acknowledge a write again."""
 
     range_id: int
     replicas: list[int]
     leaseholder: int
+    behind: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
 class _Move:
+    """A replica move (remove may be None: an added replica), or, with catch_up, a raft
+    snapshot that brings the replica on `add` up to date without changing the descriptor."""
+
     range_id: int
     remove: int | None
     add: int
+    catch_up: bool = False
 
 
 class LogicalCluster:
@@ -302,6 +326,8 @@ class LogicalCluster:
         if on:
             if not self.is_live(node, t):
                 node.back_since = t
+            if t - node.last_heartbeat >= self.settings.follower_inactive_s:
+                self._fell_behind(node.node_id)
             node.heartbeating = True
             node.draining = False  # a restart takes a new liveness epoch, clearing draining
             node.last_heartbeat = t
@@ -316,6 +342,15 @@ class LogicalCluster:
             node.last_heartbeat = t
         self._fix_leases(t)
 
+    def _fell_behind(self, node_id: int) -> None:
+        """The node comes back after `follower_inactive_s` or more: every range it holds a
+        replica of with another replica to lead it has truncated its raft log past it
+        (settings.KwdbSettings.follower_inactive_s), so the leader will send a raft snapshot
+        (kv/kvserver/replica_raft.go:2003-2006 queues it in the raft snapshot queue)."""
+        for r in self.ranges:
+            if node_id in r.replicas and len(r.replicas) > 1:
+                r.behind.add(node_id)
+
     def _process_started(self, node: NodeRecord, t: float) -> None:
         """A new kwbase process: gauges at 0 but the replica count, and its first status
         record written at once (node.go:823-827)."""
@@ -325,10 +360,26 @@ class LogicalCluster:
         self._write_status(node, t)
 
     def _write_status(self, node: NodeRecord, t: float) -> None:
+        """The record: the gauges last computed, with the replica count and the snapshot
+        gauges as they are at the write (those are kept current, not sampled: queue.go:1244,
+        1261, 1297; store_snapshot.go:935-939)."""
         c = node.computed
+        queued, applying = self._snapshot_gauges(node.node_id, t)
         node.status = StoreMetrics(self.replica_count(node.node_id), c.leaders, c.leaseholders,
-                                   c.unavailable, c.underreplicated)
+                                   c.unavailable, c.underreplicated, queued, applying)
         node.status_written_at = t
+
+    def _snapshot_gauges(self, node_id: int, t: float) -> tuple[int, int]:
+        """(queue.raftsnapshot.pending, replicas.reserved) of a node's store at t: the ranges
+        it leads that wait for a raft snapshot to a follower, less the one being sent (a
+        baseQueue counts only its priority queue, queue.go:1244), and whether it is receiving
+        that one."""
+        sending = self._next_catch_up(t)
+        queued = sum(1 for r in self.ranges
+                     if r.leaseholder == node_id and self._waiting_followers(r, t)
+                     and (sending is None or sending.range_id != r.range_id))
+        applying = int(sending is not None and sending.add == node_id)
+        return queued, applying
 
     def _ticks_by(self, node: NodeRecord, t: float) -> int:
         """How many of the process's ticks (started_at + k x 10 s, k >= 1) come by time t."""
@@ -421,10 +472,41 @@ class LogicalCluster:
         return sum(1 for r in self.ranges if node_id in r.replicas)
 
     def _live_replicas(self, r: RangeState, t: float) -> list[int]:
+        """Replicas on live nodes: what KWDB's metrics count as live (calcRangeCounter,
+        kv/kvserver/replica_metrics.go:170-201 reads only the liveness map)."""
         return [n for n in r.replicas if self.is_live(self.nodes[n], t)]
 
+    def _voting_replicas(self, r: RangeState, t: float) -> list[int]:
+        """Replicas that can acknowledge a write: on a running node that reaches the cluster
+        (a stopped node stays live in its liveness record for up to the TTL, but answers
+        nothing) and not waiting for a raft snapshot. This, not `_live_replicas`, is what a
+        quorum needs; KWDB's range metrics do not see the difference (calcBehindCount,
+        replica_metrics.go:217-233, is only a log-entry count)."""
+        return [n for n in r.replicas if self.nodes[n].heartbeating and n not in r.behind]
+
     def _has_quorum(self, r: RangeState, t: float) -> bool:
-        return len(self._live_replicas(r, t)) >= len(r.replicas) // 2 + 1
+        return len(self._voting_replicas(r, t)) >= len(r.replicas) // 2 + 1
+
+    def _waiting_followers(self, r: RangeState, t: float) -> list[int]:
+        """Replicas of r waiting for a raft snapshot that can get one now: on a running node,
+        with a leader to send it. A leader needs an up-to-date replica on a running node and
+        the votes of a majority of running replicas; replicas waiting for a snapshot vote too
+        (raft's vote check compares logs only), and sending a snapshot needs no quorum."""
+        running = [n for n in r.replicas if self.nodes[n].heartbeating]
+        can_lead = (len(running) >= len(r.replicas) // 2 + 1
+                    and any(n not in r.behind for n in running))
+        if not r.behind or not can_lead:
+            return []
+        return [n for n in running if n in r.behind]
+
+    def _next_catch_up(self, t: float) -> _Move | None:
+        """The raft snapshot sent next: the raft snapshot queue goes first among the moves
+        here, at its own rate (settings.recovery_snapshot_rate_per_s)."""
+        for r in self.ranges:
+            waiting = self._waiting_followers(r, t)
+            if waiting:
+                return _Move(r.range_id, None, waiting[0], catch_up=True)
+        return None
 
     def metrics(self, node: NodeRecord, t: float) -> StoreMetrics:
         """The node's status record as kv_store_status shows it: the last one it wrote."""
@@ -432,7 +514,9 @@ class LogicalCluster:
         return node.status
 
     def current_metrics(self, node: NodeRecord, t: float) -> StoreMetrics:
-        """What the node's store would compute now (the truth; records lag behind it)."""
+        """What the node's store computes now (records lag behind it): by liveness alone, as
+        KWDB's calcRangeCounter does, so a range whose live replicas wait for snapshots is
+        counted available and fully replicated."""
         replicas = leases = unavailable = underreplicated = 0
         for r in self.ranges:
             live = self._live_replicas(r, t)
@@ -445,13 +529,16 @@ class LogicalCluster:
                     unavailable += 1
                 if len(live) < self.replication_factor:
                     underreplicated += 1
-        return StoreMetrics(replicas, leases, leases, unavailable, underreplicated)
+        queued, applying = self._snapshot_gauges(node.node_id, t)
+        return StoreMetrics(replicas, leases, leases, unavailable, underreplicated, queued,
+                            applying)
 
     def health(self, t: float) -> tuple[int, int]:
-        """(unavailable, under-replicated) ranges as the cluster really is, not as reported."""
+        """(unavailable, under-replicated) ranges as the cluster really is, not as reported: a
+        replica waiting for a raft snapshot cannot acknowledge a write."""
         unavailable = underreplicated = 0
         for r in self.ranges:
-            live = len(self._live_replicas(r, t))
+            live = len(self._voting_replicas(r, t))
             unavailable += live < len(r.replicas) // 2 + 1
             underreplicated += live < self.replication_factor
         return unavailable, underreplicated
@@ -464,11 +551,13 @@ class LogicalCluster:
                 and holder is not None
                 and self.is_live(holder, t)
                 and not holder.draining
+                and r.leaseholder not in r.behind  # back with a new epoch: its leases lapsed
             ):
                 continue
+            # A replica waiting for a snapshot cannot win the raft election a lease needs.
             for n in r.replicas:
                 candidate = self.nodes[n]
-                if self.is_live(candidate, t) and not candidate.draining:
+                if self.is_live(candidate, t) and not candidate.draining and n not in r.behind:
                     r.leaseholder = n
                     break
 
@@ -498,6 +587,9 @@ class LogicalCluster:
         return counts
 
     def _next_move(self, t: float) -> _Move | None:
+        catch_up = self._next_catch_up(t)
+        if catch_up is not None:
+            return catch_up
         if self.mode == MODE_SINGLE_REPLICA:
             # start-single-replica is KWDB's "mpp" mode: the replicate queue never queues a
             # range (kwbase/pkg/kv/kvserver/replicate_queue.go:248-250, `if api.MppMode`), so
@@ -546,7 +638,12 @@ class LogicalCluster:
 
     def _apply(self, move: _Move, t: float) -> None:
         r = self.ranges[move.range_id - 1]
+        if move.catch_up:
+            r.behind.discard(move.add)
+            self._fix_leases(t)
+            return
         if move.remove is not None:
+            r.behind.discard(move.remove)
             r.replicas.remove(move.remove)
             self._capacity_changed(move.remove, t)
         r.replicas.append(move.add)
@@ -567,7 +664,6 @@ class LogicalCluster:
 
     def advance(self, now: float) -> None:
         """Run the replicate queue from the cluster's clock up to `now` (never backwards)."""
-        rate = self.settings.snapshot_rate_per_s
         while self.clock < now:
             self._gossip_due(self.clock)
             self._sample_due(self.clock)
@@ -578,6 +674,8 @@ class LogicalCluster:
                 self._budget = 0.0
                 self.clock = boundary
                 continue
+            rate = (self.settings.recovery_snapshot_rate_per_s if move.catch_up
+                    else self.settings.snapshot_rate_per_s)
             wait = (1.0 - self._budget) / rate
             if self.clock + wait <= boundary:
                 self.clock += wait

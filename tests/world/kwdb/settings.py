@@ -30,6 +30,18 @@ class KwdbSettings:
     snapshot_rate_per_s: replica moves (up-replication, repair, decommission drain, rebalance)
         the whole cluster completes per simulated second. Real throughput depends on data size;
         system ranges of a fresh cluster move in well under a second each.
+    recovery_snapshot_rate_per_s: raft snapshots (a follower whose log was truncated past it
+        catching up) the whole cluster completes per simulated second. KWDB rate-limits them
+        apart from replica moves (kv.snapshot_recovery.max_rate, 16 MiB/s like
+        kv.snapshot_rebalance.max_rate: kv/kvserver/store_snapshot.go:1247-1266), and a store
+        applies one snapshot at a time (its snapshotApplySem, store_snapshot.go:895-916).
+    follower_inactive_s: how long a follower can be gone before its ranges' leaders may
+        truncate their raft logs past it, so that it needs a raft snapshot when it is back: a
+        follower not heard from for MaxQuotaReplicaLivenessDuration (10 s,
+        kv/kvserver/replica_proposal_quota.go:44) is no longer "recently active", and its log
+        position is then protected only while the log is not too large
+        (raft_log_queue.go:442-478). The simulator assumes every range takes writes enough to
+        outgrow it (the harsh case): each replica of a node gone this long comes back behind.
     rebalance: whether replicas are moved onto new, emptier nodes once the cluster is healthy
         (CockroachDB rebalances by replica count; a move happens while max - min > 1).
     connect_timeout_s: the CLI's SQL connect timeout (`KWBASE_CONNECT_TIMEOUT`, default 15 s in
@@ -71,6 +83,8 @@ class KwdbSettings:
     time_until_store_dead_s: float = 30 * 60.0
     suspect_after_restart_s: float = 60.0
     snapshot_rate_per_s: float = 8.0
+    recovery_snapshot_rate_per_s: float = 8.0
+    follower_inactive_s: float = 10.0
     rebalance: bool = True
     connect_timeout_s: float = 15.0
     default_build: str = "V3.2.1"
@@ -87,8 +101,11 @@ class KwdbSettings:
             raise ValueError("range_count must be at least 1")
         if self.replication_factor < 1:
             raise ValueError("replication_factor must be at least 1")
-        if self.snapshot_rate_per_s <= 0:
-            raise ValueError("snapshot_rate_per_s must be positive")
+        if self.snapshot_rate_per_s <= 0 or self.recovery_snapshot_rate_per_s <= 0:
+            raise ValueError("snapshot_rate_per_s and recovery_snapshot_rate_per_s must be "
+                             "positive")
+        if self.follower_inactive_s < 0:
+            raise ValueError("follower_inactive_s must not be negative")
         if self.liveness_ttl_s <= 0 or self.time_until_store_dead_s <= self.liveness_ttl_s:
             raise ValueError("need 0 < liveness_ttl_s < time_until_store_dead_s")
         if not 0 < self.node_descriptor_interval_s < self.node_descriptor_ttl_s:

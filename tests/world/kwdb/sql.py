@@ -132,6 +132,9 @@ _METRIC_FIELDS: dict[str, Callable[[StoreMetrics], int]] = {
     "replicas.leaseholders": lambda m: m.leaseholders,
     "ranges.unavailable": lambda m: m.unavailable,
     "ranges.underreplicated": lambda m: m.underreplicated,
+    # kv/kvserver/metrics.go:724-728 and 48-52.
+    "queue.raftsnapshot.pending": lambda m: m.snapshots_queued,
+    "replicas.reserved": lambda m: m.snapshots_applying,
 }
 
 

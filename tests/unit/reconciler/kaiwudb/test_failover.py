@@ -59,7 +59,7 @@ class World:
         self.kwdb: list[NodeStatus] = []
         self.decommissioned: list[int] = []
         # What KaiwuDB says of its ranges (a lost node's ranges keep a quorum: available).
-        self.health = ReplicationHealth(unavailable=0, underreplicated=10)
+        self.health = ReplicationHealth(unavailable=0, underreplicated=10, catching_up=0)
         self.kwdb_error = ""  # when set, every kwbase command fails with it
         self.unseen: set[int] = set()  # node ids the asked gateway's view omits
         self.cached: dict[tuple[str, str], Obj] = {}  # (kind, name) -> what a lagging cache shows
@@ -391,12 +391,13 @@ def test_the_claim_is_kept_while_a_range_has_lost_its_quorum() -> None:
     apart.)"""
     world = healthy_world()
     lose(world, 1, since=NOW - TIMEOUT - 1)
-    world.health = ReplicationHealth(unavailable=3, underreplicated=16)
+    world.health = ReplicationHealth(unavailable=3, underreplicated=16, catching_up=0)
     p = run_pass(world, replaceLostVolumes=True)
     assert world.writes == [("delete", "Pod", "dev-1")]
     assert "3 unavailable and 16 under-replicated ranges" in " ".join(
         m for _, m in p.not_ready)
-    world.health = ReplicationHealth(unavailable=0, underreplicated=16)  # re-replicated enough
+    # Re-replicated enough:
+    world.health = ReplicationHealth(unavailable=0, underreplicated=16, catching_up=0)
     run_pass(world, replaceLostVolumes=True)
     assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
 

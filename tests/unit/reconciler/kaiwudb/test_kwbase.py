@@ -206,7 +206,7 @@ def test_replication_heals_after_init() -> None:
     assert (early.unavailable, early.underreplicated) == (0, 0)
     assert not early.healthy and "not known yet" in early.describe()
     assert "less than 20 s after" in early.describe()
-    assert any("kv_node_status" in arg for arg in deployment.runner.calls[-2][1])
+    assert any("kv_node_status" in arg for arg in deployment.runner.calls[-3][1])
     assert "--ranges" in deployment.runner.calls[-1][1], "the times read first, then the sums"
 
     # Ten seconds on, the records carry the first computation: the ranges still healing.
@@ -303,9 +303,10 @@ def test_a_node_that_died_while_ranges_were_under_replicated_stops_counting_once
     replication is healthy again: a scale-in waiting for health does not wait for ever."""
     deployment = initialised(4, 2.0)
     world, admin = deployment.world, deployment.admin
-    world.tune((NAMESPACE, NAME), 2.0, snapshot_rate_per_s=1.0)  # healing takes a minute
+    world.tune((NAMESPACE, NAME), 2.0, snapshot_rate_per_s=5.0)
     # Its record of t=20 carries the metrics it computed at t=10 (node.go:763-846): still
-    # healing then. It dies right after writing it.
+    # healing then (80 moves at 5 a second), healed by t=20. It dies right after writing it,
+    # leaving every range two replicas of three: a quorum.
     world.stop_process((NAMESPACE, NAME), "orders-0", 21.0, graceful=False)
 
     deployment.at(120.0)
@@ -316,6 +317,59 @@ def test_a_node_that_died_while_ranges_were_under_replicated_stops_counting_once
     assert admin.replication_health("orders-1").healthy
     (gone,) = admin.node_status("orders-1", node_id=1, ranges=True, decommission=True)
     assert gone.ranges_underreplicated, "its frozen status still says so; it is not listed"
+
+
+def restart(deployment: Deployment, pod: str, stopped: float, started: float) -> None:
+    """Stop `pod`'s kwbase at `stopped` and start it again at `started` (same store)."""
+    key = (NAMESPACE, NAME)
+    deployment.world.stop_process(key, pod, stopped, graceful=True)
+    ordinal = int(pod.rsplit("-", 1)[1])
+    back = deployment.world.start_process(
+        key, pod, f"claim-uid-{ordinal}", rendered_argv(rendered_command(3, True), pod), started,
+        image="kwdb/kwdb:3.2.1")
+    assert back.ok, back.stderr
+
+
+def test_a_node_back_after_ten_seconds_is_not_healthy_until_its_raft_snapshots_are_applied(
+        cluster: Deployment) -> None:
+    """A follower gone 10 s or more is no longer recently active, and busy ranges truncate
+    their raft logs past it (kv/kvserver/raft_log_queue.go:442-478): back, each of its replicas
+    needs a raft snapshot before it can acknowledge a write. KWDB's range metrics count it as
+    up to date all along (calcRangeCounter reads liveness only); the raft snapshot gauges do
+    not. A gate that trusted the range metrics would restart the next node into lost quorum."""
+    world, admin = cluster.world, cluster.admin
+    world.tune((NAMESPACE, NAME), 30.0, recovery_snapshot_rate_per_s=0.5)  # big ranges
+    restart(cluster, "orders-2", 30.0, 50.0)
+
+    cluster.at(75.0)  # node 3's records are 20 s newer than its start: the metrics are current
+    health = admin.replication_health("orders-0")
+    assert (health.unavailable, health.underreplicated, health.stale) == (0, 0, "")
+    assert health.catching_up and not health.healthy
+    assert "raft snapshot" in health.describe()
+    assert any("queue.raftsnapshot.pending" in arg for arg in cluster.runner.calls[-2][1])
+
+    # What the gate protects: node 2 stopping now would leave ranges without a quorum of
+    # replicas able to acknowledge writes.
+    world.stop_process((NAMESPACE, NAME), "orders-1", 75.0, graceful=True)
+    assert world.replication((NAMESPACE, NAME), 75.5).unavailable > 0
+    restart(cluster, "orders-1", 75.5, 76.0)  # back at once: its own log was kept
+
+    cluster.at(75.0 + 2 * 40 / 0.5 + 20)
+    healed = admin.replication_health("orders-0")
+    assert healed.healthy, healed.describe()
+
+
+def test_a_node_back_within_ten_seconds_catches_up_from_the_raft_log(
+        cluster: Deployment) -> None:
+    """Still recently active, the follower's log position is protected
+    (raft_log_queue.go:463-470): no snapshot is needed."""
+    cluster.world.tune((NAMESPACE, NAME), 30.0, recovery_snapshot_rate_per_s=0.5)
+    restart(cluster, "orders-2", 30.0, 35.0)
+
+    cluster.at(61.0)  # every record written 20 s after the restart at least
+    health = cluster.admin.replication_health("orders-0")
+    assert health.healthy, health.describe()
+    assert health.catching_up == 0
 
 
 def test_a_dead_nodes_gossiped_count_expires_but_the_decommission_count_does_not() -> None:
@@ -439,8 +493,17 @@ def test_parsers_refuse_output_they_do_not_understand() -> None:
                                                    "updated_at,locality,start_mode,is_available,"
                                                    "is_live\n1,x:26257,x:26257,V3.2.1,,,,start,"
                                                    "true,true\n")):
-        unknown = kwbase.replication_health_of(statuses)
+        unknown = kwbase.replication_health_of(statuses, {1: 0})
         assert not unknown.healthy and "unknown" in unknown.describe()
+    # A live node whose store reported no snapshot gauges is not known to send none.
+    header = "node_id,snapshots_queued,snapshots_applying\n"
+    assert kwbase.parse_snapshots(header + "1,0,0\n2,3,1\n3,NULL,0\n") == {1: 0, 2: 4, 3: None}
+    with pytest.raises(ValueError, match="expected columns"):
+        kwbase.parse_snapshots("node_id,pending\n1,0\n")
+    with pytest.raises(ValueError, match="negative"):
+        kwbase.parse_snapshots(header + "1,-1,0\n")
+    with pytest.raises(ValueError, match="not an integer"):
+        kwbase.parse_snapshots(header + "1,1e99,0\n")
 
 
 def test_unreadable_output_of_a_successful_command_is_unexpected_output() -> None:

@@ -110,7 +110,7 @@ class Admin:
     def __init__(self, world: World) -> None:
         self.world = world
         self.replicas: dict[int, int] = {}
-        self.health = ReplicationHealth(0, 0)
+        self.health = ReplicationHealth(0, 0, 0)
         # As on every KWDB 3.2.1 cluster: the TS TXN job runs for ever.
         self.jobs = RunningJobs((("TS TXN", 1),))
         self.init_outcome = InitOutcome.INITIALIZED
@@ -542,7 +542,7 @@ def test_a_rollout_waits_while_anything_is_not_healthy(why: str) -> None:
     elif why == "node not live":
         c.kaiwu(0, live=False)
     elif why == "under-replicated":
-        c.admin.health = ReplicationHealth(0, 4)
+        c.admin.health = ReplicationHealth(0, 4, 0)
     elif why == "health unknown":
         c.admin.failing.add("replication health")
     elif why == "drift":
@@ -715,12 +715,12 @@ def test_the_next_pod_waits_while_range_metrics_may_predate_the_last_restart() -
     """The pod moved last came back seconds ago: the metrics KWDB last wrote may not show
     it yet (computed and written every 10 s), so "0 under-replicated" is not evidence."""
     c = version_upgrade(partition=2, image="kwdb/kwdb:3.2.0")
-    c.admin.health = ReplicationHealth(0, 0, stale="node 3 started at 00:01:40 and the store "
+    c.admin.health = ReplicationHealth(0, 0, 0, stale="node 3 started at 00:01:40 and the store "
                                        "metrics of node 1 were written less than 20 s after that")
     p = c.run(version="3.2.0")
     assert p.live.partition == 2
     assert "replication health not known yet: node 3 started at 00:01:40" in text(p.not_ready)
-    c.admin.health = ReplicationHealth(0, 0)
+    c.admin.health = ReplicationHealth(0, 0, 0)
     assert c.run(version="3.2.0").live.partition == 1
 
 
@@ -877,7 +877,7 @@ def test_a_scale_in_does_not_start_while_the_cluster_is_not_healthy(why: str) ->
     elif why == "another decommissioning":
         c.kaiwu(1, decommissioning=True)
     elif why == "under-replicated":
-        c.admin.health = ReplicationHealth(0, 1)
+        c.admin.health = ReplicationHealth(0, 1, 0)
     elif why == "jobs":
         c.admin.jobs = RunningJobs((("IMPORT", 1), ("TS TXN", 1)))
     elif why == "health unknown":
@@ -1142,7 +1142,7 @@ def test_a_scale_in_waiting_says_why_in_ready_and_progressing() -> None:
     p = c.run(replicas=2)
     assert p.progressing == [("ScaleInWaiting", "KaiwuDB nodes decommissioning: 2")]
     c = Cluster3()
-    c.admin.health = ReplicationHealth(1, 2)
+    c.admin.health = ReplicationHealth(1, 2, 0)
     p = c.run(replicas=2)
     assert p.progressing == [("ScaleInWaiting",
                               "1 unavailable and 2 under-replicated ranges")]
