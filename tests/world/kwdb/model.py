@@ -529,9 +529,8 @@ class LogicalCluster:
                     unavailable += 1
                 if len(live) < self.replication_factor:
                     underreplicated += 1
-        queued, applying = self._snapshot_gauges(node.node_id, t)
-        return StoreMetrics(replicas, leases, leases, unavailable, underreplicated, queued,
-                            applying)
+        # The snapshot gauges are read when a record is written (_write_status), not here.
+        return StoreMetrics(replicas, leases, leases, unavailable, underreplicated)
 
     def health(self, t: float) -> tuple[int, int]:
         """(unavailable, under-replicated) ranges as the cluster really is, not as reported: a
