@@ -101,6 +101,7 @@ NODE_KEYS = (CA_CRT, NODE_CRT, NODE_KEY)
 CLIENT_KEYS = (CA_CRT, ROOT_CRT, ROOT_KEY)
 CA_KEYS = (CA_CRT, CA_KEY)
 SQL_PORT_HOSTS = ("localhost", "127.0.0.1")
+LOCAL_HOST = SQL_PORT_HOSTS[0]
 # cert-manager's key names (a kubernetes.io/tls Secret plus ca.crt).
 TLS_CRT, TLS_KEY = "tls.crt", "tls.key"
 
@@ -487,8 +488,18 @@ def _name(secret: Obj) -> str:
 
 
 def _cn(cert: x509.Certificate) -> str:
+    """The subject's common name as Go reads it: the last CN attribute wins
+    (crypto/x509/pkix/pkix.go FillFromRDNSequence)."""
     values = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    return str(values[0].value) if values else ""
+    return str(values[-1].value) if values else ""
+
+
+def principals(cert: x509.Certificate) -> list[str]:
+    """The users a certificate speaks for, as KWDB reads them: its CN, then every DNS name
+    (kwbase/pkg/security/auth.go:85-92; no --cert-principal-map is set). A node certificate
+    needs `node` among them (certificate_loader.go:451-469), client.<user>.crt needs <user>
+    (certificate_loader.go:473-487)."""
+    return [_cn(cert), *_dns_sans(cert)]
 
 
 def _usages(cert: x509.Certificate) -> set[x509.ObjectIdentifier]:
@@ -640,10 +651,12 @@ def validate_user_secrets(cluster: Cluster, node: Obj | None, client: Obj | None
     Problems: a Secret or key is missing; a value does not parse; a key does not match its
     certificate; a certificate is not signed by the node Secret's ca.crt (the CA every pod
     trusts: pods mount ca.crt from the node Secret only), expired or not yet valid; node.crt is
-    not CN node with server and client usage or does not cover every pod's DNS name;
-    client.root.crt is not CN root with client usage. Warnings: a certificate expires within
-    renew_before; the client Secret's ca.crt does not verify node.crt (clients outside the
-    pods using that Secret would reject the nodes).
+    not CN node with server and client usage or does not cover every pod's DNS name and
+    localhost (where the operator's kwbase commands connect); client.root.crt is not CN root
+    with client usage. Warnings: a certificate expires within renew_before; the client
+    Secret's ca.crt does not verify node.crt (clients outside the pods using that Secret would
+    reject the nodes); node.crt does not cover the public
+    Service's name while a ServiceMonitor scrapes under it.
     """
     _aware(now)
     problems: list[CertProblem] = []
@@ -684,6 +697,7 @@ def validate_user_secrets(cluster: Cluster, node: Obj | None, client: Obj | None
             warnings += warned
         if node_cert is not None:
             problems += _check_node_identity(cluster, node_cert, cluster_domain, node_crt)
+            warnings += _node_identity_warnings(cluster, node_cert, cluster_domain, node_crt)
     if client is not None:
         missing = _missing_keys(client, client_keys)
         problems += missing
@@ -710,9 +724,10 @@ def _check_node_identity(cluster: Cluster, cert: x509.Certificate, cluster_domai
                          crt: str = NODE_CRT) -> list[CertProblem]:
     problems: list[CertProblem] = []
     secret = cluster.node_secret
-    if _cn(cert) != "node":
+    if "node" not in principals(cert):
         problems.append(CertProblem(
-            secret, crt, f"the subject CN is {_cn(cert)!r}; kwbase requires CN node",
+            secret, crt, f"the subject CN is {_cn(cert)!r} and no DNS name is node; kwbase "
+            "requires node among the certificate's principals (its CN and DNS names)",
             "issue it with kwbase cert create-node (or with CN=node)"))
     usages = _usages(cert)
     for usage, label in ((ExtendedKeyUsageOID.SERVER_AUTH, "server"),
@@ -732,16 +747,44 @@ def _check_node_identity(cluster: Cluster, cert: x509.Certificate, cluster_domai
             f"the certificate's DNS names do not cover {', '.join(uncovered)}",
             f"reissue it with the SAN *.{cluster.headless_service}.{cluster.namespace}.svc."
             f"{cluster_domain} (or every pod name)"))
+    if not san_covers(sans, LOCAL_HOST):
+        # The operator runs every kwbase command in a pod against that pod's own node
+        # (--host=localhost:26257, KwbaseSettings.connect_via), and kwbase verifies the node's
+        # certificate against the host it dials: gRPC's TLS credentials take the server name
+        # from the target (kwbase/pkg/rpc/context.go:687-699, 917-959), SQL connections use
+        # sslmode verify-full (base/config.go:369-372).
+        problems.append(CertProblem(
+            secret, crt,
+            f"the certificate's DNS names do not cover {LOCAL_HOST}, which the operator's "
+            f"kwbase commands in each pod connect to (--host={LOCAL_HOST}:26257)",
+            f"reissue it with {LOCAL_HOST} among its names (kwbase cert create-node "
+            f"{LOCAL_HOST} ...)"))
     return problems
+
+
+def _node_identity_warnings(cluster: Cluster, cert: x509.Certificate, cluster_domain: str,
+                            crt: str = NODE_CRT) -> list[CertProblem]:
+    """A name the database works without but a client the operator sets up needs: the
+    ServiceMonitor scrapes the pods with serverName set to the public Service's name
+    (renderer/builders/service_monitor.py)."""
+    public = f"{cluster.client_service}.{cluster.namespace}.svc.{cluster_domain}"
+    if not cluster.service_monitor or san_covers(_dns_sans(cert), public):
+        return []
+    return [CertProblem(
+        cluster.node_secret, crt,
+        f"the certificate's DNS names do not cover {public}: the ServiceMonitor verifies the "
+        "nodes under that name, so Prometheus would fail every scrape",
+        f"reissue it with {public} among its names")]
 
 
 def _check_root_identity(cluster: Cluster, cert: x509.Certificate,
                          crt: str = ROOT_CRT) -> list[CertProblem]:
     problems: list[CertProblem] = []
-    if _cn(cert) != "root":
+    if "root" not in principals(cert):
         problems.append(CertProblem(
             cluster.client_secret, crt,
-            f"the subject CN is {_cn(cert)!r}; the root user's certificate needs CN root",
+            f"the subject CN is {_cn(cert)!r} and no DNS name is root; the root user's "
+            "certificate needs root among its principals (its CN and DNS names)",
             "issue it with kwbase cert create-client root"))
     if ExtendedKeyUsageOID.CLIENT_AUTH not in _usages(cert):
         problems.append(CertProblem(

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import (
     Criticality,
@@ -28,7 +29,13 @@ from cryptography.x509.verification import (
 )
 
 from reconciler.kaiwudb import certs as certs
-from reconciler.kaiwudb.certs import CertProblem, CertSettings, certs_action, needs_renewal
+from reconciler.kaiwudb.certs import (
+    CertKey,
+    CertProblem,
+    CertSettings,
+    certs_action,
+    needs_renewal,
+)
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 
@@ -368,7 +375,7 @@ def user_cluster(replicas: int = 3) -> Cluster:
 
 
 def user_secrets(now: datetime = NOW,
-                 hosts: tuple[str, ...] = ("*.orders.shop.svc.cluster.local",)
+                 hosts: tuple[str, ...] = ("*.orders.shop.svc.cluster.local", "localhost")
                  ) -> dict[str, Obj]:
     """Secrets as a user makes them with their own CA (kwbase cert create-ca/-node/-client)."""
     cluster = user_cluster()
@@ -429,6 +436,72 @@ def test_a_node_certificate_for_other_names_is_refused_with_the_uncovered_pods()
     assert "*.orders.shop.svc.cluster.local" in problem.fix
 
 
+def test_a_node_certificate_without_localhost_is_refused_because_the_operator_dials_it() -> None:
+    """A certificate made for the pods' names only would let the database run, while every
+    kwbase command the operator runs in a pod (--host=localhost:26257) fails verification:
+    init, drain, decommission and every health read. Refused before any pod starts."""
+    secrets = user_secrets(hosts=("*.orders.shop.svc.cluster.local", "127.0.0.1"))
+
+    (problem,) = problems_of(secrets)
+
+    assert (problem.secret, problem.key) == ("my-node-tls", "node.crt")
+    assert "do not cover localhost" in problem.message
+    assert "--host=localhost:26257" in problem.message
+    assert problem.fix.startswith("reissue it with localhost among its names")
+    wildcard = user_secrets(hosts=("*.orders.shop.svc.cluster.local", "*"))
+    assert [p.message for p in problems_of(wildcard)] == [problem.message], (
+        "Go's wildcards match one label of at least two: '*' does not cover localhost")
+
+
+def test_a_service_monitor_scraping_under_a_name_the_certificate_lacks_is_warned() -> None:
+    """Prometheus verifies the nodes under the public Service's name (the ServiceMonitor's
+    serverName): the database runs, the scrapes would fail. A warning, not a refusal."""
+    secrets = user_secrets()
+    monitored = dataclasses.replace(user_cluster(), service_monitor=True)
+
+    plan = certs_action(monitored, secrets, NOW)
+
+    assert plan.problems == ()
+    (warning,) = plan.warnings
+    assert (warning.secret, warning.key) == ("my-node-tls", "node.crt")
+    assert "orders-public.shop.svc.cluster.local" in warning.message
+    assert "Prometheus" in warning.message
+    covered = user_secrets(hosts=("*.orders.shop.svc.cluster.local", "localhost",
+                                  "orders-public.shop.svc.cluster.local"))
+    assert certs_action(monitored, covered, NOW).warnings == ()
+    assert certs_action(user_cluster(), secrets, NOW).warnings == (), (
+        "without a ServiceMonitor nothing verifies that name")
+
+
+def test_a_principal_among_the_dns_names_is_accepted_as_kwdb_accepts_it() -> None:
+    """KWDB reads a certificate's users from its CN and then its DNS names (auth.go:85-92):
+    a node certificate with CN "db" and the DNS name "node" serves as node, and Go reads the
+    last CN when a subject has two."""
+    cluster = user_cluster()
+    ca = certs.new_ca("Shop CA", NOW)
+    both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    names = [x509.DNSName("*.orders.shop.svc.cluster.local"), x509.DNSName("localhost")]
+    by_dns = certs._leaf(ca, "db", both, [*names, x509.DNSName("node")], NOW, CertSettings())
+    secrets = user_secrets()
+    secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, by_dns)
+    secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem,
+                                                 certs.issue_client(ca, "root", NOW))
+    assert problems_of(secrets) == ()
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    two_cns = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "node"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, "root")])
+    cert = (x509.CertificateBuilder().subject_name(two_cns).issuer_name(ca.cert.subject)
+            .public_key(key.public_key()).serial_number(7)
+            .not_valid_before(NOW - timedelta(hours=1)).not_valid_after(NOW + timedelta(days=90))
+            .add_extension(x509.ExtendedKeyUsage(both), critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .sign(ca.key, hashes.SHA256()))
+    secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, CertKey(cert, key))
+    (problem,) = problems_of(secrets)
+    assert problem.message.startswith("the subject CN is 'root' and no DNS name is node")
+
+
 def test_an_expired_user_certificate_is_a_problem_and_a_nearly_expired_one_a_warning() -> None:
     issued = NOW - timedelta(days=5 * 365 - 10)
     secrets = user_secrets(now=issued)
@@ -471,7 +544,8 @@ def test_a_node_certificate_without_client_usage_or_cn_node_is_refused() -> None
     cluster = user_cluster()
     ca = certs.new_ca("Shop CA", NOW)
     server_only = certs._leaf(ca, "db", [ExtendedKeyUsageOID.SERVER_AUTH],
-                              [x509.DNSName("*.orders.shop.svc.cluster.local")], NOW,
+                              [x509.DNSName("*.orders.shop.svc.cluster.local"),
+                               x509.DNSName("localhost")], NOW,
                               CertSettings())
     secrets = user_secrets()
     secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, server_only)
@@ -599,15 +673,16 @@ def test_a_root_certificate_for_another_user_or_only_for_serving_is_refused() ->
     cluster = user_cluster()
     ca = certs.new_ca("Shop CA", NOW)
     secrets = {"my-node-tls": certs.node_secret(cluster, ca.cert_pem, certs.issue_node(
-        ca, ("*.orders.shop.svc.cluster.local",), NOW))}
+        ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW))}
     serving = certs.issue_server(ca, "app", ("localhost",), NOW)
     secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem, serving)
 
     problems = problems_of(secrets)
 
     assert [certs.format_problem(p) for p in problems] == [
-        "Secret my-root-tls key client.root.crt: the subject CN is 'app'; the root user's "
-        "certificate needs CN root; fix: issue it with kwbase cert create-client root",
+        "Secret my-root-tls key client.root.crt: the subject CN is 'app' and no DNS name is "
+        "root; the root user's certificate needs root among its principals (its CN and DNS "
+        "names); fix: issue it with kwbase cert create-client root",
         "Secret my-root-tls key client.root.crt: the certificate lacks client authentication "
         "in its extended key usage; fix: issue it with the clientAuth extended key usage"]
 
@@ -668,7 +743,7 @@ def test_user_secrets_are_checked_for_cluster_local_names_and_a_30_day_window_by
     assert certs.validate_user_secrets(user_cluster(), node, client, NOW) == ((), ())
     problems, _ = certs.validate_user_secrets(user_cluster(), node, client, NOW, "corp.example")
     assert [p.key for p in problems] == ["node.crt"]
-    narrow = user_secrets(hosts=("orders-0.orders.shop.svc.cluster.local",))
+    narrow = user_secrets(hosts=("orders-0.orders.shop.svc.cluster.local", "localhost"))
     (problem,), _ = certs.validate_user_secrets(user_cluster(replicas=2), narrow["my-node-tls"],
                                                 narrow["my-root-tls"], NOW)
     assert problem.message.endswith("do not cover orders-1.orders.shop.svc.cluster.local")
@@ -748,7 +823,7 @@ def test_the_earliest_expiry_is_over_every_certificate_the_secret_holds() -> Non
     """A user's CA that expires before the node certificate it issued: the Secret expires with
     the CA."""
     ca = certs.new_ca("Shop CA", NOW, CertSettings(ca_validity=timedelta(days=10)))
-    node = certs.issue_node(ca, ("*.orders.shop.svc.cluster.local",), NOW)
+    node = certs.issue_node(ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
     secret = certs.node_secret(user_cluster(), ca.cert_pem, node)
 
     assert certs.earliest_expiry(secret) == ca.cert.not_valid_after_utc
@@ -769,12 +844,13 @@ def test_a_user_certificate_that_expired_says_what_to_replace() -> None:
 def test_a_node_certificate_with_another_cn_or_only_client_usage_says_how_to_reissue() -> None:
     cluster = user_cluster()
     ca = certs.new_ca("Shop CA", NOW)
-    sans = [x509.DNSName("*.orders.shop.svc.cluster.local")]
+    sans = [x509.DNSName("*.orders.shop.svc.cluster.local"), x509.DNSName("localhost")]
     secrets = {"my-root-tls": certs.client_secret(cluster, ca.cert_pem,
                                                   certs.issue_client(ca, "root", NOW))}
     for cn, usages, expected in (
             ("db", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
-             "Secret my-node-tls key node.crt: the subject CN is 'db'; kwbase requires CN node; "
+             "Secret my-node-tls key node.crt: the subject CN is 'db' and no DNS name is node; "
+             "kwbase requires node among the certificate's principals (its CN and DNS names); "
              "fix: issue it with kwbase cert create-node (or with CN=node)"),
             ("node", [ExtendedKeyUsageOID.CLIENT_AUTH],
              "Secret my-node-tls key node.crt: the certificate lacks server authentication in "
@@ -849,7 +925,7 @@ def test_a_lost_ca_with_only_one_leaf_secret_left_is_still_never_replaced() -> N
 def test_a_node_certificate_not_signed_by_the_ca_beside_it_is_refused() -> None:
     secrets = user_secrets()
     stranger = certs.new_ca("Stranger CA", NOW)
-    node = certs.issue_node(stranger, ("*.orders.shop.svc.cluster.local",), NOW)
+    node = certs.issue_node(stranger, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
     secrets["my-node-tls"]["data"]["node.crt"] = base64.b64encode(node.cert_pem).decode()
     secrets["my-node-tls"]["data"]["node.key"] = base64.b64encode(node.key_pem).decode()
 

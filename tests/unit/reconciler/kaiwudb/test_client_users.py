@@ -148,7 +148,7 @@ def cm_secret(name: str, ca: certs.CertKey, leaf: certs.CertKey) -> Obj:
                      "tls.key": base64.b64encode(leaf.key_pem).decode()}}
 
 
-def cm_secrets(hosts: tuple[str, ...] = ("*.orders.shop.svc.cluster.local",),
+def cm_secrets(hosts: tuple[str, ...] = ("*.orders.shop.svc.cluster.local", "localhost"),
                now: datetime = NOW) -> dict[str, Obj]:
     ca = certs.new_ca("Shop issuer", now)
     return {"orders-node-tls": cm_secret("orders-node-tls", ca,
@@ -180,7 +180,7 @@ def test_good_cert_manager_secrets_pass_and_their_tls_crt_drives_the_pod_hash() 
 
 
 def test_uncovered_pods_and_expiry_are_problems_in_cert_manager_layout() -> None:
-    narrow = cm_secrets(hosts=("orders-0.orders.shop.svc.cluster.local",))
+    narrow = cm_secrets(hosts=("orders-0.orders.shop.svc.cluster.local", "localhost"))
     assert cm_problems(narrow, replicas=1) == ()
     (problem,) = cm_problems(narrow, replicas=2)
     assert (problem.secret, problem.key) == ("orders-node-tls", "tls.crt")
@@ -193,9 +193,8 @@ def test_uncovered_pods_and_expiry_are_problems_in_cert_manager_layout() -> None
 
 def test_a_kwdb_layout_secret_declared_as_cert_manager_is_told_which_keys_are_missing() -> None:
     ca = certs.new_ca("Shop issuer", NOW)
-    kwdb_layout = certs.node_secret(cm_cluster(), ca.cert_pem,
-                                    certs.issue_node(ca, ("*.orders.shop.svc.cluster.local",),
-                                                     NOW))
+    node = certs.issue_node(ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
+    kwdb_layout = certs.node_secret(cm_cluster(), ca.cert_pem, node)
     secrets = cm_secrets()
     secrets["orders-node-tls"] = kwdb_layout
     problems = cm_problems(secrets)
@@ -214,7 +213,7 @@ def test_a_cert_manager_root_certificate_for_another_user_names_tls_crt() -> Non
     ca = certs.new_ca("Shop issuer", NOW)
     secrets = cm_secrets()
     secrets["orders-node-tls"] = cm_secret("orders-node-tls", ca, certs.issue_node(
-        ca, ("*.orders.shop.svc.cluster.local",), NOW))
+        ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW))
     secrets["orders-root-tls"] = cm_secret("orders-root-tls", ca,
                                            certs.issue_client(ca, "app", NOW))
 
