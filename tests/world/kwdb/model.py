@@ -327,7 +327,7 @@ class LogicalCluster:
             if not self.is_live(node, t):
                 node.back_since = t
             if t - node.last_heartbeat >= self.settings.follower_inactive_s:
-                self._fell_behind(node.node_id)
+                self._fell_behind(node.node_id, t)
             node.heartbeating = True
             node.draining = False  # a restart takes a new liveness epoch, clearing draining
             node.last_heartbeat = t
@@ -342,13 +342,19 @@ class LogicalCluster:
             node.last_heartbeat = t
         self._fix_leases(t)
 
-    def _fell_behind(self, node_id: int) -> None:
+    def _fell_behind(self, node_id: int, t: float) -> None:
         """The node comes back after `follower_inactive_s` or more: every range it holds a
-        replica of with another replica to lead it has truncated its raft log past it
+        replica of that went on without it has truncated its raft log past it
         (settings.KwdbSettings.follower_inactive_s), so the leader will send a raft snapshot
-        (kv/kvserver/replica_raft.go:2003-2006 queues it in the raft snapshot queue)."""
+        (kv/kvserver/replica_raft.go:2003-2006 queues it in the raft snapshot queue). A range
+        goes on only with a quorum of up-to-date replicas elsewhere: one that has none (the
+        whole cluster was down, or most of the range) committed nothing, so truncated nothing
+        past anyone (only committed entries are truncated, raft_log_queue.go:442-478). Taken
+        at the return: a quorum now is taken to have made progress while the node was away."""
         for r in self.ranges:
-            if node_id in r.replicas and len(r.replicas) > 1:
+            if node_id in r.replicas and len(r.replicas) > 1 and len(
+                    [n for n in self._voting_replicas(r, t) if n != node_id]
+            ) >= len(r.replicas) // 2 + 1:
                 r.behind.add(node_id)
 
     def _process_started(self, node: NodeRecord, t: float) -> None:

@@ -476,6 +476,27 @@ def test_a_lost_host_times_out_and_its_node_turns_dead() -> None:
     assert op.health(caught_up + 2 * FAST.metrics_sample_interval_s) == (0, 0)
 
 
+def test_after_a_whole_cluster_outage_only_a_node_the_others_went_on_without_is_behind(
+        ) -> None:
+    """Only committed entries are truncated (raft_log_queue.go:442-478): a range whose every
+    replica was down committed nothing and truncated nothing, so the first two nodes back need
+    no raft snapshot; the third, back after the other two went on for longer than
+    follower_inactive_s, needs one per replica."""
+    op = Operator()
+    t = op.healthy_cluster(3)
+    for ordinal in range(3):
+        op.world.set_pod_host_alive(KEY, f"kw-{ordinal}", False, t)
+    t += 60
+    for ordinal in range(2):
+        op.world.set_pod_host_alive(KEY, f"kw-{ordinal}", True, t)
+    assert op.world.replication(KEY, t + 1).unavailable == 0, "no snapshot needed"
+    t += 2 * FAST.follower_inactive_s
+    op.world.set_pod_host_alive(KEY, "kw-2", True, t)
+    assert op.world.replication(KEY, t).underreplicated > 0, "the third waits for snapshots"
+    caught_up = t + 2 + 40 / FAST.recovery_snapshot_rate_per_s
+    assert op.world.replication(KEY, caught_up).underreplicated == 0
+
+
 def test_recommissioning_brings_replicas_back() -> None:
     op = Operator()
     t = op.healthy_cluster(4)
