@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup_objects import SequenceDef, sequence_value, sequence_value_query
 from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
 from reconciler.kaiwudb.kwbase import (
     CommandFailed,
@@ -441,11 +442,13 @@ class Backups:
                 raise BackupFailed("NotExportable", refused)
             dbs = []
             for db_name, engine in chosen_dbs:
-                objects = admin.sql(chosen, bp.objects_query(db_name))
-                tables, refused = bp.split_objects(db_name, objects.rows)
-                if refused:
-                    raise BackupFailed("NotExportable", refused)
-                db = bp.DatabasePlan(db_name, engine, tables)
+                objects = bp.split_objects(db_name,
+                                           admin.sql(chosen, bp.objects_query(db_name)).rows)
+                if objects.problem:
+                    raise BackupFailed("NotExportable", objects.problem)
+                tables = objects.tables
+                db = bp.DatabasePlan(db_name, engine, tables, left_out=objects.left_out,
+                                     views=objects.views, sequences=objects.sequences)
                 on_schemas, on_tables = bp.grants_queries(db_name)
                 grants, refused = bp.read_grants(db, admin.sql(chosen, on_schemas).rows,
                                                  admin.sql(chosen, on_tables).rows)
@@ -461,6 +464,8 @@ class Backups:
             ts = admin.sql(chosen, "SELECT cluster_logical_timestamp()")
             consistent_to = ts.rows[0]["cluster_logical_timestamp"]
             for i, db in enumerate(dbs):
+                if db.sequences:
+                    dbs[i] = db = replace(db, sequences=self.sequence_values(admin, chosen, db))
                 if db.foreign_keys:
                     # Read again: only a key that held before and after the timestamp surely
                     # fits the rows exported as of it.
@@ -475,6 +480,23 @@ class Backups:
         if problem:
             raise BackupFailed("NotExportable", problem)
         return plan
+
+    @staticmethod
+    def sequence_values(admin: KwbaseAdmin, pod: str, db: bp.DatabasePlan
+                        ) -> tuple[SequenceDef, ...]:
+        """`db`'s sequences with their values, read after the backup's timestamp (so at least
+        every value its exported rows hold: values only grow); a virtual one has none."""
+        found = []
+        for sequence in db.sequences:
+            if sequence.virtual:
+                found.append(sequence)
+                continue
+            rows = admin.sql(pod, sequence_value_query(db.name, sequence)).rows
+            value = sequence_value(sequence, rows)
+            if isinstance(value, str):
+                raise BackupFailed("NotExportable", f"database {json.dumps(db.name)}: {value}")
+            found.append(replace(sequence, value=value))
+        return tuple(found)
 
     @staticmethod
     def foreign_keys(admin: KwbaseAdmin, pod: str, db: bp.DatabasePlan

@@ -40,6 +40,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.kaiwudb.backup_objects import (
+    TEMP_SCHEMA_PREFIX,
+    SequenceDef,
+    View,
+    read_sequence,
+    read_view,
+    sequence_from_json,
+    view_from_json,
+)
 from reconciler.kaiwudb.kwbase import quote_ident, quote_literal
 from renderer.cron import cron
 
@@ -220,7 +229,8 @@ class DatabasePlan:
     """A database to back up: its engine (SHOW DATABASES engine_type), its tables of every
     schema, as kwdb_internal.create_statements lists them (`DATABASE_OBJECTS_QUERY`), the
     privileges granted on it, its schemas and its tables, its foreign keys, and what of it the
-    backup leaves out, each said in words (foreign keys onto another database)."""
+    backup leaves out, each said in words (foreign keys onto another database). Its views
+    and sequences, which EXPORT leaves out, the backup carries itself (backup_objects.py)."""
 
     name: str
     engine: str  # RELATIONAL or TIME SERIES
@@ -229,6 +239,14 @@ class DatabasePlan:
     foreign_keys: tuple[ForeignKey, ...] = ()
     left_out: tuple[str, ...] = ()
     comments: tuple[Comment, ...] = ()
+    views: tuple[View, ...] = ()
+    sequences: tuple[SequenceDef, ...] = ()
+
+    @property
+    def relations(self) -> frozenset[TableRef]:
+        """Its tables, views and sequences: what a GRANT ON TABLE may name."""
+        return frozenset((*self.tables, *((v.schema, v.name) for v in self.views),
+                          *((q.schema, q.name) for q in self.sequences)))
 
     def comment_problem(self, comment: Comment) -> str:
         """Why `comment` is not one the restore may set ("" when it is)."""
@@ -271,24 +289,27 @@ class DatabasePlan:
             return ""
         if grant.on == "schema" and not grant.table and grant.schema in self.user_schemas:
             return ""
-        if grant.on == "table" and (grant.schema, grant.table) in self.tables:
+        if grant.on == "table" and (grant.schema, grant.table) in self.relations:
             return ""
         return (f"database {shown}: a grant on {grant.on} {json.dumps(grant.schema)}."
                 f"{json.dumps(grant.table)} that is not one of the backup's")
 
     @property
     def user_schemas(self) -> frozenset[str]:
-        return frozenset(schema for schema, _ in self.tables if schema not in VIRTUAL_SCHEMAS)
+        return frozenset(schema for schema, _ in self.relations
+                         if schema not in VIRTUAL_SCHEMAS)
 
 
 DATABASE_OBJECTS_QUERY = (
-    "SELECT schema_name, descriptor_name, descriptor_type FROM {db}.kwdb_internal."
-    "create_statements WHERE database_name = {literal} ORDER BY schema_name, descriptor_name"
+    "SELECT schema_name, descriptor_name, descriptor_type, descriptor_id, create_statement "
+    "FROM {db}.kwdb_internal.create_statements WHERE database_name = {literal} ORDER BY "
+    "schema_name, descriptor_name"
 )
-"""Every table, view and sequence of a database, in every schema (kwbase/pkg/sql/
-kwdb_internal.go:1411-1440). Not `SHOW TABLES FROM db`: that lists the public schema only,
-views included and sequences left out (kwbase/pkg/sql/delegate/show_tables.go:82-90), so a
-backup built on it silently dropped every other schema."""
+"""Every table, view and sequence of a database, in every schema, with its id and KWDB's
+CREATE for it (kwbase/pkg/sql/kwdb_internal.go:1411-1440, 1510-1515; show_create_clauses.go).
+Not `SHOW TABLES FROM db`: that lists the public schema only, views included and sequences
+left out (kwbase/pkg/sql/delegate/show_tables.go:82-90), so a backup built on it silently
+dropped every other schema."""
 
 
 def objects_query(database: str) -> str:
@@ -321,7 +342,8 @@ def read_grants(db: DatabasePlan, schema_rows: Sequence[Mapping[str, str]],
                 table_rows: Sequence[Mapping[str, str]]) -> tuple[tuple[Grant, ...], str]:
     """The grants of `db` from what `grants_queries` answered, and why they cannot be carried
     ("" when they can). Rows about what the backup does not carry (virtual tables, whose
-    SELECT `public` holds; views and sequences, refused before) are passed over."""
+    SELECT `public` holds) are passed over; a view's or a sequence's are carried (GRANT ON
+    TABLE names them too)."""
     found: set[Grant] = set()
     for row in schema_rows:
         schema = str(row.get("table_schema") or "")
@@ -333,7 +355,7 @@ def read_grants(db: DatabasePlan, schema_rows: Sequence[Mapping[str, str]],
                             str(row.get("privilege_type") or "")))
     for row in table_rows:
         ref = (str(row.get("table_schema") or ""), str(row.get("table_name") or ""))
-        if ref in db.tables:
+        if ref in db.relations:
             found.add(Grant("table", *ref, str(row.get("grantee") or ""),
                             str(row.get("privilege_type") or "")))
     grants = tuple(sorted(found))
@@ -576,29 +598,71 @@ def comment_statement(db: DatabasePlan, comment: Comment) -> str:
     return f"COMMENT ON {target} IS {quote_literal(comment.text)}"
 
 
-def split_objects(database: str, rows: Sequence[Mapping[str, str]]
-                  ) -> tuple[tuple[TableRef, ...], str]:
-    """The tables `objects_query` found, and why the database cannot be backed up ("" when it
-    can). KWDB's EXPORT carries tables only: EXPORT ... FROM DATABASE exports the descriptors of
-    type 'table' (kwbase/pkg/sql/export_details.go:333-338), and IMPORT DATABASE recreates
-    tables and schemas only (importer/import_database_details.go:266-330). A view or a sequence
-    would be missing after a restore that says it succeeded, so the backup refuses, naming
-    them."""
-    tables: list[tuple[str, TableRef]] = []
-    others: list[tuple[str, TableRef]] = []
+@dataclass(frozen=True)
+class DatabaseObjects:
+    """What `objects_query` found in a database: its tables, the views and sequences the
+    backup carries itself, those it leaves out (said in words), and why the database cannot be
+    backed up ("" when it can)."""
+
+    tables: tuple[TableRef, ...] = ()
+    views: tuple[View, ...] = ()
+    sequences: tuple[SequenceDef, ...] = ()
+    left_out: tuple[str, ...] = ()
+    problem: str = ""
+
+
+def split_objects(database: str, rows: Sequence[Mapping[str, str]]) -> DatabaseObjects:
+    """Sort what `objects_query` found. KWDB's EXPORT carries tables only: EXPORT ... FROM
+    DATABASE exports the descriptors of type 'table' (kwbase/pkg/sql/export_details.go:
+    333-338), and IMPORT DATABASE recreates tables and schemas only (importer/
+    import_database_details.go:266-330); views and sequences are carried from their
+    definitions (backup_objects.py). Refused, naming them: a definition the restore could not
+    run as it was, and a table whose column default calls nextval(): IMPORT runs its CREATE
+    TABLE as SQL, which needs the sequence to exist (create_table.go:2299, sequence.go:470),
+    and IMPORT DATABASE makes the database itself (import_stmt.go:1103), so its sequences
+    cannot be made first. A temporary view or sequence ends with its session: left out."""
+    tables: list[TableRef] = []
+    views: list[View] = []
+    sequences: list[SequenceDef] = []
+    left_out: list[str] = []
+    refused: list[str] = []
     for row in rows:
         kind = str(row.get("descriptor_type"))
-        ref = (row["schema_name"], row["descriptor_name"])
-        (tables if kind == "table" else others).append((kind, ref))
-    if others:
-        named = ", ".join(f"{kind} {json.dumps(schema)}.{json.dumps(name)}"
-                          for kind, (schema, name) in others[:10])
-        more = f" and {len(others) - 10} more" if len(others) > 10 else ""
-        return (), (f"database {json.dumps(database)} holds objects KWDB's EXPORT does not "
-                    f"carry (tables only): {named}{more}. Leave the database out of "
-                    "spec.databases, or move these out of it; a restore would silently lack "
-                    "them")
-    return tuple(sorted(ref for _, ref in tables)), ""
+        schema, name = str(row["schema_name"]), str(row["descriptor_name"])
+        statement = str(row.get("create_statement") or "")
+        shown = f"{kind} {json.dumps(schema)}.{json.dumps(name)}"
+        if kind == "table":
+            if "nextval(" in statement.lower():
+                refused.append(f"{shown}: a column default calls nextval(), and IMPORT makes "
+                               "the table before any sequence of its database exists")
+            tables.append((schema, name))
+        elif kind in ("view", "sequence") and schema.startswith(TEMP_SCHEMA_PREFIX):
+            left_out.append(f"the temporary {shown} in database {json.dumps(database)} (it "
+                            "ends with its session)")
+        elif kind == "view":
+            order = str(row.get("descriptor_id") or "")
+            view = (read_view(schema, name, int(order), statement) if order.isdigit()
+                    else f"{shown}: its descriptor id reads {order[:20]!r}")
+            if isinstance(view, View):
+                views.append(view)
+            else:
+                refused.append(view)
+        elif kind == "sequence":
+            sequence = read_sequence(schema, name, statement)
+            if isinstance(sequence, SequenceDef):
+                sequences.append(sequence)
+            else:
+                refused.append(sequence)
+        else:
+            refused.append(f"{shown}: a kind of object the backup does not know")
+    if refused:
+        more = f" and {len(refused) - 10} more" if len(refused) > 10 else ""
+        return DatabaseObjects(problem=(
+            f"database {json.dumps(database)} holds what a backup cannot carry: "
+            f"{'; '.join(refused[:10])}{more}. Leave the database out of spec.databases, or "
+            "change these; a restore would lack them"))
+    return DatabaseObjects(tuple(sorted(tables)), tuple(sorted(views)),
+                           tuple(sorted(sequences)), tuple(left_out))
 
 
 @dataclass(frozen=True)
@@ -660,6 +724,11 @@ class Plan:
                 found = found or db.foreign_key_problem(fk)
             for comment in db.comments:
                 found = found or db.comment_problem(comment)
+            carried: list[View | SequenceDef] = [*db.views, *db.sequences]
+            for each in carried:
+                found = found or (f"database {json.dumps(db.name)}: {each.shown} has an "
+                                  "empty name" if not (each.schema and each.name)
+                                  else each.problem())
         return found
 
     @property
@@ -722,7 +791,10 @@ class Plan:
                                      tuple(str(x) for x in d.get("left_out") or ()),
                                      tuple(Comment(**{f.name: str(c[f.name])
                                                       for f in fields(Comment)})
-                                           for c in d.get("comments") or ()))
+                                           for c in d.get("comments") or ()),
+                                     tuple(view_from_json(v) for v in d.get("views") or ()),
+                                     tuple(sequence_from_json(q)
+                                           for q in d.get("sequences") or ()))
                         for d in data["databases"])
             return cls(str(data["backup"]), str(data["uid"]), str(data["pod"]),
                        int(data["node_id"]), str(data["consistent_to"]), dbs,
@@ -1032,14 +1104,22 @@ FOREIGN_KEYS_STEP = "foreign keys "
 """The restore step that adds a database's foreign keys again, after its IMPORT."""
 COMMENTS_STEP = "comments "
 """The restore step that sets a database's comments again, after its IMPORT."""
+SEQUENCES_STEP = "sequences "
+"""The restore step that makes a database's sequences again, with their values, after its
+IMPORT."""
+VIEWS_STEP = "views"
+"""The restore step that makes every view again, after every database is back."""
 
 
 def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str, str]]:
     """(step id, statement) in the documented order: cluster settings, users, then each
-    database (`url`: where the backup's files are served), each followed by its foreign keys,
-    comments and grants when it had any (`foreign keys <db>`, `comments <db>`, `grants <db>`:
-    their statements are `foreign_key_statement`, `comment_statement` and `grant_statements`
-    of the manifest's plan, the text here only says so). The manifest is read from the
+    database (`url`: where the backup's files are served), each followed by its sequences,
+    foreign keys and comments when it had any (`sequences <db>`, `foreign keys <db>`,
+    `comments <db>`), then the views of every database (`views`: a view may read another
+    database), then each database's grants (`grants <db>`: a grant may be on a view). The
+    statements of those steps come from the manifest's plan (`SequenceDef.create_statement`,
+    `foreign_key_statement`, `comment_statement`, `View.statement`, `grant_statements`); the
+    text here only says so. The manifest is read from the
     target: a database's directory must be one of ours (d<i>), or, in a backup of layout 1, a
     name `name_problem` accepts; anything else is a ValueError naming it."""
     steps = [("settings", f'IMPORT CLUSTER SETTING SQL DATA ("{url}/settings/'
@@ -1053,6 +1133,7 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
         return {str(d.get("name")) for d in planned if d.get(what)}
 
     granted, keyed, commented = holding("grants"), holding("foreign_keys"), holding("comments")
+    sequenced, viewed = holding("sequences"), holding("views")
     databases = manifest.get("databases") or []
     if not isinstance(databases, list) or not all(isinstance(db, dict) for db in databases):
         raise ValueError(f"{MANIFEST_FILE}: databases is not a list of databases")
@@ -1064,13 +1145,19 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
             raise ValueError(f"{MANIFEST_FILE}: database {json.dumps(name)} has directory "
                              f"{json.dumps(directory)}, which this reconciler does not read")
         steps.append((f"database {name}", f'IMPORT DATABASE CSV DATA ("{url}/{directory}")'))
+        if name in sequenced:
+            steps.append((f"{SEQUENCES_STEP}{name}",
+                          f"CREATE SEQUENCE ...; SELECT setval(...) (the sequences {name} had)"))
         if name in keyed:
             steps.append((f"{FOREIGN_KEYS_STEP}{name}",
                           f"ALTER TABLE ... ADD CONSTRAINT ... (the foreign keys {name} had)"))
         if name in commented:
             steps.append((f"{COMMENTS_STEP}{name}", f"COMMENT ON ... (the comments {name} had)"))
-        if name in granted:
-            steps.append((f"{GRANTS_STEP}{name}", f"GRANT ... (the privileges {name} held)"))
+    names = [str(db.get("name") or "") for db in databases]
+    if viewed & set(names):
+        steps.append((VIEWS_STEP, "CREATE VIEW ... (every view, in the order KWDB made them)"))
+    steps += [(f"{GRANTS_STEP}{name}", f"GRANT ... (the privileges {name} held)")
+              for name in names if name in granted]
     return steps
 
 

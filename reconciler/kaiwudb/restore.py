@@ -5,10 +5,12 @@ The Controller runs `Restore.run` after "failover" and before "backup"
 (reconciler.controller.controller), once the cluster is initialised. The order is KWDB's
 (kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup_plan.restore_statements):
 cluster settings, users, then each database of the backup's manifest, one IMPORT per pass,
-each followed by a pass that adds its foreign keys again (IMPORT makes tables without them:
-the backup's schema export leaves them out), one that sets its comments again and one that
-grants again what the database's users held (its GRANTs; KWDB's IMPORT brings no privileges
-back unless asked, and then loses some), all from the backup's plan,
+each followed by a pass that makes its sequences again with their values (EXPORT leaves them
+out), one that adds its foreign keys again (IMPORT makes tables without them: the backup's
+schema export leaves them out) and one that sets its comments again; then a pass that makes
+every view again (EXPORT leaves them out too), and for each database one that grants again
+what its users held (its GRANTs, views' and sequences' included; KWDB's IMPORT brings no
+privileges back unless asked, and then loses some), all from the backup's plan,
 each read over https from the reconciler's file server (reconciler.kaiwudb.restore_server),
 since IMPORT cannot read s3://. Before the first import KaiwuDB is made to trust the file
 server's CA (the cluster setting CUSTOM_CA; a database's import waits for it to spread), and
@@ -40,12 +42,14 @@ from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import Backups, phase_of
+from reconciler.kaiwudb.backup_objects import SequenceDef, View, existing_objects_query
 from reconciler.kaiwudb.backup_target import TargetError
 from reconciler.kaiwudb.kwbase import (
     CommandFailed,
     ExecFailed,
     KwbaseAdmin,
     KwbaseError,
+    quote_ident,
     quote_literal,
 )
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
@@ -179,7 +183,13 @@ class Restore:
             if self.trust_failed(p, name, cluster, admin, pod, self.server.ca_pem(),
                                  settle=step.startswith("database ")):
                 return
-            if step.startswith(bp.COMMENTS_STEP):
+            if step.startswith(bp.SEQUENCES_STEP) or step == bp.VIEWS_STEP:
+                try:
+                    self.make_objects(admin, pod, manifest, step)
+                except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
+                    self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
+                    return
+            elif step.startswith(bp.COMMENTS_STEP):
                 # Setting a comment replaces the one there: run again, it changes nothing.
                 _, db = bp.manifest_database(manifest, step.removeprefix(bp.COMMENTS_STEP))
                 try:
@@ -265,6 +275,38 @@ class Restore:
         shown = ", ".join(fk.shown for fk in checking[:3])
         more = f" and {len(checking) - 3} more" if len(checking) > 3 else ""
         return f"KaiwuDB adds and checks {shown}{more}"
+
+    @staticmethod
+    def make_objects(admin: KwbaseAdmin, pod: str, manifest: dict[str, Any], step: str
+                     ) -> None:
+        """Make again the sequences of one database (`sequences <db>`, with their values) or
+        every view (`views`, in the order KWDB made them: a view reads only what was made
+        before it), from the backup's plan (backup_objects.py). What is there is read first:
+        a step run again after a crash makes nothing twice, and setval only sets. A schema
+        that held no table (IMPORT made none for it) is made first."""
+        plan = bp.Plan.from_json(json.dumps(manifest.get("plan") or {}).encode())
+        if step == bp.VIEWS_STEP:
+            wanted = sorted((view.order, db.name, view) for db in plan.databases
+                            for view in db.views)
+            made: list[tuple[str, SequenceDef | View]] = [(db, view) for _, db, view in wanted]
+        else:
+            _, db = bp.manifest_database(manifest, step.removeprefix(bp.SEQUENCES_STEP))
+            made = [(db.name, sequence) for sequence in db.sequences]
+        there: dict[str, set[tuple[str, str]]] = {}
+        for database, obj in made:
+            if database not in there:
+                rows = admin.sql(pod, existing_objects_query(database)).rows
+                there[database] = {(str(r.get("schema_name")), str(r.get("descriptor_name")))
+                                   for r in rows}
+                for schema in sorted({o.schema for d, o in made if d == database}
+                                     - bp.VIRTUAL_SCHEMAS):
+                    admin.sql(pod, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}",
+                              database=database)
+            if (obj.schema, obj.name) not in there[database]:
+                admin.sql(pod, obj.statement(database) if isinstance(obj, View)
+                          else obj.create_statement(database))
+            if isinstance(obj, SequenceDef) and (setval := obj.setval_statement(database)):
+                admin.sql(pod, setval)
 
     def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
                         manifest: dict[str, Any], step: str, stmt: str, begun_at: str) -> str:

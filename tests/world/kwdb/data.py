@@ -51,6 +51,7 @@ import functools
 import hashlib
 import html
 import io
+import itertools
 import json
 import math
 import posixpath
@@ -97,6 +98,20 @@ class ForeignKeyDef:
     validated: bool = True  # False: added NOT VALID
 
 
+@dataclass(frozen=True)
+class SequenceOptions:
+    """CREATE SEQUENCE's options as the descriptor keeps them (sqlbase SequenceOpts)."""
+
+    minvalue: int = 1
+    maxvalue: int = 2**63 - 1
+    increment: int = 1
+    start: int = 1
+    virtual: bool = False
+
+
+_DESCRIPTOR_IDS = itertools.count(53)
+
+
 @dataclass
 class Table:
     """A table, view or sequence of a schema (kind: kwdb_internal.create_statements'
@@ -120,6 +135,30 @@ class Table:
     comment: str | None = None
     column_comments: dict[str, str] = field(default_factory=dict)
     index_comments: dict[str, str] = field(default_factory=dict)
+    # Its descriptor id: given by add_table, from one counter, so ids only grow
+    # (GenerateUniqueDescID; create_view.go:111, create_sequence.go:101).
+    descriptor_id: int = 0
+    # A view's text after its name, "(<columns>) AS <query>" (ShowCreateView,
+    # show_create_clauses.go:91-114; the query's table names fully qualified,
+    # optbuilder/create_view.go:53, 93).
+    definition: str = ""
+    # A sequence's MINVALUE, MAXVALUE, INCREMENT, START, VIRTUAL and stored value (a new one
+    # stores START - INCREMENT, create_sequence.go:152; SELECT last_value reads it).
+    sequence: SequenceOptions | None = None
+    value: int = 0
+
+    def create_statement(self, db: str, engine: str) -> str:
+        """kwdb_internal.create_statements' create_statement: the name bare where it may be
+        (kwdb_internal.go:1510-1515; ShowCreateView, ShowCreateSequence,
+        show_create_clauses.go:91-114, 233-252; a table's CREATE without its `;`)."""
+        if self.kind == "view":
+            return f"CREATE VIEW {quoted(self.name)} {self.definition}"
+        if self.kind == "sequence" and self.sequence is not None:
+            o = self.sequence
+            virtual = " VIRTUAL" if o.virtual else ""
+            return (f"CREATE SEQUENCE {quoted(self.name)} MINVALUE {o.minvalue} MAXVALUE "
+                    f"{o.maxvalue} INCREMENT {o.increment} START {o.start}{virtual}")
+        return self.create_sql(db, engine).removesuffix(";")
 
     def rows_at(self, t: float | None) -> list[tuple[str, ...]]:
         return [values for written, values in self.rows if t is None or written <= t]
@@ -188,6 +227,7 @@ class Database:
         if table.schema not in VIRTUAL_SCHEMAS:
             self.schema_grants.setdefault(table.schema, _copy(self.grants))
         table.grants = _copy(self.grants)
+        table.descriptor_id = table.descriptor_id or next(_DESCRIPTOR_IDS)
         self.tables[(table.schema, table.name)] = table
         return table
 
@@ -797,18 +837,35 @@ def _show_tables(s: Session, m: re.Match[str]) -> Result:
     return ["table_name", "table_type"], rows, []
 
 
-@_pattern(r"select schema_name, descriptor_name, descriptor_type from (?P<db>" + IDENT + r")"
-          r"\.kwdb_internal\.create_statements where database_name = (?P<lit>'(?:[^']|'')*')"
-          r" order by schema_name, descriptor_name")
+_CREATE_STATEMENTS_HEADERS = ["schema_name", "descriptor_name", "descriptor_type",
+                              "descriptor_id", "create_statement"]
+
+
+@_pattern(r"select schema_name, descriptor_name, descriptor_type, descriptor_id, "
+          r"create_statement from (?P<db>" + IDENT + r")\.kwdb_internal\.create_statements "
+          r"where database_name = (?P<lit>'(?:[^']|'')*') order by schema_name, descriptor_name")
 def _create_statements(s: Session, m: re.Match[str]) -> Result:
     """Every table, view and sequence of a database, any schema (kwdb_internal.go:1411-1440;
-    descriptor_type is table, view or sequence)."""
+    descriptor_type is table, view or sequence; create_statement as Table.create_statement)."""
     db = _database(s, ident(m.group("db")))
     if m.group("lit")[1:-1].replace("''", "'") != db.name:
-        return ["schema_name", "descriptor_name", "descriptor_type"], [], []
-    rows = [[t.schema, t.name, t.kind]
+        return _CREATE_STATEMENTS_HEADERS, [], []
+    rows = [[t.schema, t.name, t.kind, str(t.descriptor_id), t.create_statement(db.name,
+                                                                              db.engine)]
             for t in sorted(db.tables.values(), key=lambda t: (t.schema, t.name))]
-    return ["schema_name", "descriptor_name", "descriptor_type"], rows, []
+    return _CREATE_STATEMENTS_HEADERS, rows, []
+
+
+@_pattern(r"select schema_name, descriptor_name from (?P<db>" + IDENT + r")\.kwdb_internal\."
+          r"create_statements where database_name = (?P<lit>'(?:[^']|'')*') and "
+          r"descriptor_type in \('view', 'sequence'\)")
+def _views_and_sequences(s: Session, m: re.Match[str]) -> Result:
+    db = _database(s, ident(m.group("db")))
+    wanted = m.group("lit")[1:-1].replace("''", "'") == db.name
+    rows = [[t.schema, t.name] for t in sorted(db.tables.values(), key=lambda t: (t.schema,
+                                                                                  t.name))
+            if wanted and t.kind in ("view", "sequence")]
+    return ["schema_name", "descriptor_name"], rows, []
 
 
 @_pattern(r"show users")
@@ -1206,6 +1263,108 @@ def _count(s: Session, m: re.Match[str]) -> Result:
     if db.engine == TIME_SERIES and m.group("ts") is not None:
         raise SqlError("AS OF SYSTEM TIME is not supported on time series tables")
     return ["count"], [[str(len(table.rows_at(_as_of(m.group("ts"), s))))]], []
+
+
+# ----- views and sequences (what EXPORT leaves out; the restore makes them again) -------------
+def _new_relation(s: Session, qualified: str) -> tuple[Database, str, str]:
+    """Where `CREATE VIEW | SEQUENCE db.schema.name` puts it: the database and schema must
+    exist, the name must be new among the schema's tables, views and sequences
+    (sqlbase/errors.go: relation "..." already exists, 42P07)."""
+    parts = [ident(p) for p in re.findall(IDENT, qualified)]
+    if len(parts) != 3:
+        raise SqlError(f"kwdb-sim: {qualified} is not named db.schema.name")
+    db = _database(s, parts[0])
+    if parts[1] not in VIRTUAL_SCHEMAS and parts[1] not in db.user_schemas():
+        raise SqlError(f'cannot create "{qualified}" because the target database or schema '
+                       "does not exist", sqlstate="3F000")
+    if (parts[1], parts[2]) in db.tables:
+        raise SqlError(f'relation "{parts[2]}" already exists', sqlstate="42P07")
+    return db, parts[1], parts[2]
+
+
+def _sequence_of(s: Session, qualified: str) -> Table:
+    parts = [ident(p) for p in re.findall(IDENT, qualified)]
+    db = _database(s, parts[0]) if len(parts) == 3 else None
+    found = db.tables.get((parts[1], parts[2])) if db is not None else None
+    if found is None or found.kind != "sequence" or found.sequence is None:
+        raise SqlError(f'relation "{qualified}" does not exist', sqlstate="42P01")
+    return found
+
+
+@_pattern(r"create sequence (?P<name>" + _QUALIFIED + r") minvalue (?P<min>-?[0-9]+) maxvalue "
+          r"(?P<max>-?[0-9]+) increment (?P<inc>-?[0-9]+) start (?P<start>-?[0-9]+)"
+          r"(?P<virtual> virtual)?")
+def _create_sequence(s: Session, m: re.Match[str]) -> Result:
+    """CREATE SEQUENCE with the options ShowCreateSequence writes (assignSequenceOptions,
+    sequence.go:318-346: INCREMENT not 0, START within MINVALUE..MAXVALUE); it stores
+    START - INCREMENT (create_sequence.go:152)."""
+    low, high, inc, start = (int(m.group(g)) for g in ("min", "max", "inc", "start"))
+    if inc == 0:
+        raise SqlError("INCREMENT must not be zero", sqlstate="22023")
+    if not low <= start <= high:
+        raise SqlError(f"START value ({start}) cannot be less than MINVALUE ({low}) or "
+                       f"greater than MAXVALUE ({high})", sqlstate="22023")
+    db, schema, name = _new_relation(s, m.group("name"))
+    db.add_table(Table(name, (("value", "INT8"),), schema=schema, kind="sequence",
+                       sequence=SequenceOptions(low, high, inc, start,
+                                                bool(m.group("virtual"))),
+                       value=start - inc))
+    return [], [], []
+
+
+@_pattern(r"select last_value from (?P<name>" + _QUALIFIED + r")")
+def _sequence_value(s: Session, m: re.Match[str]) -> Result:
+    """A sequence's stored value (sequence_select.go:60-81, sequence.go:198)."""
+    return ["last_value"], [[str(_sequence_of(s, m.group("name")).value)]], []
+
+
+@_pattern(r"select setval\((?P<lit>'(?:[^']|'')*'), (?P<value>-?[0-9]+), "
+          r"(?P<called>true|false)\)")
+def _setval(s: Session, m: re.Match[str]) -> Result:
+    """setval(name, value, is_called) (builtins.go:2073-2123; SetSequenceValue,
+    sequence.go:128-181): the value must lie within the bounds; unless is_called, the value
+    before it is stored."""
+    sequence = _sequence_of(s, m.group("lit")[1:-1].replace("''", "'"))
+    assert sequence.sequence is not None
+    o, value = sequence.sequence, int(m.group("value"))
+    if o.virtual:
+        raise SqlError(f'cannot set the value of virtual sequence "{sequence.name}"')
+    if not o.minvalue <= value <= o.maxvalue:
+        raise SqlError(f'value {value} is out of bounds for sequence "{sequence.name}" '
+                       f"({o.minvalue}..{o.maxvalue})", sqlstate="22003")
+    sequence.value = value if m.group("called").lower() == "true" else value - o.increment
+    return ["setval"], [[str(value)]], []
+
+
+_VIEW_SOURCE = re.compile(r"\b(?:FROM|JOIN)\s+(" + IDENT + r"\." + IDENT + r"\." + IDENT
+                          + r")", re.IGNORECASE)
+
+
+@_pattern(r"create view (?P<name>" + _QUALIFIED + r") (?P<definition>\(.*\) AS .*)")
+def _create_view(s: Session, m: re.Match[str]) -> Result:
+    """CREATE VIEW db.schema.name (<columns>) AS <query>: every relation the query reads
+    must exist (relation "..." does not exist, 42P01; logic_test/views:32-33); the
+    definition is kept as written (the reconciler writes what KWDB showed)."""
+    definition = m.group("definition")
+    for source in _VIEW_SOURCE.findall(definition):
+        parts = [ident(p) for p in re.findall(IDENT, source)]
+        db = s.data.databases.get(parts[0])
+        if db is None or (parts[1], parts[2]) not in db.tables:
+            raise SqlError(f'relation "{source}" does not exist', sqlstate="42P01")
+    db, schema, name = _new_relation(s, m.group("name"))
+    db.add_table(Table(name, (), schema=schema, kind="view", definition=definition))
+    return [], [], []
+
+
+@_pattern(r"create schema if not exists (?P<schema>" + IDENT + r")")
+def _create_schema(s: Session, m: re.Match[str]) -> Result:
+    """CREATE SCHEMA IF NOT EXISTS in the session's database (parser/sql.y:5441-5454); a new
+    schema copies the database's privileges (create_schema.go:112-113)."""
+    db = _database(s, s.database)
+    schema = ident(m.group("schema"))
+    if schema not in VIRTUAL_SCHEMAS:
+        db.schema_grants.setdefault(schema, _copy(db.grants))
+    return [], [], []
 
 
 @_pattern(r"export users to sql " + _Q)

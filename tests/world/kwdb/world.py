@@ -49,6 +49,7 @@ from tests.world.kwdb.data import (
     RELATIONAL,
     TIME_SERIES,
     Database,
+    SequenceOptions,
     Session,
     SqlData,
     Table,
@@ -721,15 +722,25 @@ class KwdbWorld:
             self._data(cluster, now)[1].databases.setdefault(name, Database(name, engine))
 
     def create_object(self, cluster: ClusterKey, now: float, *, database: str, name: str,
-                      kind: str, schema: str = "public") -> None:
+                      kind: str, schema: str = "public", definition: str = "(n) AS SELECT 1",
+                      sequence: SequenceOptions | None = None,
+                      value: int | None = None) -> None:
         """CREATE VIEW or CREATE SEQUENCE `name` in a relational database (kind: view or
-        sequence; they hold no rows here)."""
+        sequence). A view's `definition` is KWDB's text after its name, "(<columns>) AS
+        <query>", its tables named in full as KWDB writes them; a sequence stores
+        START - INCREMENT until used, or `value` (as nextval would have left it)."""
         if kind not in ("view", "sequence"):
             raise ValueError(f"kind {kind!r}: view or sequence")
         with self._lock:
             db = self._data(cluster, now)[1].databases.setdefault(
                 database, Database(database, RELATIONAL))
-            db.add_table(Table(name, (), schema=schema, kind=kind))
+            if kind == "view":
+                db.add_table(Table(name, (), schema=schema, kind=kind, definition=definition))
+                return
+            sequence = sequence or SequenceOptions()
+            stored = sequence.start - sequence.increment if value is None else value
+            db.add_table(Table(name, (("value", "INT8"),), schema=schema, kind=kind,
+                               sequence=sequence, value=stored))
 
     def grant(self, cluster: ClusterKey, now: float, text: str, database: str = "") -> None:
         """GRANT ... ON DATABASE | SCHEMA | TABLE ... TO ..., as a user types it (data.py
@@ -794,14 +805,17 @@ class KwdbWorld:
 
     def contents(self, cluster: ClusterKey, now: float) -> dict[str, object]:
         """What a person compares after a restore: databases with their engine and each
-        table's rows (sorted), users, cluster settings, grants, foreign keys, comments."""
+        table's rows (sorted), each view's definition, each sequence's options and value,
+        users, cluster settings, grants, foreign keys, comments."""
         with self._lock:
             _, data = self._data(cluster, now)
             return {
                 "databases": {
                     db.name: (db.engine, {
                         (t.name if t.schema == "public" else f"{t.schema}.{t.name}"):
-                        sorted(t.rows_at(None)) if t.kind == "table" else t.kind
+                        sorted(t.rows_at(None)) if t.kind == "table"
+                        else ("view", t.definition) if t.kind == "view"
+                        else ("sequence", t.sequence, t.value)
                         for t in db.tables.values()})
                     for db in data.databases.values()
                 },

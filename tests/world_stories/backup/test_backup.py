@@ -258,17 +258,20 @@ def test_a_new_cluster_restored_from_a_backup_has_the_same_data_and_a_full_one_i
         "databases"] == {}, "nothing imported"
 
 
-def test_schemas_users_grants_comments_and_foreign_keys_come_back_and_the_rest_is_named(
+def test_schemas_views_sequences_users_grants_comments_and_keys_come_back_the_rest_named(
         sim_world: SimWorld, s3: S3, reconciler_factory: Callable[..., Reconciler],  # noqa: F811
         kube: k8s.ApiClient, namespace: str) -> None:
     """A shop with a second schema ("Catalog"), a user with privileges on a database, a
     schema and a table, comments, and foreign keys: one onto a table of "Catalog" whose name public
     has too (KWDB's own foreign key text would point at public's), one with MATCH FULL and
-    actions, one onto another database. A database holding a view and a sequence, which
-    KWDB's EXPORT does not carry, refuses the backup that names it, touching nothing; the
-    backup of the other databases completes and names what a restore cannot bring back;
-    a new cluster restored from it holds every table, row, user, grant, comment and foreign
-    key, the one onto another database aside."""
+    actions, one onto another database; a database "reports" holding no table but a view
+    that reads shop's tables and a used sequence in a schema of its own, with grants on both
+    (KWDB's EXPORT carries neither: the backup reads their definitions and the sequence's
+    value). A database with a table whose default calls nextval(), which no restore could
+    import, refuses the backup that names it, touching nothing; the backup of the other
+    databases completes and names what a restore cannot bring back; a new cluster restored
+    from it holds every table, row, view, sequence and its value, user, grant, comment and
+    foreign key, the one onto another database aside."""
     factory = lambda: reconciler_factory(  # noqa: E731
         backup_poll_s=0.2, restore_http_address="127.0.0.1:0",
         restore_advertise_host="127.0.0.1")
@@ -298,9 +301,16 @@ def test_schemas_users_grants_comments_and_foreign_keys_come_back_and_the_rest_i
     kwdb.set_user(key, now, "clerk")
     kwdb.grant(key, now, 'GRANT CREATE ON SCHEMA "Catalog" TO clerk', database="shop")
     kwdb.grant(key, now, "GRANT SELECT, INSERT ON TABLE shop.public.lines TO clerk")
-    kwdb.create_object(key, now, database="reports", name="daily", kind="view")
+    kwdb.create_object(key, now, database="reports", name="daily", kind="view",
+                       definition='(sku, n) AS SELECT sku, count(*) FROM shop."Catalog".items '
+                                  "GROUP BY sku")
     kwdb.create_object(key, now, database="reports", name="report_ids", kind="sequence",
-                       schema="archive")
+                       schema="archive", value=41)
+    kwdb.grant(key, now, "GRANT SELECT ON TABLE reports.public.daily TO clerk")
+    kwdb.grant(key, now, "GRANT UPDATE ON TABLE reports.archive.report_ids TO clerk")
+    kwdb.load(key, now, database="ledger", table="entries",
+              columns=[("id", "INT8 DEFAULT nextval('ledger.public.entry_ids':::STRING)")],
+              rows=[("1",)])
     credentials_secret(kube, namespace)
     user = Kube(kube, "kubectl")
 
@@ -310,11 +320,11 @@ def test_schemas_users_grants_comments_and_foreign_keys_come_back_and_the_rest_i
         60, 0.2)
     message = refused["status"]["message"]
     assert refused["status"]["reason"] == "NotExportable", refused["status"]
-    assert 'view "public"."daily"' in message and 'sequence "archive"."report_ids"' in message
+    assert 'table "public"."entries": a column default calls nextval()' in message
     assert "Leave the database out of spec.databases" in message
 
     chosen = backup(namespace, "source", s3.target("adhoc"))
-    chosen["spec"]["databases"] = ["crm", "sensors", "shop"]
+    chosen["spec"]["databases"] = ["crm", "reports", "sensors", "shop"]
     user.create(chosen)
     done = wait_for("the backup to complete", lambda: (
         b if phase(b := backups(kube, namespace).get("source")) == "completed" else None),
@@ -326,15 +336,20 @@ def test_schemas_users_grants_comments_and_foreign_keys_come_back_and_the_rest_i
     assert "privileges" not in message and "foreign keys:" not in message
     before = kwdb.contents(key, sim_world.clock.now())
 
-    record = restored_copy(user, reconciler, namespace, "with keys, comments and grants")
-    assert record["done"] == ["settings", "users", "database crm", "database sensors",
-                              "database shop", "foreign keys shop", "comments shop",
+    record = restored_copy(user, reconciler, namespace,
+                           "with views, sequences, keys, comments and grants")
+    assert record["done"] == ["settings", "users", "database crm", "database reports",
+                              "sequences reports", "database sensors", "database shop",
+                              "foreign keys shop", "comments shop", "views", "grants reports",
                               "grants shop"]
     after = kwdb.contents((namespace, "copy"), sim_world.clock.now())
     was: dict[str, Any] = {**before}
     now_there: dict[str, Any] = {**after}
     assert now_there["databases"] == {n: db for n, db in was["databases"].items()
-                                      if n != "reports"}
+                                      if n != "ledger"}
+    assert now_there["databases"]["reports"][1]["archive.report_ids"][2] == 41
+    assert now_there["grants"]["reports"] == was["grants"]["reports"]
+    assert ("view public.daily", "clerk", "SELECT") in now_there["grants"]["reports"]
     assert (after["users"], after["settings"]) == (before["users"], before["settings"])
     assert now_there["grants"]["shop"] == was["grants"]["shop"]
     assert ("schema Catalog", "clerk", "CREATE") in now_there["grants"]["shop"]
