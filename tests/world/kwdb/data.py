@@ -25,6 +25,9 @@ Statements (KWDB V3.2.1 kwbase/pkg/sql/export.go, importer/, delegate/):
 - `EXPORT INTO CSV "<url>" FROM SELECT * FROM <db>.public.<t> [AS OF SYSTEM TIME '<ts>']`:
   data only (no meta.sql), one `n<node>.0.csv`.
 - `SELECT count(*) FROM <db>.<schema>.<table> [AS OF SYSTEM TIME '<ts>']` (`count`).
+- Views and sequences: `kwdb_internal.create_statements` (with `descriptor_id` and
+  `create_statement`), `CREATE VIEW`, `CREATE SEQUENCE`, `SELECT last_value FROM <seq>`,
+  `SELECT setval(...)`, `CREATE SCHEMA IF NOT EXISTS` (show_create_clauses.go, sequence.go).
 - `EXPORT USERS TO SQL "<url>"` -> users.sql (`USERS | n | node | 1`); `EXPORT CLUSTER SETTING
   TO SQL "<url>"` -> clustersetting.sql (`CLUSTER SETTING | n | node | 1`).
 - `IMPORT CLUSTER SETTING SQL DATA ("<url>/clustersetting.sql")` (`prompt_information`),
