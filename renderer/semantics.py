@@ -15,6 +15,7 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -38,7 +39,30 @@ MANAGED_FLAGS = {
     "--background": "the container must run kwbase in the foreground",
     "--pid-file": "the container must run kwbase in the foreground",
     "--upgrade-complete": "upgrades are driven by the reconciler",
+    # Aliases of the address flags: the last one given wins (kwbase/pkg/cli/flags.go:170-175),
+    # so each would move a port the Services, probes and join list use.
+    "--host": "addresses are fixed by the Services",
+    "--port": "the SQL and RPC port is fixed at 26257 (Services, join list, probes)",
+    "--http-host": "the HTTP address is fixed (probes and metrics use it)",
+    "--http-port": "the HTTP port is fixed at 8080 (probes and metrics use it)",
+    "--advertise-port": "each pod advertises its stable DNS name on 26257",
+    "--advertise-sql-addr": "SQL is advertised on the pod's stable DNS name",
+    "--locality-advertise-addr": "each pod advertises its stable DNS name",
+    "--cluster-name": "the operator's kwbase commands carry no cluster name, and a node "
+                      "refuses a peer whose name differs (kwbase/pkg/rpc/heartbeat.go:78-93)",
+    "--cert-principal-map": "certificates are read as issued: users from the CN and DNS names",
+    "--external-io-dir": "backups and restores use the store's extern directory",
+    "--external-io-disable-http": "restores read the backup over https",
+    "--ts-store": "the time-series store lives with the store, on the volume from spec.storage",
+    "--logtostderr": "the operator sets it: a crashed node's last words are read from stderr",
 }
+MAX_OFFSET_FLAG = "--max-offset"
+MAX_OFFSET_DEFAULT = "500ms"
+MAX_OFFSET_LIMIT = timedelta(seconds=5)
+"""KWDB's clock offset bound: 500ms unless set, at most 5s (kwbase/pkg/base/constants.go:31;
+server/config.go:87, 119-129), the same on every node: a node whose peer's differs panics
+(rpc/heartbeat.go:160-167), so it changes only with every node stopped at once
+(cli/cliflags/flags.go:707-718), which a rolling restart is not."""
 RESERVED_ENV = {"POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DIR",
                 "KWBASE_SKIP_KEY_PERMISSION_CHECK", "KAIWU_UPGRADE_COMPLETE"}
 SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
@@ -386,12 +410,47 @@ def _check_args(args: list[str]) -> Iterator[Violation]:
         name = arg.split("=", 1)[0]
         if name in MANAGED_FLAGS:
             yield Violation(path, f"{name} is managed by the operator", MANAGED_FLAGS[name])
+        if name == MAX_OFFSET_FLAG:
+            problem = _max_offset_problem(arg.partition("=")[2])
+            if problem:
+                yield Violation(path, problem, "write a duration such as 250ms or 1s, at most 5s")
         if "\n" in arg or "\x00" in arg:
             yield Violation(path, f"{name} contains a line break or NUL", "remove it")
         if name in seen:
             yield Violation(path, f"{name} is given twice (also item {seen[name]})",
                             "keep one")
         seen[name] = index
+
+
+def _max_offset_problem(value: str) -> str:
+    """Why `--max-offset=<value>` is refused ("" when it is not). KWDB reads a Go duration of
+    at most 5s; the plain forms parse_duration reads are accepted (not 1.5s: write 1500ms)."""
+    try:
+        offset = parse_duration(value)
+    except ValueError:
+        return f"--max-offset={value} is not a duration"
+    if offset > MAX_OFFSET_LIMIT:
+        return f"--max-offset={value} is more than 5s, which kwbase refuses to start with"
+    return ""
+
+
+def _same_offset(a: str, b: str) -> bool:
+    try:
+        return parse_duration(a) == parse_duration(b)
+    except ValueError:
+        return a == b
+
+
+def max_offset(spec: dict[str, Any]) -> str | None:
+    """The clock offset bound a spec gives its nodes ("500ms" unless --max-offset says); None
+    for transition facts written before they held it (not known)."""
+    if "maxOffset" in spec:
+        return str(spec["maxOffset"])
+    if set(spec) <= FACT_KEYS:
+        return None
+    given = [arg.partition("=")[2] for arg in spec.get("extraArgs") or ()
+             if arg.split("=", 1)[0] == MAX_OFFSET_FLAG]
+    return given[-1] if given else MAX_OFFSET_DEFAULT
 
 
 def _check_env(env: list[dict[str, Any]]) -> Iterator[Violation]:
@@ -558,6 +617,16 @@ def check_transition(old: dict[str, Any], new: dict[str, Any]) -> list[Violation
             ("spec", "storage", "size"),
             f"volumes cannot shrink ({old['storage']['size']} -> {new['storage']['size']})",
             f"keep {old['storage']['size']} or more"))
+    before, after = max_offset(old), max_offset(new)
+    if before is not None and after is not None and not _same_offset(before, after):
+        problems.append(Violation(
+            ("spec", "extraArgs"),
+            f"--max-offset cannot change on a running cluster ({before} -> {after}): every "
+            "node must use the same value, a node whose peer's differs panics "
+            "(kwbase/pkg/rpc/heartbeat.go:160-167), and a rolling restart changes one node at "
+            "a time",
+            f"keep --max-offset={before} (KWDB changes it only with every node stopped at "
+            "once)"))
     if old["storage"].get("storageClassName") != new["storage"].get("storageClassName"):
         problems.append(Violation(
             ("spec", "storage", "storageClassName"),
@@ -607,4 +676,8 @@ def transition_facts(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["storage"].get("storageClassName") is not None:
         storage["storageClassName"] = spec["storage"]["storageClassName"]
     return {"startMode": spec["startMode"], "replicas": spec["replicas"],
-            "version": spec["version"], "storage": storage}
+            "version": spec["version"], "storage": storage, "maxOffset": max_offset(spec)}
+
+
+FACT_KEYS = frozenset({"startMode", "replicas", "version", "storage", "maxOffset"})
+"""What `transition_facts` holds (an annotation written before maxOffset lacks it)."""

@@ -38,7 +38,7 @@ from renderer import quantity
 from renderer.builders import INSTANCE_LABEL
 from renderer.errors import RenderError
 from renderer.render import check_live, live_problem, owned_names, read_live
-from renderer.semantics import check_change, transition_facts
+from renderer.semantics import FACT_KEYS, check_change, transition_facts
 
 # On the StatefulSet: transition_facts of the spec the reconciler last applied, as JSON.
 ACCEPTED_ANNOTATION = "kaiwu.inspur.com/accepted-spec"
@@ -119,7 +119,10 @@ def accepted_facts(statefulset: Obj | None, cluster: Obj) -> dict[str, Any] | No
     if not isinstance(facts, dict) or not needed <= facts.keys() or not isinstance(
             facts["storage"], dict) or "size" not in facts["storage"]:
         return None
-    return facts
+    # Only the facts' own keys; a clock offset bound that is no text is not known (an
+    # annotation written before it was kept has none either).
+    return {key: value for key, value in facts.items() if key in FACT_KEYS
+            and (key != "maxOffset" or isinstance(value, str))}
 
 
 def applied(view: CacheView, cluster: Obj) -> dict[str, Any] | None:

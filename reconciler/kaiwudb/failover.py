@@ -154,9 +154,27 @@ def crash_state(pod: Obj) -> tuple[bool, str]:
         last = state.get("terminated") or (item.get("lastState") or {}).get("terminated") or {}
         words = f"exit code {last.get('exitCode')}" if last else "no exit status yet"
         if last.get("message") or last.get("reason"):
-            words += f": {str(last.get('message') or last.get('reason')).strip()[:200]}"
+            said = str(last.get('message') or last.get('reason')).strip()
+            words += f": {said[:200]}"
+            cause = crash_cause(said)
+            words += f"; {cause}" if cause else ""
         return waiting or exited, words
     return False, ""
+
+
+CRASH_CAUSES = (
+    ("clock synchronization error", "the node's clock is too far from its peers' (KWDB stops "
+     "a node that is more than --max-offset away from half of them, rpc/clock_offset.go:"
+     "203-284): fix the hosts' time sync (NTP, chrony); restarts do not"),
+    ("maximum clock offset", "the nodes' --max-offset differ (rpc/heartbeat.go:160-167): give "
+     "every node the same value"),
+)
+"""Last words whose cause is known, and what to do: said with the crash loop."""
+
+
+def crash_cause(words: str) -> str:
+    """What to do about last words of a known cause ("" for any other)."""
+    return next((advice for marker, advice in CRASH_CAUSES if marker in words), "")
 
 
 def crash_restarts(claim: Obj | None, revision: str) -> int:

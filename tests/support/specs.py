@@ -44,7 +44,10 @@ RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "LD_LIBRARY_PATH", "KWBASE_CERTS_DI
 MANAGED_FLAGS = ("--join", "--store", "--listen-addr", "--advertise-addr", "--brpc-addr",
                  "--http-addr", "--sql-addr", "--advertise-host", "--insecure", "--certs-dir",
                  "--cache", "--max-sql-memory", "--background", "--pid-file",
-                 "--upgrade-complete")
+                 "--upgrade-complete", "--host", "--port", "--http-host", "--http-port",
+                 "--advertise-port", "--advertise-sql-addr", "--locality-advertise-addr",
+                 "--cluster-name", "--cert-principal-map", "--external-io-dir",
+                 "--external-io-disable-http", "--ts-store", "--logtostderr")
 RESERVED_USERS = ("root", "node")
 LABEL_KEY = QUALIFIED_NAME.filter(lambda key: key not in SELECTOR_LABELS)
 LABEL_VALUE = st.from_regex(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,8})?[A-Za-z0-9])?", fullmatch=True)
@@ -61,7 +64,8 @@ ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True).filter(
 SECRET_KEY = st.from_regex(r"[-._a-zA-Z0-9]{1,10}", fullmatch=True).filter(
     lambda key: key != "." and not key.startswith(".."))  # "." is no Secret key either
 FLAG_NAME = st.from_regex(r"--[a-z][a-z0-9-]{0,10}", fullmatch=True).filter(
-    lambda flag: flag not in MANAGED_FLAGS)
+    # --max-offset takes a duration only (semantics.MAX_OFFSET_FLAG); free values would fail.
+    lambda flag: flag not in MANAGED_FLAGS and flag != "--max-offset")
 # Positive quantities as people write them: plain numbers, suffixes, exponents, YAML integers.
 QUANTITY = st.one_of(
     st.builds("{}{}".format, st.integers(1, 999),

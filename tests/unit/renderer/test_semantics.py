@@ -523,13 +523,45 @@ def test_the_reconciler_remembers_what_it_needs_to_judge_the_next_change() -> No
                   storage={"size": "100Gi", "storageClassName": "standard"})
     facts = semantics.transition_facts(old)
     assert facts == {"startMode": "single-replica", "replicas": 2, "version": "3.2.1",
-                     "storage": {"size": "100Gi", "storageClassName": "standard"}}
+                     "storage": {"size": "100Gi", "storageClassName": "standard"},
+                     "maxOffset": "500ms"}
     assert semantics.transition_facts(spec_of())["storage"] == {"size": "100Gi"}
     new = spec_of(startMode="single-replica", replicas=1, version="3.2.0",
                   storage={"size": "50Gi"})
     assert changes(facts, new) == changes(old, new)
     assert [path for path, _, _ in changes(facts, new)] == [
         "spec.replicas", "spec.storage.size", "spec.storage.storageClassName", "spec.version"]
+
+
+def test_the_clock_offset_bound_is_checked_and_never_changes_on_a_running_cluster() -> None:
+    """KWDB reads --max-offset as a duration of at most 5s (server/config.go:119-129), and
+    every node must use the same: a node whose peer's differs panics (rpc/heartbeat.go:
+    160-167), so a rolling restart cannot change it. The default is 500ms; facts written
+    before the bound was kept do not judge it."""
+    for value, problem in (("1.5s", "is not a duration"), ("6s", "more than 5s"),
+                           ("", "is not a duration")):
+        message, fix = violations(with_spec(extraArgs=[f"--max-offset={value}"]))[
+            "spec.extraArgs[0]"]
+        assert problem in message and "at most 5s" in fix
+    assert violations(with_spec(extraArgs=["--max-offset=5s"])) == {}
+
+    old = spec_of(extraArgs=["--max-offset=250ms"])
+    found = changes(semantics.transition_facts(old), spec_of())
+    assert found == changes(old, spec_of())
+    assert [(path, message.split(":")[0]) for path, message, _ in found] == [
+        ("spec.extraArgs", "--max-offset cannot change on a running cluster (250ms -> 500ms)")]
+    assert changes(spec_of(), spec_of(extraArgs=["--max-offset=500ms"])) == [], "the default"
+    assert changes(spec_of(), spec_of(extraArgs=["--max-offset=0.5s"])) != []
+    written_before = {k: v for k, v in semantics.transition_facts(spec_of()).items()
+                      if k != "maxOffset"}
+    assert changes(written_before, spec_of(extraArgs=["--max-offset=1s"])) == []
+
+
+@pytest.mark.parametrize("flag", ["--port", "--http-port", "--cluster-name", "--ts-store",
+                                  "--external-io-dir", "--logtostderr"])
+def test_flags_that_would_move_what_the_operator_relies_on_are_refused(flag: str) -> None:
+    message, fix = violations(with_spec(extraArgs=[f"{flag}=x"]))["spec.extraArgs[0]"]
+    assert message == f"{flag} is managed by the operator" and fix
 
 
 def test_a_lone_surrogate_in_the_spec_is_named_by_its_path() -> None:

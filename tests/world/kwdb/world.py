@@ -11,13 +11,10 @@ base/addr_validation.go in KWDB/KWDB):
 - flag errors (unknown flag, missing value): usage, then `ERROR: unknown flag: --x`, exit 1;
 - `start-single-node` with --join: `cannot use --join with 'kaiwudb start-single-node', use
   'kaiwudb start' or 'kaiwudb start-single-replica' instead.` (start.go errCannotUseJoin);
-- `start`/`start-single-replica` without --brpc-addr: `failed to start server: --brpc-addr not
-  specified` (the KWDB docs' text); `--brpc-addr=host` without a port: `failed to start server:
-  invalid --brpc-addr: address host: missing port in address` (base/addr_validation.go wraps
-  net.SplitHostPort's error; the docs print `--brpc-addr's port not specified` instead).
-  `--brpc-addr=:27257` is accepted, as the KWDB docs recommend (one stored revision of
-  addr_validation.go rejects an empty host; the docs win here). docs/testworld.md lists these
-  as known differences: which revision V3.2.1 ships could not be checked;
+- `start`/`start-single-replica` without --brpc-addr, or with a host and no port: `failed to
+  start server: --brpc-addr's port not specified` (cli/flags.go:897 joins host and port,
+  base/addr_validation.go:103-111 refuses an empty port). `--brpc-addr=:27257` is accepted: an
+  empty host takes the listen host (addr_validation.go:112-122);
 - thread/task/buffer pool sizes and restful port/timeout out of range (start.go messages);
 - `--cache` / `--max-sql-memory` fractions outside 1% - 99% (cli/flags_util.go, see flags.py);
 - secure mode without --certs-dir: `cannot load certificates. ...` (error.go decoration);
@@ -212,14 +209,12 @@ def _start_options(inv: Invocation, pod_name: str) -> StartOptions:
     adv_port = adv_port or inv.get("advertise-port") or listen_port
     _, http_port = addr("http-addr", inv.get("http-port", str(DEFAULT_HTTP_PORT)))
     if mode != MODE_SINGLE_NODE:
-        if not inv.has("brpc-addr"):
-            raise _StartFailure("failed to start server: --brpc-addr not specified")
-        _, brpc_port = addr("brpc-addr", "")
+        # The address flag keeps host and port apart and joins them (cli/flags.go:897); a
+        # missing flag joins to ":" and a host alone to "<host>:", both refused the same way
+        # (base/addr_validation.go:103-111).
+        brpc_port = addr("brpc-addr", "")[1] if inv.has("brpc-addr") else ""
         if not brpc_port:
-            raise _StartFailure(
-                f"failed to start server: invalid --brpc-addr: address {inv.get('brpc-addr')}: "
-                "missing port in address"
-            )
+            raise _StartFailure("failed to start server: --brpc-addr's port not specified")
     insecure = inv.flag_true("insecure")
     if not insecure and not inv.get("certs-dir"):
         raise _StartFailure(_NO_CERTS_START)

@@ -270,8 +270,8 @@ def test_a_change_to_a_cluster_paused_by_its_annotation_passes_with_a_warning() 
 
 def test_the_memory_is_written_in_one_spelling_keys_sorted() -> None:
     text = facts_annotation(check_live(cluster(storage={"size": "20Gi"}))["spec"])
-    assert text == ('{"replicas":3,"startMode":"multi-replica","storage":{"size":"20Gi"},'
-                    '"version":"3.2.1"}')
+    assert text == ('{"maxOffset":"500ms","replicas":3,"startMode":"multi-replica",'
+                    '"storage":{"size":"20Gi"},"version":"3.2.1"}')
 
 
 def test_a_memory_that_is_not_the_facts_of_a_spec_is_ignored() -> None:

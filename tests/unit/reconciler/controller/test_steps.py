@@ -211,7 +211,7 @@ def test_the_statefulset_remembers_the_spec_it_was_applied_from() -> None:
     sts = kube.objects[("StatefulSet", NS, NAME)]
     memory = json.loads(sts["metadata"]["annotations"][ACCEPTED_ANNOTATION])
     assert memory == {"replicas": 3, "startMode": "multi-replica", "storage": {"size": "20Gi"},
-                      "version": "3.2.1"}
+                      "version": "3.2.1", "maxOffset": "500ms"}
 
 
 def test_a_change_stored_behind_the_webhooks_back_stalls_that_cluster_and_writes_nothing(

@@ -812,6 +812,20 @@ def test_a_crash_is_a_crash_loop_back_off_or_a_terminated_container_that_restart
     assert crash_state(terminated) == (False, "")
 
 
+def test_a_node_stopped_for_clock_skew_says_to_fix_the_time_not_to_restart() -> None:
+    """KWDB stops a node more than --max-offset from half its peers with log.Fatal (exit 255,
+    rpc/clock_offset.go:242-246, util/log/clog.go:267): a restart cannot help, and the crash
+    loop says what will. The pod is only ever restarted, never its claim deleted."""
+    skewed = pod(0, "n0", crashing=True)
+    last = skewed["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    last.update(exitCode=255, message="F261204 03:00:00.000000 1 server/server.go:462  clock "
+                "synchronization error: this node is more than 500ms away from at least half "
+                "of the known nodes (0 of 2 are within the offset)")
+    crashing, words = crash_state(skewed)
+    assert crashing and words.startswith("exit code 255: F261204")
+    assert words.endswith("fix the hosts' time sync (NTP, chrony); restarts do not")
+
+
 def test_restarts_are_counted_per_template_revision() -> None:
     counted_on = claim(0, "n0")
     counted_on["metadata"]["annotations"][CRASH_RESTARTS] = "rev1:2"
