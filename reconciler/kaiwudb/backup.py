@@ -485,7 +485,8 @@ class Backups:
     def sequence_values(admin: KwbaseAdmin, pod: str, db: bp.DatabasePlan
                         ) -> tuple[SequenceDef, ...]:
         """`db`'s sequences with their values, read after the backup's timestamp (so at least
-        every value its exported rows hold: values only grow); a virtual one has none."""
+        every value its exported rows hold: values move only in INCREMENT's direction); a
+        virtual one has none."""
         found = []
         for sequence in db.sequences:
             if sequence.virtual:

@@ -9,13 +9,17 @@ and the restore makes them again once the tables are back: a database's sequence
 after its IMPORT, every view after every database (a view may read another database's
 tables), in the order KWDB made them.
 
-What the database returns is data, never code run as it came: a sequence is rebuilt from the
-numbers its definition holds; a view's definition is KWDB's own text of its query
-(ShowCreateView, show_create_clauses.go:91-114, names fully qualified by optbuilder/
-create_view.go:53, 93), run as one `CREATE VIEW` under a name the reconciler quotes, and only
-when it holds no `;` (so it cannot be two statements) and no numeric table reference (`[79 AS
-t]`, which names a descriptor id that means nothing in another cluster). Anything else refuses
-the backup, naming the object, before anything is exported.
+What the database returns is data: a sequence is rebuilt from the numbers its definition
+holds; a view's definition is KWDB's own text of its query (ShowCreateView,
+show_create_clauses.go:91-114, names fully qualified by optbuilder/create_view.go:53, 93),
+read exactly (hex-encoded, so the CLI's escaping cannot change it) and run as one `CREATE VIEW`
+under a name the reconciler quotes, only when it holds no `;` and reads as one statement
+(`kwbase.statement_problem`), reads only databases the backup holds, calls no kwdb_internal or
+crdb_internal function and names no table by descriptor id (`[79 AS t]`: another table in
+another cluster). A plain view runs nothing when it is made; a materialized one runs its query
+as root (schema_changer.go:241-268), so it is refused. Anything else refuses the backup,
+naming the object, before anything is exported; the restore checks the plan again, since it
+reads it back from the target.
 
 Called by reconciler/kaiwudb/backup_plan.py (`split_objects`, the plan's checks, the restore
 order) and reconciler/kaiwudb/backup.py, restore.py (the queries and statements).
@@ -29,28 +33,54 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.kaiwudb.kwbase import quote_ident, quote_literal
+from reconciler.kaiwudb.kwbase import quote_end, quote_ident, quote_literal, statement_problem
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_BARE = re.compile(r"[a-z_][a-z0-9_$]*")
 _INT = r"(-?[0-9]{1,19})"
 _SEQUENCE_OPTIONS = re.compile(
     rf" MINVALUE {_INT} MAXVALUE {_INT} INCREMENT {_INT} START {_INT}( VIRTUAL)?")
 """What ShowCreateSequence writes after the name (show_create_clauses.go:233-252; CACHE above
 1 and CYCLE are refused by CREATE SEQUENCE, so they never appear)."""
-_NUMERIC_TABLE_REF = re.compile(r"\[\s*[0-9]+\s+AS\b", re.IGNORECASE)
-"""A table named by its descriptor id (`[79 AS t]`), which CREATE VIEW keeps as written
-(optbuilder/util.go:947-958)."""
+_NUMERIC_TABLE_REF = re.compile(r"\[\s*[0-9]+\s*(\(|AS\b)", re.IGNORECASE)
+"""A table named by its descriptor id (`[79 AS t]`, `[79(1, 2) AS t]`), which CREATE VIEW keeps
+as written (optbuilder/util.go:947-958; tree/table_ref.go:50-67)."""
+_INTERNAL_CALL = re.compile(r"\b(kwdb_internal|crdb_internal)\s*\.\s*[A-Za-z_]\w*\s*\(",
+                            re.IGNORECASE)
+"""A call into KWDB's internal functions (force_log_fatal and the like, builtins.go)."""
+_IDENT = r'(?:[A-Za-z_\u0080-\uffff][\w$\u0080-\uffff]*|"(?:[^"]|"")+")'
+_THREE_PART = re.compile(rf"({_IDENT})\s*\.\s*{_IDENT}\s*\.\s*{_IDENT}")
 TEMP_SCHEMA_PREFIX = "pg_temp"
 """A session's temporary schema: its objects end with the session and are not carried."""
 
 
 def _names(name: str) -> tuple[str, ...]:
-    """How KWDB may print `name` in SHOW CREATE: bare when it reads back as itself (not a
-    reserved word, which is quoted), else double-quoted (lex/encode.go:164-194)."""
-    quoted = quote_ident(name)
-    return (name, quoted) if _BARE.fullmatch(name) else (quoted,)
+    """How KWDB may print `name` in SHOW CREATE: bare when it reads back as itself (any
+    lower-case letters, digits, _ and $, not a reserved word), else double-quoted
+    (lex/encode.go:164-194, lex/predicates.go:85-118). Both are tried: what follows the name
+    is checked on its own."""
+    return (name, quote_ident(name))
+
+
+def _without_strings(text: str) -> str:
+    """`text` with its string literals blanked (names and keywords kept)."""
+    found: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "'":
+            end = quote_end(text, i)
+            if end < 0:
+                return "".join(found)
+            found.append("''")
+            i = end + 1
+            continue
+        found.append(text[i])
+        i += 1
+    return "".join(found)
+
+
+def _ident(text: str) -> str:
+    return text[1:-1].replace('""', '"') if text.startswith('"') else text.lower()
 
 
 def _after_name(statement: str, head: str, name: str) -> str | None:
@@ -78,16 +108,32 @@ class View:
     def shown(self) -> str:
         return f"view {json.dumps(self.schema)}.{json.dumps(self.name)}"
 
+    @property
+    def databases_read(self) -> frozenset[str]:
+        """The databases whose tables the definition names (KWDB names every table in full:
+        <database>.<schema>.<table>)."""
+        return frozenset(_ident(m.group(1))
+                         for m in _THREE_PART.finditer(_without_strings(self.definition)))
+
     def problem(self) -> str:
         """Why this definition is not one the restore may run ("" when it is)."""
+        if self.materialized:
+            return (f"{self.shown}: a materialized view runs its query as root when it is "
+                    "made, so the restore does not make one from a backup")
         if not self.definition.startswith("(") or " AS " not in self.definition:
             return f"{self.shown}: its definition is not \"(<columns>) AS <query>\""
         if ";" in self.definition:
             return (f"{self.shown}: its definition holds a ';', which the restore does not "
                     "run (it could be more than one statement)")
-        if _NUMERIC_TABLE_REF.search(self.definition):
+        single = statement_problem(self.statement("d"))
+        if single:
+            return f"{self.shown}: its definition does not read as one statement ({single})"
+        if _NUMERIC_TABLE_REF.search(_without_strings(self.definition)):
             return (f"{self.shown}: it names a table by its descriptor id ([<id> AS ...]), "
                     "which means another table in another cluster")
+        if _INTERNAL_CALL.search(_without_strings(self.definition)):
+            return (f"{self.shown}: it calls a kwdb_internal or crdb_internal function, which "
+                    "the restore does not make")
         return ""
 
     def statement(self, database: str) -> str:
@@ -100,7 +146,8 @@ class View:
 class SequenceDef:
     """A sequence of a database, and its value as read after the backup's timestamp (None:
     a virtual sequence, which has none). The value is read after the timestamp, not as of it:
-    values only grow, so every value the exported rows hold is at most it."""
+    values move only in INCREMENT's direction (nextval; setval aside), so every value the
+    exported rows hold lies before it."""
 
     schema: str
     name: str
@@ -146,10 +193,10 @@ class SequenceDef:
         """The setval that gives the new sequence this one's value (None: nothing to set).
         A sequence stores START - INCREMENT until first used (create_sequence.go:152), which
         may lie outside MINVALUE..MAXVALUE, where setval refuses it (sequence.go:176-181);
-        nextval checks the bound after adding (sequence.go:69-80), so a used-up sequence may
-        lie one step beyond it too. Beyond the end it starts from is a sequence never used:
-        the new one holds the same. Beyond the end it runs to is a used-up one: the bound
-        itself, with is_called, keeps it used up."""
+        nextval checks the bound after adding and keeps what it added (sequence.go:69-80), so
+        a used-up sequence may lie any number of steps beyond it. Beyond the end it starts
+        from is a sequence never used: the new one holds the same. Beyond the end it runs to
+        is a used-up one: the bound itself, with is_called, keeps it used up."""
         if self.value is None:
             return None
         value = self.value
@@ -162,7 +209,8 @@ class SequenceDef:
 
 
 def read_view(schema: str, name: str, order: int, statement: str) -> View | str:
-    """A view from its create_statement, or why it cannot be carried."""
+    """A view from its create_statement, or why it cannot be carried (databases it reads
+    are checked with the plan: `View.databases_read`)."""
     for head, materialized in (("CREATE VIEW", False), ("CREATE MATERIALIZED VIEW", True)):
         rest = _after_name(statement, head, name)
         if rest is not None and rest.startswith(" "):
@@ -202,12 +250,27 @@ def sequence_value(sequence: SequenceDef, rows: Sequence[Mapping[str, str]]) -> 
     return int(text)
 
 
+CREATE_STATEMENT_HEX = "encode(convert_to(create_statement, 'utf8'), 'hex')"
+"""A create_statement as hex (builtins.go:366-385, 877-893): kwbase's CLI prints a value
+holding a character it deems not graphic with Go escapes (cli/sql_util.go:936-963), which
+would change a definition's text; hex digits it prints as they are."""
+
+
+def from_hex(text: str) -> str | None:
+    """The text `CREATE_STATEMENT_HEX` encoded, or None when it is not UTF-8 in hex."""
+    try:
+        return bytes.fromhex(text).decode("utf-8")
+    except ValueError:
+        return None
+
+
 def existing_objects_query(database: str) -> str:
-    """The views and sequences a restored database holds already: a step run again after a
-    crash makes none twice."""
-    return (f"SELECT schema_name, descriptor_name FROM {quote_ident(database)}.kwdb_internal."
-            f"create_statements WHERE database_name = {quote_literal(database)} AND "
-            "descriptor_type IN ('view', 'sequence')")
+    """Every table, view and sequence a restored database holds already, with its kind and
+    definition: a step run again after a crash makes nothing twice, and finds out when what
+    is there under a name is not what the backup holds."""
+    return (f"SELECT schema_name, descriptor_name, descriptor_type, {CREATE_STATEMENT_HEX} AS "
+            f"create_statement_hex FROM {quote_ident(database)}.kwdb_internal.create_statements"
+            f" WHERE database_name = {quote_literal(database)}")
 
 
 def view_from_json(raw: Mapping[str, Any]) -> View:

@@ -41,9 +41,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.kaiwudb.backup_objects import (
+    CREATE_STATEMENT_HEX,
     TEMP_SCHEMA_PREFIX,
     SequenceDef,
     View,
+    from_hex,
     read_sequence,
     read_view,
     sequence_from_json,
@@ -301,9 +303,9 @@ class DatabasePlan:
 
 
 DATABASE_OBJECTS_QUERY = (
-    "SELECT schema_name, descriptor_name, descriptor_type, descriptor_id, create_statement "
-    "FROM {db}.kwdb_internal.create_statements WHERE database_name = {literal} ORDER BY "
-    "schema_name, descriptor_name"
+    "SELECT schema_name, descriptor_name, descriptor_type, descriptor_id, "
+    + CREATE_STATEMENT_HEX + " AS create_statement_hex FROM {db}.kwdb_internal."
+    "create_statements WHERE database_name = {literal} ORDER BY schema_name, descriptor_name"
 )
 """Every table, view and sequence of a database, in every schema, with its id and KWDB's
 CREATE for it (kwbase/pkg/sql/kwdb_internal.go:1411-1440, 1510-1515; show_create_clauses.go).
@@ -629,8 +631,11 @@ def split_objects(database: str, rows: Sequence[Mapping[str, str]]) -> DatabaseO
     for row in rows:
         kind = str(row.get("descriptor_type"))
         schema, name = str(row["schema_name"]), str(row["descriptor_name"])
-        statement = str(row.get("create_statement") or "")
         shown = f"{kind} {json.dumps(schema)}.{json.dumps(name)}"
+        statement = from_hex(str(row.get("create_statement_hex") or ""))
+        if statement is None:
+            refused.append(f"{shown}: its definition did not read back as text")
+            continue
         if kind == "table":
             if "nextval(" in statement.lower():
                 refused.append(f"{shown}: a column default calls nextval(), and IMPORT makes "
@@ -724,6 +729,11 @@ class Plan:
                 found = found or db.foreign_key_problem(fk)
             for comment in db.comments:
                 found = found or db.comment_problem(comment)
+            for view in db.views:
+                elsewhere = sorted(view.databases_read - {d.name for d in self.databases})
+                found = found or (f"database {json.dumps(db.name)}: {view.shown} reads "
+                                  f"database {json.dumps(elsewhere[0])}, which the backup does "
+                                  "not hold (add it to spec.databases)" if elsewhere else "")
             carried: list[View | SequenceDef] = [*db.views, *db.sequences]
             for each in carried:
                 found = found or (f"database {json.dumps(db.name)}: {each.shown} has an "
@@ -1161,13 +1171,20 @@ def restore_statements(manifest: Mapping[str, Any], url: str) -> list[tuple[str,
     return steps
 
 
-def manifest_database(manifest: Mapping[str, Any], database: str) -> tuple[int, DatabasePlan]:
-    """A database of the backup's plan as its manifest holds it, checked (`Plan.problem`), and
-    its index; ValueError when the manifest does not say."""
+def manifest_plan(manifest: Mapping[str, Any]) -> Plan:
+    """The backup's plan as its manifest holds it, checked (`Plan.problem`): the target is not
+    the reconciler's to trust; ValueError when it is not one."""
     plan = Plan.from_json(json.dumps(manifest.get("plan") or {}).encode())
     problem = plan.problem()
     if problem:
         raise ValueError(problem)
+    return plan
+
+
+def manifest_database(manifest: Mapping[str, Any], database: str) -> tuple[int, DatabasePlan]:
+    """A database of the backup's plan as its manifest holds it, checked (`manifest_plan`),
+    and its index; ValueError when the manifest does not say."""
+    plan = manifest_plan(manifest)
     names = [db.name for db in plan.databases]
     if database not in names:
         raise ValueError(f"{MANIFEST_FILE}: database {json.dumps(database)} is not in its plan")

@@ -42,7 +42,15 @@ from typing import Any
 
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup import Backups, phase_of
-from reconciler.kaiwudb.backup_objects import SequenceDef, View, existing_objects_query
+from reconciler.kaiwudb.backup_objects import (
+    SequenceDef,
+    View,
+    existing_objects_query,
+    from_hex,
+    read_sequence,
+    sequence_value,
+    sequence_value_query,
+)
 from reconciler.kaiwudb.backup_target import TargetError
 from reconciler.kaiwudb.kwbase import (
     CommandFailed,
@@ -281,10 +289,13 @@ class Restore:
                      ) -> None:
         """Make again the sequences of one database (`sequences <db>`, with their values) or
         every view (`views`, in the order KWDB made them: a view reads only what was made
-        before it), from the backup's plan (backup_objects.py). What is there is read first:
-        a step run again after a crash makes nothing twice, and setval only sets. A schema
-        that held no table (IMPORT made none for it) is made first."""
-        plan = bp.Plan.from_json(json.dumps(manifest.get("plan") or {}).encode())
+        before it), from the backup's plan, checked again (`bp.manifest_plan`: it is read back
+        from the target; backup_objects.py). What is there is read first: a step run again
+        after a crash makes nothing twice, and an object of another kind or, for a sequence,
+        other numbers under the same name fails the restore, naming it. A sequence's value is
+        set only while it holds what a new one holds (so a run again never sets it back). A
+        schema that held no table (IMPORT made none for it) is made first."""
+        plan = bp.manifest_plan(manifest)
         if step == bp.VIEWS_STEP:
             wanted = sorted((view.order, db.name, view) for db in plan.databases
                             for view in db.views)
@@ -292,21 +303,33 @@ class Restore:
         else:
             _, db = bp.manifest_database(manifest, step.removeprefix(bp.SEQUENCES_STEP))
             made = [(db.name, sequence) for sequence in db.sequences]
-        there: dict[str, set[tuple[str, str]]] = {}
+        there: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}
         for database, obj in made:
             if database not in there:
                 rows = admin.sql(pod, existing_objects_query(database)).rows
-                there[database] = {(str(r.get("schema_name")), str(r.get("descriptor_name")))
-                                   for r in rows}
+                there[database] = {
+                    (str(r.get("schema_name")), str(r.get("descriptor_name"))):
+                    (str(r.get("descriptor_type")),
+                     from_hex(str(r.get("create_statement_hex") or "")) or "")
+                    for r in rows}
                 for schema in sorted({o.schema for d, o in made if d == database}
                                      - bp.VIRTUAL_SCHEMAS):
                     admin.sql(pod, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}",
                               database=database)
-            if (obj.schema, obj.name) not in there[database]:
+            kind = "view" if isinstance(obj, View) else "sequence"
+            found = there[database].get((obj.schema, obj.name))
+            if found is None:
                 admin.sql(pod, obj.statement(database) if isinstance(obj, View)
                           else obj.create_statement(database))
+            elif found[0] != kind or (isinstance(obj, SequenceDef) and not _same_numbers(
+                    read_sequence(obj.schema, obj.name, found[1]), obj)):
+                raise _Failed(f"{step}: database {json.dumps(database)} holds a {found[0]} "
+                              f"{json.dumps(obj.schema)}.{json.dumps(obj.name)} that is not "
+                              f"the backup's {kind}; drop it and the restore makes it")
             if isinstance(obj, SequenceDef) and (setval := obj.setval_statement(database)):
-                admin.sql(pod, setval)
+                rows = admin.sql(pod, sequence_value_query(database, obj)).rows
+                if sequence_value(obj, rows) == obj.start - obj.increment:
+                    admin.sql(pod, setval)
 
     def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
                         manifest: dict[str, Any], step: str, stmt: str, begun_at: str) -> str:
@@ -466,3 +489,10 @@ def _progress(record: dict[str, Any]) -> tuple[int, int]:
 
 class _Failed(Exception):
     pass
+
+
+def _same_numbers(found: SequenceDef | str, wanted: SequenceDef) -> bool:
+    """A sequence found under a name has the numbers the backup's has."""
+    return isinstance(found, SequenceDef) and (
+        found.minvalue, found.maxvalue, found.increment, found.start, found.virtual) == (
+        wanted.minvalue, wanted.maxvalue, wanted.increment, wanted.start, wanted.virtual)

@@ -659,7 +659,8 @@ def import_settings(s: Session, url: str) -> Result:
 
 def split_statements(text: str) -> list[str]:
     """The statements of one `-e` text, as KWDB's parser splits them: at each `;` outside
-    string literals ('...', '' inside) and quoted identifiers ("...", "" inside), with `--`
+    string literals ('...', '' inside; e'...' with backslash escapes) and quoted identifiers
+    ("...", "" inside; dollar quotes are not modelled), with `--`
     comments dropped (kwbase/pkg/sql/parser/lexer.go, scan.go). The CLI runs them all, one
     after another, and prints each result (kwbase/pkg/cli/sql.go runQueryAndFormatResults):
     a name holding `;` is one statement only when it is quoted."""
@@ -667,8 +668,14 @@ def split_statements(text: str) -> list[str]:
     while i < len(text):
         ch = text[i]
         if ch in "'\"":
+            # e'...' and b'...' take backslash escapes (scan.go:249-279, 1025-1031).
+            escapes = ch == "'" and i > 0 and text[i - 1] in "eEbB" and not (
+                i >= 2 and re.match(r"[\w$]", text[i - 2]))
             end = i + 1
             while end < len(text):
+                if escapes and text[end] == "\\":
+                    end += 2
+                    continue
                 if text[end] == ch:
                     if text[end + 1 : end + 2] == ch:
                         end += 2
@@ -840,35 +847,37 @@ def _show_tables(s: Session, m: re.Match[str]) -> Result:
     return ["table_name", "table_type"], rows, []
 
 
-_CREATE_STATEMENTS_HEADERS = ["schema_name", "descriptor_name", "descriptor_type",
-                              "descriptor_id", "create_statement"]
+_HEX_STATEMENT = r"encode\(convert_to\(create_statement, 'utf8'\), 'hex'\) as create_statement_hex"
+"""create_statement as hex digits of its UTF-8 (builtins.go:366-385 convert_to, 877-893
+encode)."""
+
+
+def _statement_rows(s: Session, m: re.Match[str], with_id: bool) -> Result:
+    """kwdb_internal.create_statements of a database (kwdb_internal.go:1411-1440;
+    descriptor_type is table, view or sequence; create_statement as Table.create_statement)."""
+    db = _database(s, ident(m.group("db")))
+    headers = ["schema_name", "descriptor_name", "descriptor_type",
+               *(["descriptor_id"] if with_id else []), "create_statement_hex"]
+    if m.group("lit")[1:-1].replace("''", "'") != db.name:
+        return headers, [], []
+    rows = [[t.schema, t.name, t.kind, *([str(t.descriptor_id)] if with_id else []),
+             t.create_statement(db.name, db.engine).encode().hex()]
+            for t in sorted(db.tables.values(), key=lambda t: (t.schema, t.name))]
+    return headers, rows, []
 
 
 @_pattern(r"select schema_name, descriptor_name, descriptor_type, descriptor_id, "
-          r"create_statement from (?P<db>" + IDENT + r")\.kwdb_internal\.create_statements "
+          + _HEX_STATEMENT + r" from (?P<db>" + IDENT + r")\.kwdb_internal\.create_statements "
           r"where database_name = (?P<lit>'(?:[^']|'')*') order by schema_name, descriptor_name")
 def _create_statements(s: Session, m: re.Match[str]) -> Result:
-    """Every table, view and sequence of a database, any schema (kwdb_internal.go:1411-1440;
-    descriptor_type is table, view or sequence; create_statement as Table.create_statement)."""
-    db = _database(s, ident(m.group("db")))
-    if m.group("lit")[1:-1].replace("''", "'") != db.name:
-        return _CREATE_STATEMENTS_HEADERS, [], []
-    rows = [[t.schema, t.name, t.kind, str(t.descriptor_id), t.create_statement(db.name,
-                                                                              db.engine)]
-            for t in sorted(db.tables.values(), key=lambda t: (t.schema, t.name))]
-    return _CREATE_STATEMENTS_HEADERS, rows, []
+    return _statement_rows(s, m, with_id=True)
 
 
-@_pattern(r"select schema_name, descriptor_name from (?P<db>" + IDENT + r")\.kwdb_internal\."
-          r"create_statements where database_name = (?P<lit>'(?:[^']|'')*') and "
-          r"descriptor_type in \('view', 'sequence'\)")
-def _views_and_sequences(s: Session, m: re.Match[str]) -> Result:
-    db = _database(s, ident(m.group("db")))
-    wanted = m.group("lit")[1:-1].replace("''", "'") == db.name
-    rows = [[t.schema, t.name] for t in sorted(db.tables.values(), key=lambda t: (t.schema,
-                                                                                  t.name))
-            if wanted and t.kind in ("view", "sequence")]
-    return ["schema_name", "descriptor_name"], rows, []
+@_pattern(r"select schema_name, descriptor_name, descriptor_type, " + _HEX_STATEMENT
+          + r" from (?P<db>" + IDENT + r")\.kwdb_internal\.create_statements where "
+          r"database_name = (?P<lit>'(?:[^']|'')*')")
+def _objects_there(s: Session, m: re.Match[str]) -> Result:
+    return _statement_rows(s, m, with_id=False)
 
 
 @_pattern(r"show users")
@@ -1365,6 +1374,11 @@ def _create_schema(s: Session, m: re.Match[str]) -> Result:
     schema copies the database's privileges (create_schema.go:112-113)."""
     db = _database(s, s.database)
     schema = ident(m.group("schema"))
+    if db.engine == TIME_SERIES:  # create_schema.go:57-58
+        raise SqlError(f'cannot create schema in timeseries database "{db.name}"',
+                       sqlstate="42809")
+    if schema.startswith("pg_"):  # sql/schema.go:49-56
+        raise SqlError(f'unacceptable schema name "{schema}"', sqlstate="42939")
     if schema not in VIRTUAL_SCHEMAS:
         db.schema_grants.setdefault(schema, _copy(db.grants))
     return [], [], []

@@ -29,11 +29,12 @@ def test_a_view_is_read_under_its_name_bare_or_quoted_as_kwdb_prints_it() -> Non
     assert isinstance(bare, View)
     assert bare.statement("shop") == ('CREATE VIEW "shop"."public"."cheap" (id) AS SELECT id '
                                       "FROM shop.public.orders")
-    quoted = read_view("Reports", 'Daily "x"', 61,
-                       'CREATE MATERIALIZED VIEW "Daily ""x""" (n) AS SELECT 1')
-    assert isinstance(quoted, View) and quoted.materialized
-    assert quoted.statement("shop") == ('CREATE MATERIALIZED VIEW "shop"."Reports".'
-                                        '"Daily ""x""" (n) AS SELECT 1')
+    quoted = read_view("Reports", 'Daily "x"', 61, 'CREATE VIEW "Daily ""x""" (n) AS SELECT 1')
+    assert isinstance(quoted, View)
+    assert quoted.statement("shop") == 'CREATE VIEW "shop"."Reports"."Daily ""x""" (n) AS SELECT 1'
+    unicode = read_view("public", "视图", 62, "CREATE VIEW 视图 (n) AS SELECT 'O''Brien', "
+                        "e'it\\'s'")
+    assert isinstance(unicode, View), unicode
 
 
 @pytest.mark.parametrize(("statement", "why"), [
@@ -42,6 +43,13 @@ def test_a_view_is_read_under_its_name_bare_or_quoted_as_kwdb_prints_it() -> Non
     ("CREATE VIEW cheap (id) AS SELECT 1; DROP DATABASE shop", "holds a ';'"),
     ("CREATE VIEW cheap (id) AS SELECT ';' AS x", "holds a ';'"),
     ("CREATE VIEW cheap (id) AS SELECT id FROM [53 AS t]", "by its descriptor id"),
+    ("CREATE VIEW cheap (id) AS SELECT id FROM [53(1, 2) AS t]", "by its descriptor id"),
+    ("CREATE MATERIALIZED VIEW cheap (id) AS SELECT 1", "runs its query as root"),
+    ("CREATE VIEW cheap (id) AS SELECT e'it\\'s", "one statement"),
+    ("CREATE VIEW cheap (id) AS SELECT $$'$$", "one statement"),
+    ("CREATE VIEW cheap (id) AS SELECT 1 -- the rest", "one statement"),
+    ("CREATE VIEW cheap (id) AS SELECT kwdb_internal.force_log_fatal('x')",
+     "kwdb_internal or crdb_internal function"),
     ("CREATE VIEW cheap AS SELECT 1", 'is not "(<columns>) AS <query>"'),
 ])
 def test_a_view_the_restore_could_not_run_as_it_was_is_refused_saying_why(
@@ -101,6 +109,19 @@ def plan_with(views: tuple[View, ...] = (), sequences: tuple[SequenceDef, ...] =
                          sequences=sequences)
     return bp.Plan("first", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", "dev-0", 1,
                    "1767225600000000000.0000000000", (db,))
+
+
+def test_a_view_reading_a_database_the_backup_does_not_hold_refuses_it() -> None:
+    """KWDB names every table a view reads in full (optbuilder/create_view.go:53): one that
+    reads a database outside the backup could not be made again, and `system` is never
+    backed up."""
+    for query, refused in (("SELECT id FROM shop.public.orders", ""),
+                           ("SELECT username FROM system.public.users", "system"),
+                           ('SELECT id FROM "Other".public.t', "Other"),
+                           ("SELECT 'crm.public.people' FROM shop.public.orders", "")):
+        plan = plan_with((View(60, "public", "v", f"(x) AS {query}"),))
+        problem = plan.problem()
+        assert (f'reads database "{refused}"' in problem) if refused else problem == "", query
 
 
 def test_views_and_sequences_travel_in_the_plan_and_are_checked_again_when_read_back() -> None:

@@ -1401,3 +1401,77 @@ def test_views_and_sequences_come_back_with_their_values_grants_and_order(
     assert len([t for t in again if t.startswith("CREATE VIEW")]) == 3, "made once"
     assert len([t for t in again if t.startswith("CREATE SEQUENCE")]) == 4, "made once"
     assert kwdb.contents((NS, "fresh"), site.now) == before
+
+
+def viewed_site(tmp_path: Path) -> Site:
+    """The shop cluster "dev" with a view and a used sequence, backed up as "first"."""
+    site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
+    site.start_cluster("dev")
+    load_shop(site)
+    key = (NS, "dev")
+    site.kwdb.create_object(key, site.now, database="shop", name="cheap", kind="view",
+                            definition="(id) AS SELECT id FROM shop.public.orders")
+    site.kwdb.create_object(key, site.now, database="shop", name="order_ids", kind="sequence",
+                            value=41)
+    site.backup("first")
+    site.run_backup()
+    assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
+    return site
+
+
+def test_a_view_definition_changed_in_the_target_is_refused_not_run(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """The plan is read back from the target, which is not the reconciler's to trust: a
+    definition that would run a second statement fails the restore, and nothing of it runs."""
+    site = viewed_site(tmp_path)
+    path = site.files("dev", "first") / bp.MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    shop = next(d for d in manifest["plan"]["databases"] if d["name"] == "shop")
+    shop["views"][0]["definition"] = "(id) AS SELECT 1; DROP DATABASE shop CASCADE"
+    path.write_text(json.dumps(manifest))
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+
+    passes = restore_passes(site, restore, passes=12)
+
+    assert "holds a ';'" in str((record(site) or {}).get("failed")), passes[-1].stalled
+    assert not any("DROP" in text for text in sql_run(site, "fresh-"))
+
+
+def test_a_sequence_used_after_its_value_was_set_is_not_set_back_by_a_step_run_again(
+        tmp_path: Path, server: BackupFileServer) -> None:
+    """setval runs only while the sequence holds what a new one holds: a sequences step run
+    again after a crash (and after the sequence handed out values) never rewinds it; an
+    object of another kind under a sequence's name fails the restore, naming it."""
+    site = viewed_site(tmp_path)
+    restore = Restore(site.backups, server)
+    site.start_cluster("fresh", restore_from="first")
+    restore_passes(site, restore, passes=16)
+    found = record(site) or {}
+    assert found.get("completedAt"), found
+    done: list[str] = json.loads(json.dumps(found["done"]))
+    fresh = (NS, "fresh")
+    site.kwdb.execute(fresh, site.now, """SELECT setval('"shop"."public"."order_ids"', 50, true)""")
+
+    site.api.patch(k.KAIWU_CLUSTER, NS, "fresh", {"metadata": {"annotations": {
+        bp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None, "done": [
+            step for step in done if not step.startswith("sequences")]})}}})
+    restore.forget(NS, "fresh")
+    restore_passes(site, restore, passes=8)
+    assert (record(site) or {}).get("completedAt")
+    shop = site.kwdb.contents(fresh, site.now)["databases"]["shop"][1]  # type: ignore[index]
+    assert shop["order_ids"][2] == 50, "not set back to 41"
+
+    site.kwdb.create_object(fresh, site.now, database="shop", name="ids", kind="view")
+    manifest_path = site.files("dev", "first") / bp.MANIFEST_FILE
+    manifest = json.loads(manifest_path.read_text())
+    shop_plan = next(d for d in manifest["plan"]["databases"] if d["name"] == "shop")
+    shop_plan["sequences"].append({**shop_plan["sequences"][0], "name": "ids"})
+    manifest_path.write_text(json.dumps(manifest))
+    site.api.patch(k.KAIWU_CLUSTER, NS, "fresh", {"metadata": {"annotations": {
+        bp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None, "done": [
+            step for step in done if not step.startswith("sequences")]})}}})
+    restore.forget(NS, "fresh")
+    restore_passes(site, restore, passes=8)
+    assert 'holds a view "public"."ids" that is not the backup\'s sequence' in str(
+        (record(site) or {}).get("failed"))
