@@ -629,6 +629,22 @@ class Demo:
         assert old is not None and old_claim is not None
         lost = str(old["spec"]["nodeName"])
         timeout = demo_cluster(self.settings)["spec"]["failover"]["nodeLostTimeout"]
+        # KaiwuDB up-replicates after init: for some seconds a range may have two copies, and
+        # a node lost then would take the quorum of such a range with it (the reconciler then
+        # keeps the lost volume rather than give up a range's last copies). The demo waits, as
+        # an administrator would check `kwbase node status --ranges`, here read from the
+        # simulated KaiwuDB itself.
+        self.step("Waiting until every range has its three copies (KaiwuDB up-replicates "
+                  "after init)")
+        started = time.monotonic()
+        world = self.world
+
+        def replicated() -> bool:
+            view = world.kwdb.replication((self.namespace, NAME), world.clock.now())
+            return view.initialized and (view.unavailable, view.underreplicated) == (0, 0)
+        self.until("every range to have three copies", replicated,
+                   self.settings.failover_timeout_s)
+        self.done("the simulated KaiwuDB holds three copies of every range", started)
         self.step(f"Powering off node {lost} (it runs pod {victim})")
         self.say(f"   nodeLostTimeout is {timeout} here (default 5m, which rides out a reboot) so "
                  "you need not wait.\n   replaceLostVolumes is on because this world's volumes "
