@@ -116,7 +116,8 @@ def test_the_demo_runs_end_to_end_says_only_what_the_api_shows_and_cleans_up(
     claims = ["control plane up", "simulated nodes Ready", "reconciler running",
               "pods scheduled", "KaiwuDB initialised", "cluster Ready: 3",
               "patched; ", f"repaired: {HAND_EDIT_ENV} gone",
-              "holds three copies of every range", f"node {witness.facts['lost']} NotReady", f"pod {NAME}-1 force-deleted",
+              "holds three copies of every range", f"node {witness.facts['lost']} NotReady",
+              f"pod {NAME}-1 force-deleted",
               "lost KaiwuDB node decommissioned", f"{NAME}-3 joined",
               f"{NAME}-3 gone; cluster Ready with 3"]
     positions = [text.find(claim) for claim in claims]
