@@ -630,8 +630,8 @@ class Demo:
         lost = str(old["spec"]["nodeName"])
         timeout = demo_cluster(self.settings)["spec"]["failover"]["nodeLostTimeout"]
         # KaiwuDB up-replicates after init: for some seconds a range may have two copies, and
-        # a node lost then would take the quorum of such a range with it (the reconciler then
-        # keeps the lost volume rather than give up a range's last copies). The demo waits, as
+        # a node lost then would take the quorum of such a range with it (and the failover gate
+        # must then keep the lost volume: issue 24, branch lost-node-freshness). It waits, as
         # an administrator would check `kwbase node status --ranges`, here read from the
         # simulated KaiwuDB itself.
         self.step("Waiting until every range has its three copies (KaiwuDB up-replicates "
