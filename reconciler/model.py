@@ -141,6 +141,9 @@ class Pass:
     desired: list[Obj] = field(default_factory=list)
     # The spec's generation has not been fully applied yet: apply it whatever the drift policy.
     sync: bool = False
+    # spec.drift.ignore hands the StatefulSet's replicas to someone else (an autoscaler): no
+    # scale-in takes them down (set by the spec step from the cluster's ignore rules).
+    replicas_owned_elsewhere: bool = False
     # Every desired object exists as rendered (or is stalled): the generation is observed.
     complete: bool = True
     stalled: list[tuple[str, str]] = field(default_factory=list)

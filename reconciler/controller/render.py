@@ -33,6 +33,7 @@ from reconciler.controller.admission import (
 )
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import Shared
+from reconciler.drift.ignore import IgnoreRule
 from reconciler.keys import ClusterKey
 from reconciler.model import Obj
 from renderer.render import build_objects
@@ -72,6 +73,10 @@ class SpecStep:
             return
         p.cluster = judged.cluster
         p.accepted = judged.accepted
+        p.replicas_owned_elsewhere = any(
+            IgnoreRule.of(rule.kind, rule.pointer, name=rule.name).covers(
+                "StatefulSet", judged.cluster.name, ("spec", "replicas"))
+            for rule in judged.cluster.drift_ignore)
 
     def forget(self, key: ClusterKey) -> None:
         self._judged.pop(key, None)

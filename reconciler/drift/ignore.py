@@ -81,6 +81,14 @@ class IgnoreRule:
             return False
         return not self.name or fnmatch.fnmatchcase(name, self.name)
 
+    def covers(self, kind: str, name: str, path: tuple[str, ...]) -> bool:
+        """Whether the rule ignores the field at `path` (plain field names, no list items) of
+        the object `kind`/`name`: its pointer is `path` or a parent of it."""
+        return (self.applies_to(kind, name) and not self.unless_rendered
+                and len(self.pointer) <= len(path)
+                and all(step in (WILDCARD, part)
+                        for step, part in zip(self.pointer, path, strict=False)))
+
     def __str__(self) -> str:
         scope = f"{self.kind or '*'}/{self.name or '*'}"
         suffix = " (unless rendered)" if self.unless_rendered else ""

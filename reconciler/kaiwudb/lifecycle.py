@@ -130,21 +130,17 @@ class Lifecycle:
         self.rollouts = Rollout(self.tools, self.upgrades)
         self.scaling = Scaling(self.tools, self.nodes)
         self.strays = Strays(self.tools, self.nodes, self.scaling)
-        # Per cluster: the StatefulSet replicas the last pass applied. More live replicas than
-        # that is someone scaling the StatefulSet by hand (drift, put back by the repair step);
-        # a spec asking for fewer than that is a scale-in. (The managedFields cannot tell: on
-        # Kubernetes 1.20 a write through the scale subresource leaves our apply owning the
-        # field.) After a restart nothing is known, and fewer replicas in the spec than live
-        # counts as a scale-in: decommissioning is the safe side.
-        self._applied: dict[tuple[str, str], int] = {}
         self.memory = StatusMemory()
 
     def wanted(self, p: Pass) -> bool:
+        if p.cluster is not None and p.paused:
+            # Nothing is looked at while paused: whatever happened meanwhile (a pod scaled up
+            # and down by hand) must be probed afresh once the pause ends, not in 5 minutes.
+            self.nodes.forget(p.cluster.namespace, p.cluster.name)
         return p.cluster is not None and not p.paused and not p.halted
 
     def forget(self, namespace: str, name: str) -> None:
         self.nodes.forget(namespace, name)
-        self._applied.pop((namespace, name), None)
         self.memory.forget(namespace, name)
         self.upgrades.forget(namespace, name)
 
@@ -157,8 +153,6 @@ class Lifecycle:
         self.memory.recall(p)
         self.step(p, cluster)
         self.memory.save(p)
-        self._applied[(cluster.namespace, cluster.name)] = (
-            p.live.replicas if p.live.replicas is not None else cluster.replicas)
 
     def step(self, p: Pass, cluster: Cluster) -> None:
         pods = cluster_pods(self.view, cluster)
@@ -174,11 +168,14 @@ class Lifecycle:
                                       busy="the cluster is not initialised")
                 return
         operation = p.kaiwu.operation
-        # A scale-in is the spec asking for fewer nodes than we applied; a StatefulSet someone
-        # scaled up by hand is drift, which the repair step puts back.
-        applied = self._applied.get((cluster.namespace, cluster.name))
-        scale_in = live_replicas is not None and cluster.replicas < live_replicas and (
-            applied is None or live_replicas <= applied)
+        # More pods than spec.replicas is a scale-in, whoever raised the StatefulSet: the
+        # spec asking for fewer nodes, or someone scaling it up by hand. The two are the same
+        # world (the accepted-spec annotation and the StatefulSet read alike), so they get the
+        # same next step; and a joined pod removed without a decommission can take a range's
+        # quorum with it (a range still up-replicating onto it has two replicas, one there).
+        # Unless spec.drift.ignore hands the replicas to someone else: then they are theirs.
+        scale_in = (live_replicas is not None and cluster.replicas < live_replicas
+                    and not p.replicas_owned_elsewhere)
         nodes = self.nodes.probe(p, cluster, pods, admin, live_replicas,
                            force=operation is not None or scale_in or rolling(sts))
         if operation is None and nodes is not None:

@@ -1,8 +1,9 @@
 """Scale-in through decommission, stray nodes, and nodes that come back decommissioning.
 
 - stray nodes: a KaiwuDB node that is not live and whose pod's ordinal is beyond the
-  StatefulSet (its pod was removed without a decommission: someone scaled the StatefulSet up
-  by hand and the repair step put it back) is decommissioned, so its ranges re-replicate and
+  StatefulSet (its pod was removed without a decommission: someone scaled the StatefulSet
+  down by hand, or a scale-in's pod went in a version before hand scale-ups were scaled in)
+  is decommissioned, so its ranges re-replicate and
   it stops counting as a node; its claim is deleted once KWDB's meta scan counts no replica on
   it. A single-replica cluster cannot decommission (KWDB refuses in "mpp mode") and the stray
   store holds the only copy of its ranges: nothing is removed, Stalled says how to bring the
@@ -12,8 +13,12 @@
   so it holds replicas again and stops blocking scale-ins; one the spec does not want is the
   scale-in's target and is finished removing.
 - scale-out needs nothing: new pods join through --join; their node ids show in status.nodes.
-- scale-in (multi-replica only; the renderer already refuses fewer than 3 nodes, and a
-  single-replica cluster is refused here, Stalled): the highest ordinal first, one at a time.
+- scale-in: the StatefulSet has more replicas than spec.replicas, whoever raised it (the spec
+  lowered, or someone scaling the StatefulSet up by hand: the same world, so the same step;
+  killing a joined pod instead can take the quorum of a range with two replicas, one on it),
+  unless spec.drift.ignore hands the replicas to someone else. Multi-replica only (the
+  renderer already refuses fewer than 3 nodes, and a single-replica cluster is refused here,
+  Stalled, the extra pods kept): the highest ordinal first, one at a time.
   With every node live and replication healthy, its node id is decommissioned (--wait=none);
   passes poll (requeue, never blocking a worker) until it holds no replicas, then the
   StatefulSet shrinks by one and the claim of the removed ordinal is deleted. "No replicas" is
@@ -81,7 +86,7 @@ class Scaling(Part):
         if cluster.start_mode is not StartMode.MULTI_REPLICA:
             p.stalled.append(("ScaleInRefused", (
                 f"a {cluster.start_mode.value} cluster cannot scale in (its data has one copy: "
-                f"removing a node loses it); set spec.replicas back to {live_replicas}")))
+                f"removing a node loses it); set spec.replicas to {live_replicas}")))
             return
         if nodes is None:
             return  # node status unknown: the probe said why and requeued

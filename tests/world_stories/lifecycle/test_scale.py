@@ -6,9 +6,12 @@ reconciler one node at a time: with every node live and replication healthy it d
 node id of the highest ordinal, waits (requeueing, never blocking) until that node holds no
 replicas, and only then shrinks the StatefulSet and deletes the removed pod's claim (a
 decommissioned store can never rejoin). A single-replica cluster holds one copy of its data: its
-scale-in is refused, Stalled, and nothing is removed. "Healthy" counts only range metrics every
-live node wrote 20 s after the newest node started (KWDB computes and writes them every 10 s),
-so a scale-in right after a scale-out starts about 20 s later. Timings are printed (pytest -s).
+scale-in is refused, Stalled, and nothing is removed. A StatefulSet scaled up by hand is scaled
+in the same way: its new nodes are drained before their pods go; a node whose pod went without a
+decommission (scaled down by hand) is decommissioned as a stray. "Healthy" counts only range
+metrics every live node wrote 20 s after the newest node started (KWDB computes and writes them
+every 10 s), so a scale-in right after a scale-out starts about 20 s later. Timings are printed
+(pytest -s).
 """
 
 from __future__ import annotations
@@ -245,7 +248,19 @@ def test_the_node_being_removed_dies_mid_drain_and_the_scale_in_still_finishes(
     assert deleted == {("pods", target), ("persistentvolumeclaims", f"data-{target}")}, deleted
 
 
-def test_a_node_added_by_hand_and_removed_as_drift_is_decommissioned(
+def scale_by_hand(kube: k8s.ApiClient, namespace: str, replicas: int) -> None:
+    k8s.AppsV1Api(kube).patch_namespaced_stateful_set_scale(
+        NAME, namespace, {"spec": {"replicas": replicas}}, field_manager="kubectl-scale")
+
+
+def fourth_pod_ready(kube: k8s.ApiClient, namespace: str) -> bool:
+    found = Kube(kube, "test").get(kk.POD, namespace, f"{NAME}-3")
+    return found is not None and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (found.get("status") or {}).get("conditions") or ())
+
+
+def test_a_node_added_by_hand_is_drained_before_its_pod_goes(
         sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
     reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
@@ -255,29 +270,76 @@ def test_a_node_added_by_hand_and_removed_as_drift_is_decommissioned(
     api = Kube(kube, "kubectl-patch")
 
     # While the reconciler is paused, someone scales the StatefulSet by hand; the new pod
-    # joins KaiwuDB as a fourth node.
+    # joins KaiwuDB as a fourth node, and ranges still up-replicating take replicas on it.
     pause(reconciler, kube, namespace)
-    k8s.AppsV1Api(kube).patch_namespaced_stateful_set_scale(
-        NAME, namespace, {"spec": {"replicas": 4}}, field_manager="kubectl-scale")
-    wait_for("the extra pod to join and be Ready", lambda: (
-        found := Kube(kube, "test").get(kk.POD, namespace, f"{NAME}-3")) and any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (found.get("status") or {}).get("conditions") or ()), 30, 0.1)
+    scale_by_hand(kube, namespace, 4)
+    wait_for("the extra pod to join and be Ready",
+             lambda: fourth_pod_ready(kube, namespace), 30, 0.1)
 
-    # Unpaused, the reconciler puts the StatefulSet back (drift) and the extra pod goes
-    # without a decommission; its node id stops being live and is then decommissioned.
+    # Unpaused, the reconciler takes the StatefulSet back to spec.replicas the only safe way:
+    # a scale-in, the new node decommissioned and drained before its pod goes. Killing it at
+    # once could take the quorum of a range with two replicas, one on it.
     started = time.monotonic()
     api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": False}})
+    cluster = (namespace, NAME)
+    worst = 0
+
+    def clean() -> bool:
+        nonlocal worst
+        worst = max(worst, sim_world.kwdb.replication(cluster, sim_world.clock.now()).unavailable)
+        return scaled_in_to(reconciler, 3) and live_nodes({"status": status(reconciler)}) == three
+    wait_for("Ready with the original three nodes only", clean, 90, 0.2)
+    report("unpaused: the extra node drained and its pod removed, Ready",
+           time.monotonic() - started)
+    assert worst == 0, f"{worst} ranges lost their quorum on the way"
+    assert statefulset_replicas(kube, namespace) == 3
+    assert lifecycle_count(reconciler, "decommission") == 1
+    assert lifecycle_count(reconciler, "decommission-stray-node") == 0
+    wait_for("the removed store's claim to go", lambda: Kube(kube, "test").get(
+        kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)
+
+
+def test_a_node_whose_pod_went_without_a_decommission_is_decommissioned_as_a_stray(
+        sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace,
+                                     small_cluster(namespace))
+    report("apply -> Ready (3 nodes)", took)
+    three = live_nodes(obj)
+    api = Kube(kube, "kubectl-patch")
+    cluster = (namespace, NAME)
+
+    # While the reconciler is paused, someone scales the StatefulSet up by hand and, once
+    # KaiwuDB has three copies of every range again, back down: the fourth node's pod goes
+    # without a decommission and its node id stays, not live, holding replicas.
+    pause(reconciler, kube, namespace)
+    scale_by_hand(kube, namespace, 4)
+    wait_for("the extra pod to join and be Ready",
+             lambda: fourth_pod_ready(kube, namespace), 30, 0.1)
+    wait_for("three copies of every range", lambda: (
+        r := sim_world.kwdb.replication(cluster, sim_world.clock.now())).underreplicated == 0
+        and any(n.node_id == 4 and n.replicas for n in sim_world.kwdb.nodes(
+            cluster, sim_world.clock.now())) and r, 60, 0.2)
+    scale_by_hand(kube, namespace, 3)
+    wait_for("the extra pod to go", lambda: Kube(kube, "test").get(
+        kk.POD, namespace, f"{NAME}-3") is None, 30, 0.1)
+
+    # Unpaused: the node of a pod beyond the StatefulSet that is no longer live is a stray.
+    # It is decommissioned, so its ranges re-replicate, and its claim goes once range
+    # descriptors list no replica on it.
+    started = time.monotonic()
+    api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": False}})
+
+    wait_for("the stray node to be decommissioned", lambda: lifecycle_count(
+        reconciler, "decommission-stray-node") == 1, 45, 0.2)
+    report("unpaused: stray node decommissioned", time.monotonic() - started)
 
     def clean() -> bool:
         st = status(reconciler)
         return (condition(reconciler.cluster(NAME), "Ready").get("status") == "True"
-                and live_nodes({"status": st}) == three and len(st.get("nodes") or ()) == 3)
-    wait_for("Ready with the original three nodes only", clean, 45, 0.2)
-    report("unpaused: drift repaired, stray node decommissioned, Ready",
-           time.monotonic() - started)
-    assert statefulset_replicas(kube, namespace) == 3
+                and live_nodes({"status": st}) == three and len(st.get("nodes") or ()) == 3
+                and Kube(kube, "test").get(kk.PVC, namespace, f"data-{NAME}-3") is None)
+    wait_for("its claim gone, Ready with the original three nodes only", clean, 60, 0.2)
+    report("its replicas moved, its claim deleted, Ready", time.monotonic() - started)
     assert lifecycle_count(reconciler, "decommission-stray-node") == 1
-    assert lifecycle_count(reconciler, "decommission") == 0, "drift is not a scale-in"
-    wait_for("the stray store's claim to go", lambda: Kube(kube, "test").get(
-        kk.PVC, namespace, f"data-{NAME}-3") is None, 20, 0.1)
+    assert lifecycle_count(reconciler, "decommission") == 0, "no pod was removed by us"

@@ -17,6 +17,7 @@ from reconciler.kaiwudb.restore_server import default_advertise_host
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.metrics import Metrics
+from reconciler.model import KaiwuStatus
 from reconciler.settings import Settings
 from tests.unit.reconciler.controller.test_steps import FakeKube, FakeView
 
@@ -96,12 +97,12 @@ def test_what_the_steps_remember_of_a_cluster_is_dropped_when_it_goes() -> None:
     other = ClusterKey("db", "other")
     sts = ObjectRef("apps/v1", "StatefulSet", "db", "x")
     for key in (KEY, other):
-        made.lifecycle._applied[(key.namespace, key.name)] = 3
+        made.lifecycle.memory._last[(key.namespace, key.name)] = ("1", KaiwuStatus(), None)
         made.restore._written[(key.namespace, key.name)] = {"phase": "written"}
         made.shared.marks.wrote(key, "x", None)
         made.shared.fights.record_repair(key, sts, "drift")
     made.reconcile(KEY)  # not in the caches: deleted
-    assert list(made.lifecycle._applied) == [("db", "other")]
+    assert list(made.lifecycle.memory._last) == [("db", "other")]
     assert list(made.restore._written) == [("db", "other")]
     assert [key for key, _ in made.shared.marks._written] == [other]
     assert [key for key, _ in made.shared.fights._states] == [other]

@@ -206,6 +206,21 @@ def test_a_tls_cluster_makes_its_certificates_before_anything_is_rendered() -> N
 
 # ---- what the webhook would have refused, stored anyway (issue 11 part 5, issue 15 part 5) ---
 
+def test_replicas_an_ignore_rule_hands_to_an_autoscaler_are_known_to_the_lifecycle_step(
+        ) -> None:
+    seen: list[bool] = []
+    for ignore in ([], [{"kind": "StatefulSet", "pointer": "/spec/replicas"}],
+                   [{"kind": "StatefulSet", "pointer": "/spec/template"}]):
+        objects = {("KaiwuCluster", NS, NAME): cluster(
+            drift={"policy": "enforce", "ignore": ignore})}
+        controller = Controller(FakeKube(objects), FakeView(objects),  # type: ignore[arg-type]
+                                Settings(watch_namespace=NS, leader_election=False),
+                                Metrics(), clock=lambda: NOW)
+        controller.lifecycle.run = lambda p: seen.append(p.replicas_owned_elsewhere)  # type: ignore[method-assign]
+        controller.reconcile(ClusterKey(NS, NAME))
+    assert seen == [False, True, False]
+
+
 def test_the_statefulset_remembers_the_spec_it_was_applied_from() -> None:
     _, kube, _ = reconcile(cluster(storage={"size": "20Gi"}))
     sts = kube.objects[("StatefulSet", NS, NAME)]

@@ -1534,6 +1534,19 @@ def test_a_projection_with_a_nan_has_no_hash() -> None:
         projection_hash({"a": float("nan")})
 
 
+def test_an_ignore_rule_covers_a_field_at_or_below_its_pointer_in_the_objects_it_names(
+        ) -> None:
+    path = ("spec", "replicas")
+    assert IgnoreRule.of("StatefulSet", "/spec/replicas").covers("StatefulSet", "dev", path)
+    assert IgnoreRule.of("", "/spec").covers("StatefulSet", "dev", path)
+    assert IgnoreRule.of("", "/*/replicas", name="d*").covers("StatefulSet", "dev", path)
+    assert not IgnoreRule.of("StatefulSet", "/spec/replicas", name="other").covers(
+        "StatefulSet", "dev", path)
+    assert not IgnoreRule.of("Service", "/spec/replicas").covers("StatefulSet", "dev", path)
+    assert not IgnoreRule.of("", "/spec/replicas/x").covers("StatefulSet", "dev", path)
+    assert not IgnoreRule.of("", "/spec/template").covers("StatefulSet", "dev", path)
+
+
 def test_ignore_rules_read_back_as_written_and_bad_ones_say_what_is_wrong() -> None:
     rule = IgnoreRule.of("Service", "/spec/ports/*/nodePort", name="kw*", unless_rendered=True)
     assert rule == IgnoreRule(("spec", "ports", "*", "nodePort"), "Service", "kw*", True)

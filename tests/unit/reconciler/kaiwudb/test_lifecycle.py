@@ -429,6 +429,20 @@ def test_a_steady_cluster_is_probed_again_only_after_probe_every_s() -> None:
     assert c.admin.commands() == ["node status --decommission"] * 2
 
 
+def test_a_cluster_unpaused_is_probed_at_once_for_what_happened_while_paused() -> None:
+    # While paused, someone scaled the StatefulSet up and down by hand: the pods look as they
+    # did, but KaiwuDB now lists a fourth node, gone without a decommission.
+    c = Cluster3()
+    first = c.run()
+    status = {"initialized": True, "nodes": [n.to_status() for n in first.kaiwu.nodes or ()]}
+    assert not c.lifecycle.wanted(new_pass(paused=True, status=status))
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3", live=False))
+    p = c.run(now=NOW + 1, status=status)
+    assert c.admin.commands()[:2] == ["node status --decommission"] * 2
+    assert ("decommission", f"{NAME}-0", (4,)) in c.admin.asked
+    assert [a.action for a in p.actions] == ["StrayNodeDecommissioned"]
+
+
 def test_a_probe_is_repeated_at_once_when_the_pods_change_or_the_last_found_a_node_down() -> None:
     c = Cluster3()
     first = c.run()
@@ -911,7 +925,7 @@ def test_a_single_replica_cluster_refuses_to_scale_in() -> None:
     c = Cluster3()
     p = c.run(replicas=2, startMode="single-replica")
     assert reasons(p.stalled) == ["ScaleInRefused"]
-    assert "set spec.replicas back to 3" in text(p.stalled)
+    assert "set spec.replicas to 3" in text(p.stalled)
     assert "decommission" not in c.admin.commands() and p.live.replicas == 3
 
 
@@ -1084,13 +1098,29 @@ def test_an_older_decommissioning_id_of_a_pod_with_a_new_store_is_left_alone() -
 
 # ---- the step as a whole ----------------------------------------------------------------------
 
-def test_a_statefulset_scaled_up_by_hand_is_drift_not_a_scale_in_after_we_applied_it() -> None:
+def test_a_statefulset_scaled_up_by_hand_is_scaled_in_through_decommission() -> None:
+    # Someone scaled the StatefulSet to 4 and the new pod joined: its node may hold the second
+    # replica of a range still up-replicating, so it is drained before its pod goes, as in
+    # any scale-in (the same world as spec.replicas lowered from 4: the same next step).
     c = Cluster3()
     c.run()  # we applied 3
     c.world.put(k.STATEFUL_SET, statefulset(4))
     c.world.put(k.POD, pod(3, "n3"))
     c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
     p = c.run()
+    assert p.kaiwu.operation is not None and p.kaiwu.operation.node_id == 4
+    assert p.live.replicas == 4  # the StatefulSet keeps the pod until its node is drained
+    assert c.action("decommission") == 1
+
+
+def test_replicas_an_ignore_rule_hands_to_someone_else_are_never_scaled_in() -> None:
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(4))
+    c.world.put(k.POD, pod(3, "n3"))
+    c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+    p = new_pass()
+    p.replicas_owned_elsewhere = True
+    c.lifecycle.run(p)
     assert p.kaiwu.operation is None and "decommission" not in c.admin.commands()
 
 
