@@ -26,7 +26,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Literal, Protocol, TypeVar
 
@@ -432,6 +432,8 @@ def replication_health_of(statuses: Sequence[NodeStatus],
                              sum(s.ranges_underreplicated or 0 for s in statuses), catching_up)
 
 
+LIVENESS_TTL_S = 15.0
+"""How long a node's liveness record outlives its last heartbeat (base/config.go:134)."""
 METRICS_SAMPLE_S = 10.0
 """How often a KWDB node computes its periodic store metrics (ranges.unavailable,
 ranges.underreplicated) and, on a second ticker, writes them into its status record:
@@ -475,11 +477,28 @@ def stale_records(statuses: Sequence[NodeStatus], times: dict[int, StatusTimes],
     started = times[newest.id].started_at
     behind = sorted(s.id for s in live
                     if (times[s.id].updated_at - started).total_seconds() < 2 * sample_s)
+    if behind:
+        return (f"node {newest.id} started at {started:%H:%M:%S} and the store metrics of node "
+                + ", ".join(map(str, behind)) + f" were written less than {2 * sample_s:g} s "
+                f"after that; KWDB computes and writes them every {sample_s:g} s "
+                "(server/node.go:763-846)")
+    # A node that stopped counting as live is a disruption too: the metrics count its replicas
+    # up to date until its liveness expired (replica_metrics.go:170-201), at most one record
+    # interval after its last record plus the liveness TTL (base/config.go:134). Until every
+    # live record was written two intervals after that, a range that lost its quorum with it
+    # may still read as available.
+    gone = [s for s in statuses if not s.is_live and s.id in times]
+    if not gone:
+        return ""
+    lost = max(gone, key=lambda s: times[s.id].updated_at)
+    expired = times[lost.id].updated_at + timedelta(seconds=sample_s + LIVENESS_TTL_S)
+    behind = sorted(s.id for s in live
+                    if (times[s.id].updated_at - expired).total_seconds() < 2 * sample_s)
     if not behind:
         return ""
-    return (f"node {newest.id} started at {started:%H:%M:%S} and the store metrics of node "
-            + ", ".join(map(str, behind)) + f" were written less than {2 * sample_s:g} s after "
-            f"that; KWDB computes and writes them every {sample_s:g} s (server/node.go:763-846)")
+    return (f"node {lost.id} stopped counting as live by {expired:%H:%M:%S} at the latest and "
+            "the store metrics of node " + ", ".join(map(str, behind)) + " were written less "
+            f"than {2 * sample_s:g} s after that")
 
 
 # --- parsing ---------------------------------------------------------------------------------

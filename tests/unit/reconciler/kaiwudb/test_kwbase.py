@@ -750,6 +750,23 @@ def test_range_metrics_count_only_once_every_live_record_was_written_20_s_after_
     assert "running process of KaiwuDB node 3" in stale_records(restarted, times)
 
 
+def test_range_metrics_count_only_once_written_20_s_after_a_lost_nodes_liveness_expired(
+        ) -> None:
+    """Node 3 wrote its last record at t=100 and then stopped. Its replicas count as up to date
+    until its liveness expires, at most one record interval and the 15 s TTL later (t=125):
+    a range that lost its quorum with it reads as available until then, so a gate waits for
+    records written 20 s after that (the failover gate would otherwise give up a store that
+    holds a range's last copies)."""
+    nodes = [node(1), node(2), node(3, live=False)]
+    times = {1: StatusTimes(at(0), at(138)), 2: StatusTimes(at(0), at(146)),
+             3: StatusTimes(at(0), at(100))}
+    problem = stale_records(nodes, times)
+    assert problem.startswith("node 3 stopped counting as live by 00:02:05 at the latest")
+    assert "the store metrics of node 1 were written less than 20 s after that" in problem
+    times[1] = StatusTimes(at(0), at(145))
+    assert stale_records(nodes, times) == ""
+
+
 def test_status_record_times_are_read_as_utc_and_refused_when_unreadable() -> None:
     text = ("node_id,started_at,updated_at\n"
             "1,2026-01-01 00:00:00,2026-01-01 00:02:05.5\n"
