@@ -12,12 +12,21 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from reconciler.kaiwudb.kwbase import LIVENESS_TTL_S, METRICS_SAMPLE_S
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from tests.support.harness import Reconciler, condition, example, user, wait_for
+from tests.world.simworld import SimWorld
 
 NAME = "dev"
+
+# After a node is lost, the replication health the failover, scale-in and rollout gates read
+# counts only once every live node's store metrics were written two sample intervals after the
+# lost node's liveness expired (its last record, one interval at most before it went, plus the
+# TTL): KWDB's metrics count its replicas up to date until then (reconciler.kaiwudb.kwbase,
+# stale_records). On KWDB's timings, which the simulator keeps, up to 45 s more than before.
+HEALTH_AFTER_LOSS_S = METRICS_SAMPLE_S + LIVENESS_TTL_S + 2 * METRICS_SAMPLE_S
 
 
 def report(what: str, seconds: float) -> None:
@@ -68,6 +77,16 @@ def bring_up(reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient,
     user(kube, "kubectl").apply(cluster)
     obj = wait_ready(reconciler, 75)
     return reconciler, obj, time.monotonic() - started
+
+
+def fully_replicated(sim_world: SimWorld, namespace: str, timeout_s: float = 60.0) -> None:
+    """Wait until the simulated KaiwuDB holds every range's copies. A cluster Ready moments ago
+    is still up-replicating: a node lost then takes the quorum of every range with two
+    replicas, one on it. KWDB keeps such a range unavailable until the node is back, and the
+    reconciler keeps the lost store (it may hold the range's last copies): a story about a node
+    lost from a healthy cluster starts here."""
+    wait_for("three copies of every range", lambda: sim_world.kwdb.replication(
+        (namespace, NAME), sim_world.clock.now()).underreplicated == 0, timeout_s, 0.1)
 
 
 def pause(reconciler: Reconciler, kube: k8s.ApiClient, namespace: str) -> None:

@@ -39,7 +39,9 @@ from tests.support.harness import (
     wait_for,
 )
 from tests.support.lifecycle import (
+    HEALTH_AFTER_LOSS_S,
     NAME,
+    fully_replicated,
     live_nodes,
     node_lost_since,
     pod_ready,
@@ -186,6 +188,7 @@ def test_a_lost_node_is_replaced_whoever_deleted_the_pod_and_whenever_the_reconc
               for name in others}
     victim_claim = (get(kube, kk.PVC, namespace, f"data-{victim}") or {})["metadata"]["uid"]
 
+    fully_replicated(sim_world, namespace)
     lost_at = time.monotonic()
     faults.lose_node(lost_node)
     wait_for("the node to leave Ready", lambda: node_lost_since(kube, lost_node),
@@ -210,7 +213,8 @@ def test_a_lost_node_is_replaced_whoever_deleted_the_pod_and_whenever_the_reconc
         def died() -> bool:
             watch_others()
             return first.popen.poll() is not None
-        wait_for(f"the reconciler to die at {crash_at}", died, TIMEOUT_S + 60, 0.1)
+        wait_for(f"the reconciler to die at {crash_at}", died,
+                 TIMEOUT_S + 60 + HEALTH_AFTER_LOSS_S, 0.1)
         crashed(first, crash_at, 1)
         report(f"node lost -> reconciler killed at {crash_at}", time.monotonic() - lost_at)
         # It died before its status write: status does not know what it just did.

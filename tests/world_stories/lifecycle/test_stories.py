@@ -45,8 +45,10 @@ from renderer.spec import Cluster
 from tests.support import world_kube
 from tests.support.harness import Reconciler, condition, wait_for
 from tests.support.lifecycle import (
+    HEALTH_AFTER_LOSS_S,
     NAME,
     bring_up,
+    fully_replicated,
     lifecycle_count,
     live_nodes,
     report,
@@ -372,6 +374,7 @@ def test_a_volume_lost_with_its_node_is_replaced_by_a_new_store_and_the_dead_id_
         "volume.kubernetes.io/selected-node") == lost_node, "the volume is pinned to the node"
 
     # The node powers off and stays off for the rest of the story.
+    fully_replicated(sim_world, namespace)
     lost_at = time.monotonic()
     faults.lose_node(lost_node)
 
@@ -380,7 +383,7 @@ def test_a_volume_lost_with_its_node_is_replaced_by_a_new_store_and_the_dead_id_
         return found if found is not None and found["metadata"]["uid"] != old_claim[
             "metadata"]["uid"] else None
     new_claim = wait_for("a new claim for the victim", claim_replaced,
-                         NODE_LOST_TIMEOUT_S + 40, 0.1)
+                         NODE_LOST_TIMEOUT_S + 40 + HEALTH_AFTER_LOSS_S, 0.1)
     replaced_after = time.monotonic() - lost_at
     report("node powered off -> claim replaced", replaced_after)
     assert replaced_after >= NODE_LOST_TIMEOUT_S, "not before nodeLostTimeout"
