@@ -21,8 +21,9 @@ What a pod can show, and the step it gets (each with an Event and
                     recreate it). When its claim's volume is pinned to that node and
                     spec.failover.replaceLostVolumes allows, the claim is deleted in the same
                     step (only while KaiwuDB shows every other node live, this pod's node not
-                    live and no range unavailable: the lost store's copy of the data is given
-                    up, and no range may need it).
+                    live and no range unavailable, by the range descriptors and by fresh
+                    range metrics: the lost store's copy of the data is given up, and no range
+                    may need it).
   VolumeOnLostNode  the pod is unscheduled or absent (however it came to be gone) and its claim's
                     volume is pinned to a node lost for nodeLostTimeout: with the policy, delete
                     the claim and the pending pod so a fresh volume is provisioned on a live
@@ -498,13 +499,21 @@ class Failover:
             return (f"KaiwuDB still counts node(s) {', '.join(map(str, own_live))} of this pod "
                     "live; its store is not given up while it is")
         # Every other node live is not enough: a range whose other copies include a store given
-        # up earlier and not yet re-replicated has lost its quorum with this node, and this
-        # store may hold its last copies. Such a range is unavailable now; wait until none is.
+        # up earlier and not yet re-replicated, or one still up-replicating (two copies, or
+        # one), has lost its quorum with this node, and this store may hold its last copies.
+        # The range descriptors say so at once; the range metrics count a range with no live
+        # replica nowhere, and the others only some 45 s after the loss.
+        live = [n.id for n in nodes if n.is_live]
         try:
+            stranded = self.lifecycle.admin(cluster).ranges_without_quorum(runner, live)
             health = self.lifecycle.admin(cluster).replication_health(runner)
         except KwbaseError as error:
             self.metrics.errors_total.labels(stage="failover").inc()
             return f"KaiwuDB replication health unknown: {error}"
+        if stranded:
+            return (f"{stranded} ranges have no quorum of their replicas on live KaiwuDB nodes "
+                    "(range descriptors): this store may hold their last copies; it is kept "
+                    "until the node is back or KaiwuDB no longer needs it")
         if health.unavailable != 0 or health.stale:
             # A stale read says nothing: a node started moments ago reports 0 until it has
             # computed its metrics (kwbase.stale_records).

@@ -24,7 +24,7 @@ import csv
 import io
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -670,6 +670,63 @@ def parse_status_times(text: str) -> dict[int, StatusTimes]:
         raise ValueError(f"unreadable status record times: {err}") from None
 
 
+RANGE_REPLICA_SETS_QUERY = (
+    "SELECT array_to_string(replicas, ',') AS stores, count(*) AS ranges "
+    "FROM kwdb_internal.ranges_no_leases GROUP BY stores ORDER BY stores")
+"""How many ranges have each set of voting replicas, from the range descriptors (a meta scan:
+kwdb_internal.ranges_no_leases, sql/kwdb_internal.go:2227-2330, admin only, the reconciler is
+root; `replicas` is the voters' store ids, sorted). Unlike the range metrics, which count a
+range by its first live replica and so count a range with none by no one
+(kv/kvserver/replica_metrics.go:170-201), the descriptors list every range. Grouped by replica
+set, the answer stays a few rows however many ranges there are."""
+
+STORE_NODES_QUERY = (
+    "SELECT node_id, store_id FROM kwdb_internal.kv_store_status ORDER BY store_id")
+"""The node of each store that ever wrote a status record (kwdb_internal.kv_store_status,
+sql/kwdb_internal.go:3515-3620): store ids are not node ids (KWDB allocates them apart)."""
+
+
+def parse_replica_sets(text: str) -> dict[tuple[int, ...], int]:
+    """RANGE_REPLICA_SETS_QUERY's CSV: header `stores,ranges`; stores is a comma-separated list
+    of store ids (empty for a range without voters, which no quorum can serve)."""
+    try:
+        rows = _csv_rows(text)
+        if rows and set(rows[0]) != {"stores", "ranges"}:
+            raise _ParseError(f"expected columns stores, ranges, got {', '.join(rows[0])}")
+        found: dict[tuple[int, ...], int] = {}
+        for row in rows:
+            stores = tuple(_int(part, "stores") for part in row["stores"].split(",")
+                           if part.strip()) if row["stores"] not in ("", "NULL") else ()
+            count = _int(row["ranges"], "ranges")
+            if count < 0 or any(store <= 0 for store in stores):
+                raise _ParseError("a negative count or store id")
+            found[stores] = found.get(stores, 0) + count
+        return found
+    except _ParseError as err:
+        raise ValueError(f"unreadable range replica sets: {err}") from None
+
+
+def parse_store_nodes(text: str) -> dict[int, int]:
+    """STORE_NODES_QUERY's CSV: header `node_id,store_id`, one row per store."""
+    try:
+        rows = _csv_rows(text)
+        if rows and set(rows[0]) != {"node_id", "store_id"}:
+            raise _ParseError(f"expected columns node_id, store_id, got {', '.join(rows[0])}")
+        return {_int(row["store_id"], "store_id"): _int(row["node_id"], "node_id")
+                for row in rows}
+    except _ParseError as err:
+        raise ValueError(f"unreadable store nodes: {err}") from None
+
+
+def ranges_without_quorum(replica_sets: Mapping[tuple[int, ...], int],
+                          store_nodes: Mapping[int, int], live: Collection[int]) -> int:
+    """The ranges whose voting replicas on live nodes are not a majority of their voters: no
+    write or lease is possible, and their last copies may be on the nodes that are not live.
+    A store whose node is unknown counts as not live (better to wait than to give up a copy)."""
+    return sum(count for stores, count in replica_sets.items()
+               if 2 * sum(store_nodes.get(store) in live for store in stores) <= len(stores))
+
+
 def parse_snapshots(text: str) -> dict[int, int | None]:
     """SNAPSHOTS_QUERY's CSV: header `node_id,snapshots_queued,snapshots_applying`, one row per
     node; a node's count is None when a gauge is missing (NULL: not known to be 0)."""
@@ -922,6 +979,15 @@ class KwbaseAdmin:
         as the gateway's gossip sees them."""
         argv = self.argv(pod, "sql", "--format=csv", "-e", UPGRADING_NODES_QUERY)
         return self._parsed(pod, argv, parse_upgrading_nodes)
+
+    def ranges_without_quorum(self, pod: str, live: Collection[int]) -> int:
+        """How many ranges lack a quorum of voters on the `live` node ids, by the range
+        descriptors (`ranges_without_quorum`)."""
+        argv = self.argv(pod, "sql", "--format=csv", "-e", STORE_NODES_QUERY)
+        store_nodes = self._parsed(pod, argv, parse_store_nodes)
+        argv = self.argv(pod, "sql", "--format=csv", "-e", RANGE_REPLICA_SETS_QUERY)
+        replica_sets = self._parsed(pod, argv, parse_replica_sets)
+        return ranges_without_quorum(replica_sets, store_nodes, frozenset(live))
 
     def replication_health(self, pod: str) -> ReplicationHealth:
         """`replication_health_of` the nodes `node status --ranges` lists, marked stale while

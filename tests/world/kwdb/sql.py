@@ -13,6 +13,8 @@ Called by tests/world/kwdb/commands.py. Statements answered:
   statement holds a text) and the jobs of one statement (_STATEMENT_JOBS);
 - the nodes whose liveness record is flagged upgrading (_UPGRADING_NODES);
 - when each node's status record was written, and its process started (_STATUS_TIMES);
+- the node of each store (_STORE_NODES) and the ranges per set of voters, from the range
+  descriptors (_RANGE_REPLICA_SETS);
 - `SELECT 1`;
 - the data statements of tests/world/kwdb/data.py (SHOW DATABASES, SHOW TABLES, EXPORT, IMPORT,
   cluster_logical_timestamp()); their notices are printed to stderr as `NOTICE: ...`, as the
@@ -102,6 +104,25 @@ _STATUS_TIMES = re.compile(
 """The admin adapter's STATUS_TIMES_QUERY: when each node's status record was written and when
 the process that wrote it started (kwdb_internal.kv_node_status, sql/kwdb_internal.go:3406-3430:
 every persisted record, dead nodes' included; model.py's sampled records)."""
+_STORE_NODES = re.compile(
+    r"select\s+node_id\s*,\s*store_id\s+from\s+kwdb_internal\.kv_store_status"
+    r"\s+order\s+by\s+store_id",
+    re.IGNORECASE,
+)
+"""The admin adapter's STORE_NODES_QUERY: the node of each store with a persisted status
+(kwdb_internal.kv_store_status, sql/kwdb_internal.go:3517-3536). Here each node has one store,
+numbered like the node: KWDB allocates store ids from a counter of their own
+(server/node.go:196-205, 636-650), so with one store per node they match unless a start failed
+between the two allocations; the reconciler never assumes they do."""
+_RANGE_REPLICA_SETS = re.compile(
+    r"select\s+array_to_string\(\s*replicas\s*,\s*','\s*\)\s+as\s+stores\s*,\s*"
+    r"count\(\s*\*\s*\)\s+as\s+ranges\s+from\s+kwdb_internal\.ranges_no_leases"
+    r"\s+group\s+by\s+stores\s+order\s+by\s+stores",
+    re.IGNORECASE,
+)
+"""The admin adapter's RANGE_REPLICA_SETS_QUERY: ranges by their voters' store ids, sorted, from
+the range descriptors (kwdb_internal.ranges_no_leases, sql/kwdb_internal.go:2227-2330, a meta
+scan: every range, whatever its replicas' liveness; model.py's ranges, replicas listed)."""
 _JOB_WINDOW_S = 7 * 24 * 3600.0
 """SHOW JOBS lists a finished job for seven days (delegate/show_jobs.go:55-60)."""
 _JOB_HEADERS = (
@@ -303,6 +324,16 @@ def _statement(
              format_timestamp(n.status_written_at, epoch)]
             for n in sorted(cluster.nodes.values(), key=lambda n: n.node_id)
             if n.status_written_at is not None]
+    if _STORE_NODES.fullmatch(text):
+        cluster.advance(env.now)
+        return ["node_id", "store_id"], [
+            [str(n.node_id), str(n.node_id)]
+            for n in sorted(cluster.nodes.values(), key=lambda n: n.node_id)
+            if n.status_written_at is not None]
+    if _RANGE_REPLICA_SETS.fullmatch(text):
+        cluster.advance(env.now)
+        sets = Counter(",".join(map(str, sorted(r.replicas))) for r in cluster.ranges)
+        return ["stores", "ranges"], [[stores, str(n)] for stores, n in sorted(sets.items())]
     if text.lower() == "select 1":
         return ["?column?"], [["1"]]
     raise Fail(f"kwdb-sim: statement not modelled by the simulated KaiwuDB: {text}")

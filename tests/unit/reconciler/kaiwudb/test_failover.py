@@ -11,7 +11,7 @@ tests/world_stories/failover/.)
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,12 @@ from reconciler.kaiwudb.failover import (
     crash_state,
     replaced_stores,
 )
-from reconciler.kaiwudb.kwbase import KwbaseError, NodeStatus, ReplicationHealth
+from reconciler.kaiwudb.kwbase import (
+    KwbaseError,
+    NodeStatus,
+    ReplicationHealth,
+    ranges_without_quorum,
+)
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
@@ -60,6 +65,8 @@ class World:
         self.decommissioned: list[int] = []
         # What KaiwuDB says of its ranges (a lost node's ranges keep a quorum: available).
         self.health = ReplicationHealth(unavailable=0, underreplicated=10, catching_up=0)
+        # The range descriptors: ranges per set of voters (store id = node id here).
+        self.replica_sets: dict[tuple[int, ...], int] = {(1, 2, 3): 40}
         self.kwdb_error = ""  # when set, every kwbase command fails with it
         self.unseen: set[int] = set()  # node ids the asked gateway's view omits
         self.cached: dict[tuple[str, str], Obj] = {}  # (kind, name) -> what a lagging cache shows
@@ -148,6 +155,10 @@ class FakeAdmin:
 
     def replication_health(self, pod: str) -> ReplicationHealth:
         return self.world.health
+
+    def ranges_without_quorum(self, pod: str, live: Collection[int]) -> int:
+        return ranges_without_quorum(self.world.replica_sets, {i: i for i in range(1, 9)},
+                                     live)
 
     def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[()]:
         self.world.decommissioned.extend(node_ids)
@@ -402,6 +413,25 @@ def test_the_claim_is_kept_while_a_range_has_lost_its_quorum() -> None:
     assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
 
 
+def test_the_claim_is_kept_while_a_range_has_its_only_copies_on_the_lost_node() -> None:
+    """A cluster lost node 2 while still up-replicating: a range on nodes 1 and 2 and ranges
+    on node 2 alone (after a rebalance) have no quorum left. The range metrics count a range
+    with no live replica nowhere and show nothing unavailable; the range descriptors list
+    them: the store is kept."""
+    world = healthy_world()
+    lose(world, 1, since=NOW - TIMEOUT - 1)
+    world.health = ReplicationHealth(unavailable=0, underreplicated=30, catching_up=0)
+    world.replica_sets = {(1, 2, 3): 5, (1, 2): 1, (2,): 4, (1,): 30}
+    p = run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "PersistentVolumeClaim", "data-dev-1") not in world.writes
+    assert "5 ranges have no quorum of their replicas on live KaiwuDB nodes" in " ".join(
+        m for _, m in p.not_ready)
+    # KaiwuDB moved them (the node came back a while, say): the store may go.
+    world.replica_sets = {(1, 2, 3): 5, (1, 3): 5, (1,): 30}
+    run_pass(world, replaceLostVolumes=True)
+    assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
+
+
 def test_an_administrators_force_delete_leads_to_the_same_replacement() -> None:
     """The usual StatefulSet runbook: the pod on the dead node is force-deleted by hand before
     the timeout; the recreated pod is Pending for good (its volume is on the dead node)."""
@@ -533,6 +563,7 @@ def test_a_node_object_that_is_gone_is_lost_from_the_first_pass_that_saw_it_miss
 
 def test_the_lost_stores_node_id_is_decommissioned_once_its_successor_is_live() -> None:
     world = healthy_world()
+    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))
@@ -557,6 +588,7 @@ def test_a_node_id_is_never_decommissioned_on_a_stale_look() -> None:
 
 def test_single_replica_never_asks_for_a_decommission_and_later_failovers_go_on() -> None:
     world = healthy_world()
+    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))
@@ -761,6 +793,7 @@ def test_a_node_gone_before_a_restart_waits_no_longer_than_status_failures_shows
 
 def test_the_dead_node_decommission_says_which_node_replaces_it_and_looks_again() -> None:
     world = healthy_world()
+    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))
@@ -1042,6 +1075,7 @@ def test_a_volume_pinned_by_a_local_volumes_affinity_on_a_lost_node_is_replaced(
 
 def test_a_replaced_store_is_found_beside_another_pods_crash_loop() -> None:
     world = healthy_world()
+    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))

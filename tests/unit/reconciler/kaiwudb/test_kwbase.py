@@ -35,7 +35,10 @@ from reconciler.kaiwudb.kwbase import (
     StatusTimes,
     UnexpectedOutput,
     UnknownNode,
+    parse_replica_sets,
     parse_status_times,
+    parse_store_nodes,
+    ranges_without_quorum,
     stale_records,
 )
 from renderer.render import build_objects, read_live
@@ -765,6 +768,42 @@ def test_range_metrics_count_only_once_written_20_s_after_a_lost_nodes_liveness_
     assert "the store metrics of node 1 were written less than 20 s after that" in problem
     times[1] = StatusTimes(at(0), at(145))
     assert stale_records(nodes, times) == ""
+
+
+def test_ranges_whose_only_copies_were_on_a_lost_node_are_found_in_the_descriptors() -> None:
+    # The bootstrap node is lost while 40 ranges still up-replicate (two moves a second).
+    deployment = start_pods()
+    deployment.at(1.0)
+    deployment.admin.init("orders-0")
+    deployment.world.tune((NAMESPACE, NAME), 1.0, snapshot_rate_per_s=2.0)
+    deployment.at(4.0)
+    deployment.world.set_pod_host_alive((NAMESPACE, NAME), "orders-0", False, 4.0)
+    deployment.at(60.0)
+    live = [n.id for n in deployment.admin.node_status("orders-1") if n.is_live]
+    assert live == [2, 3]
+    stranded = deployment.admin.ranges_without_quorum("orders-1", live)
+    health = deployment.admin.replication_health("orders-1")
+    # The metrics count each range by its first live replica: those on node 1 alone by none.
+    assert stranded > 30 and (health.unavailable or 0) < stranded
+    assert deployment.admin.ranges_without_quorum("orders-1", [1, 2, 3]) == 0
+
+
+def test_replica_sets_and_store_nodes_are_read_strictly_and_unknown_stores_count_as_down(
+        ) -> None:
+    sets = parse_replica_sets("stores,ranges\n\"1,2,3\",30\n\"1,2\",2\n1,8\n")
+    assert sets == {(1, 2, 3): 30, (1, 2): 2, (1,): 8}
+    assert parse_store_nodes("node_id,store_id\n1,1\n2,7\n") == {1: 1, 7: 2}
+    # Node 2 (store 7) lost: the two-copy ranges lose their quorum, the three-copy ones keep
+    # it, and a store of no known node counts as not live.
+    assert ranges_without_quorum(sets, {1: 1, 2: 2, 3: 3}, {1, 3}) == 2
+    assert ranges_without_quorum({(1, 9): 4}, {1: 1}, {1}) == 4
+    assert ranges_without_quorum({(): 1}, {}, {1}) == 1, "a range without voters has no quorum"
+    for bad in ("stores\n1\n", "stores,ranges\n\"1,x\",3\n", "stores,ranges\n1,-3\n",
+                "stores,ranges\n\"0,1\",3\n"):
+        with pytest.raises(ValueError, match="unreadable range replica sets"):
+            parse_replica_sets(bad)
+    with pytest.raises(ValueError, match="unreadable store nodes"):
+        parse_store_nodes("node_id,store\n1,1\n")
 
 
 def test_status_record_times_are_read_as_utc_and_refused_when_unreadable() -> None:
