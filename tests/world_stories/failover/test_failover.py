@@ -209,6 +209,62 @@ def test_without_replace_lost_volumes_the_pod_waits_for_its_node(
     assert (pod(kube, namespace, victim) or {})["spec"]["nodeName"] == lost_node
 
 
+def test_a_store_lost_while_ranges_still_up_replicate_is_kept_until_its_node_is_back(
+        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
+        kube: k8s.ApiClient, namespace: str) -> None:
+    """A new cluster loses its first node before KaiwuDB has copied its ranges: most still have
+    their one copy there. KWDB's range metrics count a range by its first live replica, so
+    those read as available; the range descriptors do not. Volume replacement is allowed, yet
+    the store is kept (a fresh one would lose those ranges for good) until the node is back."""
+    cluster = (namespace, NAME)
+    # Big ranges: up-replication crawls (one replica copied every 2 s).
+    sim_world.kwdb.tune(cluster, sim_world.clock.now(), snapshot_rate_per_s=0.5)
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
+        namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s", "replaceLostVolumes": True}))
+    report("apply -> Ready (3 nodes, ranges still being copied)", took)
+    before = live_nodes(obj)
+    victim = f"{NAME}-0"
+    old = pod(kube, namespace, victim)
+    assert old is not None
+    lost_node = old["spec"]["nodeName"]
+    claim = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert claim is not None
+    # Ranges get their copies in order: once node 3 holds one, the liveness range (the first)
+    # has its three and the cluster stays available without node 1.
+    wait_for("the liveness range's three copies", lambda: any(
+        n.node_id == 3 and n.replicas for n in sim_world.kwdb.nodes(
+            cluster, sim_world.clock.now())), 30, 0.1)
+    assert sim_world.kwdb.replication(cluster, sim_world.clock.now()).underreplicated > 20
+
+    lost_at = time.monotonic()
+    faults.lose_node(lost_node)
+    # Long enough for the range metrics to be fresh after the loss: they still say nothing.
+    kept = wait_for("the failover to say why the store is kept", lambda: (c := condition(
+        reconciler.cluster(NAME), "Ready")).get("reason") == "FailoverWaiting"
+        and "have no quorum of their replicas on live KaiwuDB nodes" in c.get("message", "")
+        and c, NODE_GRACE_S + TIMEOUT_S + 20 + HEALTH_AFTER_LOSS_S, 0.2)
+    report("node powered off -> store kept, ranges without a quorum named",
+           time.monotonic() - lost_at)
+    print(f"  {kept['message']}")
+    time.sleep(max(0.0, HEALTH_AFTER_LOSS_S + 5 - (time.monotonic() - lost_at)))
+    assert lifecycle_count(reconciler, "replace-volume") == 0
+    current = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert current is not None and current["metadata"]["uid"] == claim["metadata"]["uid"]
+
+    restored_at = time.monotonic()
+    faults.restore_node(lost_node)
+
+    def ready_again() -> Obj | None:
+        found = reconciler.cluster(NAME)
+        st = (found or {}).get("status") or {}
+        return found if condition(found, "Ready").get("status") == "True" and \
+            "failures" not in st else None
+    obj = wait_for("the cluster to be Ready again", ready_again, 60, 0.2)
+    report("node back -> its store back, Ready", time.monotonic() - restored_at)
+    assert live_nodes(obj) == before, "the same store: the same node id"
+    assert sim_world.kwdb.replication(cluster, sim_world.clock.now()).unavailable == 0
+
+
 def test_a_single_replica_cluster_replaces_a_lost_store_without_a_decommission_and_goes_on(
         sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
