@@ -48,7 +48,7 @@ from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
 from reconciler.model import KaiwuStatus, Obj, Pass, meta
-from renderer.spec import Cluster
+from renderer.spec import Cluster, StartMode
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +173,15 @@ class Lifecycle:
         # world (the accepted-spec annotation and the StatefulSet read alike), so they get the
         # same next step; and a joined pod removed without a decommission can take a range's
         # quorum with it (a range still up-replicating onto it has two replicas, one there).
-        # Unless spec.drift.ignore hands the replicas to someone else: then they are theirs.
+        # Unless spec.drift.ignore hands the replicas to someone else: then they are theirs,
+        # and every apply of the StatefulSet keeps them. Or unless the cluster is one
+        # single-node KaiwuDB: a pod beyond it starts a KaiwuDB of its own, without --join,
+        # holding none of the cluster's data; drift repair removes it.
+        if p.replicas_owned_elsewhere and live_replicas is not None:
+            self.scaling.override_replicas(p, live_replicas)
         scale_in = (live_replicas is not None and cluster.replicas < live_replicas
-                    and not p.replicas_owned_elsewhere)
+                    and not p.replicas_owned_elsewhere
+                    and cluster.start_mode is not StartMode.SINGLE_NODE)
         nodes = self.nodes.probe(p, cluster, pods, admin, live_replicas,
                            force=operation is not None or scale_in or rolling(sts))
         if operation is None and nodes is not None:

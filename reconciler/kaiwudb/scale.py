@@ -28,7 +28,9 @@
   look empty while descriptors still list replicas on it (a decommissioned
   store can never rejoin: a later scale-out must start with an empty volume). The operation is
   kept in `status.operation`, so a restarted reconciler resumes it. A scale-out while a node is
-  still decommissioning recommissions it and cancels the operation.
+  still decommissioning recommissions it and cancels the operation; so does a StatefulSet raised
+  by hand past the operation (shrinking it then would take the pods above undrained): the next
+  pass starts again from the highest pod.
 
 Used by the lifecycle step (reconciler.kaiwudb.lifecycle).
 """
@@ -216,11 +218,21 @@ class Scaling(Part):
                           operation: ScaleIn, live_replicas: int | None) -> None:
         replicas = operation.replicas
         pod = operation.pod
+        # Someone raised the StatefulSet past the operation (kubectl scale): its pod is no longer
+        # the highest, and shrinking now would take the pods above it undrained. The operation
+        # ends as a scale-out's does; the next pass starts again from the highest pod.
+        raised = live_replicas is not None and live_replicas > replicas
+        if raised:
+            assert live_replicas is not None
+            self.cancel(p, cluster, pods, admin, operation.node_id, pod, keep=live_replicas,
+                        why=f"the StatefulSet was raised to {live_replicas} during the scale-in")
+            return
         if operation.phase == DECOMMISSIONING and operation.node_id is not None:
             self.override_replicas(p, replicas)
             node_id = operation.node_id
             if cluster.replicas >= replicas:
-                self.cancel(p, cluster, pods, admin, node_id, pod)
+                self.cancel(p, cluster, pods, admin, node_id, pod, keep=cluster.replicas,
+                            why=f"spec.replicas is {cluster.replicas} again")
                 return
             if nodes is None:
                 self.scaling(p, operation)
@@ -307,23 +319,27 @@ class Scaling(Part):
         return 0 if found[0].drained_of_replicas else max(found[0].replicas, 1)
 
     def cancel(self, p: Pass, cluster: Cluster, pods: Mapping[str, Obj], admin: KwbaseAdmin,
-               node_id: int, pod: str) -> None:
-        """A scale-out came while node_id decommissions: recommission it, drop the operation."""
-        runner = exec_pod(pods)
-        if runner is None:
-            p.not_ready.append(("ScalingIn", "recommission waits for a pod that runs kwbase"))
-            p.requeue_in(self.settings.poll_s)
-            return
-        try:
-            admin.recommission(runner, [node_id])
-        except KwbaseError as error:
-            self.retry_later(p, "ScalingIn", f"recommission of node {node_id}", error)
-            return
-        self.count("recommission")
+               node_id: int | None, pod: str, *, keep: int, why: str) -> None:
+        """A scale-out came, or the StatefulSet was raised, while the operation ran: recommission
+        its node (if it has one), drop the operation, and render `keep` replicas."""
+        self.override_replicas(p, max(keep, p.live.replicas or 0))
+        if node_id is not None:
+            runner = exec_pod(pods)
+            if runner is None:
+                p.not_ready.append(("ScalingIn", "recommission waits for a pod that runs kwbase"))
+                p.requeue_in(self.settings.poll_s)
+                return
+            try:
+                admin.recommission(runner, [node_id])
+            except KwbaseError as error:
+                self.retry_later(p, "ScalingIn", f"recommission of node {node_id}", error)
+                return
+            self.count("recommission")
         p.kaiwu.operation = None
-        self.override_replicas(p, cluster.replicas)
-        p.act("Recommissioned", f"Pod/{pod}", f"spec.replicas is {cluster.replicas} again: "
-              f"KaiwuDB node {node_id} recommissioned, scale-in cancelled")
+        self.override_replicas(p, keep)
+        p.act("Recommissioned" if node_id is not None else "ScaleInCancelled", f"Pod/{pod}", (
+            f"{why}: " + (f"KaiwuDB node {node_id} recommissioned, " if node_id is not None
+                          else "") + "scale-in cancelled"))
         p.requeue_in(self.settings.poll_s)
 
 

@@ -563,7 +563,6 @@ def test_a_node_object_that_is_gone_is_lost_from_the_first_pass_that_saw_it_miss
 
 def test_the_lost_stores_node_id_is_decommissioned_once_its_successor_is_live() -> None:
     world = healthy_world()
-    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))
@@ -793,7 +792,6 @@ def test_a_node_gone_before_a_restart_waits_no_longer_than_status_failures_shows
 
 def test_the_dead_node_decommission_says_which_node_replaces_it_and_looks_again() -> None:
     world = healthy_world()
-    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))
@@ -1075,7 +1073,6 @@ def test_a_volume_pinned_by_a_local_volumes_affinity_on_a_lost_node_is_replaced(
 
 def test_a_replaced_store_is_found_beside_another_pods_crash_loop() -> None:
     world = healthy_world()
-    world.replica_sets = {(1,): 40}  # single-replica: every range on the bootstrap node
     world.put(k.POD, pod(1, "n3", uid="replacement"))
     world.kwdb[1] = kw_node(2, "dev-1", live=False)
     world.kwdb.append(kw_node(4, "dev-1"))

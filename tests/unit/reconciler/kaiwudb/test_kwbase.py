@@ -793,9 +793,12 @@ def test_replica_sets_and_store_nodes_are_read_strictly_and_unknown_stores_count
     sets = parse_replica_sets("stores,ranges\n\"1,2,3\",30\n\"1,2\",2\n1,8\n")
     assert sets == {(1, 2, 3): 30, (1, 2): 2, (1,): 8}
     assert parse_store_nodes("node_id,store_id\n1,1\n2,7\n") == {1: 1, 7: 2}
-    # Node 2 (store 7) lost: the two-copy ranges lose their quorum, the three-copy ones keep
-    # it, and a store of no known node counts as not live.
+    # Node 2 lost: the two-copy ranges lose their quorum, the three-copy ones keep it, and a
+    # store of no known node counts as not live. Store ids are not node ids: here node 2 runs
+    # store 3 and node 3 store 2, so losing node 2 is losing store 3.
     assert ranges_without_quorum(sets, {1: 1, 2: 2, 3: 3}, {1, 3}) == 2
+    assert ranges_without_quorum(sets, {1: 1, 2: 3, 3: 2}, {1, 3}) == 0
+    assert ranges_without_quorum({(1, 3): 5}, {1: 1, 2: 3, 3: 2}, {1, 3}) == 5
     assert ranges_without_quorum({(1, 9): 4}, {1: 1}, {1}) == 4
     assert ranges_without_quorum({(): 1}, {}, {1}) == 1, "a range without voters has no quorum"
     for bad in ("stores\n1\n", "stores,ranges\n\"1,x\",3\n", "stores,ranges\n1,-3\n",

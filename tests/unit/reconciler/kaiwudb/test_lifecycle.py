@@ -1013,6 +1013,23 @@ def test_a_scale_out_while_a_node_decommissions_recommissions_it() -> None:
     assert [a.action for a in p.actions] == ["Recommissioned"]
 
 
+def test_a_statefulset_raised_by_hand_during_a_scale_in_ends_it_and_shrinks_nothing() -> None:
+    # Scaling 3 -> 2, node 3 draining (or drained), when someone scales the StatefulSet to 4:
+    # shrinking now would take dev-3 undrained. The operation ends as a scale-out's does;
+    # the next pass starts again from the highest pod.
+    for phase in (DECOMMISSIONING, REMOVING):
+        c = Cluster3()
+        c.kaiwu(2, decommissioning=True)
+        c.world.put(k.STATEFUL_SET, statefulset(4))
+        c.world.put(k.POD, pod(3, "n3"))
+        c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
+        p = c.run(replicas=2, status=scale_in_status(phase))
+        assert ("recommission", f"{NAME}-0", (3,)) in c.admin.asked, phase
+        assert p.kaiwu.operation is None and p.live.replicas == 4, phase
+        assert p.actions[-1].message.startswith(
+            "the StatefulSet was raised to 4 during the scale-in: KaiwuDB node 3 recommissioned")
+
+
 def test_a_node_recommissioned_by_hand_restarts_the_scale_in_from_its_checks() -> None:
     c = Cluster3()  # node 3 is no longer decommissioning
     c.admin.jobs = RunningJobs((("SCHEMA CHANGE", 1),))  # and the checks now find a job running
@@ -1103,7 +1120,7 @@ def test_a_statefulset_scaled_up_by_hand_is_scaled_in_through_decommission() -> 
     # replica of a range still up-replicating, so it is drained before its pod goes, as in
     # any scale-in (the same world as spec.replicas lowered from 4: the same next step).
     c = Cluster3()
-    c.run()  # we applied 3
+    c.run()  # a steady cluster of three
     c.world.put(k.STATEFUL_SET, statefulset(4))
     c.world.put(k.POD, pod(3, "n3"))
     c.world.kwdb.append(kw_node(4, f"{NAME}-3"))
@@ -1122,6 +1139,16 @@ def test_replicas_an_ignore_rule_hands_to_someone_else_are_never_scaled_in() -> 
     p.replicas_owned_elsewhere = True
     c.lifecycle.run(p)
     assert p.kaiwu.operation is None and "decommission" not in c.admin.commands()
+    assert p.live.replicas == 4, "every apply of the StatefulSet keeps the owner's replicas"
+
+
+def test_a_pod_added_by_hand_to_a_single_node_cluster_is_left_to_drift_repair() -> None:
+    # It runs a KaiwuDB of its own (start-single-node has no --join): no data of the cluster.
+    c = Cluster3()
+    c.world.put(k.STATEFUL_SET, statefulset(2))
+    p = c.run(replicas=1, startMode="single-node")
+    assert p.kaiwu.operation is None and p.live.replicas is None
+    assert not any(reason == "ScaleInRefused" for reason, _ in p.stalled)
 
 
 def test_fewer_replicas_in_the_spec_than_live_after_a_restart_is_a_scale_in() -> None:
