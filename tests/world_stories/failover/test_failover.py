@@ -47,6 +47,14 @@ def pod(kube: k8s.ApiClient, namespace: str, name: str) -> Obj | None:
     return Kube(kube, "test").get(kk.POD, namespace, name)
 
 
+def ready_again(reconciler: Reconciler) -> Obj | None:
+    """The cluster, once Ready with no failure left in its status."""
+    found = reconciler.cluster(NAME)
+    st = (found or {}).get("status") or {}
+    return found if condition(found, "Ready").get("status") == "True" and \
+        "failures" not in st else None
+
+
 def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
         sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
@@ -92,13 +100,7 @@ def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
     assert replaced_after < TIMEOUT_S + 20 + HEALTH_AFTER_LOSS_S, \
         "the timeout, fresh range metrics, and a few seconds"
 
-    def ready_again() -> Obj | None:
-        found = reconciler.cluster(NAME)
-        st = (found or {}).get("status") or {}
-        if condition(found, "Ready").get("status") == "True" and "failures" not in st:
-            return found
-        return None
-    obj = wait_for("the cluster to be Ready again", ready_again, 30, 0.2)
+    obj = wait_for("the cluster to be Ready again", lambda: ready_again(reconciler), 30, 0.2)
     report("node powered off -> cluster Ready again", time.monotonic() - lost_at)
 
     after = live_nodes(obj)
@@ -198,12 +200,7 @@ def test_without_replace_lost_volumes_the_pod_waits_for_its_node(
     restored_at = time.monotonic()
     faults.restore_node(lost_node)
 
-    def ready_again() -> Obj | None:
-        found = reconciler.cluster(NAME)
-        st = (found or {}).get("status") or {}
-        return found if condition(found, "Ready").get("status") == "True" and \
-            "failures" not in st else None
-    obj = wait_for("the cluster to be Ready again", ready_again, 40, 0.2)
+    obj = wait_for("the cluster to be Ready again", lambda: ready_again(reconciler), 40, 0.2)
     report("node back -> pod back on it with its data, Ready", time.monotonic() - restored_at)
     assert live_nodes(obj) == before, "the same store: the same node id"
     assert (pod(kube, namespace, victim) or {})["spec"]["nodeName"] == lost_node
@@ -254,12 +251,7 @@ def test_a_store_lost_while_ranges_still_up_replicate_is_kept_until_its_node_is_
     restored_at = time.monotonic()
     faults.restore_node(lost_node)
 
-    def ready_again() -> Obj | None:
-        found = reconciler.cluster(NAME)
-        st = (found or {}).get("status") or {}
-        return found if condition(found, "Ready").get("status") == "True" and \
-            "failures" not in st else None
-    obj = wait_for("the cluster to be Ready again", ready_again, 60, 0.2)
+    obj = wait_for("the cluster to be Ready again", lambda: ready_again(reconciler), 60, 0.2)
     report("node back -> its store back, Ready", time.monotonic() - restored_at)
     assert live_nodes(obj) == before, "the same store: the same node id"
     assert sim_world.kwdb.replication(cluster, sim_world.clock.now()).unavailable == 0
