@@ -206,6 +206,9 @@ class Settings:
     lifecycle_poll_s: float = field(default=1.0, metadata=_help(
         "while KaiwuDB is busy (init pending, nodes joining, a decommission draining), a "
         "cluster is looked at again this soon; each look costs one exec"))
+    volume_retry_s: float = field(default=60.0, metadata=_help(
+        "a claim whose growth the API server refused (its StorageClass does not allow volume "
+        "expansion) is asked again this often"))
     node_probe_every_s: float = field(default=300.0, metadata=_help(
         "longest time between two `kwbase node status` probes of a steady cluster"))
     long_gone_after_s: float = field(default=3600.0, metadata=_help(
@@ -256,8 +259,8 @@ class Settings:
                      "retry_period_s", "reconnect_backoff_base_s", "error_backoff_base_s",
                      "api_timeout_s", "exec_timeout_s", "long_statement_timeout_s",
                      "fight_window_s", "backup_poll_s", "backup_running_poll_s",
-                     "lifecycle_poll_s", "node_probe_every_s", "long_gone_after_s",
-                     "drift_backoff_base_s"):
+                     "lifecycle_poll_s", "volume_retry_s", "node_probe_every_s",
+                     "long_gone_after_s", "drift_backoff_base_s"):
             check(getattr(self, name) > 0, name, "must be greater than 0")
         for name in ("min_reconcile_interval_s", "shutdown_grace_s", "source_debounce_s"):
             check(getattr(self, name) >= 0, name, "must not be negative")

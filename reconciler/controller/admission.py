@@ -282,9 +282,10 @@ def advice(new: Obj, spec: Mapping[str, Any], reference: Mapping[str, Any] | Non
         except (quantity.QuantityError, KeyError):
             grows = False
         if grows:
-            found.append(f"spec.storage.size: existing volumes keep "
-                         f"{reference['storage']['size']}; only new ones get "
-                         f"{spec['storage']['size']}")
+            # At most MAX_WARNING characters: say the one thing that cannot be undone.
+            found.append(f"spec.storage.size {reference['storage']['size']} -> "
+                         f"{spec['storage']['size']}: volumes grow only if their StorageClass "
+                         "allows expansion; no going back down")
     return found
 
 

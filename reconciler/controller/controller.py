@@ -19,6 +19,7 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
   repair        missing and drifted objects written as rendered, per drift policy
   recreate      a StatefulSet whose immutable fields must change: orphaning delete
   prune         objects no longer rendered, deleted (never claims or Secrets)
+  volumes       claims grown to spec.storage.size (reconciler.controller.volumes)
   failover      lost nodes, lost volumes, crash loops (reconciler.kaiwudb.failover)
   restore       spec.bootstrap.fromBackup: IMPORTs in KWDB's order (reconciler.kaiwudb.restore)
   backup        schedules, retention and the running KaiwuBackup (reconciler.kaiwudb.backup)
@@ -52,6 +53,7 @@ from reconciler.controller.shared import (
     Shared,
     WriteMarks,
 )
+from reconciler.controller.volumes import VolumesStep
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
 from reconciler.drift.memo import ComparisonMemo
 from reconciler.drift.normalise import DriftSettings
@@ -110,6 +112,7 @@ class Controller:
                 listener="restore", reason=reason).inc()),
             poll_s=settings.backup_poll_s)
         self.spec = SpecStep(self.shared)
+        self.volumes = VolumesStep(self.shared)
         self.steps: list[Step] = [
             self.spec,
             CertificatesStep(self.shared),
@@ -119,6 +122,7 @@ class Controller:
             RepairStep(self.shared),
             RecreateStep(self.shared),
             PruneStep(self.shared),
+            self.volumes,
             Failover(kube, view, metrics, self.lifecycle),
             self.restore,
             self.backups,
@@ -142,6 +146,7 @@ class Controller:
 
     def forget(self, key: ClusterKey) -> None:
         self.spec.forget(key)
+        self.volumes.forget(key)
         self.shared.fights.forget(key)
         self.lifecycle.forget(key.namespace, key.name)
         self.shared.pending.forget(key)

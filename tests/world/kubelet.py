@@ -676,12 +676,43 @@ class SimKubelet:
         elif pod.store_key is not None and self._disks.is_lost(pod.store_key):
             self.volume_lost(pod.store_key)
             return
+        if pod.store_key is not None:
+            self._grow_file_system(pod.store_key)
         if not self._run_init_containers(pod, now):
             self._post_status(pod)
             return
         for c in pod.containers:
             self._sync_container(pod, c, now)
         self._post_status(pod)
+
+    def _grow_file_system(self, claim_uid: str) -> None:
+        """Online expansion (the volume manager's NodeExpandVolume, then MarkFSResizeFinished):
+        the mounted volume's file system grows to its PersistentVolume's capacity and the
+        claim's status.capacity says so; its FileSystemResizePending condition goes. Only here,
+        on the node where a pod runs with the claim mounted (tests/world/storage.py)."""
+        claim = self._disks.file_system_to_resize(claim_uid)
+        if claim is None:
+            return
+        namespace, name = claim
+        path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}"
+        live = self._rest.get_or_none(path)
+        volume = (self._rest.get_or_none(f"/api/v1/persistentvolumes/{live['spec']['volumeName']}")
+                  if live is not None and live["metadata"]["uid"] == claim_uid else None)
+        if live is None or volume is None:
+            self._disks.file_system_resized(claim_uid)
+            return
+        conditions = [c for c in (live.get("status") or {}).get("conditions") or ()
+                      if c.get("type") not in ("FileSystemResizePending", "Resizing")]
+        try:
+            self._rest.patch(path + "/status", {"status": {
+                "capacity": {"storage": volume["spec"]["capacity"]["storage"]},
+                "conditions": conditions or None}})
+        except ApiError as err:
+            if err.status != 404:
+                raise
+        self._disks.file_system_resized(claim_uid)
+        log.info("claim %s/%s: file system grown to %s", namespace, name,
+                 volume["spec"]["capacity"]["storage"])
 
     def _claim_uids(self, pod: PodRuntime) -> list[str]:
         uids = []

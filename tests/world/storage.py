@@ -11,15 +11,28 @@ provisioner (`volume.beta.kubernetes.io/storage-provisioner`). This provisioner 
 real PV controller binds the two and the scheduler binds the pod. Volumes released by deleted
 claims are deleted (reclaim policy Delete), as a dynamic provisioner does.
 
-Not modelled: capacity limits per node, volume expansion, snapshots, `Retain`/`Recycle`,
-attach/detach, filesystem contents (KaiwuDB data lives in the simulated KaiwuDB, keyed by the
-claim's uid).
+Volume expansion, as a CSI driver with the external-resizer does it: the StorageClass sets
+`allowVolumeExpansion` (`StorageSettings.allow_expansion`), so the REAL API server lets a bound
+claim's request rise (its PersistentVolumeClaimResize admission refuses it, 403, on a class that
+does not; its validation refuses any decrease). The resizer here sees a bound claim asking more
+than its status.capacity, grows the PersistentVolume (spec.capacity, the controller side) and
+marks the claim `FileSystemResizePending`; the kubelet of the node where a running pod mounts it
+then grows the file system and writes the claim's new status.capacity, removing the condition
+(online expansion, tests/world/kubelet.py). A claim pending while no pod runs on a live node
+stays pending, as it would. The real kube-controller-manager's expand controller finds no
+in-tree plugin for these `local` volumes and leaves them to this resizer ("waiting for an
+external controller").
+
+Not modelled: capacity limits per node, snapshots, `Retain`/`Recycle`, attach/detach, resize
+failures, filesystem contents (KaiwuDB data lives in the simulated KaiwuDB, keyed by the claim's
+uid; its store capacity does not follow the claim's).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +45,22 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+# The claim conditions of a resize (core/v1 PersistentVolumeClaimConditionType).
+FILE_SYSTEM_RESIZE_PENDING = "FileSystemResizePending"
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def storage_bytes(text: object) -> int:
+    """A storage quantity in bytes: whole numbers with a binary or decimal suffix, the only
+    spellings claims carry (ValueError otherwise)."""
+    value = str(text)
+    for suffixes in (_BINARY, _DECIMAL):
+        for suffix, factor in sorted(suffixes.items(), key=lambda item: -len(item[0])):
+            number = value[: len(value) - len(suffix)] if suffix else value
+            if value.endswith(suffix) and number.isdigit():
+                return int(number) * factor
+    raise ValueError(f"{value!r} is not a storage size the simulated storage reads")
 
 
 @dataclass(frozen=True)
@@ -41,12 +70,15 @@ class StorageSettings:
     class_name / provisioner: what claims name and what the PV controller hands claims to.
     default_class: whether claims without a class get this one (annotation is-default-class).
     base_path: where the `local` volumes claim to live on the node (shown in PVs and errors).
+    allow_expansion: the class's allowVolumeExpansion (the resizer grows any claim the API
+        server let grow; a story may turn it off on the live class).
     """
 
     class_name: str = "kaiwu-local"
     provisioner: str = "kaiwu.test/local-provisioner"
     default_class: bool = True
     base_path: str = "/mnt/kaiwu-local"
+    allow_expansion: bool = True
 
 
 class Disks:
@@ -57,6 +89,8 @@ class Disks:
         self._node_of: dict[str, str] = {}  # claim uid -> node
         self._path_of: dict[str, str] = {}  # claim uid -> directory on that node
         self._lost: set[str] = set()  # claim uids whose disk is gone
+        # claim uid -> (namespace, name): volume grown, its file system not yet
+        self._resize_pending: dict[str, tuple[str, str]] = {}
 
     def place(self, claim_uid: str, node: str, path: str) -> None:
         with self._lock:
@@ -78,6 +112,23 @@ class Disks:
     def is_lost(self, claim_uid: str) -> bool:
         with self._lock:
             return claim_uid in self._lost
+
+    def file_system_resize_pending(self, claim_uid: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._resize_pending[claim_uid] = (namespace, name)
+
+    def file_system_to_resize(self, claim_uid: str) -> tuple[str, str] | None:
+        """The claim (namespace, name) whose file system the kubelet mounting it should grow."""
+        with self._lock:
+            return self._resize_pending.get(claim_uid)
+
+    def file_system_resized(self, claim_uid: str) -> None:
+        with self._lock:
+            self._resize_pending.pop(claim_uid, None)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def volume_name(claim_uid: str) -> str:
@@ -126,6 +177,7 @@ class SimStorage:
             "provisioner": s.provisioner,
             "reclaimPolicy": "Delete",
             "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": s.allow_expansion,
         }
 
     def ensure_storage_class(self) -> None:
@@ -139,6 +191,10 @@ class SimStorage:
 
     def _on_claim(self, kind: str, claim: JsonObj) -> None:
         if kind == "DELETED":
+            self.disks.file_system_resized(claim["metadata"]["uid"])
+            return
+        if claim.get("status", {}).get("phase") == "Bound":
+            self._resize(claim)
             return
         meta = claim["metadata"]
         annotations: dict[str, str] = meta.get("annotations") or {}
@@ -175,7 +231,9 @@ class SimStorage:
                 "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
                 "volumeMode": spec.get("volumeMode", "Filesystem"),
                 "persistentVolumeReclaimPolicy": "Delete",
-                "storageClassName": self.settings.class_name,
+                # Any class naming this provisioner (a story may add one): the PV controller binds
+                # a claim only to a volume of its own class.
+                "storageClassName": spec.get("storageClassName") or self.settings.class_name,
                 "claimRef": {
                     "apiVersion": "v1",
                     "kind": "PersistentVolumeClaim",
@@ -208,6 +266,51 @@ class SimStorage:
         except ApiError as err:
             if err.status != 409:  # already provisioned on an earlier event
                 raise
+
+    # ---- resizing ----------------------------------------------------------------------
+
+    def _resize(self, claim: JsonObj) -> None:
+        """The external-resizer's part of a volume expansion (see the module docstring)."""
+        meta, spec, status = claim["metadata"], claim.get("spec", {}), claim.get("status", {})
+        volume_name = spec.get("volumeName", "")
+        if self.disks.node_of(meta["uid"]) is None or not volume_name:
+            return  # not one of ours
+        try:
+            wanted = storage_bytes(spec["resources"]["requests"]["storage"])
+            capacity = storage_bytes((status.get("capacity") or {}).get("storage"))
+        except (KeyError, ValueError):
+            log.warning("claim %s/%s: unreadable sizes, not resized", meta["namespace"],
+                        meta["name"])
+            return
+        if wanted <= capacity:
+            return
+        pending = any(c.get("type") == FILE_SYSTEM_RESIZE_PENDING and c.get("status") == "True"
+                      for c in status.get("conditions") or ())
+        if not pending:
+            # ControllerExpandVolume: the volume itself grows...
+            path = f"/api/v1/persistentvolumes/{volume_name}"
+            volume = self._rest.get_or_none(path)
+            if volume is None:
+                return
+            volume["spec"]["capacity"]["storage"] = spec["resources"]["requests"]["storage"]
+            try:
+                self._rest.put(path, volume)
+                # ...then markPVCAsFSResizeRequired: the file system is the kubelet's part.
+                self._rest.patch(
+                    f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/"
+                    f"{meta['name']}/status",
+                    {"status": {"conditions": [{
+                        "type": FILE_SYSTEM_RESIZE_PENDING, "status": "True",
+                        "lastTransitionTime": _now(),
+                        "message": "Waiting for user to (re-)start a pod to finish file system "
+                                   "resize of volume on node."}]}})
+            except ApiError as err:
+                if err.status not in (404, 409):
+                    raise
+                return  # changed meanwhile: its next event brings it back
+            log.info("claim %s/%s: volume %s grown, file system resize pending",
+                     meta["namespace"], meta["name"], volume_name)
+        self.disks.file_system_resize_pending(meta["uid"], meta["namespace"], meta["name"])
 
     def _reschedule(self, claim: JsonObj, node: str) -> None:
         meta = claim["metadata"]

@@ -99,8 +99,8 @@ def test_shrinking_storage_is_refused_and_growing_it_is_allowed_with_a_warning()
     assert "volumes cannot shrink (100Gi -> 50Gi) (keep 100Gi or more)" in shrink.message
     grow = update(old, with_spec(old, storage={"size": "200Gi"}))
     assert grow.allowed
-    assert grow.warnings == ("spec.storage.size: existing volumes keep 100Gi; only new ones "
-                             "get 200Gi",)
+    assert grow.warnings == ("spec.storage.size 100Gi -> 200Gi: volumes grow only if their "
+                             "StorageClass allows expansion; no going back down",)
 
 
 def test_a_downgrade_and_a_major_jump_are_refused_and_a_minor_upgrade_passes() -> None:

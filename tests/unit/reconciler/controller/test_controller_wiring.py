@@ -44,7 +44,7 @@ def test_the_passes_steps_run_in_the_documented_order() -> None:
     made, *_ = controller()
     assert [step.name for step in made.steps] == [
         "spec", "certificates", "lifecycle", "render", "observe", "repair", "recreate",
-        "prune", "failover", "restore", "backup", "report"]
+        "prune", "volumes", "failover", "restore", "backup", "report"]
 
 
 def test_the_shared_parts_follow_the_settings() -> None:
