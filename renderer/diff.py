@@ -48,12 +48,14 @@ class ObjectChange:
 class TreeDiff:
     """The object changes, and what a reviewer must read before them: why the base could not be
     rendered (`base_problems`: the head is then shown in full, as added) and version changes the
-    reconciler will refuse (`refusals`)."""
+    reconciler will refuse (`refusals`), and what accepted changes do that the manifests do
+    not show (`notices`: renderer.semantics.transition_notes)."""
 
     changes: tuple[ObjectChange, ...]
     unchanged: int
     base_problems: tuple[Problem, ...] = ()
     refusals: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
     # The head's clusters whose version this kaiwu does not know (renderer.versions).
     unknown_versions: tuple[Problem, ...] = ()
 
@@ -228,6 +230,19 @@ def version_refusals(old: Sequence[SourceCluster], new: Sequence[SourceCluster])
     return refusals
 
 
+def transition_notices(old: Sequence[SourceCluster], new: Sequence[SourceCluster]) -> list[str]:
+    """renderer.semantics.transition_notes for each cluster on both sides, named."""
+    before = {(c.cluster.namespace, c.cluster.name): c for c in old}
+    notices = []
+    for after in new:
+        cluster = after.cluster
+        previous = before.get((cluster.namespace, cluster.name))
+        if previous is not None:
+            notices += [f"{cluster.namespace}/{cluster.name}: {note}" for note in
+                        semantics.transition_notes(previous.obj["spec"], after.obj["spec"])]
+    return notices
+
+
 def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
             settings: RenderSettings, base_problems: Sequence[Problem] = ()) -> TreeDiff:
     """Render both sides and compare them object by object.
@@ -279,6 +294,7 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
             tofile=f"b/{new_name}" if key in after else new_name))
         changes.append(ObjectChange(key, change, diff))
     return TreeDiff(tuple(changes), unchanged, tuple(base_problems), tuple(refusals),
+                    tuple(transition_notices(old_clusters, new_clusters)),
                     tuple(unknown_versions(new_clusters)))
 
 
@@ -290,6 +306,7 @@ def _notes(result: TreeDiff) -> list[str]:
                      "shows the head's render in full:")
         notes += [f"  {problem}" for problem in result.base_problems]
     notes += [f"REFUSED by the reconciler: {refusal}" for refusal in result.refusals]
+    notes += [f"NOTE: {notice}" for notice in result.notices]
     return notes
 
 
@@ -311,6 +328,7 @@ def _markdown_notes(result: TreeDiff) -> str:
         text += "\n"
     text += "".join(f"> :warning: **Refused by the reconciler:** {refusal}\n\n"
                     for refusal in result.refusals)
+    text += "".join(f"> **Note:** {notice}\n\n" for notice in result.notices)
     return text
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -592,6 +592,25 @@ def _is_qualified_name(key: str) -> bool:
     if slash and not (len(prefix) <= 253 and DNS_1123_SUBDOMAIN.match(prefix)):
         return False  # "/name" has an empty prefix, which Kubernetes refuses
     return 0 < len(name) <= 63 and bool(LABEL_NAME.match(name))
+
+
+def transition_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What a reviewer should know of an accepted change from spec `old` to `new` (both
+    defaulted) that the manifests do not show: said by `kaiwu diff` (renderer.diff) and as the
+    admission webhook's warnings (reconciler.controller.admission), each at most 120
+    characters (the webhook's limit on a warning)."""
+    notes = []
+    try:
+        grows = (quantity.parse(new["storage"]["size"]).value
+                 > quantity.parse(old["storage"]["size"]).value)
+    except (quantity.QuantityError, KeyError, TypeError):
+        grows = False
+    if grows:
+        # Say the one thing that cannot be undone (reconciler.controller.volumes grows them).
+        notes.append(f"spec.storage.size {old['storage']['size']} -> {new['storage']['size']}: "
+                     "volumes grow only if their StorageClass allows expansion; no going back "
+                     "down")
+    return notes
 
 
 def check_transition(old: dict[str, Any], new: dict[str, Any]) -> list[Violation]:

@@ -34,7 +34,7 @@ from reconciler.kaiwudb.rollout import running_versions
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.model import PAUSED_ANNOTATION, Obj, meta
-from renderer import quantity
+from renderer import semantics
 from renderer.builders import INSTANCE_LABEL
 from renderer.errors import RenderError
 from renderer.render import check_live, live_problem, owned_names, read_live
@@ -276,16 +276,7 @@ def advice(new: Obj, spec: Mapping[str, Any], reference: Mapping[str, Any] | Non
     if paused and reference is not None:
         found.append("the cluster is paused: this change is applied once it is resumed")
     if reference is not None:
-        try:
-            grows = (quantity.parse(spec["storage"]["size"]).value
-                     > quantity.parse(reference["storage"]["size"]).value)
-        except (quantity.QuantityError, KeyError):
-            grows = False
-        if grows:
-            # At most MAX_WARNING characters: say the one thing that cannot be undone.
-            found.append(f"spec.storage.size {reference['storage']['size']} -> "
-                         f"{spec['storage']['size']}: volumes grow only if their StorageClass "
-                         "allows expansion; no going back down")
+        found += semantics.transition_notes(reference, spec)
     return found
 
 

@@ -494,6 +494,22 @@ def test_shrinking_volumes_is_refused(repo: Repo) -> None:
         run.stderr)
 
 
+def test_growing_volumes_is_shown_with_what_the_reconciler_will_need(repo: Repo) -> None:
+    """The manifests show only the claim template: the reviewer is told, first, that existing
+    volumes grow only where the StorageClass allows it, and that there is no way back."""
+    repo.write("orders.yaml", orders(storage={"size": "200Gi"}))
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 1, "a change, not a refusal"
+    assert run.stdout.splitlines()[0] == (
+        "NOTE: shop/orders: spec.storage.size 100Gi -> 200Gi: volumes grow only if their "
+        "StorageClass allows expansion; no going back down")
+    markdown = repo.diff("clusters", "--base", "HEAD", "--format", "markdown").stdout
+    assert "> **Note:** shop/orders: spec.storage.size 100Gi -> 200Gi" in markdown
+
+    repo.write("orders.yaml", orders(replicas=5))
+    assert "NOTE" not in repo.diff("clusters", "--base", "HEAD").stdout
+
+
 def test_scaling_in_a_single_replica_cluster_is_refused(tmp_path: Path) -> None:
     write_yaml(tmp_path / "old" / "c.yaml", dev(startMode="single-replica", replicas=2))
     write_yaml(tmp_path / "new" / "c.yaml", dev(startMode="single-replica", replicas=1))
