@@ -3,8 +3,10 @@
 Stories: the plain rules file and the PrometheusRule carry the same groups; promtool accepts the
 rules (templates included); each alert is evaluated by `promtool test rules` against /metrics
 pages the reconciler's own registry produces for a healthy cluster, a failing one, a standby
-replica with no leader, and no reconciler at all, and fires exactly where it should; every
-metric the dashboard queries exists in the registry.
+replica with no leader, and no reconciler at all, and fires exactly where it should (and the
+alerts on KaiwuDB's own metrics, group `kaiwudb`, stay quiet: there is no KaiwuDB page here;
+tests/unit/test_kwdb_monitoring.py proves them); every metric the dashboard queries exists in the
+registry, or is one KWDB V3.2.1 exports (tests/support/kwdb_metrics.py, each with its source line).
 
 promtool comes from Debian's `prometheus` package (tests/world/install_deps.sh installs it).
 """
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import subprocess
 import time
@@ -26,12 +27,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
+from tests.support.kwdb_metrics import KWDB_NAMES, PROMETHEUS_NAMES
+from tests.support.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
 RULES = MONITORING / "kaiwu-rules.yaml"
 TARGET = {"job": "kaiwu-reconciler", "instance": "10.0.0.7:8090"}
 MINUTES = 90  # the pages are replayed over this long, one sample a minute
+# The groups on the reconciler's metrics; `kaiwudb` reads KaiwuDB's own (test_kwdb_monitoring.py).
+RECONCILER_GROUPS = ("kaiwu-clusters", "kaiwu-reconciler")
+KWDB_GROUP = "kaiwudb"
 SEVERITY = {"KaiwuClusterNotReady": "warning", "KaiwuClusterStalled": "critical",
             "KaiwuNodeNotLive": "critical", "KaiwuClusterNodesMissing": "warning",
             "KaiwuCertificateExpiringSoon": "warning", "KaiwuClusterNotReconciled": "warning",
@@ -50,8 +56,10 @@ def rules() -> dict[str, Any]:
     return loaded
 
 
-def alert_names() -> list[str]:
-    return [rule["alert"] for group in rules()["groups"] for rule in group["rules"]]
+def alert_names(groups: tuple[str, ...] | None = None) -> list[str]:
+    """Every alert of the rules file, or of the named groups only."""
+    return [rule["alert"] for group in rules()["groups"]
+            if groups is None or group["name"] in groups for rule in group["rules"]]
 
 
 # ---- recorded pages --------------------------------------------------------------------------
@@ -171,7 +179,9 @@ def test_the_rules_file_and_the_prometheusrule_carry_the_same_groups() -> None:
     assert rule["kind"] == "PrometheusRule"
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"]["groups"] == rules()["groups"]
-    assert sorted(alert_names()) == sorted(SEVERITY)
+    # No group goes untested: the reconciler's are proven here, KaiwuDB's in its own module.
+    assert [group["name"] for group in rules()["groups"]] == [*RECONCILER_GROUPS, KWDB_GROUP]
+    assert sorted(alert_names(RECONCILER_GROUPS)) == sorted(SEVERITY)
 
 
 def test_promtool_accepts_the_rules_and_their_templates() -> None:
@@ -216,29 +226,6 @@ def test_promtool_would_catch_an_alert_that_does_not_fire(tmp_path: Path) -> Non
 
 # ---- the dashboard ----------------------------------------------------------------------------
 
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
-            "and", "or", "unless", "inf", "nan"}
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metric names one PromQL expression (or Grafana label_values query) selects: string
-    literals, label matchers, ranges and grouping clauses removed, function names skipped."""
-    label_values = re.fullmatch(r"\s*label_values\((.*),\s*\w+\)\s*", expr)
-    if label_values:
-        expr = label_values.group(1)
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    expr = re.sub(r"\{[^}]*\}", " ", expr)
-    expr = re.sub(r"\[[^\]]*\]", " ", expr)
-    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
-    names = set()
-    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
-        rest = expr[match.end():].lstrip()
-        if rest.startswith("(") or match.group(0).lower() in KEYWORDS:
-            continue
-        names.add(match.group(0))
-    return names
-
-
 def exposed_names() -> set[str]:
     """Every sample name the registry can expose (families described even with no series)."""
     names = set()
@@ -260,18 +247,23 @@ def dashboard_queries() -> list[str]:
     return queries
 
 
-def test_the_dashboard_queries_only_metrics_the_reconciler_exposes() -> None:
+def test_the_dashboard_queries_only_metrics_the_reconciler_or_kaiwudb_exposes() -> None:
+    """A query reads the reconciler's registry, or KaiwuDB's pages (KWDB's names and the `up`
+    of their scrape), never a mix and never a name neither has."""
     exposed = exposed_names()
+    kwdb = set(KWDB_NAMES) | PROMETHEUS_NAMES
     queries = dashboard_queries()
     assert len(queries) > 15
     used: set[str] = set()
     for query in queries:
         names = metric_names(query)
         assert names, f"no metric found in {query!r}"
-        assert names <= exposed, f"{query!r} names {sorted(names - exposed)}, not exposed"
+        assert names <= exposed or names <= kwdb, (
+            f"{query!r} names {sorted(names - exposed - kwdb)}, exposed by neither, or mixes both")
         used |= names
     for wanted in ("workqueue_depth", "rest_client_requests_total", "kaiwu_cluster_ready_nodes",
-                   "process_resident_memory_bytes"):
+                   "process_resident_memory_bytes", "ranges_unavailable",
+                   "clock_offset_meannanos"):
         assert wanted in used
 
 
@@ -281,10 +273,15 @@ def test_the_dashboard_check_catches_a_misspelt_metric() -> None:
     assert "kaiwu_reconcile_duration_secs_bucket" not in exposed_names()
     assert metric_names("label_values(kaiwu_cluster_desired_nodes, namespace)") == {
         "kaiwu_cluster_desired_nodes"}
+    assert metric_names("abs(clock_offset_meannanos{a=\"b\"}) / 1e9 > 0.3") == {
+        "clock_offset_meannanos"}
+    assert "clock_offset_mean_nanos" not in KWDB_NAMES
 
 
 def test_the_alert_rules_query_only_metrics_the_reconciler_exposes() -> None:
     exposed = exposed_names()
     for group in rules()["groups"]:
+        if group["name"] not in RECONCILER_GROUPS:
+            continue
         for rule in group["rules"]:
             assert metric_names(str(rule["expr"])) <= exposed, rule["alert"]
