@@ -232,8 +232,9 @@ def namespaced_rules(directory_mode: bool) -> list[Obj]:
         # The pods' start flags (reconciler.kaiwudb.upgrade): made, read and switched.
         _rule("", ["configmaps"], ["get", "create", "patch"]),
         # Health and failover: pods are read and, when their node is lost, deleted; claims
-        # pinned to a lost node are deleted when the failover policy allows; a claim carries the
-        # count of crash restarts of its pod (patch).
+        # pinned to a lost node are deleted when the failover policy allows; claims are patched
+        # for the count of crash restarts of their pod, to grow them to spec.storage.size, and
+        # to label one made before the claim template carried our labels.
         _rule("", ["pods"], ["get", "list", "watch", "delete"]),
         _rule("", ["persistentvolumeclaims"], ["get", "list", "watch", "patch", "delete"]),
         # kwbase commands in the database containers. Exec over a websocket is authorised as

@@ -161,8 +161,9 @@ class Metrics:
             "(status.nodes; decommissioning ones are not counted).",
             CLUSTER_LABELS, namespace=NAMESPACE, registry=r)
         self.cluster_condition = Gauge(
-            "cluster_condition", "1 for the status each kstatus condition has (type: Ready, "
-            "Reconciling, Stalled, Drifted; status: True, False, Unknown), 0 for the others.",
+            "cluster_condition", "1 for the status each condition has (type: Ready, "
+            "Reconciling, Stalled, Drifted, VolumesExpanded; status: True, False, Unknown), 0 "
+            "for the others.",
             [*CLUSTER_LABELS, "type", "status"], namespace=NAMESPACE, registry=r)
         self.cluster_stalled = Gauge(
             "cluster_stalled", "1 while the cluster's Stalled condition is True.",

@@ -156,6 +156,9 @@ class Pass:
     # Lifecycle and failover steps: why the cluster is not Ready although its pods may be
     # (reason, message), and the status fields they own, read from `previous`.
     not_ready: list[tuple[str, str]] = field(default_factory=list)
+    # Conditions a step decides on its own, apart from Ready (VolumesExpanded): written as they
+    # are; one a step did not decide this pass stays as it was (reconciler.status.build).
+    conditions: list[st.Condition] = field(default_factory=list)
     kaiwu: KaiwuStatus = field(init=False)
     # What the certificates and lifecycle steps decide for the StatefulSet (replicas during a
     # scale-in, the rollout partition, the certificates' hash): rendered by the render step.

@@ -30,7 +30,9 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 DRIFTED = "Drifted"
-CONDITION_ORDER = (READY, RECONCILING, STALLED, DRIFTED)
+# Whether every volume has spec.storage.size (reconciler.controller.volumes); apart from Ready.
+VOLUMES_EXPANDED = "VolumesExpanded"
+CONDITION_ORDER = (READY, RECONCILING, STALLED, DRIFTED, VOLUMES_EXPANDED)
 # Status is read by people (kubectl describe) and stored in etcd with every update: keep the
 # history short and each message to a readable size. The full drift report is in the log.
 LAST_ACTIONS_LIMIT = 10

@@ -607,9 +607,10 @@ def transition_notes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
         grows = False
     if grows:
         # Say the one thing that cannot be undone (reconciler.controller.volumes grows them).
-        notes.append(f"spec.storage.size {old['storage']['size']} -> {new['storage']['size']}: "
-                     "volumes grow only if their StorageClass allows expansion; no going back "
-                     "down")
+        before = quantity.canonical(old["storage"]["size"])
+        after = quantity.canonical(new["storage"]["size"])
+        notes.append(f"spec.storage.size {before} -> {after}: volumes grow only if their "
+                     "StorageClass allows expansion; no going back down")
     return notes
 
 

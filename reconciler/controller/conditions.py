@@ -124,7 +124,7 @@ def observed(p: ObjectPass) -> st.Observed:
     labels = selector_labels(cluster) if cluster is not None else {}
     return st.Observed(
         generation=generation,
-        conditions=tuple(conditions),
+        conditions=(*conditions, *p.conditions),
         phase=phase,
         replicas=current,
         ready_nodes=ready,

@@ -15,17 +15,21 @@ Volume expansion, as a CSI driver with the external-resizer does it: the Storage
 `allowVolumeExpansion` (`StorageSettings.allow_expansion`), so the REAL API server lets a bound
 claim's request rise (its PersistentVolumeClaimResize admission refuses it, 403, on a class that
 does not; its validation refuses any decrease). The resizer here sees a bound claim asking more
-than its status.capacity, grows the PersistentVolume (spec.capacity, the controller side) and
-marks the claim `FileSystemResizePending`; the kubelet of the node where a running pod mounts it
-then grows the file system and writes the claim's new status.capacity, removing the condition
-(online expansion, tests/world/kubelet.py). A claim pending while no pod runs on a live node
-stays pending, as it would. The real kube-controller-manager's expand controller finds no
-in-tree plugin for these `local` volumes and leaves them to this resizer ("waiting for an
-external controller").
+than its status.capacity, marks it `Resizing` (markPVCResizeInProgress), grows the
+PersistentVolume (spec.capacity: ControllerExpandVolume) and marks the claim
+`FileSystemResizePending` in place of `Resizing` (markPVCAsFSResizeRequired); the kubelet of the
+node where a running pod mounts it then grows the file system and writes the claim's new
+status.capacity, removing the condition (online expansion, tests/world/kubelet.py). A claim
+pending while no pod runs on a live node stays pending, as it would. A write that loses a race
+is tried again at once (the real resizer requeues it). The kube-controller-manager's expand
+controller (`persistentvolume-expander`) is not among the controllers the test world runs
+(controlplane.py DEFAULT_CONTROLLERS); for these `local` volumes it would only record that it
+waits for an external resizer.
 
 Not modelled: capacity limits per node, snapshots, `Retain`/`Recycle`, attach/detach, resize
-failures, filesystem contents (KaiwuDB data lives in the simulated KaiwuDB, keyed by the claim's
-uid; its store capacity does not follow the claim's).
+failures and classes without a resizer, `status.allocatedResources` and
+`allocatedResourceStatuses` (Kubernetes 1.34+), filesystem contents (KaiwuDB data lives in the
+simulated KaiwuDB, keyed by the claim's uid; its store capacity does not follow the claim's).
 """
 
 from __future__ import annotations
@@ -127,8 +131,12 @@ class Disks:
             self._resize_pending.pop(claim_uid, None)
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def _condition(kind: str, message: str) -> JsonObj:
+    condition: JsonObj = {"type": kind, "status": "True",
+                          "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if message:
+        condition["message"] = message
+    return condition
 
 
 def volume_name(claim_uid: str) -> str:
@@ -269,48 +277,65 @@ class SimStorage:
 
     # ---- resizing ----------------------------------------------------------------------
 
-    def _resize(self, claim: JsonObj) -> None:
-        """The external-resizer's part of a volume expansion (see the module docstring)."""
-        meta, spec, status = claim["metadata"], claim.get("spec", {}), claim.get("status", {})
-        volume_name = spec.get("volumeName", "")
-        if self.disks.node_of(meta["uid"]) is None or not volume_name:
+    def _resize(self, event_claim: JsonObj) -> None:
+        """The external-resizer's part of a volume expansion (see the module docstring),
+        judged on the claim and volume as they are now: an event may be older than the
+        resizer's own last write."""
+        meta = event_claim["metadata"]
+        if self.disks.node_of(meta["uid"]) is None:
             return  # not one of ours
+        path = f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}"
+        for _attempt in range(5):
+            try:
+                self._resize_once(path, meta["uid"])
+                return
+            except ApiError as err:
+                if err.status == 404:
+                    return
+                if err.status != 409:
+                    raise
+                # Lost a race with another writer: read again and retry, as the resizer's work
+                # queue does.
+        log.warning("claim %s/%s: not resized (conflicts)", meta["namespace"], meta["name"])
+
+    def _resize_once(self, path: str, uid: str) -> None:
+        claim = self._rest.get_or_none(path)
+        if claim is None or claim["metadata"]["uid"] != uid:
+            return
+        meta, spec, status = claim["metadata"], claim.get("spec", {}), claim.get("status", {})
+        volume_path = f"/api/v1/persistentvolumes/{spec.get('volumeName', '')}"
+        volume = self._rest.get_or_none(volume_path) if spec.get("volumeName") else None
+        if volume is None or status.get("phase") != "Bound":
+            return
+        requested = spec["resources"]["requests"]["storage"]
         try:
-            wanted = storage_bytes(spec["resources"]["requests"]["storage"])
+            wanted = storage_bytes(requested)
             capacity = storage_bytes((status.get("capacity") or {}).get("storage"))
+            grown = storage_bytes(volume["spec"]["capacity"]["storage"])
         except (KeyError, ValueError):
             log.warning("claim %s/%s: unreadable sizes, not resized", meta["namespace"],
                         meta["name"])
             return
         if wanted <= capacity:
             return
-        pending = any(c.get("type") == FILE_SYSTEM_RESIZE_PENDING and c.get("status") == "True"
-                      for c in status.get("conditions") or ())
-        if not pending:
-            # ControllerExpandVolume: the volume itself grows...
-            path = f"/api/v1/persistentvolumes/{volume_name}"
-            volume = self._rest.get_or_none(path)
-            if volume is None:
-                return
-            volume["spec"]["capacity"]["storage"] = spec["resources"]["requests"]["storage"]
-            try:
-                self._rest.put(path, volume)
-                # ...then markPVCAsFSResizeRequired: the file system is the kubelet's part.
-                self._rest.patch(
-                    f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/"
-                    f"{meta['name']}/status",
-                    {"status": {"conditions": [{
-                        "type": FILE_SYSTEM_RESIZE_PENDING, "status": "True",
-                        "lastTransitionTime": _now(),
-                        "message": "Waiting for user to (re-)start a pod to finish file system "
-                                   "resize of volume on node."}]}})
-            except ApiError as err:
-                if err.status not in (404, 409):
-                    raise
-                return  # changed meanwhile: its next event brings it back
-            log.info("claim %s/%s: volume %s grown, file system resize pending",
-                     meta["namespace"], meta["name"], volume_name)
-        self.disks.file_system_resize_pending(meta["uid"], meta["namespace"], meta["name"])
+        kinds = {c.get("type") for c in status.get("conditions") or ()
+                 if c.get("status") == "True"}
+        if grown < wanted:
+            # markPVCResizeInProgress, then ControllerExpandVolume: the volume itself grows.
+            if "Resizing" not in kinds:
+                self._rest.patch(path + "/status", {"status": {"conditions": [_condition(
+                    "Resizing", "")]}})
+            volume["spec"]["capacity"]["storage"] = requested
+            self._rest.put(volume_path, volume)
+            log.info("claim %s/%s: volume %s grown to %s", meta["namespace"], meta["name"],
+                     volume["metadata"]["name"], requested)
+            kinds = {"Resizing"}
+        if FILE_SYSTEM_RESIZE_PENDING not in kinds:
+            # markPVCAsFSResizeRequired: the file system is the kubelet's part.
+            self._rest.patch(path + "/status", {"status": {"conditions": [_condition(
+                FILE_SYSTEM_RESIZE_PENDING, "Waiting for user to (re-)start a pod to finish "
+                "file system resize of volume on node.")]}})
+        self.disks.file_system_resize_pending(uid, meta["namespace"], meta["name"])
 
     def _reschedule(self, claim: JsonObj, node: str) -> None:
         meta = claim["metadata"]

@@ -261,9 +261,9 @@ SHOWN: dict[str, tuple[str, str]] = {
         "KaiwuDB node ids KaiwuDB reports not live (status.nodes; "
         "decommissioning ones are not counted)."),
     "kaiwu_cluster_condition": ("gauge",
-        "1 for the status each kstatus condition has (type: Ready, "
-        "Reconciling, Stalled, Drifted; status: True, False, Unknown), 0 for "
-        "the others."),
+        "1 for the status each condition has (type: Ready, Reconciling, "
+        "Stalled, Drifted, VolumesExpanded; status: True, False, Unknown), 0 "
+        "for the others."),
     "kaiwu_cluster_stalled": ("gauge",
         "1 while the cluster's Stalled condition is True."),
     "kaiwu_cluster_drifted": ("gauge",

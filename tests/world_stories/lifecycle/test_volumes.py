@@ -6,9 +6,10 @@ kubelet of the node that mounts it grows the file system while the pod runs (sim
 driver with the external-resizer does it: tests/world/storage.py; the API server's admission and
 validation are the real ones). The StatefulSet's claim template, which cannot change in place,
 is swapped by an orphaning delete. No pod restarts, no claim is replaced, no KaiwuDB node
-changes. On a class that does not allow expansion the API server refuses the claim's new request:
-the cluster stalls, saying which class and what to do, and carries on by itself once the class
-allows it. Timings are printed (pytest -s).
+changes; the VolumesExpanded condition says how far the growth got. On a class that does not
+allow expansion the API server refuses the claim's new request: the condition says which class
+and what to do, with a Warning Event, the cluster stays Ready (new volumes get the new size),
+and the volumes grow by themselves once the class allows it. Timings are printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -90,12 +91,13 @@ def test_a_bigger_storage_size_grows_every_volume_in_place_without_restarting_a_
     reasons: set[str] = set()
 
     def done() -> bool:
-        reasons.add(str(condition(reconciler.cluster(NAME), "Ready").get("reason")))
-        return grown_to("2Gi", kube, namespace) and condition(
-            reconciler.cluster(NAME), "Ready").get("status") == "True"
-    wait_for("every claim grown to 2Gi and the cluster Ready", done, 60, 0.05)
+        obj = reconciler.cluster(NAME)
+        reasons.add(str(condition(obj, "VolumesExpanded").get("reason")))
+        return grown_to("2Gi", kube, namespace) and condition(obj, "Ready").get(
+            "status") == "True" and condition(obj, "VolumesExpanded").get("status") == "True"
+    wait_for("every claim grown to 2Gi, VolumesExpanded and Ready", done, 60, 0.05)
     report("storage 1Gi -> 2Gi: every volume grown, Ready", time.monotonic() - started)
-    print(f"Ready reasons seen meanwhile: {sorted(reasons)}")
+    print(f"VolumesExpanded reasons seen meanwhile: {sorted(reasons)}")
 
     # The claim template follows (a new StatefulSet adopted the same pods and claims).
     assert template_size(kube, namespace) == "2Gi"
@@ -121,7 +123,7 @@ def test_a_bigger_storage_size_grows_every_volume_in_place_without_restarting_a_
         "verb": "patch", "kind": "PersistentVolumeClaim"}) == asked
 
 
-def test_a_class_that_cannot_expand_stalls_the_cluster_until_it_can(
+def test_a_class_that_cannot_expand_is_said_and_the_volumes_grow_once_it_can(
         fixed_class: str, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
     reconciler, _, _ = bring_up(
@@ -130,25 +132,33 @@ def test_a_class_that_cannot_expand_stalls_the_cluster_until_it_can(
     before_pods = pods(kube, namespace)
 
     resize(kube, namespace, "2Gi")
-    stalled = wait_for("the cluster to stall on the class", lambda: (
-        c := condition(reconciler.cluster(NAME), "Stalled")).get("reason")
+    refused = wait_for("the refusal to be said", lambda: (
+        c := condition(reconciler.cluster(NAME), "VolumesExpanded")).get("reason")
         == "VolumeExpansionRefused" and c, 30, 0.1)
-    message = stalled["message"]
-    print(f"\nStalled: {message}")
-    assert stalled["status"] == "True"
-    assert f"allowVolumeExpansion: true on StorageClass {fixed_class}" in message
+    message = refused["message"]
+    print(f"\nVolumesExpanded: {message}")
+    assert refused["status"] == "False"
+    assert message.startswith(f"set allowVolumeExpansion: true on StorageClass {fixed_class}")
     # The API server's own words (PersistentVolumeClaimResize admission) are passed on.
     assert "storageclass that provisions the pvc must support resize" in message
     assert all(c["spec"]["resources"]["requests"]["storage"] == "1Gi"
                for c in claims(kube, namespace).values()), "nothing half-applied"
-    assert condition(reconciler.cluster(NAME), "Ready")["status"] == "False"
+    # The cluster runs on: Ready, not Stalled (a class that never expands must not hold it).
+    obj = wait_for("Ready with the new claim template", lambda: (
+        o := reconciler.cluster(NAME)) and condition(o, "Ready").get("status") == "True"
+        and template_size(kube, namespace) == "2Gi" and o, 30, 0.1)
+    assert condition(obj, "Stalled")["status"] == "False"
+    assert condition(obj, "VolumesExpanded")["reason"] == "VolumeExpansionRefused"
+    events = [e for e in k8s.CoreV1Api(kube).list_namespaced_event(namespace).items
+              if e.reason == "VolumeExpansionRefused"]
+    assert events and events[0].type == "Warning"
 
     # The administrator allows expansion on the class: the next try grows every volume.
     started = time.monotonic()
     k8s.StorageV1Api(kube).patch_storage_class(fixed_class, {"allowVolumeExpansion": True})
     wait_for("every claim grown once the class allows it", lambda: grown_to(
-        "2Gi", kube, namespace) and condition(reconciler.cluster(NAME), "Ready").get(
+        "2Gi", kube, namespace) and condition(reconciler.cluster(NAME), "VolumesExpanded").get(
         "status") == "True", 30, 0.1)
-    report("class allows expansion -> every volume grown, Ready", time.monotonic() - started)
-    assert condition(reconciler.cluster(NAME), "Stalled")["status"] == "False"
+    report("class allows expansion -> every volume grown", time.monotonic() - started)
+    assert condition(reconciler.cluster(NAME), "Ready")["status"] == "True"
     assert pods(kube, namespace) == before_pods, "no pod was replaced or restarted"
