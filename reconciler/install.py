@@ -59,6 +59,11 @@ from renderer.settings import CEL_SINCE, DEFAULT_KUBE_VERSION, KubeVersion, supp
 Obj = dict[str, Any]
 
 NAME = "kaiwu-reconciler"
+# The reconciler's image repository: the one place its name is set. `make image` tags
+# <IMAGE_REPOSITORY>:<version> (tests/world/image.py), `make push IMAGE=REF` copies that tag to
+# REF, and `kaiwu install` runs it unless --image names another. Nothing is published there yet
+# (README.md, "Installing it"): build the image and push it to a registry of your own.
+IMAGE_REPOSITORY = "ghcr.io/kaiwu-operator/kaiwu-reconciler"
 DEFAULT_NAMESPACE = "kaiwu-system"
 SCOPES = ("cluster", "namespaced")
 # An example: the bundle names it, nothing in this project pulls or tests it.
@@ -80,11 +85,16 @@ def version() -> str:
         return "0.0.0"
 
 
+def default_image() -> str:
+    """The image the bundle runs unless --image names another: IMAGE_REPOSITORY:<version>."""
+    return f"{IMAGE_REPOSITORY}:{version()}"
+
+
 @dataclass(frozen=True)
 class Options:
     """What `kaiwu install` was asked for; the defaults make deploy/install.yaml."""
 
-    image: str = ""  # "" = kaiwu-reconciler:<version>
+    image: str = ""  # "" = default_image()
     namespace: str = DEFAULT_NAMESPACE
     scope: str = "cluster"
     watch_namespace: str = ""  # namespaced scope only
@@ -102,7 +112,7 @@ class Options:
 
     @property
     def effective_image(self) -> str:
-        return self.image or f"{NAME}:{version()}"
+        return self.image or default_image()
 
     @property
     def component(self) -> str:
@@ -617,8 +627,10 @@ def parser() -> argparse.ArgumentParser:
     result = _Parser(prog="kaiwu install", description=(
         "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
         "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -"))
-    result.add_argument("--image", default="", help=f"the reconciler's image (default: "
-                        f"{NAME}:{version()})")
+    result.add_argument("--image", default="", metavar="REF", help=(
+        f"the reconciler's image (default: {default_image()}, not published yet: build it with "
+        "`make image`, copy it to your registry with `make push IMAGE=REF` and give that REF "
+        "here)"))
     result.add_argument("--namespace", default=DEFAULT_NAMESPACE,
                         help="where the reconciler runs (default: %(default)s)")
     result.add_argument("--scope", default="cluster", choices=SCOPES,

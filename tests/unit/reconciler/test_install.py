@@ -288,12 +288,14 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
         main(["install", "--help"])
     assert exit_.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert help_text.startswith("usage: kaiwu install [-h] [--image IMAGE] ")
+    assert help_text.startswith("usage: kaiwu install [-h] [--image REF] ")
     assert "[--git-repo URL]" in help_text
     for line in [
         "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
         "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -",
-        f"--image IMAGE the reconciler's image (default: kaiwu-reconciler:{install.version()})",
+        f"--image REF the reconciler's image (default: {install.default_image()}, not published "
+        "yet: build it with `make image`, copy it to your registry with `make push IMAGE=REF` "
+        "and give that REF here)",
         "--namespace NAMESPACE where the reconciler runs (default: kaiwu-system)",
         "--scope {cluster,namespaced} cluster: reconcile every namespace (default); namespaced: "
         "only --watch-namespace, with Roles there and no cluster-wide writes",
@@ -384,7 +386,7 @@ def test_the_header_says_how_the_bundle_was_made() -> None:
         "--image registry.example/kaiwu:1")
     assert install.Options(shard="eu").command() == (
         "kaiwu install --namespace kaiwu-system --scope cluster --shard eu "
-        f"--image kaiwu-reconciler:{install.version()}")
+        f"--image {install.default_image()}")
     head = install.render(options).splitlines()[:4]
     assert head == [f"# kaiwu-operator {install.version()}: the reconciler's install bundle, "
                     "made by", f"#   {options.command()}",
