@@ -44,6 +44,8 @@ from typing import Any, NoReturn
 
 from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE, placeholder
 from reconciler.settings import SHARD_LABEL, Settings
+from renderer.builders.disruption_budget import POLICY_V1
+from renderer.builders.statefulset import HOSTNAME_KEY
 from renderer.cel import crd_for
 from renderer.emit import to_yaml
 from renderer.schema import (
@@ -72,6 +74,8 @@ GIT_ROOT = "/git"
 GIT_LINK = "repo"  # git-sync keeps /git/repo pointing at the current checkout
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients look
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kaiwu-operator"}
+REPLICAS = 2  # a leader and a standby, each serving the admission webhook
+ZONE_KEY = "topology.kubernetes.io/zone"
 EXIT_OK, EXIT_INVALID = 0, 2
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -356,6 +360,11 @@ def _rbac(options: Options) -> list[Document]:
     return docs
 
 
+def _selector(options: Options) -> Obj:
+    """This shard's pods: the Deployment's selector, its spreading's and its budget's."""
+    return {"matchLabels": {"app.kubernetes.io/name": options.component}}
+
+
 def _http_get(path: str, period: int, failures: int) -> Obj:
     return {"httpGet": {"path": path, "port": "http-metrics"}, "periodSeconds": period,
             "failureThreshold": failures}
@@ -407,13 +416,17 @@ def _deployment(options: Options) -> Obj:
         "terminationGracePeriodSeconds": int(defaults.shutdown_grace_s) + 10,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
                             "seccompProfile": {"type": "RuntimeDefault"}},
+        # Spread, never required: a one-node cluster still runs both replicas (the
+        # PodDisruptionBudget then keeps a drain from evicting both at once).
         "affinity": {"podAntiAffinity": {
             # Leader and standby on different nodes: losing one node never loses both.
             "preferredDuringSchedulingIgnoredDuringExecution": [{
                 "weight": 100, "podAffinityTerm": {
-                    "topologyKey": "kubernetes.io/hostname",
-                    "labelSelector": {"matchLabels": {
-                        "app.kubernetes.io/name": options.component}}}}]}},
+                    "topologyKey": HOSTNAME_KEY, "labelSelector": _selector(options)}}]}},
+        # And in different zones where the nodes say which zone they are in.
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": _selector(options)}],
         "containers": containers,
     }
     if options.directory_mode:
@@ -465,10 +478,21 @@ def _deployment(options: Options) -> Obj:
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": options.component}},
+            "replicas": REPLICAS,
+            "selector": _selector(options),
             "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod},
         },
+    }
+
+
+def _disruption_budget(options: Options) -> Obj:
+    """At most one of the Deployment's pods evicted at a time: a drain waits until the other
+    is Ready again. maxUnavailable, not minAvailable: a Deployment scaled to one still drains."""
+    api = "policy/v1" if options.kube_version >= POLICY_V1 else "policy/v1beta1"
+    return {
+        "apiVersion": api, "kind": "PodDisruptionBudget",
+        "metadata": _meta(options.component, options.namespace, options.component),
+        "spec": {"maxUnavailable": 1, "selector": _selector(options)},
     }
 
 
@@ -527,14 +551,47 @@ def _webhook_configuration(options: Options) -> Obj:
     return placeholder(settings, options.namespace, options.kube_version)
 
 
+# The Pod Security Standard the reconciler's own namespace enforces, audits and warns about:
+# every container of the bundle's pods passes it, the git-sync sidecar included (a unit test
+# checks each rule in every variant).
+POD_SECURITY_LABELS = {f"pod-security.kubernetes.io/{mode}": "restricted"
+                       for mode in ("enforce", "audit", "warn")}
+
+
+def _owns_namespace(options: Options) -> bool:
+    """Whether the install namespace is the reconciler's alone, not the watched namespace its
+    KaiwuClusters live in too (a namespaced install into the team's own namespace)."""
+    return options.namespace != options.watch_namespace
+
+
 def _namespace(options: Options) -> Obj:
     meta = _meta(options.namespace)
-    if options.namespace != options.watch_namespace:
+    if _owns_namespace(options):
         # The escape hatch: KaiwuClusters here are never sent to the webhook, so a broken
         # webhook can always be worked around in the reconciler's own namespace (and any other
         # namespace an administrator labels so).
         meta["labels"][SKIP_LABEL] = SKIP_VALUE
+        # Only here: a namespace shared with KaiwuDB pods keeps the level its owner chose
+        # (spec.nodeTuning's init container is privileged: no restricted namespace admits it).
+        meta["labels"].update(POD_SECURITY_LABELS)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def _namespace_note(options: Options) -> str:
+    if not _owns_namespace(options):
+        return ("The reconciler's namespace, shared with the KaiwuClusters it watches: its Pod "
+                "Security labels are left to its owner (a cluster with spec.nodeTuning needs "
+                "privileged).")
+    note = ("The reconciler's own namespace: Pod Security restricted enforced, which every "
+            "container below passes.")
+    # Where directory mode's files may put KaiwuClusters: by default the watched namespace,
+    # else the reconciler's own (reconciler.settings, source_namespaces).
+    targets = options.source_namespaces or (options.watch_namespace or options.namespace,)
+    if options.directory_mode and options.namespace in targets:
+        note += (" Directory mode puts KaiwuClusters here too: a cluster with spec.nodeTuning "
+                 "(a privileged init container) cannot run here; give its files another "
+                 "namespace (--source-namespace).")
+    return note
 
 
 def bundle(options: Options) -> list[Document]:
@@ -553,7 +610,7 @@ def bundle(options: Options) -> list[Document]:
                  _crd(options.kube_version)),
         *[Document(f"The {crd['spec']['names']['kind']} schema ({crd['metadata']['name']}): "
                    "backups (docs/backup.md).", crd) for crd in _backup_crds()],
-        Document("The reconciler's own namespace.", _namespace(options)),
+        Document(_namespace_note(options), _namespace(options)),
         Document("The reconciler's identity: every right below is granted to it.", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, ns)}),
         *_rbac(options),
@@ -573,6 +630,14 @@ def bundle(options: Options) -> list[Document]:
                  "server), the restore file server from KaiwuDB pods, /metrics from namespaces "
                  f"labelled {METRICS_ACCESS_LABEL}=true (label your Prometheus's). Enforced "
                  "where the network plugin enforces NetworkPolicies.", _network_policy(options)),
+        Document("At most one replica evicted at a time (a drain waits until the other is "
+                 "Ready): the other "
+                 + ("keeps serving the admission webhook, whose failurePolicy Fail refuses "
+                    "every KaiwuCluster write while no replica answers, and "
+                    if not options.shard else "")
+                 + "takes over the Lease. The Deployment prefers other nodes (and zones) for "
+                 "the two: a one-node cluster still runs both.",
+                 _disruption_budget(options)),
         Document("Two replicas: one leads (holds the Lease) and writes, the other takes over "
                  "within seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). "
                  + _shard_note(options), _deployment(options)),
