@@ -1,14 +1,14 @@
 """`kaiwu install`: the reconciler's install bundle, one YAML stream for one `kubectl apply`.
 
 Called by `reconciler.cli.main` for `kaiwu install ...`; tests call `bundle` and `render`.
-The bundle holds the KaiwuCluster CRD, the Namespace, the ServiceAccount, the RBAC, the metrics
-and webhook Services and the Deployment, in that order (kubectl applies in file order: the CRD
-first). The admission webhook's ValidatingWebhookConfiguration is NOT in the bundle: the
-reconciler creates it and keeps its caBundle equal to the CA of the certificate it serves
-(reconciler.runtime.webhook); a bundle copy would need a caBundle nobody knows at install time,
-and re-applying it would fight the reconciler over that field. `kubectl delete -f` of the bundle
-therefore leaves it behind: delete `validatingwebhookconfiguration kaiwu-reconciler-<namespace>`
-too (with failurePolicy Fail it would otherwise refuse KaiwuCluster writes).
+The bundle holds the KaiwuCluster CRD (and the backup CRDs), the Namespace, the ServiceAccount,
+the RBAC, the metrics and webhook Services, the admission webhook's registration, the
+NetworkPolicy, the PodDisruptionBudget and the Deployment, in that order (kubectl applies in
+file order: the CRDs first); `--crds-only` and `--skip-crds` split it in two, for teams that
+manage CRDs apart. The registration (a ValidatingWebhookConfiguration) ships without what only
+the reconciler knows: its leader puts in the caBundle of the certificate it serves, the
+failurePolicy and the time-out (reconciler.runtime.webhook), so applying the bundle again never
+undoes them, and the reconciler needs no right to create one.
 
 This module is the one source of truth for the deploy manifests: deploy/install.yaml is its
 output with the defaults (`kaiwu install > deploy/install.yaml`, a unit test fails when the file
@@ -39,7 +39,7 @@ import importlib.metadata
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE, placeholder
@@ -113,6 +113,9 @@ class Options:
     shard: str = ""  # "" = the unnamed shard: the clusters without the shard label
     # ReadWriteMany claims (in the install namespace) mounted for volume backup targets.
     backup_volume_claims: tuple[str, ...] = ()
+    # For teams that manage CRDs apart: the CRDs alone, or everything but them.
+    crds_only: bool = False
+    skip_crds: bool = False
 
     @property
     def effective_image(self) -> str:
@@ -173,10 +176,27 @@ class Options:
                              "(lower-case letters, digits, '-' and '.')")
         if not self.effective_image.strip() or any(c.isspace() for c in self.effective_image):
             found.append(f"--image: {self.image!r} is not an image reference")
+        if self.crds_only and self.skip_crds:
+            found.append("--crds-only, --skip-crds: give one (the CRDs alone, or everything "
+                         "but them)")
+        elif self.crds_only and self.ignored_by_crds_only():
+            found.append(f"--crds-only: prints the CRDs alone, which only --kube-version "
+                         f"changes; drop {', '.join(self.ignored_by_crds_only())}")
         return found
+
+    def ignored_by_crds_only(self) -> list[str]:
+        """The flags given that change nothing the CRDs alone are made of."""
+        defaults = Options()
+        return [_FLAGS.get(f.name, "--" + f.name.replace("_", "-")) for f in fields(self)
+                if f.name not in ("kube_version", "crds_only", "skip_crds")
+                and getattr(self, f.name) != getattr(defaults, f.name)]
 
     def command(self) -> str:
         """The `kaiwu install` command line that makes this bundle (for its header)."""
+        if self.crds_only:
+            return "kaiwu install --crds-only" + (
+                f" --kube-version {self.kube_version}"
+                if self.kube_version != DEFAULT_KUBE_VERSION else "")
         words = ["kaiwu install", f"--namespace {self.namespace}", f"--scope {self.scope}"]
         if self.watch_namespace:
             words.append(f"--watch-namespace {self.watch_namespace}")
@@ -188,8 +208,15 @@ class Options:
         if self.shard:
             words.append(f"--shard {self.shard}")
         words += [f"--backup-volume-claim {claim}" for claim in self.backup_volume_claims]
+        if self.skip_crds:
+            words.append("--skip-crds")
         words.append(f"--image {self.effective_image}")
         return " ".join(words)
+
+
+# Option fields whose flag is not their name with dashes.
+_FLAGS = {"source_namespaces": "--source-namespace",
+          "backup_volume_claims": "--backup-volume-claim"}
 
 
 @dataclass(frozen=True)
@@ -599,7 +626,14 @@ def bundle(options: Options) -> list[Document]:
     problems = options.problems()
     if problems:
         raise ValueError("; ".join(problems))
-    ns = options.namespace
+    crds = _crd_documents(options)
+    if options.crds_only:
+        return crds
+    rest = _operator_documents(options)
+    return rest if options.skip_crds else crds + rest
+
+
+def _crd_documents(options: Options) -> list[Document]:
     return [
         Document("The KaiwuCluster schema (crd/kaiwuclusters.yaml), cluster-scoped: installed "
                  "by a cluster administrator. "
@@ -610,6 +644,13 @@ def bundle(options: Options) -> list[Document]:
                  _crd(options.kube_version)),
         *[Document(f"The {crd['spec']['names']['kind']} schema ({crd['metadata']['name']}): "
                    "backups (docs/backup.md).", crd) for crd in _backup_crds()],
+    ]
+
+
+def _operator_documents(options: Options) -> list[Document]:
+    """Everything but the CRDs: the reconciler and what it runs with."""
+    ns = options.namespace
+    return [
         Document(_namespace_note(options), _namespace(options)),
         Document("The reconciler's identity: every right below is granted to it.", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, ns)}),
@@ -657,6 +698,9 @@ def render(options: Options) -> str:
     head = (f"# kaiwu-operator {version()}: the reconciler's install bundle, made by\n"
             f"#   {options.command()}\n"
             "# Apply it with `kubectl apply -f`. Do not edit: change reconciler/install.py.\n")
+    if options.skip_crds:
+        crds = Options(crds_only=True, kube_version=options.kube_version).command()
+        head += f"# Without the CRDs (--skip-crds): apply `{crds}` first.\n"
     parts = [head]
     for doc in bundle(options):
         comment = "".join(f"# {line}\n" for line in _wrap(doc.comment)) if doc.comment else ""
@@ -690,8 +734,9 @@ def _kube_version(text: str) -> KubeVersion:
 
 def parser() -> argparse.ArgumentParser:
     result = _Parser(prog="kaiwu install", description=(
-        "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
-        "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -"))
+        "Print the reconciler's install bundle (CRDs, Namespace, ServiceAccount, RBAC, "
+        "Services, webhook registration, NetworkPolicy, PodDisruptionBudget, Deployment) as "
+        "YAML: kaiwu install | kubectl apply -f -"))
     result.add_argument("--image", default="", metavar="REF", help=(
         f"the reconciler's image (default: {default_image()}, not published yet: build it with "
         "`make image`, copy it to your registry with `make push IMAGE=REF` and give that REF "
@@ -725,6 +770,13 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--backup-volume-claim", action="append", default=[], metavar="NAME",
                         help="a ReadWriteMany claim in --namespace to mount for KaiwuBackups "
                         "with a volume target (repeatable; docs/backup.md)")
+    result.add_argument("--crds-only", action="store_true",
+                        help="print only the CRDs (KaiwuCluster, KaiwuBackup, "
+                        "KaiwuBackupSchedule), for whoever manages CRDs apart; no other flag "
+                        "but --kube-version")
+    result.add_argument("--skip-crds", action="store_true",
+                        help="print everything but the CRDs (apply `kaiwu install --crds-only` "
+                        "first)")
     return result
 
 
@@ -743,7 +795,8 @@ def main(argv: Sequence[str]) -> int:
                       git_repo=args.git_repo, kube_version=args.kube_version,
                       source_namespaces=tuple(args.source_namespace),
                       shard=args.shard,
-                      backup_volume_claims=tuple(args.backup_volume_claim))
+                      backup_volume_claims=tuple(args.backup_volume_claim),
+                      crds_only=args.crds_only, skip_crds=args.skip_crds)
     problems = options.problems()
     if problems:
         print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)

@@ -6,6 +6,7 @@ The RBAC is proven on a real authorizer in tests/world_stories/runtime/test_inst
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +256,10 @@ def test_two_installs_in_two_namespaces_do_not_share_a_cluster_role() -> None:
     (["--shard", "Team_A"], "--shard: 'Team_A' is not a shard name"),
     (["--shard", "a", "--directory-mode", "--git-repo", "https://g.example/c.git"],
      "--shard: not with --directory-mode"),
+    (["--crds-only", "--skip-crds"], "--crds-only, --skip-crds: give one"),
+    (["--crds-only", "--scope", "namespaced", "--watch-namespace", "a"],
+     "--crds-only: prints the CRDs alone, which only --kube-version changes; drop --scope, "
+     "--watch-namespace"),
 ])
 def test_bad_flags_get_one_line_naming_the_flag(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -310,8 +315,9 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
     assert help_text.startswith("usage: kaiwu install [-h] [--image REF] ")
     assert "[--git-repo URL]" in help_text
     for line in [
-        "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
-        "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -",
+        "Print the reconciler's install bundle (CRDs, Namespace, ServiceAccount, RBAC, "
+        "Services, webhook registration, NetworkPolicy, PodDisruptionBudget, Deployment) as "
+        "YAML: kaiwu install | kubectl apply -f -",
         f"--image REF the reconciler's image (default: {install.default_image()}, not published "
         "yet: build it with `make image`, copy it to your registry with `make push IMAGE=REF` "
         "and give that REF here)",
@@ -334,6 +340,9 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
         "(default: the unnamed shard, the clusters without the label)",
         "--backup-volume-claim NAME a ReadWriteMany claim in --namespace to mount for "
         "KaiwuBackups with a volume target (repeatable; docs/backup.md)",
+        "--crds-only print only the CRDs (KaiwuCluster, KaiwuBackup, KaiwuBackupSchedule), for "
+        "whoever manages CRDs apart; no other flag but --kube-version",
+        "--skip-crds print everything but the CRDs (apply `kaiwu install --crds-only` first)",
     ]:
         assert line in help_text, line
 
@@ -374,6 +383,12 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
     (install.Options(image="registry.example/kaiwu reconciler:1"),
      "--image: 'registry.example/kaiwu reconciler:1' is not an image reference"),
     (install.Options(image="  "), "--image: '  ' is not an image reference"),
+    (install.Options(crds_only=True, skip_crds=True),
+     "--crds-only, --skip-crds: give one (the CRDs alone, or everything but them)"),
+    (install.Options(crds_only=True, image="registry.example/k:1", namespace="ops",
+                     backup_volume_claims=("dumps",)),
+     "--crds-only: prints the CRDs alone, which only --kube-version changes; drop --image, "
+     "--namespace, --backup-volume-claim"),
 ])
 def test_each_option_the_bundle_cannot_be_made_with_is_named_with_the_fix(
         options: install.Options, problem: str) -> None:
@@ -653,3 +668,32 @@ def test_a_drain_never_takes_both_replicas(variant: str) -> None:
     assert pod["topologySpreadConstraints"] == [{
         "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
         "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": deployment["spec"]["selector"]}]
+
+
+@pytest.mark.parametrize("kube_version", [KubeVersion(1, 20), KubeVersion(1, 28),
+                                          KubeVersion(1, 33)])
+def test_the_crds_install_apart_from_the_rest_and_together_make_the_whole_bundle(
+        kube_version: KubeVersion, capsys: pytest.CaptureFixture[str]) -> None:
+    """For teams that manage CRDs apart: --crds-only prints the three CRDs for the release,
+    --skip-crds everything else, and the two are the whole bundle, in its order."""
+    argv = ["install", "--kube-version", str(kube_version)]
+    printed = {}
+    for flag in ("", "--crds-only", "--skip-crds"):
+        assert main([*argv, flag] if flag else argv) == 0
+        printed[flag] = capsys.readouterr().out
+    whole, crds, rest = (docs(printed[flag]) for flag in ("", "--crds-only", "--skip-crds"))
+    assert crds + rest == whole
+    assert [d["kind"] for d in crds] == ["CustomResourceDefinition"] * 3
+    assert crds[0] == crd_for(kube_version)
+    assert "CustomResourceDefinition" not in {d["kind"] for d in rest}
+    assert {"Namespace", "Deployment", "PodDisruptionBudget"} <= {d["kind"] for d in rest}
+    version = "" if kube_version == KubeVersion(1, 28) else f" --kube-version {kube_version}"
+    assert printed["--crds-only"].splitlines()[1] == f"#   kaiwu install --crds-only{version}"
+    assert printed["--skip-crds"].splitlines()[3] == (
+        f"# Without the CRDs (--skip-crds): apply `kaiwu install --crds-only{version}` first.")
+    assert "--skip-crds --image" in printed["--skip-crds"].splitlines()[1]
+    namespaced = install.Options(scope="namespaced", watch_namespace="team-a",
+                                 namespace="team-a-kaiwu", skip_crds=True)
+    assert [d.obj for d in install.bundle(namespaced)] == [
+        d.obj for d in install.bundle(dataclasses.replace(namespaced, skip_crds=False))
+        if d.obj["kind"] != "CustomResourceDefinition"]
