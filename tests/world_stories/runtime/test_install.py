@@ -20,6 +20,7 @@ the same pod with one rule loosened. Timings are printed (pytest -s).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -206,5 +207,6 @@ def test_the_reconcilers_namespace_admits_its_pods_under_pod_security_restricted
         core.create_namespaced_pod(
             namespace, loosened, dry_run="All")  # type: ignore[arg-type,unused-ignore]
     assert refused_.value.status == 403
-    assert 'violates PodSecurity "restricted:latest"' in str(refused_.value.body)
-    assert "allowPrivilegeEscalation != false" in str(refused_.value.body)
+    message = str(json.loads(refused_.value.body or "{}").get("message"))
+    assert 'violates PodSecurity "restricted:latest"' in message, message
+    assert "allowPrivilegeEscalation != false" in message, message
