@@ -8,6 +8,7 @@ copies that tag with podman (read from `make -n`: nothing is built or pushed her
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,10 +76,14 @@ def test_make_image_tags_the_fully_qualified_reference_the_default_bundle_runs()
 
 
 def make_dry_run(*args: str) -> list[str]:
-    """The podman commands `make -n` prints for these arguments, with this interpreter's venv."""
+    """The podman commands `make -n` prints for these arguments, with this interpreter's venv.
+    Nothing of a calling make (`make test-fast IMAGE=...` passes IMAGE down in MAKEFLAGS) or
+    of the shell's IMAGE reaches it."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMAGE")}
     done = subprocess.run(["make", "--no-print-directory", "-n", *args,
                            f"BIN={Path(sys.executable).parent}"],
-                          cwd=REPO_ROOT, check=True, capture_output=True, text=True)
+                          cwd=REPO_ROOT, env=env, check=True, capture_output=True, text=True)
     return [line for line in done.stdout.splitlines() if line.startswith("podman ")]
 
 
