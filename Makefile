@@ -6,6 +6,7 @@
 #   make test-fast  the fast tier alone (no test world), one worker per core
 #   make test-136  the test world's 1.36 tier, where ../shared/k8s-1.36 is (skipped, saying why)
 #   make image  build the reconciler's image (podman; see docs/reconciler.md)
+#   make push IMAGE=REF  copy that image to REF: your registry (podman push; see docs/reconciler.md)
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
 #   make test-random  the fast tier and the short soak with new random draws (seeds printed)
 #   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
@@ -16,7 +17,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test test-136 test-fast test-random lint world lock image soak mutation clean
+.PHONY: demo preview test test-136 test-fast test-random lint world lock image push soak mutation clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -45,11 +46,25 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile --quiet --generate-hashes --extra s3 --override overrides.txt \
 	    --custom-compile-command "make lock" --output-file requirements.lock pyproject.toml
 
-# The reconciler's image, localhost/kaiwu-reconciler:<version>, built with podman FROM a Debian
-# base debootstrapped once into the test world's cache (tests/world/image.py; needs root and the
-# packages `make world` installs). BASE=python:3.11-slim builds FROM the public base instead.
+# The reconciler's image, DEFAULT_IMAGE: reconciler/install.py's IMAGE_REPOSITORY (the one place
+# the name is set) and the version; `kaiwu install` runs it unless --image names another. Built
+# with podman FROM a Debian base debootstrapped once into the test world's cache
+# (tests/world/image.py; needs root and the packages `make world` installs).
+# BASE=python:3.11-slim builds FROM the public base instead.
 image: $(STAMP)
 	$(BIN)/python -m tests.world.image $(if $(BASE),--base $(BASE))
+
+# Asked of Python once, and only by a target that uses it (a fresh checkout has no venv yet).
+DEFAULT_IMAGE = $(eval DEFAULT_IMAGE := $(shell $(BIN)/python -m tests.world.image --print-tag))$(DEFAULT_IMAGE)
+# Where `make push` copies the image `make image` built: a registry reference
+# (registry.example.com/team/kaiwu-reconciler:0.1.0; podman logs in with `podman login`), or any
+# destination podman push takes (oci-archive:FILE, dir:DIR, docker-archive:FILE). Default: the
+# name itself, which only the project's maintainers can push to (nothing is published yet).
+IMAGE ?= $(DEFAULT_IMAGE)
+
+# Then install with `kaiwu install --image REF` (the same REF, for a registry).
+push: $(STAMP)
+	podman push $(DEFAULT_IMAGE) $(IMAGE)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

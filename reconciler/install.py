@@ -1,14 +1,14 @@
 """`kaiwu install`: the reconciler's install bundle, one YAML stream for one `kubectl apply`.
 
 Called by `reconciler.cli.main` for `kaiwu install ...`; tests call `bundle` and `render`.
-The bundle holds the KaiwuCluster CRD, the Namespace, the ServiceAccount, the RBAC, the metrics
-and webhook Services and the Deployment, in that order (kubectl applies in file order: the CRD
-first). The admission webhook's ValidatingWebhookConfiguration is NOT in the bundle: the
-reconciler creates it and keeps its caBundle equal to the CA of the certificate it serves
-(reconciler.runtime.webhook); a bundle copy would need a caBundle nobody knows at install time,
-and re-applying it would fight the reconciler over that field. `kubectl delete -f` of the bundle
-therefore leaves it behind: delete `validatingwebhookconfiguration kaiwu-reconciler-<namespace>`
-too (with failurePolicy Fail it would otherwise refuse KaiwuCluster writes).
+The bundle holds the KaiwuCluster CRD (and the backup CRDs), the Namespace, the ServiceAccount,
+the RBAC, the metrics and webhook Services, the admission webhook's registration, the
+NetworkPolicy, the PodDisruptionBudget and the Deployment, in that order (kubectl applies in
+file order: the CRDs first); `--crds-only` and `--skip-crds` split it in two, for teams that
+manage CRDs apart. The registration (a ValidatingWebhookConfiguration) ships without what only
+the reconciler knows: its leader puts in the caBundle of the certificate it serves, the
+failurePolicy and the time-out (reconciler.runtime.webhook), so applying the bundle again never
+undoes them, and the reconciler needs no right to create one.
 
 This module is the one source of truth for the deploy manifests: deploy/install.yaml is its
 output with the defaults (`kaiwu install > deploy/install.yaml`, a unit test fails when the file
@@ -39,11 +39,13 @@ import importlib.metadata
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 from reconciler.runtime.webhook import SKIP_LABEL, SKIP_VALUE, placeholder
 from reconciler.settings import SHARD_LABEL, Settings
+from renderer.builders.disruption_budget import POLICY_V1
+from renderer.builders.statefulset import HOSTNAME_KEY
 from renderer.cel import crd_for
 from renderer.emit import to_yaml
 from renderer.schema import (
@@ -59,6 +61,11 @@ from renderer.settings import CEL_SINCE, DEFAULT_KUBE_VERSION, KubeVersion, supp
 Obj = dict[str, Any]
 
 NAME = "kaiwu-reconciler"
+# The reconciler's image repository: the one place its name is set. `make image` tags
+# <IMAGE_REPOSITORY>:<version> (tests/world/image.py), `make push IMAGE=REF` copies that tag to
+# REF, and `kaiwu install` runs it unless --image names another. Nothing is published there yet
+# (docs/reconciler.md, "The image and your registry"): build it and push it to your registry.
+IMAGE_REPOSITORY = "ghcr.io/kaiwu-operator/kaiwu-reconciler"
 DEFAULT_NAMESPACE = "kaiwu-system"
 SCOPES = ("cluster", "namespaced")
 # An example: the bundle names it, nothing in this project pulls or tests it.
@@ -67,6 +74,8 @@ GIT_ROOT = "/git"
 GIT_LINK = "repo"  # git-sync keeps /git/repo pointing at the current checkout
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients look
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kaiwu-operator"}
+REPLICAS = 2  # a leader and a standby, each serving the admission webhook
+ZONE_KEY = "topology.kubernetes.io/zone"
 EXIT_OK, EXIT_INVALID = 0, 2
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -80,11 +89,16 @@ def version() -> str:
         return "0.0.0"
 
 
+def default_image() -> str:
+    """The image the bundle runs unless --image names another: IMAGE_REPOSITORY:<version>."""
+    return f"{IMAGE_REPOSITORY}:{version()}"
+
+
 @dataclass(frozen=True)
 class Options:
     """What `kaiwu install` was asked for; the defaults make deploy/install.yaml."""
 
-    image: str = ""  # "" = kaiwu-reconciler:<version>
+    image: str = ""  # "" = default_image()
     namespace: str = DEFAULT_NAMESPACE
     scope: str = "cluster"
     watch_namespace: str = ""  # namespaced scope only
@@ -99,10 +113,13 @@ class Options:
     shard: str = ""  # "" = the unnamed shard: the clusters without the shard label
     # ReadWriteMany claims (in the install namespace) mounted for volume backup targets.
     backup_volume_claims: tuple[str, ...] = ()
+    # For teams that manage CRDs apart: the CRDs alone, or everything but them.
+    crds_only: bool = False
+    skip_crds: bool = False
 
     @property
     def effective_image(self) -> str:
-        return self.image or f"{NAME}:{version()}"
+        return self.image or default_image()
 
     @property
     def component(self) -> str:
@@ -159,10 +176,27 @@ class Options:
                              "(lower-case letters, digits, '-' and '.')")
         if not self.effective_image.strip() or any(c.isspace() for c in self.effective_image):
             found.append(f"--image: {self.image!r} is not an image reference")
+        if self.crds_only and self.skip_crds:
+            found.append("--crds-only, --skip-crds: give one (the CRDs alone, or everything "
+                         "but them)")
+        elif self.crds_only and self.ignored_by_crds_only():
+            found.append(f"--crds-only: prints the CRDs alone, which only --kube-version "
+                         f"changes; drop {', '.join(self.ignored_by_crds_only())}")
         return found
+
+    def ignored_by_crds_only(self) -> list[str]:
+        """The flags given that change nothing the CRDs alone are made of."""
+        defaults = Options()
+        return [_FLAGS.get(f.name, "--" + f.name.replace("_", "-")) for f in fields(self)
+                if f.name not in ("kube_version", "crds_only", "skip_crds")
+                and getattr(self, f.name) != getattr(defaults, f.name)]
 
     def command(self) -> str:
         """The `kaiwu install` command line that makes this bundle (for its header)."""
+        if self.crds_only:
+            return "kaiwu install --crds-only" + (
+                f" --kube-version {self.kube_version}"
+                if self.kube_version != DEFAULT_KUBE_VERSION else "")
         words = ["kaiwu install", f"--namespace {self.namespace}", f"--scope {self.scope}"]
         if self.watch_namespace:
             words.append(f"--watch-namespace {self.watch_namespace}")
@@ -174,8 +208,15 @@ class Options:
         if self.shard:
             words.append(f"--shard {self.shard}")
         words += [f"--backup-volume-claim {claim}" for claim in self.backup_volume_claims]
+        if self.skip_crds:
+            words.append("--skip-crds")
         words.append(f"--image {self.effective_image}")
         return " ".join(words)
+
+
+# Option fields whose flag is not their name with dashes.
+_FLAGS = {"source_namespaces": "--source-namespace",
+          "backup_volume_claims": "--backup-volume-claim"}
 
 
 @dataclass(frozen=True)
@@ -347,6 +388,11 @@ def _rbac(options: Options) -> list[Document]:
     return docs
 
 
+def _selector(options: Options) -> Obj:
+    """This shard's pods: the Deployment's selector, its spreading's and its budget's."""
+    return {"matchLabels": {"app.kubernetes.io/name": options.component}}
+
+
 def _http_get(path: str, period: int, failures: int) -> Obj:
     return {"httpGet": {"path": path, "port": "http-metrics"}, "periodSeconds": period,
             "failureThreshold": failures}
@@ -398,13 +444,17 @@ def _deployment(options: Options) -> Obj:
         "terminationGracePeriodSeconds": int(defaults.shutdown_grace_s) + 10,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
                             "seccompProfile": {"type": "RuntimeDefault"}},
+        # Spread, never required: a one-node cluster still runs both replicas (the
+        # PodDisruptionBudget then keeps a drain from evicting both at once).
         "affinity": {"podAntiAffinity": {
             # Leader and standby on different nodes: losing one node never loses both.
             "preferredDuringSchedulingIgnoredDuringExecution": [{
                 "weight": 100, "podAffinityTerm": {
-                    "topologyKey": "kubernetes.io/hostname",
-                    "labelSelector": {"matchLabels": {
-                        "app.kubernetes.io/name": options.component}}}}]}},
+                    "topologyKey": HOSTNAME_KEY, "labelSelector": _selector(options)}}]}},
+        # And in different zones where the nodes say which zone they are in.
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": ZONE_KEY, "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": _selector(options)}],
         "containers": containers,
     }
     if options.directory_mode:
@@ -456,10 +506,21 @@ def _deployment(options: Options) -> Obj:
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": options.component}},
+            "replicas": REPLICAS,
+            "selector": _selector(options),
             "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": pod},
         },
+    }
+
+
+def _disruption_budget(options: Options) -> Obj:
+    """At most one of the Deployment's pods evicted at a time: a drain waits until the other
+    is Ready again. maxUnavailable, not minAvailable: a Deployment scaled to one still drains."""
+    api = "policy/v1" if options.kube_version >= POLICY_V1 else "policy/v1beta1"
+    return {
+        "apiVersion": api, "kind": "PodDisruptionBudget",
+        "metadata": _meta(options.component, options.namespace, options.component),
+        "spec": {"maxUnavailable": 1, "selector": _selector(options)},
     }
 
 
@@ -518,14 +579,47 @@ def _webhook_configuration(options: Options) -> Obj:
     return placeholder(settings, options.namespace, options.kube_version)
 
 
+# The Pod Security Standard the reconciler's own namespace enforces, audits and warns about:
+# every container of the bundle's pods passes it, the git-sync sidecar included (a unit test
+# checks each rule in every variant).
+POD_SECURITY_LABELS = {f"pod-security.kubernetes.io/{mode}": "restricted"
+                       for mode in ("enforce", "audit", "warn")}
+
+
+def _owns_namespace(options: Options) -> bool:
+    """Whether the install namespace is the reconciler's alone, not the watched namespace its
+    KaiwuClusters live in too (a namespaced install into the team's own namespace)."""
+    return options.namespace != options.watch_namespace
+
+
 def _namespace(options: Options) -> Obj:
     meta = _meta(options.namespace)
-    if options.namespace != options.watch_namespace:
+    if _owns_namespace(options):
         # The escape hatch: KaiwuClusters here are never sent to the webhook, so a broken
         # webhook can always be worked around in the reconciler's own namespace (and any other
         # namespace an administrator labels so).
         meta["labels"][SKIP_LABEL] = SKIP_VALUE
+        # Only here: a namespace shared with KaiwuDB pods keeps the level its owner chose
+        # (spec.nodeTuning's init container is privileged: no restricted namespace admits it).
+        meta["labels"].update(POD_SECURITY_LABELS)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def _namespace_note(options: Options) -> str:
+    if not _owns_namespace(options):
+        return ("The reconciler's namespace, shared with the KaiwuClusters it watches: its Pod "
+                "Security labels are left to its owner (a cluster with spec.nodeTuning needs "
+                "privileged).")
+    note = ("The reconciler's own namespace: Pod Security restricted enforced, which every "
+            "container below passes.")
+    # Where directory mode's files may put KaiwuClusters: by default the watched namespace,
+    # else the reconciler's own (reconciler.settings, source_namespaces).
+    targets = options.source_namespaces or (options.watch_namespace or options.namespace,)
+    if options.directory_mode and options.namespace in targets:
+        note += (" Directory mode puts KaiwuClusters here too: a cluster with spec.nodeTuning "
+                 "(a privileged init container) cannot run here; give its files another "
+                 "namespace (--source-namespace).")
+    return note
 
 
 def bundle(options: Options) -> list[Document]:
@@ -533,7 +627,14 @@ def bundle(options: Options) -> list[Document]:
     problems = options.problems()
     if problems:
         raise ValueError("; ".join(problems))
-    ns = options.namespace
+    crds = _crd_documents(options)
+    if options.crds_only:
+        return crds
+    rest = _operator_documents(options)
+    return rest if options.skip_crds else crds + rest
+
+
+def _crd_documents(options: Options) -> list[Document]:
     return [
         Document("The KaiwuCluster schema (crd/kaiwuclusters.yaml), cluster-scoped: installed "
                  "by a cluster administrator. "
@@ -544,7 +645,14 @@ def bundle(options: Options) -> list[Document]:
                  _crd(options.kube_version)),
         *[Document(f"The {crd['spec']['names']['kind']} schema ({crd['metadata']['name']}): "
                    "backups (docs/backup.md).", crd) for crd in _backup_crds()],
-        Document("The reconciler's own namespace.", _namespace(options)),
+    ]
+
+
+def _operator_documents(options: Options) -> list[Document]:
+    """Everything but the CRDs: the reconciler and what it runs with."""
+    ns = options.namespace
+    return [
+        Document(_namespace_note(options), _namespace(options)),
         Document("The reconciler's identity: every right below is granted to it.", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, ns)}),
         *_rbac(options),
@@ -564,6 +672,14 @@ def bundle(options: Options) -> list[Document]:
                  "server), the restore file server from KaiwuDB pods, /metrics from namespaces "
                  f"labelled {METRICS_ACCESS_LABEL}=true (label your Prometheus's). Enforced "
                  "where the network plugin enforces NetworkPolicies.", _network_policy(options)),
+        Document("At most one replica evicted at a time (a drain waits until the other is "
+                 "Ready): the other "
+                 + ("keeps serving the admission webhook, whose failurePolicy Fail refuses "
+                    "every KaiwuCluster write while no replica answers, and "
+                    if not options.shard else "")
+                 + "takes over the Lease. The Deployment prefers other nodes (and zones) for "
+                 "the two: a one-node cluster still runs both.",
+                 _disruption_budget(options)),
         Document("Two replicas: one leads (holds the Lease) and writes, the other takes over "
                  "within seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). "
                  + _shard_note(options), _deployment(options)),
@@ -583,6 +699,9 @@ def render(options: Options) -> str:
     head = (f"# kaiwu-operator {version()}: the reconciler's install bundle, made by\n"
             f"#   {options.command()}\n"
             "# Apply it with `kubectl apply -f`. Do not edit: change reconciler/install.py.\n")
+    if options.skip_crds:
+        crds = Options(crds_only=True, kube_version=options.kube_version).command()
+        head += f"# Without the CRDs (--skip-crds): apply `{crds}` first.\n"
     parts = [head]
     for doc in bundle(options):
         comment = "".join(f"# {line}\n" for line in _wrap(doc.comment)) if doc.comment else ""
@@ -616,10 +735,13 @@ def _kube_version(text: str) -> KubeVersion:
 
 def parser() -> argparse.ArgumentParser:
     result = _Parser(prog="kaiwu install", description=(
-        "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
-        "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -"))
-    result.add_argument("--image", default="", help=f"the reconciler's image (default: "
-                        f"{NAME}:{version()})")
+        "Print the reconciler's install bundle (CRDs, Namespace, ServiceAccount, RBAC, "
+        "Services, webhook registration, NetworkPolicy, PodDisruptionBudget, Deployment) as "
+        "YAML: kaiwu install | kubectl apply -f -"))
+    result.add_argument("--image", default="", metavar="REF", help=(
+        f"the reconciler's image (default: {default_image()}, not published yet: build it with "
+        "`make image`, copy it to your registry with `make push IMAGE=REF` and give that REF "
+        "here)"))
     result.add_argument("--namespace", default=DEFAULT_NAMESPACE,
                         help="where the reconciler runs (default: %(default)s)")
     result.add_argument("--scope", default="cluster", choices=SCOPES,
@@ -649,6 +771,13 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--backup-volume-claim", action="append", default=[], metavar="NAME",
                         help="a ReadWriteMany claim in --namespace to mount for KaiwuBackups "
                         "with a volume target (repeatable; docs/backup.md)")
+    result.add_argument("--crds-only", action="store_true",
+                        help="print only the CRDs (KaiwuCluster, KaiwuBackup, "
+                        "KaiwuBackupSchedule), for whoever manages CRDs apart; no other flag "
+                        "but --kube-version")
+    result.add_argument("--skip-crds", action="store_true",
+                        help="print everything but the CRDs (apply `kaiwu install --crds-only` "
+                        "first)")
     return result
 
 
@@ -667,7 +796,8 @@ def main(argv: Sequence[str]) -> int:
                       git_repo=args.git_repo, kube_version=args.kube_version,
                       source_namespaces=tuple(args.source_namespace),
                       shard=args.shard,
-                      backup_volume_claims=tuple(args.backup_volume_claim))
+                      backup_volume_claims=tuple(args.backup_volume_claim),
+                      crds_only=args.crds_only, skip_crds=args.skip_crds)
     problems = options.problems()
     if problems:
         print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)

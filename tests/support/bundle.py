@@ -25,21 +25,21 @@ class Installer(Protocol):
 
     def __call__(self, opts: install.Options, webhook: bool = True) -> list[Obj]: ...
 
-# Where each kind of the bundle lives in the API: (group/version path, plural, namespaced).
+# Where each kind of the bundle lives in the API: (plural, namespaced); its group and version
+# are the document's apiVersion (the PodDisruptionBudget's depends on the release).
 PATHS = {
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions",
-                                 False),
-    "Namespace": ("/api/v1", "namespaces", False),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "Service": ("/api/v1", "services", True),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
-    "ValidatingWebhookConfiguration": ("/apis/admissionregistration.k8s.io/v1",
-                                       "validatingwebhookconfigurations", False),
-    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
+    "CustomResourceDefinition": ("customresourcedefinitions", False),
+    "Namespace": ("namespaces", False),
+    "ServiceAccount": ("serviceaccounts", True),
+    "Service": ("services", True),
+    "ClusterRole": ("clusterroles", False),
+    "ClusterRoleBinding": ("clusterrolebindings", False),
+    "Role": ("roles", True),
+    "RoleBinding": ("rolebindings", True),
+    "ValidatingWebhookConfiguration": ("validatingwebhookconfigurations", False),
+    "NetworkPolicy": ("networkpolicies", True),
+    "PodDisruptionBudget": ("poddisruptionbudgets", True),
+    "Deployment": ("deployments", True),
 }
 # Shared by every story in the world (installed when it starts): never removed by one.
 WORLD_OWNED = ("CustomResourceDefinition",)
@@ -48,7 +48,9 @@ WORLD_OWNED = ("CustomResourceDefinition",)
 def server_side_apply(kube: k8s.ApiClient, doc: Obj, *, dry_run: bool = False) -> Obj:
     """`kubectl apply --server-side` of one document: field manager kubectl, conflicts refused
     (409), as kubectl does without --force-conflicts."""
-    group_version, plural, namespaced = PATHS[doc["kind"]]
+    plural, namespaced = PATHS[doc["kind"]]
+    api = doc["apiVersion"]
+    group_version = f"/apis/{api}" if "/" in api else f"/api/{api}"
     meta = doc["metadata"]
     where = f"/namespaces/{meta['namespace']}" if namespaced else ""
     query = [("fieldManager", "kubectl"), ("force", "false")]

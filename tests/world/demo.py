@@ -474,7 +474,9 @@ class Demo:
             # registration: the demo's reconciler runs without its webhook (nothing routes the
             # API server to a local process), and the registration's failurePolicy Fail would
             # refuse every KaiwuCluster write (docs/reconciler.md, turning the webhook off).
-            if doc["kind"] in ("Deployment", "Service", "ValidatingWebhookConfiguration"):
+            # The PodDisruptionBudget guards the Deployment's pods: none here.
+            if doc["kind"] in ("Deployment", "Service", "ValidatingWebhookConfiguration",
+                               "PodDisruptionBudget"):
                 continue
             k8s_utils.create_from_dict(api.client, doc)  # type: ignore[no-untyped-call,unused-ignore]
             applied.append(f"{doc['kind']}/{doc['metadata']['name']}")

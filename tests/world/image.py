@@ -15,7 +15,8 @@ containers.conf without default ulimits (the sandbox refuses raising RLIMIT_NOFI
    setuptools the build stage builds the project's wheel with, through the host's pip
    configuration (a build has no index configuration).
 3. A staged build context (the Dockerfile, sources, lock file, wheelhouse: no .git, no venv),
-   and ``podman build --build-arg BASE=...``.
+   and ``podman build --build-arg BASE=...``, tagged `image_tag()`: the image the default
+   bundle names (``make push IMAGE=REF`` copies it to a registry).
 
 Each step prints how long it took. Nothing here falls back to something else: a missing tool
 is an error naming what .ci/run installs.
@@ -36,6 +37,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from reconciler.install import IMAGE_REPOSITORY
 from tests.world.build import default_cache_dir
 from tests.world.controlplane import REPO_ROOT
 
@@ -49,9 +51,11 @@ CONTAINERS_CONF = "[containers]\ndefault_ulimits = []\n"
 
 
 def image_tag() -> str:
-    """localhost/kaiwu-reconciler:<pyproject version>."""
+    """<IMAGE_REPOSITORY>:<pyproject version>: the image `kaiwu install` runs by default
+    (reconciler/install.py, where the repository is set), so `make push IMAGE=REF` copies
+    exactly what the default bundle names."""
     version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
-    return f"localhost/kaiwu-reconciler:{version}"
+    return f"{IMAGE_REPOSITORY}:{version}"
 
 
 def missing_tools() -> list[str]:
@@ -207,8 +211,10 @@ def build(base: str | None = None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.world.image", description=__doc__)
     parser.add_argument("--base", help=f"base image (default: {BASE_IMAGE}, debootstrapped)")
+    parser.add_argument("--print-tag", action="store_true",
+                        help="print the tag the build makes, build nothing (for `make push`)")
     args = parser.parse_args(argv)
-    print(build(args.base))
+    print(image_tag() if args.print_tag else build(args.base))
     return 0
 
 

@@ -6,6 +6,7 @@ The RBAC is proven on a real authorizer in tests/world_stories/runtime/test_inst
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from reconciler.cli import main
 from renderer.cel import RULES, crd_for
 from renderer.schema import crd_manifest
 from renderer.settings import KubeVersion
+from tests.support.pod_security import baseline_violations, restricted_violations
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -43,6 +45,22 @@ def verbs(found: list[dict[str, Any]], resource: str) -> set[str]:
 
 
 NAMESPACED = install.Options(scope="namespaced", watch_namespace="team-a")
+DIRECTORY = install.Options(directory_mode=True, git_repo="https://git.example/c.git")
+# Every kind of bundle: each scope, the namespace shared with the watched one or not, directory
+# mode (its git-sync sidecar) in both scopes, a shard, volume backup claims, the oldest release.
+VARIANTS = {
+    "cluster": install.Options(),
+    "namespaced": NAMESPACED,
+    "namespaced-in-the-watched-namespace": install.Options(
+        namespace="team-a", scope="namespaced", watch_namespace="team-a"),
+    "directory-mode": DIRECTORY,
+    "directory-mode-namespaced": install.Options(
+        scope="namespaced", watch_namespace="team-a", directory_mode=True,
+        git_repo="https://git.example/c.git", backup_volume_claims=("dumps",)),
+    "shard": install.Options(shard="eu"),
+    "backup-volumes": install.Options(backup_volume_claims=("nightly", "weekly")),
+    "kubernetes-1.20": install.Options(kube_version=KubeVersion(1, 20)),
+}
 
 
 def test_deploy_install_yaml_is_what_kaiwu_install_prints(
@@ -67,7 +85,7 @@ def test_the_bundle_carries_the_one_crd_and_applies_it_first() -> None:
         "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition",
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
         "RoleBinding", "Role", "RoleBinding", "Service", "Service",
-        "ValidatingWebhookConfiguration", "NetworkPolicy", "Deployment"]
+        "ValidatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Deployment"]
     assert [d["metadata"]["name"] for d in bundle[1:3]] == [
         "kaiwubackups.kaiwu.inspur.com", "kaiwubackupschedules.kaiwu.inspur.com"]
 
@@ -215,8 +233,10 @@ def test_every_replica_serves_the_webhook_through_a_service_and_may_register_onl
     assert namespace["metadata"]["labels"]["kaiwu.inspur.com/admission"] == "skip", \
         "the escape hatch: the operator's own namespace is never checked"
     same = install.Options(namespace="team-a", scope="namespaced", watch_namespace="team-a")
-    assert "kaiwu.inspur.com/admission" not in install.bundle(same)[1].obj["metadata"][
-        "labels"], "but not when the clusters live there too"
+    (shared,) = [d.obj for d in install.bundle(same) if d.obj["kind"] == "Namespace"]
+    assert shared["metadata"]["name"] == "team-a"
+    assert "kaiwu.inspur.com/admission" not in shared["metadata"]["labels"], \
+        "but not when the clusters live there too"
 
 
 def test_two_installs_in_two_namespaces_do_not_share_a_cluster_role() -> None:
@@ -236,6 +256,10 @@ def test_two_installs_in_two_namespaces_do_not_share_a_cluster_role() -> None:
     (["--shard", "Team_A"], "--shard: 'Team_A' is not a shard name"),
     (["--shard", "a", "--directory-mode", "--git-repo", "https://g.example/c.git"],
      "--shard: not with --directory-mode"),
+    (["--crds-only", "--skip-crds"], "--crds-only, --skip-crds: give one"),
+    (["--crds-only", "--scope", "namespaced", "--watch-namespace", "a"],
+     "--crds-only: prints the CRDs alone, which only --kube-version changes; drop --scope, "
+     "--watch-namespace"),
 ])
 def test_bad_flags_get_one_line_naming_the_flag(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -288,12 +312,15 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
         main(["install", "--help"])
     assert exit_.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert help_text.startswith("usage: kaiwu install [-h] [--image IMAGE] ")
+    assert help_text.startswith("usage: kaiwu install [-h] [--image REF] ")
     assert "[--git-repo URL]" in help_text
     for line in [
-        "Print the reconciler's install bundle (CRD, Namespace, ServiceAccount, RBAC, metrics "
-        "Service, Deployment) as YAML: kaiwu install | kubectl apply -f -",
-        f"--image IMAGE the reconciler's image (default: kaiwu-reconciler:{install.version()})",
+        "Print the reconciler's install bundle (CRDs, Namespace, ServiceAccount, RBAC, "
+        "Services, webhook registration, NetworkPolicy, PodDisruptionBudget, Deployment) as "
+        "YAML: kaiwu install | kubectl apply -f -",
+        f"--image REF the reconciler's image (default: {install.default_image()}, not published "
+        "yet: build it with `make image`, copy it to your registry with `make push IMAGE=REF` "
+        "and give that REF here)",
         "--namespace NAMESPACE where the reconciler runs (default: kaiwu-system)",
         "--scope {cluster,namespaced} cluster: reconcile every namespace (default); namespaced: "
         "only --watch-namespace, with Roles there and no cluster-wide writes",
@@ -313,6 +340,9 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
         "(default: the unnamed shard, the clusters without the label)",
         "--backup-volume-claim NAME a ReadWriteMany claim in --namespace to mount for "
         "KaiwuBackups with a volume target (repeatable; docs/backup.md)",
+        "--crds-only print only the CRDs (KaiwuCluster, KaiwuBackup, KaiwuBackupSchedule), for "
+        "whoever manages CRDs apart; no other flag but --kube-version",
+        "--skip-crds print everything but the CRDs (apply `kaiwu install --crds-only` first)",
     ]:
         assert line in help_text, line
 
@@ -353,6 +383,12 @@ def test_kaiwu_install_help_explains_every_flag(monkeypatch: pytest.MonkeyPatch,
     (install.Options(image="registry.example/kaiwu reconciler:1"),
      "--image: 'registry.example/kaiwu reconciler:1' is not an image reference"),
     (install.Options(image="  "), "--image: '  ' is not an image reference"),
+    (install.Options(crds_only=True, skip_crds=True),
+     "--crds-only, --skip-crds: give one (the CRDs alone, or everything but them)"),
+    (install.Options(crds_only=True, image="registry.example/k:1", namespace="ops",
+                     backup_volume_claims=("dumps",)),
+     "--crds-only: prints the CRDs alone, which only --kube-version changes; drop --image, "
+     "--namespace, --backup-volume-claim"),
 ])
 def test_each_option_the_bundle_cannot_be_made_with_is_named_with_the_fix(
         options: install.Options, problem: str) -> None:
@@ -384,7 +420,7 @@ def test_the_header_says_how_the_bundle_was_made() -> None:
         "--image registry.example/kaiwu:1")
     assert install.Options(shard="eu").command() == (
         "kaiwu install --namespace kaiwu-system --scope cluster --shard eu "
-        f"--image kaiwu-reconciler:{install.version()}")
+        f"--image {install.default_image()}")
     head = install.render(options).splitlines()[:4]
     assert head == [f"# kaiwu-operator {install.version()}: the reconciler's install bundle, "
                     "made by", f"#   {options.command()}",
@@ -431,6 +467,10 @@ def test_a_namespaced_shard_bundle_says_why_each_object_is_there() -> None:
          "restore file server from KaiwuDB pods, /metrics from namespaces labelled "
          "kaiwu.inspur.com/metrics-access=true (label your Prometheus's). Enforced where the "
          "network plugin enforces NetworkPolicies."),
+        ("PodDisruptionBudget", "kaiwu-reconciler-eu",
+         "At most one replica evicted at a time (a drain waits until the other is Ready): the "
+         "other takes over the Lease. The Deployment prefers other nodes (and zones) for the "
+         "two: a one-node cluster still runs both."),
         ("Deployment", "kaiwu-reconciler-eu",
          "Two replicas: one leads (holds the Lease) and writes, the other takes over within "
          "seconds. Settings are KAIWU_* variables (kaiwu reconcile --help). Shard eu: "
@@ -518,3 +558,142 @@ def test_every_permission_of_the_bundle_is_explained_in_docs_security() -> None:
                                    for what, verbs in table):
                             missing.add((resource, verb))
     assert not missing, f"not explained in docs/security.md: {sorted(missing)}"
+
+
+def pod_templates(options: install.Options) -> list[dict[str, Any]]:
+    """Every pod template in the bundle (its Deployment's)."""
+    return [d.obj["spec"]["template"] for d in install.bundle(options)
+            if "template" in d.obj.get("spec", {})]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_container_of_every_variant_passes_pod_security_restricted(variant: str) -> None:
+    """The rules and the fields they read: tests/support/pod_security.py."""
+    templates = pod_templates(VARIANTS[variant])
+    assert len(templates) == 1
+    (template,) = templates
+    names = [c["name"] for c in template["spec"]["containers"]]
+    assert names == (["reconciler", "git-sync"] if "directory" in variant else ["reconciler"])
+    assert baseline_violations(template) == []
+    assert restricted_violations(template) == []
+
+
+def _without(obj: dict[str, Any], *path: str) -> None:
+    for key in path[:-1]:
+        obj = obj[key]
+    del obj[path[-1]]
+
+
+@pytest.mark.parametrize(("loosen", "broken"), [
+    (lambda pod: _without(pod, "securityContext", "runAsNonRoot"),
+     ["reconciler: runAsNonRoot not true", "git-sync: runAsNonRoot not true"]),
+    (lambda pod: _without(pod, "securityContext", "seccompProfile"),
+     ["reconciler: seccompProfile not RuntimeDefault or Localhost",
+      "git-sync: seccompProfile not RuntimeDefault or Localhost"]),
+    (lambda pod: pod["securityContext"].update(runAsUser=0), ["pod: runAsUser 0"]),
+    (lambda pod: _without(pod["containers"][1], "securityContext", "allowPrivilegeEscalation"),
+     ["git-sync: allowPrivilegeEscalation not false"]),
+    (lambda pod: _without(pod["containers"][1], "securityContext", "capabilities"),
+     ["git-sync: capabilities do not drop ALL"]),
+    (lambda pod: pod["containers"][0]["securityContext"].update(
+        capabilities={"drop": ["ALL"], "add": ["NET_ADMIN"]}),
+     ["reconciler: adds capability NET_ADMIN"]),
+    (lambda pod: pod["volumes"].append({"name": "host", "hostPath": {"path": "/"}}),
+     ["pod: volume type hostPath"]),
+], ids=["runAsNonRoot", "seccomp", "root-user", "privilege-escalation", "drop-all",
+        "add-capability", "host-path"])
+def test_the_restricted_check_fails_a_bundle_pod_loosened_by_one_rule(
+        loosen: Any, broken: list[str]) -> None:
+    """A variant whose pod stops passing restricted fails the test above: each loosening of
+    the directory-mode pod (both containers) is reported, and only it."""
+    (template,) = pod_templates(DIRECTORY)
+    loosen(template["spec"])
+    assert restricted_violations(template) == broken
+
+
+def namespace_labels(options: install.Options) -> dict[str, str]:
+    (namespace,) = [d.obj for d in install.bundle(options) if d.obj["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == options.namespace
+    labels: dict[str, str] = namespace["metadata"]["labels"]
+    return labels
+
+
+def test_the_reconcilers_own_namespace_enforces_pod_security_restricted() -> None:
+    """Enforced, audited and warned about, wherever the bundle's namespace is the reconciler's
+    alone; a namespace shared with the KaiwuClusters it watches keeps its owner's choice (the
+    bundle writes no Pod Security label there)."""
+    restricted = {f"pod-security.kubernetes.io/{mode}": "restricted"
+                  for mode in ("enforce", "audit", "warn")}
+    for variant in ("cluster", "namespaced", "directory-mode", "shard", "kubernetes-1.20"):
+        assert namespace_labels(VARIANTS[variant]).items() >= restricted.items(), variant
+    shared = namespace_labels(VARIANTS["namespaced-in-the-watched-namespace"])
+    assert not any(key.startswith("pod-security.kubernetes.io/") for key in shared)
+
+
+def test_directory_mode_says_when_its_clusters_land_in_the_restricted_namespace() -> None:
+    def note(options: install.Options) -> str:
+        return next(d.comment for d in install.bundle(options) if d.obj["kind"] == "Namespace")
+
+    landing = "Directory mode puts KaiwuClusters here too"
+    assert landing in note(DIRECTORY), "by default its files' clusters go to kaiwu-system"
+    assert landing not in note(VARIANTS["directory-mode-namespaced"]), "to team-a"
+    assert landing not in note(install.Options(
+        directory_mode=True, git_repo="https://g.example/c", source_namespaces=("kaiwu-prod",)))
+    assert landing not in note(install.Options())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_drain_never_takes_both_replicas(variant: str) -> None:
+    """The webhook's failurePolicy is Fail: with both replicas evicted at once every
+    KaiwuCluster write would be refused. A PodDisruptionBudget lets one go at a time, and the
+    two prefer different nodes and zones without requiring them (one node still runs both)."""
+    options = VARIANTS[variant]
+    bundle = [d.obj for d in install.bundle(options)]
+    (deployment,) = [d for d in bundle if d["kind"] == "Deployment"]
+    (budget,) = [d for d in bundle if d["kind"] == "PodDisruptionBudget"]
+    assert deployment["spec"]["replicas"] == 2
+    assert budget["apiVersion"] == ("policy/v1beta1" if variant == "kubernetes-1.20"
+                                    else "policy/v1")
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert budget["spec"] == {"maxUnavailable": 1,
+                              "selector": deployment["spec"]["selector"]}
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    pod = deployment["spec"]["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]
+    assert list(anti) == ["preferredDuringSchedulingIgnoredDuringExecution"], "never required"
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
+                                       "labelSelector": deployment["spec"]["selector"]}
+    assert pod["topologySpreadConstraints"] == [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": deployment["spec"]["selector"]}]
+
+
+@pytest.mark.parametrize("kube_version", [KubeVersion(1, 20), KubeVersion(1, 28),
+                                          KubeVersion(1, 33)])
+def test_the_crds_install_apart_from_the_rest_and_together_make_the_whole_bundle(
+        kube_version: KubeVersion, capsys: pytest.CaptureFixture[str]) -> None:
+    """For teams that manage CRDs apart: --crds-only prints the three CRDs for the release,
+    --skip-crds everything else, and the two are the whole bundle, in its order."""
+    argv = ["install", "--kube-version", str(kube_version)]
+    printed = {}
+    for flag in ("", "--crds-only", "--skip-crds"):
+        assert main([*argv, flag] if flag else argv) == 0
+        printed[flag] = capsys.readouterr().out
+    whole, crds, rest = (docs(printed[flag]) for flag in ("", "--crds-only", "--skip-crds"))
+    assert crds + rest == whole
+    assert [d["kind"] for d in crds] == ["CustomResourceDefinition"] * 3
+    assert crds[0] == crd_for(kube_version)
+    assert "CustomResourceDefinition" not in {d["kind"] for d in rest}
+    assert {"Namespace", "Deployment", "PodDisruptionBudget"} <= {d["kind"] for d in rest}
+    version = "" if kube_version == KubeVersion(1, 28) else f" --kube-version {kube_version}"
+    assert printed["--crds-only"].splitlines()[1] == f"#   kaiwu install --crds-only{version}"
+    assert printed["--skip-crds"].splitlines()[3] == (
+        f"# Without the CRDs (--skip-crds): apply `kaiwu install --crds-only{version}` first.")
+    assert "--skip-crds --image" in printed["--skip-crds"].splitlines()[1]
+    namespaced = install.Options(scope="namespaced", watch_namespace="team-a",
+                                 namespace="team-a-kaiwu", skip_crds=True)
+    assert [d.obj for d in install.bundle(namespaced)] == [
+        d.obj for d in install.bundle(dataclasses.replace(namespaced, skip_crds=False))
+        if d.obj["kind"] != "CustomResourceDefinition"]

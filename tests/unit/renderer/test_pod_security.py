@@ -2,14 +2,14 @@
 
 A namespace labelled `pod-security.kubernetes.io/enforce: restricted` admits a KaiwuDB cluster
 only if every pod the StatefulSet makes passes each "restricted" rule, and "baseline" is the
-floor for any namespace. The rules are written out here from the Kubernetes documentation
-(concepts/security/pod-security-standards, the v1.25+ definitions), so a change to a builder that
-loosens any of them fails a test instead of failing an admission in somebody's cluster.
+floor for any namespace. A change to a builder that loosens any of them fails a test instead of
+failing an admission in somebody's cluster.
 
-The pods come from every example in clusters/ and from specs generated from the CRD
-(tests/support/specs.py). One exception is expected and asserted: spec.nodeTuning's init
-container, privileged and root because vm.max_map_count is not namespaced. The escape hatch
-for an image that needs root (runAsNonRoot false, runAsUser 0) is expected to stay baseline.
+The rules, with the fields each reads, are in tests/support/pod_security.py. The pods come from
+every example in clusters/ and from specs generated from the CRD (tests/support/specs.py). One
+exception is expected and asserted: spec.nodeTuning's init container, privileged and root
+because vm.max_map_count is not namespaced. The escape hatch for an image that needs root
+(runAsNonRoot false, runAsUser 0) is expected to stay baseline.
 """
 
 from __future__ import annotations
@@ -23,105 +23,11 @@ from hypothesis import given
 from renderer.loader import parse_text
 from renderer.render import SourceCluster, build_objects, load_clusters, read_clusters
 from renderer.settings import RenderSettings
+from tests.support.pod_security import baseline_violations, restricted_violations
 from tests.support.render import EXAMPLES, cluster, kaiwu, to_text, write_yaml
 from tests.support.specs import PROPERTY, specs
 
 TUNING_CONTAINER = "tune-host"
-
-# Baseline: capabilities a container may add beyond the runtime's defaults.
-BASELINE_CAPABILITIES = frozenset({
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
-# Baseline: the namespaced sysctls considered safe.
-SAFE_SYSCTLS = frozenset({
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes"})
-SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t",
-                           "container_engine_t"})
-# Restricted: the only volume types allowed (plus the StatefulSet's claim, a PVC volume).
-RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
-                                "persistentVolumeClaim", "projected", "secret"})
-SECCOMP_OK = frozenset({"RuntimeDefault", "Localhost"})
-
-
-def containers(pod: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for field in ("initContainers", "containers", "ephemeralContainers"):
-        yield from pod.get(field, [])
-
-
-def baseline_violations(template: dict[str, Any]) -> list[str]:
-    """Each baseline rule the pod template breaks, as '<container or pod>: <rule>'."""
-    pod, annotations = template["spec"], template.get("metadata", {}).get("annotations", {})
-    found: list[str] = []
-    found += [f"pod: {field}" for field in ("hostNetwork", "hostPID", "hostIPC")
-              if pod.get(field)]
-    found += [f"pod: hostPath volume {volume['name']}" for volume in pod.get("volumes", [])
-              if "hostPath" in volume]
-    pod_context = pod.get("securityContext", {})
-    found += [f"pod: sysctl {item['name']}" for item in pod_context.get("sysctls", [])
-              if item["name"] not in SAFE_SYSCTLS]
-    found += _selinux_and_seccomp("pod", pod_context)
-    if pod_context.get("windowsOptions", {}).get("hostProcess"):
-        found.append("pod: windows hostProcess")
-    found += [f"pod: AppArmor {key}" for key, value in annotations.items()
-              if key.startswith("container.apparmor.security.beta.kubernetes.io/")
-              and value != "runtime/default" and not value.startswith("localhost/")]
-    for container in containers(pod):
-        name, context = container["name"], container.get("securityContext", {})
-        if context.get("privileged"):
-            found.append(f"{name}: privileged")
-        added = set(context.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES
-        found += [f"{name}: adds capability {cap}" for cap in sorted(added)]
-        found += [f"{name}: hostPort {port['hostPort']}" for port in container.get("ports", [])
-                  if port.get("hostPort")]
-        if context.get("procMount", "Default") != "Default":
-            found.append(f"{name}: procMount")
-        if context.get("windowsOptions", {}).get("hostProcess"):
-            found.append(f"{name}: windows hostProcess")
-        found += _selinux_and_seccomp(name, context)
-    return found
-
-
-def _selinux_and_seccomp(where: str, context: dict[str, Any]) -> list[str]:
-    found = []
-    selinux = context.get("seLinuxOptions", {})
-    if selinux.get("type", "") not in SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
-        found.append(f"{where}: seLinuxOptions")
-    if context.get("seccompProfile", {}).get("type") == "Unconfined":
-        found.append(f"{where}: seccomp Unconfined")
-    return found
-
-
-def restricted_violations(template: dict[str, Any]) -> list[str]:
-    """Each restricted rule (beyond baseline) the pod template breaks."""
-    pod = template["spec"]
-    pod_context = pod.get("securityContext", {})
-    found: list[str] = []
-    for volume in pod.get("volumes", []):
-        kinds = set(volume) - {"name"}
-        found += [f"pod: volume type {kind}" for kind in sorted(kinds - RESTRICTED_VOLUMES)]
-    if pod_context.get("runAsUser") == 0:
-        found.append("pod: runAsUser 0")
-    for container in containers(pod):
-        name, context = container["name"], container.get("securityContext", {})
-        if context.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{name}: allowPrivilegeEscalation not false")
-        if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
-            found.append(f"{name}: runAsNonRoot not true")
-        if context.get("runAsUser") == 0:
-            found.append(f"{name}: runAsUser 0")
-        seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {}))
-        if seccomp.get("type") not in SECCOMP_OK:
-            found.append(f"{name}: seccompProfile not RuntimeDefault or Localhost")
-        capabilities = context.get("capabilities", {})
-        if "ALL" not in capabilities.get("drop", []):
-            found.append(f"{name}: capabilities do not drop ALL")
-        found += [f"{name}: adds capability {cap}" for cap in capabilities.get("add", [])
-                  if cap != "NET_BIND_SERVICE"]
-    return found
-
 
 # What the node tuning init container is allowed to break, and nothing more.
 TUNING_BASELINE = [f"{TUNING_CONTAINER}: privileged"]

@@ -49,7 +49,7 @@ def installed(kube: k8s.ApiClient) -> Iterator[Installer]:
                 if error.status != 404:  # a second shard's bundle: gone already
                     raise
         cluster_wide.update((doc["kind"], doc["metadata"]["name"]) for doc in docs
-                            if not PATHS[doc["kind"]][2]
+                            if not PATHS[doc["kind"]][1]
                             and doc["kind"] not in (*WORLD_OWNED, "Namespace"))
         return docs
 

@@ -1,10 +1,20 @@
 """The image users run the reconciler from (Dockerfile), read as text: two stages, the final one
 running `kaiwu reconcile` as uid 10001 from a venv copied out of the build stage, with nothing
 fetched during the build. tests/world_stories/runtime/test_image.py builds and runs it.
+
+Its name: `make image` tags the very reference the default bundle runs, and `make push IMAGE=REF`
+copies that tag with podman (read from `make -n`: nothing is built or pushed here).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from reconciler import install
+from tests.world import image
 from tests.world.controlplane import REPO_ROOT
 
 
@@ -54,3 +64,35 @@ def test_the_final_stage_is_the_venv_run_as_uid_10001() -> None:
     assert copies == ["--from=build /opt/venv /opt/venv"], "no sources, wheels or caches"
     assert ("USER", "10001:10001") in final
     assert final[-1] == ("ENTRYPOINT", '["kaiwu", "reconcile"]')
+
+
+def test_make_image_tags_the_fully_qualified_reference_the_default_bundle_runs() -> None:
+    tag = image.image_tag()
+    assert tag == install.default_image() == install.Options().effective_image
+    registry, _, rest = tag.partition("/")
+    assert "." in registry, f"{tag}: a registry host first, not a short name"
+    assert rest == f"{install.IMAGE_REPOSITORY.partition('/')[2]}:{install.version()}"
+    assert tag.count("/") == 2, "registry/org/name:version"
+
+
+def make_dry_run(*args: str) -> list[str]:
+    """The podman commands `make -n` prints for these arguments, with this interpreter's venv.
+    Nothing of a calling make (`make test-fast IMAGE=...` passes IMAGE down in MAKEFLAGS) or
+    of the shell's IMAGE reaches it."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "IMAGE")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", *args,
+                           f"BIN={Path(sys.executable).parent}"],
+                          cwd=REPO_ROOT, env=env, check=True, capture_output=True, text=True)
+    return [line for line in done.stdout.splitlines() if line.startswith("podman ")]
+
+
+def test_make_push_copies_the_built_image_to_the_destination_given() -> None:
+    """Tested against a local destination (no registry is reachable here): the one podman push
+    of the tag `make image` made to IMAGE, whatever transport podman is given."""
+    tag = image.image_tag()
+    for destination in ("oci-archive:/tmp/kaiwu-reconciler.tar",
+                        "registry.example.com/team/kaiwu-reconciler:0.1.0"):
+        assert make_dry_run("push", f"IMAGE={destination}") == [
+            f"podman push {tag} {destination}"]
+    assert make_dry_run("push") == [f"podman push {tag} {tag}"], "by default, the name itself"
