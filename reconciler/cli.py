@@ -92,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["status"]:
         from reconciler import statuscmd  # only `kaiwu status` needs it
         return statuscmd.main(arguments[1:])
+    if arguments[:1] in (["backup"], ["restore"]):
+        from reconciler import backupcmd  # only `kaiwu backup` and `kaiwu restore` need it
+        return backupcmd.main(arguments[1:], command=arguments[0])
     code: int = renderer_cli.main(arguments)
     return code
 
@@ -99,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     """`kubectl kaiwu ...`: kubectl runs an executable named kubectl-kaiwu found on PATH with
     the arguments after `kaiwu` (kubectl's plugin mechanism, since 1.12), so every `kaiwu`
-    command works as a kubectl plugin; `status` takes kubectl's --kubeconfig, --context and
-    -n/--namespace. Installed beside `kaiwu` by pip (pyproject.toml's scripts)."""
+    command works as a kubectl plugin; `status`, `backup` and `restore` take kubectl's
+    --kubeconfig, --context and -n/--namespace. Installed beside `kaiwu` by pip (pyproject.toml's
+    scripts); deploy/krew/kaiwu.yaml is its krew manifest."""
     return main(argv)
 
 

@@ -8,9 +8,11 @@ liveness, ready, restarts), the operation in progress (a scale-in from status.op
 upgrade from the rollout, a failover from status.failures), the drift state (the Drifted
 condition), when the node certificate expires (read from its Secret) and the last actions.
 
-Cost: one list per kind (KaiwuClusters, StatefulSets, Pods, Secrets) per namespace shown, or
-one cluster-wide list each with -A, never one request per pod; everything else is computed. So
-50 clusters cost four requests.
+Cost: one list per kind (KaiwuClusters, StatefulSets, Pods, Secrets, KaiwuBackups,
+KaiwuBackupSchedules) per namespace shown, or one cluster-wide list each with -A, never one
+request per pod; everything else is computed. So 50 clusters cost six requests. Per cluster it
+also shows its backups: the last success, one running, the next scheduled run, failures since
+the last success (an install without the backup CRDs shows none).
 
 `gather` builds plain data (what `-o json|yaml` print), `table` formats it for people; both are
 pure, so the unit tests need no API. Exit codes: 0 every cluster shown is Ready, 1 some are not,
@@ -40,6 +42,7 @@ from reconciler.kube.client import (
     ConnectionSetupError,
     Kube,
     check_reachable,
+    context_namespace,
     load_api_client,
 )
 from reconciler.model import Obj
@@ -236,10 +239,47 @@ def _operation(status: Mapping[str, Any], spec: Mapping[str, Any],
     return None
 
 
+def backups_summary(backups: Sequence[Obj], schedules: Sequence[Obj],
+                    now: float) -> dict[str, Any]:
+    """One cluster's backups (its KaiwuBackups and KaiwuBackupSchedules): the last success, the
+    one running, the next scheduled run, and the failures since the last success (newest
+    first, at most three)."""
+    ordered = sorted(backups, key=lambda b: str((b.get("metadata") or {}).get(
+        "creationTimestamp") or ""))
+
+    def phase(obj: Obj) -> str:
+        return str((obj.get("status") or {}).get("phase") or "pending")
+
+    def entry(obj: Obj) -> dict[str, Any]:
+        status = obj.get("status") or {}
+        return {"name": (obj.get("metadata") or {}).get("name"), "phase": phase(obj),
+                "completedAt": status.get("completedAt"), "reason": status.get("reason")}
+
+    done = [b for b in ordered if phase(b) == "completed"]
+    last = done[-1] if done else None
+    after = ordered[ordered.index(last) + 1:] if last is not None else ordered
+    failed = [entry(b) for b in after if phase(b) == "failed"][::-1][:3]
+    running = next((entry(b) for b in reversed(ordered) if phase(b) == "running"), None)
+    upcoming = sorted(
+        (str((sch.get("status") or {}).get("nextScheduleTime")), str(
+            (sch.get("metadata") or {}).get("name"))) for sch in schedules
+         if (sch.get("status") or {}).get("nextScheduleTime")
+         and not (sch.get("spec") or {}).get("suspend"))
+    last_entry = entry(last) if last is not None else None
+    if last_entry is not None:
+        since = _stamp(last_entry["completedAt"])
+        last_entry["ago"] = ago(now - since) if since is not None else ""
+    return {"lastSuccess": last_entry, "running": running, "failedSince": failed,
+            "next": {"schedule": upcoming[0][1], "at": upcoming[0][0]} if upcoming else None,
+            "schedules": sorted(str((sch.get("metadata") or {}).get("name"))
+                                for sch in schedules)}
+
+
 def gather(kube: Kube, namespace: str | None, name: str | None,
            now: float | None = None) -> list[dict[str, Any]]:
-    """Every cluster asked for, as `cluster_report`s. `namespace` None: every namespace. Four
-    lists at most (the kinds below), however many clusters and pods there are."""
+    """Every cluster asked for, as `cluster_report`s with their `backups_summary`. `namespace`
+    None: every namespace. Six lists at most (the kinds below), however many clusters and pods
+    there are."""
     now = time.time() if now is None else now
     if name is not None:
         assert namespace is not None
@@ -271,7 +311,25 @@ def gather(kube: Kube, namespace: str | None, name: str | None,
                 found.setdefault((m.get("namespace", ""), owner), []).append(item)
         return found
 
+    def backup_objects(kind: kk.Kind) -> dict[tuple[str, str], list[Obj]]:
+        """KaiwuBackups or schedules by the cluster their spec names (no label selects them)."""
+        found: dict[tuple[str, str], list[Obj]] = {}
+        try:
+            items, _ = kube.list_objects(kind, namespace)
+        except ApiError as error:
+            if not (error.forbidden or error.not_found):
+                raise
+            items = []  # the backup CRDs not installed, or no right to read them
+        for item in items:
+            owner = ((item.get("spec") or {}).get("cluster") or {}).get("name")
+            if owner and (name is None or owner == name):
+                key = ((item.get("metadata") or {}).get("namespace", ""), str(owner))
+                found.setdefault(key, []).append(item)
+        return found
+
     sets, pods, secrets = (by_cluster(kind) for kind in (kk.STATEFUL_SET, kk.POD, kk.SECRET))
+    backups, schedules = (backup_objects(kind) for kind in (kk.KAIWU_BACKUP,
+                                                            kk.KAIWU_BACKUP_SCHEDULE))
     reports = []
     for obj in sorted(clusters, key=lambda o: (o["metadata"].get("namespace", ""),
                                                o["metadata"]["name"])):
@@ -281,7 +339,9 @@ def gather(kube: Kube, namespace: str | None, name: str | None,
         wanted = ((obj.get("spec") or {}).get("tls") or {}).get("nodeSecretName") \
             or f"{m['name']}-node-certs"
         secret = next((s for s in secrets.get(key, ()) if s["metadata"]["name"] == wanted), None)
-        reports.append(cluster_report(obj, sts, pods.get(key, []), secret, now))
+        report = cluster_report(obj, sts, pods.get(key, []), secret, now)
+        report["backups"] = backups_summary(backups.get(key, []), schedules.get(key, []), now)
+        reports.append(report)
     return reports
 
 
@@ -360,6 +420,8 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
         op = r["operation"]
         out.append("  operation: " + (c(YELLOW, f"{op['type']} {op['summary']}") if op
                                       else "none"))
+        if r.get("backups") is not None:
+            out.append("  backups: " + _backups_line(r["backups"], c))
         ro = r["rollout"]
         if ro:
             out.append(f"  rollout: {ro['updated']}/{ro['replicas']} updated, partition "
@@ -403,6 +465,22 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
     return "\n".join(out)
 
 
+def _backups_line(b: Mapping[str, Any], c: Callable[[str, str], str]) -> str:
+    last = b["lastSuccess"]
+    parts = [f"last {last['name']} ({last['ago']} ago)" if last and last.get("ago")
+             else f"last {last['name']}" if last else c(YELLOW, "none completed")]
+    if b["running"]:
+        parts.append(f"running {b['running']['name']}")
+    if b["next"]:
+        parts.append(f"next {b['next']['at']} ({b['next']['schedule']})")
+    elif not b["schedules"]:
+        parts.append("no schedule")
+    if b["failedSince"]:
+        parts.append(c(RED, f"{len(b['failedSince'])} failed since: " + ", ".join(
+            f"{f['name']} ({f['reason'] or 'failed'})" for f in b["failedSince"])))
+    return "; ".join(parts)
+
+
 def _short(text: str, limit: int = 80) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -421,28 +499,6 @@ def exit_code(reports: Sequence[Mapping[str, Any]]) -> int:
 
 
 # ---- the command -----------------------------------------------------------------------------
-
-def _namespace(given: str | None, kubeconfig: str | None, context: str | None) -> str:
-    """-n, else the context's namespace, else the pod's own (in-cluster), else 'default'."""
-    if given:
-        return given
-    try:
-        from kubernetes import config
-        listed = config.list_kube_config_contexts  # untyped in the client
-        contexts, current = listed(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
-        if context:
-            current = next((x for x in contexts if x["name"] == context), current)
-        found = (current or {}).get("context", {}).get("namespace")
-        if found:
-            return str(found)
-    except Exception:  # no kubeconfig (in a pod): the service account's namespace below
-        pass
-    try:
-        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
-            return f.read().strip() or "default"
-    except OSError:
-        return "default"
-
 
 def main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None,
          sleep: Callable[[float], None] = time.sleep) -> int:
@@ -463,8 +519,8 @@ def main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = No
         print(f"kaiwu status: {error}", file=err)
         return EXIT_ERROR
     kube = Kube(api, FIELD_MANAGER, timeout=15.0)
-    namespace = None if args.all_namespaces else _namespace(args.namespace, args.kubeconfig,
-                                                             args.context)
+    namespace = None if args.all_namespaces else context_namespace(
+        args.namespace, args.kubeconfig, args.context)
     colour = args.output == "table" and use_colour(out)
     code = EXIT_ERROR
     try:

@@ -123,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
                         "install --help)", add_help=False)
     commands.add_parser("status", help="show the clusters as the reconciler reports them (see "
                         "kaiwu status --help)", add_help=False)
+    commands.add_parser("backup", help="create, list and describe KaiwuBackups (see kaiwu "
+                        "backup --help)", add_help=False)
+    commands.add_parser("restore", help="a new cluster from a completed backup (see kaiwu "
+                        "restore --help)", add_help=False)
     return parser
 
 

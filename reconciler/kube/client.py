@@ -521,3 +521,26 @@ def exit_status(raw: str) -> int | None:
     # Any other Failure may come after the command started (a runtime stream lost midway):
     # no exit status, as a cut stream; the caller's time-out path asks KWDB what happened.
     return None
+
+
+def context_namespace(given: str | None, kubeconfig: str | None, context: str | None) -> str:
+    """The namespace a kubectl-like command works in: `given` (-n), else the kubeconfig
+    context's, else the pod's own (in-cluster), else 'default' (kaiwu status, kaiwu backup)."""
+    if given:
+        return given
+    try:
+        from kubernetes import config
+        listed = config.list_kube_config_contexts  # untyped in the client
+        contexts, current = listed(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
+        if context:
+            current = next((x for x in contexts if x["name"] == context), current)
+        found = (current or {}).get("context", {}).get("namespace")
+        if found:
+            return str(found)
+    except Exception:  # no kubeconfig (in a pod): the service account's namespace below
+        pass
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from reconciler import statuscmd
-from reconciler.kube.client import ApiError
+from reconciler.kube.client import ApiError, context_namespace
 from reconciler.model import Obj
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
@@ -452,10 +452,11 @@ class FakeKube:
     """The API as `kaiwu status` reads it: lists by kind, namespace and selector; one get."""
 
     def __init__(self, objects: list[tuple[str, Obj]], forbidden: tuple[str, ...] = (),
-                 failing: tuple[str, ...] = ()) -> None:
+                 failing: tuple[str, ...] = (), missing: tuple[str, ...] = ()) -> None:
         self.objects = objects
         self.forbidden = forbidden
         self.failing = failing
+        self.missing = missing
         self.calls: list[tuple[str, str | None, str | None]] = []
 
     def _matches(self, obj: Obj, namespace: str | None, selector: str | None) -> bool:
@@ -473,6 +474,8 @@ class FakeKube:
         self.calls.append((kind.kind, namespace, label_selector))
         if kind.kind in self.failing:
             raise ApiError(500, "InternalError", "etcd is away")
+        if kind.kind in self.missing:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if kind.kind in self.forbidden:
             raise ApiError(403, "Forbidden", "secrets is forbidden")
         return [o for k, o in self.objects if k == kind.kind
@@ -512,12 +515,13 @@ def fleet() -> list[tuple[str, Obj]]:
             ("Secret", managed(secret(EXPIRY), "db", "orders")), ("Secret", certs)]
 
 
-def test_status_of_a_namespace_costs_four_lists_and_matches_objects_to_their_cluster() -> None:
+def test_status_of_a_namespace_costs_six_lists_and_matches_objects_to_their_cluster() -> None:
     kube = FakeKube(fleet())
     reports = statuscmd.gather(kube, "db", None, now=NOW)  # type: ignore[arg-type]
     managed_by = "app.kubernetes.io/managed-by=kaiwu-operator"
     assert kube.calls == [("KaiwuCluster", "db", None), ("StatefulSet", "db", managed_by),
-                          ("Pod", "db", managed_by), ("Secret", "db", managed_by)]
+                          ("Pod", "db", managed_by), ("Secret", "db", managed_by),
+                          ("KaiwuBackup", "db", None), ("KaiwuBackupSchedule", "db", None)]
     assert [(r["namespace"], r["name"]) for r in reports] == [("db", "billing"), ("db", "orders")]
     billing, orders = reports
     assert billing["rollout"] is None, "billing-backup is not billing's StatefulSet"
@@ -537,7 +541,8 @@ def test_status_of_one_cluster_asks_for_it_and_only_its_objects() -> None:
     [found] = statuscmd.gather(kube, "db", "orders", now=NOW)  # type: ignore[arg-type]
     selector = "app.kubernetes.io/managed-by=kaiwu-operator,app.kubernetes.io/instance=orders"
     assert kube.calls == [("KaiwuCluster", "db", "orders"), ("StatefulSet", "db", selector),
-                          ("Pod", "db", selector), ("Secret", "db", selector)]
+                          ("Pod", "db", selector), ("Secret", "db", selector),
+                          ("KaiwuBackup", "db", None), ("KaiwuBackupSchedule", "db", None)]
     assert found["name"] == "orders" and len(found["pods"]) == 2
     with pytest.raises(LookupError) as missing:
         statuscmd.gather(FakeKube(fleet()), "db", "payments", now=NOW)  # type: ignore[arg-type]
@@ -546,6 +551,48 @@ def test_status_of_one_cluster_asks_for_it_and_only_its_objects() -> None:
     empty = FakeKube([])
     assert statuscmd.gather(empty, "db", None) == []  # type: ignore[arg-type]
     assert empty.calls == [("KaiwuCluster", "db", None)], "no cluster: nothing else is read"
+
+
+def backup_of(name: str, phase: str, created: str, cluster: str = "orders",
+              reason: str | None = None) -> Obj:
+    status: Obj = {"phase": phase}
+    if phase == "completed":
+        status["completedAt"] = created
+    if reason:
+        status["reason"] = reason
+    return {"metadata": {"name": name, "namespace": "db", "creationTimestamp": created},
+            "spec": {"cluster": {"name": cluster}}, "status": status}
+
+
+def test_status_shows_each_clusters_last_backup_the_next_run_and_failures_since() -> None:
+    nightly = {"metadata": {"name": "nightly", "namespace": "db"},
+               "spec": {"cluster": {"name": "orders"}},
+               "status": {"nextScheduleTime": "2026-12-05T03:00:00Z"}}
+    paused = {"metadata": {"name": "hourly", "namespace": "db"},
+              "spec": {"cluster": {"name": "orders"}, "suspend": True},
+              "status": {"nextScheduleTime": "2026-12-04T14:00:00Z"}}
+    objects = [*fleet(), ("KaiwuBackupSchedule", nightly), ("KaiwuBackupSchedule", paused),
+               ("KaiwuBackup", backup_of("n-1", "completed", "2026-12-02T03:00:00Z")),
+               ("KaiwuBackup", backup_of("n-2", "completed", "2026-12-03T03:00:00Z")),
+               ("KaiwuBackup", backup_of("n-3", "failed", "2026-12-03T04:00:00Z",
+                                         reason="NodeLost")),
+               ("KaiwuBackup", backup_of("n-4", "running", "2026-12-03T05:00:00Z")),
+               ("KaiwuBackup", backup_of("b-1", "failed", "2026-12-03T05:00:00Z",
+                                         cluster="billing"))]
+    billing, orders = statuscmd.gather(FakeKube(objects), "db", None, now=NOW)  # type: ignore[arg-type]
+    assert orders["backups"]["lastSuccess"]["name"] == "n-2"
+    assert orders["backups"]["running"]["name"] == "n-4"
+    assert orders["backups"]["next"] == {"schedule": "nightly", "at": "2026-12-05T03:00:00Z"}
+    assert [f["name"] for f in orders["backups"]["failedSince"]] == ["n-3"]
+    assert billing["backups"]["lastSuccess"] is None
+    text = statuscmd.table([billing, orders])
+    assert "  backups: none completed; no schedule; 1 failed since: b-1 (failed)" in text
+    assert "  backups: last n-2 (" in text and "running n-4; next 2026-12-05T03:00:00Z " \
+        "(nightly); 1 failed since: n-3 (NodeLost)" in text
+    # Without the backup CRDs (404) or the right to read them, no backups, nothing fails.
+    without = FakeKube(fleet(), missing=("KaiwuBackup",))
+    [bare] = statuscmd.gather(without, "db", "orders", now=NOW)  # type: ignore[arg-type]
+    assert bare["backups"]["lastSuccess"] is None
 
 
 def test_without_the_right_to_read_secrets_the_rest_is_still_shown() -> None:
@@ -615,11 +662,11 @@ def test_the_namespace_is_the_flag_else_the_contexts_else_default(tmp_path: Any)
                      {"name": "ops", "context": {"cluster": "c", "user": "u",
                                                  "namespace": "kaiwu-system"}},
                      {"name": "bare", "context": {"cluster": "c", "user": "u"}}]}))
-    assert statuscmd._namespace("db", str(kubeconfig), None) == "db"
-    assert statuscmd._namespace(None, str(kubeconfig), None) == "shop"
-    assert statuscmd._namespace(None, str(kubeconfig), "ops") == "kaiwu-system"
-    assert statuscmd._namespace(None, str(kubeconfig), "nosuch") == "shop"
-    assert statuscmd._namespace(None, str(kubeconfig), "bare") == "default"
+    assert context_namespace("db", str(kubeconfig), None) == "db"
+    assert context_namespace(None, str(kubeconfig), None) == "shop"
+    assert context_namespace(None, str(kubeconfig), "ops") == "kaiwu-system"
+    assert context_namespace(None, str(kubeconfig), "nosuch") == "shop"
+    assert context_namespace(None, str(kubeconfig), "bare") == "default"
 
 
 def test_a_healthy_clusters_conditions_are_all_green() -> None:

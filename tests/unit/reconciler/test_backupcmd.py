@@ -1,0 +1,233 @@
+"""Stories of `kaiwu backup` and `kaiwu restore` (reconciler.backupcmd) on a small fake API:
+an operator backs a cluster up to where its schedule already sends backups, or names a target;
+waits for it; lists and describes backups; writes or creates a cluster restored from one. Every
+refusal is one line, exit 2. The same commands against the real API server:
+tests/world_stories/backup/test_backup_cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+from typing import Any
+
+import pytest
+import yaml
+
+from reconciler import backupcmd
+from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import Kind
+from reconciler.model import Obj
+from renderer.render import read_live
+
+NS = "shop"
+VOLUME = {"volume": {"claimName": "dumps"}}
+
+
+class FakeApi:
+    """Objects by (kind, name) in one namespace; creates stored; each get may change a
+    backup's phase (`phases`: the phases successive gets of a backup return)."""
+
+    def __init__(self, *objects: Obj) -> None:
+        self.objects = {(o["kind"], o["metadata"]["name"]): copy.deepcopy(o) for o in objects}
+        self.created: list[Obj] = []
+        self.phases: list[str] = []
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        found = self.objects.get((kind.kind, name))
+        if found is not None and kind.kind == "KaiwuBackup" and self.phases:
+            found.setdefault("status", {})["phase"] = self.phases.pop(0)
+            if found["status"]["phase"] == "failed":
+                found["status"].update(reason="NodeLost", message="node 2 went away")
+        return copy.deepcopy(found)
+
+    def list_objects(self, kind: Kind, namespace: str | None = None) -> tuple[list[Obj], str]:
+        return [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind.kind], "1"
+
+    def create(self, obj: Obj) -> Obj:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in self.objects:
+            raise ApiError(409, "AlreadyExists", "exists")
+        self.objects[key] = copy.deepcopy(obj)
+        self.created.append(obj)
+        return obj
+
+
+def kaiwu_cluster(name: str = "orders", **spec: Any) -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"team": "payments", "app.kubernetes.io/instance": name}},
+            "spec": {"replicas": 3, "version": "3.2.1", **spec}}
+
+
+def schedule(name: str, target: Obj, cluster: str = "orders") -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackupSchedule",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"cluster": {"name": cluster}, "schedule": "0 0 3 * * *",
+                     "template": {"target": target}}}
+
+
+def a_backup(name: str, phase: str = "completed", created: str = "2026-12-01T03:00:00Z",
+             target: Obj = VOLUME) -> Obj:
+    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackup",
+            "metadata": {"name": name, "namespace": NS, "creationTimestamp": created},
+            "spec": {"cluster": {"name": "orders"}, "target": target},
+            "status": {"phase": phase, "sizeBytes": 3 * 1024 * 1024,
+                       "completedAt": "2026-12-01T03:01:00Z"}}
+
+
+def create_args(*argv: str) -> argparse.Namespace:
+    return backupcmd.backup_parser().parse_args(["create", *argv])
+
+
+def run_create(api: FakeApi, *argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = backupcmd.create(api, NS, create_args(*argv), out,  # type: ignore[arg-type]
+                            clock=lambda: 1764558000.0, sleep=lambda _s: None)
+    return code, out.getvalue()
+
+
+def test_a_backup_goes_where_the_clusters_schedule_sends_its_backups() -> None:
+    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    code, out = run_create(api, "orders")
+    assert code == 0
+    [made] = api.created
+    assert made == {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuBackup",
+                    "metadata": {"name": "orders-20251201-030000", "namespace": NS},
+                    "spec": {"cluster": {"name": "orders"}, "target": VOLUME}}
+    assert out == "kaiwubackup/orders-20251201-030000 created in shop (volume dumps)\n"
+
+
+def test_named_targets_win_and_a_cluster_without_one_is_refused_naming_the_flags() -> None:
+    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    run_create(api, "orders", "--s3-bucket", "dumps", "--s3-secret", "s3-keys",
+               "--s3-prefix", "kwdb", "--name", "before-upgrade", "--database", "shop")
+    assert api.created[0]["spec"] == {
+        "cluster": {"name": "orders"}, "databases": ["shop"],
+        "target": {"s3": {"bucket": "dumps", "credentialsSecret": {"name": "s3-keys"},
+                          "prefix": "kwdb"}}}
+
+    # Two schedules: which one? The newest backup's target, if there is one...
+    api = FakeApi(kaiwu_cluster(), schedule("a", VOLUME), schedule("b", {"volume": {
+        "claimName": "other"}}), a_backup("old", created="2026-11-01T00:00:00Z",
+                                          target={"volume": {"claimName": "older"}}),
+        a_backup("new", created="2026-11-30T00:00:00Z"))
+    run_create(api, "orders")
+    assert api.created[0]["spec"]["target"] == VOLUME
+    # ...and with none, a refusal that names the flags.
+    api = FakeApi(kaiwu_cluster(), schedule("for-another", VOLUME, cluster="billing"))
+    with pytest.raises(backupcmd.Refused, match="no target for a backup of orders \\(no "
+                       "KaiwuBackupSchedule or earlier KaiwuBackup names one\\): give "
+                       "--volume-claim CLAIM, or --s3-bucket BUCKET --s3-secret SECRET"):
+        run_create(api, "orders")
+    with pytest.raises(backupcmd.Refused, match="needs both --s3-bucket and --s3-secret"):
+        run_create(api, "orders", "--s3-bucket", "dumps")
+    with pytest.raises(backupcmd.Refused, match="not both"):
+        run_create(api, "orders", "--s3-bucket", "b", "--s3-secret", "s", "--volume-claim", "c")
+    assert api.created == []
+
+
+def test_a_backup_of_a_cluster_that_does_not_exist_or_a_name_taken_is_refused() -> None:
+    with pytest.raises(backupcmd.Refused, match="no KaiwuCluster billing in namespace shop"):
+        run_create(FakeApi(kaiwu_cluster()), "billing", "--volume-claim", "dumps")
+    api = FakeApi(kaiwu_cluster(), a_backup("taken"))
+    with pytest.raises(backupcmd.Refused, match="KaiwuBackup taken exists: give another --name"):
+        run_create(api, "orders", "--name", "taken")
+
+
+def test_wait_follows_the_backup_to_its_end_and_says_how_to_restore_it() -> None:
+    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api.phases = ["pending", "running", "running", "completed"]
+    code, out = run_create(api, "orders", "--wait")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1:4] == ["kaiwubackup/orders-20251201-030000: pending",
+                          "kaiwubackup/orders-20251201-030000: running",
+                          "kaiwubackup/orders-20251201-030000: completed"]
+    assert "Restore:     kaiwu restore --from orders-20251201-030000 --into NEW -n shop " \
+        "--apply" in lines
+
+    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api.phases = ["running", "failed"]
+    code, out = run_create(api, "orders", "--wait")
+    assert code == 1
+    assert out.splitlines()[-1] == ("kaiwubackup/orders-20251201-030000 failed: NodeLost: "
+                                    "node 2 went away")
+
+    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api.phases = ["running"] * 10
+    out_stream = io.StringIO()
+    times = iter([0.0, 0.0, 5.0, 11.0])
+    code = backupcmd.create(api, NS, create_args("orders", "--wait", "--timeout", "10"),  # type: ignore[arg-type]
+                            out_stream, clock=lambda: next(times), sleep=lambda _s: None)
+    assert code == 1
+    assert "is still running after 10s (it runs on" in out_stream.getvalue()
+
+
+def test_list_and_describe_show_phase_size_target_and_failure() -> None:
+    failed = a_backup("broken", phase="failed", created="2026-12-02T03:00:00Z")
+    failed["status"].update(reason="NodeLost", message="node 2 went away", sizeBytes=None)
+    rows = backupcmd.backup_rows([failed, a_backup("nightly-1")])
+    assert [r["name"] for r in rows] == ["nightly-1", "broken"], "oldest first"
+    text = backupcmd.table(rows, all_namespaces=False)
+    assert text.splitlines()[0].split() == ["NAME", "CLUSTER", "PHASE", "SIZE", "COMPLETED",
+                                            "TARGET", "REASON"]
+    assert text.splitlines()[1].split()[:5] == ["nightly-1", "orders", "completed", "3.0",
+                                                "MiB"]
+    assert text.splitlines()[2].split()[-3:] == ["volume", "dumps", "NodeLost"]
+    described = backupcmd.describe_text(rows[1])
+    assert "Failure:     NodeLost: node 2 went away" in described
+    assert "Restore:" not in described, "a failed backup cannot be restored"
+    assert backupcmd.table([], all_namespaces=True) == "No KaiwuBackups found.\n"
+
+
+def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_backup() -> None:
+    source = kaiwu_cluster(paused=True, tls={"enabled": True, "nodeSecretName": "orders-tls"},
+                           storage={"size": "50Gi"})
+    api = FakeApi(source, a_backup("nightly-1"))
+    out = io.StringIO()
+    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2"])
+    assert backupcmd.restore(api, NS, args, out) == 0  # type: ignore[arg-type]
+    spec = yaml.safe_load(out.getvalue())
+    assert spec["metadata"] == {"name": "orders2", "namespace": NS,
+                                "labels": {"team": "payments"}}
+    assert spec["spec"]["bootstrap"] == {"fromBackup": {"name": "nightly-1"}}
+    assert spec["spec"]["tls"] == {"enabled": True}, "the source's certificates are its own"
+    assert "paused" not in spec["spec"] and spec["spec"]["storage"] == {"size": "50Gi"}
+    assert read_live(spec).name == "orders2", "kaiwu validate accepts it"
+    assert api.created == []
+
+    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
+                                                  "--apply"])
+    assert backupcmd.restore(api, NS, args, io.StringIO()) == 0  # type: ignore[arg-type]
+    assert [o["metadata"]["name"] for o in api.created] == ["orders2"]
+
+
+@pytest.mark.parametrize(("objects", "into", "refusal"), [
+    ([kaiwu_cluster()], "orders2", "no KaiwuBackup nightly-1 in namespace shop"),
+    ([kaiwu_cluster(), a_backup("nightly-1", phase="running")], "orders2",
+     "KaiwuBackup nightly-1 is running: only a completed backup can be restored"),
+    ([a_backup("nightly-1")], "orders2", "the backup's cluster orders is gone"),
+    ([kaiwu_cluster(), a_backup("nightly-1")], "orders",
+     "KaiwuCluster orders exists in shop: a restore makes a new cluster"),
+])
+def test_a_restore_that_cannot_be_done_is_refused(objects: list[Obj], into: str,
+                                                  refusal: str) -> None:
+    api = FakeApi(*objects)
+    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", into])
+    with pytest.raises(backupcmd.Refused, match=refusal):
+        backupcmd.restore(api, NS, args, io.StringIO())  # type: ignore[arg-type]
+
+
+def test_bad_flags_are_one_line_exit_2() -> None:
+    err = io.StringIO()
+    assert backupcmd.main(["create"], err=err) == 2
+    assert err.getvalue().startswith("kaiwu backup: the following arguments are required: "
+                                     "cluster (see kaiwu backup create --help)")
+    err = io.StringIO()
+    assert backupcmd.main(["--from", "x"], command="restore", err=err) == 2
+    assert "--into" in err.getvalue() and err.getvalue().count("\n") == 1
+    err = io.StringIO()
+    assert backupcmd.main(["list", "-A", "-n", "shop"], err=err) == 2
+    assert err.getvalue() == "kaiwu backup: -A and -n exclude each other: drop one\n"
