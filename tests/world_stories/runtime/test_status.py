@@ -218,7 +218,8 @@ def test_status_over_50_parked_clusters_costs_four_lists_whatever_their_number(
     reports = statuscmd.gather(kube_, None, None)
     # What keeps it fast, counted (the seconds are printed; bench/ measures): one list per
     # kind, whatever the number of clusters and pods, and no GET per cluster.
-    assert kube_.lists == ["kaiwuclusters", "statefulsets", "pods", "secrets"]
+    assert kube_.lists == ["kaiwuclusters", "statefulsets", "pods", "secrets", "kaiwubackups",
+                           "kaiwubackupschedules"]
     gathered = time.monotonic() - started
     text = statuscmd.render(reports, "table", colour=False)
     in_process = time.monotonic() - started
