@@ -1,4 +1,4 @@
-"""The `kaiwu` command: render, validate and diff KaiwuCluster files; run the reconciler.
+"""The `kaiwu` command: specs (render, validate, diff), the reconciler, status, backups, restores.
 
 Entry point of the console script. Exit codes: 0 success (or no difference), 1 differences found
 (`diff` only), 2 invalid input or a change the reconciler would refuse, with one

@@ -148,12 +148,15 @@ def test_every_commands_help_says_what_it_does_and_what_it_defaults_to() -> None
     """The help a user reads before the first run, command by command (in-process)."""
     top = words(kaiwu("--help").stdout)
     assert top.startswith("usage: kaiwu [-h] [--version] COMMAND")
-    for line in ("The `kaiwu` command: render, validate and diff KaiwuCluster files; run the "
-                 "reconciler.", "render render KaiwuCluster files to manifests",
+    for line in ("The `kaiwu` command: specs (render, validate, diff), the reconciler, status, "
+                 "backups, restores.",
+                 "render render KaiwuCluster files to manifests",
                  "validate check KaiwuCluster files, write nothing",
                  "diff show how rendered objects change (exit 0 none, 1 changes, 2 error)",
                  "crd print the KaiwuCluster CRD for a Kubernetes version",
-                 "reconcile run the reconciler (see kaiwu reconcile --help)"):
+                 "reconcile run the reconciler (see kaiwu reconcile --help)",
+                 "backup create, list and describe KaiwuBackups (see kaiwu backup --help)",
+                 "restore a new cluster from a completed backup (see kaiwu restore --help)"):
         assert line in top
     render = words(kaiwu("render", "--help").stdout)
     for line in ("source directory or file of KaiwuCluster specs, - for standard input (default "
