@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +46,7 @@ from reconciler.kube.client import (
     ConnectionSetupError,
     Kube,
     check_reachable,
+    connection_flags_last,
     context_namespace,
     load_api_client,
 )
@@ -54,6 +57,7 @@ EXIT_OK, EXIT_NOT_DONE, EXIT_ERROR = 0, 1, 2
 FIELD_MANAGER = "kaiwu-cli"
 WAIT_POLL_S = 2.0
 DEFAULT_TIMEOUT_S = 3600.0
+NAME_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 class Refused(Exception):
@@ -94,6 +98,9 @@ def backup_parser() -> argparse.ArgumentParser:
     create.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (default: AWS)")
     create.add_argument("--s3-prefix", help="key prefix in the bucket")
     create.add_argument("--s3-region", help="the bucket's region")
+    create.add_argument("--s3-allow-plain-http", action="store_true",
+                        help="allow an http:// --s3-endpoint (keys and data cross the network "
+                        "unencrypted)")
     create.add_argument("--wait", action="store_true",
                         help="follow the backup until it completes (exit 0) or fails (exit 1)")
     create.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
@@ -128,35 +135,63 @@ def restore_parser() -> argparse.ArgumentParser:
 
 # ---- pure parts --------------------------------------------------------------------------------
 
+def _s3_details(args: argparse.Namespace) -> list[str]:
+    return [flag for flag, value in (("--s3-secret", args.s3_secret),
+                                     ("--s3-endpoint", args.s3_endpoint),
+                                     ("--s3-prefix", args.s3_prefix),
+                                     ("--s3-region", args.s3_region),
+                                     ("--s3-allow-plain-http", args.s3_allow_plain_http))
+            if value]
+
+
+def named_target(args: argparse.Namespace) -> Obj | None:
+    """The target the flags name, None if they name none; Refused for flags that do not fit
+    together (none is ever dropped without a word)."""
+    details = _s3_details(args)
+    if args.volume_claim:
+        if args.s3_bucket or details:
+            raise Refused("give one target: --volume-claim, or --s3-bucket with its --s3-* "
+                          "flags, not both")
+        return {"volume": {"claimName": args.volume_claim}}
+    if not args.s3_bucket:
+        if details:
+            raise Refused(f"{', '.join(details)} describe an S3 target: give --s3-bucket too")
+        return None
+    if not args.s3_secret:
+        raise Refused("an S3 target needs both --s3-bucket and --s3-secret")
+    endpoint = args.s3_endpoint or ""
+    if endpoint.startswith("http://") and not args.s3_allow_plain_http:
+        raise Refused(f"--s3-endpoint {endpoint} is plain http: the keys and the data would "
+                      "cross the network unencrypted; use https, or add --s3-allow-plain-http")
+    s3: Obj = {"bucket": args.s3_bucket, "credentialsSecret": {"name": args.s3_secret}}
+    for key, value in (("endpoint", args.s3_endpoint), ("prefix", args.s3_prefix),
+                       ("region", args.s3_region)):
+        if value:
+            s3[key] = value
+    if args.s3_allow_plain_http:
+        s3["allowPlainHttp"] = True
+    return {"s3": s3}
+
+
 def target_of(args: argparse.Namespace, schedules: Sequence[Obj], backups: Sequence[Obj],
               cluster: str) -> Obj:
     """The backup target: from the flags, else the cluster's one schedule, else its newest
-    backup; Refused naming the flags when there is none."""
-    if args.volume_claim and args.s3_bucket:
-        raise Refused("give one target: --volume-claim or --s3-bucket, not both")
-    if args.volume_claim:
-        return {"volume": {"claimName": args.volume_claim}}
-    if args.s3_bucket or args.s3_secret:
-        if not (args.s3_bucket and args.s3_secret):
-            raise Refused("an S3 target needs both --s3-bucket and --s3-secret")
-        s3: Obj = {"bucket": args.s3_bucket, "credentialsSecret": {"name": args.s3_secret}}
-        for key, value in (("endpoint", args.s3_endpoint), ("prefix", args.s3_prefix),
-                           ("region", args.s3_region)):
-            if value:
-                s3[key] = value
-        return {"s3": s3}
-    own = [s for s in schedules if ((s.get("spec") or {}).get("cluster") or {}).get("name")
-           == cluster]
+    completed backup; Refused naming the flags when there is none."""
+    named = named_target(args)
+    if named is not None:
+        return named
+    own = [sch for sch in schedules if _cluster_of(sch) == cluster]
     if len(own) == 1:
-        target = ((own[0].get("spec") or {}).get("template") or {}).get("target")
+        target = _dict(_dict(own[0].get("spec")).get("template")).get("target")
         if isinstance(target, Mapping):
             return dict(target)
-    mine = sorted((b for b in backups if ((b.get("spec") or {}).get("cluster") or {}).get(
-        "name") == cluster), key=lambda b: str(meta(b).get("creationTimestamp") or ""))
-    if mine and isinstance((mine[-1].get("spec") or {}).get("target"), Mapping):
-        return dict(mine[-1]["spec"]["target"])
+    good = sorted((b for b in backups if _cluster_of(b) == cluster and _phase(b) == "completed"
+                   and isinstance(_dict(b.get("spec")).get("target"), Mapping)),
+                  key=lambda b: str(meta(b).get("creationTimestamp") or ""))
+    if good:
+        return dict(good[-1]["spec"]["target"])
     why = (f"{len(own)} KaiwuBackupSchedules back it up" if own
-           else "no KaiwuBackupSchedule or earlier KaiwuBackup names one")
+           else "no KaiwuBackupSchedule or completed KaiwuBackup names one")
     raise Refused(f"no target for a backup of {cluster} ({why}): give --volume-claim CLAIM, "
                   "or --s3-bucket BUCKET --s3-secret SECRET")
 
@@ -174,38 +209,74 @@ def default_name(cluster: str, now: float) -> str:
     return f"{cluster}-{datetime.fromtimestamp(now, UTC).strftime('%Y%m%d-%H%M%S')}"
 
 
-def restore_spec(source: Obj, backup: str, new: str) -> Obj:
-    """The source cluster's spec under a new name, started from `backup`. Secret names the
-    user gave the source (its certificates name the source's hosts) are dropped: the new
-    cluster gets its own; so are spec.paused and any earlier bootstrap."""
-    spec = copy.deepcopy(source.get("spec") or {})
-    spec.pop("paused", None)
+# Labels a tool sets to own an object (GitOps): a copy carrying them would look like the
+# source's app to that tool.
+OWNER_LABEL_PREFIXES = ("app.kubernetes.io/", "argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/",
+                        "helm.toolkit.fluxcd.io/")
+
+
+def restore_spec(source: Obj, backup: str, new: str) -> tuple[Obj, list[str]]:
+    """The source cluster's spec under a new name, started from `backup`, and what was not
+    copied (said on stderr). Left out: what names the source's identity or address: the Secret
+    names and layout of its own certificates (they name the source's hosts: the copy gets its
+    own), its client Service settings (a LoadBalancer address or DNS annotation would be claimed
+    twice), labels a GitOps tool owns it by; and spec.paused and any earlier bootstrap."""
+    spec = copy.deepcopy(_dict(source.get("spec")))
+    dropped = []
+    if spec.pop("paused", None) is not None:
+        dropped.append("spec.paused")
     tls = spec.get("tls")
     if isinstance(tls, dict):
-        for key in ("nodeSecretName", "clientSecretName"):
-            tls.pop(key, None)
+        for key in ("nodeSecretName", "clientSecretName", "secretLayout"):
+            if tls.pop(key, None) is not None:
+                dropped.append(f"spec.tls.{key} (the copy gets certificates of its own)")
+    if spec.pop("service", None) not in (None, {}):
+        dropped.append("spec.service (the source's Service type and annotations: its address "
+                       "would be claimed twice; set them when the copy replaces it)")
     spec["bootstrap"] = {"fromBackup": {"name": backup}}
     md = meta(source)
-    labels = {key: value for key, value in (md.get("labels") or {}).items()
-              if not key.startswith("app.kubernetes.io/")}
+    labels = {}
+    for key, value in _dict(md.get("labels")).items():
+        if str(key).startswith(OWNER_LABEL_PREFIXES):
+            if not str(key).startswith("app.kubernetes.io/"):
+                dropped.append(f"label {key} (a tool's ownership of the source)")
+        else:
+            labels[key] = value
     metadata: Obj = {"name": new, "namespace": md.get("namespace")}
     if labels:
         metadata["labels"] = labels
-    return {"apiVersion": source.get("apiVersion", schema.API_VERSION), "kind": schema.KIND,
-            "metadata": metadata, "spec": spec}
+    return ({"apiVersion": source.get("apiVersion", schema.API_VERSION), "kind": schema.KIND,
+             "metadata": metadata, "spec": spec}, dropped)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else empty: objects from the API are read with care."""
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _line(value: Any, limit: int = 300) -> str:
+    """A value from the cluster printed on one line: control characters (newlines, terminal
+    escapes) become spaces, and long text is cut."""
+    text = "".join(c if c.isprintable() else " " for c in str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _cluster_of(obj: Obj) -> str | None:
+    name = _dict(_dict(obj.get("spec")).get("cluster")).get("name")
+    return str(name) if name is not None else None
 
 
 def _phase(obj: Obj) -> str:
-    return str((obj.get("status") or {}).get("phase") or "pending")
+    return _line(_dict(obj.get("status")).get("phase") or "pending", 20)
 
 
 def _target_text(obj: Obj) -> str:
-    target = (obj.get("spec") or {}).get("target") or {}
+    target = _dict(_dict(obj.get("spec")).get("target"))
     if "volume" in target:
-        return f"volume {(target['volume'] or {}).get('claimName', '?')}"
+        return _line(f"volume {_dict(target['volume']).get('claimName', '?')}")
     if "s3" in target:
-        s3 = target["s3"] or {}
-        return f"s3://{s3.get('bucket', '?')}/{s3.get('prefix', '')}".rstrip("/")
+        s3 = _dict(target["s3"])
+        return _line(f"s3://{s3.get('bucket', '?')}/{s3.get('prefix', '')}".rstrip("/"))
     return "?"
 
 
@@ -214,13 +285,17 @@ def backup_rows(backups: Sequence[Obj]) -> list[dict[str, Any]]:
     rows = []
     for obj in sorted(backups, key=lambda b: (str(meta(b).get("creationTimestamp") or ""),
                                               str(meta(b).get("name")))):
-        status = obj.get("status") or {}
+        status = _dict(obj.get("status"))
+        size = status.get("sizeBytes")
         rows.append({"namespace": meta(obj).get("namespace"), "name": meta(obj).get("name"),
-                     "cluster": ((obj.get("spec") or {}).get("cluster") or {}).get("name"),
-                     "phase": _phase(obj), "target": _target_text(obj),
-                     "sizeBytes": status.get("sizeBytes"), "startedAt": status.get("startedAt"),
-                     "completedAt": status.get("completedAt"), "reason": status.get("reason"),
-                     "message": status.get("message"),
+                     "cluster": _cluster_of(obj), "phase": _phase(obj),
+                     "target": _target_text(obj),
+                     "sizeBytes": size if isinstance(size, int) and not isinstance(size, bool)
+                     else None,
+                     "startedAt": status.get("startedAt"),
+                     "completedAt": status.get("completedAt"),
+                     "consistentTo": status.get("consistentToTime") or status.get("consistentTo"),
+                     "reason": status.get("reason"), "message": status.get("message"),
                      "created": meta(obj).get("creationTimestamp")})
     return rows
 
@@ -229,10 +304,10 @@ def table(rows: Sequence[Mapping[str, Any]], all_namespaces: bool) -> str:
     if not rows:
         return "No KaiwuBackups found.\n"
     header = (["NAMESPACE"] if all_namespaces else []) + [
-        "NAME", "CLUSTER", "PHASE", "SIZE", "COMPLETED", "TARGET", "REASON"]
-    lines = [[*([str(r["namespace"])] if all_namespaces else []), str(r["name"]),
-              str(r["cluster"]), str(r["phase"]), _bytes(r["sizeBytes"]),
-              str(r["completedAt"] or "-"), str(r["target"]), str(r["reason"] or "")]
+        "NAME", "CLUSTER", "PHASE", "SIZE", "ENDED", "TARGET", "REASON"]
+    lines = [[_line(cell, 80) for cell in (
+        *([r["namespace"]] if all_namespaces else []), r["name"], r["cluster"], r["phase"],
+        _bytes(r["sizeBytes"]), r["completedAt"] or "-", r["target"], r["reason"] or "")]
              for r in rows]
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     return "".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
@@ -252,13 +327,17 @@ def _bytes(value: Any) -> str:
 
 
 def describe_text(row: Mapping[str, Any]) -> str:
-    lines = [f"{key + ':':<12} {value}" for key, value in (
+    lines = [f"{key + ':':<12} {_line(value)}" for key, value in (
         ("Name", f"{row['namespace']}/{row['name']}"), ("Cluster", row["cluster"]),
         ("Phase", row["phase"]), ("Target", row["target"]), ("Size", _bytes(row["sizeBytes"])),
         ("Created", row["created"] or "-"), ("Started", row["startedAt"] or "-"),
-        ("Completed", row["completedAt"] or "-")) if value is not None]
-    if row["reason"] or row["message"]:
-        lines.append(f"{'Failure:':<12} {row['reason'] or ''}: {row['message'] or ''}")
+        ("Ended", row["completedAt"] or "-"), ("Consistent", row["consistentTo"]))
+        if value is not None]
+    if row["phase"] == "failed":
+        lines.append(f"{'Failure:':<12} {_line(row['reason'] or 'failed')}: "
+                     f"{_line(row['message'] or '')}")
+    elif row["message"]:
+        lines.append(f"{'Message:':<12} {_line(row['message'])}")
     if row["phase"] == "completed":
         lines.append(f"{'Restore:':<12} kaiwu restore --from {row['name']} --into NEW "
                      f"-n {row['namespace']} --apply")
@@ -282,12 +361,20 @@ def _connect(args: argparse.Namespace) -> tuple[Kube, str]:
 
 def create(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO,
            clock: Callable[[], float], sleep: Callable[[float], None]) -> int:
-    if kube.get(kk.KAIWU_CLUSTER, namespace, args.cluster) is None:
+    _check_name(args.cluster, "CLUSTER")
+    if args.name:
+        _check_name(args.name, "--name")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise Refused(f"--timeout {args.timeout:g}: give a number of seconds above 0")
+    cluster = kube.get(kk.KAIWU_CLUSTER, namespace, args.cluster)
+    if cluster is None:
         raise Refused(f"no KaiwuCluster {args.cluster} in namespace {namespace} (check -n and "
                       "kubectl get kaiwuclusters)")
-    schedules, _ = kube.list_objects(kk.KAIWU_BACKUP_SCHEDULE, namespace)
-    backups, _ = kube.list_objects(kk.KAIWU_BACKUP, namespace)
-    target = target_of(args, schedules, backups, args.cluster)
+    target = named_target(args)
+    if target is None:  # only then are the schedules and backups read (and `list` needed)
+        schedules, _ = kube.list_objects(kk.KAIWU_BACKUP_SCHEDULE, namespace)
+        backups, _ = kube.list_objects(kk.KAIWU_BACKUP, namespace)
+        target = target_of(args, schedules, backups, args.cluster)
     name = args.name or default_name(args.cluster, clock())
     try:
         kube.create(backup_object(namespace, name, args.cluster, target, args.database))
@@ -297,41 +384,64 @@ def create(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO,
         raise Refused(f"the API server refused KaiwuBackup {name}: {error.message}") from error
     where = _target_text({"spec": {"target": target}})
     out.write(f"kaiwubackup/{name} created in {namespace} ({where})\n")
+    paused = _dict(cluster.get("spec")).get("paused") or _dict(meta(cluster).get(
+        "annotations")).get(f"{schema.GROUP}/paused") == "true"
+    if paused:
+        out.write(f"note: KaiwuCluster {args.cluster} is paused: the backup waits until it is "
+                  "resumed\n")
     out.flush()
     if not args.wait:
         return EXIT_OK
-    deadline = clock() + args.timeout
-    last = ""
+    try:
+        return _follow(kube, namespace, name, args.timeout, out, clock, sleep)
+    except KeyboardInterrupt:
+        out.write(f"\nstopped waiting; kaiwubackup/{name} runs on (kaiwu backup describe "
+                  f"{name})\n")
+        return EXIT_NOT_DONE
+
+
+def _follow(kube: Kube, namespace: str, name: str, timeout: float, out: TextIO,
+            clock: Callable[[], float], sleep: Callable[[float], None]) -> int:
+    """Print each phase and message of the backup until it ends or `timeout` passes."""
+    deadline = clock() + timeout
+    last = ("", "")
     while True:
         obj = kube.get(kk.KAIWU_BACKUP, namespace, name)
         if obj is None:
             out.write(f"kaiwubackup/{name} was deleted while it ran\n")
             return EXIT_NOT_DONE
-        phase = _phase(obj)
-        if phase != last:
+        row = backup_rows([obj])[0]
+        phase, message = row["phase"], _line(row["message"] or "", 200)
+        if phase in ("completed", "failed"):
             out.write(f"kaiwubackup/{name}: {phase}\n")
-            out.flush()
-            last = phase
-        if phase == "completed":
-            row = backup_rows([obj])[0]
             out.write(describe_text(row))
-            return EXIT_OK
-        if phase == "failed":
-            status = obj.get("status") or {}
-            out.write(f"kaiwubackup/{name} failed: {status.get('reason') or ''}: "
-                      f"{status.get('message') or ''}\n")
-            return EXIT_NOT_DONE
+            return EXIT_OK if phase == "completed" else EXIT_NOT_DONE
+        if (phase, message) != last:
+            out.write(f"kaiwubackup/{name}: {phase}" + (f" ({message})" if message else "")
+                      + "\n")
+            out.flush()
+            last = (phase, message)
         if clock() >= deadline:
-            out.write(f"kaiwubackup/{name} is still {phase} after {args.timeout:g}s (it runs "
-                      f"on: kaiwu backup describe {name})\n")
+            out.write(f"kaiwubackup/{name} is still {phase} after {timeout:g}s (it runs on: "
+                      f"kaiwu backup describe {name})\n")
             return EXIT_NOT_DONE
         sleep(WAIT_POLL_S)
 
 
-def restore(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO) -> int:
+def _check_name(name: str, what: str) -> None:
+    """A Kubernetes object name (DNS-1123 subdomain), checked before it reaches a URL."""
+    if not (0 < len(name) <= 253 and NAME_PATTERN.fullmatch(name)):
+        raise Refused(f"{what} {name!r} is not a Kubernetes name (lower-case letters, digits, "
+                      "'-' and '.', starting and ending with a letter or digit)")
+
+
+def restore(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO,
+            err: TextIO | None = None) -> int:
     from renderer.errors import RenderError
     from renderer.render import read_live
 
+    _check_name(args.source, "--from")
+    _check_name(args.into, "--into")
     backup = kube.get(kk.KAIWU_BACKUP, namespace, args.source)
     if backup is None:
         raise Refused(f"no KaiwuBackup {args.source} in namespace {namespace} (kaiwu backup "
@@ -339,31 +449,38 @@ def restore(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO) -
     if _phase(backup) != "completed":
         raise Refused(f"KaiwuBackup {args.source} is {_phase(backup)}: only a completed backup "
                       "can be restored (kaiwu backup list)")
-    cluster = ((backup.get("spec") or {}).get("cluster") or {}).get("name")
-    source = kube.get(kk.KAIWU_CLUSTER, namespace, str(cluster))
+    cluster = _cluster_of(backup)
+    source = kube.get(kk.KAIWU_CLUSTER, namespace, cluster) if cluster else None
     if source is None:
         raise Refused(f"the backup's cluster {cluster} is gone, so there is no spec to copy: "
                       f"write a KaiwuCluster with spec.bootstrap.fromBackup.name: {args.source}")
     if kube.get(kk.KAIWU_CLUSTER, namespace, args.into) is not None:
         raise Refused(f"KaiwuCluster {args.into} exists in {namespace}: a restore makes a new "
                       "cluster (choose another --into)")
-    spec = restore_spec(source, args.source, args.into)
+    spec, dropped = restore_spec(source, args.source, args.into)
     try:
         read_live(copy.deepcopy(spec))  # the renderer's verdict, as kaiwu validate gives it
     except RenderError as error:
         raise Refused(f"the restored spec is refused: {error}") from error
+    for what in dropped:
+        print(f"kaiwu restore: not copied from {cluster}: {what}", file=err or sys.stderr)
     if args.apply:
         kube.create(spec)
         out.write(f"kaiwucluster/{args.into} created in {namespace}, restoring from "
                   f"{args.source} (kaiwu status {args.into} -n {namespace})\n")
         return EXIT_OK
     text = str(yaml.safe_dump(spec, sort_keys=False))
-    if args.file:
-        with open(args.file, "w", encoding="utf-8") as f:
-            f.write(text)
-        out.write(f"wrote {args.file}: kubectl apply -f {args.file} creates {args.into}\n")
-    else:
+    if not args.file:
         out.write(text)
+        return EXIT_OK
+    written = f"{args.file}.kaiwu-tmp"
+    try:
+        with open(written, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(written, args.file)  # whole or not at all
+    except OSError as error:
+        raise Refused(f"cannot write {args.file}: {error.strerror or error}") from error
+    out.write(f"wrote {args.file}: kubectl apply -f {args.file} creates {args.into}\n")
     return EXIT_OK
 
 
@@ -376,28 +493,28 @@ def main(argv: Sequence[str], command: str = "backup", out: TextIO | None = None
     prog = f"kaiwu {command}"
     try:
         args = (backup_parser() if command == "backup" else restore_parser()).parse_args(
-            list(argv))
+            connection_flags_last(argv))
         if getattr(args, "all_namespaces", False) and args.namespace:
             raise Refused("-A and -n exclude each other: drop one")
         kube, namespace = _connect(args)
         if command == "restore":
-            return restore(kube, namespace, args, out)
+            return restore(kube, namespace, args, out, err)
         if args.action == "create":
             return create(kube, namespace, args, out, clock, sleep)
-        everywhere = getattr(args, "all_namespaces", False)
-        found, _ = kube.list_objects(kk.KAIWU_BACKUP, None if everywhere else namespace)
-        if args.action == "list":
-            rows = [r for r in backup_rows(found)
-                    if not args.cluster or r["cluster"] == args.cluster]
-            out.write(table(rows, args.all_namespaces) if args.output == "table"
-                      else _dump(rows, args.output))
+        if args.action == "describe":
+            _check_name(args.name, "NAME")
+            found = kube.get(kk.KAIWU_BACKUP, namespace, args.name)
+            if found is None:
+                raise Refused(f"no KaiwuBackup {args.name} in namespace {namespace} (kaiwu "
+                              "backup list)")
+            row = backup_rows([found])[0]
+            out.write(describe_text(row) if args.output == "text" else _dump(row, args.output))
             return EXIT_OK
-        rows = [r for r in backup_rows(found) if r["name"] == args.name]
-        if not rows:
-            raise Refused(f"no KaiwuBackup {args.name} in namespace {namespace} (kaiwu backup "
-                          "list)")
-        out.write(describe_text(rows[0]) if args.output == "text" else _dump(rows[0],
-                                                                            args.output))
+        everywhere = bool(args.all_namespaces)
+        listed, _ = kube.list_objects(kk.KAIWU_BACKUP, None if everywhere else namespace)
+        rows = [r for r in backup_rows(listed) if not args.cluster or r["cluster"] == args.cluster]
+        out.write(table(rows, everywhere) if args.output == "table"
+                  else _dump(rows, args.output))
         return EXIT_OK
     except (Refused, ConnectionSetupError) as error:
         print(f"{prog}: {error}", file=err)

@@ -84,6 +84,12 @@ def configure_logging(settings: Settings) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """`kaiwu ...`: the reconciler for `reconcile`, the renderer for everything else."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] and arguments[0].startswith("-") and arguments[0] not in (
+            "-h", "--help", "--version"):
+        # kubectl's habit, `kubectl kaiwu -n prod status`: connection flags before the
+        # command go after it (status, backup and restore take them).
+        from reconciler.kube.client import connection_flags_last
+        arguments = connection_flags_last(arguments)
     if arguments[:1] == ["reconcile"]:
         return reconcile(arguments[1:])
     if arguments[:1] == ["install"]:

@@ -50,6 +50,9 @@ from renderer.builders import INSTANCE_LABEL, MANAGED_SELECTOR
 
 EXIT_READY, EXIT_NOT_READY, EXIT_ERROR = 0, 1, 2
 WATCH_INTERVAL_S = 3.0
+# A schedule's next time this long past: its backups are not being made (the reconciler is
+# down, the cluster paused, the cron unreadable), not merely a pass away.
+OVERDUE_AFTER_S = 60.0
 FIELD_MANAGER = "kaiwu-status"  # never writes; named so an audit log tells its reads apart
 
 
@@ -240,39 +243,51 @@ def _operation(status: Mapping[str, Any], spec: Mapping[str, Any],
 
 
 def backups_summary(backups: Sequence[Obj], schedules: Sequence[Obj],
-                    now: float) -> dict[str, Any]:
+                    now: float, readable: bool = True) -> dict[str, Any]:
     """One cluster's backups (its KaiwuBackups and KaiwuBackupSchedules): the last success, the
-    one running, the next scheduled run, and the failures since the last success (newest
-    first, at most three)."""
-    ordered = sorted(backups, key=lambda b: str((b.get("metadata") or {}).get(
-        "creationTimestamp") or ""))
+    one running, the next scheduled run (overdue when its time has passed: the reconciler is
+    not making them), the failures since the last success (how many, the newest three named),
+    and its schedules (suspended or not). `readable` False: this user may not list them."""
+    if not readable:
+        return {"readable": False}
+
+    def section(obj: Obj, key: str) -> dict[str, Any]:
+        value = obj.get(key)
+        return dict(value) if isinstance(value, Mapping) else {}
 
     def phase(obj: Obj) -> str:
-        return str((obj.get("status") or {}).get("phase") or "pending")
+        return str(section(obj, "status").get("phase") or "pending")
 
     def entry(obj: Obj) -> dict[str, Any]:
-        status = obj.get("status") or {}
-        return {"name": (obj.get("metadata") or {}).get("name"), "phase": phase(obj),
+        status = section(obj, "status")
+        return {"name": section(obj, "metadata").get("name"), "phase": phase(obj),
                 "completedAt": status.get("completedAt"), "reason": status.get("reason")}
 
+    ordered = sorted(backups, key=lambda b: str(section(b, "metadata").get(
+        "creationTimestamp") or ""))
     done = [b for b in ordered if phase(b) == "completed"]
     last = done[-1] if done else None
     after = ordered[ordered.index(last) + 1:] if last is not None else ordered
-    failed = [entry(b) for b in after if phase(b) == "failed"][::-1][:3]
+    failed = [entry(b) for b in after if phase(b) == "failed"][::-1]
     running = next((entry(b) for b in reversed(ordered) if phase(b) == "running"), None)
-    upcoming = sorted(
-        (str((sch.get("status") or {}).get("nextScheduleTime")), str(
-            (sch.get("metadata") or {}).get("name"))) for sch in schedules
-         if (sch.get("status") or {}).get("nextScheduleTime")
-         and not (sch.get("spec") or {}).get("suspend"))
+    active = [sch for sch in schedules if not section(sch, "spec").get("suspend")]
+    upcoming = sorted((str(section(sch, "status").get("nextScheduleTime")),
+                       str(section(sch, "metadata").get("name"))) for sch in active
+                      if section(sch, "status").get("nextScheduleTime"))
     last_entry = entry(last) if last is not None else None
     if last_entry is not None:
         since = _stamp(last_entry["completedAt"])
         last_entry["ago"] = ago(now - since) if since is not None else ""
-    return {"lastSuccess": last_entry, "running": running, "failedSince": failed,
-            "next": {"schedule": upcoming[0][1], "at": upcoming[0][0]} if upcoming else None,
-            "schedules": sorted(str((sch.get("metadata") or {}).get("name"))
-                                for sch in schedules)}
+    following = None
+    if upcoming:
+        at = _stamp(upcoming[0][0])
+        following = {"schedule": upcoming[0][1], "at": upcoming[0][0],
+                     "overdue": at is not None and at < now - OVERDUE_AFTER_S}
+    return {"readable": True, "lastSuccess": last_entry, "running": running,
+            "failedSince": failed[:3], "failedSinceCount": len(failed), "next": following,
+            "schedules": sorted(str(section(sch, "metadata").get("name")) for sch in schedules),
+            "suspended": sorted(str(section(sch, "metadata").get("name")) for sch in schedules
+                                if sch not in active)}
 
 
 def gather(kube: Kube, namespace: str | None, name: str | None,
@@ -311,19 +326,25 @@ def gather(kube: Kube, namespace: str | None, name: str | None,
                 found.setdefault((m.get("namespace", ""), owner), []).append(item)
         return found
 
+    unreadable: list[str] = []
+
     def backup_objects(kind: kk.Kind) -> dict[tuple[str, str], list[Obj]]:
         """KaiwuBackups or schedules by the cluster their spec names (no label selects them)."""
         found: dict[tuple[str, str], list[Obj]] = {}
         try:
             items, _ = kube.list_objects(kind, namespace)
         except ApiError as error:
-            if not (error.forbidden or error.not_found):
+            if error.forbidden:
+                unreadable.append(kind.plural)  # said, never shown as "no backups"
+            elif not error.not_found:  # the backup CRDs not installed: no backups
                 raise
-            items = []  # the backup CRDs not installed, or no right to read them
+            items = []
         for item in items:
-            owner = ((item.get("spec") or {}).get("cluster") or {}).get("name")
-            if owner and (name is None or owner == name):
-                key = ((item.get("metadata") or {}).get("namespace", ""), str(owner))
+            spec = item.get("spec")
+            owner = ((spec.get("cluster") if isinstance(spec, Mapping) else None) or {})
+            owner_name = owner.get("name") if isinstance(owner, Mapping) else None
+            if owner_name and (name is None or owner_name == name):
+                key = ((item.get("metadata") or {}).get("namespace", ""), str(owner_name))
                 found.setdefault(key, []).append(item)
         return found
 
@@ -340,7 +361,8 @@ def gather(kube: Kube, namespace: str | None, name: str | None,
             or f"{m['name']}-node-certs"
         secret = next((s for s in secrets.get(key, ()) if s["metadata"]["name"] == wanted), None)
         report = cluster_report(obj, sts, pods.get(key, []), secret, now)
-        report["backups"] = backups_summary(backups.get(key, []), schedules.get(key, []), now)
+        report["backups"] = backups_summary(backups.get(key, []), schedules.get(key, []), now,
+                                            readable=not unreadable)
         reports.append(report)
     return reports
 
@@ -420,7 +442,7 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
         op = r["operation"]
         out.append("  operation: " + (c(YELLOW, f"{op['type']} {op['summary']}") if op
                                       else "none"))
-        if r.get("backups") is not None:
+        if r.get("backups"):
             out.append("  backups: " + _backups_line(r["backups"], c))
         ro = r["rollout"]
         if ro:
@@ -466,23 +488,37 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
 
 
 def _backups_line(b: Mapping[str, Any], c: Callable[[str, str], str]) -> str:
+    if not b["readable"]:
+        return c(YELLOW, "not readable (you may not list kaiwubackups or kaiwubackupschedules)")
     last = b["lastSuccess"]
-    parts = [f"last {last['name']} ({last['ago']} ago)" if last and last.get("ago")
-             else f"last {last['name']}" if last else c(YELLOW, "none completed")]
+    parts = [f"last {_short(str(last['name']), 60)}" + (f" ({last['ago']} ago)" if last.get("ago")
+                                                        else "")
+             if last else c(YELLOW, "none completed")]
     if b["running"]:
-        parts.append(f"running {b['running']['name']}")
-    if b["next"]:
-        parts.append(f"next {b['next']['at']} ({b['next']['schedule']})")
-    elif not b["schedules"]:
+        parts.append(f"running {_short(str(b['running']['name']), 60)}")
+    nxt = b["next"]
+    if nxt and nxt["overdue"]:
+        parts.append(c(RED, f"next was due {nxt['at']} ({_short(nxt['schedule'], 60)}): "
+                        "overdue, no backups are being made"))
+    elif nxt:
+        parts.append(f"next {nxt['at']} ({_short(nxt['schedule'], 60)})")
+    elif b["schedules"] and len(b["suspended"]) == len(b["schedules"]):
+        parts.append(c(YELLOW, "every schedule suspended"))
+    elif b["schedules"]:
+        parts.append("schedule not yet seen by the reconciler")
+    else:
         parts.append("no schedule")
-    if b["failedSince"]:
-        parts.append(c(RED, f"{len(b['failedSince'])} failed since: " + ", ".join(
-            f"{f['name']} ({f['reason'] or 'failed'})" for f in b["failedSince"])))
+    if b["failedSinceCount"]:
+        parts.append(c(RED, f"{b['failedSinceCount']} failed since: " + ", ".join(
+            f"{_short(str(f['name']), 60)} ({_short(str(f['reason'] or 'failed'), 40)})"
+            for f in b["failedSince"]) + (", ..." if b["failedSinceCount"] > 3 else "")))
     return "; ".join(parts)
 
 
 def _short(text: str, limit: int = 80) -> str:
-    text = " ".join(str(text).split())
+    """Text from the cluster on one line: control characters (terminal escapes too) become
+    spaces, runs of space one, and long text is cut."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -14,7 +14,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -544,3 +544,27 @@ def context_namespace(given: str | None, kubeconfig: str | None, context: str | 
             return f.read().strip() or "default"
     except OSError:
         return "default"
+
+
+# The flags kubectl-like commands (kaiwu status, backup, restore) take that say where to
+# connect: kubectl accepts them before the command too (`kubectl -n prod get ...`).
+CONNECTION_FLAGS = ("-n", "--namespace", "--kubeconfig", "--context")
+
+
+def connection_flags_last(argv: Sequence[str]) -> list[str]:
+    """`argv` with the connection flags that come before the action word (kubectl's
+    `-n prod get ...` habit) moved after it, values and all, so argparse's subcommand sees them."""
+    head: list[str] = []
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        flag = rest[0]
+        name = flag.split("=", 1)[0]
+        if name in CONNECTION_FLAGS and ("=" in flag or len(rest) > 1):
+            taken = 1 if "=" in flag else 2
+        elif flag.startswith("-n") and len(flag) > 2:  # -nprod
+            taken = 1
+        else:
+            break
+        head += rest[:taken]
+        rest = rest[taken:]
+    return (rest[:1] + head + rest[1:]) if rest else head

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from reconciler import backupcmd
-from reconciler.kube.client import ApiError
+from reconciler.kube.client import ApiError, connection_flags_last
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from renderer.render import read_live
@@ -118,14 +118,38 @@ def test_named_targets_win_and_a_cluster_without_one_is_refused_naming_the_flags
     # ...and with none, a refusal that names the flags.
     api = FakeApi(kaiwu_cluster(), schedule("for-another", VOLUME, cluster="billing"))
     with pytest.raises(backupcmd.Refused, match="no target for a backup of orders \\(no "
-                       "KaiwuBackupSchedule or earlier KaiwuBackup names one\\): give "
+                       "KaiwuBackupSchedule or completed KaiwuBackup names one\\): give "
                        "--volume-claim CLAIM, or --s3-bucket BUCKET --s3-secret SECRET"):
         run_create(api, "orders")
     with pytest.raises(backupcmd.Refused, match="needs both --s3-bucket and --s3-secret"):
         run_create(api, "orders", "--s3-bucket", "dumps")
     with pytest.raises(backupcmd.Refused, match="not both"):
         run_create(api, "orders", "--s3-bucket", "b", "--s3-secret", "s", "--volume-claim", "c")
+    with pytest.raises(backupcmd.Refused, match="--s3-prefix describe an S3 target: give "
+                       "--s3-bucket too"):
+        run_create(api, "orders", "--s3-prefix", "kwdb")
+    with pytest.raises(backupcmd.Refused, match="is plain http: .* add --s3-allow-plain-http"):
+        run_create(api, "orders", "--s3-bucket", "b", "--s3-secret", "s", "--s3-endpoint",
+                   "http://minio:9000")
+    with pytest.raises(backupcmd.Refused, match="--timeout nan: give a number of seconds"):
+        run_create(api, "orders", "--volume-claim", "c", "--timeout", "nan")
+    with pytest.raises(backupcmd.Refused, match="CLUSTER 'Orders' is not a Kubernetes name"):
+        run_create(api, "Orders", "--volume-claim", "c")
     assert api.created == []
+
+
+def test_a_failed_backup_is_no_target_to_reuse_and_a_named_target_reads_no_lists() -> None:
+    failed = a_backup("bad", phase="failed", target={"volume": {"claimName": "gone"}},
+                      created="2026-12-02T00:00:00Z")
+    api = FakeApi(kaiwu_cluster(), a_backup("good", created="2026-12-01T00:00:00Z"), failed)
+    run_create(api, "orders")
+    assert api.created[0]["spec"]["target"] == VOLUME
+
+    class NoLists(FakeApi):
+        def list_objects(self, kind: Kind, namespace: str | None = None) -> tuple[list[Obj], str]:
+            raise ApiError(403, "Forbidden", "cannot list")
+    lean = NoLists(kaiwu_cluster())
+    assert run_create(lean, "orders", "--volume-claim", "dumps")[0] == 0
 
 
 def test_a_backup_of_a_cluster_that_does_not_exist_or_a_name_taken_is_refused() -> None:
@@ -152,8 +176,8 @@ def test_wait_follows_the_backup_to_its_end_and_says_how_to_restore_it() -> None
     api.phases = ["running", "failed"]
     code, out = run_create(api, "orders", "--wait")
     assert code == 1
-    assert out.splitlines()[-1] == ("kaiwubackup/orders-20251201-030000 failed: NodeLost: "
-                                    "node 2 went away")
+    assert "kaiwubackup/orders-20251201-030000: failed" in out.splitlines()
+    assert out.splitlines()[-1] == "Failure:     NodeLost: node 2 went away"
 
     api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     api.phases = ["running"] * 10
@@ -171,7 +195,7 @@ def test_list_and_describe_show_phase_size_target_and_failure() -> None:
     rows = backupcmd.backup_rows([failed, a_backup("nightly-1")])
     assert [r["name"] for r in rows] == ["nightly-1", "broken"], "oldest first"
     text = backupcmd.table(rows, all_namespaces=False)
-    assert text.splitlines()[0].split() == ["NAME", "CLUSTER", "PHASE", "SIZE", "COMPLETED",
+    assert text.splitlines()[0].split() == ["NAME", "CLUSTER", "PHASE", "SIZE", "ENDED",
                                             "TARGET", "REASON"]
     assert text.splitlines()[1].split()[:5] == ["nightly-1", "orders", "completed", "3.0",
                                                 "MiB"]
@@ -181,20 +205,47 @@ def test_list_and_describe_show_phase_size_target_and_failure() -> None:
     assert "Restore:" not in described, "a failed backup cannot be restored"
     assert backupcmd.table([], all_namespaces=True) == "No KaiwuBackups found.\n"
 
+    # A completed backup's message is no failure; text from the cluster stays on one line.
+    done = a_backup("ok")
+    done["status"]["message"] = "4 file(s) verified\n\x1b[31mred"
+    text = backupcmd.describe_text(backupcmd.backup_rows([done])[0])
+    assert "Failure" not in text and "Message:     4 file(s) verified  [31mred" in text
+
+
+def test_hostile_backup_objects_are_listed_not_fatal() -> None:
+    odd = [{"metadata": {"name": "a", "namespace": NS}, "spec": "x", "status": ["y"]},
+           {"metadata": {"name": "b", "namespace": NS},
+            "spec": {"cluster": "orders", "target": {"volume": "x"}},
+            "status": {"phase": "completed", "sizeBytes": "lots"}}]
+    rows = backupcmd.backup_rows(odd)
+    assert [(r["name"], r["cluster"], r["phase"], r["sizeBytes"]) for r in rows] == [
+        ("a", None, "pending", None), ("b", None, "completed", None)]
+    assert "volume ?" in backupcmd.table(rows, all_namespaces=False)
+
 
 def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_backup() -> None:
-    source = kaiwu_cluster(paused=True, tls={"enabled": True, "nodeSecretName": "orders-tls"},
-                           storage={"size": "50Gi"})
+    source = kaiwu_cluster(paused=True, tls={"enabled": True, "nodeSecretName": "orders-tls",
+                                             "clientSecretName": "orders-root",
+                                             "secretLayout": "cert-manager"},
+                           storage={"size": "50Gi"},
+                           service={"type": "LoadBalancer", "annotations": {
+                               "external-dns.alpha.kubernetes.io/hostname": "db.shop"}})
+    source["metadata"]["labels"]["argocd.argoproj.io/instance"] = "shop"
     api = FakeApi(source, a_backup("nightly-1"))
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2"])
-    assert backupcmd.restore(api, NS, args, out) == 0  # type: ignore[arg-type]
+    assert backupcmd.restore(api, NS, args, out, err) == 0  # type: ignore[arg-type]
+    said = err.getvalue().splitlines()
+    assert said[0] == "kaiwu restore: not copied from orders: spec.paused"
+    assert len(said) == 6 and any("spec.service" in line for line in said)
+    assert any("label argocd.argoproj.io/instance" in line for line in said)
     spec = yaml.safe_load(out.getvalue())
     assert spec["metadata"] == {"name": "orders2", "namespace": NS,
                                 "labels": {"team": "payments"}}
     assert spec["spec"]["bootstrap"] == {"fromBackup": {"name": "nightly-1"}}
     assert spec["spec"]["tls"] == {"enabled": True}, "the source's certificates are its own"
     assert "paused" not in spec["spec"] and spec["spec"]["storage"] == {"size": "50Gi"}
+    assert "service" not in spec["spec"], "the source's address is not claimed twice"
     assert read_live(spec).name == "orders2", "kaiwu validate accepts it"
     assert api.created == []
 
@@ -218,6 +269,42 @@ def test_a_restore_that_cannot_be_done_is_refused(objects: list[Obj], into: str,
     args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", into])
     with pytest.raises(backupcmd.Refused, match=refusal):
         backupcmd.restore(api, NS, args, io.StringIO())  # type: ignore[arg-type]
+
+
+def test_restore_to_a_file_it_cannot_write_says_so(tmp_path: Any) -> None:
+    api = FakeApi(kaiwu_cluster(), a_backup("nightly-1"))
+    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
+                                                  "-f", str(tmp_path / "no" / "x.yaml")])
+    with pytest.raises(backupcmd.Refused, match="cannot write .*x.yaml: No such file"):
+        backupcmd.restore(api, NS, args, io.StringIO(), io.StringIO())  # type: ignore[arg-type]
+
+
+def test_ctrl_c_while_waiting_leaves_the_backup_running_and_says_so() -> None:
+    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api.phases = ["running"] * 3
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+    out = io.StringIO()
+    code = backupcmd.create(api, NS, create_args("orders", "--wait"), out,  # type: ignore[arg-type]
+                            clock=lambda: 0.0, sleep=interrupted)
+    assert code == 1
+    assert out.getvalue().splitlines()[-1] == (
+        "stopped waiting; kaiwubackup/orders-19700101-000000 runs on (kaiwu backup describe "
+        "orders-19700101-000000)")
+
+
+@pytest.mark.parametrize(("argv", "moved"), [
+    (["-n", "prod", "list"], ["list", "-n", "prod"]),
+    (["--namespace=prod", "--context", "k", "status", "x"],
+     ["status", "--namespace=prod", "--context", "k", "x"]),
+    (["-nprod", "backup", "list"], ["backup", "-nprod", "list"]),
+    (["list", "-n", "prod"], ["list", "-n", "prod"]),
+    (["--version"], ["--version"]),
+])
+def test_connection_flags_before_the_command_go_after_it(argv: list[str],
+                                                         moved: list[str]) -> None:
+    assert connection_flags_last(argv) == moved
 
 
 def test_bad_flags_are_one_line_exit_2() -> None:

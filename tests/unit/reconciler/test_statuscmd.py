@@ -582,7 +582,8 @@ def test_status_shows_each_clusters_last_backup_the_next_run_and_failures_since(
     billing, orders = statuscmd.gather(FakeKube(objects), "db", None, now=NOW)  # type: ignore[arg-type]
     assert orders["backups"]["lastSuccess"]["name"] == "n-2"
     assert orders["backups"]["running"]["name"] == "n-4"
-    assert orders["backups"]["next"] == {"schedule": "nightly", "at": "2026-12-05T03:00:00Z"}
+    assert orders["backups"]["next"] == {"schedule": "nightly", "at": "2026-12-05T03:00:00Z",
+                                         "overdue": False}
     assert [f["name"] for f in orders["backups"]["failedSince"]] == ["n-3"]
     assert billing["backups"]["lastSuccess"] is None
     text = statuscmd.table([billing, orders])
