@@ -10,6 +10,7 @@
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
 #   make test-random  the fast tier and the short soak with new random draws (seeds printed)
 #   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
+#   make krew   the archive krew installs for `kubectl kaiwu` (dist/), and its manifest's sha256
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test test-136 test-fast test-random lint world lock image push soak mutation clean
+.PHONY: demo preview test test-136 test-fast test-random lint world lock image push soak mutation krew clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -65,6 +66,11 @@ IMAGE ?= $(DEFAULT_IMAGE)
 # Then install with `kaiwu install --image REF` (the same REF, for a registry).
 push: $(STAMP)
 	podman push $(DEFAULT_IMAGE) $(IMAGE)
+
+# The krew plugin's archive (a launcher for the pip-installed package: deploy/krew/kaiwu.yaml's
+# caveats say why) in dist/, and the manifest's version, uri and sha256 made true to it.
+krew: $(STAMP)
+	$(BIN)/python deploy/krew/build.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -110,7 +110,7 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     the arguments after `kaiwu` (kubectl's plugin mechanism, since 1.12), so every `kaiwu`
     command works as a kubectl plugin; `status`, `backup` and `restore` take kubectl's
     --kubeconfig, --context and -n/--namespace. Installed beside `kaiwu` by pip (pyproject.toml's
-    scripts); deploy/krew/kaiwu.yaml is its krew manifest."""
+    scripts); deploy/krew/ holds its krew manifest and launcher (make krew)."""
     return main(argv)
 
 

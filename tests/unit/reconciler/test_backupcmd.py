@@ -128,7 +128,7 @@ def test_named_targets_win_and_a_cluster_without_one_is_refused_naming_the_flags
     with pytest.raises(backupcmd.Refused, match="--s3-prefix describe an S3 target: give "
                        "--s3-bucket too"):
         run_create(api, "orders", "--s3-prefix", "kwdb")
-    with pytest.raises(backupcmd.Refused, match="is plain http: .* add --s3-allow-plain-http"):
+    with pytest.raises(backupcmd.Refused, match=r"is plain http: .* add --s3-allow-plain-http"):
         run_create(api, "orders", "--s3-bucket", "b", "--s3-secret", "s", "--s3-endpoint",
                    "http://minio:9000")
     with pytest.raises(backupcmd.Refused, match="--timeout nan: give a number of seconds"):
@@ -213,7 +213,7 @@ def test_list_and_describe_show_phase_size_target_and_failure() -> None:
 
 
 def test_hostile_backup_objects_are_listed_not_fatal() -> None:
-    odd = [{"metadata": {"name": "a", "namespace": NS}, "spec": "x", "status": ["y"]},
+    odd: list[Obj] = [{"metadata": {"name": "a", "namespace": NS}, "spec": "x", "status": ["y"]},
            {"metadata": {"name": "b", "namespace": NS},
             "spec": {"cluster": "orders", "target": {"volume": "x"}},
             "status": {"phase": "completed", "sizeBytes": "lots"}}]
@@ -275,7 +275,7 @@ def test_restore_to_a_file_it_cannot_write_says_so(tmp_path: Any) -> None:
     api = FakeApi(kaiwu_cluster(), a_backup("nightly-1"))
     args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
                                                   "-f", str(tmp_path / "no" / "x.yaml")])
-    with pytest.raises(backupcmd.Refused, match="cannot write .*x.yaml: No such file"):
+    with pytest.raises(backupcmd.Refused, match=r"cannot write .*x\.yaml: No such file"):
         backupcmd.restore(api, NS, args, io.StringIO(), io.StringIO())  # type: ignore[arg-type]
 
 

@@ -148,12 +148,13 @@ def test_a_backup_queued_behind_another_starts_as_soon_as_that_one_ends(
     assert 0 <= gap <= 3, (ran_first["status"], queued["status"])
 
 
-def test_a_scheduled_backup_is_made_at_its_time_with_no_event_to_wake_the_reconciler(
+def test_a_scheduled_backup_is_made_at_its_time_though_no_event_comes_when_it_is_due(
         sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str, tmp_path: Path) -> None:
-    """A cluster at rest gets no event when a slot comes due: the backup step asks for a pass
-    at the schedule's next time itself (level-triggered), so each backup is made at its slot,
-    not at the next periodic resync (five minutes)."""
+    """No watch event comes when a slot is due (the cluster is at rest; only the schedule's
+    creation and each backup's own writes make events): the backup step asks for a pass at the
+    schedule's next time itself (level-triggered), so each backup is made at its slot, not at
+    the next periodic resync (five minutes)."""
     (tmp_path / CLAIM).mkdir()
     factory = lambda: reconciler_factory(  # noqa: E731
         backup_volumes_dir=str(tmp_path), backup_poll_s=0.2)

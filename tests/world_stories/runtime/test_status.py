@@ -195,7 +195,7 @@ def test_status_shows_ready_scale_in_crash_loop_and_failover(
                                  "(check the name, or the namespace with -n)\n")
 
 
-def test_status_over_50_parked_clusters_costs_four_lists_whatever_their_number(
+def test_status_over_50_parked_clusters_costs_six_lists_whatever_their_number(
         reconciler_factory: Callable[..., Reconciler], kube: k8s.ApiClient, namespace: str,
         control_plane: ControlPlane) -> None:
     reconciler = reconciler_factory()
