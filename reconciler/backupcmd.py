@@ -222,15 +222,18 @@ def restore_spec(source: Obj, backup: str, new: str) -> tuple[Obj, list[str]]:
     own), its client Service settings (a LoadBalancer address or DNS annotation would be claimed
     twice), labels a GitOps tool owns it by; and spec.paused and any earlier bootstrap."""
     spec = copy.deepcopy(_dict(source.get("spec")))
-    dropped = []
-    if spec.pop("paused", None) is not None:
+    dropped = []  # only what differs from what the CRD defaults it to: the rest is no news
+    if spec.pop("paused", None):
         dropped.append("spec.paused")
     tls = spec.get("tls")
-    if isinstance(tls, dict):
+    if isinstance(tls, dict) and (tls.get("nodeSecretName") or tls.get("clientSecretName")):
         for key in ("nodeSecretName", "clientSecretName", "secretLayout"):
-            if tls.pop(key, None) is not None:
+            value = tls.pop(key, None)
+            if value and not (key == "secretLayout" and value == "kwbase"):
                 dropped.append(f"spec.tls.{key} (the copy gets certificates of its own)")
-    if spec.pop("service", None) not in (None, {}):
+    service = _dict(spec.get("service"))
+    if service.get("type", "ClusterIP") != "ClusterIP" or service.get("annotations"):
+        del spec["service"]
         dropped.append("spec.service (the source's Service type and annotations: its address "
                        "would be claimed twice; set them when the copy replaces it)")
     spec["bootstrap"] = {"fromBackup": {"name": backup}}

@@ -246,6 +246,14 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
     assert spec["spec"]["tls"] == {"enabled": True}, "the source's certificates are its own"
     assert "paused" not in spec["spec"] and spec["spec"]["storage"] == {"size": "50Gi"}
     assert "service" not in spec["spec"], "the source's address is not claimed twice"
+
+    # Values the CRD defaults them to are copied and not said (a live spec has them all).
+    plain = kaiwu_cluster(paused=False, tls={"enabled": True, "secretLayout": "kwbase"},
+                          service={"type": "ClusterIP"})
+    api = FakeApi(plain, a_backup("nightly-1"))
+    err = io.StringIO()
+    assert backupcmd.restore(api, NS, args, io.StringIO(), err) == 0  # type: ignore[arg-type]
+    assert err.getvalue() == ""
     assert read_live(spec).name == "orders2", "kaiwu validate accepts it"
     assert api.created == []
 
