@@ -37,7 +37,7 @@ def version() -> str:
 
 
 def archive() -> bytes:
-    """The launcher in a tar.gz, deterministically: fixed time, owner and mode."""
+    """The launcher in a tar.gz, deterministically: fixed time, owner and mode, stored."""
     data = LAUNCHER.read_bytes()
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -47,7 +47,9 @@ def archive() -> bytes:
         info.uname = info.gname = ""
         tar.addfile(info, io.BytesIO(data))
     packed = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
+    # Level 0: one stored deflate block (the tar is 10 KiB), the same bytes from every zlib
+    # (a compressing level may differ between zlib builds, and the sha256 with it).
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=0) as gz:
         gz.write(raw.getvalue())
     return packed.getvalue()
 
