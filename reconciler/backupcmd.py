@@ -45,12 +45,14 @@ from reconciler.kube.client import (
     ApiError,
     ConnectionSetupError,
     Kube,
+    add_connection_flags,
     check_reachable,
     connection_flags_last,
     context_namespace,
     load_api_client,
 )
 from reconciler.model import Obj, meta
+from reconciler.status import one_line
 from renderer import schema
 
 EXIT_OK, EXIT_NOT_DONE, EXIT_ERROR = 0, 1, 2
@@ -68,14 +70,6 @@ class _Parser(argparse.ArgumentParser):
     # argparse prints the whole usage block and exits; the CLI's rule is one line, exit 2.
     def error(self, message: str) -> NoReturn:
         raise Refused(f"{message} (see {self.prog} --help)")
-
-
-def _connection_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--namespace", help="the namespace (default: the context's, else "
-                   "'default')")
-    p.add_argument("--kubeconfig", default=os.environ.get("KAIWU_KUBECONFIG"),
-                   help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)")
-    p.add_argument("--context", help="kubeconfig context (default: the current one)")
 
 
 def backup_parser() -> argparse.ArgumentParser:
@@ -105,17 +99,17 @@ def backup_parser() -> argparse.ArgumentParser:
                         help="follow the backup until it completes (exit 0) or fails (exit 1)")
     create.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                         help=f"seconds --wait waits (default {DEFAULT_TIMEOUT_S:g})")
-    _connection_flags(create)
+    add_connection_flags(create)
     listing = commands.add_parser("list", help="the backups of one cluster or all")
     listing.add_argument("cluster", nargs="?", help="only this cluster's backups")
     listing.add_argument("-A", "--all-namespaces", action="store_true",
                          help="backups in every namespace")
     listing.add_argument("-o", "--output", default="table", choices=("table", "json", "yaml"))
-    _connection_flags(listing)
+    add_connection_flags(listing)
     describe = commands.add_parser("describe", help="one backup, and how to restore it")
     describe.add_argument("name", help="the KaiwuBackup's name")
     describe.add_argument("-o", "--output", default="text", choices=("text", "json", "yaml"))
-    _connection_flags(describe)
+    add_connection_flags(describe)
     return p
 
 
@@ -129,7 +123,7 @@ def restore_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("-f", "--file", help="write the spec to this file (default: stdout)")
     where.add_argument("--apply", action="store_true", help="create the cluster now")
-    _connection_flags(p)
+    add_connection_flags(p)
     return p
 
 
@@ -257,29 +251,23 @@ def _dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _line(value: Any, limit: int = 300) -> str:
-    """A value from the cluster printed on one line: control characters (newlines, terminal
-    escapes) become spaces, and long text is cut."""
-    text = "".join(c if c.isprintable() else " " for c in str(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _cluster_of(obj: Obj) -> str | None:
     name = _dict(_dict(obj.get("spec")).get("cluster")).get("name")
     return str(name) if name is not None else None
 
 
 def _phase(obj: Obj) -> str:
-    return _line(_dict(obj.get("status")).get("phase") or "pending", 20)
+    return one_line(_dict(obj.get("status")).get("phase") or "pending", 20)
 
 
 def _target_text(obj: Obj) -> str:
     target = _dict(_dict(obj.get("spec")).get("target"))
     if "volume" in target:
-        return _line(f"volume {_dict(target['volume']).get('claimName', '?')}")
+        return one_line(f"volume {_dict(target['volume']).get('claimName', '?')}", 300)
     if "s3" in target:
         s3 = _dict(target["s3"])
-        return _line(f"s3://{s3.get('bucket', '?')}/{s3.get('prefix', '')}".rstrip("/"))
+        return one_line(f"s3://{s3.get('bucket', '?')}/{s3.get('prefix', '')}".rstrip("/"),
+                        300)
     return "?"
 
 
@@ -308,7 +296,7 @@ def table(rows: Sequence[Mapping[str, Any]], all_namespaces: bool) -> str:
         return "No KaiwuBackups found.\n"
     header = (["NAMESPACE"] if all_namespaces else []) + [
         "NAME", "CLUSTER", "PHASE", "SIZE", "ENDED", "TARGET", "REASON"]
-    lines = [[_line(cell, 80) for cell in (
+    lines = [[one_line(cell, 80) for cell in (
         *([r["namespace"]] if all_namespaces else []), r["name"], r["cluster"], r["phase"],
         _bytes(r["sizeBytes"]), r["completedAt"] or "-", r["target"], r["reason"] or "")]
              for r in rows]
@@ -330,17 +318,17 @@ def _bytes(value: Any) -> str:
 
 
 def describe_text(row: Mapping[str, Any]) -> str:
-    lines = [f"{key + ':':<12} {_line(value)}" for key, value in (
+    lines = [f"{key + ':':<12} {one_line(value, 300)}" for key, value in (
         ("Name", f"{row['namespace']}/{row['name']}"), ("Cluster", row["cluster"]),
         ("Phase", row["phase"]), ("Target", row["target"]), ("Size", _bytes(row["sizeBytes"])),
         ("Created", row["created"] or "-"), ("Started", row["startedAt"] or "-"),
         ("Ended", row["completedAt"] or "-"), ("Consistent", row["consistentTo"]))
         if value is not None]
     if row["phase"] == "failed":
-        lines.append(f"{'Failure:':<12} {_line(row['reason'] or 'failed')}: "
-                     f"{_line(row['message'] or '')}")
+        lines.append(f"{'Failure:':<12} {one_line(row['reason'] or 'failed', 300)}: "
+                     f"{one_line(row['message'] or '', 300)}")
     elif row["message"]:
-        lines.append(f"{'Message:':<12} {_line(row['message'])}")
+        lines.append(f"{'Message:':<12} {one_line(row['message'], 300)}")
     if row["phase"] == "completed":
         lines.append(f"{'Restore:':<12} kaiwu restore --from {row['name']} --into NEW "
                      f"-n {row['namespace']} --apply")
@@ -414,7 +402,7 @@ def _follow(kube: Kube, namespace: str, name: str, timeout: float, out: TextIO,
             out.write(f"kaiwubackup/{name} was deleted while it ran\n")
             return EXIT_NOT_DONE
         row = backup_rows([obj])[0]
-        phase, message = row["phase"], _line(row["message"] or "", 200)
+        phase, message = row["phase"], one_line(row["message"] or "", 200)
         if phase in ("completed", "failed"):
             out.write(f"kaiwubackup/{name}: {phase}\n")
             out.write(describe_text(row))

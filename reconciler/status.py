@@ -51,6 +51,14 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
 
 
+def one_line(value: object, limit: int = 80) -> str:
+    """Text from the cluster printed on one terminal line (kaiwu status, kaiwu backup):
+    control characters (newlines, terminal escapes) become spaces, runs of space one, and long
+    text is cut."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in str(value)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Condition:
     """One condition as a pass decides it (the time and generation are added by `build`)."""

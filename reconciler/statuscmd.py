@@ -41,6 +41,7 @@ from reconciler.kube.client import (
     ApiError,
     ConnectionSetupError,
     Kube,
+    add_connection_flags,
     check_reachable,
     context_namespace,
     load_api_client,
@@ -70,16 +71,12 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kaiwu status", description="Show what each KaiwuCluster is doing. "
                 "Exit 0: every cluster shown is Ready; 1: some are not; 2: error.")
     p.add_argument("cluster", nargs="?", help="one cluster's name (default: every cluster)")
-    p.add_argument("-n", "--namespace", help="the namespace (default: the context's, else "
-                   "'default')")
     p.add_argument("-A", "--all-namespaces", action="store_true",
                    help="clusters in every namespace")
     p.add_argument("-o", "--output", default="table", choices=("table", "json", "yaml"))
     p.add_argument("--watch", action="store_true",
                    help=f"redraw every {WATCH_INTERVAL_S:g} s until Ctrl-C")
-    p.add_argument("--kubeconfig", default=os.environ.get("KAIWU_KUBECONFIG"),
-                   help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)")
-    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    add_connection_flags(p)
     return p
 
 
@@ -435,7 +432,7 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
         if r["conditions"]:
             out += _rows(("CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE"),
                          ((x["type"] or "", x["status"] or "", x["reason"],
-                           f"{x['for']} ago" if x["for"] else "-", _short(x["message"]))
+                           f"{x['for']} ago" if x["for"] else "-", st.one_line(x["message"]))
                           for x in r["conditions"]), "  ",
                          lambda i, row, padded: condition_colour(row, padded) if i == 1
                          else padded)
@@ -453,7 +450,7 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
         else:
             out.append("  rollout: no StatefulSet yet")
         d = r["drift"]
-        out.append("  drift: " + (f"{d['reason']}" + (f" ({_short(d['message'], 100)})"
+        out.append("  drift: " + (f"{d['reason']}" + (f" ({st.one_line(d['message'], 100)})"
                                                         if d["status"] == "True" else "")
                                   if d else "not reported yet"))
         cert = r["certificates"]
@@ -481,7 +478,7 @@ def table(reports: Sequence[Mapping[str, Any]], colour: bool = False) -> str:
             out.append("  last actions:")
             out += _rows(("TIME", "ACTION", "TARGET", "MESSAGE"),
                          ((a.get("time", ""), a.get("action", ""), a.get("target", ""),
-                           _short(a.get("message", ""))) for a in r["lastActions"][:5]),
+                           st.one_line(a.get("message", ""))) for a in r["lastActions"][:5]),
                          "    ", lambda i, row, padded: padded)
         out.append("")
     return "\n".join(out)
@@ -491,17 +488,19 @@ def _backups_line(b: Mapping[str, Any], c: Callable[[str, str], str]) -> str:
     if not b["readable"]:
         return c(YELLOW, "not readable (you may not list kaiwubackups or kaiwubackupschedules)")
     last = b["lastSuccess"]
-    parts = [f"last {_short(str(last['name']), 60)}" + (f" ({last['ago']} ago)" if last.get("ago")
-                                                        else "")
-             if last else c(YELLOW, "none completed")]
+    if last:
+        ago_text = f" ({last['ago']} ago)" if last.get("ago") else ""
+        parts = [f"last {st.one_line(last['name'], 60)}{ago_text}"]
+    else:
+        parts = [c(YELLOW, "none completed")]
     if b["running"]:
-        parts.append(f"running {_short(str(b['running']['name']), 60)}")
+        parts.append(f"running {st.one_line(str(b['running']['name']), 60)}")
     nxt = b["next"]
     if nxt and nxt["overdue"]:
-        parts.append(c(RED, f"next was due {nxt['at']} ({_short(nxt['schedule'], 60)}): "
+        parts.append(c(RED, f"next was due {nxt['at']} ({st.one_line(nxt['schedule'], 60)}): "
                         "overdue, no backups are being made"))
     elif nxt:
-        parts.append(f"next {nxt['at']} ({_short(nxt['schedule'], 60)})")
+        parts.append(f"next {nxt['at']} ({st.one_line(nxt['schedule'], 60)})")
     elif b["schedules"] and len(b["suspended"]) == len(b["schedules"]):
         parts.append(c(YELLOW, "every schedule suspended"))
     elif b["schedules"]:
@@ -510,16 +509,9 @@ def _backups_line(b: Mapping[str, Any], c: Callable[[str, str], str]) -> str:
         parts.append("no schedule")
     if b["failedSinceCount"]:
         parts.append(c(RED, f"{b['failedSinceCount']} failed since: " + ", ".join(
-            f"{_short(str(f['name']), 60)} ({_short(str(f['reason'] or 'failed'), 40)})"
+            f"{st.one_line(str(f['name']), 60)} ({st.one_line(str(f['reason'] or 'failed'), 40)})"
             for f in b["failedSince"]) + (", ..." if b["failedSinceCount"] > 3 else "")))
     return "; ".join(parts)
-
-
-def _short(text: str, limit: int = 80) -> str:
-    """Text from the cluster on one line: control characters (terminal escapes too) become
-    spaces, runs of space one, and long text is cut."""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def render(reports: Sequence[Mapping[str, Any]], output: str, colour: bool) -> str:

@@ -10,6 +10,7 @@ loaders (in-cluster service account, or a kubeconfig file).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -549,6 +550,16 @@ def context_namespace(given: str | None, kubeconfig: str | None, context: str | 
 # The flags kubectl-like commands (kaiwu status, backup, restore) take that say where to
 # connect: kubectl accepts them before the command too (`kubectl -n prod get ...`).
 CONNECTION_FLAGS = ("-n", "--namespace", "--kubeconfig", "--context")
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    """CONNECTION_FLAGS on a command's parser, as kubectl spells and defaults them."""
+    parser.add_argument("-n", "--namespace", help="the namespace (default: the context's, else "
+                        "'default')")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KAIWU_KUBECONFIG"),
+                        help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, or "
+                        "in-cluster)")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
 
 
 def connection_flags_last(argv: Sequence[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """The metric names a PromQL expression reads, for checking rules and dashboards against what is
-exported.
+exported, and where promtool is.
 
 Used by tests/unit/test_monitoring.py (the reconciler's registry, the dashboard) and
 tests/unit/test_kwdb_monitoring.py (KaiwuDB's names). A small scanner, not a PromQL parser: it is
@@ -10,6 +10,7 @@ for the shapes used there.
 from __future__ import annotations
 
 import re
+import shutil
 
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset",
             "and", "or", "unless", "inf", "nan"}
@@ -34,3 +35,10 @@ def metric_names(expr: str) -> set[str]:
             continue
         names.add(match.group(0))
     return names
+
+
+def promtool() -> str:
+    """The promtool binary (Debian's prometheus package, tests/world/install_deps.sh)."""
+    found = shutil.which("promtool")
+    assert found, "promtool is missing: apt-get install prometheus (tests/world/install_deps.sh)"
+    return found

@@ -36,7 +36,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -64,7 +63,7 @@ from tests.support.kwdb_metrics import (
     go_float,
     status_vars,
 )
-from tests.support.promql import metric_names
+from tests.support.promql import metric_names, promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -79,12 +78,6 @@ SEVERITY = {"KaiwuDBRangesUnavailable": "critical", "KaiwuDBRangesUnderReplicate
             "KaiwuDBStoreLowOnDisk": "warning", "KaiwuDBStoreOutOfDisk": "critical",
             "KaiwuDBClockOffsetNearMax": "critical", "KaiwuDBNodeNotLive": "critical",
             "KaiwuDBLiveNodesMissing": "warning", "KaiwuDBNodeDown": "warning"}
-
-
-def promtool() -> str:
-    found = shutil.which("promtool")
-    assert found, "promtool is missing: apt-get install prometheus (tests/world/install_deps.sh)"
-    return found
 
 
 def kwdb_rules() -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
 from tests.support.kwdb_metrics import KWDB_NAMES, PROMETHEUS_NAMES
-from tests.support.promql import metric_names
+from tests.support.promql import metric_names, promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -43,12 +42,6 @@ SEVERITY = {"KaiwuClusterNotReady": "warning", "KaiwuClusterStalled": "critical"
             "KaiwuCertificateExpiringSoon": "warning", "KaiwuClusterNotReconciled": "warning",
             "KaiwuReconcilerDown": "critical", "KaiwuReconcilerNotLeading": "critical",
             "KaiwuReconcileErrors": "warning", "KaiwuBackupTooOld": "warning"}
-
-
-def promtool() -> str:
-    found = shutil.which("promtool")
-    assert found, "promtool is missing: apt-get install prometheus (tests/world/install_deps.sh)"
-    return found
 
 
 def rules() -> dict[str, Any]:

@@ -209,7 +209,7 @@ def test_list_and_describe_show_phase_size_target_and_failure() -> None:
     done = a_backup("ok")
     done["status"]["message"] = "4 file(s) verified\n\x1b[31mred"
     text = backupcmd.describe_text(backupcmd.backup_rows([done])[0])
-    assert "Failure" not in text and "Message:     4 file(s) verified  [31mred" in text
+    assert "Failure" not in text and "Message:     4 file(s) verified [31mred" in text
 
 
 def test_hostile_backup_objects_are_listed_not_fatal() -> None:
