@@ -29,7 +29,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,6 +41,7 @@ from ruamel.yaml import YAML
 
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube, Watch
+from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from reconciler.runtime.process import Runtime
 from reconciler.settings import Settings
@@ -75,12 +76,29 @@ class Figures:
         return statistics.median(self.latencies_s)
 
 
-def parked_dev(namespace: str) -> Obj:
-    """The dev example with a node selector no node has: its pods stay Pending."""
+def parked_dev(namespace: str, *, every_kind: bool = False) -> Obj:
+    """The dev example with a node selector no node has: its pods stay Pending. every_kind:
+    with TLS (the reconciler's own certificates, a SQL user's among them), a
+    PodDisruptionBudget and a NetworkPolicy, so that it owns an object of each kind a user can
+    delete (DELETED)."""
     obj: Obj = YAML(typ="safe").load((ROOT / "clusters" / "dev.yaml").read_text())
     obj["metadata"]["namespace"] = namespace
     obj["spec"]["scheduling"] = {"nodeSelector": {"kaiwu.test/parked": "true"}}
+    if every_kind:
+        obj["spec"]["tls"] = {"enabled": True, "clientUsers": ["app"]}
+        obj["spec"]["podDisruptionBudget"] = {"enabled": True}
+        obj["spec"]["networkPolicy"] = {"enabled": True}
     return obj
+
+
+# What a user can delete of the every-kind cluster, one of each kind, and the reconciler makes
+# again: (kind, name). The Secret is a SQL user's client certificate, which is reissued from
+# the cluster's CA (a deleted CA Secret is never remade while certificates signed by it exist:
+# reconciler.kaiwudb.certs).
+DELETED: tuple[tuple[Kind, str], ...] = (
+    (kk.SERVICE, "dev-public"), (kk.SERVICE, "dev"), (kk.SERVICE_ACCOUNT, "dev"),
+    (kk.PDB_V1BETA1, "dev"), (kk.NETWORK_POLICY, "dev"), (kk.SECRET, "dev-client-app-certs"),
+    (kk.STATEFUL_SET, "dev"))
 
 
 def _env(obj: Obj) -> list[dict[str, Any]]:
@@ -93,19 +111,22 @@ def edited(obj: Obj) -> bool:
     return any(item.get("name") == EDIT_VAR for item in _env(obj))
 
 
-class StatefulSetEvents:
-    """Every watch event of the cluster's StatefulSet, timestamped on arrival."""
+class ObjectEvents:
+    """Every watch event of one named object of one kind, timestamped on arrival."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
+    def __init__(self, kube: Kube, kind: Kind, namespace: str, name: str) -> None:
         self.kube = kube
+        self.kind = kind
         self.namespace = namespace
-        self._seen: list[tuple[float, int, bool]] = []  # (arrival, resourceVersion, edited)
+        self.name = name
+        self._seen: list[tuple[float, str, int, Obj]] = []  # (arrival, type, version, object)
         self._cond = threading.Condition()
         self._watch: Watch | None = None
-        self._thread = threading.Thread(target=self._run, name="bench-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"bench-watch-{kind.kind}",
+                                        daemon=True)
 
     def start(self, resource_version: str) -> None:
-        self._watch = self.kube.watch(kk.STATEFUL_SET, resource_version, self.namespace,
+        self._watch = self.kube.watch(self.kind, resource_version, self.namespace,
                                       timeout_seconds=3600)
         self._thread.start()
 
@@ -116,25 +137,35 @@ class StatefulSetEvents:
     def _run(self) -> None:
         assert self._watch is not None
         for kind, obj in self._watch:
-            if kind == "BOOKMARK" or obj.get("metadata", {}).get("name") != NAME:
+            if kind == "BOOKMARK" or obj.get("metadata", {}).get("name") != self.name:
                 continue
-            entry = (time.monotonic(), int(obj["metadata"]["resourceVersion"]), edited(obj))
+            entry = (time.monotonic(), kind, int(obj["metadata"]["resourceVersion"]), obj)
             with self._cond:
                 self._seen.append(entry)
                 self._cond.notify_all()
 
-    def repaired_after(self, version: int, timeout_s: float) -> float:
-        """When the first event after `version` showing the edit undone arrived."""
+    def first_after(self, version: int, timeout_s: float,
+                    matches: Callable[[str, Obj], bool]) -> float:
+        """When the first event after `version` that `matches` (event type, object) arrived."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                for arrival, seen, still_edited in self._seen:
-                    if seen > version and not still_edited:
+                for arrival, kind, seen, obj in self._seen:
+                    if seen > version and matches(kind, obj):
                         return arrival
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"no repair within {timeout_s} s of version {version}")
+                    raise TimeoutError(f"no such {self.kind.kind} event within {timeout_s} s "
+                                       f"of version {version}")
                 self._cond.wait(left)
+
+    def repaired_after(self, version: int, timeout_s: float) -> float:
+        """When the first event after `version` showing the edit undone arrived."""
+        return self.first_after(version, timeout_s, lambda _, obj: not edited(obj))
+
+    def recreated_after(self, version: int, timeout_s: float) -> float:
+        """When the object came back (an ADDED event after `version`)."""
+        return self.first_after(version, timeout_s, lambda kind, _: kind == "ADDED")
 
 
 def edit(kube: k8s.ApiClient, namespace: str, value: str) -> int:
@@ -174,10 +205,11 @@ def new_namespace(admin: k8s.ApiClient, prefix: str) -> str:
 
 
 @contextmanager
-def reconciling(kubeconfig: Path, admin: k8s.ApiClient, namespace: str,
-                **changes: Any) -> Iterator[tuple[Runtime, StatefulSetEvents]]:
-    """The production runtime for `namespace`, the parked dev cluster applied and settled,
-    and a watch on its StatefulSet."""
+def reconciling(kubeconfig: Path, admin: k8s.ApiClient, namespace: str, *,
+                every_kind: bool = False,
+                **changes: Any) -> Iterator[tuple[Runtime, ObjectEvents]]:
+    """The production runtime for `namespace`, the parked dev cluster (`parked_dev`) applied
+    and settled, and a watch on its StatefulSet."""
     settings = Settings(kubeconfig=str(kubeconfig), watch_namespace=namespace,
                         leader_election=False, http_address="127.0.0.1:0",
                         identity=f"bench-{namespace}", log_format="text",
@@ -186,10 +218,10 @@ def reconciling(kubeconfig: Path, admin: k8s.ApiClient, namespace: str,
                         fight_threshold=10_000, **changes)
     runtime = Runtime(settings)
     runtime.start()
-    events: StatefulSetEvents | None = None
+    events: ObjectEvents | None = None
     try:
         user = Kube(admin, "kubectl")
-        user.apply(parked_dev(namespace))
+        user.apply(parked_dev(namespace, every_kind=every_kind))
         deadline = time.monotonic() + 60
         while user.get(kk.STATEFUL_SET, namespace, NAME) is None:
             if time.monotonic() > deadline:
@@ -198,7 +230,7 @@ def reconciling(kubeconfig: Path, admin: k8s.ApiClient, namespace: str,
         wait_quiet(runtime, 2.0)
         live = user.get(kk.STATEFUL_SET, namespace, NAME)
         assert live is not None
-        events = StatefulSetEvents(Kube(admin, "bench"), namespace)
+        events = ObjectEvents(Kube(admin, "bench"), kk.STATEFUL_SET, namespace, NAME)
         events.start(str(live["metadata"]["resourceVersion"]))
         yield runtime, events
     finally:
@@ -207,7 +239,7 @@ def reconciling(kubeconfig: Path, admin: k8s.ApiClient, namespace: str,
         runtime.stop()
 
 
-def measure_latency(admin: k8s.ApiClient, namespace: str, events: StatefulSetEvents,
+def measure_latency(admin: k8s.ApiClient, namespace: str, events: ObjectEvents,
                     edits: int, spacing_s: tuple[float, float], seed: int = 14) -> list[float]:
     """`edits` hand edits spaced at random within spacing_s; seconds until each is undone."""
     rng = random.Random(seed)
@@ -221,7 +253,7 @@ def measure_latency(admin: k8s.ApiClient, namespace: str, events: StatefulSetEve
 
 
 def measure_storm(admin: k8s.ApiClient, namespace: str, runtime: Runtime,
-                  events: StatefulSetEvents, edits: int) -> tuple[int, float]:
+                  events: ObjectEvents, edits: int) -> tuple[int, float]:
     """`edits` hand edits back to back; the reconciles they cost, and the seconds from the first
     edit to the last one's repair (the window in which the limiter hands out tokens: the watch
     events of the last edits can arrive after the script has finished)."""
@@ -235,6 +267,57 @@ def measure_storm(admin: k8s.ApiClient, namespace: str, runtime: Runtime,
     storm_s = time.monotonic() - started
     wait_quiet(runtime, 2.5)
     return int(reconciles(runtime) - before), storm_s
+
+
+def measure_deletes(admin: k8s.ApiClient, namespace: str, kind: Kind, name: str, count: int,
+                    spacing_s: tuple[float, float], seed: int = 31) -> list[float]:
+    """`count` deletes of one object (`kubectl delete`, background propagation), spaced at
+    random within spacing_s; seconds from each delete's answer until the object is back (the
+    watch event of the new one)."""
+    rng = random.Random(seed)
+    user = Kube(admin, "kubectl")
+    live = user.get(kind, namespace, name)
+    if live is None:
+        raise LookupError(f"{kind.kind} {namespace}/{name} does not exist")
+    events = ObjectEvents(Kube(admin, "bench"), kind, namespace, name)
+    events.start(str(live["metadata"]["resourceVersion"]))
+    latencies = []
+    try:
+        for _ in range(count):
+            time.sleep(rng.uniform(*spacing_s))
+            live = user.get(kind, namespace, name)
+            assert live is not None, f"{kind.kind} {name} was not made again"
+            version = int(live["metadata"]["resourceVersion"])
+            user.delete(kind, namespace, name, propagation="Background")
+            deleted = time.monotonic()
+            latencies.append(events.recreated_after(version, 30.0) - deleted)
+    finally:
+        events.stop()
+    return latencies
+
+
+def pdb_kind(admin: k8s.ApiClient) -> Kind:
+    """The PodDisruptionBudget version the server serves (policy/v1 from Kubernetes 1.21)."""
+    served = {group.name: [v.version for v in group.versions]
+              for group in k8s.ApisApi(admin).get_api_versions().groups}
+    return kk.PDB_V1 if "v1" in served.get("policy", ()) else kk.PDB_V1BETA1
+
+
+def run_deletes(kubeconfig: Path, admin: k8s.ApiClient, count: int,
+                spacing_s: tuple[float, float] = (0.2, 2.0)) -> list[tuple[str, list[float]]]:
+    """Each object of DELETED deleted `count` times under the production runtime (defaults)."""
+    namespace = new_namespace(admin, "bench-repair-deletes")
+    results = []
+    try:
+        with reconciling(kubeconfig, admin, namespace, every_kind=True):
+            for kind, name in DELETED:
+                if kind.kind == "PodDisruptionBudget":
+                    kind = pdb_kind(admin)
+                results.append((f"{kind.kind} {name}", measure_deletes(
+                    admin, namespace, kind, name, count, spacing_s)))
+    finally:
+        k8s.CoreV1Api(admin).delete_namespace(namespace)
+    return results
 
 
 def run(kubeconfig: Path, admin: k8s.ApiClient, limiter: str, *, edits: int, storm: int,
@@ -264,18 +347,37 @@ def table(results: list[Figures]) -> str:
     return "\n".join(lines)
 
 
-def append_results(text: str, edits: int, load: float) -> None:
+def deletes_table(results: list[tuple[str, list[float]]]) -> str:
+    lines = ["| deleted | deletes | p50 | p99 | max |", "| --- | --- | --- | --- | --- |"]
+    for what, latencies in results:
+        ordered = sorted(latencies)
+        p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+        lines.append(f"| {what} | {len(latencies)} | {statistics.median(latencies) * 1000:.0f} "
+                     f"ms | {p99 * 1000:.0f} ms | {max(latencies) * 1000:.0f} ms |")
+    return "\n".join(lines)
+
+
+def append_results(text: str, edits: int, deletes: int, load: float) -> None:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    method = []
+    if edits:
+        method.append(
+            f"Latency: {edits} hand edits of the StatefulSet (an env var added) spaced 0.2-2 s "
+            f"apart, from the edit's answer to the watch event showing it undone; held back: "
+            f"reconciles the limiter delayed during them. `ours`: token buckets (defaults: 3 "
+            f"per cluster, 1/s; echoes of our own writes free); `old`: "
+            f"`min_reconcile_interval_s=1`. Storm seconds: from the first edit to the last "
+            f"one's repair.")
+    if deletes:
+        method.append(
+            f"Deletes: each object {deletes} times (`kubectl delete`), spaced 0.2-2 s apart, "
+            f"from the delete's answer to the watch event of the object made again; the "
+            f"cluster has TLS with a SQL user, a PodDisruptionBudget and a NetworkPolicy.")
     section = (
         f"\n## Repair latency and event storms (`bench/repair_latency.py`)\n\n"
         f"{stamp}, {os.cpu_count()} cores, load average {load:.1f} at the end (the machine is "
         f"shared). Real kube-apiserver 1.20.2 (test world), production "
-        f"runtime with the real Controller, dev cluster parked. Latency: {edits} hand edits of "
-        f"the StatefulSet (an env var added) spaced 0.2-2 s apart, from the edit's answer to "
-        f"the watch event showing it undone; held back: reconciles the limiter delayed "
-        f"during them. `ours`: token buckets (defaults: 3 per cluster, "
-        f"1/s; echoes of our own writes free); `old`: `min_reconcile_interval_s=1`. "
-        f"Storm seconds: from the first edit to the last one's repair. "
+        f"runtime with the real Controller, dev cluster parked. {' '.join(method)} "
         f"Target: p50 <= 100 ms, p99 <= 500 ms, a 50-edit storm a handful of reconciles.\n\n"
         f"{text}\n")
     if not RESULTS.exists():
@@ -291,19 +393,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--edits", type=int, default=100)
     parser.add_argument("--storm", type=int, default=50)
+    parser.add_argument("--deletes", type=int, default=20,
+                        help="deletes of each object in DELETED (0: none)")
     parser.add_argument("--no-append", action="store_true",
                         help="print only; do not append to bench/RESULTS.md")
     args = parser.parse_args()
     with ControlPlane() as plane:
         admin = plane.api_client()
         results = [run(plane.kubeconfig_path, admin, limiter, edits=args.edits,
-                       storm=args.storm) for limiter in LIMITERS]
-    text = table(results)
+                       storm=args.storm) for limiter in LIMITERS] if args.edits else []
+        deletes = run_deletes(plane.kubeconfig_path, admin, args.deletes) \
+            if args.deletes else []
+    text = "\n\n".join(part for part in (table(results) if results else "",
+                                          deletes_table(deletes) if deletes else "") if part)
     load = os.getloadavg()[0]
     print(text)
     print(f"load average at the end: {load:.1f}")
     if not args.no_append:
-        append_results(text, args.edits, load)
+        append_results(text, args.edits, args.deletes, load)
 
 
 if __name__ == "__main__":

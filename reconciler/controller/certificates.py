@@ -94,7 +94,8 @@ class CertificatesStep:
         self.shared.metrics.cluster_certificate_expiry(
             p.key.namespace, p.key.name, expiry.timestamp() if expiry is not None else None)
         plan = certs_action(cluster, secrets, datetime.fromtimestamp(p.now, UTC))
-        stale = any(self.shared.marks.stale(p.key, f"Secret/{name}", secrets.get(name))
+        stale = any(self.shared.write_in_flight(p.key, f"Secret/{name}", k.SECRET,
+                                                cluster.namespace, name, secrets.get(name))
                     for name in names)
         if stale:
             # Planned from Secrets we have just written: wait for the cache to show ours.

@@ -64,7 +64,8 @@ class ObserveStep:
             live = self.shared.view.peek(kind, ref.namespace, ref.name)
             state = ObjectState(ref, kind, owned, live, rules=rules)
             p.states.append(state)
-            if self.shared.marks.stale(p.key, str(ref), live):
+            if self.shared.write_in_flight(p.key, str(ref), kind, ref.namespace, ref.name,
+                                           live):
                 state.stale = True
                 p.requeue_in(STALE_RECHECK_S)
             elif live is None:

@@ -117,6 +117,16 @@ class WriteMarks:
             del self._written[(key, name)]
             return False
 
+    def created(self, key: ClusterKey, name: str) -> bool:
+        """Whether our last write to `name` was a create the cache may not show yet."""
+        with self._lock:
+            mark = self._written.get((key, name))
+            return mark is not None and mark[0] == ""
+
+    def drop(self, key: ClusterKey, name: str) -> None:
+        with self._lock:
+            self._written.pop((key, name), None)
+
     def forget(self, key: ClusterKey) -> None:
         with self._lock:
             for written in [w for w in self._written if w[0] == key]:
@@ -265,3 +275,20 @@ class Shared:
     notices: DriftNotices
     pending: PendingActions
     comparisons: ComparisonMemo
+
+    def write_in_flight(self, key: ClusterKey, mark: str, kind: Kind, namespace: str,
+                        name: str, cached: Obj | None) -> bool:
+        """Whether the cache still shows what our last write to the object (`mark`, as
+        WriteMarks names it) replaced, so the pass must not judge it yet (WriteMarks.stale).
+        The cache's "absent" after our create is ambiguous: our object's event is on its way,
+        or someone deleted the object once the cache had shown it (a `kubectl delete` right
+        after a repair). The API server settles it with one read: gone there too means missing
+        now, to be made again at once rather than after STALE_GRACE_S."""
+        if not self.marks.stale(key, mark, cached):
+            return False
+        if cached is not None or not self.marks.created(key, mark):
+            return True
+        if self.kube.get(kind, namespace, name) is not None:
+            return True
+        self.marks.drop(key, mark)
+        return False

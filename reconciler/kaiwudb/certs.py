@@ -57,6 +57,8 @@ import base64
 import binascii
 import hashlib
 import ipaddress
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -147,9 +149,12 @@ class CertKey:
     @property
     def key_pem(self) -> bytes:
         # PKCS#1 ("RSA PRIVATE KEY"), the form `kwbase cert` writes; unencrypted as kwbase needs.
-        return self.key.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.TraditionalOpenSSL,
-                                      serialization.NoEncryption())
+        pem = self.key.private_bytes(serialization.Encoding.PEM,
+                                     serialization.PrivateFormat.TraditionalOpenSSL,
+                                     serialization.NoEncryption())
+        # What goes into a Secret is read back on the next pass: known already, not loaded.
+        LOADED_KEYS.remember(pem, self.key)
+        return pem
 
 
 @dataclass(frozen=True)
@@ -455,12 +460,56 @@ def _cert(secret: Obj, key: str) -> x509.Certificate:
     return _certs(secret, key)[0]
 
 
+class _LoadedKeys:
+    """Private keys already loaded, by the SHA-256 of their PEM bytes (a bounded LRU).
+
+    Loading a PEM RSA key checks it (cryptography's RSA key validation: about 40 ms of CPU on
+    this project's 2-core machines), and every pass of a TLS cluster reads three or four keys:
+    without this, certificates cost most of a pass (bench/repair_latency.py). Content-addressed,
+    so a changed Secret is a new entry and an entry is never out of date; a key that does not
+    load is remembered as such too. About 2 KB a key; workers share it, so it locks."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._keys: OrderedDict[bytes, PrivateKeyTypes | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, raw: bytes, key: PrivateKeyTypes) -> None:
+        """A key made here, as it will be read back from its Secret."""
+        self._put(hashlib.sha256(raw).digest(), key)
+
+    def load(self, raw: bytes) -> PrivateKeyTypes | None:
+        """The key (None: not an unencrypted PEM private key)."""
+        digest = hashlib.sha256(raw).digest()
+        with self._lock:
+            if digest in self._keys:
+                self._keys.move_to_end(digest)
+                return self._keys[digest]
+        try:
+            loaded: PrivateKeyTypes | None = serialization.load_pem_private_key(raw,
+                                                                               password=None)
+        except (ValueError, TypeError):
+            loaded = None
+        self._put(digest, loaded)
+        return loaded
+
+    def _put(self, digest: bytes, key: PrivateKeyTypes | None) -> None:
+        with self._lock:
+            self._keys[digest] = key
+            self._keys.move_to_end(digest)
+            while len(self._keys) > self._size:
+                self._keys.popitem(last=False)
+
+
+# Four keys a TLS cluster (CA, node, root, one SQL user): a thousand clusters' keys, ~8 MB.
+LOADED_KEYS = _LoadedKeys(4096)
+
+
 def _key(secret: Obj, key: str) -> PrivateKeyTypes:
-    raw = _raw(secret, key)
-    try:
-        return serialization.load_pem_private_key(raw, password=None)
-    except (ValueError, TypeError):
-        raise _Unusable(key, "not an unencrypted PEM private key") from None
+    loaded = LOADED_KEYS.load(_raw(secret, key))
+    if loaded is None:
+        raise _Unusable(key, "not an unencrypted PEM private key")
+    return loaded
 
 
 def _public_der(obj: x509.Certificate | PrivateKeyTypes) -> bytes:

@@ -503,16 +503,24 @@ def _reconciled_before(obj: Obj) -> bool:
     return (obj.get("status") or {}).get("observedGeneration") is not None
 
 
-def _status_only(new: Obj, old: Obj | None) -> bool:
-    """A controller's status report on an object with a generation (a StatefulSet's
-    observedGeneration and revisions after a spec change): the spec change that caused it
-    already paid for its reconcile, so it is queued like an echo (reconciler.kube.echo)."""
+def _bookkeeping(new: Obj, old: Obj | None) -> bool:
+    """Another controller's bookkeeping on an object whose change already paid for its
+    reconcile, queued like an echo (reconciler.kube.echo): a status report on an object with a
+    generation (a StatefulSet's observedGeneration and revisions after a spec change), or the
+    token controller listing the token Secret it made in a ServiceAccount's `secrets` (before
+    Kubernetes 1.24; drift ignores that field: reconciler.drift.ignore). Either is still
+    reconciled, only without spending the cluster's token: a recreated ServiceAccount would
+    otherwise cost two."""
     if old is None:
         return False
     a, b = _meta(new), _meta(old)
-    return "generation" in a and a.get("generation") == b.get("generation") \
-        and a.get("labels") == b.get("labels") and a.get("annotations") == b.get("annotations") \
-        and not a.get("deletionTimestamp")
+    same_meta = a.get("labels") == b.get("labels") \
+        and a.get("annotations") == b.get("annotations") and not a.get("deletionTimestamp")
+    if new.get("kind") == "ServiceAccount":
+        return same_meta and {key: value for key, value in new.items()
+                              if key not in ("metadata", "secrets")} == \
+            {key: value for key, value in old.items() if key not in ("metadata", "secrets")}
+    return "generation" in a and a.get("generation") == b.get("generation") and same_meta
 
 
 def _node_projection(node: Obj | None) -> Any:
@@ -669,7 +677,7 @@ class Caches:
         if key is None or not self.owns(key):
             return  # another shard's cluster (or one still being handed over to us)
         if self.on_echo is not None and self.own_writes is not None \
-                and (self.own_writes.is_echo(obj) or _status_only(obj, old)):
+                and (self.own_writes.is_echo(obj) or _bookkeeping(obj, old)):
             self.on_echo(key)
         else:
             self.on_key(key)

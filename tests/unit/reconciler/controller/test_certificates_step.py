@@ -64,7 +64,9 @@ def test_a_pass_before_the_cache_shows_the_new_secrets_makes_no_second_ca() -> N
     world = World(tls={"enabled": True})
     world.reconcile()
     first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    # The API server has them; the watch has not delivered them to the cache yet.
     made = {name: world.objects.pop(("Secret", NS, name)) for name in SECRETS}
+    world.kube.get = lambda kind, namespace, name: made.get(name)  # type: ignore[method-assign]
     world.edit_spec(replicas=4)  # the StatefulSet is applied this pass
     result = world.reconcile()
     assert world.objects[("StatefulSet", NS, NAME)]["spec"]["replicas"] == 4

@@ -219,6 +219,54 @@ def test_a_second_reconcile_with_the_same_secrets_writes_nothing() -> None:
     assert plan.summary() == "certificates up to date"
 
 
+
+def test_a_key_is_checked_once_however_often_the_certificates_are_looked_at(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loading an RSA key validates it (~40 ms of CPU): a pass of a TLS cluster reads four.
+    # Keys are remembered by their content, so only a changed Secret is loaded again.
+    monkeypatch.setattr(certs, "LOADED_KEYS", certs._LoadedKeys(size=3))
+    loads: list[bytes] = []
+    real_load = serialization.load_pem_private_key
+
+    def load(data: bytes, password: bytes | None) -> Any:
+        loads.append(data)
+        return real_load(data, password)
+    monkeypatch.setattr(serialization, "load_pem_private_key", load)
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    certs_action(cluster, live, NOW)
+    assert loads == [], "the keys it made itself are known"
+    monkeypatch.setattr(certs, "LOADED_KEYS", certs._LoadedKeys(size=4))  # a restart
+    certs_action(cluster, live, NOW)
+    assert len(loads) == 3, "CA, node and root keys, each once"
+    certs_action(cluster, live, NOW + timedelta(days=1))
+    assert len(loads) == 3, "the same keys: none loaded again"
+    # A tampered key is new content: loaded, judged, and the rest still remembered.
+    loads.clear()
+    tampered = copy.deepcopy(live)
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption())
+    tampered["orders-node-certs"]["data"]["node.key"] = base64.b64encode(stranger).decode()
+    plan = certs_action(cluster, tampered, NOW)
+    assert [(w.name, w.reason) for w in plan.writes] == [
+        ("orders-node-certs", "node.key does not belong to node.crt")]
+    assert loads == [stranger]
+    # Bounded (four here): the first node key, used longest ago, made room for the new one.
+    loads.clear()
+    certs_action(cluster, live, NOW)
+    assert loads == [pem(live["orders-node-certs"], "node.key")]
+
+
+def test_a_key_that_does_not_load_is_remembered_as_unusable() -> None:
+    cluster = make_cluster()
+    live = stored(certs_action(cluster, {}, NOW))
+    live["orders-node-certs"]["data"]["node.key"] = base64.b64encode(b"not a key").decode()
+    for _ in range(2):
+        plan = certs_action(cluster, live, NOW)
+        assert [(w.name, w.reason) for w in plan.writes] == [
+            ("orders-node-certs", "node.key: not an unencrypted PEM private key")]
+
 def test_an_insecure_cluster_has_no_certificate_work() -> None:
     plan = certs_action(make_cluster(enabled=False), {}, NOW)
     assert plan == certs.CertsPlan()

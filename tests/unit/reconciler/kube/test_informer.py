@@ -327,6 +327,25 @@ def test_a_spec_change_costs_a_reconcile_and_a_status_report_on_it_is_an_echo() 
     assert routed.event("MODIFIED", service, service) == ([ORDERS], []), "no generation"
 
 
+
+def test_the_token_controller_listing_its_secret_in_a_service_account_is_an_echo() -> None:
+    # Kubernetes before 1.24 makes a token Secret for each new ServiceAccount and lists it in
+    # the account's `secrets`: a ServiceAccount we make again would otherwise cost two tokens.
+    routed = Routed()
+    def account(version: str, labels: dict[str, str] | None = None, **fields: Any) -> Obj:
+        return {"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "orders", "namespace": "shop", "resourceVersion": version,
+                             "labels": {INSTANCE_LABEL: "orders", **(labels or {})}},
+                **fields}
+    made = account("5")
+    listed = account("6", secrets=[{"name": "orders-token-x1"}])
+    assert routed.event("MODIFIED", listed, made) == ([], [ORDERS])
+    changed = account("7", secrets=[{"name": "orders-token-x1"}],
+                      automountServiceAccountToken=True)
+    assert routed.event("MODIFIED", changed, listed) == ([ORDERS], []), "a change of its own"
+    labelled = account("8", {"x": "1"}, secrets=[{"name": "orders-token-x1"}])
+    assert routed.event("MODIFIED", labelled, listed) == ([ORDERS], [])
+
 def test_the_echo_of_our_own_write_is_an_echo() -> None:
     routed = Routed()
     routed.writes.record(sts(3, "77"))
