@@ -269,6 +269,13 @@ def measure_storm(admin: k8s.ApiClient, namespace: str, runtime: Runtime,
     return int(reconciles(runtime) - before), storm_s
 
 
+# Deletes are spaced wider than edits: a delete costs a cluster more than one token's worth of
+# events (the delete; after our create, the StatefulSet controller's status reports or the
+# token controller's), so deletes a second apart would measure the rate limit (3 at once, then
+# one a second per cluster), which the edit storm measures already.
+DELETE_SPACING_S = (1.0, 3.0)
+
+
 def measure_deletes(admin: k8s.ApiClient, namespace: str, kind: Kind, name: str, count: int,
                     spacing_s: tuple[float, float], seed: int = 31) -> list[float]:
     """`count` deletes of one object (`kubectl delete`, background propagation), spaced at
@@ -304,7 +311,8 @@ def pdb_kind(admin: k8s.ApiClient) -> Kind:
 
 
 def run_deletes(kubeconfig: Path, admin: k8s.ApiClient, count: int,
-                spacing_s: tuple[float, float] = (0.2, 2.0)) -> list[tuple[str, list[float]]]:
+                spacing_s: tuple[float, float] = DELETE_SPACING_S
+                ) -> list[tuple[str, list[float]]]:
     """Each object of DELETED deleted `count` times under the production runtime (defaults)."""
     namespace = new_namespace(admin, "bench-repair-deletes")
     results = []
@@ -370,7 +378,8 @@ def append_results(text: str, edits: int, deletes: int, load: float) -> None:
             f"one's repair.")
     if deletes:
         method.append(
-            f"Deletes: each object {deletes} times (`kubectl delete`), spaced 0.2-2 s apart, "
+            f"Deletes: each object {deletes} times (`kubectl delete`), spaced "
+            f"{DELETE_SPACING_S[0]:g}-{DELETE_SPACING_S[1]:g} s apart, "
             f"from the delete's answer to the watch event of the object made again; the "
             f"cluster has TLS with a SQL user, a PodDisruptionBudget and a NetworkPolicy.")
     section = (
