@@ -5,80 +5,27 @@ reconciler until SIGTERM.
 nothing of the reconciler), `kaiwu install` and `kaiwu status` to their modules
 (reconciler.install, reconciler.statuscmd) and `kaiwu reconcile ...` (also `python -m
 reconciler`) to `reconcile`. Settings come from flags and KAIWU_* variables
-(`reconciler.settings`); logs are structured (one JSON object per line by default, with the
-fields each call passes as `extra`, e.g. cluster, kind, error). SIGTERM and SIGINT start a clean
-shutdown: workers stop, the leader Lease is released so a standby takes over at once, and the
-process exits 0. Exit code 2: invalid settings or no usable kubeconfig; 1: the API server did
-not answer at start, or the reconciler failed. Each is one line on stderr, no
-traceback.
+(`reconciler.settings`); logs are structured (reconciler.logs: one JSON object per line by
+default, with the fields each call passes as `extra`, e.g. cluster, kind, error). Each command
+imports what it uses when it runs (`kaiwu --help` pays for none of it: bench/cli_start.py).
+SIGTERM and SIGINT start a clean shutdown: workers stop, the leader Lease is released so a
+standby takes over at once, and the process exits 0. Exit code 2: invalid settings or no usable
+kubeconfig; 1: the API server did not answer at start, or the reconciler failed. Each is one
+line on stderr, no traceback.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import signal
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from renderer import cli as renderer_cli
 
 if TYPE_CHECKING:
-    from reconciler.settings import Settings
+    from types import FrameType
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-# Attributes every LogRecord has; anything else on a record came from `extra=`.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message", "asctime", "taskName"}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and the call's extra fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
-
-
-class TextFormatter(logging.Formatter):
-    """For people: time level logger: message key=value ..."""
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        extra = " ".join(f"{key}={value}" for key, value in vars(record).items()
-                         if key not in _STANDARD and not key.startswith("_"))
-        if not extra:
-            return text
-        head, newline, rest = text.partition("\n")  # keep a traceback below the fields
-        return f"{head} {extra}{newline}{rest}"
-
-
-def configure_logging(settings: Settings) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
-    # The kubernetes client and urllib3 log every retry at warning; ours say it better.
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,6 +63,11 @@ def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
 
 def reconcile(argv: Sequence[str] | None = None) -> int:
     """`kaiwu reconcile ...`: run the reconciler until SIGTERM or SIGINT."""
+    import logging
+    import signal
+    import threading
+
+    from reconciler.logs import configure_logging
     from reconciler.settings import SettingsError, from_args  # only `kaiwu reconcile` needs it
 
     arguments = list(sys.argv[1:] if argv is None else argv)

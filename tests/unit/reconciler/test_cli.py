@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from reconciler import cli
+from reconciler import cli, logs
 from reconciler.kube import client as kube_client
 from reconciler.runtime import process
 from reconciler.settings import Settings
@@ -41,30 +41,30 @@ def record(message: str = "applied %s", *args: Any, exc: bool = False,
 
 
 def test_a_json_log_line_carries_time_level_logger_message_and_the_calls_fields() -> None:
-    line = cli.JsonFormatter().format(record(cluster="db/orders", attempt=2, _private="no"))
+    line = logs.JsonFormatter().format(record(cluster="db/orders", attempt=2, _private="no"))
     assert json.loads(line) == {
         "time": "2026-01-01T00:00:00.007Z", "level": "warning",
         "logger": "reconciler.controller", "message": "applied StatefulSet/orders",
         "cluster": "db/orders", "attempt": 2}
     # A field JSON cannot hold is written as its text, not dropped and not a crash.
-    assert json.loads(cli.JsonFormatter().format(record(at=threading)))["at"].startswith(
+    assert json.loads(logs.JsonFormatter().format(record(at=threading)))["at"].startswith(
         "<module 'threading'")
-    failed = json.loads(cli.JsonFormatter().format(record(exc=True)))
+    failed = json.loads(logs.JsonFormatter().format(record(exc=True)))
     assert failed["exception"].startswith("Traceback (most recent call last):")
     assert failed["exception"].endswith("RuntimeError: etcd is away")
-    assert "exception" not in json.loads(cli.JsonFormatter().format(record()))
+    assert "exception" not in json.loads(logs.JsonFormatter().format(record()))
 
 
 def test_a_text_log_line_puts_the_fields_after_the_message_and_the_traceback_below(
 ) -> None:
-    text = cli.TextFormatter().format(record(cluster="db/orders", kind="StatefulSet",
+    text = logs.TextFormatter().format(record(cluster="db/orders", kind="StatefulSet",
                                              _private="no"))
     assert text.endswith(" WARNING reconciler.controller: applied StatefulSet/orders "
                          "cluster=db/orders kind=StatefulSet")
     assert text.startswith("20")  # asctime first
-    assert cli.TextFormatter().format(record()).endswith(
+    assert logs.TextFormatter().format(record()).endswith(
         " WARNING reconciler.controller: applied StatefulSet/orders")
-    lines = cli.TextFormatter().format(record(exc=True, cluster="db/orders")).splitlines()
+    lines = logs.TextFormatter().format(record(exc=True, cluster="db/orders")).splitlines()
     assert lines[0].endswith("applied StatefulSet/orders cluster=db/orders")
     assert lines[1] == "Traceback (most recent call last):"
     assert lines[-1] == "RuntimeError: etcd is away"
@@ -81,16 +81,16 @@ def root_logging() -> Iterator[logging.Logger]:
 
 
 def test_logging_is_set_up_as_the_settings_say(root_logging: logging.Logger) -> None:
-    cli.configure_logging(Settings(log_format="text", log_level="debug"))
+    logs.configure_logging(Settings(log_format="text", log_level="debug"))
     [handler] = root_logging.handlers
     assert isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr
-    assert isinstance(handler.formatter, cli.TextFormatter)
+    assert isinstance(handler.formatter, logs.TextFormatter)
     assert root_logging.level == logging.DEBUG
     # urllib3 would log every retry at warning: only its errors get through.
     assert logging.getLogger("urllib3").level == logging.ERROR
-    cli.configure_logging(Settings())
+    logs.configure_logging(Settings())
     [handler] = root_logging.handlers
-    assert isinstance(handler.formatter, cli.JsonFormatter)
+    assert isinstance(handler.formatter, logs.JsonFormatter)
     assert root_logging.level == logging.INFO
 
 
