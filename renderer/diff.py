@@ -27,7 +27,7 @@ from renderer.loader import (
     parse_text,
 )
 from renderer.redact import redact
-from renderer.render import SourceCluster, Sources, build_objects, read_sources
+from renderer.render import Built, SourceCluster, Sources, read_sources
 from renderer.settings import RenderSettings
 from renderer.versions import unknown_versions
 
@@ -170,18 +170,17 @@ def documents_in(path: Path, cache: ParseCache | None = None) -> list[Document]:
     return load_documents(find_files(path), cache=cache)
 
 
-def manifests_of(clusters: Sequence[SourceCluster], settings: RenderSettings,
-                 built: dict[int, list[Manifest]] | None = None) -> list[Manifest]:
-    """Every object of `clusters`; `built` remembers them by cluster, so that a cluster both
-    sides share is built once."""
-    built = {} if built is None else built
+def manifests_of(clusters: Sequence[SourceCluster], built: Built,
+                 made: dict[int, list[Manifest]]) -> list[Manifest]:
+    """Every object of `clusters`, from `built`; `made` remembers each cluster's manifests by
+    the identity of its object list, so that a cluster both sides share is one set of
+    manifests (compared by identity, not written out)."""
     manifests = []
     for source in clusters:
-        key = id(source.cluster)
-        if key not in built:
-            built[key] = [manifest_for(obj, source.cluster.name)
-                          for obj in build_objects(source.cluster, settings)]
-        manifests.extend(built[key])
+        objects = built.objects(source.cluster)
+        if id(objects) not in made:
+            made[id(objects)] = [manifest_for(obj, source.cluster.name) for obj in objects]
+        manifests.extend(made[id(objects)])
     return manifests
 
 
@@ -251,15 +250,16 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     that fixes it, so the head is rendered in full (every object added) and the base's problems
     are reported beside it; `base_problems` carries those found while reading the base."""
     base_problems = list(base_problems)
+    built = Built(settings)
     try:
-        new_sources = read_sources(new_docs)
+        new_sources = read_sources(new_docs, built=built)
     except RenderError as error:
         raise RenderError(error.problems) from error
     new_clusters = new_sources.clusters
     old_sources = Sources([], [])
     if not base_problems:
         try:
-            old_sources = read_sources(old_docs, checked=new_clusters)
+            old_sources = read_sources(old_docs, checked=new_clusters, built=built)
         except RenderError as error:
             base_problems = list(error.problems)
     old_clusters = old_sources.clusters
@@ -267,10 +267,10 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     if problems:
         raise RenderError(problems)
     refusals = version_refusals(old_clusters, new_clusters)
-    built: dict[int, list[Manifest]] = {}
-    before = {m.key: m for m in manifests_of(old_clusters, settings, built)
+    made: dict[int, list[Manifest]] = {}
+    before = {m.key: m for m in manifests_of(old_clusters, built, made)
               + companion_manifests(old_sources.companions)}
-    after = {m.key: m for m in manifests_of(new_clusters, settings, built)
+    after = {m.key: m for m in manifests_of(new_clusters, built, made)
              + companion_manifests(new_sources.companions)}
     changes = []
     unchanged = 0

@@ -72,11 +72,13 @@ def read_clusters(documents: Iterable[Document],
 
 
 def read_sources(documents: Iterable[Document],
-                 checked: Iterable[SourceCluster] = ()) -> Sources:
+                 checked: Iterable[SourceCluster] = (), built: Built | None = None) -> Sources:
     """Check every document; raise one RenderError with every problem, or return them all.
 
     `checked`: clusters already read from documents sharing content with some of these (the
-    other side of a `kaiwu diff`); such a document is not checked again."""
+    other side of a `kaiwu diff`); such a document is not checked again. `built`: where the
+    clusters' objects, built to check that no two clusters need one name, are kept for the
+    caller to render (default: built with the default settings and dropped)."""
     problems: list[Problem] = []
     clusters: list[SourceCluster] = []
     companions: list[SourceObject] = []
@@ -119,19 +121,39 @@ def read_sources(documents: Iterable[Document],
             continue
         seen[key] = document
         clusters.append(found)
-    problems.extend(_collisions(clusters))
+    problems.extend(_collisions(clusters, built or Built(RenderSettings())))
     if problems:
         raise RenderError(problems)
     return Sources(clusters, companions)
 
 
-def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
+class Built:
+    """Each cluster's objects, built once for one RenderSettings: the check that no two
+    clusters need one name (`read_sources`) and the render or diff after it use the same ones,
+    and a cluster both sides of a `kaiwu diff` share (one Cluster, `checked`) is built once.
+    Kept by the Cluster's identity (the Cluster is held, so its id is never reused)."""
+
+    def __init__(self, settings: RenderSettings) -> None:
+        self.settings = settings
+        self._objects: dict[int, tuple[Cluster, list[dict[str, Any]]]] = {}
+
+    def objects(self, cluster: Cluster) -> list[dict[str, Any]]:
+        """The cluster's objects (build_objects); callers must not change them."""
+        entry = self._objects.get(id(cluster))
+        if entry is None or entry[0] is not cluster:
+            entry = (cluster, build_objects(cluster, self.settings))
+            self._objects[id(cluster)] = entry
+        return entry[1]
+
+
+def owned_names(cluster: Cluster, objects: Iterable[dict[str, Any]] | None = None
+                ) -> dict[tuple[str, str], str]:
     """Every object name a cluster takes in its namespace, (kind, name) -> what it is: the
-    rendered objects, the pods and volume claims of the StatefulSet at its highest scale, and
-    the Secrets and the ConfigMap the reconciler writes (reconciler/kaiwudb/certs.py and
-    upgrade.py name them the same way)."""
-    names = {(obj["kind"], obj["metadata"]["name"]): "a rendered object"
-             for obj in build_objects(cluster, RenderSettings())}
+    rendered objects (`objects`, when the caller built them already), the pods and volume
+    claims of the StatefulSet at its highest scale, and the Secrets and the ConfigMap the
+    reconciler writes (reconciler/kaiwudb/certs.py and upgrade.py name them the same way)."""
+    rendered = build_objects(cluster, RenderSettings()) if objects is None else objects
+    names = {(obj["kind"], obj["metadata"]["name"]): "a rendered object" for obj in rendered}
     for ordinal in range(cluster.replicas):
         pod = cluster.pod_name(ordinal)
         names[("Pod", pod)] = "a pod"
@@ -144,13 +166,14 @@ def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
     return names
 
 
-def _collisions(clusters: list[SourceCluster]) -> Iterator[Problem]:
+def _collisions(clusters: list[SourceCluster], built: Built) -> Iterator[Problem]:
     """Two clusters of one namespace that would own the same object (clusters `orders` and
     `orders-public` both render a Service `orders-public`): each would overwrite the other's."""
     owners: dict[tuple[str, str, str], int] = {}
     reported: set[tuple[int, int]] = set()
     for index, source in enumerate(clusters):
-        for (kind, name), what in sorted(owned_names(source.cluster).items()):
+        needs = owned_names(source.cluster, built.objects(source.cluster))
+        for (kind, name), what in sorted(needs.items()):
             key = (source.cluster.namespace, kind, name)
             owner = owners.setdefault(key, index)
             if owner == index or (owner, index) in reported:
@@ -250,9 +273,9 @@ def load_clusters(root: Path) -> list[SourceCluster]:
     return load_sources(root).clusters
 
 
-def load_sources(root: Path) -> Sources:
+def load_sources(root: Path, built: Built | None = None) -> Sources:
     """Every KaiwuCluster, KaiwuBackup and KaiwuBackupSchedule under `root` (a directory or one
-    file; `-`, standard input), checked."""
+    file; `-`, standard input), checked (`built`: as `read_sources`)."""
     if str(root) == STDIN:
-        return read_sources(load_stdin())
-    return read_sources(load_documents(find_files(root)))
+        return read_sources(load_stdin(), built=built)
+    return read_sources(load_documents(find_files(root)), built=built)
