@@ -79,7 +79,7 @@ class RepairStep:
                     state.detail = error.message
                     continue
                 raise
-            self.shared.marks.wrote(p.key, str(state.ref), before)
+            self.shared.marks.wrote(p.key, str(state.ref), before, state.live)
             self._after_write(p, state, first, drift_repair)
 
     def write(self, key: ClusterKey, state: ObjectState) -> None:

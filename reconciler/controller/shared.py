@@ -99,10 +99,17 @@ class WriteMarks:
         self._lock = threading.Lock()
         self._written: dict[tuple[ClusterKey, str], tuple[str, float]] = {}
 
-    def wrote(self, key: ClusterKey, name: str, before: Obj | None) -> None:
-        """Remember that we replaced `before` (None: created `name`) with a write."""
+    def wrote(self, key: ClusterKey, name: str, before: Obj | None,
+              after: Obj | None = None) -> None:
+        """Remember that we replaced `before` (None: created `name`) with a write; `after`, the
+        write's answer, when there is one: a write the server stored as a no-op (the same
+        resourceVersion) sends no event, so there is nothing to wait for."""
         version = str(meta(before).get("resourceVersion") or "")
         with self._lock:
+            if version and after is not None and \
+                    str(meta(after).get("resourceVersion") or "") == version:
+                self._written.pop((key, name), None)
+                return
             self._written[(key, name)] = (version, time.monotonic())
 
     def stale(self, key: ClusterKey, name: str, cached: Obj | None) -> bool:

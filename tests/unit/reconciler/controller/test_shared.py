@@ -144,6 +144,17 @@ def test_a_write_is_ours_on_its_way_while_the_cache_shows_what_it_replaced(
     assert marks.stale(SHOP, "Service/orders", before)
 
 
+def test_a_write_the_server_stored_as_a_no_op_is_not_waited_for() -> None:
+    # No new resourceVersion, so no watch event will ever show it: waiting would re-run the
+    # pass every STALE_RECHECK_S for the whole grace period.
+    marks = WriteMarks()
+    before = service(resourceVersion="7")
+    marks.wrote(ORDERS, "Service/orders", before, after=service(resourceVersion="7"))
+    assert not marks.stale(ORDERS, "Service/orders", before)
+    marks.wrote(ORDERS, "Service/orders", before, after=service(resourceVersion="8"))
+    assert marks.stale(ORDERS, "Service/orders", before)
+
+
 class Kube:
     """Lists answered from `served`; a kind missing from it is a 404, `error` is raised."""
 
