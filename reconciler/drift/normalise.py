@@ -73,7 +73,7 @@ class DriftSettings:
     field_manager: str = "kaiwu-reconciler"
     # managedFields operations whose fields count as someone's deliberate change.
     counted_operations: frozenset[str] = frozenset({"Update", "Apply"})
-    # Apply reconciler.ignore.BUILTIN_IGNORE_RULES (fields other controllers own by design).
+    # Apply reconciler.drift.ignore.BUILTIN_IGNORE_RULES (fields other controllers own by design).
     builtin_ignores: bool = True
     # Env vars, annotations and --flags whose names match have their values masked (Secret
     # data always is).

@@ -16,7 +16,7 @@ counts every request in `writes_total{verb,kind}`:
 `live_pointer` turns a drift report's pointer, where keyed-list items are named by key
 (`/spec/template/spec/containers/kwbase/env/FOO`), into the RFC 6901 pointer of the same place in
 the live object (`/spec/template/spec/containers/0/env/3`), using the list keys of
-reconciler.drift_schema.
+reconciler.drift.schema.
 """
 
 from __future__ import annotations

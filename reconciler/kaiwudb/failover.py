@@ -3,7 +3,7 @@
 The Controller (reconciler.controller) runs `Failover.run` as the pipeline step "failover",
 after "lifecycle" (whose KaiwuDB node probe it reads from the pass) and before "report". Facts
 come from the cache view through reconciler.kaiwudb.loss (Nodes, pods, claims and the nodes their
-volumes are pinned to) and from KaiwuDB through reconciler.kwbase.
+volumes are pinned to) and from KaiwuDB through reconciler.kaiwudb.kwbase.
 
 Level-triggered: every pass looks at each pod ordinal of the StatefulSet and decides its next
 step from what the cluster shows now, never from what an earlier pass remembered. A pod

@@ -2,7 +2,7 @@
 
 Called by the reconciler's lifecycle and failover actions (init, scale-in, upgrades, dead-node
 clean-up) through `KwbaseAdmin`. Every command runs inside one of the cluster's pods through the
-Kubernetes exec API (`reconciler.kube.Kube.exec`: an argv, never a shell), in the `kwbase`
+Kubernetes exec API (`reconciler.kube.client.Kube.exec`: an argv, never a shell), in the `kwbase`
 container, as `/kaiwudb/bin/kwbase <command> --host=<node> --certs-dir=/kaiwudb/certs` (both the
 node and the root client certificates are mounted there in secure mode) or `--insecure`.
 Results are read in `--format=csv`, the format kwbase writes with its fork of Go's encoding/csv
@@ -116,7 +116,7 @@ class KwbaseSettings:
 
 
 class ExecRunner(Protocol):
-    """What the adapter needs from the API: `reconciler.kube.Kube` fits."""
+    """What the adapter needs from the API: `reconciler.kube.client.Kube` fits."""
 
     def exec(self, namespace: str, pod: str, container: str, command: list[str],
              timeout: float = 60.0) -> tuple[str, str, int]: ...

@@ -18,8 +18,8 @@ reconciling, still in the cache). The work queue's limits come from the settings
 (`reconciler.kube.ratelimit.Limits.of`).
 
 The Controller is made by a factory `(kube, view, settings, metrics) -> Reconciler`; the default
-is `reconciler.controller.Controller`. Each reconcile's outcome feeds the metrics and the queue:
-success forgets the key's failure back-off and honours `requeue_after_s`; an exception is
+is `reconciler.controller.controller.Controller`. Each reconcile's outcome feeds the metrics and
+the queue: success forgets the key's failure back-off and honours `requeue_after_s`; an exception is
 logged, counted and retried with per-key exponential back-off.
 """
 

@@ -51,7 +51,7 @@ class Done:
 
 
 class RecordingController:
-    """Stand-in for reconciler.controller.Controller: records every reconcile."""
+    """Stand-in for reconciler.controller.controller.Controller: records every reconcile."""
 
     def __init__(self, kube: Kube, view: CacheView, settings: Settings,
                  metrics: Metrics) -> None:

@@ -1,5 +1,5 @@
 """Exec into the simulated KaiwuDB directly (no Kubernetes in between), reporting results the way
-`reconciler.kube.Kube.exec` does, for the fast tier's admin adapters.
+`reconciler.kube.client.Kube.exec` does, for the fast tier's admin adapters.
 
 Used by tests/unit/reconciler/kaiwudb/test_kwbase.py and backup_world.py. Time is simulated:
 `now` is the test's clock, which it moves. A pod with no process is refused by the API server

@@ -3,9 +3,9 @@
 Story: a user's secure KaiwuCluster is rendered, its certificate Secrets made by
 reconciler.kaiwudb.certs, and everything created in the test world; the simulated kubelet starts
 the pods, which wait for init. The adapter, exec'ing through the real kube-apiserver
-(reconciler.kube.Kube.exec), initialises the cluster once (a second init is success), reads node
-status until every node is live and mapped to its pod, the pods turn Ready, and a pod that does not
-exist is an ExecFailed.
+(reconciler.kube.client.Kube.exec), initialises the cluster once (a second init is success),
+reads node status until every node is live and mapped to its pod, the pods turn Ready, and a
+pod that does not exist is an ExecFailed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,109 @@
+"""Story: a newcomer reads a docstring or a page of docs/ that names `reconciler.kube.cache` or
+`renderer.render.Built`, and finds it there. Every dotted name of this project's packages in the
+docs (README.md, docs/, bench/RESULTS.md excepted: it records history) and in the docstrings and
+comments of its Python files must resolve to a module, or to an attribute of one; a name that
+drifted (a module split or renamed) fails here, naming the file and the fix.
+
+Code is left to the type checker: only docstrings and comments are read (a local variable
+called `reconciler` in a test is not a module name).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import io
+import os
+import re
+import tokenize
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("reconciler", "renderer", "bench", "tests")
+NAME = re.compile(r"(?<![\w./-])((?:" + "|".join(PACKAGES) + r")(?:\.[A-Za-z_]\w*)+)")
+SKIPPED_DIRS = {".venv", ".git", "build", "dist", "out", "node_modules", "__pycache__",
+                ".testworld"}
+HISTORY = {"bench/RESULTS.md"}  # what was measured then, under the names of then
+
+
+def sources() -> list[Path]:
+    found = []
+    for directory, subdirectories, files in os.walk(ROOT):
+        subdirectories[:] = sorted(d for d in subdirectories
+                                   if d not in SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            path = Path(directory, name)
+            if path.suffix in (".py", ".md") and \
+                    str(path.relative_to(ROOT)) not in HISTORY:
+                found.append(path)
+    return found
+
+
+def prose_of(path: Path) -> str:
+    """A Markdown file's text; a Python file's docstrings and comments."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".md":
+        return text
+    parts = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring:
+                parts.append(docstring)
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            parts.append(token.string)
+    return "\n".join(parts)
+
+
+@functools.cache
+def resolves(name: str) -> bool:
+    """Whether `name` is a module, or an attribute (chain) of the longest module it starts
+    with."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            found: ModuleType | object = importlib.import_module(".".join(parts[:end]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[end:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def unresolved() -> dict[str, list[str]]:
+    missing: dict[str, list[str]] = {}
+    for path in sources():
+        for match in NAME.finditer(prose_of(path)):
+            name = match.group(1)
+            if name.endswith((".py", ".md", ".yaml", ".yml", ".json", ".txt", ".toml")):
+                continue  # a file, not a module
+            if not resolves(name):
+                missing.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return missing
+
+
+def test_every_dotted_name_in_the_docs_and_docstrings_resolves() -> None:
+    missing = unresolved()
+    assert not missing, "names that do not resolve (rename them to where the code is now):\n" \
+        + "\n".join(f"  {name}: {', '.join(sorted(set(files)))}"
+                    for name, files in sorted(missing.items()))
+
+
+@pytest.mark.parametrize("name", ["reconciler.kube.cache", "renderer.render.Built.objects",
+                                  "tests.world.controlplane.ControlPlane"])
+def test_names_that_exist_resolve(name: str) -> None:
+    assert resolves(name)
+
+
+@pytest.mark.parametrize("name", ["reconciler.kube.nothing", "renderer.render.render_live",
+                                  "reconciler.kwbase"])
+def test_names_that_do_not_exist_are_caught(name: str) -> None:
+    assert not resolves(name)
