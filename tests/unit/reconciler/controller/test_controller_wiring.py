@@ -7,8 +7,11 @@ How those settings then act on a cluster: the lifecycle, backup and drift storie
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, cast
 
+from reconciler.controller import controller as controller_module
 from reconciler.controller.controller import Controller
 from reconciler.drift.backoff import BackoffPolicy
 from reconciler.kaiwudb.backup import BackupSettings
@@ -22,6 +25,7 @@ from reconciler.settings import Settings
 from tests.unit.reconciler.controller.test_steps import FakeKube, FakeView
 
 KEY = ClusterKey("db", "dev")
+ROOT = Path(__file__).resolve().parents[4]
 
 SETTINGS = Settings(
     identity="replica-7", field_manager="kaiwu-test",
@@ -40,11 +44,26 @@ def controller(settings: Settings = SETTINGS) -> tuple[Controller, Any, Any, Met
     return Controller(cast(Any, kube), view, settings, metrics, clock), kube, view, metrics
 
 
+def documented_steps() -> dict[str, list[str]]:
+    """The step lists the docs give: controller.py's docstring (one step a line, two-space
+    indent) and docs/architecture.md's pipeline (`  -> name`, `a / b / c` on one line)."""
+    docstring = controller_module.__doc__ or ""
+    in_code = re.findall(r"^  ([a-z]+)\s{2,}\S", docstring, flags=re.MULTILINE)
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    pipeline = [name for line in re.findall(r"^  -> (\S+(?: / \S+)*)", architecture,
+                                            flags=re.MULTILINE)
+                for name in line.split(" / ")]
+    return {"reconciler/controller/controller.py": in_code, "docs/architecture.md": pipeline}
+
+
 def test_the_passes_steps_run_in_the_documented_order() -> None:
     made, *_ = controller()
-    assert [step.name for step in made.steps] == [
+    steps = [step.name for step in made.steps]
+    assert steps == [
         "spec", "certificates", "lifecycle", "render", "observe", "repair", "recreate",
         "prune", "volumes", "failover", "restore", "backup", "report"]
+    for where, documented in documented_steps().items():
+        assert documented == steps, f"{where} lists the steps as {documented}"
 
 
 def test_the_shared_parts_follow_the_settings() -> None:
