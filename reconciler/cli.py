@@ -76,7 +76,7 @@ def reconcile(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         print(f"kaiwu reconcile: {error}", file=sys.stderr)
         return EXIT_INVALID
-    configure_logging(settings)
+    configure_logging(settings.log_format, settings.log_level)
     from reconciler.kube.client import ConnectionSetupError, check_reachable, load_api_client
     from reconciler.runtime.process import Runtime  # after logging is set up
 

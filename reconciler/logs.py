@@ -11,10 +11,7 @@ import json
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from reconciler.settings import Settings
+from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -56,11 +53,13 @@ class TextFormatter(logging.Formatter):
         return f"{head} {extra}{newline}{rest}"
 
 
-def configure_logging(settings: Settings) -> None:
+def configure_logging(log_format: str, log_level: str) -> None:
+    """Every record to stderr, in `log_format` ("json" or "text"), from `log_level` up (the
+    reconciler's settings of those names)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
+    root.setLevel(log_level.upper())
     # The kubernetes client and urllib3 log every retry at warning; ours say it better.
     logging.getLogger("urllib3").setLevel(logging.ERROR)

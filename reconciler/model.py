@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from reconciler import status as st
 from reconciler.keys import ClusterKey
+from reconciler.reasons import ActionName, NotReadyReason, ProgressingReason, StalledReason
 from renderer.settings import LiveState
 from renderer.spec import Cluster
 
@@ -146,8 +147,8 @@ class Pass:
     replicas_owned_elsewhere: bool = False
     # Every desired object exists as rendered (or is stalled): the generation is observed.
     complete: bool = True
-    stalled: list[tuple[str, str]] = field(default_factory=list)
-    progressing: list[tuple[str, str]] = field(default_factory=list)
+    stalled: list[tuple[StalledReason, str]] = field(default_factory=list)
+    progressing: list[tuple[ProgressingReason, str]] = field(default_factory=list)
     actions: list[st.Action] = field(default_factory=list)
     events: list[tuple[EventType, str, str]] = field(default_factory=list)
     inventory: set[str] = field(default_factory=set)
@@ -155,7 +156,7 @@ class Pass:
     halted: bool = False
     # Lifecycle and failover steps: why the cluster is not Ready although its pods may be
     # (reason, message), and the status fields they own, read from `previous`.
-    not_ready: list[tuple[str, str]] = field(default_factory=list)
+    not_ready: list[tuple[NotReadyReason, str]] = field(default_factory=list)
     # Conditions a step decides on its own, apart from Ready (VolumesExpanded): written as they
     # are; one a step did not decide this pass stays as it was (reconciler.status.build).
     conditions: list[st.Condition] = field(default_factory=list)
@@ -189,8 +190,8 @@ class Pass:
     def requeue_in(self, seconds: float) -> None:
         self.requeue.append(max(seconds, 0.05))
 
-    def act(self, action: str, target: str, message: str, *, event: EventType | None = "Normal",
-            reason: str = "") -> None:
+    def act(self, action: ActionName, target: str, message: str, *,
+            event: EventType | None = "Normal", reason: str = "") -> None:
         """Record an action for status.lastActions and (unless event is None) an Event."""
         self.actions.append(st.Action(rfc3339(self.now), action, target, message))
         if event is not None:

@@ -7,6 +7,7 @@ Run by the Controller (reconciler.controller.controller) after "render", for TLS
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -14,6 +15,8 @@ from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
 from reconciler.kaiwudb.certs import (
     TLS_SECRET_LABEL,
+    SecretWrite,
+    ca_secret_name,
     certs_action,
     earliest_expiry,
     format_problem,
@@ -73,6 +76,15 @@ class CertificatesStep:
             p.halted = True
         return refused
 
+    def _ca_only_seems_new(self, cluster: Cluster, writes: Sequence[SecretWrite]) -> bool:
+        """Before a new CA is made (planned when the cache shows none of the cluster's
+        certificate Secrets), whether the API server holds a node or client Secret after all:
+        certificates signed by a CA we cannot see. One read each, only then."""
+        if not any(w.verb == "create" and w.name == ca_secret_name(cluster) for w in writes):
+            return False
+        return any(self.shared.kube.get(k.SECRET, cluster.namespace, name) is not None
+                   for name in dict.fromkeys((cluster.node_secret, cluster.client_secret)))
+
     def run(self, p: ObjectPass) -> None:
         cluster = p.cluster
         assert cluster is not None
@@ -100,6 +112,11 @@ class CertificatesStep:
         if stale:
             # Planned from Secrets we have just written: wait for the cache to show ours.
             p.requeue_in(STALE_RECHECK_S)
+            p.complete = False
+        elif not p.paused and self._ca_only_seems_new(cluster, plan.writes):
+            # The cache lost sight of Secrets signed by the CA (a watch behind by more than the
+            # grace of our own writes): a new CA now would split the cluster's trust.
+            p.requeue_in(SHORT_REQUEUE_S)
             p.complete = False
         elif not p.paused:
             for write in plan.writes:

@@ -46,6 +46,9 @@ class ObjectState:
     blocked_s: float = 0.0  # a fight's back-off keeps it drifted this long
     # The dry run was refused (422) over items others added: they go before the apply.
     clash: bool = False
+    # Missing, though we made it (our create's mark): deleted by someone before our status
+    # listed it in the inventory, so its making again is a repair, not a first create.
+    made_before: bool = False
 
     @property
     def outstanding(self) -> bool:
@@ -59,6 +62,13 @@ class ObjectPass(Pass):
     """A pass of the controller: the KaiwuDB steps' record plus each desired object's state."""
 
     states: list[ObjectState] = field(default_factory=list)
+
+    def first_create(self, state: ObjectState) -> bool:
+        """Whether a missing object was never made: not listed in the inventory the last status
+        recorded, nor made by us since (ObjectState.made_before). Always created, whatever the
+        drift policy, and not drift."""
+        return state.verdict == "missing" and not state.made_before and \
+            str(state.ref) not in set(self.previous.get("inventory") or ())
     # The spec step's verdict, written on the StatefulSet by the render step: the transition
     # facts of the spec this pass applies (reconciler.controller.admission.ACCEPTED_ANNOTATION).
     accepted: str = ""

@@ -64,6 +64,7 @@ class ObserveStep:
             live = self.shared.view.peek(kind, ref.namespace, ref.name)
             state = ObjectState(ref, kind, owned, live, rules=rules)
             p.states.append(state)
+            ours = self.shared.marks.created(p.key, str(ref))
             if self.shared.write_in_flight(p.key, str(ref), kind, ref.namespace, ref.name,
                                            live):
                 state.stale = True
@@ -71,6 +72,7 @@ class ObserveStep:
             elif live is None:
                 served = self.shared.served.served(kind, ref.namespace)
                 state.verdict = "missing" if served else "unserved"
+                state.made_before = ours
             elif meta(live).get("deletionTimestamp"):
                 state.verdict = "terminating"
             elif not made_for(live, p.obj):

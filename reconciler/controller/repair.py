@@ -44,7 +44,6 @@ class RepairStep:
         return not p.paused
 
     def run(self, p: ObjectPass) -> None:
-        inventory = set(p.previous.get("inventory") or ())
         for state in p.states:
             if state.verdict in ("terminating",):
                 # An orphaning delete we started is finishing; the next pass recreates it.
@@ -55,7 +54,7 @@ class RepairStep:
                 continue
             if state.verdict not in ("missing", "drifted"):
                 continue
-            first = state.verdict == "missing" and str(state.ref) not in inventory
+            first = p.first_create(state)
             drift_repair = not (p.sync or first)
             if drift_repair and p.policy != "enforce":
                 continue  # warn and off: reported (or not) by the report step

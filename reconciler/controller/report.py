@@ -124,8 +124,7 @@ class ReportStep:
                     self.shared.notices.clear(p.key, state.ref)
                     self.shared.fights.record_in_sync(p.key, state.ref)
                 continue
-            if p.sync or (state.verdict == "missing" and str(state.ref) not in set(
-                    p.previous.get("inventory") or ())):
+            if p.sync or p.first_create(state):
                 continue  # a new spec being applied, or never created yet: not drift
             fingerprint = state.report.live_hash if state.report else "missing"
             if self.shared.notices.seen(p.key, state.ref, fingerprint):

@@ -47,6 +47,8 @@ SHORT_REQUEUE_S = 0.5
 # taken as "our write is on its way": skipped, and looked at again shortly.
 STALE_GRACE_S = 5.0
 STALE_RECHECK_S = 0.1
+# How soon the API server is asked again whether a create the cache does not show is there.
+ASK_AGAIN_S = 0.5
 
 
 
@@ -98,6 +100,7 @@ class WriteMarks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._written: dict[tuple[ClusterKey, str], tuple[str, float]] = {}
+        self._asked: dict[tuple[ClusterKey, str], float] = {}  # create confirmed there, when
 
     def wrote(self, key: ClusterKey, name: str, before: Obj | None,
               after: Obj | None = None) -> None:
@@ -106,6 +109,7 @@ class WriteMarks:
         resourceVersion) sends no event, so there is nothing to wait for."""
         version = str(meta(before).get("resourceVersion") or "")
         with self._lock:
+            self._asked.pop((key, name), None)
             if version and after is not None and \
                     str(meta(after).get("resourceVersion") or "") == version:
                 self._written.pop((key, name), None)
@@ -122,6 +126,7 @@ class WriteMarks:
             if version == mark[0] and time.monotonic() - mark[1] < STALE_GRACE_S:
                 return True
             del self._written[(key, name)]
+            self._asked.pop((key, name), None)
             return False
 
     def created(self, key: ClusterKey, name: str) -> bool:
@@ -130,14 +135,29 @@ class WriteMarks:
             mark = self._written.get((key, name))
             return mark is not None and mark[0] == ""
 
+    def ask_due(self, key: ClusterKey, name: str) -> bool:
+        """Whether to ask the API server again if our create is there (Shared.write_in_flight):
+        not within ASK_AGAIN_S of its last answer that it was, so a lagging watch costs a few
+        reads, not one per STALE_RECHECK_S."""
+        with self._lock:
+            asked = self._asked.get((key, name))
+            return asked is None or time.monotonic() - asked >= ASK_AGAIN_S
+
+    def confirm(self, key: ClusterKey, name: str) -> None:
+        """The API server showed our create: it is on its way."""
+        with self._lock:
+            self._asked[(key, name)] = time.monotonic()
+
     def drop(self, key: ClusterKey, name: str) -> None:
         with self._lock:
             self._written.pop((key, name), None)
+            self._asked.pop((key, name), None)
 
     def forget(self, key: ClusterKey) -> None:
         with self._lock:
             for written in [w for w in self._written if w[0] == key]:
                 del self._written[written]
+                self._asked.pop(written, None)
 
 
 class DryRuns:
@@ -290,12 +310,21 @@ class Shared:
         The cache's "absent" after our create is ambiguous: our object's event is on its way,
         or someone deleted the object once the cache had shown it (a `kubectl delete` right
         after a repair). The API server settles it with one read: gone there too means missing
-        now, to be made again at once rather than after STALE_GRACE_S."""
+        now, to be made again at once rather than after STALE_GRACE_S (the caller knows it was
+        made before: WriteMarks.created, asked first); there, it is on its way, and is asked
+        about again only after ASK_AGAIN_S. A read the server does not answer leaves it
+        waiting."""
         if not self.marks.stale(key, mark, cached):
             return False
-        if cached is not None or not self.marks.created(key, mark):
+        if cached is not None or not self.marks.created(key, mark) or \
+                not self.marks.ask_due(key, mark):
             return True
-        if self.kube.get(kind, namespace, name) is not None:
+        try:
+            found = self.kube.get(kind, namespace, name)
+        except ApiError:
+            return True  # unanswered: wait for the cache, as before this read was asked
+        if found is not None:
+            self.marks.confirm(key, mark)
             return True
         self.marks.drop(key, mark)
         return False

@@ -61,7 +61,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from reconciler import failpoints
 from reconciler.kaiwudb.backup import running_backup
@@ -97,11 +97,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NODE_LOST = "NodeLost"
-VOLUME_ON_LOST_NODE = "VolumeOnLostNode"
-CLAIM_GONE = "ClaimGone"
-STORE_REPLACED = "StoreReplaced"
-CRASH_LOOP = "CrashLoop"
+# Failover stages; the first three are reasons too (reconciler.reasons), hence Final: mypy
+# keeps their Literal types.
+NODE_LOST: Final = "NodeLost"
+VOLUME_ON_LOST_NODE: Final = "VolumeOnLostNode"
+CLAIM_GONE: Final = "ClaimGone"
+STORE_REPLACED: Final = "StoreReplaced"
+CRASH_LOOP: Final = "CrashLoop"
 REVISION_LABEL = "controller-revision-hash"
 # On a pod's claim: "<template revision>:<restarts>", the crash restarts made for that revision.
 CRASH_RESTARTS = "kaiwu.inspur.com/crash-restarts"

@@ -20,6 +20,7 @@ from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics
 from reconciler.model import Pass
+from reconciler.reasons import NotReadyReason
 from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ class Part:
     def count(self, action: str) -> None:
         self.tools.count(action)
 
-    def retry_later(self, p: Pass, reason: str, what: str, error: KwbaseError) -> None:
+    def retry_later(self, p: Pass, reason: NotReadyReason, what: str,
+                    error: KwbaseError) -> None:
         """A kwbase command failed: counted, said in Ready (`reason`: `what` failed), and
         looked at again after poll_s (each look is one exec)."""
         self.metrics.errors_total.labels(stage="lifecycle").inc()

@@ -677,7 +677,9 @@ class Caches:
         if key is None or not self.owns(key):
             return  # another shard's cluster (or one still being handed over to us)
         if self.on_echo is not None and self.own_writes is not None \
-                and (self.own_writes.is_echo(obj) or _bookkeeping(obj, old)):
+                and (self.own_writes.is_echo(obj)
+                     or (kind == "MODIFIED" and _bookkeeping(obj, old))):
+            # (A DELETED event carries the body the cache held: never bookkeeping.)
             self.on_echo(key)
         else:
             self.on_key(key)

@@ -81,14 +81,14 @@ def root_logging() -> Iterator[logging.Logger]:
 
 
 def test_logging_is_set_up_as_the_settings_say(root_logging: logging.Logger) -> None:
-    logs.configure_logging(Settings(log_format="text", log_level="debug"))
+    logs.configure_logging("text", "debug")
     [handler] = root_logging.handlers
     assert isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr
     assert isinstance(handler.formatter, logs.TextFormatter)
     assert root_logging.level == logging.DEBUG
     # urllib3 would log every retry at warning: only its errors get through.
     assert logging.getLogger("urllib3").level == logging.ERROR
-    logs.configure_logging(Settings())
+    logs.configure_logging(Settings().log_format, Settings().log_level)
     [handler] = root_logging.handlers
     assert isinstance(handler.formatter, logs.JsonFormatter)
     assert root_logging.level == logging.INFO

@@ -169,10 +169,10 @@ def test_an_action_is_recorded_for_status_and_as_an_event_unless_told_not_to() -
     p = new_pass(cluster_obj())
     p.act("Applied", "StatefulSet/orders", "created")
     p.act("DriftRepaired", "Service/orders", "port restored", event="Warning", reason="Drift")
-    p.act("Probed", "KaiwuCluster/orders", "3 nodes", event=None)
+    p.act("Initialized", "KaiwuCluster/orders", "3 nodes", event=None)
     assert [(a.time, a.action, a.target, a.message) for a in p.actions] == [
         ("2026-01-01T00:00:00Z", "Applied", "StatefulSet/orders", "created"),
         ("2026-01-01T00:00:00Z", "DriftRepaired", "Service/orders", "port restored"),
-        ("2026-01-01T00:00:00Z", "Probed", "KaiwuCluster/orders", "3 nodes")]
+        ("2026-01-01T00:00:00Z", "Initialized", "KaiwuCluster/orders", "3 nodes")]
     assert p.events == [("Normal", "Applied", "StatefulSet/orders: created"),
                         ("Warning", "Drift", "Service/orders: port restored")]

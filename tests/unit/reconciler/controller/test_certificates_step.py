@@ -80,6 +80,20 @@ def test_a_pass_before_the_cache_shows_the_new_secrets_makes_no_second_ca() -> N
     assert [w for w in world.kube.writes if w[1] == "Secret"] == []
 
 
+
+def test_a_cache_that_lost_sight_of_the_secrets_never_makes_a_second_ca() -> None:
+    # A watch behind by more than the grace of our own writes: the cache shows none of the
+    # certificate Secrets, so the plan is a new CA; the API server still holds the leaves it
+    # signed. Nothing is written until the cache shows them.
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    held = {name: world.objects.pop(("Secret", NS, name)) for name in SECRETS}
+    world.settle()
+    world.kube.get = lambda kind, namespace, name: held.get(name)  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == []
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+
 def test_a_secret_created_meanwhile_by_someone_else_stops_the_step_and_is_looked_at_again(
         ) -> None:
     world = World(tls={"enabled": True})
@@ -288,8 +302,10 @@ def test_only_the_users_own_secrets_are_looked_for_past_the_cache_in_the_cluster
         ) -> None:
     ours = World(tls={"enabled": True})
     reads = secret_reads(ours)
-    ours.reconcile()  # the cache holds none of them yet: they are made, never read
-    assert reads == []
+    ours.reconcile()  # the cache holds none of them yet: they are made
+    # Before a new CA, the API server is asked whether certificates it would not sign exist
+    # (a cache that lost sight of them must not make a second CA); nothing else is read.
+    assert reads == [(NS, f"{NAME}-node-certs"), (NS, f"{NAME}-root-client-certs")]
     theirs = users_own(NOW)
     reads = secret_reads(theirs)
     del theirs.objects[("Secret", NS, f"{NAME}-node-certs")]

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from reconciler import status as st
-from reconciler.controller import admission, render
+from reconciler.controller import admission, render, shared
 from reconciler.controller.controller import Controller
 from reconciler.controller.objects import Result
 from reconciler.controller.prune import PruneStep
@@ -710,6 +710,57 @@ def test_a_create_the_cache_does_not_show_yet_is_waited_for_not_made_twice() -> 
     assert result.requeue_after_s == STALE_RECHECK_S
     assert [read for read in asked if read.startswith("Service/")] == [f"Service/{PUBLIC}"], \
         "one read, of the object in doubt only"
+
+
+def test_an_object_in_doubt_the_api_server_does_not_answer_about_is_waited_for() -> None:
+    world = World()
+    world.reconcile()
+    del world.objects[("Service", NS, PUBLIC)]  # our create, not shown by the cache yet
+
+    def get(kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        if (kind.kind, name) == ("Service", PUBLIC):
+            raise ApiError(500, "InternalError", "etcd leader changed")
+        return None
+    world.kube.get = get  # type: ignore[method-assign]
+    result = world.reconcile()
+    assert world.applied() == [] and result.requeue_after_s == STALE_RECHECK_S, \
+        "the pass goes on and looks again, as before the read was asked"
+
+
+def test_a_create_the_cache_lags_behind_is_asked_about_every_half_second_at_most(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World()
+    world.reconcile()
+    made = world.objects.pop(("Service", NS, PUBLIC))
+    asked: list[str] = []
+
+    def get(kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        asked.append(name)
+        return copy.deepcopy(made) if (kind.kind, name) == ("Service", PUBLIC) else None
+    world.kube.get = get  # type: ignore[method-assign]
+    clock = [time.monotonic()]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    for _ in range(5):  # re-checks STALE_RECHECK_S apart
+        world.reconcile()
+        clock[0] += STALE_RECHECK_S
+    assert asked.count(PUBLIC) == 1
+    clock[0] += shared.ASK_AGAIN_S
+    world.reconcile()
+    assert asked.count(PUBLIC) == 2
+    assert world.applied() == [], "never created twice"
+
+
+def test_an_object_deleted_before_our_status_listed_it_is_drift_not_a_first_create() -> None:
+    # Made by the first pass, deleted before that pass's status (its inventory) reached the
+    # cache: under the warn policy it is told, not made again, as any deleted object is.
+    world = World(drift={"policy": "warn"})
+    world.reconcile()
+    world.status.pop("inventory")
+    del world.objects[("Service", NS, PUBLIC)]
+    world.reconcile()
+    assert world.applied() == []
+    assert ("Warning", "DriftDetected", f"Service/{PUBLIC}: missing (drift policy is warn)") \
+        in world.kube.events
 
 # ---- the pass as a whole (reconciler.controller.controller, reconciler.controller.render) ---
 

@@ -249,11 +249,11 @@ def new_pass(*, replicas: int = 3, now: float = NOW, status: dict[str, Any] | No
     return p
 
 
-def reasons(items: list[tuple[str, str]]) -> list[str]:
+def reasons(items: Sequence[tuple[str, str]]) -> list[str]:
     return [reason for reason, _ in items]
 
 
-def text(items: list[tuple[str, str]]) -> str:
+def text(items: Sequence[tuple[str, str]]) -> str:
     return "\n".join(message for _, message in items)
 
 

@@ -218,11 +218,11 @@ def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
     site.start_cluster("fresh", restore_from="first")
 
     p = site.a_pass("fresh")
-    p.not_ready.append(("PodsNotReady", "fresh-2 is not Ready"))  # found by an earlier step
+    p.not_ready.append(("WaitingForPods", "fresh-2 is not Ready"))  # found by an earlier step
     restore.run(p)
     assert p.not_ready == [("Restoring", "KaiwuBackup first does not exist; the restore waits "
                                          "for it to complete"),
-                           ("PodsNotReady", "fresh-2 is not Ready")], "Ready says Restoring"
+                           ("WaitingForPods", "fresh-2 is not Ready")], "Ready says Restoring"
     p.not_ready.pop()
     assert p.progressing == p.not_ready and min(p.requeue) == pytest.approx(2.5)
 

@@ -346,6 +346,17 @@ def test_the_token_controller_listing_its_secret_in_a_service_account_is_an_echo
     labelled = account("8", {"x": "1"}, secrets=[{"name": "orders-token-x1"}])
     assert routed.event("MODIFIED", labelled, listed) == ([ORDERS], [])
 
+
+def test_a_deleted_object_always_costs_a_reconcile_whatever_its_body() -> None:
+    # A DELETED event carries the object as the cache held it: the same body as before, which
+    # reads as "nothing but bookkeeping changed" for a StatefulSet or a ServiceAccount.
+    routed = Routed()
+    assert routed.event("DELETED", sts(2, "9"), sts(2, "9")) == ([ORDERS], [])
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "orders", "namespace": "shop", "resourceVersion": "5",
+                            "labels": {INSTANCE_LABEL: "orders"}}}
+    assert routed.event("DELETED", account, account) == ([ORDERS], [])
+
 def test_the_echo_of_our_own_write_is_an_echo() -> None:
     routed = Routed()
     routed.writes.record(sts(3, "77"))
