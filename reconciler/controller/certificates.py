@@ -2,6 +2,12 @@
 paused, and the certificates' hash put on the pod template (a renewal rolls the pods). The node
 Secret's earliest notAfter, as read, goes to kaiwu_cluster_certificate_expiry_seconds.
 
+The Secrets it writes carry no ownerReference, unlike every other object the reconciler writes:
+deleting the KaiwuCluster keeps them, as it keeps the claims, so the same spec applied again
+finds its stores and its CA, and applications keep trusting it. A Secret an earlier version
+wrote with the KaiwuCluster as its owner is released once (`release`: the reference removed,
+TLS_SECRET_LABEL added, one JSON patch guarded by its resourceVersion).
+
 Run by the Controller (reconciler.controller.controller) after "render", for TLS clusters.
 """
 
@@ -25,7 +31,7 @@ from reconciler.kaiwudb.certs import (
 )
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from reconciler.model import Obj, meta, with_owner
+from reconciler.model import Obj, meta
 from renderer.builders import CERTS_HASH_ANNOTATION
 from renderer.spec import Cluster
 
@@ -101,6 +107,10 @@ class CertificatesStep:
                 secrets[name] = found
         if self.unmarked(p, cluster, secrets):
             return
+        if not p.paused:
+            for name in sorted(secrets):
+                if not self.release(p, secrets[name]):
+                    return
         node = secrets.get(cluster.node_secret)
         expiry = earliest_expiry(node) if node is not None else None
         self.shared.metrics.cluster_certificate_expiry(
@@ -120,7 +130,7 @@ class CertificatesStep:
             p.complete = False
         elif not p.paused:
             for write in plan.writes:
-                body = with_owner(write.secret, p.obj)
+                body = write.secret  # no owner: kept if the cluster is deleted
                 target = f"Secret/{write.name}"
                 try:
                     if write.verb == "create":
@@ -149,6 +159,48 @@ class CertificatesStep:
             certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
         if certs_hash:
             p.live = replace(p.live, certs_hash=certs_hash)
+
+
+    def release(self, p: ObjectPass, secret: Obj) -> bool:
+        """Remove this KaiwuCluster's ownerReference from a Secret an earlier version wrote
+        with it (and mark it TLS_SECRET_LABEL=true, so the caches keep its data): deleting the
+        cluster then keeps it. False, and the pass requeued, when the Secret changed under us.
+        Nothing is written for a Secret without that reference, nor twice for one whose patch
+        the cache does not show yet (the plan then waits for it: WriteMarks)."""
+        md = meta(secret)
+        refs = md.get("ownerReferences") or []
+        ours = [index for index, ref in enumerate(refs) if _this_cluster(ref, p.key.name)]
+        target = f"Secret/{md.get('name')}"
+        if not ours or self.shared.marks.stale(p.key, target, secret):
+            return True
+        ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
+                           "value": md.get("resourceVersion")}]
+        if len(ours) == len(refs):
+            ops.append({"op": "remove", "path": "/metadata/ownerReferences"})
+        else:
+            ops += [{"op": "remove", "path": f"/metadata/ownerReferences/{index}"}
+                    for index in reversed(ours)]
+        label = "/metadata/labels/" + TLS_SECRET_LABEL.replace("~", "~0").replace("/", "~1")
+        ops.append({"op": "add", "path": label, "value": "true"} if md.get("labels") else
+                   {"op": "add", "path": "/metadata/labels", "value": {TLS_SECRET_LABEL: "true"}})
+        try:
+            self.shared.repairer.json_patch(secret, ops)
+        except ApiError as error:
+            if error.conflict or error.status == 422:
+                # Changed since the cache showed it (the test failed): look again shortly.
+                p.requeue_in(SHORT_REQUEUE_S)
+                p.complete = False
+                return False
+            raise
+        self.shared.marks.wrote(p.key, target, secret)
+        p.act("SecretKept", target, "no longer owned by the KaiwuCluster: deleting the cluster "
+              "keeps it, as it keeps the volumes")
+        return True
+
+
+def _this_cluster(ref: Obj, name: str) -> bool:
+    return (ref.get("kind") == k.KAIWU_CLUSTER.kind and ref.get("name") == name
+            and str(ref.get("apiVersion", "")).startswith(f"{k.KAIWU_CLUSTER.group}/"))
 
 
 def _spec_field(cluster: Cluster, secret: str) -> str:

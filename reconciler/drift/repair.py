@@ -137,6 +137,13 @@ class Repairer:
         self._count("patch", kind.kind)
         return self.kube.json_patch(kind, meta.get("namespace"), meta["name"], ops)
 
+    def json_patch(self, live: Obj, ops: list[Obj]) -> Obj:
+        """An RFC 6902 patch of the live object (`test` operations guard the rest)."""
+        kind = kind_of(live)
+        meta = live["metadata"]
+        self._count("patch", kind.kind)
+        return self.kube.json_patch(kind, meta.get("namespace"), meta["name"], ops)
+
     def delete(self, kind: Kind, live: Obj, *, propagation: str) -> bool:
         """Delete the object we judged (uid precondition); False when it was already gone."""
         meta = live["metadata"]

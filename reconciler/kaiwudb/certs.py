@@ -72,18 +72,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from reconciler.kube.kinds import TLS_SECRET_LABEL as TLS_SECRET_LABEL  # its home, re-exported
 from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from renderer.redact import mask
 from renderer.spec import CERT_MANAGER_LAYOUT, Cluster
 
 Obj = dict[str, Any]
-
-
-TLS_SECRET_LABEL = "kaiwu.inspur.com/tls-certs"
-"""The label (value "true") a Secret of your own needs before `spec.tls.nodeSecretName` or
-`clientSecretName` may name it: anyone who may write a KaiwuCluster would otherwise have the
-reconciler mount any Secret of the namespace into pods it makes and read it (docs/security.md).
-cert-manager puts it on the Secrets it writes through a Certificate's `secretTemplate.labels`."""
 
 
 def unmarked_secrets(cluster: Cluster, secrets: Mapping[str, Obj]) -> tuple[str, ...]:
@@ -397,7 +391,8 @@ def _secret(cluster: Cluster, name: str, data: Mapping[str, bytes]) -> Obj:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": cluster.namespace,
-                     "labels": {MANAGED_BY_LABEL: MANAGED_BY, INSTANCE_LABEL: cluster.name}},
+                     "labels": {MANAGED_BY_LABEL: MANAGED_BY, INSTANCE_LABEL: cluster.name,
+                                TLS_SECRET_LABEL: "true"}},
         "type": "Opaque",
         "data": {key: base64.b64encode(value).decode() for key, value in sorted(data.items())},
     }

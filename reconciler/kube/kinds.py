@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from reconciler.model import Obj
 from renderer import schema
+from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,27 @@ def _fits(value: Any, keep: Any) -> bool:
 # The most of a Secret's data a cache keeps: a cluster's certificate Secrets hold a few KiB.
 SECRET_DATA_CAP = 64 * 1024
 
+TLS_SECRET_LABEL = f"{schema.GROUP}/tls-certs"
+"""The label (value "true") marking a Secret as KaiwuDB certificates. The reconciler puts it on
+the certificate Secrets it makes, which no KaiwuCluster owns (they outlive a deleted cluster:
+the CA with them); a Secret of your own needs it before `spec.tls.nodeSecretName` or
+`clientSecretName` may name it: anyone who may write a KaiwuCluster would otherwise have the
+reconciler mount any Secret of the namespace into pods it makes and read it (docs/security.md).
+cert-manager puts it on the Secrets it writes through a Certificate's `secretTemplate.labels`."""
+
 
 def _owned_by_a_cluster(obj: Obj) -> bool:
     return any(ref.get("kind") == KAIWU_CLUSTER.kind and ref.get("controller")
                and str(ref.get("apiVersion", "")).startswith(f"{KAIWU_CLUSTER.group}/")
                for ref in (obj.get("metadata") or {}).get("ownerReferences") or ())
+
+
+def _marked_certificates(obj: Obj) -> bool:
+    """A cluster's certificate Secret as the reconciler makes it: labelled managed-by us, for a
+    cluster (the instance label), and TLS_SECRET_LABEL=true."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return (labels.get(TLS_SECRET_LABEL) == "true" and bool(labels.get(INSTANCE_LABEL))
+            and labels.get(MANAGED_BY_LABEL) == MANAGED_BY)
 
 
 def _secret_size(obj: Obj) -> int:
@@ -202,12 +219,14 @@ def _secret_size(obj: Obj) -> int:
 def slim(obj: Obj) -> Obj:
     """What the caches keep of `obj` (see KEPT; objects of other kinds are kept whole).
 
-    Anyone may label a Secret as ours: a Secret no KaiwuCluster controls, or one holding more
-    than SECRET_DATA_CAP, is kept as its name, labels, owners and version only (no data, no
-    annotations), so ten thousand labelled 1 MiB Secrets cost the cache almost nothing. A
-    reader that finds no `data` reads the Secret from the API (controller.certificates)."""
+    Anyone may label a Secret as ours: a Secret neither a KaiwuCluster controls nor marked as a
+    cluster's certificates (`_marked_certificates`), or one holding more than SECRET_DATA_CAP,
+    is kept as its name, labels, owners and version only (no data, no annotations), so ten
+    thousand labelled 1 MiB Secrets cost the cache almost nothing. A reader that finds no
+    `data` reads the Secret from the API (controller.certificates)."""
     if obj.get("kind") == SECRET.kind and (
-            not _owned_by_a_cluster(obj) or _secret_size(obj) > SECRET_DATA_CAP):
+            not (_owned_by_a_cluster(obj) or _marked_certificates(obj))
+            or _secret_size(obj) > SECRET_DATA_CAP):
         md = obj.get("metadata") or {}
         return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {
             key: md[key] for key in ("name", "namespace", "uid", "resourceVersion", "labels",

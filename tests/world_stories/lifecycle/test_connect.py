@@ -64,8 +64,9 @@ def test_a_client_user_gets_a_secret_kwbase_and_generic_clients_can_both_mount(
     cert = x509.load_pem_x509_certificate(raw(app, "tls.crt"))
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "app"
-    owners = app["metadata"].get("ownerReferences") or []
-    assert [o["kind"] for o in owners] == ["KaiwuCluster"]
+    # Owned by nobody: deleting the cluster keeps it (docs/reconciler.md, "Deleting a cluster").
+    assert "ownerReferences" not in app["metadata"]
+    assert app["metadata"]["labels"][certs.TLS_SECRET_LABEL] == "true"
     statefulset = api.get(kk.STATEFUL_SET, namespace, NAME)
     assert statefulset is not None
     assert f"{NAME}-client-app-certs" not in str(statefulset["spec"]["template"]), (

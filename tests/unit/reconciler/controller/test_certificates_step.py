@@ -1,9 +1,10 @@
 """Stories about the certificates step (reconciler.controller.certificates) over passes of the
 controller on the fakes of test_drift_steps.py: the operator's own TLS Secrets made once and
-owned by the cluster, their hash rolled into the pod template, a user's Secrets read even when
-the watch cache does not hold them, and what a pass does while the cache lags behind its own
-writes. The certificates themselves (reconciler.kaiwudb.certs) have their own stories
-(tests/unit/reconciler/kaiwudb/test_certs.py); the real apiserver: the TLS world stories.
+owned by nobody (an earlier version's, owned by the cluster, released once), their hash rolled
+into the pod template, a user's Secrets read even when the watch cache does not hold them, and
+what a pass does while the cache lags behind its own writes. The certificates themselves
+(reconciler.kaiwudb.certs) have their own stories (tests/unit/reconciler/kaiwudb/test_certs.py);
+the real apiserver: the TLS world stories.
 """
 
 from __future__ import annotations
@@ -35,15 +36,18 @@ def expiry(world: World) -> float:
                                {"namespace": NS, "cluster": NAME})
 
 
-def test_a_tls_cluster_gets_its_secrets_once_owned_by_it_and_their_hash_on_its_pods() -> None:
+def test_a_tls_cluster_gets_its_secrets_once_owned_by_nobody_and_their_hash_on_its_pods(
+        ) -> None:
     world = World(tls={"enabled": True})
     world.reconcile()
     created = [name for verb, kind, name in world.kube.writes if kind == "Secret"]
     assert sorted(created) == SECRETS
     for name in SECRETS:
-        owner = world.objects[("Secret", NS, name)]["metadata"]["ownerReferences"][0]
-        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
-            "KaiwuCluster", NAME, "cluster-uid", True)
+        md = world.objects[("Secret", NS, name)]["metadata"]
+        # No owner: deleting the KaiwuCluster keeps them (the CA with them), as it keeps claims.
+        assert "ownerReferences" not in md
+        assert md["labels"] == {"app.kubernetes.io/managed-by": "kaiwu-operator",
+                                "app.kubernetes.io/instance": NAME, TLS_SECRET_LABEL: "true"}
     assert ("CertificateWritten", f"Secret/{NAME}-ca", "new cluster CA") in world.actions()
     assert ("Normal", "CertificateWritten", f"Secret/{NAME}-ca: new cluster CA") in \
         world.kube.events
@@ -155,7 +159,7 @@ def users_own(now: float) -> World:
                        "clientSecretName": f"{NAME}-root-client-certs"})
     for name in SECRETS[1:]:
         secret = copy.deepcopy(made.objects[("Secret", NS, name)])
-        secret["metadata"].pop("ownerReferences")
+        assert "ownerReferences" not in secret["metadata"]
         secret["metadata"]["labels"] = {TLS_SECRET_LABEL: "true"}
         world.objects[("Secret", NS, name)] = secret
     world.now = now
@@ -330,3 +334,58 @@ def test_a_pass_before_the_cache_shows_renewed_secrets_renews_nothing_twice() ->
     result = world.reconcile()
     assert [w for w in world.kube.writes if w[1] == "Secret"] == []
     assert result.requeue_after_s == STALE_RECHECK_S
+
+
+def test_secrets_an_earlier_version_made_owned_by_the_cluster_are_released_once() -> None:
+    """Before, the Secrets were owned by the KaiwuCluster, and deleting it had the garbage
+    collector delete them, the CA with them. Now one guarded patch each removes the reference
+    (another owner's stays) and marks them, and the certificates are left as they were."""
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    first = pod_annotations(world)[CERTS_HASH_ANNOTATION]
+    ref = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster", "name": NAME,
+           "uid": "cluster-uid", "controller": True, "blockOwnerDeletion": True}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "x"}
+
+    def as_before(secret: Obj) -> None:
+        secret["metadata"]["labels"].pop(TLS_SECRET_LABEL)
+        secret["metadata"]["ownerReferences"] = [ref] if "ca" in secret["metadata"]["name"] \
+            else [other, ref]
+    for name in SECRETS:
+        world.edit("Secret", name, as_before)
+    data = {name: world.objects[("Secret", NS, name)]["data"] for name in SECRETS}
+    world.settle()
+    result = world.reconcile()
+    assert sorted(w for w in world.kube.writes if w[1] == "Secret") == [
+        ("json_patch", "Secret", name) for name in SECRETS]
+    for name in SECRETS:
+        md = world.objects[("Secret", NS, name)]["metadata"]
+        assert md.get("ownerReferences", []) == ([] if name.endswith("-ca") else [other])
+        assert md["labels"][TLS_SECRET_LABEL] == "true"
+        assert world.objects[("Secret", NS, name)]["data"] == data[name]
+    assert ("SecretKept", f"Secret/{NAME}-ca", "no longer owned by the KaiwuCluster: deleting "
+            "the cluster keeps it, as it keeps the volumes") in world.actions()
+    assert world.metrics.value("kaiwu_writes_total", {"verb": "patch", "kind": "Secret"}) == 3
+    assert result.requeue_after_s == STALE_RECHECK_S, "the plan waits for the cache"
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == first
+    world.settle()
+    world.reconcile()
+    assert [w for w in world.kube.writes if w[1] == "Secret"] == [], "released once"
+    assert pod_annotations(world)[CERTS_HASH_ANNOTATION] == first
+
+
+def test_a_secret_changed_before_its_release_is_looked_at_again_not_overwritten() -> None:
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    ref = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster", "name": NAME,
+           "uid": "cluster-uid", "controller": True}
+    world.edit("Secret", f"{NAME}-ca",
+               lambda secret: secret["metadata"].update(ownerReferences=[ref]))
+    world.settle()
+
+    def refuse(*args: Any) -> Obj:
+        raise ApiError(422, "Invalid", "the test of /metadata/resourceVersion failed")
+    world.kube.json_patch = refuse  # type: ignore[method-assign,assignment]
+    result = world.reconcile()
+    assert result.requeue_after_s == SHORT_REQUEUE_S
+    assert world.objects[("Secret", NS, f"{NAME}-ca")]["metadata"]["ownerReferences"] == [ref]

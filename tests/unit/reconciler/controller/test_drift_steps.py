@@ -89,6 +89,8 @@ class DriftKube(FakeKube):
                 raise ApiError(422, "Invalid", f"the test of {op['path']} failed")
             if op["op"] == "remove":
                 del parent[key]
+            if op["op"] == "add":
+                parent[key] = copy.deepcopy(op["value"])
         return self._store(stored)
 
 

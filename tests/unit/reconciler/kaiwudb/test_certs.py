@@ -100,7 +100,7 @@ def test_a_new_secure_cluster_gets_a_ca_a_node_and_a_root_client_secret() -> Non
         assert secret["metadata"]["namespace"] == "shop"
         assert secret["metadata"]["labels"] == {
             "app.kubernetes.io/managed-by": "kaiwu-operator",
-            "app.kubernetes.io/instance": "orders"}
+            "app.kubernetes.io/instance": "orders", "kaiwu.inspur.com/tls-certs": "true"}
         assert secret["type"] == "Opaque"
     # The CA key exists once, in the Secret no pod mounts.
     ca_key = secrets["orders-ca"]["data"]["ca.key"]

@@ -108,3 +108,23 @@ def test_a_secret_is_cached_with_its_data_only_when_a_kaiwucluster_controls_it_a
         assert "data" not in kept and "annotations" not in kept["metadata"]
         assert kept["metadata"]["name"] == "s" and kept["metadata"]["resourceVersion"] == "9"
     assert k.SECRET.list_page == 25, "a page of labelled Secrets is held whole while read"
+
+
+def test_a_clusters_certificate_secret_owned_by_nobody_is_cached_with_its_data() -> None:
+    """The certificate Secrets outlive their cluster (no ownerReference); marked as the
+    reconciler marks them, they keep their data in the cache, so a pass reads none of them."""
+    labels = {"app.kubernetes.io/managed-by": "kaiwu-operator",
+              "app.kubernetes.io/instance": "orders", k.TLS_SECRET_LABEL: "true"}
+
+    def secret(labels: dict[str, str], size: int = 4096) -> dict[str, object]:
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": "orders-ca", "namespace": "db", "labels": labels},
+                "data": {"ca.crt": "A" * size}}
+
+    assert k.slim(secret(labels))["data"] == {"ca.crt": "A" * 4096}
+    for partial in ({**labels, k.TLS_SECRET_LABEL: "yes"},
+                    {key: v for key, v in labels.items() if key != "app.kubernetes.io/instance"},
+                    {key: v for key, v in labels.items()
+                     if key != "app.kubernetes.io/managed-by"}):
+        assert "data" not in k.slim(secret(partial)), partial
+    assert "data" not in k.slim(secret(labels, k.SECRET_DATA_CAP + 1))
