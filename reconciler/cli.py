@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["install"]:
         from reconciler import install  # only `kaiwu install` needs it
         return install.main(arguments[1:])
+    if arguments[:1] == ["uninstall"]:
+        from reconciler import install
+        return install.uninstall_main(arguments[1:])
     if arguments[:1] == ["status"]:
         from reconciler import statuscmd  # only `kaiwu status` needs it
         return statuscmd.main(arguments[1:])

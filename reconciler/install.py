@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import importlib.metadata
 import re
 import sys
@@ -719,11 +720,133 @@ def _wrap(text: str, width: int = 96) -> list[str]:
     return lines
 
 
+# ---- kaiwu uninstall ------------------------------------------------------------------------
+
+# The order to delete the reconciler's own objects in (kubectl deletes in file order): the
+# webhook's registration first (with no replica left to answer, its failurePolicy Fail would
+# refuse every KaiwuCluster write), then the reconciler itself, then what it ran with.
+REMOVAL_ORDER = ("ValidatingWebhookConfiguration", "Deployment", "PodDisruptionBudget",
+                 "NetworkPolicy", "Service", "Lease", "Secret", "RoleBinding", "Role",
+                 "ClusterRoleBinding", "ClusterRole", "ServiceAccount")
+
+KEPT_ON_UNINSTALL = (
+    "Kept: the CRDs, and with them every KaiwuCluster, KaiwuBackup and KaiwuBackupSchedule; "
+    "every KaiwuDB StatefulSet, pod, claim, volume, Service and Secret (their owner is their "
+    "KaiwuCluster, never the reconciler): KaiwuDB runs on, unmanaged (no repair, failover, "
+    "scaling, upgrade, certificate renewal or scheduled backup) until a reconciler is "
+    "installed again, which takes the clusters over as they are. Never `kaiwu install | "
+    "kubectl delete -f -`: that deletes the CRDs, and with them every KaiwuCluster and its "
+    "pods (docs/reconciler.md, \"Uninstalling\").")
+
+
+def removal(options: Options) -> list[Document]:
+    """What `kaiwu uninstall` prints: the reconciler's own objects of the bundle `options`
+    makes, in REMOVAL_ORDER, plus what the reconciler made itself in its namespace (its Lease,
+    and the webhook's certificate Secret). Never the CRDs, nor the Namespace (it may hold
+    KaiwuClusters: a namespaced install into the team's own namespace, or directory mode's
+    default). With a shard: that shard's own objects only (its Deployment, budget, policy,
+    metrics Service, Lease and the Role that grants it): the shared ones are removed with the
+    unnamed shard's. Raises ValueError on invalid options."""
+    problems = options.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    settings = Settings(shard=options.shard)
+    made = [
+        Document("", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": settings.effective_lease_name(),
+                                   "namespace": options.namespace}}),
+        Document("", {"apiVersion": "v1", "kind": "Secret",
+                      "metadata": {"name": settings.webhook_secret,
+                                   "namespace": options.namespace}}),
+    ]
+    docs = [doc for doc in _operator_documents(options) + made
+            if doc.obj["kind"] != "Namespace"]
+    if options.shard:
+        shared = {_identity(doc) for doc in _operator_documents(
+            dataclasses.replace(options, shard="")) + made[1:]}
+        docs = [doc for doc in docs if _identity(doc) not in shared]
+    docs.sort(key=lambda doc: REMOVAL_ORDER.index(doc.obj["kind"]))
+    return [Document("", {"apiVersion": doc.obj["apiVersion"], "kind": doc.obj["kind"],
+                          "metadata": {key: doc.obj["metadata"][key] for key in
+                                       ("name", "namespace") if key in doc.obj["metadata"]}})
+            for doc in docs]
+
+
+def _identity(doc: Document) -> tuple[str, str, str]:
+    meta = doc.obj["metadata"]
+    return doc.obj["kind"], str(meta.get("namespace") or ""), str(meta["name"])
+
+
+def uninstall_command(options: Options) -> str:
+    """The `kaiwu uninstall` command line for these options (for its header)."""
+    words = ["kaiwu uninstall", f"--namespace {options.namespace}", f"--scope {options.scope}"]
+    if options.watch_namespace:
+        words.append(f"--watch-namespace {options.watch_namespace}")
+    if options.kube_version != DEFAULT_KUBE_VERSION:
+        words.append(f"--kube-version {options.kube_version}")
+    if options.shard:
+        words.append(f"--shard {options.shard}")
+    return " ".join(words)
+
+
+def render_removal(options: Options) -> str:
+    """`kaiwu uninstall`'s output: what it removes, what it keeps, and how (deterministic)."""
+    head = [f"kaiwu-operator {version()}: what removing the reconciler deletes, made by",
+            f"  {uninstall_command(options)}",
+            "Delete it, in this order, with `kubectl delete --ignore-not-found -f -`: the "
+            "webhook's registration first (with no replica left to answer it, KaiwuCluster "
+            "writes would be refused), then the reconciler, then its rights."]
+    if options.shard:
+        head.append(f"Shard {options.shard}'s own objects only: the shared ones (ServiceAccount, "
+                    "RBAC, webhook) go with the unnamed shard's `kaiwu uninstall`, last.")
+    head += [KEPT_ON_UNINSTALL,
+             f"Also kept: the namespace {options.namespace}; delete it yourself once nothing "
+             "else lives there (deleting a namespace deletes everything in it)."]
+    lines = [line for text in head for line in _wrap(text)]
+    parts = ["".join(f"# {line}\n" for line in lines)]
+    parts += [f"---\n{to_yaml(doc.obj)}" for doc in removal(options)]
+    return "".join(parts)
+
+
+def uninstall_parser() -> argparse.ArgumentParser:
+    result = _Parser(prog="kaiwu uninstall", description=(
+        "Print what removing the reconciler deletes (its Deployment, RBAC, Services, webhook "
+        "registration, Lease; never the CRDs, the namespace or anything of a KaiwuCluster), "
+        "for: kaiwu uninstall | kubectl delete --ignore-not-found -f -. Give the flags the "
+        "install was made with."))
+    result.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                        help="where the reconciler runs (default: %(default)s)")
+    result.add_argument("--scope", default="cluster", choices=SCOPES,
+                        help="the install's scope (default: %(default)s)")
+    result.add_argument("--watch-namespace", default="", metavar="NS",
+                        help="with --scope namespaced: the namespace it reconciled")
+    result.add_argument("--kube-version", type=_kube_version, default=DEFAULT_KUBE_VERSION,
+                        help="your cluster's Kubernetes version (default: %(default)s; 1.20 "
+                        "names the PodDisruptionBudget policy/v1beta1)")
+    result.add_argument("--shard", default="", metavar="NAME",
+                        help="remove one shard's own objects only")
+    return result
+
+
+def uninstall_main(argv: Sequence[str]) -> int:
+    """`kaiwu uninstall ...`: print the removal list; exit 2 with one line for bad flags."""
+    args = uninstall_parser().parse_args(list(argv))
+    options = Options(namespace=args.namespace, scope=args.scope,
+                      watch_namespace=args.watch_namespace, kube_version=args.kube_version,
+                      shard=args.shard)
+    problems = options.problems()
+    if problems:
+        print(f"kaiwu uninstall: {'; '.join(problems)}", file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write(render_removal(options))
+    return EXIT_OK
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line on stderr (exit 2), not usage and a traceback."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_INVALID, f"kaiwu install: {message} (see kaiwu install --help)\n")
+        self.exit(EXIT_INVALID, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _kube_version(text: str) -> KubeVersion:

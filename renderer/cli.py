@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                         add_help=False)
     commands.add_parser("install", help="print the operator's install bundle (see kaiwu "
                         "install --help)", add_help=False)
+    commands.add_parser("uninstall", help="print what removing the operator deletes, never a "
+                        "KaiwuCluster's pods, claims or Secrets (see kaiwu uninstall --help)",
+                        add_help=False)
     commands.add_parser("status", help="show the clusters as the reconciler reports them (see "
                         "kaiwu status --help)", add_help=False)
     commands.add_parser("backup", help="create, list and describe KaiwuBackups (see kaiwu "
@@ -259,7 +262,7 @@ class _UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(arguments)
-    if args.command in ("reconcile", "install", "status"):
+    if args.command in ("reconcile", "install", "uninstall", "status"):
         # Listed for `kaiwu --help`; run by reconciler.cli, which hands the rest here.
         print(f"kaiwu {args.command}: run it through the kaiwu command", file=sys.stderr)
         return EXIT_INVALID

@@ -697,3 +697,67 @@ def test_the_crds_install_apart_from_the_rest_and_together_make_the_whole_bundle
     assert [d.obj for d in install.bundle(namespaced)] == [
         d.obj for d in install.bundle(dataclasses.replace(namespaced, skip_crds=False))
         if d.obj["kind"] != "CustomResourceDefinition"]
+
+
+# ---- kaiwu uninstall -------------------------------------------------------------------------
+
+
+def removed(options: install.Options) -> list[tuple[str, str, str]]:
+    return [(d.obj["kind"], d.obj["metadata"].get("namespace", ""), d.obj["metadata"]["name"])
+            for d in install.removal(options)]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_uninstall_removes_the_reconcilers_own_objects_never_the_crds_or_the_namespace(
+        variant: str) -> None:
+    """What removing the operator deletes is its bundle without the CRDs (deleting them deletes
+    every KaiwuCluster) and without the Namespace (it may be the team's, holding KaiwuDB), plus
+    the Lease and webhook Secret it made there; the registration goes before the reconciler."""
+    options = VARIANTS[variant]
+    found = removed(options)
+    bundle = set(kinds(dataclasses.replace(options, skip_crds=True)))
+    kept = {entry for entry in bundle if entry[0] == "Namespace"}
+    made = {("Lease", options.namespace, options.component),
+            ("Secret", options.namespace, "kaiwu-reconciler-webhook-tls")}
+    if options.shard:
+        shared = set(kinds(dataclasses.replace(options, skip_crds=True, shard="")))
+        assert set(found) == (bundle - shared) | {("Lease", options.namespace,
+                                                   options.component)}
+        assert not any(kind == "ClusterRole" or name == "kaiwu-reconciler"
+                       for kind, _, name in found)
+    else:
+        assert set(found) == (bundle - kept) | made
+        assert [kind for kind, _, _ in found[:2]] == ["ValidatingWebhookConfiguration",
+                                                     "Deployment"]
+        assert found[-1][0] == "ServiceAccount"
+    assert len(found) == len(set(found))
+    assert not any(kind in ("CustomResourceDefinition", "Namespace") for kind, _, _ in found)
+    text = install.render_removal(options)
+    for doc in docs(text):
+        assert set(doc["metadata"]) <= {"name", "namespace"}, "names only: kubectl delete -f"
+    assert install.render_removal(options) == text
+
+
+def test_kaiwu_uninstall_says_what_it_keeps_and_refuses_bad_flags_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["uninstall", "--scope", "namespaced", "--watch-namespace", "team-a",
+                 "--namespace", "team-a", "--kube-version", "1.20"]) == 0
+    out = capsys.readouterr().out
+    comment = " ".join(line[2:] for line in out.splitlines() if line.startswith("# "))
+    assert "kaiwu uninstall --namespace team-a --scope namespaced --watch-namespace team-a " \
+        "--kube-version 1.20" in comment
+    for said in ("kubectl delete --ignore-not-found -f -",
+                 "Kept: the CRDs, and with them every KaiwuCluster",
+                 "every KaiwuDB StatefulSet, pod, claim, volume, Service and Secret",
+                 "Never `kaiwu install | kubectl delete -f -`",
+                 "Also kept: the namespace team-a"):
+        assert said in comment, said
+    assert {d["kind"] for d in docs(out)} >= {"Deployment", "PodDisruptionBudget", "Role"}
+    assert next(d for d in docs(out) if d["kind"] == "PodDisruptionBudget")[
+        "apiVersion"] == "policy/v1beta1"
+    assert main(["uninstall", "--scope", "namespaced"]) == 2
+    assert capsys.readouterr().err.startswith("kaiwu uninstall: --scope namespaced: needs")
+    with pytest.raises(SystemExit) as exit_:  # argparse's own errors
+        main(["uninstall", "--crds-only"])
+    assert exit_.value.code == 2
+    assert "kaiwu uninstall: unrecognized arguments: --crds-only" in capsys.readouterr().err
