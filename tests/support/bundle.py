@@ -1,22 +1,33 @@
 """Applying `kaiwu install`'s bundle as an administrator does: `kubectl apply --server-side -f -`,
 each document a server-side apply under the field manager kubectl, conflicts refused as kubectl
-refuses them without --force-conflicts.
+refuses them without --force-conflicts; deleting what `kaiwu uninstall` prints as `kubectl delete
+--ignore-not-found -f -` does; and running the reconciler as the bundle's Deployment would
+(`run_as_deployed`: `python -m reconciler` with the Deployment's variables and the
+ServiceAccount's token).
 
-Used by the `installed` fixture (tests/world_stories/runtime/conftest.py) and the install story
-that applies the bundle again over a running reconciler, as an upgrade does.
+Used by the `installed` fixture (tests/world_stories/runtime/conftest.py), the install story
+that applies the bundle again over a running reconciler, as an upgrade does, and the uninstall
+stories.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Protocol
 
+import yaml
 from kubernetes import client as k8s
 
 from reconciler import install
 from reconciler.kube.client import send
 from reconciler.model import Obj
+from tests.support.harness import REPO
+from tests.world.controlplane import ControlPlane, free_port, service_account_token
 
 
 class Installer(Protocol):
@@ -40,23 +51,30 @@ PATHS = {
     "NetworkPolicy": ("networkpolicies", True),
     "PodDisruptionBudget": ("poddisruptionbudgets", True),
     "Deployment": ("deployments", True),
+    "Lease": ("leases", True),  # kaiwu uninstall's: made by the reconciler, not the bundle
+    "Secret": ("secrets", True),
 }
 # Shared by every story in the world (installed when it starts): never removed by one.
 WORLD_OWNED = ("CustomResourceDefinition",)
 
 
-def server_side_apply(kube: k8s.ApiClient, doc: Obj, *, dry_run: bool = False) -> Obj:
-    """`kubectl apply --server-side` of one document: field manager kubectl, conflicts refused
-    (409), as kubectl does without --force-conflicts."""
+def _path(doc: Obj) -> str:
     plural, namespaced = PATHS[doc["kind"]]
     api = doc["apiVersion"]
     group_version = f"/apis/{api}" if "/" in api else f"/api/{api}"
     meta = doc["metadata"]
     where = f"/namespaces/{meta['namespace']}" if namespaced else ""
+    return f"{group_version}{where}/{plural}/{meta['name']}"
+
+
+def server_side_apply(kube: k8s.ApiClient, doc: Obj, *, dry_run: bool = False) -> Obj:
+    """`kubectl apply --server-side` of one document: field manager kubectl, conflicts refused
+    (409), as kubectl does without --force-conflicts."""
+    meta = doc["metadata"]
     query = [("fieldManager", "kubectl"), ("force", "false")]
     if dry_run:
         query.append(("dryRun", "All"))
-    raw = send(kube, "PATCH", f"{group_version}{where}/{plural}/{meta['name']}", query=query,
+    raw = send(kube, "PATCH", _path(doc), query=query,
                headers={"Content-Type": "application/apply-patch+yaml",
                         "Accept": "application/json"}, body=json.dumps(doc), timeout=30)
     text = raw.data.decode("utf-8", "replace")
@@ -78,3 +96,57 @@ def apply_bundle(kube: k8s.ApiClient, docs: list[Obj], webhook_url: str = "") ->
             for webhook in doc["webhooks"]:
                 webhook["clientConfig"] = {"url": webhook_url}
         server_side_apply(kube, doc, dry_run=doc["kind"] == "Deployment")
+
+
+def delete_documents(kube: k8s.ApiClient, docs: list[Obj]) -> list[str]:
+    """`kubectl delete --ignore-not-found -f -`: each document deleted in order, with kubectl's
+    default cascade (background: dependents go through the garbage collector). Returns
+    "Kind/name" of each one that existed."""
+    deleted = []
+    for doc in docs:
+        body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1",
+                           "propagationPolicy": "Background"})
+        raw = send(kube, "DELETE", _path(doc), headers={"Content-Type": "application/json"},
+                   body=body, timeout=30)
+        text = raw.data.decode("utf-8", "replace")
+        raw.release_conn()
+        assert raw.status in (200, 202, 404), (
+            f"the API server refused to delete {doc['kind']}/{doc['metadata']['name']}: "
+            f"{raw.status} {text}")
+        if raw.status != 404:
+            deleted.append(f"{doc['kind']}/{doc['metadata']['name']}")
+    return deleted
+
+
+def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
+                    docs: list[Obj], tmp: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
+    """`python -m reconciler` with the Deployment's variables and the ServiceAccount's token."""
+    token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
+    kubeconfig = tmp / "reconciler.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig(token=token, user="reconciler")))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": "installed-0",
+           **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
+    log = tmp / "reconciler.log"
+    # The webhook as deployed (certificate Secret, registration) but called by URL: this world
+    # has no Service routing the API server to a local process.
+    port = free_port()
+    argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
+            "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
+            "--http-address", "127.0.0.1:0", "--log-format", "text",
+            "--webhook-address", f"127.0.0.1:{port}", "--webhook-url", f"https://127.0.0.1:{port}",
+            "--webhook-hosts", "127.0.0.1"]
+    with log.open("wb") as out:
+        popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return popen, log, f"system:serviceaccount:{namespace}:{install.NAME}"
+
+
+def stop(popen: subprocess.Popen[bytes]) -> None:
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(15)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,51 +35,17 @@ from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from renderer.settings import KubeVersion
-from tests.support.bundle import Installer, apply_bundle
-from tests.support.harness import REPO, condition, refused, user, wait_for
+from tests.support.bundle import Installer, apply_bundle, run_as_deployed, stop
+from tests.support.harness import condition, refused, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.support.world_kube import VERSION
-from tests.world.controlplane import ControlPlane, free_port, service_account_token
+from tests.world.controlplane import ControlPlane, service_account_token
 from tests.world.simworld import SimWorld
 
 
 def options(scope: str, namespace: str, **more: Any) -> install.Options:
     return install.Options(namespace=namespace, scope=scope, image="kaiwu-reconciler:test",
                            watch_namespace=namespace if scope == "namespaced" else "", **more)
-
-
-def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
-                    docs: list[Obj], tmp: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
-    """`python -m reconciler` with the Deployment's variables and the ServiceAccount's token."""
-    token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
-    kubeconfig = tmp / "reconciler.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig(token=token, user="reconciler")))
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
-    env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": "installed-0",
-           **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
-    log = tmp / "reconciler.log"
-    # The webhook as deployed (certificate Secret, registration) but called by URL: this world
-    # has no Service routing the API server to a local process.
-    port = free_port()
-    argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
-            "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
-            "--http-address", "127.0.0.1:0", "--log-format", "text",
-            "--webhook-address", f"127.0.0.1:{port}", "--webhook-url", f"https://127.0.0.1:{port}",
-            "--webhook-hosts", "127.0.0.1"]
-    with log.open("wb") as out:
-        popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    return popen, log, f"system:serviceaccount:{namespace}:{install.NAME}"
-
-
-def stop(popen: subprocess.Popen[bytes]) -> None:
-    if popen.poll() is None:
-        popen.terminate()
-        try:
-            popen.wait(15)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(5)
 
 
 def forbidden(call: Callable[[], object]) -> bool:
