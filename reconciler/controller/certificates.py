@@ -166,12 +166,14 @@ class CertificatesStep:
         with it (and mark it TLS_SECRET_LABEL=true, so the caches keep its data): deleting the
         cluster then keeps it. False, and the pass requeued, when the Secret changed under us.
         Nothing is written for a Secret without that reference, nor twice for one whose patch
-        the cache does not show yet (the plan then waits for it: WriteMarks)."""
+        the cache does not show yet (WriteMarks, under a key of its own: the data is unchanged,
+        so the plan need not wait for the cache, and the cluster stays Ready throughout)."""
         md = meta(secret)
         refs = md.get("ownerReferences") or []
         ours = [index for index, ref in enumerate(refs) if _this_cluster(ref, p.key.name)]
         target = f"Secret/{md.get('name')}"
-        if not ours or self.shared.marks.stale(p.key, target, secret):
+        mark = f"{target}#released"
+        if not ours or self.shared.marks.stale(p.key, mark, secret):
             return True
         ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
                            "value": md.get("resourceVersion")}]
@@ -192,7 +194,7 @@ class CertificatesStep:
                 p.complete = False
                 return False
             raise
-        self.shared.marks.wrote(p.key, target, secret)
+        self.shared.marks.wrote(p.key, mark, secret)
         p.act("SecretKept", target, "no longer owned by the KaiwuCluster: deleting the cluster "
               "keeps it, as it keeps the volumes")
         return True
