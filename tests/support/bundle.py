@@ -32,9 +32,11 @@ from tests.world.controlplane import ControlPlane, free_port, service_account_to
 
 class Installer(Protocol):
     """The `installed` fixture: apply a bundle whole; `webhook=False` for a story that runs
-    the reconciler with its webhook off (the registration is deleted then)."""
+    the reconciler with its webhook off (the registration is deleted then); `webhook_url` for
+    one applied over a running reconciler (see apply_bundle)."""
 
-    def __call__(self, opts: install.Options, webhook: bool = True) -> list[Obj]: ...
+    def __call__(self, opts: install.Options, webhook: bool = True,
+                 webhook_url: str = "") -> list[Obj]: ...
 
 # Where each kind of the bundle lives in the API: (plural, namespaced); its group and version
 # are the document's apiVersion (the PodDisruptionBudget's depends on the release).
@@ -67,11 +69,12 @@ def _path(doc: Obj) -> str:
     return f"{group_version}{where}/{plural}/{meta['name']}"
 
 
-def server_side_apply(kube: k8s.ApiClient, doc: Obj, *, dry_run: bool = False) -> Obj:
+def server_side_apply(kube: k8s.ApiClient, doc: Obj, *, dry_run: bool = False,
+                      force: bool = False) -> Obj:
     """`kubectl apply --server-side` of one document: field manager kubectl, conflicts refused
-    (409), as kubectl does without --force-conflicts."""
+    (409), as kubectl does without --force-conflicts (`force`: with it)."""
     meta = doc["metadata"]
-    query = [("fieldManager", "kubectl"), ("force", "false")]
+    query = [("fieldManager", "kubectl"), ("force", "true" if force else "false")]
     if dry_run:
         query.append(("dryRun", "All"))
     raw = send(kube, "PATCH", _path(doc), query=query,
@@ -119,16 +122,20 @@ def delete_documents(kube: k8s.ApiClient, docs: list[Obj]) -> list[str]:
 
 
 def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
-                    docs: list[Obj], tmp: Path) -> tuple[subprocess.Popen[bytes], Path, str]:
-    """`python -m reconciler` with the Deployment's variables and the ServiceAccount's token."""
+                    docs: list[Obj], tmp: Path, *, source: Path = REPO,
+                    identity: str = "installed-0") -> tuple[subprocess.Popen[bytes], Path, str]:
+    """`python -m reconciler` with the Deployment's variables and the ServiceAccount's token.
+    `source`: the checkout whose reconciler runs (an earlier version's: tests/support/earlier)."""
     token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
     kubeconfig = tmp / "reconciler.kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig(token=token, user="reconciler")))
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": "installed-0",
+    env = {**os.environ, "POD_NAMESPACE": namespace, "KAIWU_IDENTITY": identity,
            **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
-    log = tmp / "reconciler.log"
+    if source != REPO:
+        env["PYTHONPATH"] = str(source)
+    log = tmp / f"reconciler-{identity}.log"
     # The webhook as deployed (certificate Secret, registration) but called by URL: this world
     # has no Service routing the API server to a local process.
     port = free_port()
@@ -138,7 +145,7 @@ def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
             "--webhook-address", f"127.0.0.1:{port}", "--webhook-url", f"https://127.0.0.1:{port}",
             "--webhook-hosts", "127.0.0.1"]
     with log.open("wb") as out:
-        popen = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        popen = subprocess.Popen(argv, cwd=source, env=env, stdout=out, stderr=subprocess.STDOUT)
     return popen, log, f"system:serviceaccount:{namespace}:{install.NAME}"
 
 

@@ -28,13 +28,14 @@ from tests.support.world_kube import VERSION
 @pytest.fixture
 def installed(kube: k8s.ApiClient) -> Iterator[Installer]:
     """Apply a bundle whole, for the world's release; returns its documents as printed.
-    `webhook=False`: the story runs the reconciler with its webhook off."""
+    `webhook=False`: the story runs the reconciler with its webhook off. `webhook_url`: applied
+    over a running reconciler, the registration names the URL it registered (apply_bundle)."""
     cluster_wide: set[tuple[str, str]] = set()
 
-    def apply(opts: install.Options, webhook: bool = True) -> list[Obj]:
+    def apply(opts: install.Options, webhook: bool = True, webhook_url: str = "") -> list[Obj]:
         printed = install.render(dataclasses.replace(opts, kube_version=VERSION))
         docs: list[Obj] = [doc for doc in yaml.safe_load_all(printed) if doc]
-        apply_bundle(kube, docs)
+        apply_bundle(kube, docs, webhook_url=webhook_url)
         if not webhook:
             # The story runs the reconciler with its webhook off (this world has no Service
             # routing to a local process): as docs/reconciler.md tells an administrator who

@@ -144,7 +144,7 @@ def test_removing_the_operator_leaves_every_kaiwudb_pod_claim_and_secret_as_it_w
             "Role/kaiwu-reconciler-leader-election"} <= set(deleted)
 
     # Time for any controller that would act on what went (garbage collector, StatefulSet).
-    time.sleep(5.0)
+    time.sleep(3.0)
     after = snapshot(api, namespace)
     assert after == before
     still = k8s.CoreV1Api(kube).read_namespace(namespace).status
