@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from reconciler.model import Obj
-from tests.support.harness import REPO
+from tests.support.harness import REPO as REPO  # where the history is read (tests patch it)
 
 # 56 commits before the uninstall work (3 December 2026): the kubectl plugin had just landed.
 # Since then the CRD's descriptions changed (volume growth, extraArgs), its status gained the
@@ -42,12 +42,12 @@ def earlier_skip_reason(commit: str = EARLIER_COMMIT) -> str:
     shallow = _git("rev-parse", "--is-shallow-repository")
     if shallow.returncode != 0:
         return f"not a git checkout ({shallow.stderr.strip()}): no history to take it from"
+    if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
+        return ""
     if shallow.stdout.strip() == "true":
         return (f"a shallow clone: commit {commit[:12]} (the earlier version) is not in its "
                 "history; clone with the history (fetch-depth: 0) to run this story")
-    if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
-        return f"commit {commit[:12]} (the earlier version) is not in this repository"
-    return ""
+    return f"commit {commit[:12]} (the earlier version) is not in this repository"
 
 
 @contextlib.contextmanager

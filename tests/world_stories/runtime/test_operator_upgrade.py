@@ -160,10 +160,10 @@ def test_an_upgrade_updates_the_crds_and_takes_the_clusters_over_without_a_resta
         try:
             # The earlier install: its CRDs over the world's (forced: as they were then), then
             # the rest of its bundle; its reconciler as its Deployment would run it.
-            for doc in earlier.bundle(old, flags):
+            old_docs = earlier.bundle(old, flags)
+            for doc in old_docs:
                 server_side_apply(kube, doc, dry_run=doc["kind"] == "Deployment",
                                   force=doc["kind"] == "CustomResourceDefinition")
-            old_docs = earlier.bundle(old, flags)
             proc, log, who = run_as_deployed(control_plane, kube, namespace, old_docs, tmp_path,
                                              source=old, identity="earlier-0")
             procs.append((proc, log))
