@@ -171,6 +171,11 @@ def test_deleting_a_cluster_removes_its_pods_and_keeps_its_claims_and_certificat
                             f"{NAME}-client-app-certs"}
     assert before["claims bound"] == [f"data-{NAME}-{i}" for i in range(3)]
     volumes = {c["spec"]["volumeName"] for c in listed(api, kk.PVC, namespace)}
+    owned = {kind.kind: sorted(o["metadata"]["name"] for o in listed(api, kind, namespace))
+             for kind in (kk.STATEFUL_SET, kk.SERVICE, kk.SERVICE_ACCOUNT, kk.CONFIG_MAP)}
+    assert owned == {"StatefulSet": [NAME], "Service": [NAME, f"{NAME}-public"],
+                     "ServiceAccount": [NAME], "ConfigMap": [f"{NAME}-start-flags"]}, \
+        "what docs/reconciler.md lists (the dev example renders no PodDisruptionBudget)"
 
     started = time.monotonic()
     user(kube, "kubectl").delete(kk.KAIWU_CLUSTER, namespace, NAME, propagation="Background")
