@@ -30,7 +30,9 @@ ownerReference to its KaiwuCluster (controller: true), so deleting the cluster g
 them (the StatefulSet's claims have none and survive).
 
 A pass that runs to its end resets the cluster's kaiwu_cluster_seconds_since_last_success; a
-cluster gone from the cache (or being deleted) loses every kaiwu_cluster_* series.
+cluster gone from the cache (or being deleted) loses every kaiwu_cluster_* series. One this
+process knew, gone from the API server too, gets a last Event (ClusterDeleted) naming what was
+kept: its claims and certificate Secrets (`tell_deleted`).
 """
 
 from __future__ import annotations
@@ -67,11 +69,12 @@ from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
-from reconciler.kube.client import Kube
+from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.events import EventRecorder
 from reconciler.metrics import Metrics
-from reconciler.model import meta
+from reconciler.model import Obj, meta
 from reconciler.settings import Settings
+from renderer.builders import INSTANCE_LABEL
 
 
 class Controller:
@@ -112,6 +115,9 @@ class Controller:
                 listener="restore", reason=reason).inc()),
             poll_s=settings.backup_poll_s)
         self.spec = SpecStep(self.shared)
+        # Each cluster's reference (apiVersion, kind, name, namespace, uid) as last seen: an
+        # Event about it once it is deleted (tell_deleted).
+        self._known: dict[ClusterKey, Obj] = {}
         self.volumes = VolumesStep(self.shared)
         self.steps: list[Step] = [
             self.spec,
@@ -134,7 +140,13 @@ class Controller:
         if obj is None or meta(obj).get("deletionTimestamp"):
             # Its objects go with it (ownerReferences); forget what we knew.
             self.forget(key)
+            if obj is None:
+                self.tell_deleted(key)
             return Result()
+        md = meta(obj)
+        self._known[key] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                            "metadata": {"name": md.get("name"), "namespace": md.get("namespace"),
+                                         "uid": md.get("uid")}}
         p = ObjectPass(key, obj, self.clock(), dict(obj.get("status") or {}))
         p.sync = p.generation != p.previous.get("observedGeneration")
         for step in self.steps:
@@ -143,6 +155,34 @@ class Controller:
             step.run(p)
         self.shared.metrics.cluster_succeeded(key.namespace, key.name, p.now)
         return Result(min(p.requeue) if p.requeue else None)
+
+    def tell_deleted(self, key: ClusterKey) -> None:
+        """A cluster this reconciler knew is gone from the cache: if the API server says it is
+        deleted (not moved to another shard, nor made again), an Event on it says what went
+        with it and what was kept, by name (docs/reconciler.md, "Deleting a cluster")."""
+        known = self._known.pop(key, None)
+        if known is None:
+            return
+        try:
+            if self.shared.kube.get(k.KAIWU_CLUSTER, key.namespace, key.name) is not None:
+                return
+        except ApiError:
+            return  # a courtesy: not worth a retry
+        selector = {INSTANCE_LABEL: key.name}
+        claims = sorted(str(meta(c).get("name")) for c in self.view.list(
+            k.PVC, key.namespace, selector))
+        secrets = sorted(str(meta(s).get("name")) for s in self.view.list(
+            k.SECRET, key.namespace, {**selector, k.TLS_SECRET_LABEL: "true"}))
+        kept = ([f"claims {', '.join(claims)} (the data)"] if claims else []) + (
+            [f"Secrets {', '.join(secrets)} (the CA and certificates)"] if secrets else [])
+        where = f"kubectl -n {key.namespace}"
+        self.shared.events.emit(known, "Normal", "ClusterDeleted", (
+            "deleted: its StatefulSet and pods, Services and the other objects it owned go "
+            "with it (garbage collector); "
+            + (f"kept: {' and '.join(kept)}: the same spec applied again finds them; to free "
+               f"them: {where} delete pvc -l {INSTANCE_LABEL}={key.name}; {where} delete "
+               f"secret -l {INSTANCE_LABEL}={key.name},{k.TLS_SECRET_LABEL}=true"
+               if kept else "nothing of it is kept")))
 
     def forget(self, key: ClusterKey) -> None:
         self.spec.forget(key)

@@ -8,8 +8,9 @@
    still be edited (no webhook is left to refuse it).
 2. A user deletes a TLS KaiwuCluster (`kubectl delete kwc dev`, the default background cascade).
    What the docs list goes: the StatefulSet and its pods, the Services, the ServiceAccount, the
-   PodDisruptionBudget, the start-flags ConfigMap. What they list stays: every claim (and its
-   volume) and every certificate Secret, the CA among them, untouched. Applied again, the same
+   start-flags ConfigMap (the PodDisruptionBudget where one is rendered). What they list stays:
+   every claim (and its volume) and every certificate Secret, the CA among them, untouched; the
+   reconciler's Event ClusterDeleted names them, with how to free them. Applied again, the same
    spec finds them: Ready on the same claims, with the same KaiwuDB node ids and the same CA
    (`kwbase init` finds the cluster initialised and changes nothing).
 
@@ -183,6 +184,12 @@ def test_deleting_a_cluster_removes_its_pods_and_keeps_its_claims_and_certificat
     wait_for("the garbage collector to delete what the cluster owned",
              lambda: gone_with_the_cluster(api, namespace), 60, 0.2)
     report("kubectl delete kwc -> its pods and objects gone", time.monotonic() - started)
+    # The reconciler says so, on the deleted cluster: `kubectl get events` shows it.
+    told = wait_for("the reconciler's ClusterDeleted Event", lambda: [
+        e for e in k8s.CoreV1Api(kube).list_namespaced_event(namespace).items
+        if e.reason == "ClusterDeleted" and e.involved_object.name == NAME], 20, 0.2)
+    assert (f"kept: claims data-{NAME}-0, data-{NAME}-1, data-{NAME}-2 (the data) and Secrets "
+            f"{', '.join(sorted(secrets))} (the CA and certificates)") in told[0].message
     after = snapshot(api, namespace)
     assert after["KaiwuCluster"] is None
     # Kept: the data (claims, bound to the same volumes) and the certificates, untouched.

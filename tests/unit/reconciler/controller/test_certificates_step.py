@@ -2,7 +2,8 @@
 controller on the fakes of test_drift_steps.py: the operator's own TLS Secrets made once and
 owned by nobody (an earlier version's, owned by the cluster, released once), their hash rolled
 into the pod template, a user's Secrets read even when the watch cache does not hold them, and
-what a pass does while the cache lags behind its own writes. The certificates themselves
+what a pass does while the cache lags behind its own writes, and the Event that names them
+among what a deleted cluster kept. The certificates themselves
 (reconciler.kaiwudb.certs) have their own stories (tests/unit/reconciler/kaiwudb/test_certs.py);
 the real apiserver: the TLS world stories.
 """
@@ -19,7 +20,7 @@ from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from renderer.builders import CERTS_HASH_ANNOTATION
-from tests.unit.reconciler.controller.test_drift_steps import World
+from tests.unit.reconciler.controller.test_drift_steps import KEY, World
 from tests.unit.reconciler.controller.test_steps import NAME, NOW, NS
 
 SECRETS = [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
@@ -398,3 +399,39 @@ def test_a_secret_changed_before_its_release_is_looked_at_again_not_overwritten(
     result = world.reconcile()
     assert result.requeue_after_s == SHORT_REQUEUE_S
     assert world.objects[("Secret", NS, f"{NAME}-ca")]["metadata"]["ownerReferences"] == [ref]
+
+
+def test_a_deleted_cluster_gets_one_event_naming_the_claims_and_secrets_it_kept() -> None:
+    """Deleting a KaiwuCluster takes its pods; the Event says what stays and how to free it."""
+    world = World(tls={"enabled": True})
+    world.reconcile()
+    for i in range(3):
+        world.objects[("PersistentVolumeClaim", NS, f"data-{NAME}-{i}")] = {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"data-{NAME}-{i}", "namespace": NS,
+                         "labels": {"app.kubernetes.io/instance": NAME}}}
+    gone = world.objects.pop(("KaiwuCluster", NS, NAME))
+    world.kube.events.clear()
+    world.controller.reconcile(KEY)
+    [(type_, reason, message)] = world.kube.events
+    assert (type_, reason) == ("Normal", "ClusterDeleted")
+    assert message == (
+        "deleted: its StatefulSet and pods, Services and the other objects it owned go with it "
+        f"(garbage collector); kept: claims data-{NAME}-0, data-{NAME}-1, data-{NAME}-2 (the "
+        f"data) and Secrets {', '.join(sorted(SECRETS))} (the CA and certificates): the same "
+        f"spec applied again finds them; to free them: kubectl -n {NS} delete pvc -l "
+        f"app.kubernetes.io/instance={NAME}; kubectl -n {NS} delete secret -l "
+        f"app.kubernetes.io/instance={NAME},{TLS_SECRET_LABEL}=true")
+    world.kube.events.clear()
+    world.controller.reconcile(KEY)
+    assert world.kube.events == [], "told once"
+
+    # Gone from this reconciler's cache but not from the API server (moved to another shard):
+    # nothing is said.
+    world.objects[("KaiwuCluster", NS, NAME)] = gone
+    world.controller.reconcile(KEY)
+    world.objects.pop(("KaiwuCluster", NS, NAME))
+    world.kube.get = lambda kind, namespace, name: gone  # type: ignore[method-assign]
+    world.kube.events.clear()
+    world.controller.reconcile(KEY)
+    assert world.kube.events == []

@@ -156,6 +156,8 @@ def test_a_cluster_that_moves_away_is_dropped_at_once_and_nothing_is_deleted() -
     made = dict(objects)
     kube.writes.clear()
     del objects[("KaiwuCluster", NS, obj["metadata"]["name"])]  # gone from our watch
+    # ... not from the API server, which still serves it (to shard b): no ClusterDeleted Event.
+    kube.get = lambda kind, namespace, name: obj  # type: ignore[method-assign]
     controller.reconcile(ClusterKey(NS, obj["metadata"]["name"]))
     assert kube.writes == []
     assert {key for key in made if key[0] != "KaiwuCluster"} <= set(objects), "nothing pruned"
