@@ -73,7 +73,7 @@ NotReadyReason = Literal[
 
 ActionName = Literal[
     "Created", "Applied", "DriftRepaired", "Recreating", "Pruned",
-    "CertificateWritten", "VolumeExpanding",
+    "CertificateWritten", "SecretKept", "VolumeExpanding",
     "Initialized", "Decommissioning", "NodeDecommissioned", "ScaledIn", "Recommissioned",
     "ScaleInCancelled",
     "DeadNodeDecommissioned", "LongGoneNodeDecommissioned", "StrayNodeDecommissioned",
