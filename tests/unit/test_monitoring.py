@@ -90,7 +90,7 @@ def pages(*, healthy: bool, leader: bool) -> tuple[str, str]:
     def reconciles(count: int) -> None:
         for _ in range(count):
             queue.add("kaiwu-prod/orders")
-            key = queue.get(timeout_s=1)
+            key = queue.get(timeout_s=10)
             assert key is not None
             if healthy:
                 metrics.reconcile_total.labels(result="success").inc()

@@ -173,8 +173,9 @@ def test_a_scheduled_backup_is_made_at_its_time_though_no_event_comes_when_it_is
         created = datetime.fromisoformat(b["metadata"]["creationTimestamp"])
         late = (created - slot).total_seconds()
         report(f"slot {slot.time()} -> {b['metadata']['name']} made", late)
-        # creationTimestamp has whole seconds: made within the slot's second or the next two.
-        assert -1 <= late <= 2, (slot, created)
+        # creationTimestamp has whole seconds: made within the slot's second or the next four,
+        # long before the next slot (7 s) or the periodic resync (five minutes).
+        assert -1 <= late <= 4, (slot, created)
 
 
 def test_a_node_lost_mid_backup_fails_it_with_a_reason_and_the_next_one_succeeds(

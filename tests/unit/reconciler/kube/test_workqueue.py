@@ -228,14 +228,14 @@ def test_a_waiting_worker_wakes_when_work_arrives_and_on_shutdown() -> None:
     worker.start()
     time.sleep(0.05)
     queue.add(A)
-    worker.join(2)
+    worker.join(5)
     assert got == [A]
 
     idle = threading.Thread(target=lambda: got.append(queue.get(timeout_s=10)))
     idle.start()
     time.sleep(0.05)
     queue.shutdown()
-    idle.join(2)
+    idle.join(5)
     assert got == [A, None]
     queue.add(B)
     assert queue.depth == 0, "a shut-down queue takes no more work"

@@ -79,7 +79,7 @@ def test_a_file_changed_in_the_watched_directory_is_applied_after_a_quiet_spell(
         directory.stop()
     assert not directory.alive
     for thread in threads:  # inotify's threads too
-        thread.join(2)
+        thread.join(5)
         assert not thread.is_alive(), thread.name
     # Started again (a new term of the same replica): everything is applied again.
     directory.start()
