@@ -55,6 +55,14 @@ def ready_again(reconciler: Reconciler) -> Obj | None:
         "failures" not in st else None
 
 
+def ready_with(reconciler: Reconciler, pod_name: str) -> Obj | None:
+    """The cluster, once Ready with no failure left and `pod_name`'s KaiwuDB node live in its
+    status: a node back from a loss is live a status write after the cluster is Ready again
+    (sooner or later, as the machine's load has it)."""
+    found = ready_again(reconciler)
+    return found if found is not None and pod_name in live_nodes(found) else None
+
+
 def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
         sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
@@ -200,7 +208,8 @@ def test_without_replace_lost_volumes_the_pod_waits_for_its_node(
     restored_at = time.monotonic()
     faults.restore_node(lost_node)
 
-    obj = wait_for("the cluster to be Ready again", lambda: ready_again(reconciler), 40, 0.2)
+    obj = wait_for(f"the cluster to be Ready again, {victim} live",
+                   lambda: ready_with(reconciler, victim), 40, 0.2)
     report("node back -> pod back on it with its data, Ready", time.monotonic() - restored_at)
     assert live_nodes(obj) == before, "the same store: the same node id"
     assert (pod(kube, namespace, victim) or {})["spec"]["nodeName"] == lost_node
@@ -251,7 +260,8 @@ def test_a_store_lost_while_ranges_still_up_replicate_is_kept_until_its_node_is_
     restored_at = time.monotonic()
     faults.restore_node(lost_node)
 
-    obj = wait_for("the cluster to be Ready again", lambda: ready_again(reconciler), 60, 0.2)
+    obj = wait_for(f"the cluster to be Ready again, {victim} live",
+                   lambda: ready_with(reconciler, victim), 60, 0.2)
     report("node back -> its store back, Ready", time.monotonic() - restored_at)
     assert live_nodes(obj) == before, "the same store: the same node id"
     assert sim_world.kwdb.replication(cluster, sim_world.clock.now()).unavailable == 0
