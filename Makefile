@@ -82,10 +82,14 @@ lint: $(STAMP)
 # gate (a reference cluster must become Ready, or every world story stops with the reason).
 # WORLD_WORKERS: world-tier workers, each with its own control plane and simulated world (about
 # 0.6 GB each); a story's module stays on one worker. Two halve the tier on two cores, where a
-# story mostly waits on timers.
+# story mostly waits on timers. Three took 19 min instead of 24, but kept both cores busy and
+# two stories failed on races the load exposed (docs/testworld.md, "Where the world tier's time
+# goes"). Modules start slowest first (tests/support/ordering.py; --no-loadscope-reorder keeps
+# that order: xdist's own puts the modules with most tests first, the one-test soak near last).
 WORLD_WORKERS ?= 2
+WORLD_DIST := -n $(WORLD_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint test-fast world
-	$(BIN)/pytest -m world -n $(WORLD_WORKERS) --dist loadfile
+	$(BIN)/pytest -m world $(WORLD_DIST)
 	@$(BIN)/python -m tests.world.kube_versions
 
 # The test world on Kubernetes 1.36.2 (tests/world/kube_versions.py), from the prebuilt binaries
@@ -109,8 +113,7 @@ K136_TESTS = $(if $(filter ci,$(K136)),$(K136_CI),$(K136_ALL))
 test-136: $(STAMP)
 	@if $(BIN)/python -c 'import sys; from tests.world.kube_versions import unavailable_136; \
 	    sys.exit(1 if unavailable_136() else 0)'; then \
-	    KAIWU_TESTWORLD_KUBE=1.36 $(BIN)/pytest -m world -n $(WORLD_WORKERS) --dist loadfile \
-	        $(K136_TESTS); \
+	    KAIWU_TESTWORLD_KUBE=1.36 $(BIN)/pytest -m world $(WORLD_DIST) $(K136_TESTS); \
 	else $(BIN)/python -m tests.world.kube_versions; fi
 
 # The fast tier alone (no test world needed), one worker per core.

@@ -20,6 +20,7 @@ from collections.abc import Generator
 import pytest
 
 from tests.support import hypothesis_profiles
+from tests.support.ordering import slowest_first
 from tests.support.pods import cluster
 from tests.world.fixtures import (
     add_log_paths,
@@ -43,6 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_world_tests(items)
+    slowest_first(items)
 
 
 @pytest.hookimpl(wrapper=True)
