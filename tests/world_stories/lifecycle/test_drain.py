@@ -156,8 +156,14 @@ def test_a_decommissioned_node_that_comes_back_in_a_wanted_pod_is_recommissioned
 
     started = time.monotonic()
     api.patch(kk.KAIWU_CLUSTER, namespace, NAME, {"spec": {"paused": False}})
+    # Asked of KaiwuDB and of the status's last actions too: the cluster may read Ready with
+    # the same three live nodes (a status written before the unpause) before the reconciler
+    # has recommissioned the node and said so.
     obj = wait_for("Ready with the same three nodes, none decommissioning", lambda: (
-        o := wait_ready(reconciler, 30)) and live_nodes(o) == three and o, 30, 0.1)
+        o := wait_ready(reconciler, 30)) and live_nodes(o) == three
+        and "Recommissioned" in [a["action"] for a in o["status"].get("lastActions") or ()]
+        and not any(n.is_decommissioning for n in kwbase.node_status(
+            f"{NAME}-0", decommission=True)) and o, 30, 0.1)
     report("unpaused: node recommissioned, Ready", time.monotonic() - started)
     assert lifecycle_count(reconciler, "recommission") == 1
     assert "Recommissioned" in [a["action"] for a in obj["status"]["lastActions"]]
