@@ -91,7 +91,8 @@ twice."""
 
 def soak_settings() -> SoakSettings:
     # The gate's short mode replays one fixed seed (the same faults on every run); the long
-    # mode (`make soak`) and `make test-random` draw a new one unless KAIWU_SOAK_SEED is given.
+    # mode (`make soak`) and KAIWU_RANDOM=1 draw a new one unless KAIWU_SOAK_SEED is given
+    # (`make test-random` gives the seed it drew and printed for the whole run).
     chosen = os.environ.get("KAIWU_SOAK_SEED")
     if not chosen and (LONG or os.environ.get("KAIWU_RANDOM")):
         chosen = str(random.SystemRandom().randrange(10**6))
