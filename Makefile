@@ -84,9 +84,9 @@ lint: $(STAMP)
 # gate (a reference cluster must become Ready, or every world story stops with the reason).
 # WORLD_WORKERS: world-tier workers, each with its own control plane and simulated world (about
 # 0.6 GB each); a story's module stays on one worker. Two halve the tier on two cores, where a
-# story mostly waits on timers. Three took 19 min instead of 24, but kept both cores busy and
-# two stories failed on races the load exposed (docs/testworld.md, "Where the world tier's time
-# goes"). Modules start slowest first (tests/support/ordering.py; --no-loadscope-reorder keeps
+# story mostly waits on timers. Three took 17 to 19 min instead of 24, but kept both cores busy,
+# and two stories failed on races the load exposed, since fixed; one clean run so far
+# (docs/testworld.md, "Where the world tier's time goes"). Modules start slowest first (tests/support/ordering.py; --no-loadscope-reorder keeps
 # that order: xdist's own puts the modules with most tests first, the one-test soak near last).
 WORLD_WORKERS ?= 2
 WORLD_DIST := -n $(WORLD_WORKERS) --dist loadfile --no-loadscope-reorder
