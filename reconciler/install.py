@@ -39,7 +39,7 @@ import dataclasses
 import importlib.metadata
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
@@ -834,12 +834,7 @@ def uninstall_main(argv: Sequence[str]) -> int:
     options = Options(namespace=args.namespace, scope=args.scope,
                       watch_namespace=args.watch_namespace, kube_version=args.kube_version,
                       shard=args.shard)
-    problems = options.problems()
-    if problems:
-        print(f"kaiwu uninstall: {'; '.join(problems)}", file=sys.stderr)
-        return EXIT_INVALID
-    sys.stdout.write(render_removal(options))
-    return EXIT_OK
+    return _print("kaiwu uninstall", options, render_removal)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -921,9 +916,15 @@ def main(argv: Sequence[str]) -> int:
                       shard=args.shard,
                       backup_volume_claims=tuple(args.backup_volume_claim),
                       crds_only=args.crds_only, skip_crds=args.skip_crds)
+    return _print("kaiwu install", options, render)
+
+
+def _print(command: str, options: Options, text_of: Callable[[Options], str]) -> int:
+    """The YAML `text_of(options)` on stdout, or one line naming every problem of the flags on
+    stderr and exit 2 (nothing printed)."""
     problems = options.problems()
     if problems:
-        print(f"kaiwu install: {'; '.join(problems)}", file=sys.stderr)
+        print(f"{command}: {'; '.join(problems)}", file=sys.stderr)
         return EXIT_INVALID
-    sys.stdout.write(render(options))
+    sys.stdout.write(text_of(options))
     return EXIT_OK

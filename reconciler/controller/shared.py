@@ -16,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from reconciler import status as st
@@ -95,12 +95,12 @@ def made_for(live: Obj, cluster: Obj) -> bool:
 
 class WriteMarks:
     """What we last wrote, per cluster and object (or "status"): the resourceVersion it
-    replaced ("" for a create) and when; see STALE_GRACE_S."""
+    replaced ("" for a create), when, and for a create when the API server last showed it
+    (Shared.write_in_flight); see STALE_GRACE_S."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._written: dict[tuple[ClusterKey, str], tuple[str, float]] = {}
-        self._asked: dict[tuple[ClusterKey, str], float] = {}  # create confirmed there, when
+        self._written: dict[tuple[ClusterKey, str], _Mark] = {}
 
     def wrote(self, key: ClusterKey, name: str, before: Obj | None,
               after: Obj | None = None) -> None:
@@ -109,12 +109,11 @@ class WriteMarks:
         resourceVersion) sends no event, so there is nothing to wait for."""
         version = str(meta(before).get("resourceVersion") or "")
         with self._lock:
-            self._asked.pop((key, name), None)
             if version and after is not None and \
                     str(meta(after).get("resourceVersion") or "") == version:
                 self._written.pop((key, name), None)
                 return
-            self._written[(key, name)] = (version, time.monotonic())
+            self._written[(key, name)] = _Mark(version, time.monotonic())
 
     def stale(self, key: ClusterKey, name: str, cached: Obj | None) -> bool:
         """Whether the cache still shows what our last write to `name` replaced."""
@@ -123,41 +122,50 @@ class WriteMarks:
             mark = self._written.get((key, name))
             if mark is None:
                 return False
-            if version == mark[0] and time.monotonic() - mark[1] < STALE_GRACE_S:
+            if version == mark.replaced and time.monotonic() - mark.at < STALE_GRACE_S:
                 return True
             del self._written[(key, name)]
-            self._asked.pop((key, name), None)
             return False
 
     def created(self, key: ClusterKey, name: str) -> bool:
         """Whether our last write to `name` was a create the cache may not show yet."""
         with self._lock:
             mark = self._written.get((key, name))
-            return mark is not None and mark[0] == ""
+            return mark is not None and mark.replaced == ""
 
     def ask_due(self, key: ClusterKey, name: str) -> bool:
         """Whether to ask the API server again if our create is there (Shared.write_in_flight):
         not within ASK_AGAIN_S of its last answer that it was, so a lagging watch costs a few
         reads, not one per STALE_RECHECK_S."""
         with self._lock:
-            asked = self._asked.get((key, name))
-            return asked is None or time.monotonic() - asked >= ASK_AGAIN_S
+            mark = self._written.get((key, name))
+            return mark is None or mark.shown_at is None or \
+                time.monotonic() - mark.shown_at >= ASK_AGAIN_S
 
     def confirm(self, key: ClusterKey, name: str) -> None:
         """The API server showed our create: it is on its way."""
         with self._lock:
-            self._asked[(key, name)] = time.monotonic()
+            mark = self._written.get((key, name))
+            if mark is not None:
+                self._written[(key, name)] = replace(mark, shown_at=time.monotonic())
 
     def drop(self, key: ClusterKey, name: str) -> None:
         with self._lock:
             self._written.pop((key, name), None)
-            self._asked.pop((key, name), None)
 
     def forget(self, key: ClusterKey) -> None:
         with self._lock:
             for written in [w for w in self._written if w[0] == key]:
                 del self._written[written]
-                self._asked.pop(written, None)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """One WriteMarks entry."""
+
+    replaced: str  # the resourceVersion our write replaced; "" for a create
+    at: float  # when we wrote (time.monotonic)
+    shown_at: float | None = None  # a create the API server last showed us, when
 
 
 class DryRuns:

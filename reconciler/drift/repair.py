@@ -132,10 +132,7 @@ class Repairer:
         ops = removal_patch(live, pointers)
         if not ops:
             return None
-        kind = kind_of(live)
-        meta = live["metadata"]
-        self._count("patch", kind.kind)
-        return self.kube.json_patch(kind, meta.get("namespace"), meta["name"], ops)
+        return self.json_patch(live, ops)
 
     def json_patch(self, live: Obj, ops: list[Obj]) -> Obj:
         """An RFC 6902 patch of the live object (`test` operations guard the rest)."""

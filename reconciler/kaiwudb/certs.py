@@ -365,9 +365,9 @@ def load_cert_key(cert_pem: bytes, key_pem: bytes) -> CertKey | None:
     belong together."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
-        private = serialization.load_pem_private_key(key_pem, password=None)
-    except (ValueError, TypeError):
+    except ValueError:
         return None
+    private = LOADED_KEYS.load(key_pem)
     if not isinstance(private, rsa.RSAPrivateKey) or not _key_matches(cert, private):
         return None
     return CertKey(cert, private)

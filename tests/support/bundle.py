@@ -150,6 +150,8 @@ def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
 
 
 def stop(popen: subprocess.Popen[bytes]) -> None:
+    """Stop a reconciler process as its Deployment's pod is stopped: SIGTERM, then SIGKILL
+    after 15 s."""
     if popen.poll() is None:
         popen.terminate()
         try:

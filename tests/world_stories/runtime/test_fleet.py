@@ -36,7 +36,7 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
-from tests.support.bundle import Installer
+from tests.support.bundle import Installer, stop
 from tests.support.harness import REPO, user, wait_for
 from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
@@ -175,12 +175,7 @@ def test_two_hundred_parked_clusters_cost_one_reconciler_no_write_at_rest(
                      if event["requestReceivedTimestamp"] < stamp(window_start + STEADY_S)]
         at_end = statuses(reader, namespace) if in_window else at_start
     finally:
-        popen.terminate()
-        try:
-            popen.wait(15)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(5)
+        stop(popen)
 
     # The fleet stayed parked: had a pod or claim slipped past the quota, a simulated kubelet
     # could have run it, and the writes at rest would be a cluster coming up, not a resync.

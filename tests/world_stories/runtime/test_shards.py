@@ -33,7 +33,7 @@ from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL
-from tests.support.bundle import Installer
+from tests.support.bundle import Installer, stop
 from tests.support.harness import REPO, now_stamp, user, wait_for
 from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
 
@@ -103,13 +103,7 @@ class Shards:
 
     def stop(self) -> None:
         for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+            stop(process)
 
     def writes(self, since: str = "") -> dict[str, list[tuple[str, str]]]:
         """cluster -> [(shard, when)] of every write to the cluster's objects and status."""
