@@ -1,7 +1,8 @@
-"""The spec reference in the README, generated from the CRD so it never drifts from the schema.
+"""The spec reference (docs/spec-reference.md), generated from the CRD so it never drifts from
+the schema.
 
-Called by tests/unit/renderer/test_crd_docs.py, which fails when README.md's section between the
-markers differs from `section()` and rewrites it with `pytest --update-golden` (the golden
+Called by tests/unit/renderer/test_crd_docs.py, which fails when docs/spec-reference.md's section
+between the markers differs from `section()` and rewrites it with `pytest --update-golden` (the golden
 files' refresh flag). One row per field: its path, type and bounds, default and description, in
 the CRD's order.
 """
@@ -75,7 +76,7 @@ def table(root: str) -> str:
 
 
 def section() -> str:
-    """The README's generated section, markers included."""
+    """The spec reference's generated section, markers included."""
     return "\n".join([
         BEGIN, "",
         "<details><summary>Every <code>spec</code> field</summary>", "", table("spec"), "",
@@ -87,6 +88,6 @@ def section() -> str:
 
 
 def replace_section(text: str) -> str:
-    """`text` (the README) with its generated section replaced by the current one."""
+    """`text` (docs/spec-reference.md) with its generated section replaced by the current one."""
     start, end = text.index(BEGIN), text.index(END) + len(END)
     return text[:start] + section() + text[end:]

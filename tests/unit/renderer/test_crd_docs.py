@@ -1,8 +1,9 @@
 """The CRD documents itself: every field has a description (what `kubectl explain` shows), the
-conditions are a map keyed by type, and the README's spec reference is generated from the CRD.
+conditions are a map keyed by type, and the spec reference (docs/spec-reference.md) is generated
+from the CRD.
 
-Refresh the README section after changing the CRD with `pytest tests/unit/renderer
---update-golden` (the golden files' flag), then review `git diff README.md`.
+Refresh it after changing the CRD with `pytest tests/unit/renderer --update-golden` (the golden
+files' flag), then review `git diff docs/spec-reference.md`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from renderer import reference
 from renderer.schema import openapi_schema
 from tests.support.render import REPO
 
-README = REPO / "README.md"
+SPEC_REFERENCE = REPO / "docs" / "spec-reference.md"
 
 
 def undocumented(node: dict[str, Any], path: str) -> list[str]:
@@ -61,14 +62,14 @@ def test_conditions_are_a_map_keyed_by_type_so_server_side_apply_merges_them() -
     assert "type" in conditions["items"]["required"]
 
 
-def test_the_readme_spec_reference_is_generated_from_the_crd(
+def test_the_spec_reference_page_is_generated_from_the_crd(
         request: pytest.FixtureRequest) -> None:
-    text = README.read_text(encoding="utf-8")
+    text = SPEC_REFERENCE.read_text(encoding="utf-8")
     current = reference.replace_section(text)
     if request.config.getoption("--update-golden", default=False):
-        README.write_text(current, encoding="utf-8")
+        SPEC_REFERENCE.write_text(current, encoding="utf-8")
         return
-    assert text == current, ("README.md's spec reference is stale: run pytest "
+    assert text == current, ("docs/spec-reference.md is stale: run pytest "
                              "tests/unit/renderer/test_crd_docs.py --update-golden")
 
 
