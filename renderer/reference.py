@@ -1,10 +1,10 @@
 """The spec reference (docs/spec-reference.md), generated from the CRD so it never drifts from
 the schema.
 
-Called by tests/unit/renderer/test_crd_docs.py, which fails when docs/spec-reference.md's section
-between the markers differs from `section()` and rewrites it with `pytest --update-golden` (the golden
-files' refresh flag). One row per field: its path, type and bounds, default and description, in
-the CRD's order.
+Called by tests/unit/renderer/test_crd_docs.py, which fails when docs/spec-reference.md's
+section between the markers differs from `section()` and rewrites it with `pytest
+--update-golden` (the golden files' refresh flag). One row per field: its path, type and
+bounds, default and description, in the CRD's order.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ refuses them without --force-conflicts; deleting what `kaiwu uninstall` prints a
 ServiceAccount's token).
 
 Used by the `installed` fixture (tests/world_stories/runtime/conftest.py), the install story
-that applies the bundle again over a running reconciler, as an upgrade does, and the uninstall
-stories.
+that applies the bundle again over a running reconciler, as an upgrade does, the uninstall
+stories, and the README's quickstart (tests/support/quickstart.py: route_webhook, run_as_deployed).
 """
 
 from __future__ import annotations
@@ -88,16 +88,24 @@ def server_side_apply(kube: k8s.ApiClient, doc: Obj, *, dry_run: bool = False,
     return answer
 
 
+def route_webhook(doc: Obj, webhook_url: str) -> Obj:
+    """`doc`, or a webhook registration naming `webhook_url` instead of the bundle's Service, as
+    the reconciler registered it in a world where no Service routes to a local process."""
+    if doc["kind"] != "ValidatingWebhookConfiguration":
+        return doc
+    doc = copy.deepcopy(doc)
+    for webhook in doc["webhooks"]:
+        webhook["clientConfig"] = {"url": webhook_url}
+    return doc
+
+
 def apply_bundle(kube: k8s.ApiClient, docs: list[Obj], webhook_url: str = "") -> None:
     """Apply every document in order; the Deployment only as a dry run (no kubelet here runs
     its image: the stories run the reconciler as it would). `webhook_url`: the registration
-    names this URL instead of the bundle's Service, as the reconciler registered it in a world
-    without a Service routing to a local process."""
+    names this URL (route_webhook)."""
     for doc in docs:
-        if webhook_url and doc["kind"] == "ValidatingWebhookConfiguration":
-            doc = copy.deepcopy(doc)
-            for webhook in doc["webhooks"]:
-                webhook["clientConfig"] = {"url": webhook_url}
+        if webhook_url:
+            doc = route_webhook(doc, webhook_url)
         server_side_apply(kube, doc, dry_run=doc["kind"] == "Deployment")
 
 
@@ -123,9 +131,11 @@ def delete_documents(kube: k8s.ApiClient, docs: list[Obj]) -> list[str]:
 
 def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
                     docs: list[Obj], tmp: Path, *, source: Path = REPO,
-                    identity: str = "installed-0") -> tuple[subprocess.Popen[bytes], Path, str]:
+                    identity: str = "installed-0",
+                    webhook_port: int = 0) -> tuple[subprocess.Popen[bytes], Path, str]:
     """`python -m reconciler` with the Deployment's variables and the ServiceAccount's token.
-    `source`: the checkout whose reconciler runs (an earlier version's: tests/support/earlier)."""
+    `source`: the checkout whose reconciler runs (an earlier version's: tests/support/earlier).
+    `webhook_port`: where it serves its webhook (default: a free port)."""
     token = service_account_token(k8s.CoreV1Api(kube), namespace, install.NAME)
     kubeconfig = tmp / "reconciler.kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig(token=token, user="reconciler")))
@@ -138,7 +148,7 @@ def run_as_deployed(plane: ControlPlane, kube: k8s.ApiClient, namespace: str,
     log = tmp / f"reconciler-{identity}.log"
     # The webhook as deployed (certificate Secret, registration) but called by URL: this world
     # has no Service routing the API server to a local process.
-    port = free_port()
+    port = webhook_port or free_port()
     argv = [sys.executable, "-m", "reconciler", "--kubeconfig", str(kubeconfig),
             "--lease-duration-s", "3", "--renew-deadline-s", "2", "--retry-period-s", "0.5",
             "--http-address", "127.0.0.1:0", "--log-format", "text",

@@ -6,7 +6,13 @@ package and caches them in ``$KAIWU_TESTWORLD_CACHE/kubernetes-<source version>/
 cache: ``~/.cache/kaiwu-testworld``); when that directory already holds all three binaries it
 does nothing. The source and build tree live under the cache too, never in the work tree.
 
-``tests.world.controlplane`` and the pytest fixtures call :func:`locate_binaries` to find them.
+Beside them goes ``kubectl``: Debian's own build of the same source version (the binary package
+``kubernetes-client``, downloaded and unpacked, never installed), so the stories that run what the
+docs tell a user to type (``kubectl apply --server-side``, ``kubectl kustomize``) use a known
+kubectl on every machine, whatever else is on ``PATH``.
+
+``tests.world.controlplane`` and the pytest fixtures call :func:`locate_binaries` to find them,
+and :func:`locate_kubectl` for kubectl.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from pathlib import Path
 
 BINARIES: tuple[str, ...] = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 SOURCE_PACKAGE = "kubernetes"
+# Debian's binary package of kubectl, built from SOURCE_PACKAGE (kubectl 1.20.2, kustomize v2.0.3).
+KUBECTL_PACKAGE = "kubernetes-client"
 
 
 def default_cache_dir() -> Path:
@@ -84,6 +92,13 @@ def locate_binaries(cache_dir: Path | None = None) -> Path | None:
     if not candidates:
         return None
     return max(candidates, key=lambda d: (d / BINARIES[0]).stat().st_mtime)
+
+
+def locate_kubectl(cache_dir: Path | None = None) -> Path | None:
+    """The cached kubectl beside the newest built control plane, or None before `make world`."""
+    bin_dir = locate_binaries(cache_dir)
+    kubectl = bin_dir / "kubectl" if bin_dir is not None else None
+    return kubectl if kubectl is not None and os.access(kubectl, os.X_OK) else None
 
 
 def _run(cmd: Sequence[str], what: str, *, cwd: Path | None = None,
@@ -190,11 +205,42 @@ def _replace_reflect2(settings: BuildSettings, tree: Path) -> None:
                     ignore=shutil.ignore_patterns("go.mod", "go.sum", "*_test.go", "test", "tests"))
 
 
+def fetch_kubectl(settings: BuildSettings, version: str, out_dir: Path) -> Path:
+    """Put Debian's kubectl of `version` into `out_dir` (once): `apt-get download` of the binary
+    package and `dpkg-deb -x` of it into a scratch directory, never installed, so a kubectl the
+    machine already has (another version, another kustomize) is neither replaced nor used."""
+    kubectl = out_dir / "kubectl"
+    if os.access(kubectl, os.X_OK):
+        return kubectl
+    downloads = settings.work_dir / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    debs = sorted(downloads.glob(f"{KUBECTL_PACKAGE}_*.deb"))
+    if not debs:
+        _run(["apt-get", "download", f"{KUBECTL_PACKAGE}={version}"],
+             "download Debian's kubectl", cwd=downloads)
+        debs = sorted(downloads.glob(f"{KUBECTL_PACKAGE}_*.deb"))
+    if not debs:
+        raise BuildError(f"apt-get download left no {KUBECTL_PACKAGE} package in {downloads}")
+    unpacked = settings.work_dir / KUBECTL_PACKAGE
+    shutil.rmtree(unpacked, ignore_errors=True)
+    _run(["dpkg-deb", "-x", str(debs[-1]), str(unpacked)], "unpack Debian's kubectl")
+    found = unpacked / "usr" / "bin" / "kubectl"
+    if not found.exists():
+        raise BuildError(f"{debs[-1].name} holds no usr/bin/kubectl")
+    partial = kubectl.with_name("kubectl.partial")
+    shutil.copy2(found, partial)
+    partial.rename(kubectl)  # whole or absent: locate_kubectl never finds half a file
+    shutil.rmtree(unpacked, ignore_errors=True)
+    say(f"kubectl from {debs[-1].name}: {kubectl}")
+    return kubectl
+
+
 def build(settings: BuildSettings) -> Path:
-    """Build (or reuse) the binaries; return the cached ``bin/`` directory."""
+    """Build (or reuse) the binaries and kubectl; return the cached ``bin/`` directory."""
     version = source_version()
     out_dir = binaries_dir(settings, version)
     if _complete(out_dir):
+        fetch_kubectl(settings, version, out_dir)
         say(f"cached, nothing to do: {out_dir}")
         return out_dir
 
@@ -230,6 +276,7 @@ def build(settings: BuildSettings) -> Path:
     staging.rename(out_dir)
     if not settings.keep_tree:
         shutil.rmtree(tree, ignore_errors=True)
+    fetch_kubectl(settings, version, out_dir)
     say(f"built in {time.monotonic() - started:.0f} s: {out_dir}")
     return out_dir
 
