@@ -109,3 +109,7 @@ def reconcile(argv: Sequence[str] | None = None) -> int:
         log.error("the reconciler failed", extra={"error": f"{type(error).__name__}: {error}"},
                   exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
+
+
+if __name__ == "__main__":  # `python -m reconciler.cli ...`: the same as `kaiwu ...`
+    sys.exit(main())

@@ -12,10 +12,12 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb.kwbase import LIVENESS_TTL_S, METRICS_SAMPLE_S
+from reconciler.kaiwudb.kwbase import LIVENESS_TTL_S, METRICS_SAMPLE_S, KwbaseAdmin
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
+from renderer.schema import apply_defaults
+from renderer.spec import Cluster
 from tests.support.harness import Reconciler, condition, example, user, wait_for
 from tests.world.simworld import SimWorld
 
@@ -124,3 +126,8 @@ def node_lost_since(kube: k8s.ApiClient, node: str) -> float | None:
             return datetime.fromisoformat(
                 str(item["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
     return None
+
+
+def kaiwudb_admin(kube: k8s.ApiClient, namespace: str, spec: Obj) -> KwbaseAdmin:
+    """The test's own window into KaiwuDB (kwbase through exec, as a person would use it)."""
+    return KwbaseAdmin.for_cluster(Kube(kube, "test"), Cluster.from_object(apply_defaults(spec)))

@@ -6,6 +6,10 @@ drifted (a module split or renamed) fails here, naming the file and the fix.
 
 Code is left to the type checker: only docstrings and comments are read (a local variable
 called `reconciler` in a test is not a module name).
+
+Likewise every section a text sends the reader to (a page of docs/ or the README, then the
+heading in double quotes; several headings in one parenthesis) must be a heading of that page,
+or the start of one: a section renamed or moved fails here, naming where it was cited.
 """
 
 from __future__ import annotations
@@ -107,3 +111,50 @@ def test_names_that_exist_resolve(name: str) -> None:
                                   "reconciler.kwbase"])
 def test_names_that_do_not_exist_are_caught(name: str) -> None:
     assert not resolves(name)
+
+
+# A page (in backticks or not), then the quoted headings that follow it directly, in a
+# parenthesis or not.
+SECTION_CITE = re.compile(r'`?(README\.md|docs/[\w.-]+\.md)`?,?\s*\(?((?:"[^"\n]{2,80}"'
+                          r'(?:,\s*|\s*\)|(?=\W)))+)')
+QUOTED = re.compile(r'"([^"\n]+)"')
+
+
+@functools.cache
+def headings(page: str) -> list[str]:
+    """The page's headings as a reader sees them (no backticks or emphasis)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return [re.sub(r"[`*]", "", heading).strip()
+            for heading in re.findall(r"^#{1,6}\s+(.*)$", text, flags=re.MULTILINE)]
+
+
+def unresolved_sections(paths: list[Path]) -> list[str]:
+    problems = []
+    for path in paths:
+        for cite in SECTION_CITE.finditer(prose_of(path)):
+            page = cite.group(1)
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            if not (ROOT / page).exists():
+                problems.append(f"{where}: {page} does not exist")
+                continue
+            for wanted in QUOTED.findall(cite.group(2)):
+                wanted = re.sub(r"\s+", " ", wanted)
+                if not any(h.startswith(wanted) for h in headings(page)):
+                    problems.append(f"{where}: {page} has no section "
+                                    f"{wanted!r} (renamed or moved? cite the heading as it is)")
+    return problems
+
+
+def test_every_section_a_text_cites_is_a_heading_of_that_page() -> None:
+    problems = unresolved_sections(sources())
+    assert not problems, "\n".join(problems)
+
+
+def test_a_cited_section_that_is_gone_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "cites.md"
+    page.write_text('See (`docs/reconciler.md`, "Deploying it") and docs/reconciler.md '
+                    '("Sharding", "Scaling by hand"), and README.md, "The renderer in CI".\n')
+    problems = unresolved_sections([page])
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "docs/reconciler.md has no section 'Scaling by hand' (renamed or moved? cite the "
+        "heading as it is)"]

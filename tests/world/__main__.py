@@ -21,6 +21,7 @@ from types import FrameType
 
 import yaml
 
+from tests.world.build import locate_kubectl
 from tests.world.controlplane import REPO_ROOT, ControlPlane, ControlPlaneError
 from tests.world.kube_rest import KubeAccess
 from tests.world.simworld import SimWorld
@@ -51,7 +52,7 @@ def _report(plane: ControlPlane, kubeconfig: Path, nodes: Sequence[str]) -> str:
         "",
         "Use it:",
         f"  export KUBECONFIG={kubeconfig}",
-        "  kubectl get kaiwuclusters -A      # kubectl 1.20: apt-get install kubernetes-client",
+        f"  {locate_kubectl() or 'kubectl'} get kaiwuclusters -A   # Debian's kubectl 1.20",
         "  .venv/bin/python -c 'import kubernetes as k; k.config.load_kube_config(); "
         "print(k.client.CoreV1Api().list_namespace().items[0].metadata.name)'",
         "",

@@ -6,8 +6,12 @@ powers off. The real node lifecycle controller marks it Unknown; its pod would s
 good (the StatefulSet never replaces a pod no kubelet confirms gone). Once the node has been lost
 for the timeout, the reconciler force-deletes the pod and gives up its claim in the same step
 (its volume is on the dead node), so a fresh store starts on the spare node; the new
-KaiwuDB node joins and the lost node id is decommissioned. The cluster is Ready again, and at no
+KaiwuDB node joins and the lost node id is decommissioned: KaiwuDB itself reports it
+decommissioned and not live, and replication heals. The cluster is Ready again, and at no
 point was any other pod or claim touched. Timings are printed (pytest -s).
+
+(A crash-looping pod's bounded restarts are lifecycle/test_stories.py's bad-flag story: a real
+kwbase refusal rather than an injected crash.)
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tests.support.lifecycle import (
     NAME,
     bring_up,
     fully_replicated,
+    kaiwudb_admin,
     lifecycle_count,
     live_nodes,
     node_lost_since,
@@ -66,15 +71,21 @@ def ready_with(reconciler: Reconciler, pod_name: str) -> Obj | None:
 def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
         sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
-    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
-        namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s", "replaceLostVolumes": True}))
-    report("apply -> Ready (3 nodes)", took)
+    spec = small_cluster(namespace, failover={"nodeLostTimeout": f"{TIMEOUT_S:g}s",
+                                              "replaceLostVolumes": True})
+    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, spec)
+    report("apply -> Ready (3 nodes on node-local volumes)", took)
     before = live_nodes(obj)
     victim = f"{NAME}-1"
+    dead_id = before[victim]
     others = [f"{NAME}-0", f"{NAME}-2"]
     old = pod(kube, namespace, victim)
     assert old is not None
     lost_node = old["spec"]["nodeName"]
+    old_claim = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert old_claim is not None
+    assert (old_claim["metadata"].get("annotations") or {}).get(
+        "volume.kubernetes.io/selected-node") == lost_node, "the volume is pinned to the node"
     uids = {name: (pod(kube, namespace, name) or {})["metadata"]["uid"] for name in others}
     claims: dict[str, Any] = {name: Kube(kube, "test").get(kk.PVC, namespace, f"data-{name}")
                               for name in others}
@@ -135,47 +146,26 @@ def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
     reasons = [e.reason for e in events if e.involved_object.kind == "KaiwuCluster"]
     for reason in ("PodForceDeleted", "VolumeReplaced", "DeadNodeDecommissioned"):
         assert reasons.count(reason) == 1, (reason, reasons)
+    assert actions.index("DeadNodeDecommissioned") < actions.index("VolumeReplaced") < \
+        actions.index("PodForceDeleted"), "newest first: force-delete, replace, decommission"
 
-
-def test_a_crash_looping_pod_is_restarted_a_bounded_number_of_times_then_stalled(
-        sim_world: SimWorld, faults: Faults, reconciler_factory: Callable[..., Reconciler],
-        kube: k8s.ApiClient, namespace: str) -> None:
-    reconciler, obj, took = bring_up(reconciler_factory, kube, namespace, small_cluster(
-        namespace, failover={"podNotReadyTimeout": "1s", "maxCrashRestarts": 2}))
-    report("apply -> Ready (3 nodes)", took)
-    nodes = live_nodes(obj)
-    victim = f"{NAME}-2"
-
-    # A bad start: the container exits at once, every time (a configuration error).
-    started = time.monotonic()
-    faults.crash_loop(namespace, victim, exit_code=3, message="ERROR: invalid --cache value")
-    stalled = wait_for("the reconciler to give up (Stalled)", lambda: (c := condition(
-        reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c, 60, 0.1)
-    took = time.monotonic() - started
-    report("crash loop -> 2 restarts -> Stalled", took)
-    assert took >= 2 * 1.0, "each restart waits podNotReadyTimeout (1s) of crashing first"
-    assert stalled["reason"] == "CrashLoop"
-    assert f"pod {victim} keeps crashing (exit code 3" in stalled["message"]
-    assert "restarted it 2 times" in stalled["message"]
-    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
-    stuck = (pod(kube, namespace, victim) or {})["metadata"]["uid"]
-    time.sleep(3.0)  # several crashes later: no more restarts
-    assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
-    assert (pod(kube, namespace, victim) or {})["metadata"]["uid"] == stuck
-    assert condition(reconciler.cluster(NAME), "Ready")["status"] == "False"
-
-    # The cause goes away (here: the fault); the kubelet's next restart comes up and joins.
-    started = time.monotonic()
-    faults.stop_crash_loop(namespace, victim)
-
-    def healed() -> Obj | None:
-        found = reconciler.cluster(NAME)
-        st = (found or {}).get("status") or {}
-        return found if condition(found, "Ready").get("status") == "True" and condition(
-            found, "Stalled").get("status") == "False" and "failures" not in st else None
-    obj = wait_for("Ready again and no longer Stalled", healed, 30, 0.1)
-    report("crash loop ends -> Ready", time.monotonic() - started)
-    assert live_nodes(obj) == nodes, "the same store came back: the same node id"
+    # The new store's volume is on a live node, and the lost id no longer counts as a node.
+    new_claim = Kube(kube, "test").get(kk.PVC, namespace, f"data-{victim}")
+    assert new_claim is not None and new_claim["metadata"]["uid"] != old_claim["metadata"]["uid"]
+    assert (new_claim["metadata"].get("annotations") or {}).get(
+        "volume.kubernetes.io/selected-node") != lost_node
+    assert dead_id not in [e["nodeId"] for e in obj["status"]["nodes"]]
+    # KaiwuDB's own view: the dead id is decommissioned, the new one live, and replication
+    # heals (the lost copies re-made on the live stores; checked after the fact: the
+    # reconciler decommissions once the new store is live, it does not wait for replication).
+    admin = kaiwudb_admin(kube, namespace, spec)
+    rows = {n.id: n for n in admin.node_status(f"{NAME}-0", decommission=True)}
+    assert rows[dead_id].is_decommissioning and not rows[dead_id].is_live, rows[dead_id]
+    assert rows[after[victim]].healthy and not rows[after[victim]].is_decommissioning
+    health = wait_for("replication to be healthy", lambda: (
+        h := admin.replication_health(f"{NAME}-0")).healthy and h, 60, 0.2)
+    report("node powered off -> replication healthy", time.monotonic() - lost_at)
+    assert health.unavailable == 0 and health.underreplicated == 0
 
 
 def test_without_replace_lost_volumes_the_pod_waits_for_its_node(

@@ -61,7 +61,7 @@ def user_shell(tmp: Path, kubeconfig: Path) -> dict[str, str]:
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     (bin_dir / "kubectl").symlink_to(kubectl)
-    # This checkout's kaiwu (cwd is the checkout, so `-m` imports its code).
+    # This checkout's kaiwu (the story's cwd is the checkout, so `-m` imports its code).
     kaiwu = bin_dir / "kaiwu"
     kaiwu.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m reconciler.cli "$@"\n')
     kaiwu.chmod(0o755)
@@ -105,8 +105,12 @@ def test_a_newcomer_runs_the_readme_quickstart_as_written(tmp_path: Path) -> Non
                                                       webhook_port)
                         reconcilers.append(popen)
                         logs.append(log)
-                        wait_for("the reconciler to register its webhook",
-                                 functools.partial(registered, api, popen, log), 30, 0.2)
+                        try:
+                            wait_for("the reconciler to register its webhook",
+                                     functools.partial(registered, api, popen, log), 60, 0.2)
+                        except BaseException:
+                            print(log.read_text(errors="replace")[-3000:])
+                            raise
                     continue
                 command = step.command(kube_version=str(VERSION),
                                        webhook_url=f"https://127.0.0.1:{webhook_port}",
