@@ -29,6 +29,7 @@ SLOWEST = (
     "tests/world_stories/drift/test_steady.py",
     "tests/world_stories/drift/test_repair.py",
     "tests/world_stories/runtime/test_fleet.py",
+    "tests/world_stories/runtime/test_quickstart.py",
     "tests/world_stories/runtime/test_status.py",
     "tests/packaging/test_packaging.py",
 )

@@ -36,6 +36,7 @@ from kubernetes import client as k8s
 from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
+from reconciler.runtime.webhook import PATH
 from tests.support import quickstart
 from tests.support.bundle import run_as_deployed, stop
 from tests.support.harness import REPO, wait_for
@@ -113,7 +114,7 @@ def test_a_newcomer_runs_the_readme_quickstart_as_written(tmp_path: Path) -> Non
                             raise
                     continue
                 command = step.command(kube_version=str(VERSION),
-                                       webhook_url=f"https://127.0.0.1:{webhook_port}",
+                                       webhook_url=f"https://127.0.0.1:{webhook_port}{PATH}",
                                        python=sys.executable)
                 ran = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=REPO,
                                      env=env, capture_output=True, text=True, timeout=900,
