@@ -212,6 +212,11 @@ def _changes(projection: Projection) -> tuple[Change, ...]:
                     _lookup(projection.live, (*list_path, ORDER_KEY)),
                     projection.owners.get(list_path, ()),
                 )
+            elif kind == "changed" and path in projection.keyed_paths and isinstance(
+                    level.t1, Mapping) and isinstance(level.t2, Mapping):
+                for item in _keyed_items(path, level.t1, level.t2, projection):
+                    changes.setdefault(item.pointer + "\0" + item.kind, item)
+                continue
             else:
                 change = Change(
                     kind,
@@ -224,6 +229,32 @@ def _changes(projection: Projection) -> tuple[Change, ...]:
                 )
             changes.setdefault(change.pointer + "\0" + change.kind, change)
     return tuple(sorted(changes.values(), key=lambda change: (change.pointer, change.kind)))
+
+
+def _keyed_items(path: tuple[str, ...], desired: Mapping[str, Any], live: Mapping[str, Any],
+                 projection: Projection) -> list[Change]:
+    """A keyed list's items, one change each. deepdiff reports a keyed list (a map from key to
+    item by now) that shares few keys with the other side as one change of the whole list,
+    owned by nobody; but its items are identities (a port, a container), each with its own
+    owners, and the repair must tell the items another manager added from ours (a port
+    renumbered by hand and one added in the same edit: the server refuses the merged list's
+    duplicate name until theirs are removed: reconciler.controller.observe.others_added)."""
+    items = []
+    for key in sorted(desired.keys() | live.keys()):
+        item = (*path, key)
+        if key not in live:
+            kind: ChangeKind = "removed"
+        elif key not in desired:
+            kind = "added"
+        elif desired[key] == live[key]:
+            continue
+        else:
+            kind = "changed"
+        items.append(Change(kind, format_pointer(item), _readable(item, projection),
+                            None if kind == "added" else desired[key],
+                            None if kind == "removed" else live[key],
+                            projection.owners.get(item, ())))
+    return items
 
 
 def _lookup(obj: Any, path: tuple[str, ...]) -> Any:

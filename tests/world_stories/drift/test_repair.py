@@ -79,6 +79,18 @@ def change_service_port(kube: k8s.ApiClient, namespace: str) -> None:
         f"{NAME}-public", namespace, cast(Any, obj), field_manager="kubectl-edit")
 
 
+def change_and_add_service_port(kube: k8s.ApiClient, namespace: str) -> None:
+    """`kubectl edit service dev-public` renumbering our first port and adding one of its own
+    in the same edit (a PUT of the object)."""
+    obj = Kube(kube, "test").get(kk.SERVICE, namespace, f"{NAME}-public")
+    assert obj is not None
+    obj["spec"]["ports"][0]["port"] += 1000
+    obj["spec"]["ports"].append({"name": "extra", "port": 9999, "protocol": "TCP",
+                                 "targetPort": 9999})
+    k8s.CoreV1Api(kube).replace_namespaced_service(
+        f"{NAME}-public", namespace, cast(Any, obj), field_manager="kubectl-edit")
+
+
 def _service_ports(kube: k8s.ApiClient, namespace: str) -> list[int]:
     obj = Kube(kube, "test").get(kk.SERVICE, namespace, f"{NAME}-public")
     return sorted(port["port"] for port in (obj or {}).get("spec", {}).get("ports") or ())
@@ -148,6 +160,9 @@ DRIFTS = [
           lambda kube, ns: _ports(sts(kube, ns)) == [8080, 26257, 27257], "StatefulSet/dev"),
     Drift("kubectl edit changes the client Service's port", change_service_port,
           lambda kube, ns: _service_ports(kube, ns) == [8080, 26257], "Service/dev-public"),
+    Drift("kubectl edit renumbers the client Service's port and adds one",
+          change_and_add_service_port,
+          lambda kube, ns: {8080, 26257} <= set(_service_ports(kube, ns)), "Service/dev-public"),
     Drift("kubectl label removes a label we render", remove_label,
           lambda kube, ns: sts(kube, ns)["metadata"]["labels"].get(
               "app.kubernetes.io/component") == "database", "StatefulSet/dev"),

@@ -741,6 +741,24 @@ def test_a_changed_container_port_is_drift() -> None:
     assert change_at(report, ports + "26257~1TCP").managers == (), "nobody owns what is gone"
 
 
+def test_a_keyed_list_mostly_replaced_by_hand_is_still_told_item_by_item() -> None:
+    # Two ports renumbered and one added in one edit: the lists share one key of six, which
+    # deepdiff reports as one change of the whole list, owned by nobody. Each item is its own
+    # change, so the repair can tell (and remove) the items another manager added.
+    live = live_statefulset()
+    kwbase(live)["ports"][0]["containerPort"] = 26258
+    kwbase(live)["ports"][1]["containerPort"] += 1
+    kwbase(live)["ports"].append({"containerPort": 9090, "name": "debug", "protocol": "TCP"})
+
+    report = check(desired_statefulset(), live)
+
+    ports = "/spec/template/spec/containers/kwbase/ports/"
+    kinds = sorted((c.kind, c.pointer.removeprefix(ports)) for c in report.changes)
+    assert [kind for kind, _ in kinds] == ["added", "added", "added", "removed", "removed"]
+    assert ("added", "9090~1TCP") in kinds and ("removed", "26257~1TCP") in kinds
+    assert all(c.pointer.startswith(ports) and c.pointer != ports for c in report.changes)
+
+
 def test_a_field_added_inside_our_container_with_kubectl_edit_is_drift() -> None:
     live = live_statefulset()
     kwbase(live)["stdin"] = True
