@@ -12,6 +12,7 @@
 #   make test-random  the fast tier and the short soak with new random draws (SEED=n replays)
 #   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
 #   make krew   the archive krew installs for `kubectl kaiwu` (dist/), and its manifest's sha256
+#   make manifests  deploy/install.yaml and deploy/kustomize/ (base and overlays) from `kaiwu install`
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
@@ -20,7 +21,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo preview test test-136 test-fast test-random lint world lock image push soak fleet \
-    mutation krew clean
+    mutation krew manifests clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -73,6 +74,13 @@ push: $(STAMP)
 # caveats say why) in dist/, and the manifest's version, uri and sha256 made true to it.
 krew: $(STAMP)
 	$(BIN)/python deploy/krew/build.py
+
+# The generated deploy files: deploy/install.yaml (`kaiwu install`) and the kustomize base and
+# overlays in deploy/kustomize/ (reconciler/kustomize.py). Run after changing reconciler/install.py
+# or the version; unit tests fail while they are stale. `make world` fetches the kubectl 1.20
+# whose kustomize (v2.0.3) the world tier builds every overlay with (tests/packaging/test_kustomize.py).
+manifests: $(STAMP)
+	$(BIN)/python -m reconciler.kustomize deploy
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -11,8 +11,9 @@ failurePolicy and the time-out (reconciler.runtime.webhook), so applying the bun
 undoes them, and the reconciler needs no right to create one.
 
 This module is the one source of truth for the deploy manifests: deploy/install.yaml is its
-output with the defaults (`kaiwu install > deploy/install.yaml`, a unit test fails when the file
-is stale), and the CRD comes from `renderer.cel.crd_for`: the very schema the renderer validates
+output with the defaults and deploy/kustomize/ its variants as a kustomize base and overlays
+(both written by `make manifests`, reconciler.kustomize; unit tests fail when they are stale),
+and the CRD comes from `renderer.cel.crd_for`: the very schema the renderer validates
 with, plus, for `--kube-version` 1.25 or later, the renderer's rules in CEL. The manifests are
 code rather than YAML files shipped as package data because the variants (scope, watched
 namespace, directory mode) change which objects exist, not only values in them; code says why per
@@ -703,14 +704,17 @@ def render(options: Options) -> str:
     if options.skip_crds:
         crds = Options(crds_only=True, kube_version=options.kube_version).command()
         head += f"# Without the CRDs (--skip-crds): apply `{crds}` first.\n"
-    parts = [head]
-    for doc in bundle(options):
-        comment = "".join(f"# {line}\n" for line in _wrap(doc.comment)) if doc.comment else ""
-        parts.append(f"---\n{comment}{to_yaml(doc.obj)}")
-    return "".join(parts)
+    return head + "".join(document_text(doc) for doc in bundle(options))
 
 
-def _wrap(text: str, width: int = 96) -> list[str]:
+def document_text(doc: Document) -> str:
+    """One document of a YAML stream: `---`, its comment, its object (also the text
+    reconciler.kustomize writes the same objects with)."""
+    comment = "".join(f"# {line}\n" for line in wrap(doc.comment)) if doc.comment else ""
+    return f"---\n{comment}{to_yaml(doc.obj)}"
+
+
+def wrap(text: str, width: int = 96) -> list[str]:
     lines: list[str] = []
     for word in text.split():
         if lines and len(lines[-1]) + 1 + len(word) <= width:
@@ -802,7 +806,7 @@ def render_removal(options: Options) -> str:
     head += [KEPT_ON_UNINSTALL,
              f"Also kept: the namespace {options.namespace}; delete it yourself once nothing "
              "else lives there (deleting a namespace deletes everything in it)."]
-    lines = [line for text in head for line in _wrap(text)]
+    lines = [line for text in head for line in wrap(text)]
     parts = ["".join(f"# {line}\n" for line in lines)]
     parts += [f"---\n{to_yaml(doc.obj)}" for doc in removal(options)]
     return "".join(parts)

@@ -68,7 +68,7 @@ def test_deploy_install_yaml_is_what_kaiwu_install_prints(
     assert main(["install"]) == 0
     printed = capsys.readouterr().out
     assert (REPO / "deploy" / "install.yaml").read_text() == printed, \
-        "deploy/install.yaml is stale: run `kaiwu install > deploy/install.yaml`"
+        "deploy/install.yaml is stale: run `make manifests`"
     assert printed == install.render(install.Options()), "deterministic"
 
 
