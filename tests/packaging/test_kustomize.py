@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from deepdiff import DeepDiff
 
 from reconciler import install
 from reconciler.cli import main
@@ -96,20 +97,25 @@ def kaiwu_install(flags: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
-def names(found: Counter[str]) -> list[str]:
-    """kind/namespace/name of each object, for a readable failure."""
-    out = []
+def by_name(found: Counter[str]) -> dict[str, dict[str, Any]]:
+    """The objects by kind/namespace/name, for a readable failure."""
+    out = {}
     for text in found.elements():
         obj: dict[str, Any] = json.loads(text)
         meta = obj["metadata"]
-        out.append(f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}")
-    return sorted(out)
+        out[f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}"] = obj
+    return out
 
 
 def assert_same(built: Counter[str], printed: Counter[str], what: str) -> None:
+    only_built, only_printed = by_name(built - printed), by_name(printed - built)
+    differ = {name: DeepDiff(only_printed[name], obj).to_dict()
+              for name, obj in only_built.items() if name in only_printed}
     assert built == printed, (
         f"{what}: kustomize builds other objects than kaiwu install prints.\n"
-        f"only built: {names(built - printed)}\nonly printed: {names(printed - built)}")
+        f"only built: {sorted(set(only_built) - set(differ))}\n"
+        f"only printed: {sorted(set(only_printed) - set(differ))}\n"
+        f"built otherwise (printed -> built): {differ}")
 
 
 @pytest.mark.parametrize("directory", sorted(CHOICES))
