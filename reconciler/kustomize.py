@@ -276,8 +276,10 @@ def overlay_files(overlay: Overlay, parts: dict[str, list[install.Document]],
              + f"\nYour image: an overlay of your own with this directory under `bases:` and "
              f"`images: [{{name: {install.IMAGE_REPOSITORY}, newName: {IMAGE_EXAMPLE}, "
              f"newTag: \"0.1.0\"}}]` (what `--image` does). Keep the namespace "
-             f"{options.namespace}: kustomize's `namespace:` would miss the names that carry "
-             "it (`kaiwu install --namespace NS` is the way).")
+             f"{options.namespace}: kustomize's `namespace:` moves every namespaced object, "
+             "a watched namespace's Role too, and keeps the cluster-wide names that carry it "
+             f"({install.NAME}-{options.namespace}); `kaiwu install --namespace NS` is the "
+             "way.")
     files["kustomization.yaml"] = _kustomization(about, {
         "bases": bases, "resources": [overlay.resources] if extra else [],
         "patchesJson6902": patches})
