@@ -196,7 +196,7 @@ def _base_files(parts: dict[str, list[install.Document]]) -> dict[str, str]:
             parts["reconciler"]),
         "base/crds/kustomization.yaml": _kustomization(
             f"The CRDs alone: `{install.Options(crds_only=True).command()}`, for teams that "
-            "manage CRDs apart (kubectl apply -k deploy/kustomize/base/crds).",
+            "manage CRDs apart (kubectl apply --server-side -k deploy/kustomize/base/crds).",
             {"resources": ["crds.yaml"]}),
         "base/crds/crds.yaml": _stream("The KaiwuCluster, KaiwuBackup and KaiwuBackupSchedule "
                                        "CRDs.", parts["crds"]),
