@@ -20,7 +20,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test test-136 test-fast test-random lint world lock image push soak fleet \
+.PHONY: demo preview test test-136 test-fast test-random lint deps world lock image push soak fleet \
     mutation krew manifests clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
@@ -37,10 +37,15 @@ demo: $(STAMP)
 preview: $(STAMP)
 	$(BIN)/kaiwu render clusters -o out
 
-# The test world: a real kube-apiserver built from Debian's Kubernetes sources (cached outside the
-# work tree; a no-op once built). Needs root for apt: see docs/testworld.md.
-world: $(STAMP)
+# What the tests need from apt (the test world's build tools and etcd, podman for the image,
+# promtool for the fast tier's alert-rule tests, ...): tests/world/install_deps.sh, idempotent.
+# Needs root for apt: see docs/testworld.md.
+deps:
 	bash tests/world/install_deps.sh
+
+# The test world: a real kube-apiserver built from Debian's Kubernetes sources (cached outside the
+# work tree; a no-op once built), and Debian's kubectl beside it.
+world: $(STAMP) deps
 	$(BIN)/python -m tests.world.build
 
 # requirements.lock: the runtime dependencies (with the s3 extra) pinned with hashes, resolved
@@ -87,8 +92,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Staged, so a broken change fails fast (docs/testworld.md, "Fail fast"): lint and types, then
-# the fast tier on every core, then the test world's build and its tier, whose first story is the
+# Staged, so a broken change fails fast (docs/testworld.md, "Fail fast"): lint and types, the
+# packages the tests need (deps: the fast tier's promtool among them), then the fast tier on
+# every core, then the test world's build and its tier, whose first story is the
 # gate (a reference cluster must become Ready, or every world story stops with the reason).
 # WORLD_WORKERS: world-tier workers, each with its own control plane and simulated world (about
 # 0.6 GB each); a story's module stays on one worker. Two halve the tier on two cores, where a
@@ -98,7 +104,7 @@ lint: $(STAMP)
 # that order: xdist's own puts the modules with most tests first, the one-test soak near last).
 WORLD_WORKERS ?= 2
 WORLD_DIST := -n $(WORLD_WORKERS) --dist loadfile --no-loadscope-reorder
-test: lint test-fast world
+test: lint deps test-fast world
 	$(BIN)/pytest -m world $(WORLD_DIST)
 	@$(BIN)/python -m tests.world.kube_versions
 
