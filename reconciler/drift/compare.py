@@ -183,7 +183,14 @@ def differing(desired: Any, live: Any) -> tuple[Any, Any]:
 
 
 def _changes(projection: Projection) -> tuple[Change, ...]:
-    desired, live = differing(projection.desired, projection.live)
+    changes = _changes_at((), projection.desired, projection.live, projection)
+    return tuple(sorted(changes.values(), key=lambda change: (change.pointer, change.kind)))
+
+
+def _changes_at(prefix: tuple[str, ...], desired: Any, live: Any,
+                projection: Projection) -> dict[str, Change]:
+    """The changes between `desired` and `live`, the values at `prefix` of the projection."""
+    desired, live = differing(desired, live)
     diff = DeepDiff(
         desired,
         live,
@@ -200,22 +207,13 @@ def _changes(projection: Projection) -> tuple[Change, ...]:
         if kind is None:
             raise ValueError(f"unexpected deepdiff report type {report_type!r}")
         for level in levels:
-            path = tuple(str(step) for step in level.path(output_format="list"))
+            path = (*prefix, *(str(step) for step in level.path(output_format="list")))
             if ORDER_KEY in path:
                 # Any change inside "$order" is one reordering of the list that holds it.
-                list_path = path[: path.index(ORDER_KEY)]
-                change = Change(
-                    "reordered",
-                    format_pointer(list_path),
-                    _readable(list_path, projection),
-                    _lookup(projection.desired, (*list_path, ORDER_KEY)),
-                    _lookup(projection.live, (*list_path, ORDER_KEY)),
-                    projection.owners.get(list_path, ()),
-                )
+                change = _reordered(path[: path.index(ORDER_KEY)], projection)
             elif kind == "changed" and path in projection.keyed_paths and isinstance(
                     level.t1, Mapping) and isinstance(level.t2, Mapping):
-                for item in _keyed_items(path, level.t1, level.t2, projection):
-                    changes.setdefault(item.pointer + "\0" + item.kind, item)
+                changes.update(_keyed_items(path, level.t1, level.t2, projection))
                 continue
             else:
                 change = Change(
@@ -228,33 +226,47 @@ def _changes(projection: Projection) -> tuple[Change, ...]:
                     projection.owners.get(path, ()),
                 )
             changes.setdefault(change.pointer + "\0" + change.kind, change)
-    return tuple(sorted(changes.values(), key=lambda change: (change.pointer, change.kind)))
+    return changes
+
+
+def _reordered(list_path: tuple[str, ...], projection: Projection) -> Change:
+    return Change(
+        "reordered",
+        format_pointer(list_path),
+        _readable(list_path, projection),
+        _lookup(projection.desired, (*list_path, ORDER_KEY)),
+        _lookup(projection.live, (*list_path, ORDER_KEY)),
+        projection.owners.get(list_path, ()),
+    )
 
 
 def _keyed_items(path: tuple[str, ...], desired: Mapping[str, Any], live: Mapping[str, Any],
-                 projection: Projection) -> list[Change]:
+                 projection: Projection) -> dict[str, Change]:
     """A keyed list's items, one change each. deepdiff reports a keyed list (a map from key to
     item by now) that shares few keys with the other side as one change of the whole list,
     owned by nobody; but its items are identities (a port, a container), each with its own
     owners, and the repair must tell the items another manager added from ours (a port
     renumbered by hand and one added in the same edit: the server refuses the merged list's
-    duplicate name until theirs are removed: reconciler.controller.observe.others_added)."""
-    items = []
-    for key in sorted(desired.keys() | live.keys()):
+    duplicate name until theirs are removed: reconciler.controller.observe.others_added). An
+    item both sides hold is compared inside, as deepdiff compares a map it goes deeper into (a
+    keyed list inside it told item by item in turn); a changed order is one reordering."""
+    changes: dict[str, Change] = {}
+    if desired.get(ORDER_KEY) != live.get(ORDER_KEY):
+        change = _reordered(path, projection)
+        changes[change.pointer + "\0" + change.kind] = change
+    for key in sorted((desired.keys() | live.keys()) - {ORDER_KEY}):
         item = (*path, key)
-        if key not in live:
-            kind: ChangeKind = "removed"
-        elif key not in desired:
-            kind = "added"
-        elif desired[key] == live[key]:
+        if key in desired and key in live:
+            if desired[key] != live[key]:
+                changes.update(_changes_at(item, desired[key], live[key], projection))
             continue
-        else:
-            kind = "changed"
-        items.append(Change(kind, format_pointer(item), _readable(item, projection),
-                            None if kind == "added" else desired[key],
-                            None if kind == "removed" else live[key],
-                            projection.owners.get(item, ())))
-    return items
+        kind: ChangeKind = "removed" if key not in live else "added"
+        change = Change(kind, format_pointer(item), _readable(item, projection),
+                        None if kind == "added" else desired[key],
+                        None if kind == "removed" else live[key],
+                        projection.owners.get(item, ()))
+        changes[change.pointer + "\0" + change.kind] = change
+    return changes
 
 
 def _lookup(obj: Any, path: tuple[str, ...]) -> Any:

@@ -54,3 +54,11 @@ def test_the_story_runs_install_and_uninstall_for_the_worlds_release_and_webhook
         **values) == "kaiwu uninstall --kube-version 1.20 | kubectl delete --ignore-not-found -f -"
     assert steps["kubectl apply -f clusters/dev.yaml"].command(**values) == (
         "kubectl apply -f clusters/dev.yaml")
+
+
+def test_commands_in_another_kind_of_block_are_refused_not_skipped(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{quickstart.BEGIN} -->\n```bash\nhelm install kaiwu ./chart\n```\n"
+                      f"{quickstart.END}\n")
+    with pytest.raises(quickstart.UnknownCommand, match=r"a ```bash block"):
+        quickstart.steps(readme)

@@ -214,16 +214,29 @@ def fetch_kubectl(settings: BuildSettings, version: str, out_dir: Path) -> Path:
         return kubectl
     downloads = settings.work_dir / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
-    debs = sorted(downloads.glob(f"{KUBECTL_PACKAGE}_*.deb"))
-    if not debs:
-        _run(["apt-get", "download", f"{KUBECTL_PACKAGE}={version}"],
-             "download Debian's kubectl", cwd=downloads)
-        debs = sorted(downloads.glob(f"{KUBECTL_PACKAGE}_*.deb"))
-    if not debs:
-        raise BuildError(f"apt-get download left no {KUBECTL_PACKAGE} package in {downloads}")
+    # apt-get download names the file <package>_<version with ':' as %3a>_<arch>.deb.
+    pattern = f"{KUBECTL_PACKAGE}_{version.replace(':', '%3a')}_*.deb"
     unpacked = settings.work_dir / KUBECTL_PACKAGE
-    shutil.rmtree(unpacked, ignore_errors=True)
-    _run(["dpkg-deb", "-x", str(debs[-1]), str(unpacked)], "unpack Debian's kubectl")
+    for attempt in (1, 2):
+        debs = sorted(downloads.glob(pattern))
+        if not debs:
+            try:
+                _run(["apt-get", "download", f"{KUBECTL_PACKAGE}={version}"],
+                     "download Debian's kubectl", cwd=downloads)
+            except BuildError as err:
+                raise BuildError(f"{err}\nRun tests/world/install_deps.sh first (as root): it "
+                                 "updates apt's package lists.") from err
+            debs = sorted(downloads.glob(pattern))
+        if not debs:
+            raise BuildError(f"apt-get download left no {pattern} in {downloads}")
+        shutil.rmtree(unpacked, ignore_errors=True)
+        try:
+            _run(["dpkg-deb", "-x", str(debs[-1]), str(unpacked)], "unpack Debian's kubectl")
+            break
+        except BuildError:
+            if attempt == 2:
+                raise
+            debs[-1].unlink()  # a download cut short: fetch it once more
     found = unpacked / "usr" / "bin" / "kubectl"
     if not found.exists():
         raise BuildError(f"{debs[-1].name} holds no usr/bin/kubectl")

@@ -289,3 +289,19 @@ def test_a_crash_loop_restart_counted_before_a_crash_is_not_made_twice(
                if w["verb"] == "delete" and w["objectRef"]["resource"] == "pods"]
     assert len(deletes) == 2, [w["requestURI"] for w in deletes]
 
+    # The cause goes away with no change to the spec (here: the fault; a full disk freed, say):
+    # the kubelet's next restart comes up and joins, and Stalled clears at the same generation.
+    generation = (reconcilers.cluster() or {})["metadata"]["generation"]
+    started = time.monotonic()
+    faults.stop_crash_loop(namespace, victim)
+
+    def healed() -> dict[str, Any] | None:
+        found = reconcilers.cluster()
+        st = (found or {}).get("status") or {}
+        return found if condition(found, "Ready").get("status") == "True" and condition(
+            found, "Stalled").get("status") == "False" and "failures" not in st else None
+    obj = wait_for("Ready again and no longer Stalled", healed, 60, 0.2)
+    report("crash loop ends -> Ready", time.monotonic() - started)
+    assert obj["metadata"]["generation"] == generation
+    assert f"{NAME}-2" in live_nodes(obj)
+

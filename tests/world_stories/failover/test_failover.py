@@ -116,6 +116,7 @@ def test_a_pod_on_a_lost_node_is_replaced_on_another_node(
     # count its replicas up to date: giving its store up could drop a range's last copy).
     report("nodeLostTimeout ran out -> pod Ready on another node", replaced_after - TIMEOUT_S)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert replaced_after >= TIMEOUT_S, "not before nodeLostTimeout"
     assert replaced_after < TIMEOUT_S + 20 + HEALTH_AFTER_LOSS_S, \
         "the timeout, fresh range metrics, and a few seconds"
 

@@ -312,12 +312,11 @@ def test_a_bad_flag_crash_loops_one_pod_a_bounded_number_of_times_then_stalls(
     halted = wait_for("the cluster to give up on the crashing pod (Stalled)", lambda: (
         c := condition(reconciler.cluster(NAME), "Stalled")).get("status") == "True" and c,
         90, 0.1)
-    took = time.monotonic() - started
-    report("bad flag -> bounded restarts -> Stalled", took)
-    assert took >= 2 * 1.0, "each restart waits podNotReadyTimeout (1s) of crashing first"
+    report("bad flag -> bounded restarts -> Stalled", time.monotonic() - started)
     assert halted["reason"] == "CrashLoop", halted
     assert f"pod {first} keeps crashing" in halted["message"]
     assert "unknown flag: --no-such-flag" in halted["message"]
+    assert "restarted it 2 times" in halted["message"]
     assert lifecycle_count(reconciler, "restart-crashing-pod") == 2
 
     stuck = pods(kube, namespace)[first]["metadata"]["uid"]
@@ -336,8 +335,9 @@ def test_a_bad_flag_crash_loops_one_pod_a_bounded_number_of_times_then_stalls(
     # The user removes the flag: the pod comes back with its store.
     started = time.monotonic()
     patch_spec(kube, namespace, {"extraArgs": []})
-    obj = wait_for("Ready again and no longer Stalled", lambda: (
+    obj = wait_for("Ready again, no longer Stalled, no failure left", lambda: (
         found := reconciler.cluster(NAME)) and condition(found, "Ready").get("status") == "True"
-        and condition(found, "Stalled").get("status") == "False" and found, 60, 0.1)
+        and condition(found, "Stalled").get("status") == "False"
+        and "failures" not in (found.get("status") or {}) and found, 60, 0.1)
     report("flag removed -> Ready", time.monotonic() - started)
     assert live_nodes(obj) == nodes, "the same stores: the same node ids"

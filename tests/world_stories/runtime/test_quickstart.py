@@ -37,6 +37,7 @@ from reconciler import install
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.runtime.webhook import PATH
+from renderer.settings import DEFAULT_KUBE_VERSION
 from tests.support import quickstart
 from tests.support.bundle import run_as_deployed, stop
 from tests.support.harness import REPO, wait_for
@@ -54,7 +55,9 @@ OPERATOR_NAMESPACE = "kaiwu-system"  # kaiwu install's default
 
 
 def user_shell(tmp: Path, kubeconfig: Path) -> dict[str, str]:
-    """The environment of the user's shell: kubectl and kaiwu first on PATH."""
+    """The environment of the user's shell: kubectl and kaiwu first on PATH. Debian's kubectl
+    1.20.2 on every tier (on the 1.36 tier beyond kubectl's supported skew of one minor release;
+    the commands the README uses work there)."""
     kubectl = locate_kubectl()
     if kubectl is None:
         pytest.fail("no kubectl in the test world's cache: run `make world` (it fetches "
@@ -81,21 +84,23 @@ def pods(api: Kube) -> dict[str, tuple[str, bool]]:
 @pytest.mark.world  # a world of its own: no session fixture marks it
 def test_a_newcomer_runs_the_readme_quickstart_as_written(tmp_path: Path) -> None:
     steps = quickstart.steps()
+    kubeconfig = tmp_path / "kubeconfig"
+    env = user_shell(tmp_path, kubeconfig)
+    # The README's --kube-version is for a release before the bundle's default only.
+    kube_version = "" if VERSION >= DEFAULT_KUBE_VERSION else str(VERSION)
     started = time.monotonic()
     with ControlPlane(ControlPlaneSettings(crd_paths=())) as plane:
         admin = plane.api_client()
         api = Kube(admin, "test")
+        kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig()))
         world = SimWorld(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token),
                          WorldSettings(nodes=default_nodes(3, prefix="quickstart-node")))
-        world.start()
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(plane.kubeconfig()))
-        env = user_shell(tmp_path, kubeconfig)
         reconcilers: list[subprocess.Popen[bytes]] = []
         logs: list[Path] = []
         webhook_port = free_port()
         outputs: dict[str, str] = {}
         try:
+            world.start()
             for number, step in enumerate(steps, 1):
                 if step.not_here is not None:
                     print(f"[{number}] not here: {step.shown}\n      ({step.not_here.why})")
@@ -107,13 +112,17 @@ def test_a_newcomer_runs_the_readme_quickstart_as_written(tmp_path: Path) -> Non
                         reconcilers.append(popen)
                         logs.append(log)
                         try:
-                            wait_for("the reconciler to register its webhook",
-                                     functools.partial(registered, api, popen, log), 60, 0.2)
+                            # The new reconciler leads (an upgrade: not the one before it),
+                            # and the registration holds a CA.
+                            wait_for("the reconciler to lead and register its webhook",
+                                     functools.partial(registered, api, popen, log,
+                                                       f"quickstart-{len(reconcilers) - 1}"),
+                                     60, 0.2)
                         except BaseException:
                             print(log.read_text(errors="replace")[-3000:])
                             raise
                     continue
-                command = step.command(kube_version=str(VERSION),
+                command = step.command(kube_version=kube_version,
                                        webhook_url=f"https://127.0.0.1:{webhook_port}{PATH}",
                                        python=sys.executable)
                 ran = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=REPO,
@@ -129,7 +138,14 @@ def test_a_newcomer_runs_the_readme_quickstart_as_written(tmp_path: Path) -> Non
                     report("README: operator installed, cluster Ready", time.monotonic() - started)
                     ready = pods(api)
                     assert len(ready) == 3 and all(r for _, r in ready.values()), ready
+                if "rollout restart" in step.shown:
+                    # The Deployment's template changed, so a real rollout replaces its pods.
+                    template = k8s.AppsV1Api(admin).read_namespaced_deployment(
+                        install.NAME, OPERATOR_NAMESPACE).spec.template
+                    annotations = template.metadata.annotations if template.metadata else None
+                    assert "kubectl.kubernetes.io/restartedAt" in (annotations or {})
                 if step.shown.startswith("kaiwu uninstall"):
+                    assert reconcilers[-1].poll() is None, "the reconciler ran until the removal"
                     for popen in reconcilers:  # deleting the Deployment stops its pods
                         stop(popen)
             report("README: upgraded, then removed", time.monotonic() - started)
@@ -164,10 +180,13 @@ def start_reconciler(plane: ControlPlane, admin: k8s.ApiClient, tmp: Path, numbe
     return popen, log
 
 
-def registered(api: Kube, popen: subprocess.Popen[bytes], log: Path) -> bool:
-    """The reconciler has put its CA into a webhook registration (until then KaiwuCluster
-    writes are refused)."""
+def registered(api: Kube, popen: subprocess.Popen[bytes], log: Path, identity: str) -> bool:
+    """The reconciler `identity` holds the leader Lease and a webhook registration holds a CA
+    (until then KaiwuCluster writes are refused)."""
     assert popen.poll() is None, log.read_text(errors="replace")[-3000:]
+    lease = api.get(kk.LEASE, OPERATOR_NAMESPACE, install.NAME)
+    if (lease or {}).get("spec", {}).get("holderIdentity") != identity:
+        return False
     registrations, _ = api.list_objects(kk.VALIDATING_WEBHOOK)
     return any(webhook.get("clientConfig", {}).get("caBundle")
                for item in registrations for webhook in item.get("webhooks", []))

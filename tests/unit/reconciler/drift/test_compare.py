@@ -22,6 +22,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from reconciler.controller.observe import others_added
 from reconciler.drift import compare as compare_module
 from reconciler.drift.compare import (
     Change,
@@ -757,6 +758,52 @@ def test_a_keyed_list_mostly_replaced_by_hand_is_still_told_item_by_item() -> No
     assert [kind for kind, _ in kinds] == ["added", "added", "added", "removed", "removed"]
     assert ("added", "9090~1TCP") in kinds and ("removed", "26257~1TCP") in kinds
     assert all(c.pointer.startswith(ports) and c.pointer != ports for c in report.changes)
+    # What the edit added is theirs, so the repair removes it before it applies ours.
+    added = sorted(c.pointer for c in report.changes if c.kind == "added")
+    edit: Obj = {"f:spec": {"f:template": {"f:spec": {"f:containers": {KWBASE: {"f:ports": {
+        f'k:{{"containerPort":{c.live["containerPort"]},"protocol":"TCP"}}': {".": {}}
+        for c in report.changes if c.kind == "added"}}}}}}}
+    live["metadata"]["managedFields"].append(entry("kubectl-edit", "Update", edit))
+    report = check(desired_statefulset(), live)
+    assert sorted(others_added(report, "kaiwu-operator")) == added
+    assert all(c.managers == ("kubectl-edit",) for c in report.changes if c.kind == "added")
+
+
+def test_a_keyed_list_inside_a_mostly_replaced_one_is_told_item_by_item_too() -> None:
+    # Three sidecars added beside kwbase while kwbase's own ports were renumbered: each level
+    # is told by item, the ports inside kwbase too.
+    live = live_statefulset()
+    kwbase(live)["ports"][0]["containerPort"] = 26258
+    kwbase(live)["ports"][1]["containerPort"] += 1
+    containers = live["spec"]["template"]["spec"]["containers"]
+    containers += [{"name": f"sidecar-{i}", "image": "busybox"} for i in range(3)]
+
+    report = check(desired_statefulset(), live)
+
+    pointers = {(c.kind, c.pointer) for c in report.changes}
+    where = "/spec/template/spec/containers/"
+    assert {("added", where + f"sidecar-{i}") for i in range(3)} <= pointers
+    assert ("added", where + "kwbase/ports/26258~1TCP") in pointers
+    assert ("removed", where + "kwbase/ports/26257~1TCP") in pointers
+    assert not [c for c in report.changes if c.pointer == where + "kwbase"], "not as a whole"
+
+
+def test_a_reordered_keyed_list_mostly_replaced_says_reordered_not_dollar_order() -> None:
+    # An env whose order matters (one variable refers to another), reversed by hand, with
+    # ten variables added: the lists share four keys (the order among them) of fourteen.
+    desired = desired_statefulset()
+    kwbase(desired)["env"].append({"name": "ADDR", "value": "$(POD_NAME):26257"})
+    live = live_statefulset()
+    env = kwbase(live)["env"]
+    env.append({"name": "ADDR", "value": "$(POD_NAME):26257"})
+    env.reverse()
+    env += [{"name": f"EXTRA_{i}", "value": "1"} for i in range(10)]
+
+    report = check(desired, live)
+
+    assert not [c for c in report.changes if "$order" in c.pointer or "$order" in c.path]
+    assert ("reordered", "/spec/template/spec/containers/kwbase/env") in {
+        (c.kind, c.pointer) for c in report.changes}
 
 
 def test_a_field_added_inside_our_container_with_kubectl_edit_is_drift() -> None:
