@@ -1,6 +1,6 @@
 """The `--update-golden` option: rewrite tests/golden/<example>/ from the current renderer.
 
-    .venv/bin/pytest tests/golden --update-golden
+    .venv/bin/pytest tests/unit/renderer/test_golden_trees.py tests/golden --update-golden
 
 The option itself is registered in tests/conftest.py (pytest reads options only from conftest
 files it loads at start-up), so it works with any selection of tests. Review the rewritten files
