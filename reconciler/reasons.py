@@ -15,7 +15,8 @@ test or a person compares them with the text they read there.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Final, Literal
 
 StalledReason = Literal[
     "InvalidSpec",              # the spec breaks a rule (renderer): nothing is applied
@@ -81,3 +82,32 @@ ActionName = Literal[
     "PodForceDeleted", "ClaimDeleted", "VolumeReplaced", "CrashLoopRestarted",
 ]
 """What a pass did, as status.lastActions and Events name it."""
+
+FailoverStage = Literal["NodeLost", "VolumeOnLostNode", "ClaimGone", "StoreReplaced", "CrashLoop"]
+"""What a pod of the cluster shows to the failover step (reconciler.kaiwudb.failover, whose
+module docstring says what each means and the step each gets). Final names, so mypy keeps their
+Literal types: the first two, StoreReplaced and CrashLoop are reasons too."""
+
+NODE_LOST: Final = "NodeLost"
+VOLUME_ON_LOST_NODE: Final = "VolumeOnLostNode"
+CLAIM_GONE: Final = "ClaimGone"
+STORE_REPLACED: Final = "StoreReplaced"
+CRASH_LOOP: Final = "CrashLoop"
+
+
+@dataclass(frozen=True)
+class Go:
+    """A guard lets a step go ahead now."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A guard holds a step back: why (a Ready reason) and what it waits for, in words."""
+
+    reason: NotReadyReason
+    message: str
+
+
+GO: Final = Go()
+Verdict = Go | Wait
+"""What a guard decides (failover's and scale-in's): `GO`, or a `Wait` saying why not."""

@@ -13,20 +13,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from reconciler.kaiwudb.failover import (
-    CRASH_LOOP,
-    CRASH_RESTARTS,
-    NODE_LOST,
-    Failover,
-    Finding,
-    crash_restarts,
-    crash_state,
-    replaced_stores,
-)
+from reconciler.kaiwudb.crashloop import CRASH_RESTARTS, crash_restarts, crash_state
+from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.kwbase import (
     KwbaseError,
     NodeStatus,
@@ -34,12 +26,14 @@ from reconciler.kaiwudb.kwbase import (
     ranges_without_quorum,
 )
 from reconciler.kaiwudb.lifecycle import Lifecycle
+from reconciler.kaiwudb.lookout import Finding, replaced_stores
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind, slim
 from reconciler.metrics import Metrics
 from reconciler.model import NodeEntry, Obj, Pass
+from reconciler.reasons import CRASH_LOOP, NODE_LOST, FailoverStage
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 from tests.support.kwbase_view import node_status_shows
@@ -1089,3 +1083,7 @@ def test_a_waiting_volume_says_the_pods_volume_is_on_the_lost_node() -> None:
     p = run_pass(world)
     assert ("NodeLost", "pod dev-1: Kubernetes node n1 is Unknown (the pod's volume is there)") \
         in p.not_ready
+
+
+def test_every_failover_stage_has_its_handler() -> None:
+    assert set(Failover.STAGES) == set(get_args(FailoverStage))

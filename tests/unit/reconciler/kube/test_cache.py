@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bench.fleet import LiveCluster, live_fleet
-from reconciler.kaiwudb import failover, loss, pods, rollout
+from reconciler.kaiwudb import crashloop, loss, pods, rollout
 from reconciler.kaiwudb.backup import phase_of, running_backup
 from reconciler.keys import ClusterKey
 from reconciler.kube import cache
@@ -197,7 +197,7 @@ def test_every_reader_of_pods_claims_secrets_and_nodes_answers_the_same_on_the_s
         kept = slim(pod)
         assert "managedFields" not in kept["metadata"]
         for reader in (pods.kwbase_running, pods.pod_ready, loss.pod_node, loss.ready_condition,
-                       failover.crash_state, cluster_of):
+                       crashloop.crash_state, cluster_of):
             assert reader(kept) == reader(pod), reader.__name__
         assert rollout.running_versions({"p": kept}) == rollout.running_versions({"p": pod})
         assert kept["metadata"]["labels"] == pod["metadata"]["labels"]
@@ -210,7 +210,7 @@ def test_every_reader_of_pods_claims_secrets_and_nodes_answers_the_same_on_the_s
         kept = slim(claim)
         assert loss.volume_node(NoVolumes(), kept) == loss.volume_node(  # type: ignore[arg-type]
             NoVolumes(), claim)  # type: ignore[arg-type]
-        assert failover.crash_restarts(kept, "r") == failover.crash_restarts(claim, "r")
+        assert crashloop.crash_restarts(kept, "r") == crashloop.crash_restarts(claim, "r")
         assert kept["spec"] == claim["spec"] and kept["status"] == claim["status"]
 
     secrets = [secret for cluster in fleet for secret in cluster.secrets]
