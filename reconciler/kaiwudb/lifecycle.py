@@ -40,7 +40,8 @@ from reconciler.kaiwudb.pods import (
     rolling,
 )
 from reconciler.kaiwudb.rollout import Rollout
-from reconciler.kaiwudb.scale import Scaling, Strays
+from reconciler.kaiwudb.scale import ScaleScene, Scaling
+from reconciler.kaiwudb.strays import Strays
 from reconciler.kaiwudb.tools import AdminFactory, LifecycleSettings, Tools, _admin
 from reconciler.kaiwudb.upgrade import Upgrades, flag_wanted
 from reconciler.kube import kinds as k
@@ -201,10 +202,10 @@ class Lifecycle:
             p.progressing.append(("BackupRunning", message))
             p.requeue_in(self.tools.settings.poll_s)
         elif operation is None and scale_in:
-            assert live_replicas is not None
-            self.scaling.start_scale_in(p, cluster, pods, admin, nodes, live_replicas)
+            self.scaling.start(ScaleScene(p, cluster, pods, admin, nodes, live_replicas))
         elif operation is not None:
-            self.scaling.continue_scale_in(p, cluster, pods, admin, nodes, operation, live_replicas)
+            self.scaling.continue_scale_in(ScaleScene(p, cluster, pods, admin, nodes,
+                                                      live_replicas), operation)
         down = disrupted(self.view, pods, [cluster.pod_name(i) for i in range(
             live_replicas if live_replicas is not None else cluster.replicas)])
         busy = ("a scale-in is in progress" if operation is not None or scale_in else

@@ -52,6 +52,7 @@ from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, ScaleIn
+from reconciler.reasons import Wait
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
 from tests.support.kwbase_view import node_status_shows
@@ -1748,8 +1749,9 @@ def test_a_draining_node_with_its_status_unknown_keeps_the_scale_in_going() -> N
 
 def test_a_scale_in_needs_a_pod_that_runs_kwbase_to_ask() -> None:
     c = Cluster3()
-    assert c.lifecycle.scaling.scale_in_blocker(
-        c.world.kwdb, c.admin, {}, f"{NAME}-2", []) == "no pod runs kwbase"  # type: ignore[arg-type]
+    assert c.lifecycle.scaling.start_guard(
+        c.world.kwdb, c.admin, {}, f"{NAME}-2", []  # type: ignore[arg-type]
+    ) == Wait("ScaleInWaiting", "no pod runs kwbase")
 
 
 def test_a_recommission_of_wanted_nodes_says_why() -> None:
