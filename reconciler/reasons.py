@@ -11,6 +11,10 @@ docs/reconciler.md and not find). CloudNativePG keeps its reasons and phases the
 
 Kept as plain strings (`Literal`, not an Enum): they go straight into status and Events, and a
 test or a person compares them with the text they read there.
+
+Beside them: the failover stages (`FailoverStage`, the keys of
+reconciler.kaiwudb.failover.Failover.STAGES), and `Verdict`, what a guard of the failover and
+scale-in steps answers: `GO`, or a `Wait` with the Ready reason and the words to show.
 """
 
 from __future__ import annotations
