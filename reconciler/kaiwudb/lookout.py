@@ -41,7 +41,7 @@ class FailoverSettings:
 
 @dataclass(frozen=True)
 class Finding:
-    """What one pod shows (see the module docstring for each stage)."""
+    """What one pod shows (reconciler.kaiwudb.failover's module docstring says each stage)."""
 
     pod: str
     stage: FailoverStage
