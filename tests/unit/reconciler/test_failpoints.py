@@ -77,8 +77,10 @@ def test_a_misspelt_crash_point_is_refused_not_ignored(monkeypatch: pytest.Monke
 
 
 def test_every_crash_point_is_one_the_failover_step_reaches_and_the_other_way_round() -> None:
-    source = ast.parse((ROOT / "reconciler" / "kaiwudb" / "failover.py").read_text())
-    reached = {node.args[0].value for node in ast.walk(source)
+    reached = {node.args[0].value
+               for module in ("failover.py", "crashloop.py")  # the step and its crash loops
+               for node in ast.walk(ast.parse((ROOT / "reconciler" / "kaiwudb" / module)
+                                              .read_text()))
                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                and node.func.attr == "reached" and isinstance(node.args[0], ast.Constant)}
     assert reached == failpoints.NAMES
