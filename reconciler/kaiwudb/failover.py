@@ -86,7 +86,7 @@ from typing import Final
 from reconciler import failpoints
 from reconciler.kaiwudb.backup import running_backup
 from reconciler.kaiwudb.crashloop import CrashLoops
-from reconciler.kaiwudb.kwbase import KwbaseError
+from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseError
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.lookout import FailoverSettings, Finding, Lookout, replaced_stores
 from reconciler.kaiwudb.loss import disrupted, node_loss, volume_node
@@ -122,6 +122,77 @@ class Scene:
     findings: Sequence[Finding]
     pods: Mapping[str, Obj]
     names: list[str]  # the pods the StatefulSet wants, by name
+
+
+def kaiwudb_allows_replacing(admin: KwbaseAdmin, metrics: Metrics, p: Pass, cluster: Cluster,
+                             pod: str, pods: Mapping[str, Obj]) -> Verdict:
+    """May the store of `pod` be given up now? Decided from a fresh node status: every other
+    KaiwuDB node must be live (they hold the other copies), the pod's own node must not be
+    (else it is not lost at all), and no range may lack its quorum elsewhere. A Wait's
+    message says why not, for the caller to put in its words."""
+    runner = exec_pod({name: obj for name, obj in pods.items() if name != pod})
+    if runner is None:
+        return Wait("FailoverWaiting", "no other pod runs kwbase to ask KaiwuDB")
+    try:
+        nodes = admin.node_status(runner, decommission=True)
+    except KwbaseError as error:
+        metrics.errors_total.labels(stage="failover").inc()
+        return Wait("FailoverWaiting", f"KaiwuDB node status unknown: {error}")
+    # One gateway's view: a node missing from it is unknown, never live nor dead (a gateway
+    # restarted moments ago lists only the nodes gossip has told it of so far).
+    remembered = {e.node_id for e in p.kaiwu.nodes or () if e.pod == pod}
+    entries = node_entries(nodes)
+    p.kaiwu.nodes = entries
+    replaced = {i for ids in replaced_stores(entries).values() for i in ids}
+    others = [n for n in nodes if n.pod_name != pod and n.id not in replaced
+              and not (n.is_decommissioning and not n.is_live)]
+    not_live = [n for n in others if not n.healthy]
+    if not_live:
+        return Wait("FailoverWaiting", "KaiwuDB nodes not live: " + ", ".join(
+            f"{n.id} ({n.pod_name or n.address})" for n in not_live))
+    seen_live = {n.pod_name for n in others if n.healthy}
+    # The StatefulSet's own pods that stay (not a copy with our labels, not one on its way
+    # out after a scale-in): each must show a live node in this view.
+    staying = [name for name, obj in sorted(pods.items())
+               if re.fullmatch(rf"{re.escape(cluster.name)}-[0-9]+", name)
+               and not meta(obj).get("deletionTimestamp")]
+    unseen = [name for name in staying if name not in (pod, *seen_live)]
+    unseen_own = sorted(remembered - {n.id for n in nodes})
+    if unseen or unseen_own:
+        missing = [f"pod {name}" for name in unseen] + [f"node {i} of this pod"
+                                                         for i in unseen_own]
+        return Wait("FailoverWaiting", (
+            f"KaiwuDB's view from pod {runner} lists no {', no '.join(missing)}: a node "
+            "missing from one gateway's view is neither live nor dead; asking again"))
+    own_live = [n.id for n in nodes if n.pod_name == pod and n.is_live]
+    if own_live:
+        return Wait("FailoverWaiting", (
+            f"KaiwuDB still counts node(s) {', '.join(map(str, own_live))} of this pod "
+            "live; its store is not given up while it is"))
+    # Every other node live is not enough: a range whose other copies include a store given
+    # up earlier and not yet re-replicated, or one still up-replicating (two copies, or
+    # one), has lost its quorum with this node, and this store may hold its last copies.
+    # The range descriptors say so at once; the range metrics count a range with no live
+    # replica nowhere, and the others only some 45 s after the loss.
+    live = [n.id for n in nodes if n.is_live]
+    try:
+        stranded = admin.ranges_without_quorum(runner, live)
+        health = admin.replication_health(runner)
+    except KwbaseError as error:
+        metrics.errors_total.labels(stage="failover").inc()
+        return Wait("FailoverWaiting", f"KaiwuDB replication health unknown: {error}")
+    if stranded:
+        return Wait("FailoverWaiting", (
+            f"{stranded} ranges have no quorum of their replicas on live KaiwuDB nodes "
+            "(range descriptors): this store may hold their last copies; it is kept until "
+            "the node is back or KaiwuDB no longer needs it"))
+    if health.unavailable != 0 or health.stale:
+        # A stale read says nothing: a node started moments ago reports 0 until it has
+        # computed its metrics (kwbase.stale_records).
+        return Wait("FailoverWaiting", (
+            f"KaiwuDB reports {health.describe()}: this store may hold the last copies of a "
+            "range without its quorum; it is kept until none is unavailable"))
+    return GO
 
 
 Handler = Callable[["Failover", Scene, Finding], list[Wait]]
@@ -314,77 +385,6 @@ class Failover:
     def waiting(f: Finding, why: str) -> Wait:
         return Wait("FailoverWaiting", f"pod {f.pod}: {why}")
 
-    def kaiwudb_allows_replacing(self, p: Pass, cluster: Cluster, pod: str,
-                                 pods: Mapping[str, Obj]) -> Verdict:
-        """May the store of `pod` be given up now? Decided from a fresh node status: every other
-        KaiwuDB node must be live (they hold the other copies), the pod's own node must not be
-        (else it is not lost at all), and no range may lack its quorum elsewhere. A Wait's
-        message says why not, for the caller to put in its words."""
-        runner = exec_pod({name: obj for name, obj in pods.items() if name != pod})
-        if runner is None:
-            return Wait("FailoverWaiting", "no other pod runs kwbase to ask KaiwuDB")
-        admin = self.lifecycle.admin(cluster)
-        try:
-            nodes = admin.node_status(runner, decommission=True)
-        except KwbaseError as error:
-            self.metrics.errors_total.labels(stage="failover").inc()
-            return Wait("FailoverWaiting", f"KaiwuDB node status unknown: {error}")
-        # One gateway's view: a node missing from it is unknown, never live nor dead (a gateway
-        # restarted moments ago lists only the nodes gossip has told it of so far).
-        remembered = {e.node_id for e in p.kaiwu.nodes or () if e.pod == pod}
-        entries = node_entries(nodes)
-        p.kaiwu.nodes = entries
-        replaced = {i for ids in replaced_stores(entries).values() for i in ids}
-        others = [n for n in nodes if n.pod_name != pod and n.id not in replaced
-                  and not (n.is_decommissioning and not n.is_live)]
-        not_live = [n for n in others if not n.healthy]
-        if not_live:
-            return Wait("FailoverWaiting", "KaiwuDB nodes not live: " + ", ".join(
-                f"{n.id} ({n.pod_name or n.address})" for n in not_live))
-        seen_live = {n.pod_name for n in others if n.healthy}
-        # The StatefulSet's own pods that stay (not a copy with our labels, not one on its way
-        # out after a scale-in): each must show a live node in this view.
-        staying = [name for name, obj in sorted(pods.items())
-                   if re.fullmatch(rf"{re.escape(cluster.name)}-[0-9]+", name)
-                   and not meta(obj).get("deletionTimestamp")]
-        unseen = [name for name in staying if name not in (pod, *seen_live)]
-        unseen_own = sorted(remembered - {n.id for n in nodes})
-        if unseen or unseen_own:
-            missing = [f"pod {name}" for name in unseen] + [f"node {i} of this pod"
-                                                             for i in unseen_own]
-            return Wait("FailoverWaiting", (
-                f"KaiwuDB's view from pod {runner} lists no {', no '.join(missing)}: a node "
-                "missing from one gateway's view is neither live nor dead; asking again"))
-        own_live = [n.id for n in nodes if n.pod_name == pod and n.is_live]
-        if own_live:
-            return Wait("FailoverWaiting", (
-                f"KaiwuDB still counts node(s) {', '.join(map(str, own_live))} of this pod "
-                "live; its store is not given up while it is"))
-        # Every other node live is not enough: a range whose other copies include a store given
-        # up earlier and not yet re-replicated, or one still up-replicating (two copies, or
-        # one), has lost its quorum with this node, and this store may hold its last copies.
-        # The range descriptors say so at once; the range metrics count a range with no live
-        # replica nowhere, and the others only some 45 s after the loss.
-        live = [n.id for n in nodes if n.is_live]
-        try:
-            stranded = admin.ranges_without_quorum(runner, live)
-            health = admin.replication_health(runner)
-        except KwbaseError as error:
-            self.metrics.errors_total.labels(stage="failover").inc()
-            return Wait("FailoverWaiting", f"KaiwuDB replication health unknown: {error}")
-        if stranded:
-            return Wait("FailoverWaiting", (
-                f"{stranded} ranges have no quorum of their replicas on live KaiwuDB nodes "
-                "(range descriptors): this store may hold their last copies; it is kept until "
-                "the node is back or KaiwuDB no longer needs it"))
-        if health.unavailable != 0 or health.stale:
-            # A stale read says nothing: a node started moments ago reports 0 until it has
-            # computed its metrics (kwbase.stale_records).
-            return Wait("FailoverWaiting", (
-                f"KaiwuDB reports {health.describe()}: this store may hold the last copies of a "
-                "range without its quorum; it is kept until none is unavailable"))
-        return GO
-
     # ---- writes ----------------------------------------------------------------------------
 
     def evict(self, s: Scene, f: Finding) -> list[Wait]:
@@ -401,7 +401,8 @@ class Failover:
         if cluster.failover.replace_lost_volumes and claim is not None and \
                 not meta(claim).get("deletionTimestamp") and \
                 volume_node(self.kube, claim) == f.node:
-            verdict = self.kaiwudb_allows_replacing(p, cluster, f.pod, s.pods)
+            verdict = kaiwudb_allows_replacing(
+                self.lifecycle.admin(cluster), self.metrics, p, cluster, f.pod, s.pods)
             if isinstance(verdict, Wait):
                 said.append(Wait(verdict.reason, f"pod {f.pod}: force-deleted; its volume is "
                                                  f"replaced later: {verdict.message}"))
@@ -426,7 +427,8 @@ class Failover:
         back = self.came_back(p, f)
         if back is not None:
             return back
-        verdict = self.kaiwudb_allows_replacing(p, s.cluster, f.pod, s.pods)
+        verdict = kaiwudb_allows_replacing(self.lifecycle.admin(s.cluster), self.metrics, p,
+                                           s.cluster, f.pod, s.pods)
         if isinstance(verdict, Wait):
             p.requeue_in(self.settings.poll_s)
             return [Wait(verdict.reason, f"pod {f.pod}: the volume is replaced only when "
