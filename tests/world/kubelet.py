@@ -8,15 +8,21 @@ tests/world/faults.py. One `SimKubelet` plays every simulated node:
   status.daemonEndpoints.kubeletEndpoint), posts NodeReady and renews its Lease in
   kube-node-lease, so the REAL node lifecycle controller judges it;
 - watches pods bound to its nodes and drives them as a kubelet does: sandbox (pod IP, hostIP),
-  init containers one by one, then containers; ContainerCreating -> Running; readiness from
-  probes (a KaiwuDB container's `/health?ready=1` probe asks the simulated KaiwuDB, other images
-  are simply ready); crashed containers restart with the kubelet's CrashLoopBackOff back-off
-  (restartCount, lastState.terminated with exit code and message); deletion: stop the process,
-  wait min(grace period, a test cap), then delete with grace 0 and a uid precondition;
+  init containers one by one, then containers; ContainerCreating -> Running; startup, liveness
+  and readiness probes run as the 1.20 kubelet's probe workers run them (initialDelaySeconds,
+  periodSeconds, success/failure thresholds; a KaiwuDB container's httpGet, tcpSocket and exec
+  probes go to the simulated KaiwuDB at the probe's port, scheme and path; other images pass);
+  crashed containers restart with the kubelet's CrashLoopBackOff back-off (restartCount,
+  lastState.terminated with exit code and message); killing a container (deletion, liveness)
+  is SIGTERM, KaiwuDB's drain, and SIGKILL at the end of the grace period if the drain has not
+  finished; a deleted pod whose containers all ended is deleted with grace 0 and a uid
+  precondition;
 - serves exec, logs and healthz on each node's address (tests/world/exec_server.py).
 
 Kubernetes runs on wall time, so the kubelet's timers are real seconds (shortened by
-`KubeletSettings`); only the KaiwuDB model gets the SimClock.
+`KubeletSettings`); a pod's own timings (probe periods and delays, grace periods) and KaiwuDB's
+drain run at `KubeletSettings.time_scale` real seconds per second, so that they stay exact
+relative to each other; only the KaiwuDB model gets the SimClock.
 
 Not modelled: images and pulls, cgroups and resource enforcement, eviction under pressure,
 static/mirror pods, ephemeral containers, projected volume contents, the pod's network (pod IPs
@@ -31,6 +37,7 @@ import hashlib
 import itertools
 import logging
 import queue
+import random
 import secrets
 import threading
 import time
@@ -77,6 +84,8 @@ log = logging.getLogger(__name__)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 KUBELET_VERSION = "v1.20.2"  # what the control plane is built from
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+PROBE_KINDS = ("startup", "liveness", "readiness")  # the order a sync runs them in
+MINIMUM_GRACE_PERIOD_S = 2  # kuberuntime_container.go minimumGracePeriodInSeconds
 
 
 @dataclass(frozen=True)
@@ -119,11 +128,12 @@ class KubeletSettings:
     init_container_run_s: how long each init container runs before exiting 0.
     mount_retry_s: pause between attempts to mount the volumes of a pod that cannot mount yet
         (claim unbound, disk lost) [the volume manager's exponential back-off].
-    probe_period_s: every probe runs at this period, whatever its periodSeconds says; the
-        success/failure thresholds are honoured.
+    time_scale: real seconds per second of a pod's own timings: its probes' initialDelaySeconds
+        and periodSeconds, its terminationGracePeriodSeconds, and the simulated KaiwuDB's drain
+        (KwdbSettings.drain_s), so that a period, a threshold or a grace period that is wrong
+        relative to KaiwuDB's drain shows as it would in a real cluster, only faster. 0.1: a
+        60 s grace period lasts 6 real seconds. Counts (thresholds) are not scaled.
     crash_backoff_initial_s / crash_backoff_max_s: CrashLoopBackOff doubling [10 / 300].
-    termination_grace_cap_s: longest wait between stopping a deleted pod's containers and the
-        final delete (the real kubelet waits for the process, up to the grace period).
     exec_wait_cap_s: longest an exec answer is held back to match how long the real command
         runs (e.g. a connect timeout); commands that would block until killed are held this long.
     long_statement_cap_s: how long the answer of a command that answers only when it ends (a long
@@ -141,14 +151,17 @@ class KubeletSettings:
     container_create_s: float = 0.3
     init_container_run_s: float = 0.3
     mount_retry_s: float = 1.0
-    probe_period_s: float = 0.5
+    time_scale: float = 0.1
     crash_backoff_initial_s: float = 1.0
     crash_backoff_max_s: float = 8.0
-    termination_grace_cap_s: float = 1.0
     exec_wait_cap_s: float = 5.0
     long_statement_cap_s: float = 60.0
     kwdb_image_suffix: str = "kwdb/kwdb"
     pod_cidr_prefix: str = "10.244"
+
+    def __post_init__(self) -> None:
+        if self.time_scale <= 0:
+            raise ValueError(f"KubeletSettings.time_scale must be positive, got {self.time_scale}")
 
 
 @dataclass(frozen=True)
@@ -793,9 +806,9 @@ class SimKubelet:
             if ended is not None:
                 self._exited(pod, c, ended, now)
                 return
-            if now >= c.next_probe:
-                c.next_probe = now + self.settings.probe_period_s
-                self._probe(pod, c, now)
+            if c.stopping and self._advance_kill(pod, c, now):
+                return
+            self._probe_ticks(pod, c, now)
             return
         # exited: restart per policy, after the back-off
         assert c.current is not None
@@ -842,9 +855,15 @@ class SimKubelet:
         c.container_id = "containerd://" + secrets.token_hex(32)
         c.ready = False
         c.started_probe = "startupProbe" not in c.spec
-        c.successes = dict.fromkeys(c.successes, 0)
-        c.failures = dict.fromkeys(c.failures, 0)
-        c.next_probe = now  # first probes right away
+        # A new container id: each worker sets its initial result and leaves its hold
+        # (worker.go:199-207); its ticker runs on from the first start (one worker per pod).
+        c.on_hold = dict.fromkeys(c.on_hold, False)
+        for kind in PROBE_KINDS:
+            probe = c.spec.get(f"{kind}Probe")
+            if probe is not None and kind not in c.probe_tick:
+                # worker.go:128-135: the first probe waits a random part of the period.
+                c.probe_tick[kind] = now + random.random() * self._period_s(probe)
+        c.stopping = ""
         c.current = None
         c.backoff_event_sent = False
         crash = self._crash_faults.get((pod.namespace, pod.name))
@@ -882,6 +901,7 @@ class SimKubelet:
         )
         c.state = "exited"
         c.ready = False
+        c.stopping = ""
         c.finished_mono = now
 
     def _stop_processes(self, pod: PodRuntime, *, graceful: bool) -> None:
@@ -910,76 +930,166 @@ class SimKubelet:
                                        _probe_port(c.spec, probe["tcpSocket"].get("port")))
         return False  # no handler: the API server refuses such a pod
 
-    def _probe(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
-        def outcome(kind: str, ok: bool) -> bool | None:
-            """Count a result; True/False once a threshold is crossed, else None."""
-            probe = c.spec[f"{kind}Probe"]
-            if ok:
-                c.failures[kind] = 0
-                c.successes[kind] += 1
-                return True if c.successes[kind] >= int(probe.get("successThreshold", 1)) else None
-            c.successes[kind] = 0
-            c.failures[kind] += 1
-            return False if c.failures[kind] >= int(probe.get("failureThreshold", 3)) else None
+    def _period_s(self, probe: JsonObj) -> float:
+        """A probe's periodSeconds (API default 10) on the kubelet's time scale."""
+        return int(probe.get("periodSeconds") or 10) * self.settings.time_scale
 
-        if not c.started_probe:
-            result = outcome("startup", self._handler_ok(pod, c, c.spec["startupProbe"]))
-            if result is True:
-                c.started_probe = True
-            elif result is False:
-                self._event(pod, "Warning", "Unhealthy", "Startup probe failed")
-                self._exited(pod, c, ProcessExit(137, "startup probe failed"), now)
-            return
-        if "livenessProbe" in c.spec:
-            result = outcome("liveness", self._handler_ok(pod, c, c.spec["livenessProbe"]))
-            if result is False:
-                self._event(pod, "Normal", "Killing",
-                            f"Container {c.name} failed liveness probe, will be restarted")
-                self._exited(pod, c, ProcessExit(137, "liveness probe failed"), now)
+    def _probe_ticks(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> None:
+        """Run each probe worker whose ticker is due. A ticker that fell behind (a slow sync)
+        drops the missed ticks, as Go's time.Ticker does."""
+        for kind in PROBE_KINDS:
+            probe = c.spec.get(f"{kind}Probe")
+            if probe is None:
+                if kind == "readiness":
+                    # No readiness probe: ready once started (prober_manager.go UpdatePodStatus).
+                    c.ready = c.started_probe and (pod.namespace, pod.name) not in \
+                        self._unready_faults
+                continue
+            if now < c.probe_tick[kind]:
+                continue
+            period = self._period_s(probe)
+            while c.probe_tick[kind] <= now:
+                c.probe_tick[kind] += period
+            self._do_probe(pod, c, kind, probe, now)
+            if c.state != "running":
                 return
-        unready = (pod.namespace, pod.name) in self._unready_faults
-        if "readinessProbe" not in c.spec:
-            c.ready = not unready
+
+    def _do_probe(
+        self, pod: PodRuntime, c: ContainerRuntime, kind: str, probe: JsonObj, now: float
+    ) -> None:
+        """One tick of a probe worker, as pkg/kubelet/prober/worker.go doProbe (v1.20) runs
+        it: on hold after a failure until a new container; nothing during initialDelaySeconds
+        after the container started (worker.go:225-228, whole seconds); the startup probe only
+        until it succeeded, the others only after (worker.go:230-240); a result changes the
+        container's state only after successThreshold / failureThreshold identical results in
+        a row (worker.go:259-271, API defaults 1 and 3); a liveness or startup failure kills
+        the container, with the pod's termination grace period, and holds the worker
+        (worker.go:277-282; kuberuntime_manager.go computePodActions)."""
+        if c.on_hold[kind]:
             return
-        ok = not unready and self._handler_ok(pod, c, c.spec["readinessProbe"])
-        result = outcome("readiness", ok)
-        if result is not None:
-            if c.ready and not result:
-                self._event(pod, "Warning", "Unhealthy", "Readiness probe failed")
-            c.ready = result
+        since_start = (now - c.started_mono) / self.settings.time_scale
+        if int(since_start) < int(probe.get("initialDelaySeconds") or 0):
+            return
+        if c.started_probe == (kind == "startup"):
+            return
+        if c.stopping and kind != "readiness":
+            return  # being killed already
+        unready = kind == "readiness" and (pod.namespace, pod.name) in self._unready_faults
+        ok = not unready and self._handler_ok(pod, c, probe)
+        if not ok:
+            # prober.go:111-119 records an Unhealthy event at every failed probe.
+            self._event(pod, "Warning", "Unhealthy",
+                        f"{kind.capitalize()} probe failed: {_failure_output(probe)}")
+        if c.last_result.get(kind) == ok:
+            c.result_run[kind] += 1
+        else:
+            c.last_result[kind] = ok
+            c.result_run[kind] = 1
+        threshold = int(probe.get("successThreshold") or 1) if ok else \
+            int(probe.get("failureThreshold") or 3)
+        if c.result_run[kind] < threshold:
+            return
+        if kind == "readiness":
+            c.ready = ok
+            return
+        if ok:
+            if kind == "startup":
+                c.started_probe = True
+            return
+        c.on_hold[kind] = True
+        c.result_run[kind] = 0
+        self._kill(pod, c, now, self._grace_s(pod),
+                   f"Container {c.name} failed {kind} probe, will be restarted")
 
     # ---- termination -------------------------------------------------------------------
 
+    @staticmethod
+    def _grace_s(pod: PodRuntime) -> int:
+        """The grace period killContainer gives a container, in the pod's seconds: the
+        deletion's grace period if the pod is being deleted, else the pod's
+        terminationGracePeriodSeconds (API default 30), at least 2 s
+        (pkg/kubelet/kuberuntime/kuberuntime_container.go:605-630; no preStop hook here)."""
+        meta, spec = pod.pod["metadata"], pod.pod["spec"]
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = spec.get("terminationGracePeriodSeconds")
+        return max(int(grace if grace is not None else 30), MINIMUM_GRACE_PERIOD_S)
+
+    def _kill(self, pod: PodRuntime, c: ContainerRuntime, now: float, grace_s: int,
+              message: str) -> None:
+        """killContainer (kuberuntime_container.go:588-646): SIGTERM now, SIGKILL once the
+        grace period ends if the process still runs (the runtime's StopContainer). A KaiwuDB
+        container drains first and exits when its drain is done (KwdbPort.terminate); other
+        images exit at once. A container already being killed keeps the earlier deadline."""
+        self._event(pod, "Normal", "Killing", message)
+        kill_at = now + grace_s * self.settings.time_scale
+        if c.stopping:
+            c.kill_at = min(c.kill_at, kill_at)
+        else:
+            drain_s = self._kwdb.terminate(pod.cluster, pod.name) if c.kwdb else 0.0
+            c.stopping = message
+            c.drain_done_at = now + drain_s * self.settings.time_scale
+            c.kill_at = kill_at
+        self._advance_kill(pod, c, now)
+
+    def _advance_kill(self, pod: PodRuntime, c: ContainerRuntime, now: float) -> bool:
+        """A container being killed exits when its drain is done (exit code 0: kwbase returns
+        no error after SIGTERM, cli/start.go:865-879) or, failing that, at the end of the grace
+        period (SIGKILL, 137; the simulated KaiwuDB sees a stop without a finished drain).
+        True once it has exited."""
+        if now >= c.drain_done_at and c.drain_done_at <= c.kill_at:
+            self._exited(pod, c, ProcessExit(0, ""), now, graceful=True)
+            return True
+        if now >= c.kill_at:
+            log.info("%s/%s: container %s killed at the end of its grace period",
+                     pod.namespace, pod.name, c.name)
+            self._exited(pod, c, ProcessExit(137, ""), now, graceful=False)
+            return True
+        return False
+
     def _sync_terminating(self, pod: PodRuntime, now: float) -> None:
+        """A deleted pod: kill every running container with the deletion's grace period
+        (kubelet.go killPod), and once none runs, delete the pod for good with grace 0 and a
+        uid precondition (the status manager's final delete)."""
         if pod.terminating_since is None:
             pod.terminating_since = now
-            grace = pod.pod["metadata"].get("deletionGracePeriodSeconds")
-            grace_s = float(grace) if grace is not None else 30.0
-            pod.delete_at = now + min(grace_s, self.settings.termination_grace_cap_s)
-            for c in itertools.chain(pod.init, pod.containers):
+            grace_s = self._grace_s(pod)
+            for c in pod.init:
                 if c.state == "running":
-                    self._event(pod, "Normal", "Killing", f"Stopping container {c.name}")
-                    self._exited(pod, c, ProcessExit(0, ""), now, graceful=True)
-            self._post_status(pod)
-        if now >= pod.delete_at and not pod.delete_sent:
-            pod.delete_sent = True
-            options = {
-                "apiVersion": "v1",
-                "kind": "DeleteOptions",
-                "gracePeriodSeconds": 0,
-                "preconditions": {"uid": pod.uid},
-            }
-            try:
-                self._rest.delete(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", options)
-            except ApiError as err:
-                if err.status not in (404, 409):
-                    pod.delete_sent = False  # retry next sync
-                    raise
-            except Exception:
-                # The apiserver is restarting (connection refused): retry next sync, as a real
-                # kubelet does, or the pod stays Terminating for good.
-                pod.delete_sent = False
+                    self._exited(pod, c, ProcessExit(0, ""), now)
+            for c in pod.containers:
+                if c.state == "running":
+                    self._kill(pod, c, now, grace_s, f"Stopping container {c.name}")
+        for c in pod.containers:
+            if c.state == "running":
+                ended = self._kwdb.exited(pod.cluster, pod.name) if c.kwdb else None
+                if ended is not None:
+                    self._exited(pod, c, ended, now)
+                elif not c.stopping or not self._advance_kill(pod, c, now):
+                    # The readiness worker goes on while the container drains (kwbase fails
+                    # /health?ready=1 from SIGTERM on), so the pod turns unready.
+                    self._probe_ticks(pod, c, now)
+        self._post_status(pod)
+        if any(c.state == "running" for c in pod.containers) or pod.delete_sent:
+            return
+        pod.delete_sent = True
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": pod.uid},
+        }
+        try:
+            self._rest.delete(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", options)
+        except ApiError as err:
+            if err.status not in (404, 409):
+                pod.delete_sent = False  # retry next sync
                 raise
+        except Exception:
+            # The apiserver is restarting (connection refused): retry next sync, as a real
+            # kubelet does, or the pod stays Terminating for good.
+            pod.delete_sent = False
+            raise
 
     def _post_status(self, pod: PodRuntime) -> None:
         status = pod_status(pod, self._nodes[pod.node].address)
@@ -1120,3 +1230,13 @@ def _probe_port(container: JsonObj, port: object) -> int | None:
         if each.get("name") == text:
             return int(each.get("containerPort") or 0)
     return None
+
+
+def _failure_output(probe: JsonObj) -> str:
+    """What a failed probe reports, in the words of pkg/probe/http, tcp and exec (the
+    simulated KaiwuDB says only whether a probe passed, not why)."""
+    if "httpGet" in probe:
+        return "HTTP probe failed"
+    if "tcpSocket" in probe:
+        return "dial tcp: connect: connection refused"
+    return "command failed"

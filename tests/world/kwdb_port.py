@@ -68,8 +68,12 @@ class KwdbPort(Protocol):
         """Start `argv` (the container's expanded command line) as pod's process on a store,
         with the container's environment and its mounted secret files (path -> mode)."""
 
+    def terminate(self, cluster: ClusterKey, pod: str) -> float:
+        """SIGTERM: the process starts draining (readiness fails from now on) and would exit
+        by itself after the returned number of KaiwuDB seconds (0: it is gone already)."""
+
     def stop(self, cluster: ClusterKey, pod: str, *, graceful: bool) -> None:
-        """The process is gone: SIGTERM (graceful, the node drains) or SIGKILL/power off."""
+        """The process is gone: its drain completed (graceful) or SIGKILL/power off."""
 
     def set_host_alive(self, cluster: ClusterKey, pod: str, alive: bool) -> None:
         """The pod's machine left (False) or rejoined (True) the network; the process runs on."""
@@ -127,6 +131,9 @@ class KwdbAdapter:
             return StartOutcome(True)
         code = result.exit_code if result.exit_code is not None else 1
         return StartOutcome(False, code, result.stderr or result.stdout)
+
+    def terminate(self, cluster: ClusterKey, pod: str) -> float:
+        return self.world.begin_drain(self._key(cluster), pod, self.clock.now())
 
     def stop(self, cluster: ClusterKey, pod: str, *, graceful: bool) -> None:
         self.world.stop_process(self._key(cluster), pod, self.clock.now(), graceful=graceful)

@@ -219,9 +219,18 @@ class ContainerRuntime:
         self.restart_count = 0
         self.ready = False
         self.started_probe = False
-        self.successes = {"readiness": 0, "liveness": 0, "startup": 0}
-        self.failures = {"readiness": 0, "liveness": 0, "startup": 0}
-        self.next_probe = 0.0
+        # One probe worker per probe kind, as pkg/kubelet/prober/worker.go keeps them: its next
+        # tick (monotonic), the last result and how many times in a row it came, and whether it
+        # is on hold after a liveness/startup failure until a new container runs.
+        self.probe_tick: dict[str, float] = {}
+        self.last_result: dict[str, bool] = {}
+        self.result_run = {"readiness": 0, "liveness": 0, "startup": 0}
+        self.on_hold = {"readiness": False, "liveness": False, "startup": False}
+        # Being killed (killContainer): why, when the process would end its drain by itself and
+        # when the grace period ends (monotonic), until it exits.
+        self.stopping = ""
+        self.drain_done_at = 0.0
+        self.kill_at = 0.0
         self.backoff = backoff
         self.backoff_event_sent = False
         self.lost = False  # its machine went down while it ran
@@ -260,7 +269,6 @@ class PodRuntime:
         self.next_mount = 0.0
         self.volume_event_sent = False
         self.terminating_since: float | None = None
-        self.delete_at = 0.0
         self.delete_sent = False
 
         def make(spec: JsonObj) -> ContainerRuntime:

@@ -29,10 +29,19 @@ from tests.world.kwdb.sql import (
     RUNNING_JOB_TYPES_QUERY,
     RUNNING_JOBS_QUERY,
 )
-from tests.world.kwdb.state import ClusterKey, ExecResult, ProcessExit, StartResult
+from tests.world.kwdb.state import (
+    DRAIN_BEGUN,
+    DRAIN_DONE,
+    ClusterKey,
+    ExecResult,
+    ProcessExit,
+    StartResult,
+)
 from tests.world.kwdb.world import KwdbWorld, NodeView, ReplicationView
 
 __all__ = [
+    "DRAIN_BEGUN",
+    "DRAIN_DONE",
     "MODE_MULTI",
     "MODE_SINGLE_NODE",
     "MODE_SINGLE_REPLICA",

@@ -36,7 +36,7 @@ from tests.world.kwdb.model import (
 )
 from tests.world.kwdb.render import cli_error, format_timestamp, render
 from tests.world.kwdb.sql import run_sql
-from tests.world.kwdb.state import ExecResult, Proc, ProcessExit
+from tests.world.kwdb.state import DRAIN_DONE, ExecResult, Proc, ProcessExit
 
 NO_MORE_DATA = (
     "No more data reported on target nodes. Please verify cluster health before removing the nodes."
@@ -412,7 +412,7 @@ def run_quit(env: Env, inv: Invocation) -> ExecResult:
     stderr += _drain(env, cluster, node)
     target.running = False
     env.group.sync_heartbeat(target, env.now)
-    target.log.append("server drained and shutdown completed\n")
+    target.log.append(f"{DRAIN_DONE}\n")
     return ExecResult("ok\n", stderr, 0, exited=(ProcessExit(target.pod_name, 0, "kwbase quit"),))
 
 

@@ -72,6 +72,17 @@ class KwdbSettings:
         descriptors to the liveness records (kwbase/pkg/cli/node.go:165-179), so a node down
         for an hour or two prints NULL for those columns and is_live false.
 
+    drain_s: how long kwbase takes from SIGTERM to exit when it drains (KaiwuDB seconds; the
+        simulated kubelet compares it with the pod's terminationGracePeriodSeconds on its own
+        time scale). KWDB has no fixed figure: on SIGTERM cli/start.go:884-925 runs
+        server.Drain until nothing remains, then stops: drainClients sleeps
+        server.shutdown.drain_wait (0 s by default), waits for SQL sessions up to
+        server.shutdown.query_wait (10 s, only while sessions are open), then drainNode marks
+        the liveness record draining and moves the range leases away, each round bounded by
+        server.shutdown.lease_transfer_wait (5 s) (server/drain.go:60-71, 211-258;
+        kv/kvserver/store.go:180, 1040-1110). A small cluster with idle clients drains in about
+        2 s; tests `tune` it longer for a slow drain.
+
     A store whose node was decommissioned starts again when its process does: KWDB V3.2.1 has no
     "permanently removed" check (CockroachDB added one in 20.2); the node rejoins live and still
     decommissioning.
@@ -95,6 +106,7 @@ class KwdbSettings:
     metrics_sample_interval_s: float = 10.0
     node_descriptor_interval_s: float = 3600.0
     node_descriptor_ttl_s: float = 7200.0
+    drain_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.range_count < 1:
@@ -110,6 +122,8 @@ class KwdbSettings:
             raise ValueError("need 0 < liveness_ttl_s < time_until_store_dead_s")
         if not 0 < self.node_descriptor_interval_s < self.node_descriptor_ttl_s:
             raise ValueError("need 0 < node_descriptor_interval_s < node_descriptor_ttl_s")
+        if self.drain_s < 0:
+            raise ValueError("drain_s must not be negative")
         if self.metrics_sample_interval_s <= 0:
             raise ValueError("metrics_sample_interval_s must be positive")
         if not 0 < self.gossip_stores_interval_s < self.store_gossip_ttl_s:

@@ -54,6 +54,12 @@ class StartResult:
     node_id: int | None
 
 
+# What kwbase prints when SIGTERM starts its graceful shutdown and when the drain ends and the
+# server has stopped (kwbase/pkg/cli/start.go:950-952, 991-994).
+DRAIN_BEGUN = "initiating graceful shutdown of server"
+DRAIN_DONE = "server drained and shutdown completed"
+
+
 @dataclass(frozen=True)
 class ProcessExit:
     """A kwbase server process that exited as a side effect of an exec (e.g. `kwbase quit`)."""
@@ -170,6 +176,10 @@ class Proc:
     # "init": waiting for `kwbase init`; "join": cannot reach any live node in --join yet.
     waiting: str | None = None
     log: list[str] = field(default_factory=list)
+    # SIGTERM received and the drain begun (world.py begin_drain): /health?ready=1 fails from
+    # here on, as kwbase's drainClients sets the gRPC mode to draining first
+    # (kwbase/pkg/server/drain.go:229-235).
+    draining_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +243,8 @@ class Group:
         """`/health?ready=1`: initialised, live and not draining; an UPGRADING mark does not
         matter (server/admin.go:1492-1526)."""
         if not (proc.running and proc.host_alive and proc.waiting is None):
+            return False
+        if proc.draining_since is not None:
             return False
         found = self.node_of(proc)
         return found is not None and found[1].heartbeating and not found[1].draining

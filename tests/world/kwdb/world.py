@@ -66,6 +66,8 @@ from tests.world.kwdb.settings import KwdbSettings
 from tests.world.kwdb.state import (
     DEFAULT_HTTP_PORT,
     DEFAULT_PORT,
+    DRAIN_BEGUN,
+    DRAIN_DONE,
     ClusterKey,
     ExecResult,
     Group,
@@ -407,10 +409,39 @@ class KwdbWorld:
         proc.log.insert(0, stderr)
         return StartResult(True, None, stdout, stderr, group.stores[store_key].node_id)
 
+    def begin_drain(self, cluster: ClusterKey, pod_name: str, now: float) -> float:
+        """The container gets SIGTERM: kwbase starts its graceful shutdown and prints
+        `initiating graceful shutdown of server` (kwbase/pkg/cli/start.go:857-952), after which
+        `/health?ready=1` fails (server/drain.go:229-235). Returns how long the drain takes in
+        simulated seconds (KwdbSettings.drain_s), after which the caller ends it cleanly with
+        stop_process(graceful=True); a SIGKILL before then is stop_process(graceful=False).
+        A node still waiting for `kwbase init` or a join has not started its server: kwbase
+        prints `too early to drain; used hard shutdown instead` and exits at once
+        (start.go:886-897, 996-999): 0 is returned and the process is already stopped, without
+        marking the node draining. 0 too when no process runs."""
+        with self._lock:
+            group, proc = self._proc(cluster, pod_name, now)
+            if proc is None or not proc.running:
+                return 0.0
+            proc.log.append(f"received signal 'terminated'\n{DRAIN_BEGUN}\n")
+            if proc.waiting is not None:
+                proc.log.append("too early to drain; used hard shutdown instead\n")
+                proc.running = False
+                group.sync_heartbeat(proc, group.clock)
+                return 0.0
+            if proc.draining_since is None:
+                proc.draining_since = group.clock
+            return group.settings.drain_s
+
     def stop_process(
         self, cluster: ClusterKey, pod_name: str, now: float, *, graceful: bool = True
     ) -> None:
-        """The container stops: SIGTERM (graceful: the node drains first) or SIGKILL."""
+        """The container stops: after a complete drain (graceful: the liveness record says
+        draining and the leases have moved away, server/drain.go:255-258, and the log ends
+        `server drained and shutdown completed`, cli/start.go:991-994) or by SIGKILL / power
+        off (not graceful: the node keeps its leases until its liveness expires, which is what
+        `hardShutdownHint` in start.go:981 warns of). A drain begun with begin_drain and
+        cut short by SIGKILL is the latter: the node is not marked draining."""
         with self._lock:
             group, proc = self._proc(cluster, pod_name, now)
             if proc is None or not proc.running:
@@ -418,6 +449,8 @@ class KwdbWorld:
             found = group.node_of(proc)
             if graceful and found is not None and proc.waiting is None:
                 found[0].set_flags(found[1].node_id, group.clock, draining=True)
+                if proc.draining_since is not None:
+                    proc.log.append(f"{DRAIN_DONE}\n")
             proc.running = False
             group.sync_heartbeat(proc, group.clock)
 
@@ -459,13 +492,22 @@ class KwdbWorld:
     def http_get(self, cluster: ClusterKey, pod_name: str, now: float, port: int | None,
                  scheme: str, path: str) -> bool:
         """Whether an HTTP GET of `path` at `port` over `scheme` (HTTP or HTTPS), as a
-        kubelet's probe sends it, answers 2xx or 3xx. kwbase serves HTTP on --http-addr's port
-        only (server/server.go:2600-2670): plain HTTP there in an insecure cluster; in a secure
-        one TLS, and plain HTTP too for /health, every other path redirected to https (307,
-        which a probe counts as a success). A TLS handshake with an insecure node fails.
-        `/health` answers once the process serves; `?ready=` parsed as a Go bool by the
-        gateway (server.go:1773-1778), true asks for readiness too (is_ready); a value it
-        cannot parse is a 400. Paths other than /health are not modelled (a 404 here)."""
+        kubelet's probe sends it, counts as a success (2xx or 3xx, pkg/probe/http/http.go:129
+        of Kubernetes 1.20).
+
+        kwbase serves HTTP on --http-addr's port only (server/server.go:2600-2670): plain HTTP
+        in an insecure cluster, and a TLS handshake with it fails. A secure node takes TLS on
+        that port and plain HTTP too (cmux, server.go:2621-2658): /health is served in plain,
+        every other path answers 307 to https://<same host><path>, which the kubelet follows,
+        the host being the same (http.go:141-155), so the answer is the HTTPS one.
+
+        Routes answered without a login (server.go:1773-1778, 2209-2220): `/health` and
+        `/_admin/v1/health`, once the process serves HTTP; `?ready=` is parsed as a Go bool by
+        the gateway, true asks for readiness too (is_ready), a value it cannot parse is a 400;
+        `/_status/vars` (200). Any other path is a failure: KWDB V3.2.1 registers no UI handler
+        at `/`, so Go's ServeMux answers 404, and the authenticated prefixes (/_admin/v1/,
+        /_status/, /ts/, /debug/) answer 401 without a session cookie in a secure cluster (in
+        an insecure one they are not modelled and count as failures too)."""
         with self._lock:
             _, proc = self._proc(cluster, pod_name, now)
             if proc is None or not (proc.running and proc.host_alive):
@@ -475,8 +517,10 @@ class KwdbWorld:
             if scheme == "HTTPS" and proc.opts.insecure:
                 return False  # a TLS handshake with a plain HTTP server
             route, _, query = path.partition("?")
-            if route != "/health":
-                return scheme == "HTTP" and not proc.opts.insecure  # the 307 to https
+            if route == "/_status/vars":
+                return True
+            if route not in ("/health", "/_admin/v1/health"):
+                return False  # 404 (or 401), after the 307 to https when plain on a secure node
             ready = "false"
             for pair in query.split("&") if query else ():
                 name, _, value = pair.partition("=")

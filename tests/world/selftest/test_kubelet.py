@@ -27,6 +27,7 @@ from tests.support.pods import (
     container,
     init_cluster,
     is_ready,
+    kaiwu_statefulset,
     kubectl_exec,
     kwbase_status,
     list_pods,
@@ -40,6 +41,7 @@ from tests.support.waiting import eventually
 from tests.world import kube_versions
 from tests.world.controlplane import ControlPlane
 from tests.world.faults import Faults
+from tests.world.kwdb import DRAIN_BEGUN, DRAIN_DONE
 from tests.world.simworld import SimWorld
 
 # The real control plane's node-monitor-grace-period (8 s) plus its monitor period and slack.
@@ -350,3 +352,154 @@ def test_deleting_a_pod_honours_the_grace_period_and_the_store_comes_back(
     assert back["spec"]["nodeName"] == victim["spec"]["nodeName"], "its volume pins it there"
     after = {r["address"]: r["id"] for r in kwbase_status(core, namespace, "kdb-0")}
     assert after == before, "node ids belong to stores, and the store survived"
+
+
+# ---- the kubelet checks the probes and grace periods it is given -------------------------------
+# Probe periods, initial delays and grace periods run on KubeletSettings.time_scale (0.1: a
+# 10 s period lasts 1 real second); thresholds are counts and stay exact.
+
+
+def kwbase_pod(name: str, namespace: str, *, grace_s: int = 60, **probes: Obj) -> Obj:
+    """A bare pod running a single-node KaiwuDB (ready without `kwbase init`) with the given
+    probes (readinessProbe=..., livenessProbe=..., startupProbe=...); the simulated KaiwuDB
+    keys it by the pod's name."""
+    statefulset = kaiwu_statefulset(name, namespace, replicas=1)
+    spec = statefulset["spec"]["template"]["spec"]
+    kwbase = spec["containers"][0]
+    kwbase["command"] = ["start-single-node" if word == "start" else word
+                         for word in kwbase["command"] if not word.startswith("--join=")]
+    for kind in ("readinessProbe", "livenessProbe"):
+        kwbase.pop(kind)
+    kwbase.update(probes)
+    kwbase["volumeMounts"] = []
+    spec.pop("affinity")
+    spec["terminationGracePeriodSeconds"] = grace_s
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def http_probe(path: str = "/health?ready=1", port: int | str = "http", scheme: str = "HTTP",
+               **timings: int) -> Obj:
+    return {"httpGet": {"path": path, "port": port, "scheme": scheme},
+            "periodSeconds": 2, **timings}
+
+
+def create_pods(core: k8s.CoreV1Api, namespace: str, *pods: Obj) -> None:
+    for pod in pods:
+        body = k8s.V1Pod.from_dict(pod)
+        assert body is not None
+        core.create_namespaced_pod(namespace, body)
+
+
+def wait_ready(core: k8s.CoreV1Api, namespace: str, name: str) -> Obj:
+    return eventually(lambda: p if is_ready(p := read_pod(core, namespace, name)) else None, 30,
+                      f"{name} to be Ready")
+
+
+def events_of(core: k8s.CoreV1Api, namespace: str, pod: str) -> list[str]:
+    """The pod's events as `reason: message`, in the order they were recorded."""
+    items = as_json(core.list_namespaced_event, namespace,
+                    field_selector=f"involvedObject.name={pod}")["items"]
+    items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [f"{e['reason']}: {e['message']}" for e in items for _ in range(e.get("count") or 1)]
+
+
+def test_a_readiness_probe_at_the_wrong_port_path_or_scheme_never_becomes_ready(
+    sim_world: SimWorld, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """Only the probe kwbase can answer (its HTTP port, by number or by name; /health?ready=1;
+    plain HTTP on an insecure node) makes the pod Ready."""
+    core = k8s.CoreV1Api(kube)
+    right = {"by-name": http_probe(), "by-number": http_probe(port=8080)}
+    wrong = {
+        "wrong-port": http_probe(port=26257),
+        "no-such-name": http_probe(port="metrics"),
+        "wrong-path": http_probe(path="/healthz"),
+        "tls-to-insecure": http_probe(scheme="HTTPS"),
+    }
+    create_pods(core, namespace, *(kwbase_pod(name, namespace, readinessProbe=probe)
+                                   for name, probe in {**right, **wrong}.items()))
+    for name in right:
+        wait_ready(core, namespace, name)
+
+    def failed_often(name: str) -> bool:
+        return events_of(core, namespace, name).count(
+            "Unhealthy: Readiness probe failed: HTTP probe failed") >= 4
+
+    while not all(failed_often(name) for name in wrong):
+        pods = [read_pod(core, namespace, name) for name in wrong]
+        assert not any(is_ready(p) for p in pods), [p["metadata"]["name"] for p in pods]
+        time.sleep(0.2)
+    for name in wrong:
+        pod = read_pod(core, namespace, name)
+        assert not is_ready(pod) and "running" in container(pod)["state"], name
+        assert container(pod)["restartCount"] == 0, "a readiness probe never restarts"
+
+
+def test_a_liveness_probe_restarts_after_failure_threshold_failures_not_before(
+    sim_world: SimWorld, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """Four failed liveness probes in a row, then the kill (SIGTERM; kwbase drains within the
+    grace period and exits 0), then the restart; the worker holds until the new container."""
+    core = k8s.CoreV1Api(kube)
+    create_pods(core, namespace, kwbase_pod(
+        "lively", namespace, readinessProbe=http_probe(),
+        livenessProbe=http_probe(path="/healthz", failureThreshold=4)))
+    pod = eventually(lambda: p if container(p := read_pod(core, namespace, "lively")).get(
+        "restartCount") else None, 30, "the liveness probe to restart the container")
+    events = events_of(core, namespace, "lively")
+    killing = events.index("Killing: Container kwbase failed liveness probe, will be restarted")
+    failures = [e for e in events[:killing] if e.startswith("Unhealthy: Liveness probe failed")]
+    assert len(failures) == 4, events
+    assert container(pod)["lastState"]["terminated"]["exitCode"] == 0, "a clean drain"
+
+
+def test_a_startup_probe_holds_the_other_probes_back_and_restarts_when_it_fails(
+    sim_world: SimWorld, kube: k8s.ApiClient, namespace: str
+) -> None:
+    core = k8s.CoreV1Api(kube)
+    create_pods(core, namespace, kwbase_pod(
+        "slow", namespace, readinessProbe=http_probe(path="/healthz"),
+        startupProbe=http_probe(path="/healthz", failureThreshold=2)))
+    eventually(lambda: True if container(read_pod(core, namespace, "slow")).get(
+        "restartCount") else None, 30, "the startup probe to restart the container")
+    events = events_of(core, namespace, "slow")
+    killing = events.index("Killing: Container kwbase failed startup probe, will be restarted")
+    assert [e for e in events[:killing] if e.startswith("Unhealthy")] == [
+        "Unhealthy: Startup probe failed: HTTP probe failed"] * 2, events
+    assert not any("Readiness" in e for e in events), "readiness waits for startup"
+    assert not is_ready(read_pod(core, namespace, "slow"))
+
+
+def test_a_grace_period_shorter_than_the_drain_kills_kwbase_mid_drain(
+    sim_world: SimWorld, kube: k8s.ApiClient, namespace: str
+) -> None:
+    """Deleting a pod sends SIGTERM: kwbase drains (KwdbSettings.drain_s, 2 s) and exits, then
+    the pod is gone. A drain longer than the grace period is cut short by SIGKILL at its end:
+    the drain never completes and the node is never marked draining, so its leases stay
+    behind until its liveness expires."""
+    core = k8s.CoreV1Api(kube)
+    create_pods(core, namespace, kwbase_pod("clean", namespace, grace_s=30),
+                kwbase_pod("cut", namespace, grace_s=30))
+    sim_world.kwdb.tune((namespace, "cut"), sim_world.clock.now(), drain_s=50.0)
+    for name in ("clean", "cut"):
+        wait_ready(core, namespace, name)
+
+    def gone(name: str) -> float:
+        deleted = time.monotonic()
+        core.delete_namespaced_pod(name, namespace)
+        eventually(lambda: True if name not in {p["metadata"]["name"] for p in list_pods(
+            core, namespace)} else None, 30, f"{name} to be gone")
+        return time.monotonic() - deleted
+
+    scale = sim_world.settings.kubelet.time_scale
+    took = {name: gone(name) for name in ("clean", "cut")}
+    report("pod deleted -> gone, kwbase drained", took["clean"])
+    report("pod deleted -> gone, killed at the end of a 30 s grace period", took["cut"])
+    assert took["cut"] >= 30 * scale, took
+    now = sim_world.clock.now()
+    clean, cut = (sim_world.kwdb.logs((namespace, n), n) for n in ("clean", "cut"))
+    assert DRAIN_BEGUN in clean and DRAIN_DONE in clean
+    assert DRAIN_BEGUN in cut and DRAIN_DONE not in cut
+    assert sim_world.kwdb.nodes((namespace, "clean"), now)[0].draining
+    assert not sim_world.kwdb.nodes((namespace, "cut"), now)[0].draining

@@ -10,11 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from tests.world.kwdb import (
+    DRAIN_BEGUN,
+    DRAIN_DONE,
     NO_MORE_DATA,
     REPLICATION_HEALTH_QUERY,
     RUNNING_JOB_TYPES_QUERY,
@@ -815,6 +817,52 @@ def test_a_probe_is_answered_only_at_the_http_port_with_the_scheme_and_path_kwba
     assert not get(26257) and not get(None), "not the HTTP port, or a name no port has"
     assert not get(8080, "HTTPS"), "a TLS handshake with an insecure node"
     assert not get(8080, path="/health?ready=yes"), "the gateway's 400"
-    assert not get(8080, path="/healthz")
+    assert not get(8080, path="/healthz") and not get(8080, path="/health/")
+    assert not get(8080, path="/"), "no UI handler at / in KWDB V3.2.1: ServeMux's 404"
+    assert get(8080, path="/_admin/v1/health?ready=1") and get(8080, path="/_status/vars")
     assert op.world.tcp_open(KEY, "kw-0", 5.0, 26257)
     assert not op.world.tcp_open(KEY, "kw-0", 5.0, 9999)
+
+
+def test_a_secure_node_serves_health_in_plain_http_too_and_redirects_the_rest_to_https() -> None:
+    """kwbase/pkg/server/server.go:2621-2658: a secure node takes TLS and plain HTTP on its HTTP
+    port; plain HTTP gets /health served and a 307 to https://<same host> for anything else,
+    which a kubelet follows (same host), so the HTTPS answer decides."""
+    op = Operator()
+    secure = [a for a in start_line(0, "start-single-node") if a != "--insecure"] + [
+        "--certs-dir=/kaiwudb/certs"]
+    started = op.world.start_process(KEY, "kw-0", "pvc-0", secure, 0.0,
+                                     files={"/kaiwudb/certs/node.key": 0o400}, env={})
+    assert started.ok, started.stderr
+
+    def get(scheme: str, path: str) -> bool:
+        return op.world.http_get(KEY, "kw-0", 2.0, 8080, scheme, path)
+
+    assert get("HTTPS", "/health?ready=1") and get("HTTP", "/health?ready=1")
+    assert get("HTTP", "/_status/vars"), "307 to https, followed"
+    assert not get("HTTP", "/healthz") and not get("HTTPS", "/healthz"), "404 after the 307"
+
+
+def test_sigterm_drains_for_a_while_and_a_kill_before_the_end_is_an_unclean_stop() -> None:
+    """cli/start.go:857-999: SIGTERM starts the drain (readiness fails at once, drain.go:229-235)
+    and the process exits when it is done, the log saying so and the liveness record marked
+    draining; a SIGKILL before then leaves neither. A node waiting for init has no server to
+    drain: hard shutdown at once."""
+    op = Operator(KwdbWorld(replace(FAST, drain_s=7.0)))
+    t = op.healthy_cluster(3)
+    assert op.world.begin_drain(KEY, "kw-1", t) == 7.0
+    assert op.world.process_running(KEY, "kw-1") and not op.world.is_ready(KEY, "kw-1", t)
+    op.world.stop_process(KEY, "kw-1", t + 7.0, graceful=True)
+    assert op.world.logs(KEY, "kw-1").endswith(f"{DRAIN_BEGUN}\n{DRAIN_DONE}\n")
+    assert [n.draining for n in op.world.nodes(KEY, t + 7.0)] == [False, True, False]
+
+    assert op.world.begin_drain(KEY, "kw-2", t + 8.0) == 7.0
+    op.world.stop_process(KEY, "kw-2", t + 10.0, graceful=False)  # the grace period ran out
+    assert DRAIN_DONE not in op.world.logs(KEY, "kw-2")
+    assert not op.world.nodes(KEY, t + 10.0)[2].draining
+
+    waiting = Operator()
+    waiting.start(0, 0.0)
+    assert waiting.world.begin_drain(KEY, "kw-0", 1.0) == 0.0
+    assert not waiting.world.process_running(KEY, "kw-0")
+    assert "too early to drain; used hard shutdown instead" in waiting.world.logs(KEY, "kw-0")
