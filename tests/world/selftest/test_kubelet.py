@@ -374,6 +374,8 @@ def kwbase_pod(name: str, namespace: str, *, grace_s: int = 60, **probes: Obj) -
     kwbase["volumeMounts"] = []
     spec.pop("affinity")
     spec["terminationGracePeriodSeconds"] = grace_s
+    # kwbase needs no API token; without this the pod may come before the namespace's token.
+    spec["automountServiceAccountToken"] = False
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
