@@ -13,6 +13,8 @@
 #   make mutation  mutation testing of the chosen modules against the fast tests (minutes)
 #   make krew   the archive krew installs for `kubectl kaiwu` (dist/), and its manifest's sha256
 #   make manifests  deploy/install.yaml and deploy/kustomize/ (base and overlays) from `kaiwu install`
+#   make release  dist/: wheel, sdist, the image as an OCI archive, the install bundles, the CRDs,
+#               the monitoring bundle, the krew archive, RELEASE and SHA256SUMS (clean tree only)
 # The README's two commands are `make demo` and `make test`; the rest is what they need.
 
 PYTHON ?= python3
@@ -21,7 +23,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo preview test test-136 test-fast test-random lint deps world lock image push soak fleet \
-    mutation krew manifests clean
+    mutation krew manifests release clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
 # python-dateutil ranges do not meet; overrides.txt says why that is safe).
@@ -86,6 +88,13 @@ krew: $(STAMP)
 # whose kustomize (v2.0.3) the world tier builds every overlay with (tests/packaging/test_kustomize.py).
 manifests: $(STAMP)
 	$(BIN)/python -m reconciler.kustomize deploy
+
+# A release in dist/ (replaced whole), from the commit checked out: refused on a dirty tree
+# (ALLOW_DIRTY=1 makes one anyway, RELEASE saying so). The image is built as `make image`
+# builds it (root, podman; BASE as there). tests/world/release.py lists the files;
+# docs/reconciler.md, "Making a release", says how to use them.
+release: $(STAMP)
+	$(BIN)/python -m tests.world.release $(if $(BASE),--base $(BASE)) $(if $(ALLOW_DIRTY),--allow-dirty)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,6 +1,7 @@
 """Build the reconciler's image (Dockerfile) on a machine without a Docker engine or registry.
 
-Called by `make image` (``python -m tests.world.image``) and by the image story
+Called by `make image` (``python -m tests.world.image``), by `make release`
+(tests/world/release.py, which saves the image as an OCI archive) and by the image story
 (tests/world_stories/runtime/test_image.py). It does what works on a CI machine without a
 Docker engine: podman and buildah with runc and cgroupfs (crun refuses hybrid cgroups), a
 containers.conf without default ulimits (the sandbox refuses raising RLIMIT_NOFILE),
@@ -32,6 +33,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Sequence
@@ -182,10 +184,10 @@ def wheelhouse() -> Path:
 
 
 def stage_context(house: Path) -> Path:
-    """A build context holding only what the Dockerfile copies."""
-    context = cache_dir() / "context"
-    shutil.rmtree(context, ignore_errors=True)
-    context.mkdir()
+    """A build context holding only what the Dockerfile copies, in a directory of its own: the
+    image story and the release story (`make release`, tests/world/release.py) may build at
+    once on two workers, from two checkouts. The caller removes it."""
+    context = Path(tempfile.mkdtemp(prefix="context-", dir=cache_dir()))
     for name in ("Dockerfile", "pyproject.toml", "README.md", "requirements.lock"):
         shutil.copy2(REPO_ROOT / name, context / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -202,8 +204,11 @@ def build(base: str | None = None) -> str:
     context = stage_context(wheelhouse())
     tag = image_tag()
     started = time.monotonic()
-    podman("build", "--isolation", "chroot", "--build-arg", f"BASE={base}", "--tag", tag,
-           "--file", str(context / "Dockerfile"), str(context))
+    try:
+        podman("build", "--isolation", "chroot", "--build-arg", f"BASE={base}", "--tag", tag,
+               "--file", str(context / "Dockerfile"), str(context))
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
     print(f"[image] build {tag} FROM {base}: {time.monotonic() - started:.1f} s")
     return tag
 
