@@ -6,6 +6,8 @@ virtualenv (its own packages first on the path: `python -m` puts the working dir
 
 Until release tags exist the earlier version is EARLIER_COMMIT. Without the history (no git, a
 shallow clone, a copy without .git) the story is skipped with the reason (`earlier_skip_reason`).
+The release story (tests/world_stories/runtime/test_release.py) checks out HEAD the same way, a
+clean checkout to run `make release` in (`commit_id("HEAD")`, `what="the release"`).
 """
 
 from __future__ import annotations
@@ -35,19 +37,26 @@ def _git(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)
 
 
-def earlier_skip_reason(commit: str = EARLIER_COMMIT) -> str:
-    """Why the earlier version cannot be checked out here ("" when it can)."""
+def earlier_skip_reason(commit: str = EARLIER_COMMIT, what: str = "the earlier version") -> str:
+    """Why `commit` (`what` it is to the story) cannot be checked out here ("" when it can)."""
     if shutil.which("git") is None:
-        return "git is not installed: the earlier version comes from this repository's history"
+        return f"git is not installed: {what} comes from this repository's history"
     shallow = _git("rev-parse", "--is-shallow-repository")
     if shallow.returncode != 0:
         return f"not a git checkout ({shallow.stderr.strip()}): no history to take it from"
     if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
         return ""
     if shallow.stdout.strip() == "true":
-        return (f"a shallow clone: commit {commit[:12]} (the earlier version) is not in its "
+        return (f"a shallow clone: commit {commit[:12]} ({what}) is not in its "
                 "history; clone with the history (fetch-depth: 0) to run this story")
-    return f"commit {commit[:12]} (the earlier version) is not in this repository"
+    return f"commit {commit[:12]} ({what}) is not in this repository"
+
+
+def commit_id(rev: str) -> str:
+    """The full commit id `rev` names (HEAD, a tag); call after earlier_skip_reason(rev)."""
+    found = _git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    assert found.returncode == 0, f"git rev-parse {rev}: {found.stderr}"
+    return found.stdout.strip()
 
 
 @contextlib.contextmanager
