@@ -90,11 +90,13 @@ manifests: $(STAMP)
 	$(BIN)/python -m reconciler.kustomize deploy
 
 # A release in dist/ (replaced whole), from the commit checked out: refused on a dirty tree
-# (ALLOW_DIRTY=1 makes one anyway, RELEASE saying so). The image is built as `make image`
-# builds it (root, podman; BASE as there). tests/world/release.py lists the files;
+# (ALLOW_DIRTY=1 makes one anyway, RELEASE saying so). KUBE_VERSION=1.20 targets the manifests
+# as `kaiwu install --kube-version` does. The image is built as `make image` builds it (root,
+# podman; BASE as there). tests/world/release.py lists the files;
 # docs/reconciler.md, "Making a release", says how to use them.
 release: $(STAMP)
-	$(BIN)/python -m tests.world.release $(if $(BASE),--base $(BASE)) $(if $(ALLOW_DIRTY),--allow-dirty)
+	$(BIN)/python -m tests.world.release $(if $(BASE),--base $(BASE)) \
+	    $(if $(KUBE_VERSION),--kube-version $(KUBE_VERSION)) $(if $(ALLOW_DIRTY),--allow-dirty)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
