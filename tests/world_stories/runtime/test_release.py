@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -183,8 +184,10 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs_outside_the_checkout(
 def test_the_image_archive_loads_with_podman_under_the_default_name(
         made: Release, tmp_path: Path) -> None:
     started = time.monotonic()
-    # An empty store of its own: the archive alone must carry the image.
-    store = ("--root", str(tmp_path / "store"), "--runroot", str(tmp_path / "run"))
+    # An empty store of its own: the archive alone must carry the image. Its runroot in a
+    # short path: podman refuses one longer than 50 characters.
+    runroot = Path(tempfile.mkdtemp(prefix="kaiwu-run-"))
+    store = ("--root", str(tmp_path / "store"), "--runroot", str(runroot))
     try:
         loaded = image.podman(*store, "load", "--quiet", "--input", str(made.file("image")),
                               capture=True)
@@ -194,7 +197,8 @@ def test_the_image_archive_loads_with_podman_under_the_default_name(
                              capture=True).strip()
         assert found == yaml.safe_load((made.dist / "RELEASE").read_text())["image-id"]
     finally:
-        shutil.rmtree(tmp_path / "store", ignore_errors=True)  # a load mounts nothing
+        for made_here in (tmp_path / "store", runroot):  # a load mounts nothing
+            shutil.rmtree(made_here, ignore_errors=True)
     report("release: OCI archive loaded into an empty store", time.monotonic() - started)
 
 
