@@ -121,14 +121,16 @@ test: lint deps test-fast world
 
 # The test world on Kubernetes 1.36.2 (tests/world/kube_versions.py), from the prebuilt binaries
 # in ../shared/k8s-1.36 (KAIWU_K8S_136_DIR): the control plane's and the kubelet's self-tests,
-# the CEL stories, and the install bundle, uninstall, operator upgrade, bring-up, drift repair,
+# the CEL stories, and the install bundle, uninstall, operator upgrade, release (the default
+# bundles as shipped, applied where they are meant to run), bring-up, drift repair,
 # failover, scaling and backup stories (docs/testworld.md, "Kubernetes 1.36"). Says in one line that it is skipped, and
 # why, where the binaries are not. `make test-136` runs every story of those folders;
 # `make test-136 K136=ci` (what .ci/run runs, to keep CI near 30 minutes) one story of each.
 K136_ALL := tests/world/selftest/test_controlplane.py tests/world/selftest/test_kubelet.py \
     tests/world/selftest/test_exec_spdy.py tests/world_stories/admission/test_cel_on_current_kubernetes.py \
     tests/world_stories/runtime/test_install.py tests/world_stories/runtime/test_uninstall.py \
-    tests/world_stories/runtime/test_operator_upgrade.py tests/world_stories/lifecycle \
+    tests/world_stories/runtime/test_operator_upgrade.py tests/world_stories/runtime/test_release.py \
+    tests/world_stories/lifecycle \
     tests/world_stories/drift tests/world_stories/failover tests/world_stories/backup
 K136_CI := tests/world/selftest/test_controlplane.py tests/world/selftest/test_kubelet.py \
     tests/world/selftest/test_exec_spdy.py tests/world_stories/admission/test_cel_on_current_kubernetes.py \
