@@ -160,7 +160,9 @@ def _step(what: str, started: float) -> None:
 
 def python_packages(root: Path, out: Path, epoch: str) -> None:
     """Wheel and sdist, `uv build` (PEP 517, in an isolated build environment); file times
-    from the commit (SOURCE_DATE_EPOCH), so the same commit gives the same wheel."""
+    from the commit (SOURCE_DATE_EPOCH), so the same commit gives the same wheel, byte for
+    byte (the sdist still differs between two builds: setuptools' tar.gz is not
+    reproducible; nor is the image, whose ID RELEASE records)."""
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "uv", "build", "--quiet", "--out-dir", str(out),
                            str(root)], env={**os.environ, "SOURCE_DATE_EPOCH": epoch},
