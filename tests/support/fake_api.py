@@ -39,8 +39,9 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
   ASSOCIATIVE); every other list is atomic. Non-apply writes make their manager (operation
   Update) own the fields they changed, taken from the others. A dry run answers the object the
   write would make, stores nothing and keeps the resourceVersion.
+- Validation: only a Service's ports, unique by name and by (port, protocol) (`validate`).
 - Not modelled: admission (webhooks, defaulting of built-in kinds beyond the above, validation of
-  field values), label selectors other than equality, field selectors, paging (`list_objects`
+  other field values), label selectors other than equality, field selectors, paging (`list_objects`
   answers one page), and exec.
 
 `FakeView` stands in for the watch caches (reconciler.kube.cache): what the store holds, slimmed
@@ -317,7 +318,10 @@ class FakeApi:
         self.objects: dict[StoreKey, Obj] = objects if objects is not None else {}
         self.writes: list[tuple[str, str, str]] = []
         self.dry_runs = 0
-        self.revision = 100
+        # Above every resourceVersion already in `objects` (a store handed from an earlier
+        # FakeApi): etcd's revision never goes back.
+        self.revision = max([100, *(int(obj["metadata"].get("resourceVersion") or 0)
+                                    for obj in self.objects.values())])
         self._names = itertools.count(1)
         # (revision, type, object) of every change, for `watch`.
         self.history: list[tuple[int, str, Obj]] = []
@@ -498,19 +502,84 @@ class FakeApi:
         self._write("delete", key, live, new)
         return True
 
-    # ---- for tests: someone else's change ------------------------------------------------
+    def admit(self, obj: Obj, *, dry_run: bool) -> None:
+        """What the server changes in an object on its way to storage (or to a dry run's
+        answer): a kind's defaulting, a mutating admission webhook. In 1.20 that comes after the
+        field manager's work (endpoints/handlers/patch.go: fieldManager.Apply at :441,
+        admission at :539), so no manager owns what it changes. Nothing here: a story of a
+        server that defaults or mutates overrides it."""
+
+    # ---- for tests: someone else's change, the garbage collector --------------------------
 
     def edit(self, kind: Kind, namespace: str | None, name: str, change: Callable[[Obj], Any],
-             *, manager: str = "kubectl-edit") -> Obj:
-        """Another client changes a stored object with a PUT (kubectl edit): a new
-        resourceVersion, and `manager` owns what it changed."""
+             *, manager: str = "kubectl-edit", status: bool = False) -> Obj:
+        """Another client changes a stored object with a PUT (kubectl edit; of /status with
+        `status`): a new resourceVersion, and `manager` owns what it changed. Not in
+        `writes`."""
         key = self.store_key(kind, namespace, name)
         live = self._found(kind, key)
         new = copy.deepcopy(live)
         change(new)
-        self._keep_server_fields(live, new, status_write=False)
+        self._keep_server_fields(live, new, status_write=status)
         self._own(live, new, manager, "Update")
         return self._write("edit", key, live, new, record=False)
+
+    def put(self, obj: Obj) -> Obj:
+        """An object someone stored earlier, as it is (its uid, labels, status; none of the
+        checks a create makes): a new resourceVersion. Not in `writes`."""
+        stored = self._seeded(obj)
+        stored["metadata"]["resourceVersion"] = str(self.revision)
+        kind = kind_of(obj)
+        key = self.store_key(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        self.objects[key] = stored
+        self._record("ADDED", stored)
+        return copy.deepcopy(stored)
+
+    def collect_garbage(self) -> None:
+        """What kube-controller-manager's garbage collector does once it has caught up
+        (pkg/controller/garbagecollector/garbagecollector.go): an object being deleted with
+        the `orphan` finalizer loses its dependents' ownerReferences to it, one with
+        `foregroundDeletion` its dependents, then the finalizer; and an object whose every
+        owner is gone is deleted (background propagation). The fast tier has no such
+        controller: a story calls this where time passes (tests/support/controller_world.py's
+        World does before each pass)."""
+        for key, obj in sorted(self.objects.items()):
+            meta = obj["metadata"]
+            finalizers = meta.get("finalizers") or []
+            if not meta.get("deletionTimestamp") or not {"orphan", "foregroundDeletion"} & set(
+                    finalizers):
+                continue
+            for dependent_key, dependent in sorted(self.objects.items()):
+                refs = dependent["metadata"].get("ownerReferences") or []
+                if not any(ref.get("uid") == meta.get("uid") for ref in refs):
+                    continue
+                if "orphan" in finalizers:
+                    self._collect(dependent_key, _without_owner(str(meta.get("uid"))))
+                else:
+                    self._collect(dependent_key, None)
+            self._collect(key, lambda d: d["metadata"].update(finalizers=[
+                f for f in d["metadata"].get("finalizers") or ()
+                if f not in ("orphan", "foregroundDeletion")]))
+        uids = {obj["metadata"].get("uid") for obj in self.objects.values()}
+        for key, obj in sorted(self.objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if refs and not any(ref.get("uid") in uids for ref in refs):
+                self._collect(key, None)
+
+    def _collect(self, key: StoreKey, change: Callable[[Obj], Any] | None) -> None:
+        """One change of the garbage collector's: `change` applied, or a delete (None)."""
+        live = self.objects.get(key)
+        if live is None:
+            return
+        if change is None:
+            self.delete(kind_of(live), key[1], key[2])
+            return
+        new = copy.deepcopy(live)
+        change(new)
+        if new["metadata"].get("ownerReferences") is None:
+            new["metadata"].pop("ownerReferences", None)
+        self._own(live, new, "generic-garbage-collector", "Update")
+        self._write("collect", key, live, new, record=False)
 
     # ---- the store -----------------------------------------------------------------------
 
@@ -633,6 +702,8 @@ class FakeApi:
 
     def _write(self, verb: str, key: StoreKey, live: Obj | None, new: Obj, *,
                dry_run: bool = False, record: bool = True) -> Obj:
+        self.admit(new, dry_run=dry_run)
+        validate(new)
         meta = new["metadata"]
         if live is None:
             meta["uid"] = f"uid-{meta['name']}-{self.revision + 1}"
@@ -667,6 +738,29 @@ class FakeApi:
 
     def _record(self, type_: str, obj: Obj) -> None:
         self.history.append((self.revision, type_, copy.deepcopy(obj)))
+
+
+def validate(obj: Obj) -> None:
+    """The one validation the reconciler meets in the fast tier: a Service's ports are unique by
+    name and by (port, protocol), so an apply merging our port into a list that holds another of
+    its name is refused (pkg/apis/core/validation/validation.go:4206-4292, validateServicePort
+    at :4359). 422 Invalid, in the server's words."""
+    if obj["kind"] != "Service":
+        return
+    causes, names, pairs = [], set(), set()
+    for index, port in enumerate((obj.get("spec") or {}).get("ports") or ()):
+        name, pair = port.get("name"), (port.get("port"), port.get("protocol", "TCP"))
+        if name and name in names:
+            causes.append(f'spec.ports[{index}].name: Duplicate value: "{name}"')
+        if pair in pairs:
+            causes.append(f"spec.ports[{index}]: Duplicate value: "
+                          f'core.ServicePort{{Name:"", Protocol:"{pair[1]}", Port:{pair[0]}}}')
+        names.add(name)
+        pairs.add(pair)
+    if causes:
+        raise ApiError(422, "Invalid", f'Service "{obj["metadata"]["name"]}" is invalid: ['
+                       + ", ".join(causes) + "]" if len(causes) > 1 else
+                       f'Service "{obj["metadata"]["name"]}" is invalid: {causes[0]}')
 
 
 class ManagedBy:
@@ -704,6 +798,15 @@ class FakeWatch:
             if self.closed:
                 return
             yield event
+
+
+def _without_owner(uid: str) -> Callable[[Obj], None]:
+    """A change that drops the ownerReferences to `uid` (the garbage collector orphaning)."""
+    def change(obj: Obj) -> None:
+        refs = [ref for ref in obj["metadata"].get("ownerReferences") or ()
+                if ref.get("uid") != uid]
+        obj["metadata"]["ownerReferences"] = refs or None
+    return change
 
 
 def _differs(live: Obj, applied: Obj, path: Path) -> bool:

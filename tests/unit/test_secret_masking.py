@@ -196,7 +196,8 @@ def test_a_controller_pass_over_a_secret_drift_writes_masked_events_and_logs(
     from reconciler.controller.controller import Controller
     from reconciler.keys import ClusterKey
     from reconciler.settings import Settings
-    from tests.unit.reconciler.controller.test_steps import NOW, FakeKube, FakeView
+    from tests.support.controller_world import NOW
+    from tests.support.fake_api import FakeApi, FakeView
 
     obj = json.loads(cluster_text(OLD))
     obj["spec"]["drift"] = {"policy": "warn"}
@@ -205,8 +206,8 @@ def test_a_controller_pass_over_a_secret_drift_writes_masked_events_and_logs(
     live["metadata"].update(uid="sts-uid", resourceVersion="5", generation=1)
     obj["status"] = {"inventory": ["apps/v1/StatefulSet/shop/orders"], "observedGeneration": 1}
     objects = {("KaiwuCluster", "shop", "orders"): obj, ("StatefulSet", "shop", "orders"): live}
-    kube = FakeKube(objects)
-    controller = Controller(kube, FakeView(objects),  # type: ignore[arg-type]
+    kube = FakeApi(objects, clock=lambda: NOW)
+    controller = Controller(kube, FakeView(kube),  # type: ignore[arg-type]
                             Settings(watch_namespace="shop", leader_election=False),
                             Metrics(), clock=lambda: NOW)
     with caplog.at_level(logging.INFO):

@@ -1,11 +1,11 @@
 """Stories about the certificates step (reconciler.controller.certificates) over passes of the
-controller on the fakes of test_drift_steps.py: the operator's own TLS Secrets made once and
-owned by nobody (an earlier version's, owned by the cluster, released once), their hash rolled
-into the pod template, a user's Secrets read even when the watch cache does not hold them, and
-what a pass does while the cache lags behind its own writes, and the Event that names them
-among what a deleted cluster kept. The certificates themselves
-(reconciler.kaiwudb.certs) have their own stories (tests/unit/reconciler/kaiwudb/test_certs.py);
-the real apiserver: the TLS world stories.
+controller on the fast tier's fake API (tests/support/controller_world.py's World): the
+operator's own TLS Secrets made once and owned by nobody (an earlier version's, owned by the
+cluster, released once), their hash rolled into the pod template, a user's Secrets read even
+when the watch cache does not hold them, and what a pass does while the cache lags behind its
+own writes, and the Event that names them among what a deleted cluster kept. The certificates
+themselves (reconciler.kaiwudb.certs) have their own stories
+(tests/unit/reconciler/kaiwudb/test_certs.py); the real apiserver: the TLS world stories.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from renderer.builders import CERTS_HASH_ANNOTATION
-from tests.unit.reconciler.controller.test_drift_steps import KEY, World
-from tests.unit.reconciler.controller.test_steps import NAME, NOW, NS
+from tests.support.controller_world import KEY, NAME, NOW, NS, World
 
 SECRETS = [f"{NAME}-ca", f"{NAME}-node-certs", f"{NAME}-root-client-certs"]
 
@@ -347,6 +346,8 @@ def test_secrets_an_earlier_version_made_owned_by_the_cluster_are_released_once(
     ref = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster", "name": NAME,
            "uid": "cluster-uid", "controller": True, "blockOwnerDeletion": True}
     other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "x"}
+    world.kube.put({"apiVersion": "v1", "kind": "ConfigMap",  # the other owner exists
+                    "metadata": {"name": "keep", "namespace": NS, "uid": "x"}})
 
     def as_before(secret: Obj) -> None:
         secret["metadata"]["labels"].pop(TLS_SECRET_LABEL)

@@ -1,6 +1,6 @@
 """Stories about what a pass amounts to (reconciler.controller.conditions) and which condition
 changes become Events (reconciler.controller.report.transition_event): pure functions, no fakes
-beyond a pass with a StatefulSet state (the helpers of test_steps.py).
+beyond a pass with a StatefulSet state (tests/support/controller_world.py).
 
 Each story sets one thing in the pass and checks the condition, phase or Event it decides, with
 the neighbouring case beside it (one pod fewer, the other policy), so a reason swapped or a
@@ -18,7 +18,7 @@ from reconciler.controller.report import transition_event
 from reconciler.drift.compare import Change, DriftReport
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
-from tests.unit.reconciler.controller.test_steps import NAME, NS, a_pass, conditions_of, sts_state
+from tests.support.controller_world import NAME, NS, a_pass, conditions_of, sts_state
 
 
 def service_state(verdict: str, *, report: DriftReport | None = None, blocked_s: float = 0.0,

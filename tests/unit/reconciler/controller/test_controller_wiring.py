@@ -22,7 +22,7 @@ from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.metrics import Metrics
 from reconciler.model import KaiwuStatus
 from reconciler.settings import Settings
-from tests.unit.reconciler.controller.test_steps import FakeKube, FakeView
+from tests.support.fake_api import FakeApi, FakeView
 
 KEY = ClusterKey("db", "dev")
 ROOT = Path(__file__).resolve().parents[4]
@@ -40,8 +40,10 @@ def clock() -> float:
 
 
 def controller(settings: Settings = SETTINGS) -> tuple[Controller, Any, Any, Metrics]:
-    kube, view, metrics = FakeKube({}), FakeView({}), Metrics()
-    return Controller(cast(Any, kube), view, settings, metrics, clock), kube, view, metrics
+    kube = FakeApi()
+    view, metrics = FakeView(kube), Metrics()
+    return Controller(cast(Any, kube), cast(Any, view), settings, metrics, clock), kube, view, \
+        metrics
 
 
 def documented_steps() -> dict[str, list[str]]:

@@ -1,113 +1,37 @@
-"""Stories about the controller's pass on small fakes (no test world): which steps run, and what
-the conditions say. The fakes stand in for the watch caches (a dict of objects) and the API
-(answers applies with the object applied, records every write), so a pass costs milliseconds.
-The same pass against the real apiserver: the drift and lifecycle stories.
+"""Stories about the controller's pass on the fast tier's fakes (no test world): which steps
+run, and what the conditions say. The fake API (tests/support/fake_api.py: server-side apply by
+field manager, resourceVersions, records every write) and the caches' view of it stand in for
+the API server and the watch caches, so a pass costs milliseconds. The same pass against the
+real apiserver: the drift and lifecycle stories.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler import status as st
 from reconciler.controller.admission import ACCEPTED_ANNOTATION
 from reconciler.controller.conditions import observed
 from reconciler.controller.controller import Controller
-from reconciler.controller.objects import ObjectPass, ObjectState
-from reconciler.keys import ClusterKey, ObjectRef
+from reconciler.controller.objects import ObjectPass
+from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
-from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
-from renderer.render import read_live
-
-NS, NAME = "db", "dev"
-NOW = 1_800_000_000.0
-
-
-class FakeView:
-    """The watch caches: what the API holds, slimmed as the caches keep it, read back as copies
-    (`peek`: as kept)."""
-
-    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
-        self.objects = objects
-
-    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        found = self.peek(kind, namespace, name)
-        return copy.deepcopy(found) if found is not None else None
-
-    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        found = self.objects.get((kind.kind, namespace, name))
-        return k.slim(found) if found is not None else None
-
-    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
-        return [copy.deepcopy(k.slim(obj)) for (kind_, ns, _), obj in self.objects.items()
-                if kind_ == kind.kind and ns == namespace and all(
-                    (obj["metadata"].get("labels") or {}).get(key) == value
-                    for key, value in labels.items())]
-
-    def served(self, kind: Kind) -> bool:
-        return kind.always_served
-
-
-class FakeKube:
-    """The API: applies store the object (with a resourceVersion), writes are recorded."""
-
-    field_manager = "kaiwu-reconciler"
-
-    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
-        self.objects = objects
-        self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
-        self.version = 100
-
-    def server_version(self) -> str:
-        return "v1.20.2"
-
-    def _store(self, obj: Obj) -> Obj:
-        self.version += 1
-        stored = copy.deepcopy(obj)
-        stored["metadata"]["resourceVersion"] = str(self.version)
-        stored["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
-        meta = stored["metadata"]
-        self.objects[(obj["kind"], str(meta.get("namespace") or ""), meta["name"])] = stored
-        return copy.deepcopy(stored)
-
-    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
-        if dry_run:
-            return copy.deepcopy(obj)
-        self.writes.append(("apply", obj["kind"], obj["metadata"]["name"]))
-        return self._store(obj)
-
-    def create(self, obj: Obj) -> Obj:
-        self.writes.append(("create", obj["kind"], obj["metadata"].get("name")
-                            or obj["metadata"].get("generateName", "")))
-        return copy.deepcopy(obj)
-
-    def replace_status(self, obj: Obj) -> Obj:
-        self.writes.append(("status", obj["kind"], obj["metadata"]["name"]))
-        return self._store(obj)
-
-    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
-              subresource: str = "") -> Obj:
-        self.writes.append(("patch", kind.kind, name))
-        return {}
-
-    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
-        return self.objects.get((kind.kind, namespace or "", name))
-
-    def list_objects(self, kind: Kind, namespace: str | None = None,
-                     label_selector: str | None = None) -> tuple[list[Obj], str]:
-        return [], "1"
-
-
-def cluster(**spec: Any) -> Obj:
-    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-            "metadata": {"name": NAME, "namespace": NS, "uid": "cluster-uid",
-                         "generation": 1, "resourceVersion": "7"},
-            "spec": {"replicas": 3, "tls": {"enabled": False}, **spec}}
+from tests.support.controller_world import (
+    NAME,
+    NOW,
+    NS,
+    a_pass,
+    cluster,
+    conditions_of,
+    controller_over,
+    sts_state,
+)
+from tests.support.fake_api import FakeApi, FakeView
 
 
 class Recording:
@@ -125,11 +49,11 @@ class Recording:
         self.step.run(p)
 
 
-def reconcile(obj: Obj) -> tuple[list[str], FakeKube, dict[str, Any]]:
+def reconcile(obj: Obj) -> tuple[list[str], FakeApi, dict[str, Any]]:
     """One pass over `obj`: the steps that ran, the API's record, the status written."""
     objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME): obj}
-    kube = FakeKube(objects)
-    controller = Controller(kube, FakeView(objects), Settings(watch_namespace=NS,  # type: ignore[arg-type]
+    kube = FakeApi(objects, clock=lambda: NOW)
+    controller = Controller(kube, FakeView(kube), Settings(watch_namespace=NS,  # type: ignore[arg-type]
                                                               leader_election=False),
                             Metrics(), clock=lambda: NOW)
     ran: list[str] = []
@@ -214,9 +138,7 @@ def test_replicas_an_ignore_rule_hands_to_an_autoscaler_are_known_to_the_lifecyc
                    [{"kind": "StatefulSet", "pointer": "/spec/template"}]):
         objects = {("KaiwuCluster", NS, NAME): cluster(
             drift={"policy": "enforce", "ignore": ignore})}
-        controller = Controller(FakeKube(objects), FakeView(objects),  # type: ignore[arg-type]
-                                Settings(watch_namespace=NS, leader_election=False),
-                                Metrics(), clock=lambda: NOW)
+        controller = controller_over(FakeApi(objects, clock=lambda: NOW))
         controller.lifecycle.run = lambda p: seen.append(p.replicas_owned_elsewhere)  # type: ignore[method-assign]
         controller.reconcile(ClusterKey(NS, NAME))
     assert seen == [False, True, False]
@@ -230,6 +152,12 @@ def test_the_statefulset_remembers_the_spec_it_was_applied_from() -> None:
                       "version": "3.2.1", "maxOffset": "500ms"}
 
 
+def changed_spec(**changes: Any) -> Callable[[Obj], None]:
+    def change(obj: Obj) -> None:
+        obj["spec"].update(changes)
+    return change
+
+
 def test_a_change_stored_behind_the_webhooks_back_stalls_that_cluster_and_writes_nothing(
         ) -> None:
     # Two clusters applied; then one's start mode is changed while the webhook was down.
@@ -238,16 +166,13 @@ def test_a_change_stored_behind_the_webhooks_back_stalls_that_cluster_and_writes
         obj = cluster()
         obj["metadata"].update(name=name, uid=f"uid-{name}")
         objects[("KaiwuCluster", NS, name)] = obj
-    kube = FakeKube(objects)
-    controller = Controller(kube, FakeView(objects), Settings(  # type: ignore[arg-type]
+    kube = FakeApi(objects, clock=lambda: NOW)
+    controller = Controller(kube, FakeView(kube), Settings(  # type: ignore[arg-type]
         watch_namespace=NS, leader_election=False), Metrics(), clock=lambda: NOW)
     for name in (NAME, "other"):
         controller.reconcile(ClusterKey(NS, name))
-    for name in (NAME, "other"):
-        stored = objects[("KaiwuCluster", NS, name)]
-        stored["spec"]["startMode"] = "single-replica" if name == NAME else "multi-replica"
-        stored["spec"]["replicas"] = 4
-        stored["metadata"]["generation"] = 2
+    for name, mode in ((NAME, "single-replica"), ("other", "multi-replica")):
+        kube.edit(k.KAIWU_CLUSTER, NS, name, changed_spec(startMode=mode, replicas=4))
     kube.writes.clear()
 
     controller.reconcile(ClusterKey(NS, NAME))
@@ -270,33 +195,13 @@ def test_a_change_stored_behind_the_webhooks_back_stalls_that_cluster_and_writes
     assert json.loads(other["metadata"]["annotations"][ACCEPTED_ANNOTATION])["replicas"] == 4
 
     # Changed back: accepted again, and the pass goes on.
-    objects[("KaiwuCluster", NS, NAME)]["spec"]["startMode"] = "multi-replica"
+    kube.edit(k.KAIWU_CLUSTER, NS, NAME, lambda obj: obj["spec"].update(startMode="multi-replica"))
     controller.reconcile(ClusterKey(NS, NAME))
     assert condition(objects[("KaiwuCluster", NS, NAME)]["status"], "Stalled")["status"] \
         == "False"
 
 
 # ---- conditions: pure functions of the pass ------------------------------------------------
-
-def a_pass(**spec: Any) -> ObjectPass:
-    p = ObjectPass(ClusterKey(NS, NAME), cluster(**spec), NOW, {})
-    p.cluster = read_live(p.obj)
-    return p
-
-
-def sts_state(ready: int, verdict: str = "in-sync") -> ObjectState:
-    live = {"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": NAME, "namespace": NS, "generation": 1},
-            "spec": {"replicas": 3},
-            "status": {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3,
-                       "readyReplicas": ready}}
-    return ObjectState(ObjectRef("apps/v1", "StatefulSet", NS, NAME), k.STATEFUL_SET,
-                       live, live, verdict=verdict)  # type: ignore[arg-type]
-
-
-def conditions_of(p: ObjectPass) -> dict[str, st.Condition]:
-    return {c.type: c for c in observed(p).conditions}
-
 
 def test_ready_needs_every_pod_ready_and_no_kaiwudb_reason_left() -> None:
     p = a_pass()
@@ -339,48 +244,18 @@ def test_observing_a_pass_changes_nothing_in_it() -> None:
     assert (p.stalled, p.not_ready, p.requeue) == before
 
 
-class PatchingKube(FakeKube):
-    """The fake API, also counting dry runs and answering JSON patches (remove operations)."""
-
-    def __init__(self, objects: dict[tuple[str, str, str], Obj]) -> None:
-        super().__init__(objects)
-        self.dry_runs = 0
-
-    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
-        self.dry_runs += dry_run
-        return super().apply(obj, dry_run=dry_run, force=force)
-
-    def json_patch(self, kind: Kind, namespace: str | None, name: str,
-                   ops: list[dict[str, Any]]) -> Obj:
-        stored = copy.deepcopy(self.objects[(kind.kind, namespace or "", name)])
-        for op in ops:
-            *parents, last = [part.replace("~1", "/").replace("~0", "~")
-                              for part in op["path"].split("/")[1:]]
-            node: Any = stored
-            for part in parents:
-                node = node[int(part)] if isinstance(node, list) else node[part]
-            if op["op"] == "remove":
-                node.pop(int(last) if isinstance(node, list) else last)
-        self.writes.append(("patch", kind.kind, name))
-        return self._store(stored)
-
-
-def edit_statefulset(objects: dict[tuple[str, str, str], Obj], manager: str,
-                     change: Any, owned: dict[str, Any]) -> None:
-    """A hand edit of the StatefulSet by `manager`, who then owns the fields in `owned`."""
-    sts = objects[("StatefulSet", NS, NAME)]
-    change(sts["spec"]["template"]["spec"]["containers"][0])
-    sts["metadata"]["resourceVersion"] = str(int(sts["metadata"]["resourceVersion"]) + 1000)
-    sts["metadata"]["managedFields"] = [{
-        "manager": manager, "operation": "Update", "apiVersion": "apps/v1",
-        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {
-            "f:containers": {'k:{"name":"kwbase"}': owned}}}}}}]
+def edit_statefulset(kube: FakeApi, manager: str, change: Any) -> None:
+    """A hand edit of the StatefulSet's kwbase container by `manager`, who then owns the fields
+    it changed."""
+    kube.edit(k.STATEFUL_SET, NS, NAME,
+              lambda sts: change(sts["spec"]["template"]["spec"]["containers"][0]),
+              manager=manager)
 
 
 def test_an_env_var_added_by_hand_is_removed_with_one_patch_and_no_dry_run() -> None:
     objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME): cluster()}
-    kube = PatchingKube(objects)
-    controller = Controller(kube, FakeView(objects), Settings(watch_namespace=NS,  # type: ignore[arg-type]
+    kube = FakeApi(objects, clock=lambda: NOW)
+    controller = Controller(kube, FakeView(kube), Settings(watch_namespace=NS,  # type: ignore[arg-type]
                                                               leader_election=False),
                             Metrics(), clock=lambda: NOW)
     key = ClusterKey(NS, NAME)
@@ -388,19 +263,18 @@ def test_an_env_var_added_by_hand_is_removed_with_one_patch_and_no_dry_run() -> 
     kube.writes.clear()
 
     # kubectl set env statefulset/dev DEBUG=1
-    edit_statefulset(objects, "kubectl-set",
-                     lambda c: c.setdefault("env", []).append({"name": "DEBUG", "value": "1"}),
-                     {"f:env": {'k:{"name":"DEBUG"}': {".": {}, "f:name": {}, "f:value": {}}}})
+    edit_statefulset(kube, "kubectl-set",
+                     lambda c: c.setdefault("env", []).append({"name": "DEBUG", "value": "1"}))
     controller.reconcile(key)
     env = objects[("StatefulSet", NS, NAME)]["spec"]["template"]["spec"]["containers"][0].get(
         "env") or []
     assert "DEBUG" not in [item["name"] for item in env]
-    assert [w for w in kube.writes if w[1] == "StatefulSet"] == [("patch", "StatefulSet", NAME)]
+    assert [w for w in kube.writes if w[1] == "StatefulSet"] == [
+        ("json_patch", "StatefulSet", NAME)]
     assert kube.dry_runs == 0, "nothing of ours changed: no false alarm for the server to settle"
 
     # kubectl set image: a field we render changed; the server's dry run has the last word.
-    edit_statefulset(objects, "kubectl-set", lambda c: c.update(image="kwdb/kwdb:0.0.1"),
-                     {"f:image": {}})
+    edit_statefulset(kube, "kubectl-set", lambda c: c.update(image="kwdb/kwdb:0.0.1"))
     controller.reconcile(key)
     assert kube.dry_runs == 1
     assert objects[("StatefulSet", NS, NAME)]["spec"]["template"]["spec"]["containers"][0][
@@ -418,9 +292,8 @@ def test_a_pass_that_changes_nothing_the_spec_step_reads_does_not_check_the_spec
         return real_judge(obj, reference)
     monkeypatch.setattr(render, "judge", counting)
     objects: dict[tuple[str, str, str], Obj] = {("KaiwuCluster", NS, NAME): cluster()}
-    controller = Controller(FakeKube(objects), FakeView(objects),  # type: ignore[arg-type]
-                            Settings(watch_namespace=NS, leader_election=False), Metrics(),
-                            clock=lambda: NOW)
+    kube = FakeApi(objects, clock=lambda: NOW)
+    controller = controller_over(kube)
     key = ClusterKey(NS, NAME)
     controller.reconcile(key)  # creates everything and writes the status
     controller.reconcile(key)  # the StatefulSet now remembers the spec: judged against it
@@ -428,8 +301,7 @@ def test_a_pass_that_changes_nothing_the_spec_step_reads_does_not_check_the_spec
     controller.reconcile(key)
     assert len(judged) == count, "nothing changed: the last judgement holds"
 
-    objects[("KaiwuCluster", NS, NAME)]["spec"]["replicas"] = 1
-    objects[("KaiwuCluster", NS, NAME)]["metadata"]["generation"] = 2
+    kube.edit(k.KAIWU_CLUSTER, NS, NAME, lambda obj: obj["spec"].update(replicas=1))
     controller.reconcile(key)
     assert len(judged) == count + 1
     status = objects[("KaiwuCluster", NS, NAME)]["status"]

@@ -22,7 +22,8 @@ from reconciler.kube.leader import GuardedKube, NotOwnerError
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL, Settings, SettingsError
-from tests.unit.reconciler.controller.test_steps import NS, FakeKube, FakeView, cluster
+from tests.support.controller_world import NOW, NS, cluster
+from tests.support.fake_api import FakeApi, FakeView
 
 ORDERS = ClusterKey("shop", "orders")
 
@@ -147,8 +148,8 @@ def test_a_cluster_that_moves_away_is_dropped_at_once_and_nothing_is_deleted() -
     # What that last look does: the Controller forgets the cluster, writes and deletes nothing.
     obj = cluster()
     objects = {("KaiwuCluster", NS, obj["metadata"]["name"]): obj}
-    kube = FakeKube(objects)
-    view = FakeView(objects)
+    kube = FakeApi(objects, clock=lambda: NOW)
+    view = FakeView(kube)
     controller = Controller(kube, view, Settings(watch_namespace=NS),  # type: ignore[arg-type]
                             Metrics())
     controller.reconcile(ClusterKey(NS, obj["metadata"]["name"]))
