@@ -27,8 +27,8 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
 - Merge patch: RFC 7386 (null removes a key, a list is replaced). JSON patch: RFC 6902
   add/remove/replace/test; a failed test or a missing path is 422.
 - The status subresource is separate from the rest: a write to the object keeps the stored
-  status, a write to /status changes nothing but status (as every kind the reconciler writes
-  status of, KaiwuCluster and KaiwuBackup included, has `subresources: status`).
+  status; a write to /status keeps the stored spec, and of a custom resource (KaiwuCluster,
+  KaiwuBackup: `subresources: status`) everything but status (`_keep_server_fields`).
 - Copies: nothing a caller passes in or gets back is the store's own dict.
 - Server-side apply, in a documented model of structured-merge-diff: each manager owns a set of
   field paths (metadata.managedFields, FieldsV1, as the server writes them). An apply's fields are
@@ -67,6 +67,8 @@ OPTIMISTIC_LOCK = ("the object has been modified; please apply your changes to t
 # Kinds without a status subresource: a write to them writes `status` like any other field.
 NO_STATUS = frozenset({"ConfigMap", "Secret", "ServiceAccount", "Event", "Lease",
                        "ValidatingWebhookConfiguration", "NetworkPolicy", "ServiceMonitor"})
+# Custom resources (served from CRDs): a write to their /status changes nothing but status.
+CUSTOM = frozenset({"KaiwuCluster", "KaiwuBackup", "KaiwuBackupSchedule", "ServiceMonitor"})
 # Kinds whose metadata.generation the server keeps (the others have none).
 GENERATED = frozenset({"StatefulSet", "PodDisruptionBudget", "NetworkPolicy", "KaiwuCluster",
                        "KaiwuBackup", "KaiwuBackupSchedule", "ServiceMonitor",
@@ -611,11 +613,17 @@ class FakeApi:
         object) or everything but status (a write to /status)."""
         if live["kind"] not in NO_STATUS:
             if status_write:
-                kept_status = new.get("status")
+                # A custom resource's /status keeps nothing but status (apiextensions-apiserver
+                # registry/customresource/status_strategy.go:35); a built-in kind's keeps its
+                # spec, its metadata taken as sent (e.g. core/service/strategy.go:264,
+                # apps/statefulset/strategy.go:133, in 1.20).
+                kept = ("status",) if live["kind"] in CUSTOM else ("status", "metadata")
+                sent = {key: new[key] for key in kept if key in new}
                 new.clear()
-                new.update(copy.deepcopy({k: v for k, v in live.items() if k != "status"}))
-                if kept_status is not None:
-                    new["status"] = kept_status
+                new.update(copy.deepcopy({k: v for k, v in live.items() if k not in kept}))
+                new.update(sent)
+                if "metadata" not in new:
+                    new["metadata"] = copy.deepcopy(live["metadata"])
             elif "status" in live:
                 new["status"] = copy.deepcopy(live["status"])
             else:

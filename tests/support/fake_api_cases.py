@@ -204,10 +204,10 @@ def a_write_to_the_object_keeps_its_status_and_a_status_write_only_its_status(
         "status comes from /status only"
     with_status = copy.deepcopy(created)
     with_status["status"] = {"loadBalancer": {"ingress": [{"ip": "10.1.1.1"}]}}
-    with_status["metadata"]["labels"] = {"from": "status-write"}
+    with_status["spec"]["selector"] = {"app": "elsewhere"}
     written = api.replace_status(with_status)
     assert written["status"]["loadBalancer"]["ingress"] == [{"ip": "10.1.1.1"}]
-    assert "labels" not in written["metadata"], "a status write changes nothing else"
+    assert written["spec"]["selector"] == {"app": "front"}, "a status write keeps the spec"
     changed = copy.deepcopy(written)
     changed["status"] = {"loadBalancer": {}}
     changed["metadata"]["labels"] = {"from": "object-write"}
@@ -218,6 +218,21 @@ def a_write_to_the_object_keeps_its_status_and_a_status_write_only_its_status(
     patched = api.patch(k.SERVICE, ns, "front", {"status": {"loadBalancer": None}},
                         subresource="status")
     assert not (patched.get("status") or {}).get("loadBalancer")
+
+
+def a_status_write_to_a_custom_resource_changes_only_its_status(api: Api, other: Api,
+                                                                 ns: str) -> None:
+    created = api.create({"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+                          "metadata": {"name": "shop", "namespace": ns},
+                          "spec": {"replicas": 3}})
+    sent = copy.deepcopy(created)
+    sent["status"] = {"phase": "Running"}
+    sent["metadata"]["labels"] = {"from": "status-write"}
+    sent["spec"]["replicas"] = 5
+    written = api.replace_status(sent)
+    assert written["status"]["phase"] == "Running"
+    assert "labels" not in written["metadata"] and written["spec"]["replicas"] == 3
+    assert written["metadata"]["generation"] == created["metadata"]["generation"]
 
 
 def a_spec_change_makes_a_new_generation_and_a_label_does_not(api: Api, other: Api,
@@ -312,6 +327,7 @@ CASES: tuple[Case, ...] = (
     a_delete_for_another_uid_is_a_conflict,
     a_scheduled_pod_is_deleted_gracefully,
     a_write_to_the_object_keeps_its_status_and_a_status_write_only_its_status,
+    a_status_write_to_a_custom_resource_changes_only_its_status,
     a_spec_change_makes_a_new_generation_and_a_label_does_not,
     what_a_caller_does_to_an_answer_is_not_stored,
     an_apply_that_changes_nothing_keeps_the_resource_version,

@@ -69,3 +69,4 @@ def test_an_edit_by_someone_else_is_a_write_with_its_own_manager() -> None:
     with pytest.raises(ApiError) as caught:
         api.apply(config_map(NS, colour="blue"), force=False)
     assert caught.value.conflict
+
