@@ -55,7 +55,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind, kind_of, slim
@@ -322,13 +322,30 @@ class FakeApi:
         self.dry_runs = 0
         # Above every resourceVersion already in `objects` (a store handed from an earlier
         # FakeApi): etcd's revision never goes back.
-        self.revision = max([100, *(int(obj["metadata"].get("resourceVersion") or 0)
-                                    for obj in self.objects.values())])
+        self._revision = [max([100, *(int(obj["metadata"].get("resourceVersion") or 0)
+                                      for obj in self.objects.values())])]
         self._names = itertools.count(1)
         # (revision, type, object) of every change, for `watch`.
         self.history: list[tuple[int, str, Obj]] = []
         for key, obj in list(self.objects.items()):
             self.objects[key] = self._seeded(obj)
+
+    @property
+    def revision(self) -> int:
+        """The store's last resourceVersion (etcd's revision)."""
+        return self._revision[0]
+
+    @revision.setter
+    def revision(self, value: int) -> None:
+        self._revision[0] = value
+
+    @classmethod
+    def sharing(cls, api: FakeApi) -> Self:
+        """An API of this class (a story's subclass answering some call its own way) over the
+        same store as `api`: the same objects, resourceVersions, history and `writes`."""
+        new = cls.__new__(cls)
+        new.__dict__.update(api.__dict__)
+        return new
 
     # ---- what Kube offers ----------------------------------------------------------------
 
@@ -479,11 +496,14 @@ class FakeApi:
         new_meta = new["metadata"]
         grace = self._grace(live, grace_period_seconds)
         if meta.get("deletionTimestamp"):
-            # Being deleted already: only a pod's pending grace period may be shortened
-            # (rest/delete.go:97-123); anything else changes nothing.
+            # Being deleted already (rest/delete.go:97-123): with no grace period pending, the
+            # delete goes through (held only by finalizers); a pod's pending grace period may
+            # only be shortened; anything else changes nothing.
             pending = int(meta.get("deletionGracePeriodSeconds") or 0)
-            if live["kind"] != "Pod" or grace_period_seconds is None or not pending \
-                    or grace >= pending:
+            if pending and (live["kind"] != "Pod" or grace_period_seconds is None
+                            or grace >= pending):
+                return True
+            if not pending and new_meta.get("finalizers"):
                 return True
         else:
             # store.go:737: a foreground or orphan deletion waits for the garbage collector,

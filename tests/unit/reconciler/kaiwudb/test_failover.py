@@ -11,8 +11,7 @@ tests/world_stories/failover/.)
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import pytest
@@ -20,203 +19,34 @@ import pytest
 from reconciler.kaiwudb.crashloop import CRASH_RESTARTS, crash_restarts, crash_state
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.kwbase import (
-    KwbaseError,
-    NodeStatus,
     ReplicationHealth,
-    ranges_without_quorum,
 )
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.lookout import Finding, replaced_stores
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
-from reconciler.kube.kinds import Kind, slim
-from reconciler.metrics import Metrics
+from reconciler.kube.kinds import Kind
 from reconciler.model import NodeEntry, Obj, Pass
 from reconciler.reasons import CRASH_LOOP, NODE_LOST, FailoverStage
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
-from tests.support.kwbase_view import node_status_shows
-
-NS, NAME = "db", "dev"
-NOW = 1_800_000_000.0
-TIMEOUT = 60.0  # nodeLostTimeout in these stories
-LABELS = {"app.kubernetes.io/instance": NAME, "app.kubernetes.io/name": "kaiwudb"}
-
-
-def stamp(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class World:
-    """What the API server holds (the fake Kube reads and writes it; the cache view reads it)
-    and what KaiwuDB answers."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Obj] = {}
-        self.writes: list[tuple[str, str, str]] = []  # (verb, kind, name)
-        self.kwdb: list[NodeStatus] = []
-        self.decommissioned: list[int] = []
-        # What KaiwuDB says of its ranges (a lost node's ranges keep a quorum: available).
-        self.health = ReplicationHealth(unavailable=0, underreplicated=10, catching_up=0)
-        # The range descriptors: ranges per set of voters (store id = node id here).
-        self.replica_sets: dict[tuple[int, ...], int] = {(1, 2, 3): 40}
-        self.kwdb_error = ""  # when set, every kwbase command fails with it
-        self.unseen: set[int] = set()  # node ids the asked gateway's view omits
-        self.cached: dict[tuple[str, str], Obj] = {}  # (kind, name) -> what a lagging cache shows
-        self.grace: dict[str, int | None] = {}  # pod -> grace period of its delete
-        self.metrics = Metrics()
-
-    def put(self, kind: Kind, obj: Obj) -> Obj:
-        meta = obj["metadata"]
-        self.objects[(kind.kind, str(meta.get("namespace") or ""), meta["name"])] = obj
-        return obj
-
-    def find(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        found = self.objects.get((kind.kind, namespace or "", name))
-        return copy.deepcopy(found) if found is not None else None
-
-
-class FakeView:
-    def __init__(self, world: World) -> None:
-        self.world = world
-
-    """The watch caches: the world's objects, slimmed as the caches keep them."""
-
-    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        assert isinstance(namespace, str), "the cache keys cluster-scoped objects by \"\""
-        found = self.world.cached.get((kind.kind, name)) or self.world.find(kind, namespace, name)
-        return slim(found) if found is not None else None
-
-    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        return self.get(kind, namespace, name)
-
-    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
-        return [copy.deepcopy(slim(obj)) for (kind_, ns, _), obj in self.world.objects.items()
-                if kind_ == kind.kind and ns == namespace and all(
-                    (obj["metadata"].get("labels") or {}).get(key) == value
-                    for key, value in labels.items())]
-
-
-class FakeKube:
-    field_manager = "kaiwu-reconciler"
-
-    def __init__(self, world: World) -> None:
-        self.world = world
-
-    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
-        return self.world.find(kind, namespace or "", name)
-
-    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
-               grace_period_seconds: int | None = None, propagation: str | None = None) -> bool:
-        found = self.world.find(kind, namespace or "", name)
-        if found is None:
-            return False
-        if uid and found["metadata"]["uid"] != uid:
-            raise ApiError(409, "Conflict", "Precondition failed: UID")
-        self.world.writes.append(("delete", kind.kind, name))
-        if kind.kind == "Pod":
-            self.world.grace[name] = grace_period_seconds
-        del self.world.objects[(kind.kind, namespace or "", name)]
-        return True
-
-    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
-              subresource: str = "") -> Obj:
-        key = (kind.kind, namespace or "", name)
-        obj = self.world.objects[key]
-        annotations = obj["metadata"].setdefault("annotations", {})
-        for key_, value in patch["metadata"]["annotations"].items():
-            if value is None:
-                annotations.pop(key_, None)
-            else:
-                annotations[key_] = value
-        self.world.writes.append(("patch", kind.kind, name))
-        return copy.deepcopy(obj)
-
-
-class FakeAdmin:
-    """The kwbase adapter's answers, from World.kwdb."""
-
-    def __init__(self, world: World) -> None:
-        self.world = world
-
-    def node_status(self, pod: str, node_id: int | None = None, *, ranges: bool = False,
-                    decommission: bool = False) -> tuple[NodeStatus, ...]:
-        if self.world.kwdb_error:
-            raise KwbaseError(self.world.kwdb_error, pod, ["node", "status"])
-        return node_status_shows([n for n in self.world.kwdb if n.id not in self.world.unseen],
-                                 decommission=decommission)
-
-    def replication_health(self, pod: str) -> ReplicationHealth:
-        return self.world.health
-
-    def ranges_without_quorum(self, pod: str, live: Collection[int]) -> int:
-        return ranges_without_quorum(self.world.replica_sets, {i: i for i in range(1, 9)},
-                                     live)
-
-    def decommission(self, pod: str, node_ids: Sequence[int]) -> tuple[()]:
-        self.world.decommissioned.extend(node_ids)
-        self.world.writes.append(("decommission", "KaiwuDB", ",".join(map(str, node_ids))))
-        return ()
-
-
-def kw_node(node_id: int, pod: str, live: bool = True,
-            decommissioning: bool = False) -> NodeStatus:
-    return NodeStatus(id=node_id, address=f"{pod}.{NAME}.{NS}.svc.cluster.local:26257",
-                      sql_address="", build="V3.2.1", started_at=None, updated_at=None,
-                      locality="", start_mode="start", is_available=live, is_live=live,
-                      gossiped_replicas=0, is_decommissioning=decommissioning,
-                      is_draining=False)
-
-
-def node(name: str, ready: str = "True", since: float = NOW - 3600) -> Obj:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"conditions": [{"type": "Ready", "status": ready,
-                                       "lastTransitionTime": stamp(since)}]}}
-
-
-def pod(ordinal: int, node_name: str = "", *, ready: bool = True, uid: str = "",
-        crashing: bool = False, revision: str = "rev1", since: float = NOW - 3600) -> Obj:
-    name = f"{NAME}-{ordinal}"
-    state: dict[str, Any] = {"running": {}} if not crashing else {
-        "waiting": {"reason": "CrashLoopBackOff"}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "uid": uid or f"uid-{name}",
-                         "labels": {**LABELS, "controller-revision-hash": revision},
-                         "creationTimestamp": stamp(since)},
-            "spec": {"nodeName": node_name} if node_name else {},
-            "status": {"phase": "Running" if node_name else "Pending",
-                       "conditions": [{"type": "Ready", "status": str(ready),
-                                       "lastTransitionTime": stamp(since)}],
-                       "containerStatuses": [{
-                           "name": "kwbase", "state": state, "restartCount": 3 if crashing
-                           else 0, "lastState": {"terminated": {
-                               "exitCode": 3, "message": "invalid --cache"}}
-                           if crashing else {}}] if node_name else []}}
-
-
-def claim(ordinal: int, node_name: str, uid: str = "") -> Obj:
-    name = f"data-{NAME}-{ordinal}"
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": NS, "uid": uid or f"uid-{name}",
-                         "labels": LABELS,
-                         "annotations": {"volume.kubernetes.io/selected-node": node_name}},
-            "spec": {"volumeName": f"pv-{ordinal}"}}
-
-
-def healthy_world() -> World:
-    """Three Ready pods on n0..n2 (n3 spare), KaiwuDB nodes 1..3 live."""
-    world = World()
-    for i in range(4):
-        world.put(k.NODE, node(f"n{i}"))
-    for i in range(3):
-        world.put(k.POD, pod(i, f"n{i}"))
-        world.put(k.PVC, claim(i, f"n{i}"))
-    world.put(k.STATEFUL_SET, {"apiVersion": "apps/v1", "kind": "StatefulSet",
-                               "metadata": {"name": NAME, "namespace": NS},
-                               "spec": {"replicas": 3}})
-    world.kwdb = [kw_node(i + 1, f"{NAME}-{i}") for i in range(3)]
-    return world
+from tests.support.failover_world import (
+    NAME,
+    NOW,
+    NS,
+    TIMEOUT,
+    FakeAdmin,
+    FakeView,
+    World,
+    claim,
+    healthy_world,
+    kw_node,
+    node,
+    pod,
+    stamp,
+)
+from tests.support.fake_api import FakeApi
 
 
 def lose(world: World, ordinal: int, since: float, *, kwdb_live: bool = False) -> None:
@@ -237,7 +67,7 @@ def cluster_obj(*, single: bool = False, **failover: Any) -> Obj:
 
 
 def failover_step(world: World) -> Failover:
-    view, kube = FakeView(world), FakeKube(world)
+    view, kube = FakeView(world), world.kube
     lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
                           admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
     return Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
@@ -536,6 +366,7 @@ def test_no_failover_step_while_a_backup_runs_and_it_goes_on_once_the_backup_end
     assert world.writes == []
     assert "KaiwuBackup nightly is running" in " ".join(m for _, m in p.not_ready)
     running["status"]["phase"] = "failed"  # its node was the lost one, say
+    world.put(k.KAIWU_BACKUP, running)
     run_pass(world, replaceLostVolumes=True)
     assert ("delete", "Pod", "dev-1") in world.writes
 
@@ -668,7 +499,8 @@ def test_the_node_lost_timeout_is_met_on_the_second_it_runs_out_not_a_second_bef
     lose(world, 1, since=NOW - TIMEOUT)
     p = run_pass(world)
     assert world.writes == [("delete", "Pod", "dev-1")]
-    assert world.grace["dev-1"] == 0, "force-deleted: no kubelet will confirm a graceful one"
+    assert world.find(k.POD, NS, "dev-1") is None, \
+        "force-deleted (grace 0): no kubelet will confirm a graceful delete"
     assert counted(world, "lifecycle_actions", action="force-delete-pod") == 1
     assert counted(world, "writes", verb="delete", kind="Pod") == 1
     assert p.events[0] == ("Warning", "PodForceDeleted", (
@@ -707,7 +539,7 @@ def test_a_pending_pod_and_its_claim_on_a_lost_node_both_go_and_are_counted() ->
     lose(world, 1, since=NOW - TIMEOUT)
     world.put(k.POD, pod(1, uid="recreated"))  # Pending against the old claim
     p = run_pass(world, replaceLostVolumes=True)
-    assert world.grace["dev-1"] == 0
+    assert world.find(k.POD, NS, "dev-1") is None
     assert ("delete", "PersistentVolumeClaim", "data-dev-1") in world.writes
     assert [(a.action, a.target) for a in p.actions] == [
         ("VolumeReplaced", "PersistentVolumeClaim/data-dev-1")]
@@ -943,7 +775,7 @@ def test_a_force_delete_that_finds_a_successor_already_there_leaves_it_alone() -
     stale = world.find(k.POD, NS, "dev-1")
     assert stale is not None
     world.put(k.POD, pod(1, "n3", uid="successor"))
-    view, kube = StaleView(world, stale), FakeKube(world)
+    view, kube = StaleView(world, stale), world.kube
     lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
                           admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
     step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
@@ -957,13 +789,13 @@ def test_an_api_error_other_than_a_conflict_is_not_swallowed() -> None:
     world = healthy_world()
     lose(world, 1, since=NOW - TIMEOUT)
 
-    class Refusing(FakeKube):
+    class Refusing(FakeApi):
         def delete(self, kind: Kind, namespace: str | None, name: str, *,
                    uid: str | None = None, grace_period_seconds: int | None = None,
                    propagation: str | None = None) -> bool:
             raise ApiError(403, "Forbidden", "pods is forbidden")
 
-    view, kube = FakeView(world), Refusing(world)
+    view, kube = FakeView(world), Refusing.sharing(world.kube)
     lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
                           admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
     step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
@@ -1026,7 +858,7 @@ def test_a_crash_restart_whose_pod_was_replaced_meanwhile_goes_on_and_other_erro
 
         def refuse(*args: Any, error: ApiError = error, **kwargs: Any) -> bool:
             raise error
-        monkeypatch.setattr(FakeKube, "delete", refuse)
+        monkeypatch.setattr(world.kube, "delete", refuse)
         if raised:
             with pytest.raises(ApiError):
                 run_pass(world, maxCrashRestarts=2, podNotReadyTimeout="600s")

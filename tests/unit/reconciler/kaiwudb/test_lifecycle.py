@@ -55,12 +55,10 @@ from reconciler.model import Obj, Pass, ScaleIn
 from reconciler.reasons import Wait
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
-from tests.support.kwbase_view import node_status_shows
-from tests.unit.reconciler.kaiwudb.test_failover import (
+from tests.support.failover_world import (
     NAME,
     NOW,
     NS,
-    FakeKube,
     FakeView,
     World,
     claim,
@@ -69,38 +67,18 @@ from tests.unit.reconciler.kaiwudb.test_failover import (
     pod,
     stamp,
 )
+from tests.support.fake_api import FakeApi
+from tests.support.kwbase_view import node_status_shows
 
 POLL = LifecycleSettings().poll_s
 PROBE_EVERY = LifecycleSettings().probe_every_s
 
 
-class Kube(FakeKube):
-    """The failover fake, plus patches of any field (the rollout patches the partition)."""
+class Kube(FakeApi):
+    """The world's API (its store, resourceVersions and record of writes)."""
 
-    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
-              subresource: str = "") -> Obj:
-        if "metadata" in patch:
-            return super().patch(kind, namespace, name, patch, subresource)
-        obj = self.world.objects[(kind.kind, namespace or "", name)]
-        merge(obj, patch)
-        self.world.writes.append(("patch", kind.kind, name))
-        return copy.deepcopy(obj)
-
-    def create(self, obj: Obj) -> Obj:
-        if self.world.find(k.KINDS[(obj["apiVersion"], obj["kind"])], obj["metadata"]["namespace"],
-                           obj["metadata"]["name"]) is not None:
-            raise ApiError(409, "AlreadyExists", "already exists")
-        self.world.put(k.KINDS[(obj["apiVersion"], obj["kind"])], copy.deepcopy(obj))
-        self.world.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
-        return copy.deepcopy(obj)
-
-
-def merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
-    for key, value in patch.items():
-        if isinstance(value, dict):
-            merge(into.setdefault(key, {}), value)
-        else:
-            into[key] = value
+    def __init__(self, world: World) -> None:
+        self.__dict__.update(world.kube.__dict__)  # the same store (FakeApi.sharing)
 
 
 class Admin:
@@ -760,8 +738,9 @@ def test_a_node_left_upgrading_with_no_rollout_restarts_once_ready_a_while() -> 
     assert "KaiwuDB node 2 of pod dev-1 is UPGRADING" in text(p.not_ready)
 
     p = c.run(version="3.2.1", now=NOW + 30)
-    assert c.world.find(k.POD, NS, f"{NAME}-1") is None
-    assert c.world.grace[f"{NAME}-1"] is None, "a plain delete: kwbase drains"
+    going = c.world.find(k.POD, NS, f"{NAME}-1")
+    assert going is not None and going["metadata"]["deletionGracePeriodSeconds"] == 30, \
+        "a plain delete: the kubelet stops kwbase within the pod's grace period (it drains)"
     assert [a.action for a in p.actions] == ["UpgradeCompleting"]
 
 
@@ -846,7 +825,8 @@ def test_a_marked_pod_the_rollout_moves_next_is_left_to_it_but_one_a_scale_in_ho
     upgrading(held, 2)
     p = held.run(version="3.2.1", now=NOW + 60)  # spec.replicas 3 < 4: a scale-in
     assert "UpgradeCompleting" in [a.action for a in p.actions]
-    assert held.world.find(k.POD, NS, f"{NAME}-1") is None
+    going = held.world.find(k.POD, NS, f"{NAME}-1")
+    assert going is not None and going["metadata"].get("deletionTimestamp"), "restarted"
 
 
 def test_two_marked_nodes_are_restarted_one_after_another_and_never_twice() -> None:

@@ -22,9 +22,8 @@ from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
-from tests.unit.reconciler.kaiwudb.test_failover import (
+from tests.support.failover_world import (
     NOW,
-    FakeKube,
     FakeView,
     World,
     claim,
@@ -33,6 +32,7 @@ from tests.unit.reconciler.kaiwudb.test_failover import (
     pod,
     stamp,
 )
+from tests.support.fake_api import FakeApi
 
 
 def test_a_node_is_lost_when_not_ready_and_since_its_condition_changed() -> None:
@@ -84,11 +84,11 @@ def test_pods_are_down_when_missing_terminating_unscheduled_on_a_lost_node_or_no
     assert disrupted(view, pods, ["dev-0"]) == ["dev-0"]
 
 
-class PVKube(FakeKube):
-    """The API, with a PersistentVolume read that may be forbidden."""
+class PVKube(FakeApi):
+    """The world's API, with a PersistentVolume read that may be forbidden."""
 
     def __init__(self, world: World, status: int = 0) -> None:
-        super().__init__(world)
+        self.__dict__.update(world.kube.__dict__)  # the same store (FakeApi.sharing)
         self.status = status
         self.reads: list[str] = []
 
