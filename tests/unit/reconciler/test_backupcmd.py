@@ -1,4 +1,4 @@
-"""Stories of `kaiwu backup` and `kaiwu restore` (reconciler.backupcmd) on a small fake API:
+"""Stories of `kaiwu backup` and `kaiwu restore` (reconciler.backupcmd) on the fast tier's fake API:
 an operator backs a cluster up to where its schedule already sends backups, or names a target;
 waits for it; lists and describes backups; writes or creates a cluster restored from one. Every
 refusal is one line, exit 2. The same commands against the real API server:
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import io
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,38 +21,38 @@ from reconciler.kube.client import ApiError, connection_flags_last
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
 from renderer.render import read_live
+from tests.support.fake_api import FakeApi
 
 NS = "shop"
 VOLUME = {"volume": {"claimName": "dumps"}}
 
 
-class FakeApi:
-    """Objects by (kind, name) in one namespace; creates stored; each get may change a
-    backup's phase (`phases`: the phases successive gets of a backup return)."""
+class BackupApi(FakeApi):
+    """The fake API holding `objects`, with what `kaiwu backup create` sent (`created`) and a
+    backup controller whose answers are scripted: `phases`, the phases a KaiwuBackup is moved
+    to (its status written, as the reconciler writes it) before each read of it."""
 
     def __init__(self, *objects: Obj) -> None:
-        self.objects = {(o["kind"], o["metadata"]["name"]): copy.deepcopy(o) for o in objects}
+        super().__init__()
+        for obj in objects:
+            self.put(obj)
         self.created: list[Obj] = []
         self.phases: list[str] = []
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
-        found = self.objects.get((kind.kind, name))
-        if found is not None and kind.kind == "KaiwuBackup" and self.phases:
-            found.setdefault("status", {})["phase"] = self.phases.pop(0)
-            if found["status"]["phase"] == "failed":
-                found["status"].update(reason="NodeLost", message="node 2 went away")
-        return copy.deepcopy(found)
-
-    def list_objects(self, kind: Kind, namespace: str | None = None) -> tuple[list[Obj], str]:
-        return [copy.deepcopy(o) for (k, _), o in self.objects.items() if k == kind.kind], "1"
+        if kind.kind == "KaiwuBackup" and self.phases and super().get(kind, namespace, name):
+            phase = self.phases.pop(0)
+            failed = {"reason": "NodeLost", "message": "node 2 went away"} \
+                if phase == "failed" else {}
+            self.edit(kind, namespace, name, lambda backup: backup.setdefault(
+                "status", {}).update(phase=phase, **failed), manager="kaiwu-reconciler",
+                status=True)
+        return super().get(kind, namespace, name)
 
     def create(self, obj: Obj) -> Obj:
-        key = (obj["kind"], obj["metadata"]["name"])
-        if key in self.objects:
-            raise ApiError(409, "AlreadyExists", "exists")
-        self.objects[key] = copy.deepcopy(obj)
-        self.created.append(obj)
-        return obj
+        created = super().create(obj)
+        self.created.append(copy.deepcopy(obj))
+        return created
 
 
 def kaiwu_cluster(name: str = "orders", **spec: Any) -> Obj:
@@ -81,7 +82,7 @@ def create_args(*argv: str) -> argparse.Namespace:
     return backupcmd.backup_parser().parse_args(["create", *argv])
 
 
-def run_create(api: FakeApi, *argv: str) -> tuple[int, str]:
+def run_create(api: BackupApi, *argv: str) -> tuple[int, str]:
     out = io.StringIO()
     code = backupcmd.create(api, NS, create_args(*argv), out,  # type: ignore[arg-type]
                             clock=lambda: 1764558000.0, sleep=lambda _s: None)
@@ -89,7 +90,7 @@ def run_create(api: FakeApi, *argv: str) -> tuple[int, str]:
 
 
 def test_a_backup_goes_where_the_clusters_schedule_sends_its_backups() -> None:
-    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api = BackupApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     code, out = run_create(api, "orders")
     assert code == 0
     [made] = api.created
@@ -100,7 +101,7 @@ def test_a_backup_goes_where_the_clusters_schedule_sends_its_backups() -> None:
 
 
 def test_named_targets_win_and_a_cluster_without_one_is_refused_naming_the_flags() -> None:
-    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api = BackupApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     run_create(api, "orders", "--s3-bucket", "dumps", "--s3-secret", "s3-keys",
                "--s3-prefix", "kwdb", "--name", "before-upgrade", "--database", "shop")
     assert api.created[0]["spec"] == {
@@ -109,14 +110,14 @@ def test_named_targets_win_and_a_cluster_without_one_is_refused_naming_the_flags
                           "prefix": "kwdb"}}}
 
     # Two schedules: which one? The newest backup's target, if there is one...
-    api = FakeApi(kaiwu_cluster(), schedule("a", VOLUME), schedule("b", {"volume": {
+    api = BackupApi(kaiwu_cluster(), schedule("a", VOLUME), schedule("b", {"volume": {
         "claimName": "other"}}), a_backup("old", created="2026-11-01T00:00:00Z",
                                           target={"volume": {"claimName": "older"}}),
         a_backup("new", created="2026-11-30T00:00:00Z"))
     run_create(api, "orders")
     assert api.created[0]["spec"]["target"] == VOLUME
     # ...and with none, a refusal that names the flags.
-    api = FakeApi(kaiwu_cluster(), schedule("for-another", VOLUME, cluster="billing"))
+    api = BackupApi(kaiwu_cluster(), schedule("for-another", VOLUME, cluster="billing"))
     with pytest.raises(backupcmd.Refused, match="no target for a backup of orders \\(no "
                        "KaiwuBackupSchedule or completed KaiwuBackup names one\\): give "
                        "--volume-claim CLAIM, or --s3-bucket BUCKET --s3-secret SECRET"):
@@ -141,12 +142,14 @@ def test_named_targets_win_and_a_cluster_without_one_is_refused_naming_the_flags
 def test_a_failed_backup_is_no_target_to_reuse_and_a_named_target_reads_no_lists() -> None:
     failed = a_backup("bad", phase="failed", target={"volume": {"claimName": "gone"}},
                       created="2026-12-02T00:00:00Z")
-    api = FakeApi(kaiwu_cluster(), a_backup("good", created="2026-12-01T00:00:00Z"), failed)
+    api = BackupApi(kaiwu_cluster(), a_backup("good", created="2026-12-01T00:00:00Z"), failed)
     run_create(api, "orders")
     assert api.created[0]["spec"]["target"] == VOLUME
 
-    class NoLists(FakeApi):
-        def list_objects(self, kind: Kind, namespace: str | None = None) -> tuple[list[Obj], str]:
+    class NoLists(BackupApi):
+        def list_objects(self, kind: Kind, namespace: str | None = None,
+                         label_selector: str | None = None, *,
+                         keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
             raise ApiError(403, "Forbidden", "cannot list")
     lean = NoLists(kaiwu_cluster())
     assert run_create(lean, "orders", "--volume-claim", "dumps")[0] == 0
@@ -154,14 +157,14 @@ def test_a_failed_backup_is_no_target_to_reuse_and_a_named_target_reads_no_lists
 
 def test_a_backup_of_a_cluster_that_does_not_exist_or_a_name_taken_is_refused() -> None:
     with pytest.raises(backupcmd.Refused, match="no KaiwuCluster billing in namespace shop"):
-        run_create(FakeApi(kaiwu_cluster()), "billing", "--volume-claim", "dumps")
-    api = FakeApi(kaiwu_cluster(), a_backup("taken"))
+        run_create(BackupApi(kaiwu_cluster()), "billing", "--volume-claim", "dumps")
+    api = BackupApi(kaiwu_cluster(), a_backup("taken"))
     with pytest.raises(backupcmd.Refused, match="KaiwuBackup taken exists: give another --name"):
         run_create(api, "orders", "--name", "taken")
 
 
 def test_wait_follows_the_backup_to_its_end_and_says_how_to_restore_it() -> None:
-    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api = BackupApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     api.phases = ["pending", "running", "running", "completed"]
     code, out = run_create(api, "orders", "--wait")
     assert code == 0
@@ -172,14 +175,14 @@ def test_wait_follows_the_backup_to_its_end_and_says_how_to_restore_it() -> None
     assert "Restore:     kaiwu restore --from orders-20251201-030000 --into NEW -n shop " \
         "--apply" in lines
 
-    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api = BackupApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     api.phases = ["running", "failed"]
     code, out = run_create(api, "orders", "--wait")
     assert code == 1
     assert "kaiwubackup/orders-20251201-030000: failed" in out.splitlines()
     assert out.splitlines()[-1] == "Failure:     NodeLost: node 2 went away"
 
-    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api = BackupApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     api.phases = ["running"] * 10
     out_stream = io.StringIO()
     times = iter([0.0, 0.0, 5.0, 11.0])
@@ -231,7 +234,7 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
                            service={"type": "LoadBalancer", "annotations": {
                                "external-dns.alpha.kubernetes.io/hostname": "db.shop"}})
     source["metadata"]["labels"]["argocd.argoproj.io/instance"] = "shop"
-    api = FakeApi(source, a_backup("nightly-1"))
+    api = BackupApi(source, a_backup("nightly-1"))
     out, err = io.StringIO(), io.StringIO()
     args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2"])
     assert backupcmd.restore(api, NS, args, out, err) == 0  # type: ignore[arg-type]
@@ -250,7 +253,7 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
     # Values the CRD defaults them to are copied and not said (a live spec has them all).
     plain = kaiwu_cluster(paused=False, tls={"enabled": True, "secretLayout": "kwbase"},
                           service={"type": "ClusterIP"})
-    api = FakeApi(plain, a_backup("nightly-1"))
+    api = BackupApi(plain, a_backup("nightly-1"))
     err = io.StringIO()
     assert backupcmd.restore(api, NS, args, io.StringIO(), err) == 0  # type: ignore[arg-type]
     assert err.getvalue() == ""
@@ -273,14 +276,14 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
 ])
 def test_a_restore_that_cannot_be_done_is_refused(objects: list[Obj], into: str,
                                                   refusal: str) -> None:
-    api = FakeApi(*objects)
+    api = BackupApi(*objects)
     args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", into])
     with pytest.raises(backupcmd.Refused, match=refusal):
         backupcmd.restore(api, NS, args, io.StringIO())  # type: ignore[arg-type]
 
 
 def test_restore_to_a_file_it_cannot_write_says_so(tmp_path: Any) -> None:
-    api = FakeApi(kaiwu_cluster(), a_backup("nightly-1"))
+    api = BackupApi(kaiwu_cluster(), a_backup("nightly-1"))
     args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
                                                   "-f", str(tmp_path / "no" / "x.yaml")])
     with pytest.raises(backupcmd.Refused, match=r"cannot write .*x\.yaml: No such file"):
@@ -288,7 +291,7 @@ def test_restore_to_a_file_it_cannot_write_says_so(tmp_path: Any) -> None:
 
 
 def test_ctrl_c_while_waiting_leaves_the_backup_running_and_says_so() -> None:
-    api = FakeApi(kaiwu_cluster(), schedule("nightly", VOLUME))
+    api = BackupApi(kaiwu_cluster(), schedule("nightly", VOLUME))
     api.phases = ["running"] * 3
 
     def interrupted(_seconds: float) -> None:
