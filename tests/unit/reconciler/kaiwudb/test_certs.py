@@ -36,33 +36,19 @@ from reconciler.kaiwudb.certs import (
     certs_action,
     needs_renewal,
 )
-from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support.certs import make_cluster, stored
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 Obj = dict[str, Any]
 
 
-def make_cluster(name: str = "orders", namespace: str = "shop", replicas: int = 3,
-                 **tls: Any) -> Cluster:
-    obj = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-           "metadata": {"name": name, "namespace": namespace},
-           "spec": {"version": "3.2.1", "replicas": replicas, "tls": tls}}
-    return Cluster.from_object(apply_defaults(obj))
 
 
 def by_name(secrets: list[Obj]) -> dict[str, Obj]:
     return {s["metadata"]["name"]: s for s in secrets}
 
 
-def stored(plan: certs.CertsPlan, version: str = "1") -> dict[str, Obj]:
-    """The Secrets as the API server would hold them after the controller applied the plan."""
-    result = {}
-    for write in plan.writes:
-        body = copy.deepcopy(write.secret)
-        body["metadata"]["resourceVersion"] = version
-        result[write.name] = body
-    return result
 
 
 def pem(secret: Obj, key: str) -> bytes:

@@ -20,7 +20,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from reconciler.kaiwudb import certs as certs
 from reconciler.kaiwudb.certs import CertProblem, certs_action
-from tests.unit.reconciler.kaiwudb.test_certs import make_cluster, stored
+from tests.support.certs import make_cluster, stored
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 Obj = dict[str, Any]

@@ -13,7 +13,6 @@ Exec (a websocket to the kubelet through the apiserver) is tested there only.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,80 +41,7 @@ from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import LEASE, POD, STATEFUL_SET
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
-
-HOST = "https://10.0.0.1:6443"
-
-
-class Answer:
-    """A urllib3 response as the client reads it."""
-
-    def __init__(self, status: int = 200, body: Any = None, reason: str = "OK",
-                 chunks: tuple[bytes, ...] = ()) -> None:
-        self.status, self.reason = status, reason
-        self.data = body if isinstance(body, bytes) else (
-            json.dumps(body).encode() if body is not None else b"")
-        self.chunks = chunks
-        self.released = False
-        self.shut = False
-
-    def release_conn(self) -> None:
-        self.released = True
-
-    def stream(self, amt: int, decode_content: bool) -> Any:
-        yield from self.chunks
-
-    def shutdown(self) -> None:
-        self.shut = True
-
-
-@dataclass(frozen=True)
-class Sent:
-    method: str
-    url: str
-    body: Any
-    headers: dict[str, str]
-    timeout: Any
-    extra: dict[str, Any]
-
-    @property
-    def path(self) -> str:
-        return self.url.removeprefix(HOST).partition("?")[0]
-
-    @property
-    def query(self) -> list[tuple[str, str]]:
-        from urllib.parse import parse_qsl
-        return parse_qsl(self.url.partition("?")[2])
-
-
-class Pool:
-    """The connection pool: records requests, answers with the queued answers (else 200 {})."""
-
-    def __init__(self) -> None:
-        self.sent: list[Sent] = []
-        self.answers: list[Answer | Exception] = []
-
-    def request(self, method: str, url: str, *, body: Any, headers: dict[str, str],
-                preload_content: bool, timeout: Any, **extra: Any) -> Answer:
-        assert preload_content is False
-        self.sent.append(Sent(method, url, body, headers, timeout, extra))
-        answer = self.answers.pop(0) if self.answers else Answer(200, {})
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    @property
-    def last(self) -> Sent:
-        return self.sent[-1]
-
-
-def api_client() -> tuple[k8s.ApiClient, Pool]:
-    configuration = k8s.Configuration()
-    configuration.host = HOST
-    configuration.api_key = {"authorization": "Bearer t0k"}
-    api = k8s.ApiClient(configuration)
-    pool = Pool()
-    api.rest_client.pool_manager = pool  # type: ignore[assignment]
-    return api, pool
+from tests.support.client_pool import HOST, Answer, Pool, api_client, sts
 
 
 def kube(**options: Any) -> tuple[Kube, Pool]:
@@ -123,11 +49,6 @@ def kube(**options: Any) -> tuple[Kube, Pool]:
     return Kube(api, "kaiwu-reconciler", timeout=7.0, **options), pool
 
 
-def sts(version: str = "") -> Obj:
-    meta: Obj = {"name": "orders", "namespace": "shop"}
-    if version:
-        meta["resourceVersion"] = version
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta, "spec": {}}
 
 
 def status(code: int, reason: str, message: str) -> Answer:

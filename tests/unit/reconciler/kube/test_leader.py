@@ -32,7 +32,7 @@ from reconciler.kube.leader import (
 from reconciler.metrics import NAMESPACE, Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
-from tests.unit.reconciler.kube.test_client import Pool, api_client, sts
+from tests.support.client_pool import Pool, api_client, sts
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
