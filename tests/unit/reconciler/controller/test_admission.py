@@ -13,14 +13,7 @@ from reconciler.controller import admission
 from reconciler.controller.admission import Verdict, accepted_facts, facts_annotation, review
 from reconciler.model import Obj
 from renderer.render import check_live
-
-NS, NAME = "db", "orders"
-
-
-def cluster(**spec: Any) -> Obj:
-    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-            "metadata": {"name": NAME, "namespace": NS, "uid": "uid-1", "generation": 1},
-            "spec": {"tls": {"enabled": False}, **spec}}
+from tests.support.admission import NAME, NS, View, accepted_statefulset, cluster, pod
 
 
 def create(obj: Obj, **lookups: Any) -> Verdict:
@@ -139,7 +132,7 @@ def test_changes_are_judged_against_what_the_reconciler_applied_not_what_is_stor
     # Stored while the webhook was down: the start mode changed; the reconciler refused it, so
     # what exists is still multi-replica (its StatefulSet says so).
     applied = check_live(cluster())["spec"]
-    memory = accepted_facts(_statefulset(facts_annotation(applied)), cluster())
+    memory = accepted_facts(accepted_statefulset(facts_annotation(applied)), cluster())
     stored = cluster(startMode="single-replica")
     back = update(stored, cluster(), accepted=memory)
     assert back.allowed, "changing it back to what exists is the fix"
@@ -187,7 +180,7 @@ def test_the_answer_echoes_the_review_version_and_uid_and_says_why() -> None:
 
 
 def test_the_memory_of_an_earlier_cluster_of_the_same_name_is_ignored() -> None:
-    sts = _statefulset(facts_annotation(check_live(cluster())["spec"]))
+    sts = accepted_statefulset(facts_annotation(check_live(cluster())["spec"]))
     assert accepted_facts(sts, cluster()) is not None
     newer = cluster()
     newer["metadata"]["uid"] = "uid-2"
@@ -196,41 +189,15 @@ def test_the_memory_of_an_earlier_cluster_of_the_same_name_is_ignored() -> None:
     assert accepted_facts(sts, cluster()) is None
 
 
-def _statefulset(annotation: str) -> Obj:
-    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": NAME, "namespace": NS,
-                         "annotations": {admission.ACCEPTED_ANNOTATION: annotation},
-                         "ownerReferences": [{"uid": "uid-1", "controller": True,
-                                              "kind": "KaiwuCluster", "name": NAME}]}}
 
 
-class View:
-    """The watch caches: a StatefulSet and pods by name."""
-
-    def __init__(self, *objects: Obj) -> None:
-        self.objects = objects
-
-    def get(self, kind: Any, namespace: str, name: str) -> Obj | None:
-        return next((o for o in self.objects if o["kind"] == kind.kind
-                     and o["metadata"]["name"] == name), None)
-
-    def peek(self, kind: Any, namespace: str, name: str) -> Obj | None:
-        return self.get(kind, namespace, name)
-
-    def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Obj]:
-        return [o for o in self.objects if o["kind"] == kind.kind]
 
 
-def pod(name: str, version: str) -> Obj:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS,
-                         "labels": {"app.kubernetes.io/instance": NAME}},
-            "spec": {"containers": [{"name": "kwbase", "image": f"kwdb/kwdb:{version}"}]}}
 
 
 def test_a_version_is_judged_against_the_pods_so_a_stuck_upgrade_can_be_set_back() -> None:
     upgrading = cluster(version="3.2.2")
-    sts = _statefulset(facts_annotation(check_live(upgrading)["spec"]))
+    sts = accepted_statefulset(facts_annotation(check_live(upgrading)["spec"]))
     # One pod moved to 3.2.2 (and crashes there); two still run 3.2.1.
     view = View(sts, pod("orders-0", "3.2.1"), pod("orders-1", "3.2.1"), pod("orders-2", "3.2.2"))
     memory = admission.applied(view, upgrading)
@@ -278,7 +245,7 @@ def test_a_memory_that_is_not_the_facts_of_a_spec_is_ignored() -> None:
     for raw in ('["multi-replica"]', '{"startMode":"multi-replica"}',
                 '{"startMode":"multi-replica","replicas":3,"version":"3.2.1","storage":"20Gi"}',
                 '{"startMode":"multi-replica","replicas":3,"version":"3.2.1","storage":{}}'):
-        assert accepted_facts(_statefulset(raw), cluster()) is None, raw
+        assert accepted_facts(accepted_statefulset(raw), cluster()) is None, raw
 
 
 def test_the_answer_to_a_review_of_an_unknown_version_is_a_v1_review() -> None:
@@ -294,7 +261,7 @@ def test_the_answer_to_a_review_of_an_unknown_version_is_a_v1_review() -> None:
 
 def test_the_statefulset_of_an_earlier_cluster_of_the_same_name_is_no_memory_for_the_webhook(
         ) -> None:
-    sts = _statefulset(facts_annotation(check_live(cluster())["spec"]))
+    sts = accepted_statefulset(facts_annotation(check_live(cluster())["spec"]))
     assert admission.applied(View(sts), cluster()) is not None
     newer = cluster()
     newer["metadata"]["uid"] = "uid-2"

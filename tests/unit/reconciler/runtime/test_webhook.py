@@ -383,9 +383,9 @@ def test_a_namespaced_install_judges_only_its_own_namespace() -> None:
 def test_a_change_is_judged_against_what_this_replicas_caches_say_was_applied() -> None:
     from reconciler.controller.admission import facts_annotation
     from renderer.render import check_live
-    from tests.unit.reconciler.controller.test_admission import View, _statefulset, cluster, pod
+    from tests.support.admission import View, accepted_statefulset, cluster, pod
     upgrading = cluster(version="3.2.2")
-    sts = _statefulset(facts_annotation(check_live(upgrading)["spec"]))
+    sts = accepted_statefulset(facts_annotation(check_live(upgrading)["spec"]))
     # One pod moved to 3.2.2 (and crashes there): setting the version back is allowed.
     view = View(sts, pod("orders-0", "3.2.1"), pod("orders-1", "3.2.1"), pod("orders-2", "3.2.2"))
     decide = decider(cast(Any, view), cast(Any, ReadingKube()), Settings())
