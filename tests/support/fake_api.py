@@ -325,6 +325,7 @@ class FakeApi:
         self._revision = [max([100, *(int(obj["metadata"].get("resourceVersion") or 0)
                                       for obj in self.objects.values())])]
         self._names = itertools.count(1)
+        self._uids: set[str] = {str(obj["metadata"].get("uid")) for obj in self.objects.values()}
         # (revision, type, object) of every change, for `watch`.
         self.history: list[tuple[int, str, Obj]] = []
         for key, obj in list(self.objects.items()):
@@ -723,6 +724,7 @@ class FakeApi:
         self.revision += 1
         meta.setdefault("resourceVersion", str(self.revision))
         meta.setdefault("uid", f"uid-{meta['name']}")
+        self._uids.add(meta["uid"])
         if seeded["kind"] in GENERATED:
             meta.setdefault("generation", 1)
         meta.setdefault("creationTimestamp", rfc3339(self.clock()))
@@ -734,7 +736,10 @@ class FakeApi:
         validate(new)
         meta = new["metadata"]
         if live is None:
-            meta["uid"] = f"uid-{meta['name']}-{self.revision + 1}"
+            # Readable, and never the same twice (a name made again gets a new uid).
+            uid = f"uid-{meta['name']}"
+            meta["uid"] = uid if uid not in self._uids else f"{uid}-{self.revision + 1}"
+            self._uids.add(meta["uid"])
             meta["creationTimestamp"] = rfc3339(self.clock())
             if new["kind"] in GENERATED:
                 meta["generation"] = 1
@@ -855,7 +860,8 @@ def _dotted(path: Path) -> str:
 
 class FakeView:
     """The watch caches over a FakeApi's store: what it holds, slimmed as the caches keep it,
-    read back as copies (`peek`: as kept)."""
+    read back as copies (`peek`: as kept); a list in namespace '' lists every namespace, as
+    reconciler.kube.cache's does."""
 
     def __init__(self, api: FakeApi) -> None:
         self.api = api
@@ -870,7 +876,7 @@ class FakeView:
 
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
         return [copy.deepcopy(slim(obj)) for (kind_, ns, _), obj in self.api.objects.items()
-                if kind_ == kind.kind and ns == namespace and all(
+                if kind_ == kind.kind and (not namespace or ns == namespace) and all(
                     (obj["metadata"].get("labels") or {}).get(key) == value
                     for key, value in labels.items())]
 

@@ -8,7 +8,6 @@ the real apiserver: tests/world_stories/runtime/test_source_dir.py.
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -17,92 +16,19 @@ import pytest
 
 from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
-from reconciler.kube.kinds import KAIWU_CLUSTER, Kind
+from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.runtime import source_dir
 from reconciler.runtime.source_dir import (
     SOURCE_ANNOTATION,
     SOURCE_FILE_ANNOTATION,
-    DirectorySource,
     symlink_parents,
 )
-from reconciler.settings import Settings
 from renderer import loader
 from renderer.errors import Problem, RenderError
-
-ORDERS, PAYMENTS = ClusterKey("shop", "orders"), ClusterKey("shop", "payments")
-
-
-def cluster_file(name: str, replicas: int = 3, namespace: str = "shop") -> str:
-    return (f"apiVersion: kaiwu.inspur.com/v1\nkind: KaiwuCluster\n"
-            f"metadata:\n  name: {name}\n  namespace: {namespace}\n"
-            f"spec:\n  replicas: {replicas}\n")
-
-
-class Api:
-    """KaiwuClusters by (namespace, name): applies store (with a uid), deletes remove; the
-    watch cache reads the same. `refuse` names clusters whose apply fails."""
-
-    def __init__(self) -> None:
-        self.clusters: dict[tuple[str, str], Obj] = {}
-        self.applied: list[str] = []
-        self.deleted: list[tuple[str, str | None]] = []
-        self.refuse: set[str] = set()
-        self.refusal = "no"  # the message of a refused delete
-        self.emitted: list[tuple[str, str, str, str]] = []
-
-    # the API
-    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
-        name = obj["metadata"]["name"]
-        if name in self.refuse:
-            raise ApiError(422, "Invalid", f"KaiwuCluster {name} is invalid: spec.replicas")
-        self.applied.append(name)
-        stored = copy.deepcopy(obj)
-        stored["metadata"].setdefault("uid", f"uid-{name}")
-        self.clusters[(obj["metadata"]["namespace"], name)] = stored
-        return stored
-
-    def delete(self, kind: Kind, namespace: str | None, name: str, *,
-               uid: str | None = None) -> bool:
-        assert kind is KAIWU_CLUSTER
-        if name in self.refuse:
-            raise ApiError(403, "Forbidden", self.refusal)
-        self.deleted.append((name, uid))
-        self.clusters.pop((namespace or "", name), None)
-        return True
-
-    # the watch cache
-    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        assert kind is KAIWU_CLUSTER
-        found = self.clusters.get((namespace, name))
-        return copy.deepcopy(found) if found is not None else None
-
-    def list(self, kind: Kind, namespace: str, labels: Any = None) -> list[Obj]:
-        assert kind is KAIWU_CLUSTER
-        return [copy.deepcopy(obj) for (ns, _), obj in sorted(self.clusters.items())
-                if not namespace or ns == namespace]
-
-    # the Event recorder
-    def emit(self, cluster: Obj, type_: str, reason: str, message: str) -> None:
-        self.emitted.append((cluster["metadata"]["name"], type_, reason, message))
-
-
-def source(repo: Path, api: Api, metrics: Metrics | None = None, **settings: Any
-           ) -> DirectorySource:
-    """A directory source; unless a story says otherwise it may write in every namespace (its
-    lane has stories of its own)."""
-    settings.setdefault("source_namespaces", "*")
-    return DirectorySource(repo, api, api, Settings(**settings),  # type: ignore[arg-type]
-                           metrics or Metrics(), api)  # type: ignore[arg-type]
-
-
-def repo_with(tmp_path: Path, **files: str) -> Path:
-    repo = tmp_path / "clusters"
-    repo.mkdir(exist_ok=True)
-    for name, text in files.items():
-        (repo / f"{name}.yaml").write_text(text)
-    return repo
+from tests.support.fake_api import FakeApi
+from tests.support.source_dir import ORDERS, PAYMENTS, Api, cluster_file, repo_with, source
 
 
 def test_each_file_becomes_its_cluster_marked_as_coming_from_the_directory(
@@ -113,9 +39,10 @@ def test_each_file_becomes_its_cluster_marked_as_coming_from_the_directory(
     api, metrics = Api(), Metrics()
     result = source(repo, api, metrics).scan()
     assert result.clusters == (ORDERS, PAYMENTS) and result.applied == (ORDERS, PAYMENTS)
-    assert api.clusters[("shop", "payments")]["metadata"] == {
-        "name": "payments", "namespace": "shop", "uid": "uid-payments", "annotations": {
-            SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "team/payments.yaml"}}
+    meta = api.clusters[("shop", "payments")]["metadata"]
+    assert (meta["name"], meta["namespace"], meta["annotations"]) == ("payments", "shop", {
+        SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "team/payments.yaml"})
+    assert "labels" not in meta
     assert api.clusters[("shop", "orders")]["spec"] == {"replicas": 3}, "as written"
     assert metrics.value("kaiwu_source_clusters") == 2
     assert metrics.value("kaiwu_writes_total", {"verb": "apply", "kind": "KaiwuCluster"}) == 2
@@ -132,7 +59,7 @@ def test_only_what_changed_is_applied_again_unless_forced(tmp_path: Path) -> Non
     assert directory.scan().applied == (ORDERS,)
     assert directory.scan().applied == ()
     # Someone deleted a cluster by hand: it comes back.
-    del api.clusters[("shop", "payments")]
+    FakeApi.delete(api, KAIWU_CLUSTER, "shop", "payments")  # kubectl delete
     assert directory.scan().applied == (PAYMENTS,)
     # The periodic resync re-applies everything (undoing hand edits).
     assert directory.scan(force=True).applied == (ORDERS, PAYMENTS)
@@ -160,9 +87,9 @@ def test_a_file_without_a_namespace_is_applied_to_the_default_one_with_its_own_a
                      "spec:\n  replicas: 3\n")
     api = Api()
     assert source(repo, api).scan().applied == (ClusterKey("default", "orders"),)
-    assert api.clusters[("default", "orders")]["metadata"] == {
-        "name": "orders", "namespace": "default", "uid": "uid-orders", "annotations": {
-            "team": "sales", SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "orders.yaml"}}
+    meta = api.clusters[("default", "orders")]["metadata"]
+    assert (meta["name"], meta["namespace"], meta["annotations"]) == ("orders", "default", {
+        "team": "sales", SOURCE_ANNOTATION: "dir", SOURCE_FILE_ANNOTATION: "orders.yaml"})
 
 
 def test_a_broken_file_is_reported_once_and_its_cluster_keeps_its_last_good_spec(
@@ -273,10 +200,9 @@ def test_directory_mode_writes_in_the_namespaces_it_is_given_and_prunes_only_the
                      other=cluster_file("other", namespace="payroll"))
     api = Api()
     for name, namespace in (("gone", "shop"), ("kept", "payroll")):
-        api.clusters[(namespace, name)] = {
-            "apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-            "metadata": {"name": name, "namespace": namespace,
-                         "annotations": {SOURCE_ANNOTATION: "dir"}}, "spec": {}}
+        api.put({"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+                 "metadata": {"name": name, "namespace": namespace,
+                              "annotations": {SOURCE_ANNOTATION: "dir"}}, "spec": {}})
     result = source(repo, api, source_namespaces="shop, accounts",
                     prune_deleted_clusters=True).scan()
     assert result.applied == (ORDERS,)
@@ -304,7 +230,8 @@ def test_a_cluster_whose_file_is_gone_is_kept_unless_pruning_is_allowed(
     repo = repo_with(tmp_path, orders=cluster_file("orders"),
                      payments=cluster_file("payments"))
     api = Api()
-    api.clusters[("shop", "by-hand")] = {"metadata": {"name": "by-hand", "namespace": "shop"}}
+    api.put({"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
+             "metadata": {"name": "by-hand", "namespace": "shop"}})
     keeping = source(repo, api)
     keeping.scan()
     (repo / "payments.yaml").unlink()
@@ -333,8 +260,8 @@ def test_a_cluster_whose_file_is_gone_is_kept_unless_pruning_is_allowed(
 def test_only_the_watched_namespaces_clusters_are_pruned(tmp_path: Path) -> None:
     repo = repo_with(tmp_path, orders=cluster_file("orders"))
     api = Api()
-    api.clusters[("elsewhere", "other")] = {"metadata": {
-        "name": "other", "namespace": "elsewhere", "annotations": {SOURCE_ANNOTATION: "dir"}}}
+    api.put({"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster", "metadata": {
+        "name": "other", "namespace": "elsewhere", "annotations": {SOURCE_ANNOTATION: "dir"}}})
     result = source(repo, api, prune_deleted_clusters=True, watch_namespace="shop").scan()
     assert result.pruned == () and api.deleted == []
 

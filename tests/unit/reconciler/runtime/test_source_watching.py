@@ -20,13 +20,13 @@ import pytest
 from reconciler.metrics import Metrics
 from reconciler.runtime import source_dir
 from reconciler.runtime.source_dir import DirectorySource
-from tests.support.threads import holding_up_exit, threads_started
-from tests.unit.reconciler.runtime.test_source_dir import (
+from tests.support.source_dir import (
     Api,
     cluster_file,
     repo_with,
     source,
 )
+from tests.support.threads import holding_up_exit, threads_started
 
 
 def eventually(condition: Any, what: str, timeout_s: float = 5.0) -> None:
