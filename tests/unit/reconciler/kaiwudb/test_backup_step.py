@@ -7,123 +7,15 @@ No KaiwuDB is reached in these stories (the running ones are the world stories')
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from reconciler.kaiwudb.backup import Backups, BackupSettings
-from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
-from reconciler.metrics import Metrics
-from reconciler.model import NodeEntry, Obj, Pass
-from renderer.render import read_live
-from renderer.spec import Cluster
-
-NS, NAME = "shop", "dev"
-
-
-def stamp(text: str) -> str:
-    return f"{text}Z"
-
-
-def at(text: str) -> float:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
-
-
-class World:
-    """The API's objects (kind, namespace, name) and the writes made to them."""
-
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], Obj] = {}
-        self.writes: list[tuple[str, str, str]] = []
-
-    def add(self, obj: Obj) -> None:
-        obj.setdefault("metadata", {}).setdefault("uid", f"uid-{obj['metadata']['name']}")
-        self.objects[(obj["kind"], NS, obj["metadata"]["name"])] = obj
-
-    # CacheView
-    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        found = self.objects.get((kind.kind, namespace, name))
-        return copy.deepcopy(found) if found is not None else None
-
-    def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
-        return [copy.deepcopy(o) for (kd, ns, _), o in self.objects.items()
-                if kd == kind.kind and ns == namespace]
-
-    # Kube
-    def create(self, obj: Obj) -> Obj:
-        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
-        obj = copy.deepcopy(obj)
-        obj["metadata"]["creationTimestamp"] = stamp("2026-01-02T03:00:01")
-        self.add(obj)
-        return obj
-
-    def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
-              subresource: str = "") -> Obj:
-        self.writes.append(("patch" + (f"/{subresource}" if subresource else ""), kind.kind,
-                            name))
-        found = self.objects[(kind.kind, namespace or "", name)]
-        found.setdefault("status", {}).update(patch.get("status") or {})
-        return found
-
-    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
-               **_: Any) -> bool:
-        """As the API server: a uid precondition that names another object is a conflict."""
-        found = self.objects.get((kind.kind, namespace or "", name))
-        if uid and found is not None and found["metadata"].get("uid") != uid:
-            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
-                           f"UID in object meta: {found['metadata'].get('uid')}")
-        self.writes.append(("delete", kind.kind, name))
-        return self.objects.pop((kind.kind, namespace or "", name), None) is not None
-
-
-def cluster_obj() -> Obj:
-    return {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-            "metadata": {"name": NAME, "namespace": NS, "uid": "c"},
-            "spec": {"version": "3.2.1", "replicas": 3, "tls": {"enabled": False}}}
-
-
-def a_pass(now: float, **status: Any) -> tuple[Pass, Cluster]:
-    obj = cluster_obj()
-    p = Pass(ClusterKey(NS, NAME), obj, now, {"initialized": True, **status})
-    p.cluster = read_live(obj)
-    return p, p.cluster
-
-
-def schedule(name: str, cron: str, *, keep: int = 7, suspend: bool = False,
-             target: Obj | None = None) -> Obj:
-    return {"apiVersion": k.KAIWU_BACKUP_SCHEDULE.api_version,
-            "kind": k.KAIWU_BACKUP_SCHEDULE.kind,
-            "metadata": {"name": name, "namespace": NS,
-                         "creationTimestamp": stamp("2026-01-01T00:00:00")},
-            "spec": {"cluster": {"name": NAME}, "schedule": cron, "suspend": suspend,
-                     "retention": {"keep": keep},
-                     "template": {"target": target or {"volume": {"claimName": "dumps"}}}}}
-
-
-def backup(name: str, phase: str, created: str, sched: str = "nightly") -> Obj:
-    return {"apiVersion": k.KAIWU_BACKUP.api_version, "kind": k.KAIWU_BACKUP.kind,
-            "metadata": {"name": name, "namespace": NS, "creationTimestamp": stamp(created),
-                         "labels": {k.SCHEDULE_LABEL: sched},
-                         "annotations": {k.SLOT_ANNOTATION: stamp(created)}},
-            "spec": {"cluster": {"name": NAME},
-                     "target": {"volume": {"claimName": "dumps"}}},
-            "status": {"phase": phase}}
-
-
-def step(world: World, tmp_path: Path) -> Backups:
-    (tmp_path / "dumps").mkdir(exist_ok=True)
-
-    def no_admin(cluster: Any) -> Any:
-        raise AssertionError("no KaiwuDB command expected in this story")
-    settings = BackupSettings(volumes_dir=str(tmp_path))
-    return Backups(world, world, Metrics(), settings, no_admin)  # type: ignore[arg-type]
+from reconciler.model import NodeEntry, Obj
+from tests.support.backup_step import NAME, NS, World, a_pass, at, backup, schedule, stamp, step
 
 
 def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path: Path) -> None:
@@ -139,8 +31,8 @@ def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path:
     steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}, [])
     assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
     assert not [w for w in world.writes if w[2].startswith("paused-")]
-    assert (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}).get("status") == {
-        "lastScheduleTime": None, "nextScheduleTime": None, "lastSuccessfulBackup": None}, \
+    # The step's merge patch of nulls removes the times (RFC 7386): none is left.
+    assert (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}).get("status") == {}, \
         "suspended, it has no next time"
     made = world.get(k.KAIWU_BACKUP, NS, "nightly-20260102030000") or {}
     assert made["spec"] == {"cluster": {"name": NAME},
@@ -257,12 +149,12 @@ def test_a_schedule_says_when_it_comes_back_and_writes_its_status_only_when_it_c
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-02T02:59:59.5"))
     steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
-    assert world.writes == [("patch/status", "KaiwuBackupSchedule", "nightly")]
+    assert world.writes == [("status", "KaiwuBackupSchedule", "nightly")]
     assert min(p.requeue) == pytest.approx(0.5), "back at the slot, not a second later"
 
     p, cluster = a_pass(at("2026-01-02T02:59:59.6"))
     steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
-    assert world.writes == [("patch/status", "KaiwuBackupSchedule", "nightly")], \
+    assert world.writes == [("status", "KaiwuBackupSchedule", "nightly")], \
         "the same status is not written again"
 
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
@@ -313,8 +205,8 @@ def test_retention_keeps_seven_by_default_and_drops_what_is_older_than_max_age(
     assert steps.metrics.value("kaiwu_writes_total", {"verb": "delete",
                                                       "kind": "KaiwuBackup"}) == 2
 
-    world.objects[("KaiwuBackupSchedule", NS, "nightly")]["spec"]["retention"] = {
-        "keep": 7, "maxAge": "3d"}
+    world.edit(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly", lambda obj: obj["spec"].update(
+        retention={"keep": 7, "maxAge": "3d"}))
     p, cluster = a_pass(at("2026-01-10T00:00:00"))
     steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                  world.list(k.KAIWU_BACKUP, NS))
@@ -344,7 +236,7 @@ def test_an_s3_target_naming_no_secret_fails_without_asking_for_a_nameless_one(
     asked: list[tuple[str, str]] = []
 
     class Recording(World):
-        def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
             asked.append((kind.kind, name))
             return super().get(kind, namespace, name)
 
@@ -368,8 +260,8 @@ def test_retention_goes_on_past_a_backup_whose_files_it_cannot_reach(tmp_path: P
     world.add(schedule("nightly", "0 0 3 * * *", keep=1))
     for name, day in (("b1", 1), ("b2", 2), ("b3", 3)):
         world.add(backup(name, "completed", f"2026-01-0{day}T03:00:00"))
-    world.objects[("KaiwuBackup", NS, "b1")]["spec"]["target"] = {
-        "volume": {"claimName": "unmounted"}}
+    world.edit(k.KAIWU_BACKUP, NS, "b1", lambda obj: obj["spec"].update(
+        target={"volume": {"claimName": "unmounted"}}))
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-05T00:00:00"))
 

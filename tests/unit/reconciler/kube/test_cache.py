@@ -38,7 +38,7 @@ from reconciler.model import Obj
 from reconciler.settings import Settings
 from renderer import schema
 from renderer.builders import INSTANCE_LABEL
-from tests.unit.reconciler.kaiwudb.test_backup_step import (
+from tests.support.backup_step import (
     NAME,
     NS,
     World,
@@ -317,7 +317,7 @@ def test_a_tenants_kaiwubackup_is_cached_as_the_little_its_readers_use_however_l
 class SlimWorld(World):
     """The backup stories' API and caches, the caches keeping what `slim` keeps."""
 
-    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
         found = super().get(kind, namespace, name)
         return slim(found) if found is not None else None
 
@@ -354,7 +354,8 @@ def test_every_reader_of_backups_and_schedules_answers_the_same_on_the_slim_copy
             "startedAt": "2026-01-03T03:00:00Z", "phase": "Removing"})
         steps.run(p)
         statuses = {key: copy.deepcopy(obj.get("status")) for key, obj in world.objects.items()}
-        world.objects[("KaiwuBackup", NS, "adhoc")]["status"]["phase"] = "running"
+        world.edit(k.KAIWU_BACKUP, NS, "adhoc",
+                   lambda obj: obj["status"].update(phase="running"), status=True)
         adhoc = world.get(k.KAIWU_BACKUP, NS, "adhoc") or {}
         outcomes.append((
             world.writes, p.events, p.requeue, statuses, steps.metrics.value(
