@@ -1,6 +1,5 @@
 """A backup running to its end in the fast tier (reconciler/kaiwudb/backup.py against the
-simulated KaiwuDB and a volume target in a temporary directory; tests/unit/reconciler/kaiwudb/
-backup_world.py).
+simulated KaiwuDB and a volume target in a temporary directory; tests/support/backup_world.py).
 
 Stories: a person asks for a backup of a cluster with relational and time-series data; pass by
 pass the step plans it on one node at one timestamp, exports each item, checks and moves its
@@ -37,7 +36,7 @@ from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import BackupFileServer
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
-from tests.unit.reconciler.kaiwudb.backup_world import (
+from tests.support.backup_world import (
     CLAIM,
     NS,
     Site,

@@ -1,6 +1,6 @@
 """A restore in the fast tier (reconciler/kaiwudb/restore.py and restore_server.py against the
 simulated KaiwuDB, which reads the backup over http from the reconciler's file server, as KWDB's
-IMPORT does; tests/unit/reconciler/kaiwudb/backup_world.py).
+IMPORT does; tests/support/backup_world.py).
 
 Stories: a new cluster made with spec.bootstrap.fromBackup waits for its backup to complete,
 then imports settings, users and each database one pass at a time, is not Ready until then, and
@@ -47,7 +47,7 @@ from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.kube import kinds as k
 from reconciler.model import Pass
 from renderer.render import read_live
-from tests.unit.reconciler.kaiwudb.backup_world import NS, Site, a_site, load_shop
+from tests.support.backup_world import NS, Site, a_site, load_shop
 from tests.world.kwdb.data import SequenceOptions
 
 
