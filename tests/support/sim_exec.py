@@ -2,9 +2,9 @@
 `reconciler.kube.client.Kube.exec` does, for the fast tier's admin adapters.
 
 Used by tests/unit/reconciler/kaiwudb/test_kwbase.py and tests/support/backup_world.py. Time is
-simulated: `now` is the test's clock, which it moves. A pod with no process is refused by the API server
-(404), as a missing pod is. A command that would outlive the time-out comes back without an exit
-status (-1). One that prints only when it ends (a long EXPORT or IMPORT, ExecResult.
+simulated: `now` is the test's clock, which it moves. A pod with no process is refused by the API
+server (404), as a missing pod is. A command that would outlive the time-out comes back without
+an exit status (-1). One that prints only when it ends (a long EXPORT or IMPORT, ExecResult.
 answers_at_end) keeps its caller waiting, as the real exec does, until the test's clock reaches
 its end (or the time-out, when it comes back empty); a caller still waiting after
 `real_wait_cap_s` real seconds is a test that forgot to move the clock, and fails loudly.
