@@ -143,11 +143,6 @@ def test_a_port_someone_added_is_removed_without_applying_the_rest() -> None:
     assert world.condition("Drifted")["status"] == "False"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a reconciler gap the faithful fake API shows: renumbering our port and adding one in the "
-    "same edit makes the drift report one change of the whole port list, owned by nobody, so "
-    "the server's refusal of the dry run (the duplicate name) is not taken for a clash with "
-    "what others added: the Service is stalled ApplyRejected instead of repaired"))
 def test_a_port_added_while_ours_was_changed_goes_with_the_repair() -> None:
     world = World()
     world.reconcile()
