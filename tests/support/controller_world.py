@@ -16,6 +16,7 @@ from reconciler import status as st
 from reconciler.controller.conditions import observed
 from reconciler.controller.controller import Controller
 from reconciler.controller.objects import ObjectPass, ObjectState, Result
+from reconciler.drift.compare import Change, DriftReport
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -195,3 +196,24 @@ def sts_state(ready: int, verdict: str = "in-sync") -> ObjectState:
 
 def conditions_of(p: ObjectPass) -> dict[str, st.Condition]:
     return {c.type: c for c in observed(p).conditions}
+
+
+def service_state(verdict: str, *, report: DriftReport | None = None, blocked_s: float = 0.0,
+                  repaired: bool = False, live: bool = True) -> ObjectState:
+    obj = {"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": f"{NAME}-public", "namespace": NS}, "spec": {}}
+    return ObjectState(ObjectRef("v1", "Service", NS, f"{NAME}-public"), k.SERVICE, obj,
+                       obj if live else None, verdict=verdict, report=report,  # type: ignore[arg-type]
+                       blocked_s=blocked_s, repaired=repaired)
+
+
+def report(changes: int) -> DriftReport:
+    return DriftReport("Service", NS, f"{NAME}-public", True, tuple(
+        Change("changed", f"/spec/ports/{i}", f"spec.ports[{i}].port", 26257 + i, 1 + i)
+        for i in range(changes)), "sha256:a", "sha256:b")
+
+
+def ready_pass(**spec: Any) -> ObjectPass:
+    p = a_pass(**spec)
+    p.states.append(sts_state(ready=3))
+    return p

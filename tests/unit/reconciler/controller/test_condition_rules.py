@@ -17,8 +17,7 @@ import pytest
 from reconciler import status as st
 from reconciler.controller.conditions import RULES, Facts, Rule, decide
 from reconciler.controller.objects import ObjectPass
-from tests.unit.reconciler.controller.test_conditions import ready_pass, report, service_state
-from tests.unit.reconciler.controller.test_steps import sts_state
+from tests.support.controller_world import ready_pass, report, service_state, sts_state
 
 Make = Callable[[], ObjectPass]
 

@@ -15,31 +15,18 @@ from reconciler import status as st
 from reconciler.controller.conditions import changes_text, observed
 from reconciler.controller.objects import ObjectPass, ObjectState
 from reconciler.controller.report import transition_event
-from reconciler.drift.compare import Change, DriftReport
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
-from tests.support.controller_world import NAME, NS, a_pass, conditions_of, sts_state
-
-
-def service_state(verdict: str, *, report: DriftReport | None = None, blocked_s: float = 0.0,
-                  repaired: bool = False, live: bool = True) -> ObjectState:
-    obj = {"apiVersion": "v1", "kind": "Service",
-           "metadata": {"name": f"{NAME}-public", "namespace": NS}, "spec": {}}
-    return ObjectState(ObjectRef("v1", "Service", NS, f"{NAME}-public"), k.SERVICE, obj,
-                       obj if live else None, verdict=verdict, report=report,  # type: ignore[arg-type]
-                       blocked_s=blocked_s, repaired=repaired)
-
-
-def report(changes: int) -> DriftReport:
-    return DriftReport("Service", NS, f"{NAME}-public", True, tuple(
-        Change("changed", f"/spec/ports/{i}", f"spec.ports[{i}].port", 26257 + i, 1 + i)
-        for i in range(changes)), "sha256:a", "sha256:b")
-
-
-def ready_pass(**spec: Any) -> ObjectPass:
-    p = a_pass(**spec)
-    p.states.append(sts_state(ready=3))
-    return p
+from tests.support.controller_world import (
+    NAME,
+    NS,
+    a_pass,
+    conditions_of,
+    ready_pass,
+    report,
+    service_state,
+    sts_state,
+)
 
 
 def status_after(p: ObjectPass, previous: dict[str, Any] | None = None) -> dict[str, Any]:
