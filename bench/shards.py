@@ -3,8 +3,8 @@ end of the first full pass), one resync at rest, memory, the writes made at rest
 of one cluster from one shard to another.
 
 Run: `.venv/bin/python bench/shards.py [--clusters 10000] [--shards 4]`. Appends its figures to
-bench/RESULTS.md (docs/reconciler.md "Sharding" says what a shard is; the method is below and in
-docs/reconciler.md "Performance").
+bench/RESULTS.md (docs/reconciler.md "Sharding" says what a shard is; the method is below, the
+figures and what they mean for a fleet in docs/performance.md).
 
 The fleet: `bench.fleet.live_fleet(n)`, cluster i labelled for shard i mod N (shard 0 is the
 unnamed one: no label; shard j the label kaiwu.inspur.com/shard=sj). The API server: one
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -68,7 +69,7 @@ from reconciler.controller.controller import Controller
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import Caches
-from reconciler.kube.client import ApiError
+from reconciler.kube.client import LIST_PAGE_SIZE, ApiError
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
@@ -318,6 +319,9 @@ class Server:
         self.listener = Listener(family="AF_UNIX")
         self.writes: dict[str, list[tuple[str, str, str]]] = {}
         self.execs: dict[str, list[str]] = {}
+        self.calls: dict[str, dict[str, int]] = {}  # shard -> method -> calls
+        self._snapshots: dict[str, tuple[list[Obj], str, int]] = {}  # continue token -> list
+        self._tokens = itertools.count()
 
     @property
     def address(self) -> str:
@@ -347,8 +351,12 @@ class Server:
 
     def _call(self, shard: str, method: str, args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> Any:
+        counts = self.calls.setdefault(shard, {})
+        counts[method] = counts.get(method, 0) + 1
         if method == "exec":
             self.execs.setdefault(shard, []).append(" ".join(args[3][1:3]))
+        if method == "list_page":
+            return self._page(*args)
         if method == "watch":
             kind, version, namespace, selector = args
             deadline = time.monotonic() + WATCH_WAIT_S
@@ -366,6 +374,22 @@ class Server:
                 return getattr(self.api, method)(*args, **kwargs)
             finally:
                 self.writes.setdefault(shard, []).extend(self.api.writes[before:])
+
+    def _page(self, kind: Kind, namespace: str | None, selector: str | None, limit: int,
+              token: str) -> tuple[list[Obj], str, str]:
+        """One page of a list, from one snapshot taken at its first page (the server's
+        continue token): (items, the list's resourceVersion, the next token or "")."""
+        if not token:
+            with self.lock:
+                items, version = self.api.list_objects(kind, namespace, selector)
+            token = f"{kind.kind}-{next(self._tokens)}"
+            self._snapshots[token] = (items, version, 0)
+        items, version, start = self._snapshots.pop(token)
+        end = start + limit
+        if end < len(items):
+            self._snapshots[token] = (items, version, end)
+            return items[start:end], version, token
+        return items[start:end], version, ""
 
     def label(self, key: ClusterKey, shard: str) -> None:
         """kubectl label: the cluster's shard label set (or removed, for the unnamed shard)."""
@@ -411,10 +435,18 @@ class RemoteKube:
     def list_objects(self, kind: Kind, namespace: str | None = None,
                      label_selector: str | None = None, *,
                      keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+        """In pages, `keep` applied to each page as it arrives, as Kube.list_objects reads
+        them (a whole list of whole objects is never held at once)."""
         started = time.thread_time()
-        items, version = self._call("list_objects", kind, namespace, label_selector)
-        if keep is not None:
-            items = [keep(item) for item in items]
+        items: list[Obj] = []
+        token = ""
+        while True:
+            page, version, token = self._call("list_page", kind, namespace, label_selector,
+                                              kind.list_page or LIST_PAGE_SIZE, token)
+            items += [keep(item) for item in page] if keep is not None else page
+            del page
+            if not token:
+                break
         with self._lists:
             self.list_cpu_s += time.thread_time() - started
         return items, version
@@ -598,7 +630,12 @@ def main() -> None:
     cold_writes = {name: len(server.writes.get(name, ())) for name in names}
     log(f"writes at cold start: {_tally(server.writes)}")
     log("cold starts done; one resync at rest, shard by shard")
+    calls_before = {name: dict(server.calls.get(name, {})) for name in names}
     rested = {shard.shard: shard.ask({"do": "resync"}) for shard in shards}
+    resync_calls = {name: {method: count - calls_before[name].get(method, 0)
+                           for method, count in server.calls.get(name, {}).items()
+                           if method != "watch" and count > calls_before[name].get(method, 0)}
+                    for name in names}
     rest_writes = {name: len(server.writes.get(name, ())) - cold_writes[name] for name in names}
 
     # The move: the first cluster of shard s1 goes to the unnamed shard.
@@ -630,6 +667,7 @@ def main() -> None:
             f"{rest['resync_cpu_s']:9.2f}s {rest['resync_wall_s']:10.1f}s "
             f"{mib(rest['hwm']):>9} {mib(rest['imports_rss']):>8} "
             f"{cold_writes[name] + rest_writes[name]:6}")
+    lines.append(f"  API calls of each shard's resync at rest (watches aside): {resync_calls}")
     requeues = {name: started[name]["requeued"] for name in names}
     execs = {name: len(server.execs.get(name, ())) for name in names}
     lines.append(f"  kwbase execs (cold start, resync and move): {execs} "
