@@ -250,11 +250,7 @@ class Failover:
         lost = Wait(NODE_LOST, f"pod {f.pod}: Kubernetes node {f.node} is {f.node_ready}")
         if not self.lost_long_enough(s, f):
             return [lost]
-        verdict = self.guard(s, f)
-        if isinstance(verdict, Wait):
-            s.p.requeue_in(self.settings.poll_s)
-            return [verdict, lost]
-        return [*self.evict(s, f), lost]
+        return self.when_guards_allow(s, f, self.evict, lost)
 
     def volume_on_lost_node(self, s: Scene, f: Finding) -> list[Wait]:
         """VolumeOnLostNode: once the node has been lost for nodeLostTimeout, and if
@@ -269,11 +265,16 @@ class Failover:
                 f"on the lost node {f.node}. Bring the node back, or set "
                 "spec.failover.replaceLostVolumes to give up that copy of the data and start a "
                 "fresh store")), lost]
+        return self.when_guards_allow(s, f, self.replace_volume, lost)
+
+    def when_guards_allow(self, s: Scene, f: Finding,
+                          act: Callable[[Scene, Finding], list[Wait]], lost: Wait) -> list[Wait]:
+        """`act` on the lost node's pod if `guard` allows it, else wait (and look again)."""
         verdict = self.guard(s, f)
         if isinstance(verdict, Wait):
             s.p.requeue_in(self.settings.poll_s)
             return [verdict, lost]
-        return [*self.replace_volume(s, f), lost]
+        return [*act(s, f), lost]
 
     def claim_gone(self, s: Scene, f: Finding) -> list[Wait]:
         """ClaimGone: wait for the old claim to go, then delete the pending pod."""

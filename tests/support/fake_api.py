@@ -442,20 +442,19 @@ class FakeApi:
         return self._write("apply", key, live, new, dry_run=dry_run)
 
     def replace(self, obj: Obj) -> Obj:
-        key, live = self._existing(obj)
-        self._check_version(live, obj)
-        new = copy.deepcopy(obj)
-        self._keep_server_fields(live, new, status_write=False)
-        self._own(live, new, self.field_manager, "Update")
-        return self._write("replace", key, live, new)
+        return self._update(obj, status_write=False)
 
     def replace_status(self, obj: Obj) -> Obj:
+        return self._update(obj, status_write=True)
+
+    def _update(self, obj: Obj, *, status_write: bool) -> Obj:
+        """A PUT of the object or of its status subresource, as `Kube.replace` sends it."""
         key, live = self._existing(obj)
         self._check_version(live, obj)
         new = copy.deepcopy(obj)
-        self._keep_server_fields(live, new, status_write=True)
+        self._keep_server_fields(live, new, status_write=status_write)
         self._own(live, new, self.field_manager, "Update")
-        return self._write("status", key, live, new)
+        return self._write("status" if status_write else "replace", key, live, new)
 
     def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj,
               subresource: str = "") -> Obj:

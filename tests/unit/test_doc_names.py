@@ -126,10 +126,7 @@ CITING_FILES = ("Makefile", "crd", "deploy", "renderer/crd")
 
 
 def citing_files() -> list[Path]:
-    found = [path for path in sources() if path.suffix == ".md"]
-    for path in sources():
-        if path.suffix == ".py":
-            found.append(path)
+    found = sources()
     for name in CITING_FILES:
         where = ROOT / name
         found += [where] if where.is_file() else sorted(
