@@ -22,10 +22,12 @@ from typing import Any, cast
 import pytest
 from cryptography import x509
 
+from reconciler.kube import kinds as kk
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError
 from reconciler.listeners import Limits, tls_context
 from reconciler.metrics import Metrics
+from reconciler.model import Obj
 from reconciler.runtime import webhook
 from reconciler.runtime.webhook import (
     PATH,
@@ -39,6 +41,7 @@ from reconciler.runtime.webhook import (
 from reconciler.runtime.webhook_certs import ServingPolicy, next_step, read_state
 from reconciler.settings import Settings
 from renderer.settings import KubeVersion
+from tests.support.fake_api import FakeApi
 from tests.support.threads import holding_up_exit, serve_forever_polls, threads_started
 from tests.support.waiting import eventually
 
@@ -160,40 +163,57 @@ def test_the_registration_covers_clusters_and_their_scale_with_v1_reviews_and_an
     assert differs(ignore, config)
 
 
-class FakeKube:
-    """The API for the certificate loop: Secrets and the registration, writes recorded."""
+NAMESPACE = "kaiwu-system"
+REGISTRATION = "kaiwu-reconciler-kaiwu-system"
+TLS_SECRET = "kaiwu-reconciler-webhook-tls"
 
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.writes: list[tuple[str, str]] = []
-        self.replaced_over: list[str | None] = []  # the resourceVersion each replace names
 
-    def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
-        assert namespace == ("kaiwu-system" if kind.namespaced else None), (kind, namespace)
-        return self.objects.get((kind.kind, name))
+class Api(FakeApi):
+    """The fast tier's one API (tests/support/fake_api.py: resourceVersions, 409 on a stale
+    PUT, copies on read), also noting the resourceVersion each PUT names: the certificate loop
+    replaces over the version it read, never blindly."""
 
-    def _store(self, verb: str, obj: dict[str, Any]) -> dict[str, Any]:
-        self.writes.append((verb, obj["kind"]))
-        stored: dict[str, Any] = json.loads(json.dumps(obj))
-        stored["metadata"]["resourceVersion"] = str(len(self.writes))
-        self.objects[(obj["kind"], obj["metadata"]["name"])] = stored
-        return stored
+    def __init__(self, version: str = "v1.20.2") -> None:
+        super().__init__(version=version)
+        self.replaced_over: list[str | None] = []
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._store("create", obj)
-
-    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def replace(self, obj: Obj) -> Obj:
         self.replaced_over.append(obj["metadata"].get("resourceVersion"))
-        return self._store("replace", obj)
-
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._store("apply", obj)
-
-    def server_version(self) -> str:
-        return "v1.20.2"
+        return super().replace(obj)
 
 
-def manager(kube: FakeKube, leader: bool, **settings: Any) -> Any:
+def written(api: FakeApi) -> list[tuple[str, str]]:
+    """Each write that reached the store: (verb, kind)."""
+    return [(verb, kind) for verb, kind, _ in api.writes]
+
+
+def registration(api: FakeApi) -> Obj:
+    found = api.get(kk.VALIDATING_WEBHOOK, None, REGISTRATION)
+    assert found is not None, "no registration"
+    return found
+
+
+def secret(api: FakeApi, name: str = TLS_SECRET) -> Obj:
+    found = api.get(kk.SECRET, NAMESPACE, name)
+    assert found is not None, f"no Secret {name}"
+    return found
+
+
+def issued_secret(api: FakeApi, ca: bytes, cert: bytes, key: bytes) -> None:
+    """cert-manager's Secret "issued" (its CA, certificate and key), stored."""
+    api.put({"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "issued", "namespace": NAMESPACE}, "data": {
+                 "ca.crt": base64.b64encode(ca).decode(),
+                 "tls.crt": base64.b64encode(cert).decode(),
+                 "tls.key": base64.b64encode(key).decode()}})
+
+
+def edit_registration(api: FakeApi, change: Any) -> None:
+    """Someone (kubectl edit) changes the stored registration's first webhook."""
+    api.edit(kk.VALIDATING_WEBHOOK, None, REGISTRATION, lambda o: change(o["webhooks"][0]))
+
+
+def manager(kube: FakeApi, leader: bool, **settings: Any) -> Any:
     from reconciler.runtime.webhook import WebhookManager
 
     server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
@@ -204,37 +224,35 @@ def manager(kube: FakeKube, leader: bool, **settings: Any) -> Any:
 
 
 def test_the_leader_makes_the_certificate_and_registers_it_a_standby_only_serves_it() -> None:
-    kube = FakeKube()
+    kube = Api()
     standby, standby_server = manager(kube, leader=False)
     standby.tick()
-    assert kube.writes == [] and standby_server.serving is None, "a standby never writes"
+    assert written(kube) == [] and standby_server.serving is None, "a standby never writes"
     leader, leader_server = manager(kube, leader=True)
     leader.tick()
-    assert kube.writes == [("create", "Secret"), ("create", "ValidatingWebhookConfiguration")]
+    assert written(kube) == [("create", "Secret"), ("create", "ValidatingWebhookConfiguration")]
     leader.tick()
     assert len(kube.writes) == 2, "nothing due: no write"
     standby.tick()
-    secret = kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]
+    tls = secret(kube)
     assert standby_server.serving == leader_server.serving == (
-        base64.b64decode(secret["data"]["tls.crt"]), base64.b64decode(secret["data"]["tls.key"]))
-    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+        base64.b64decode(tls["data"]["tls.crt"]), base64.b64decode(tls["data"]["tls.key"]))
+    registered = registration(kube)
     assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == \
-        base64.b64decode(secret["data"]["ca.crt"])
+        base64.b64decode(tls["data"]["ca.crt"])
     assert registered["webhooks"][0]["clientConfig"]["service"]["namespace"] == "kaiwu-system"
 
 
 def test_with_a_cert_manager_secret_nothing_is_written_but_the_registration() -> None:
-    kube = FakeKube()
+    kube = Api()
     ca, cert, key = certificate(datetime.now(UTC))
-    kube.objects[("Secret", "issued")] = {"metadata": {"name": "issued"}, "data": {
-        "ca.crt": base64.b64encode(ca).decode(), "tls.crt": base64.b64encode(cert).decode(),
-        "tls.key": base64.b64encode(key).decode()}}
+    issued_secret(kube, ca, cert, key)
     leader, server = manager(kube, leader=True, webhook_cert_source="secret",
                              webhook_secret="issued")
     leader.tick()
-    assert kube.writes == [("create", "ValidatingWebhookConfiguration")]
+    assert written(kube) == [("create", "ValidatingWebhookConfiguration")]
     assert server.serving == (cert, key)
-    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+    registered = registration(kube)
     assert base64.b64decode(registered["webhooks"][0]["clientConfig"]["caBundle"]) == ca
 
 
@@ -448,67 +466,68 @@ def test_the_bundle_the_api_server_trusts_is_read_from_our_webhook_only() -> Non
 
 
 def test_a_changed_setting_or_a_lost_registration_is_registered_again() -> None:
-    kube = FakeKube()
+    kube = Api()
     leader, _ = manager(kube, leader=True)
     leader.tick()
-    assert kube.writes[-1] == ("create", "ValidatingWebhookConfiguration")
-    registered = ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")
+    assert written(kube)[-1] == ("create", "ValidatingWebhookConfiguration")
     # Someone edits the failure policy by hand.
-    kube.objects[registered]["webhooks"][0]["failurePolicy"] = "Ignore"
+    edit_registration(kube, lambda hook: hook.update(failurePolicy="Ignore"))
     leader.tick()
-    assert kube.writes[-1] == ("replace", "ValidatingWebhookConfiguration")
-    assert kube.objects[registered]["webhooks"][0]["failurePolicy"] == "Fail"
+    assert written(kube)[-1] == ("replace", "ValidatingWebhookConfiguration")
+    assert registration(kube)["webhooks"][0]["failurePolicy"] == "Fail"
     assert len(kube.writes) == 3
     # Fields the API server adds are not an edit.
-    kube.objects[registered]["webhooks"][0]["objectSelector"] = {}
-    kube.objects[registered]["webhooks"][0]["clientConfig"]["service"]["extra"] = "default"
+    edit_registration(kube, lambda hook: (hook.update(objectSelector={}), hook["clientConfig"][
+        "service"].update(extra="default")))
     leader.tick()
     assert len(kube.writes) == 3
     # Someone trusts another CA: the bundle no longer matches.
-    kube.objects[registered]["webhooks"][0]["clientConfig"]["caBundle"] = \
-        base64.b64encode(b"other").decode()
+    edit_registration(kube, lambda hook: hook["clientConfig"].update(
+        caBundle=base64.b64encode(b"other").decode()))
+    read = registration(kube)["metadata"]["resourceVersion"]
     leader.tick()
     assert len(kube.writes) == 4
-    assert kube.replaced_over[-1] == "3", "over the version read"
-    del kube.objects[registered]
+    assert kube.replaced_over[-1] == read, "over the version read"
+    kube.delete(kk.VALIDATING_WEBHOOK, None, REGISTRATION)
     leader.tick()
-    assert len(kube.writes) == 5 and registered in kube.objects
+    assert written(kube)[-1] == ("create", "ValidatingWebhookConfiguration")
+    assert len(kube.writes) == 6 and registration(kube)
 
 
 def test_the_secret_is_replaced_whole_over_the_version_read() -> None:
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True)
     leader.tick()
-    secret = kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]
-    assert (secret["apiVersion"], secret["kind"], secret["type"]) == (
-        "v1", "Secret", "kubernetes.io/tls")
-    assert secret["metadata"]["labels"] == {"app.kubernetes.io/name": "kaiwu-reconciler",
-                                            "app.kubernetes.io/part-of": "kaiwu-operator"}
-    assert secret["metadata"]["namespace"] == "kaiwu-system"
+    tls = secret(kube)
+    assert (tls["apiVersion"], tls["kind"], tls["type"]) == ("v1", "Secret", "kubernetes.io/tls")
+    assert tls["metadata"]["labels"] == {"app.kubernetes.io/name": "kaiwu-reconciler",
+                                         "app.kubernetes.io/part-of": "kaiwu-operator"}
+    assert tls["metadata"]["namespace"] == "kaiwu-system"
     # The CA is unreadable now: a fresh one replaces it, over the version read.
-    secret["data"]["ca.crt"] = base64.b64encode(b"garbage").decode()
+    damaged = kube.edit(kk.SECRET, NAMESPACE, TLS_SECRET, lambda s: s["data"].update({
+        "ca.crt": base64.b64encode(b"garbage").decode()}))
     before = server.serving
     leader.tick()
-    assert kube.writes[-2:] == [("replace", "Secret"),
-                                ("replace", "ValidatingWebhookConfiguration")]
-    assert kube.replaced_over[:1] == ["1"]
+    assert written(kube)[-2:] == [("replace", "Secret"),
+                                  ("replace", "ValidatingWebhookConfiguration")]
+    assert kube.replaced_over[:1] == [damaged["metadata"]["resourceVersion"]]
     assert server.serving != before, "the new certificate is served"
 
 
 def test_a_cert_manager_secret_without_its_ca_yet_is_a_problem_said_in_readyz() -> None:
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True, webhook_cert_source="secret",
                              webhook_secret="issued")
     with pytest.raises(OSError, match="Secret kaiwu-system/issued has no ca.crt yet "
                        r"\(cert-manager issues it\)"):
         leader.tick()
-    assert kube.writes == [] and server.serving is None
+    assert written(kube) == [] and server.serving is None
 
 
 def test_the_certificate_loop_says_what_went_wrong_and_keeps_going(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="reconciler.runtime.webhook")
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True, webhook_cert_source="secret",
                              webhook_secret="issued", webhook_reload_s=0.05,
                              webhook_ca_overlap_s=0.1)
@@ -521,9 +540,7 @@ def test_the_certificate_loop_says_what_went_wrong_and_keeps_going(
                                   "ca.crt yet (cert-manager issues it)")
         assert leader.alive
         ca, cert, key = certificate(datetime.now(UTC))
-        kube.objects[("Secret", "issued")] = {"metadata": {"name": "issued"}, "data": {
-            "ca.crt": base64.b64encode(ca).decode(), "tls.crt": base64.b64encode(cert).decode(),
-            "tls.key": base64.b64encode(key).decode()}}
+        issued_secret(kube, ca, cert, key)
         leader.wake()
         while leader.problem and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -537,12 +554,11 @@ def test_the_certificate_loop_says_what_went_wrong_and_keeps_going(
 
 def test_a_namespaced_install_registers_for_its_namespace_on_a_server_that_can_say_so(
         caplog: pytest.LogCaptureFixture) -> None:
-    kube = FakeKube()
-    kube.server_version = lambda: "v1.25.3"  # type: ignore[method-assign]
+    kube = Api(version="v1.25.3")
     leader, _ = manager(kube, leader=True, watch_namespace="team-a")
     with caplog.at_level("INFO", logger="reconciler.runtime.webhook"):
         leader.tick()
-    registered = kube.objects[("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")]
+    registered = registration(kube)
     assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]} in \
         registered["webhooks"][0]["namespaceSelector"]["matchExpressions"]
     [logged] = [r for r in caplog.records if r.getMessage() == "webhook registered"]
@@ -576,7 +592,7 @@ def test_the_server_runs_in_one_thread_named_webhook_that_never_holds_up_exit() 
 
 def test_the_certificate_loop_runs_in_a_thread_named_webhook_certs_that_never_holds_up_exit(
         ) -> None:
-    leader, _ = manager(FakeKube(), leader=False, webhook_reload_s=30.0)
+    leader, _ = manager(Api(), leader=False, webhook_reload_s=30.0)
     with threads_started() as started:
         leader.start()
     try:
@@ -664,7 +680,7 @@ def test_a_review_that_cannot_be_decided_is_logged_with_its_traceback(
 
 def test_a_bug_in_the_certificate_loop_is_logged_said_in_readyz_and_the_loop_goes_on(
         caplog: pytest.LogCaptureFixture) -> None:
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True, webhook_reload_s=0.05)
     ticks = 0
     real_tick = leader.tick
@@ -793,12 +809,12 @@ def test_before_it_has_a_certificate_the_server_closes_connections_quietly(
 
 
 def test_a_certificate_loop_not_started_yet_is_alive_and_has_no_problem() -> None:
-    leader, _ = manager(FakeKube(), leader=True)
+    leader, _ = manager(Api(), leader=True)
     assert leader.alive and leader.problem == ""
 
 
 def test_the_leaders_certificate_names_the_service_in_the_install_namespace() -> None:
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True)
     leader.tick()
     assert server.serving is not None
@@ -811,7 +827,7 @@ def test_the_leader_rotates_the_ca_once_the_api_server_trusts_the_next_one(
         caplog: pytest.LogCaptureFixture) -> None:
     from reconciler.runtime.webhook import WebhookManager
     from reconciler.runtime.webhook_certs import CA_CRT, NEXT_CRT, NEXT_SINCE
-    kube = FakeKube()
+    kube = Api()
     now = [datetime(2030, 1, 1, tzinfo=UTC)]
     server = WebhookServer("127.0.0.1", 0, Metrics(), lambda body: body)
     leader = WebhookManager(cast(Any, kube), Settings(
@@ -824,12 +840,12 @@ def test_the_leader_rotates_the_ca_once_the_api_server_trusts_the_next_one(
         leader.tick()
         now[0] += timedelta(seconds=450)  # a third of the CA's life left
         leader.tick()
-        rotating = kube.objects[("Secret", secret_name)]
+        rotating = secret(kube, secret_name)
         assert rotating["metadata"]["annotations"] == {NEXT_SINCE: now[0].isoformat()}
         next_ca = rotating["data"][NEXT_CRT]
         now[0] += timedelta(seconds=50)  # past the overlap; the registration trusts it
         leader.tick()
-    assert kube.objects[("Secret", secret_name)]["data"][CA_CRT] == next_ca
+    assert secret(kube, secret_name)["data"][CA_CRT] == next_ca
     reasons = [m for m in caplog.messages if m.startswith("webhook certificate: ")]
     assert reasons == [
         "webhook certificate: created a CA and serving certificate",
@@ -839,7 +855,7 @@ def test_the_leader_rotates_the_ca_once_the_api_server_trusts_the_next_one(
 
 def test_a_served_certificate_is_kept_when_its_secret_goes_and_each_load_is_logged(
         caplog: pytest.LogCaptureFixture) -> None:
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True)
     with caplog.at_level(logging.INFO, logger="reconciler.runtime.webhook"):
         leader.tick()
@@ -849,7 +865,7 @@ def test_a_served_certificate_is_kept_when_its_secret_goes_and_each_load_is_logg
     assert getattr(loaded, "not_after", None) == str(server.not_after)
     standby, standby_server = manager(kube, leader=False)
     standby.tick()
-    del kube.objects[("Secret", "kaiwu-reconciler-webhook-tls")]  # deleted by hand
+    kube.delete(kk.SECRET, NAMESPACE, TLS_SECRET)  # deleted by hand
     standby.tick()
     assert standby_server.serving == served, "the standby serves what it loaded"
 
@@ -857,7 +873,7 @@ def test_a_served_certificate_is_kept_when_its_secret_goes_and_each_load_is_logg
 def test_the_loop_looks_quickly_until_it_serves_then_every_reload_period(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(webhook, "UNSERVED_RELOAD_S", 0.02)
-    kube = FakeKube()
+    kube = Api()
     standby, server = manager(kube, leader=False, webhook_reload_s=30.0)
     looks = 0
     real_tick = standby.tick
@@ -927,23 +943,22 @@ def test_the_bundles_registration_is_taken_over_whole_and_without_it_the_leader_
     from reconciler.runtime.webhook import placeholder
     from renderer.settings import KubeVersion
 
-    kube = FakeKube()
+    kube = Api()
     leader, _ = manager(kube, leader=True)
     shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(1, 20))
     assert "caBundle" not in shipped["webhooks"][0]["clientConfig"]
     assert "failurePolicy" not in shipped["webhooks"][0]  # the API server's default: Fail
-    kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
-        **shipped, "metadata": {**shipped["metadata"], "resourceVersion": "7"}}
+    applied = kube.put(shipped)
     leader.tick()
-    assert kube.writes[-1] == ("replace", "ValidatingWebhookConfiguration")
-    assert kube.replaced_over[-1] == "7"
-    taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
+    assert written(kube)[-1] == ("replace", "ValidatingWebhookConfiguration")
+    assert kube.replaced_over[-1] == applied["metadata"]["resourceVersion"]
+    taken = registration(kube)
     assert taken["webhooks"][0]["failurePolicy"] == "Fail"
     assert taken["webhooks"][0]["clientConfig"]["caBundle"]
     assert taken["metadata"]["labels"] == shipped["metadata"]["labels"]
 
-    class NoCreate(FakeKube):
-        def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    class NoCreate(Api):
+        def create(self, obj: Obj) -> Obj:
             if obj["kind"] == "ValidatingWebhookConfiguration":
                 raise ApiError(403, "Forbidden", "cannot create")
             return super().create(obj)
@@ -979,12 +994,12 @@ def test_the_leader_serves_its_certificate_before_the_registration_names_its_ca(
     """The API server calls the webhook as soon as the registration holds the CA; a leader
     that registered first and loaded its certificate after ended that first handshake (a
     refused write under failurePolicy Fail, seen on the test world)."""
-    kube = FakeKube()
+    kube = Api()
     leader, server = manager(kube, leader=True)
     served_when_registered: list[bool] = []
     real_create = kube.create
 
-    def create(obj: dict[str, Any]) -> dict[str, Any]:
+    def create(obj: Obj) -> Obj:
         if obj["kind"] == "ValidatingWebhookConfiguration":
             served_when_registered.append(server.serving is not None)
         return real_create(obj)
@@ -1003,14 +1018,12 @@ def test_the_leader_keeps_the_bundles_namespace_selector_whatever_the_server_say
     again would then conflict with the leader's write."""
     from reconciler.runtime.webhook import placeholder
 
-    kube = FakeKube()
-    kube.server_version = lambda: server  # type: ignore[method-assign]
+    kube = Api(version=server)
     leader, _ = manager(kube, leader=True, watch_namespace="team-a")
     shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(*bundle_for))
-    kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
-        **shipped, "metadata": {**shipped["metadata"], "resourceVersion": "3"}}
+    kube.put(shipped)
     leader.tick()
-    taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
+    taken = registration(kube)
     assert taken["webhooks"][0]["clientConfig"]["caBundle"]
     assert taken["webhooks"][0]["namespaceSelector"] == shipped["webhooks"][0][
         "namespaceSelector"]
@@ -1022,10 +1035,10 @@ def test_a_registration_refused_once_is_tried_again_within_a_second() -> None:
     refused for want of the CA."""
     from reconciler.kube.client import ApiError
 
-    class Flaky(FakeKube):
+    class Flaky(Api):
         refusals = 1
 
-        def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        def create(self, obj: Obj) -> Obj:
             if obj["kind"] == "ValidatingWebhookConfiguration" and self.refusals:
                 self.refusals -= 1
                 raise ApiError(503, "ServiceUnavailable", "etcd leader changed")
@@ -1034,8 +1047,8 @@ def test_a_registration_refused_once_is_tried_again_within_a_second() -> None:
     leader, server = manager(kube, leader=True, webhook_reload_s=30)
     leader.start()
     try:
-        eventually(lambda: ("ValidatingWebhookConfiguration", "kaiwu-reconciler-kaiwu-system")
-                   in kube.objects, 5, "the registration, tried again")
+        eventually(lambda: kube.get(kk.VALIDATING_WEBHOOK, None, REGISTRATION), 5,
+                   "the registration, tried again")
         assert server.serving is not None
     finally:
         leader.stop()
@@ -1047,17 +1060,16 @@ def test_the_leaders_write_keeps_the_marks_a_gitops_tool_put_on_the_registration
     changed and apply it again at every rotation."""
     from reconciler.runtime.webhook import placeholder
 
-    kube = FakeKube()
+    kube = Api()
     leader, _ = manager(kube, leader=True)
     shipped = placeholder(leader.settings, "kaiwu-system", KubeVersion(1, 28))
-    marked = {**shipped["metadata"], "resourceVersion": "9",
+    marked = {**shipped["metadata"],
               "labels": {**shipped["metadata"]["labels"], "kustomize.toolkit.fluxcd.io/name": "op",
                          "app.kubernetes.io/name": "renamed-by-hand"},
               "annotations": {"argocd.argoproj.io/tracking-id": "op:admissionregistration/x"}}
-    kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])] = {
-        **shipped, "metadata": marked}
+    kube.put({**shipped, "metadata": marked})
     leader.tick()
-    taken = kube.objects[("ValidatingWebhookConfiguration", shipped["metadata"]["name"])]
+    taken = registration(kube)
     assert taken["metadata"]["annotations"] == {
         "argocd.argoproj.io/tracking-id": "op:admissionregistration/x"}
     assert taken["metadata"]["labels"] == {**shipped["metadata"]["labels"],
