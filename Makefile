@@ -22,7 +22,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo preview test test-136 test-fast test-random lint deps world lock image push soak fleet \
+.PHONY: demo preview test test-136 test-node world-node test-fast test-random lint deps world lock image push soak fleet \
     mutation krew manifests release clean
 
 # uv installs, with overrides.txt: pip cannot install kubernetes 37 beside boto3 (their
@@ -49,6 +49,17 @@ deps:
 # work tree; a no-op once built), and Debian's kubectl beside it.
 world: $(STAMP) deps
 	$(BIN)/python -m tests.world.build
+
+# A real node beside the simulated ones (tests/world/real_node.py, issue 30): containerd from
+# Debian and a kubelet built from the same source (about 5 minutes more, once). Only the node
+# tier needs it: `make test` never does.
+world-node: world
+	bash tests/world/install_deps.sh --real-node
+	$(BIN)/python -m tests.world.real_node build
+
+# The node tier: stories on a real kubelet (tests/world_stories/node/).
+test-node: world-node
+	KAIWU_TESTWORLD_REAL_NODE=1 $(BIN)/pytest -m world -n 1 tests/world_stories/node
 
 # requirements.lock: the runtime dependencies (with the s3 extra) pinned with hashes, resolved
 # with overrides.txt; the image installs exactly these (--no-deps). Refresh it after changing

@@ -248,6 +248,29 @@ def fetch_kubectl(settings: BuildSettings, version: str, out_dir: Path) -> Path:
     return kubectl
 
 
+def compile_targets(settings: BuildSettings, version: str, targets: Sequence[str],
+                    what: str) -> tuple[Path, Path]:
+    """Unpack the source and `make` the given targets (cmd/...) with the Go toolchain from
+    PyPI, offline; return the source tree and the directory the binaries were built into.
+    The caller copies what it needs and removes the tree (unless settings.keep_tree)."""
+    go_bin = go_bin_dir(settings)
+    tarball = _fetch_source(settings, version)
+    tree = settings.work_dir / f"{SOURCE_PACKAGE}-{version}"
+    _unpack(tarball, tree)
+    _replace_reflect2(settings, tree)
+    env = dict(os.environ)
+    env["PATH"] = f"{go_bin}{os.pathsep}{env.get('PATH', '')}"
+    env["GOTOOLCHAIN"] = "local"  # never fetch another toolchain: only PyPI/apt are reachable
+    env["GOPROXY"] = "off"  # every dependency is vendored
+    env.pop("GOROOT", None)
+    env.pop("GOPATH", None)
+    log = settings.work_dir / f"make-{version}.log"
+    say(f"building {what}; log: {log}")
+    _run(["make", f"WHAT={' '.join(targets)}", f"KUBE_BUILD_PLATFORMS={settings.platform}"],
+         "make", cwd=tree, env=env, log=log)
+    return tree, tree / "_output" / "local" / "bin" / settings.platform.replace("/", os.sep)
+
+
 def build(settings: BuildSettings) -> Path:
     """Build (or reuse) the binaries and kubectl; return the cached ``bin/`` directory."""
     version = source_version()
@@ -258,31 +281,15 @@ def build(settings: BuildSettings) -> Path:
         return out_dir
 
     started = time.monotonic()
-    go_bin = go_bin_dir(settings)
-    tarball = _fetch_source(settings, version)
-    tree = settings.work_dir / f"{SOURCE_PACKAGE}-{version}"
-    _unpack(tarball, tree)
-    _replace_reflect2(settings, tree)
-
-    env = dict(os.environ)
-    env["PATH"] = f"{go_bin}{os.pathsep}{env.get('PATH', '')}"
-    env["GOTOOLCHAIN"] = "local"  # never fetch another toolchain: only PyPI/apt are reachable
-    env["GOPROXY"] = "off"  # every dependency is vendored
-    env.pop("GOROOT", None)
-    env.pop("GOPATH", None)
-    log = settings.work_dir / f"make-{version}.log"
-    say(f"building {', '.join(BINARIES)} (about 4-5 minutes on 2 cores; log: {log})")
-    _run(["make", f"WHAT={' '.join(settings.targets)}",
-          f"KUBE_BUILD_PLATFORMS={settings.platform}"],
-         "make", cwd=tree, env=env, log=log)
-
-    built = tree / "_output" / "local" / "bin" / settings.platform.replace("/", os.sep)
+    tree, built = compile_targets(settings, version, settings.targets,
+                                  f"{', '.join(BINARIES)} (about 4-5 minutes on 2 cores)")
     staging = out_dir.with_name("bin.partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for name in BINARIES:
         if not (built / name).exists():
-            raise BuildError(f"make finished but {built / name} is missing (log: {log})")
+            raise BuildError(f"make finished but {built / name} is missing (log: "
+                             f"{settings.work_dir / f'make-{version}.log'})")
         shutil.copy2(built / name, staging / name)
     # Rename last so an interrupted build never leaves a half-filled bin/ that looks complete.
     shutil.rmtree(out_dir, ignore_errors=True)

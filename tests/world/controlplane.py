@@ -118,6 +118,10 @@ class ControlPlaneSettings:
     service_account_issuer: str = "https://kubernetes.default.svc.cluster.local"
     authorization_mode: str = "Node,RBAC"
     log_verbosity: int = 1  # klog -v for the Kubernetes components
+    # Real kubelets that may join (tests/world/real_node.py): each gets a token of user
+    # system:node:NAME in group system:nodes, so the Node authorizer and NodeRestriction judge
+    # it as on a real cluster.
+    real_nodes: tuple[str, ...] = ()
     # Where etcd keeps its data: a tmpfs when there is one, else the control plane's temp dir.
     etcd_data_root: Path | None = field(default_factory=_default_etcd_data_root)
     # Parent of the control plane's temp dir (logs, certs, kubeconfigs); None: the system's.
@@ -160,7 +164,7 @@ def free_port() -> int:
 
 
 @dataclass
-class _Process:
+class Process:
     """One component: its command line, log file and (while running) its Popen."""
 
     name: str
@@ -270,7 +274,9 @@ class ControlPlane:
             "system:kube-controller-manager": secrets.token_hex(24),
             "system:kube-scheduler": secrets.token_hex(24),
         }
-        self._procs: dict[str, _Process] = {}
+        self.node_tokens: dict[str, str] = {
+            name: secrets.token_hex(24) for name in self.settings.real_nodes}
+        self._procs: dict[str, Process] = {}
         self._started = False
         self.startup_seconds = 0.0  # wall time of the last start(), for docs and reports
         self.startup_phases: dict[str, float] = {}  # seconds since start() when each was ready
@@ -355,7 +361,7 @@ class ControlPlane:
 
     def start_apiserver(self) -> None:
         """Start the apiserver on its port against the same etcd; return once it is ready."""
-        proc = self._procs.setdefault("kube-apiserver", _Process(
+        proc = self._procs.setdefault("kube-apiserver", Process(
             "kube-apiserver", self._apiserver_argv(), self.log_dir / "kube-apiserver.log"))
         if proc.running():
             return
@@ -474,6 +480,8 @@ class ControlPlane:
         (self.dir / "audit-policy.yaml").write_text(AUDIT_POLICY)
         rows = [f'{self.admin_token},admin,admin,"system:masters"']
         rows += [f"{token},{user},{user}" for user, token in self.component_tokens.items()]
+        rows += [f'{token},system:node:{name},system:node:{name},"system:nodes"'
+                 for name, token in self.node_tokens.items()]
         tokens = self.dir / "tokens.csv"
         tokens.write_text("\n".join(rows) + "\n")
         tokens.chmod(0o600)
@@ -511,7 +519,7 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         client_url = f"http://127.0.0.1:{self.etcd_port}"
-        proc = _Process("etcd", [
+        proc = Process("etcd", [
             self.etcd_binary, "--name=testworld",
             f"--data-dir={self.etcd_data_dir}",
             f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
@@ -569,7 +577,7 @@ class ControlPlane:
         s = self.settings
         self._write_kubeconfigs()
         kubeconfig = self.dir / "kube-controller-manager.kubeconfig"
-        proc = _Process("kube-controller-manager", [
+        proc = Process("kube-controller-manager", [
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -602,7 +610,7 @@ class ControlPlane:
 
     def _start_scheduler(self) -> None:
         kubeconfig = self.dir / "kube-scheduler.kubeconfig"
-        proc = _Process("kube-scheduler", [
+        proc = Process("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"),
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -625,7 +633,7 @@ class ControlPlane:
         # Their serving certs are self-signed and of no interest here: only /healthz is read.
         self._wait_ready(self._procs[name], f"https://127.0.0.1:{port}/healthz", verify=False)
 
-    def _wait_ready(self, proc: _Process, url: str, *, token: str | None = None,
+    def _wait_ready(self, proc: Process, url: str, *, token: str | None = None,
                     verify: bool = True) -> None:
         deadline = time.monotonic() + self.settings.start_timeout
         last = "no answer yet"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test world needs to build and run a real Kubernetes control plane.
-# Called by CI (.ci/run) and by newcomers, as root, before `python -m tests.world.build`.
+# Called by CI (.ci/run) and by newcomers, as root, before `python -m tests.world.build`;
+# `--real-node` adds what a real kubelet needs (make world-node; not needed by make test).
 # Idempotent: every step checks before it acts, so running it twice changes nothing.
 #
 # What it does:
@@ -23,6 +24,12 @@ SRC_LIST="/etc/apt/sources.list.d/kaiwu-testworld-src.sources"
 # zstd unpacks the Kubernetes 1.36 binaries of the 1.36 tier (tests/world/kube_versions.py).
 APT_PACKAGES=(rsync make golang-github-modern-go-reflect2-dev etcd-server podman buildah runc debootstrap
               prometheus zstd)
+# With --real-node (make world-node): what a real node of the test world needs
+# (tests/world/real_node.py): containerd 1.6 (runc above), the CNI loopback plugin, iproute2 for
+# its dummy interface, and gcc with a static libc for the pause binary.
+if [[ "${1:-}" == "--real-node" ]]; then
+    APT_PACKAGES+=(containerd containernetworking-plugins iproute2 gcc libc6-dev)
+fi
 
 say() { printf '[install_deps] %s\n' "$*"; }
 
