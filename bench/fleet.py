@@ -79,7 +79,7 @@ def write_fleet(directory: Path, count: int) -> list[Path]:
 
 STAMP = "2026-11-30T08:00:00Z"
 FIELD_MANAGER = "kaiwu-reconciler"
-PEM_BYTES = 1200  # a PEM certificate or key, about what certs.py issues (EC P-256, base64)
+PEM_BYTES = 1200  # a PEM certificate or key, about what kaiwudb/certs/ issues (EC P-256, base64)
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def owned_names(cluster: Cluster, objects: Iterable[dict[str, Any]] | None = Non
     """Every object name a cluster takes in its namespace, (kind, name) -> what it is: the
     rendered objects (`objects`, when the caller built them already), the pods and volume
     claims of the StatefulSet at its highest scale, and the Secrets and the ConfigMap the
-    reconciler writes (reconciler/kaiwudb/certs.py and upgrade.py name them the same way)."""
+    reconciler writes (reconciler/kaiwudb/certs/layout.py and upgrade.py name them the same way)."""
     rendered = build_objects(cluster, RenderSettings()) if objects is None else objects
     names = {(obj["kind"], obj["metadata"]["name"]): "a rendered object" for obj in rendered}
     for ordinal in range(cluster.replicas):

@@ -167,7 +167,7 @@ class Cluster:
     def node_secret_keys(self) -> tuple[str, str, str]:
         """The keys in the node Secret holding (ca.crt, node.crt, node.key): KWDB's names, or
         cert-manager's for a user's Secret in that layout. The StatefulSet builder maps them to
-        KWDB's file names in the pods; reconciler.kaiwudb.certs checks them."""
+        KWDB's file names in the pods; reconciler.kaiwudb.certs.user_secrets checks them."""
         if self.user_provided_certs and self.secret_layout == CERT_MANAGER_LAYOUT:
             return ("ca.crt", "tls.crt", "tls.key")
         return ("ca.crt", "node.crt", "node.key")

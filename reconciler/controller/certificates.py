@@ -19,18 +19,17 @@ from datetime import UTC, datetime
 
 from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
-from reconciler.kaiwudb.certs import (
-    TLS_SECRET_LABEL,
-    SecretWrite,
+from reconciler.kaiwudb.certs.layout import (
     ca_secret_name,
-    certs_action,
     earliest_expiry,
-    format_problem,
     secret_names,
     unmarked_secrets,
 )
+from reconciler.kaiwudb.certs.rotation import SecretWrite, certs_action
+from reconciler.kaiwudb.certs.user_secrets import format_problem
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
+from reconciler.kube.kinds import TLS_SECRET_LABEL
 from reconciler.model import Obj, meta
 from renderer.builders import CERTS_HASH_ANNOTATION
 from renderer.spec import Cluster

@@ -48,7 +48,9 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from reconciler.kaiwudb.backup_target import Target, TargetError
-from reconciler.kaiwudb.certs import CertKey, CertSettings, issue_server, new_ca
+from reconciler.kaiwudb.certs.authority import new_ca
+from reconciler.kaiwudb.certs.keys import CertKey, CertSettings
+from reconciler.kaiwudb.certs.leaves import issue_server
 from reconciler.listeners import BoundedHandler, Limits, TLSServer, tls_context
 
 log = logging.getLogger(__name__)

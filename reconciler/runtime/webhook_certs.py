@@ -37,15 +37,15 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from reconciler.kaiwudb.certs import (
+from reconciler.kaiwudb.certs.authority import new_ca
+from reconciler.kaiwudb.certs.keys import (
     CertKey,
     CertSettings,
     covers_host,
-    issue_server,
     issued_by,
     load_cert_key,
-    new_ca,
 )
+from reconciler.kaiwudb.certs.leaves import issue_server
 
 Obj = dict[str, Any]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconciler.kaiwudb import certs as certs
+from reconciler.kaiwudb.certs.rotation import CertsPlan
 from reconciler.model import Obj
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
@@ -22,7 +22,7 @@ def make_cluster(name: str = "orders", namespace: str = "shop", replicas: int = 
     return Cluster.from_object(apply_defaults(obj))
 
 
-def stored(plan: certs.CertsPlan, version: str = "1") -> dict[str, Obj]:
+def stored(plan: CertsPlan, version: str = "1") -> dict[str, Obj]:
     """The Secrets as the API server would hold them after the controller applied the plan."""
     result = {}
     for write in plan.writes:

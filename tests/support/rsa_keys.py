@@ -2,7 +2,7 @@
 
 Issuing certificates (reconciler.kaiwudb.certs, the webhook's own certificates) generates a
 2048-bit RSA key per certificate, about 40 ms each on the shared machine: most of the time of
-the certificate stories, and of every mutant of reconciler/kaiwudb/certs.py they run against.
+the certificate stories, and of every mutant of reconciler/kaiwudb/certs/ they run against.
 The `shared_rsa_keys` fixture (autouse in tests/unit/conftest.py) puts a pool in front of
 `cryptography`'s `rsa.generate_private_key`: the n-th key a test asks for with given parameters
 is the n-th key of the pool for those parameters, made by the real function the first time any

@@ -46,7 +46,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler.kaiwudb.certs import node_hosts
+from reconciler.kaiwudb.certs.leaves import node_hosts
 from renderer.builders import CONTAINER, HTTP_PORT
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb import certs as certs
+from reconciler.kaiwudb.certs.rotation import certs_action
 from reconciler.kaiwudb.kwbase import ExecFailed, InitOutcome, KwbaseAdmin, NodeStatus
 from reconciler.kube.client import Kube
 from reconciler.kube.kinds import POD
@@ -55,7 +55,7 @@ def test_init_and_node_status_through_the_real_exec_path(
     obj = kaiwu_cluster(namespace)
     cluster = Cluster.from_object(apply_defaults(obj))
     assert cluster.tls, "the default is secure mode: certificates in /kaiwudb/certs"
-    plan = certs.certs_action(cluster, {}, datetime.now(UTC))
+    plan = certs_action(cluster, {}, datetime.now(UTC))
     for write in plan.writes:
         api.create(write.secret)
     # What the reconciler makes with every cluster: the pods' start flags (upgrade.py).

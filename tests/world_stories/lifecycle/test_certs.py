@@ -20,14 +20,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb.certs import (
-    CertKey,
-    CertSettings,
-    earliest_expiry,
-    issue_node,
-    node_hosts,
-    node_secret,
-)
+from reconciler.kaiwudb.certs.keys import CertKey, CertSettings
+from reconciler.kaiwudb.certs.layout import earliest_expiry, node_secret
+from reconciler.kaiwudb.certs.leaves import issue_node, node_hosts
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj

@@ -24,9 +24,12 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb import certs
+from reconciler.kaiwudb.certs.authority import new_ca
+from reconciler.kaiwudb.certs.keys import CertKey
+from reconciler.kaiwudb.certs.leaves import issue_client, issue_node
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
+from reconciler.kube.kinds import TLS_SECRET_LABEL
 from reconciler.model import Obj
 from tests.support.harness import Reconciler, condition, user, wait_for
 from tests.support.lifecycle import NAME, bring_up, report, small_cluster
@@ -66,7 +69,7 @@ def test_a_client_user_gets_a_secret_kwbase_and_generic_clients_can_both_mount(
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "app"
     # Owned by nobody: deleting the cluster keeps it (docs/reconciler.md, "Deleting a cluster").
     assert "ownerReferences" not in app["metadata"]
-    assert app["metadata"]["labels"][certs.TLS_SECRET_LABEL] == "true"
+    assert app["metadata"]["labels"][TLS_SECRET_LABEL] == "true"
     statefulset = api.get(kk.STATEFUL_SET, namespace, NAME)
     assert statefulset is not None
     assert f"{NAME}-client-app-certs" not in str(statefulset["spec"]["template"]), (
@@ -83,13 +86,13 @@ def test_a_client_user_gets_a_secret_kwbase_and_generic_clients_can_both_mount(
     assert kept["data"] == app["data"]
 
 
-def cert_manager_secret(name: str, namespace: str, ca: certs.CertKey,
-                        leaf: certs.CertKey) -> Obj:
+def cert_manager_secret(name: str, namespace: str, ca: CertKey,
+                        leaf: CertKey) -> Obj:
     """What a cert-manager Certificate writes: a kubernetes.io/tls Secret with ca.crt, labelled
     for KaiwuDB through the Certificate's secretTemplate.labels."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": namespace,
-                         "labels": {certs.TLS_SECRET_LABEL: "true"}},
+                         "labels": {TLS_SECRET_LABEL: "true"}},
             "data": {"ca.crt": base64.b64encode(ca.cert_pem).decode(),
                      "tls.crt": base64.b64encode(leaf.cert_pem).decode(),
                      "tls.key": base64.b64encode(leaf.key_pem).decode()}}
@@ -115,10 +118,10 @@ def test_a_cluster_on_cert_manager_layout_secrets_comes_up_ready(
         sim_world: SimWorld, reconciler_factory: Callable[..., Reconciler],
         kube: k8s.ApiClient, namespace: str) -> None:
     now = datetime.now(UTC)
-    ca = certs.new_ca("Team issuer", now)
-    node = certs.issue_node(ca, (f"*.{NAME}.{namespace}.svc.cluster.local", "localhost",
-                                 "127.0.0.1"), now)
-    root = certs.issue_client(ca, "root", now)
+    ca = new_ca("Team issuer", now)
+    node = issue_node(ca, (f"*.{NAME}.{namespace}.svc.cluster.local", "localhost",
+                           "127.0.0.1"), now)
+    root = issue_client(ca, "root", now)
     tool = user(kube, "cert-manager")
     tool.create(cert_manager_secret("dev-node-tls", namespace, ca, node))
     tool.create(cert_manager_secret("dev-root-tls", namespace, ca, root))

@@ -15,9 +15,8 @@ import time
 from typing import Any
 
 from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S
-from reconciler.kaiwudb.certs import TLS_SECRET_LABEL
 from reconciler.kube.client import ApiError
-from reconciler.kube.kinds import Kind
+from reconciler.kube.kinds import TLS_SECRET_LABEL, Kind
 from reconciler.model import Obj
 from renderer.builders import CERTS_HASH_ANNOTATION
 from tests.support.controller_world import KEY, NAME, NOW, NS, World

@@ -28,14 +28,33 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
-from reconciler.kaiwudb import certs as certs
-from reconciler.kaiwudb.certs import (
+from reconciler.kaiwudb.certs import keys
+from reconciler.kaiwudb.certs.authority import ca_common_name, new_ca
+from reconciler.kaiwudb.certs.keys import (
     CertKey,
-    CertProblem,
     CertSettings,
-    certs_action,
-    needs_renewal,
+    _LoadedKeys,
+    covers_host,
+    issued_by,
+    load_cert_key,
+    san_covers,
 )
+from reconciler.kaiwudb.certs.layout import (
+    certs_hash,
+    client_secret,
+    earliest_expiry,
+    needs_renewal,
+    node_secret,
+)
+from reconciler.kaiwudb.certs.leaves import (
+    _leaf,
+    issue_client,
+    issue_node,
+    issue_server,
+    pod_dns_names,
+)
+from reconciler.kaiwudb.certs.rotation import CertsPlan, certs_action
+from reconciler.kaiwudb.certs.user_secrets import CertProblem, format_problem, validate_user_secrets
 from renderer.spec import Cluster
 from tests.support.certs import make_cluster, stored
 
@@ -91,8 +110,8 @@ def test_a_new_secure_cluster_gets_a_ca_a_node_and_a_root_client_secret() -> Non
     # The CA key exists once, in the Secret no pod mounts.
     ca_key = secrets["orders-ca"]["data"]["ca.key"]
     assert all(ca_key not in s["data"].values() for n, s in secrets.items() if n != "orders-ca")
-    assert plan.certs_hash == certs.certs_hash(secrets["orders-node-certs"],
-                                               secrets["orders-root-client-certs"])
+    assert plan.certs_hash == certs_hash(secrets["orders-node-certs"],
+                                         secrets["orders-root-client-certs"])
 
 
 def test_the_ca_is_a_ten_year_rsa_authority_named_after_the_cluster() -> None:
@@ -123,8 +142,8 @@ def test_long_namespace_and_cluster_names_still_get_a_ca_within_the_cn_limit() -
 
     cn = str(ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
     assert len(cn) == 64 and cn.startswith("KaiwuDB CA nnn")
-    assert cn == certs.ca_common_name(cluster) != certs.ca_common_name(other)
-    assert certs.ca_common_name(make_cluster()) == "KaiwuDB CA shop/orders"
+    assert cn == ca_common_name(cluster) != ca_common_name(other)
+    assert ca_common_name(make_cluster()) == "KaiwuDB CA shop/orders"
 
 
 def test_every_pod_name_and_service_name_verifies_against_the_node_certificate() -> None:
@@ -210,7 +229,7 @@ def test_a_key_is_checked_once_however_often_the_certificates_are_looked_at(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Loading an RSA key validates it (~40 ms of CPU): a pass of a TLS cluster reads four.
     # Keys are remembered by their content, so only a changed Secret is loaded again.
-    monkeypatch.setattr(certs, "LOADED_KEYS", certs._LoadedKeys(size=3))
+    monkeypatch.setattr(keys, "LOADED_KEYS", _LoadedKeys(size=3))
     loads: list[bytes] = []
     real_load = serialization.load_pem_private_key
 
@@ -222,7 +241,7 @@ def test_a_key_is_checked_once_however_often_the_certificates_are_looked_at(
     live = stored(certs_action(cluster, {}, NOW))
     certs_action(cluster, live, NOW)
     assert loads == [], "the keys it made itself are known"
-    monkeypatch.setattr(certs, "LOADED_KEYS", certs._LoadedKeys(size=4))  # a restart
+    monkeypatch.setattr(keys, "LOADED_KEYS", _LoadedKeys(size=4))  # a restart
     certs_action(cluster, live, NOW)
     assert len(loads) == 3, "CA, node and root keys, each once"
     certs_action(cluster, live, NOW + timedelta(days=1))
@@ -255,7 +274,7 @@ def test_a_key_that_does_not_load_is_remembered_as_unusable() -> None:
 
 def test_an_insecure_cluster_has_no_certificate_work() -> None:
     plan = certs_action(make_cluster(enabled=False), {}, NOW)
-    assert plan == certs.CertsPlan()
+    assert plan == CertsPlan()
     assert plan.certs_hash is None
 
 
@@ -264,7 +283,7 @@ def test_renewal_is_due_exactly_when_expiry_enters_the_window() -> None:
     expiry = cert_of(node_secret, "node.crt").not_valid_after_utc
     window = timedelta(days=30)
 
-    assert certs.earliest_expiry(node_secret) == expiry
+    assert earliest_expiry(node_secret) == expiry
     assert not needs_renewal(node_secret, expiry - window - timedelta(seconds=1))
     assert needs_renewal(node_secret, expiry - window)
     assert needs_renewal(node_secret, expiry + timedelta(days=1))
@@ -372,13 +391,13 @@ def test_a_lost_ca_is_reported_and_never_silently_replaced() -> None:
 
     assert plan.writes == ()
     assert [(p.secret, p.key) for p in plan.problems] == [("orders-ca", "")]
-    text = certs.format_problem(plan.problems[0])
+    text = format_problem(plan.problems[0])
     assert "does not exist" in text
     assert "restore orders-ca" in text
     assert "delete orders-node-certs and orders-root-client-certs" in text
     # The pods keep the certificates they have: the template hash does not move.
-    assert plan.certs_hash == certs.certs_hash(live["orders-node-certs"],
-                                               live["orders-root-client-certs"])
+    assert plan.certs_hash == certs_hash(live["orders-node-certs"],
+                                         live["orders-root-client-certs"])
 
 
 def test_a_broken_ca_with_no_leaves_yet_is_regenerated() -> None:
@@ -413,11 +432,11 @@ def user_secrets(now: datetime = NOW,
                  ) -> dict[str, Obj]:
     """Secrets as a user makes them with their own CA (kwbase cert create-ca/-node/-client)."""
     cluster = user_cluster()
-    ca = certs.new_ca("Shop CA", now)
-    node = certs.issue_node(ca, hosts, now)
-    root = certs.issue_client(ca, "root", now)
-    return {"my-node-tls": certs.node_secret(cluster, ca.cert_pem, node),
-            "my-root-tls": certs.client_secret(cluster, ca.cert_pem, root)}
+    ca = new_ca("Shop CA", now)
+    node = issue_node(ca, hosts, now)
+    root = issue_client(ca, "root", now)
+    return {"my-node-tls": node_secret(cluster, ca.cert_pem, node),
+            "my-root-tls": client_secret(cluster, ca.cert_pem, root)}
 
 
 def problems_of(secrets: dict[str, Obj], now: datetime = NOW,
@@ -432,7 +451,7 @@ def test_good_user_secrets_pass_and_drive_the_pod_template_hash() -> None:
     plan = certs_action(user_cluster(), secrets, NOW)
 
     assert plan.problems == () and plan.warnings == () and plan.writes == ()
-    assert plan.certs_hash == certs.certs_hash(secrets["my-node-tls"], secrets["my-root-tls"])
+    assert plan.certs_hash == certs_hash(secrets["my-node-tls"], secrets["my-root-tls"])
     rotated = user_secrets()
     assert certs_action(user_cluster(), rotated, NOW).certs_hash != plan.certs_hash
 
@@ -456,7 +475,7 @@ def test_a_missing_key_is_named() -> None:
 
     assert (problem.secret, problem.key) == ("my-node-tls", "node.key")
     assert "missing" in problem.message
-    assert certs.format_problem(problem).startswith("Secret my-node-tls key node.key: ")
+    assert format_problem(problem).startswith("Secret my-node-tls key node.key: ")
 
 
 def test_a_node_certificate_for_other_names_is_refused_with_the_uncovered_pods() -> None:
@@ -512,14 +531,14 @@ def test_a_principal_among_the_dns_names_is_accepted_as_kwdb_accepts_it() -> Non
     a node certificate with CN "db" and the DNS name "node" serves as node, and Go reads the
     last CN when a subject has two."""
     cluster = user_cluster()
-    ca = certs.new_ca("Shop CA", NOW)
+    ca = new_ca("Shop CA", NOW)
     both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     names = [x509.DNSName("*.orders.shop.svc.cluster.local"), x509.DNSName("localhost")]
-    by_dns = certs._leaf(ca, "db", both, [*names, x509.DNSName("node")], NOW, CertSettings())
+    by_dns = _leaf(ca, "db", both, [*names, x509.DNSName("node")], NOW, CertSettings())
     secrets = user_secrets()
-    secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, by_dns)
-    secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem,
-                                                 certs.issue_client(ca, "root", NOW))
+    secrets["my-node-tls"] = node_secret(cluster, ca.cert_pem, by_dns)
+    secrets["my-root-tls"] = client_secret(cluster, ca.cert_pem,
+                                           issue_client(ca, "root", NOW))
     assert problems_of(secrets) == ()
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -531,7 +550,7 @@ def test_a_principal_among_the_dns_names_is_accepted_as_kwdb_accepts_it() -> Non
             .add_extension(x509.ExtendedKeyUsage(both), critical=False)
             .add_extension(x509.SubjectAlternativeName(names), critical=False)
             .sign(ca.key, hashes.SHA256()))
-    secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, CertKey(cert, key))
+    secrets["my-node-tls"] = node_secret(cluster, ca.cert_pem, CertKey(cert, key))
     (problem,) = problems_of(secrets)
     assert problem.message.startswith("the subject CN is 'root' and no DNS name is node")
 
@@ -576,15 +595,15 @@ def test_a_client_certificate_from_another_ca_would_be_rejected_by_the_nodes() -
 
 def test_a_node_certificate_without_client_usage_or_cn_node_is_refused() -> None:
     cluster = user_cluster()
-    ca = certs.new_ca("Shop CA", NOW)
-    server_only = certs._leaf(ca, "db", [ExtendedKeyUsageOID.SERVER_AUTH],
-                              [x509.DNSName("*.orders.shop.svc.cluster.local"),
+    ca = new_ca("Shop CA", NOW)
+    server_only = _leaf(ca, "db", [ExtendedKeyUsageOID.SERVER_AUTH],
+                        [x509.DNSName("*.orders.shop.svc.cluster.local"),
                                x509.DNSName("localhost")], NOW,
-                              CertSettings())
+                        CertSettings())
     secrets = user_secrets()
-    secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, server_only)
-    secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem,
-                                                 certs.issue_client(ca, "root", NOW))
+    secrets["my-node-tls"] = node_secret(cluster, ca.cert_pem, server_only)
+    secrets["my-root-tls"] = client_secret(cluster, ca.cert_pem,
+                                           issue_client(ca, "root", NOW))
 
     messages = [p.message for p in problems_of(secrets)]
     assert any("CN is 'db'" in m for m in messages)
@@ -598,7 +617,7 @@ def test_messages_never_carry_secret_data() -> None:
     secrets["my-node-tls"]["data"]["ca.crt"] = "@@not-base64@@"
     problems = problems_of(secrets)
 
-    text = " ".join(certs.format_problem(p) for p in problems)
+    text = " ".join(format_problem(p) for p in problems)
     assert {(p.secret, p.key) for p in problems} >= {("my-node-tls", "node.key"),
                                                      ("my-node-tls", "ca.crt")}
     assert "@@not-base64@@" not in text and "bm90IGEga2V5" not in text
@@ -610,10 +629,10 @@ def test_messages_never_carry_secret_data() -> None:
 
 def test_san_matching_follows_go_wildcards() -> None:
     sans = ["*.orders.shop.svc", "Localhost"]
-    assert certs.san_covers(sans, "orders-0.orders.shop.svc")
-    assert certs.san_covers(sans, "localhost")
-    assert not certs.san_covers(sans, "a.b.orders.shop.svc")
-    assert not certs.san_covers(sans, "orders.shop.svc")
+    assert san_covers(sans, "orders-0.orders.shop.svc")
+    assert san_covers(sans, "localhost")
+    assert not san_covers(sans, "a.b.orders.shop.svc")
+    assert not san_covers(sans, "orders.shop.svc")
 
 
 # --- what each message says, word for word -------------------------------------------------
@@ -633,17 +652,17 @@ def test_the_ca_may_sign_certificates_and_revocation_lists_and_nothing_else() ->
 
 
 def test_issued_by_and_covers_host_answer_for_the_issuing_ca_and_the_names() -> None:
-    ca = certs.new_ca("Shop CA", NOW)
-    other = certs.new_ca("Other CA", NOW)
-    node = certs.issue_node(ca, ("localhost", "127.0.0.1", "*.orders.shop.svc"), NOW)
+    ca = new_ca("Shop CA", NOW)
+    other = new_ca("Other CA", NOW)
+    node = issue_node(ca, ("localhost", "127.0.0.1", "*.orders.shop.svc"), NOW)
 
-    assert certs.issued_by(node.cert, ca.cert)
-    assert not certs.issued_by(node.cert, other.cert)
-    assert certs.covers_host(node.cert, "127.0.0.1")
-    assert certs.covers_host(node.cert, "localhost")
-    assert not certs.covers_host(node.cert, "10.0.0.1")
-    assert not certs.covers_host(node.cert, "db.example")
-    assert not certs.covers_host(certs.issue_client(ca, "root", NOW).cert, "127.0.0.1")
+    assert issued_by(node.cert, ca.cert)
+    assert not issued_by(node.cert, other.cert)
+    assert covers_host(node.cert, "127.0.0.1")
+    assert covers_host(node.cert, "localhost")
+    assert not covers_host(node.cert, "10.0.0.1")
+    assert not covers_host(node.cert, "db.example")
+    assert not covers_host(issue_client(ca, "root", NOW).cert, "127.0.0.1")
 
 
 def test_a_value_with_stray_characters_is_not_silently_repaired() -> None:
@@ -666,7 +685,7 @@ def test_missing_user_secrets_say_how_to_make_them_in_either_layout() -> None:
 
     (problem,) = problems_of(secrets)
 
-    assert certs.format_problem(problem) == (
+    assert format_problem(problem) == (
         "Secret my-node-tls: the Secret does not exist in namespace shop; fix: create it with "
         "ca.crt, node.crt, node.key (kwbase cert create-ca, create-node), or clear "
         "spec.tls.nodeSecretName and clientSecretName to let the operator manage certificates")
@@ -705,15 +724,15 @@ def test_a_certificate_issued_by_a_clock_running_ahead_is_not_yet_valid() -> Non
 
 def test_a_root_certificate_for_another_user_or_only_for_serving_is_refused() -> None:
     cluster = user_cluster()
-    ca = certs.new_ca("Shop CA", NOW)
-    secrets = {"my-node-tls": certs.node_secret(cluster, ca.cert_pem, certs.issue_node(
+    ca = new_ca("Shop CA", NOW)
+    secrets = {"my-node-tls": node_secret(cluster, ca.cert_pem, issue_node(
         ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW))}
-    serving = certs.issue_server(ca, "app", ("localhost",), NOW)
-    secrets["my-root-tls"] = certs.client_secret(cluster, ca.cert_pem, serving)
+    serving = issue_server(ca, "app", ("localhost",), NOW)
+    secrets["my-root-tls"] = client_secret(cluster, ca.cert_pem, serving)
 
     problems = problems_of(secrets)
 
-    assert [certs.format_problem(p) for p in problems] == [
+    assert [format_problem(p) for p in problems] == [
         "Secret my-root-tls key client.root.crt: the subject CN is 'app' and no DNS name is "
         "root; the root user's certificate needs root among its principals (its CN and DNS "
         "names); fix: issue it with kwbase cert create-client root",
@@ -733,7 +752,7 @@ def test_an_unreadable_managed_certificate_is_reissued_whole() -> None:
                                     "node.crt: not a PEM certificate")
     written = plan.writes[0].secret
     node = cert_of(written, "node.crt")
-    assert certs.issued_by(node, cert_of(live["orders-ca"], "ca.crt"))
+    assert issued_by(node, cert_of(live["orders-ca"], "ca.crt"))
     assert written["metadata"]["resourceVersion"] == "1"
     assert plan.restart
 
@@ -745,7 +764,7 @@ def test_a_lost_ca_says_both_ways_out() -> None:
 
     (problem,) = certs_action(cluster, live, NOW).problems
 
-    assert certs.format_problem(problem) == (
+    assert format_problem(problem) == (
         "Secret orders-ca: the cluster CA is unusable (the Secret does not exist) while "
         "orders-node-certs or orders-root-client-certs still exist, so certificates can be "
         "neither issued nor renewed; fix: restore orders-ca from a backup; or delete "
@@ -762,10 +781,10 @@ def test_the_pod_template_hash_of_the_same_certificates_stays_what_earlier_versi
     client = {"data": {"ca.crt": "Q0EgY2VydA==", "client.root.crt": "cm9vdCBjZXJ0",
                        "client.root.key": "a2V5"}}
 
-    assert certs.certs_hash(node, client) == "eb98bec7be31f7ff"
+    assert certs_hash(node, client) == "eb98bec7be31f7ff"
     other_key = {"data": {**client["data"], "client.root.key": "b3RoZXI="}}
-    assert certs.certs_hash(node, other_key) == "eb98bec7be31f7ff"
-    assert certs.certs_hash(node, None) is None
+    assert certs_hash(node, other_key) == "eb98bec7be31f7ff"
+    assert certs_hash(node, None) is None
 
 
 def test_user_secrets_are_checked_for_cluster_local_names_and_a_30_day_window_by_default() -> None:
@@ -774,21 +793,21 @@ def test_user_secrets_are_checked_for_cluster_local_names_and_a_30_day_window_by
     secrets = user_secrets()
     node, client = secrets["my-node-tls"], secrets["my-root-tls"]
 
-    assert certs.validate_user_secrets(user_cluster(), node, client, NOW) == ((), ())
-    problems, _ = certs.validate_user_secrets(user_cluster(), node, client, NOW, "corp.example")
+    assert validate_user_secrets(user_cluster(), node, client, NOW) == ((), ())
+    problems, _ = validate_user_secrets(user_cluster(), node, client, NOW, "corp.example")
     assert [p.key for p in problems] == ["node.crt"]
     narrow = user_secrets(hosts=("orders-0.orders.shop.svc.cluster.local", "localhost"))
-    (problem,), _ = certs.validate_user_secrets(user_cluster(replicas=2), narrow["my-node-tls"],
-                                                narrow["my-root-tls"], NOW)
+    (problem,), _ = validate_user_secrets(user_cluster(replicas=2), narrow["my-node-tls"],
+                                          narrow["my-root-tls"], NOW)
     assert problem.message.endswith("do not cover orders-1.orders.shop.svc.cluster.local")
     assert problem.fix.startswith("reissue it with the SAN *.orders.shop.svc.cluster.local ")
     expiry = cert_of(node, "node.crt").not_valid_after_utc
-    _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
-                                              expiry - timedelta(days=30))
+    _, warnings = validate_user_secrets(user_cluster(), node, client,
+                                        expiry - timedelta(days=30))
     assert [(w.secret, w.key) for w in warnings] == [("my-node-tls", "node.crt"),
                                                      ("my-root-tls", "client.root.crt")]
-    _, warnings = certs.validate_user_secrets(user_cluster(), node, client,
-                                              expiry - timedelta(days=31))
+    _, warnings = validate_user_secrets(user_cluster(), node, client,
+                                        expiry - timedelta(days=31))
     assert warnings == ()
 
 
@@ -823,8 +842,8 @@ def test_a_ca_whose_key_is_unreadable_while_leaves_exist_is_reported_not_replace
     assert problem.message.startswith("the cluster CA is unusable (ca.key: not an unencrypted PEM "
                                       "private key) while orders-node-certs or "
                                       "orders-root-client-certs still exist")
-    assert plan.certs_hash == certs.certs_hash(live["orders-node-certs"],
-                                               live["orders-root-client-certs"])
+    assert plan.certs_hash == certs_hash(live["orders-node-certs"],
+                                         live["orders-root-client-certs"])
 
 
 def test_a_ca_key_that_is_not_rsa_is_replaced_while_no_leaf_exists() -> None:
@@ -856,13 +875,13 @@ def test_a_managed_secret_missing_its_key_is_reissued_saying_which() -> None:
 def test_the_earliest_expiry_is_over_every_certificate_the_secret_holds() -> None:
     """A user's CA that expires before the node certificate it issued: the Secret expires with
     the CA."""
-    ca = certs.new_ca("Shop CA", NOW, CertSettings(ca_validity=timedelta(days=10)))
-    node = certs.issue_node(ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
-    secret = certs.node_secret(user_cluster(), ca.cert_pem, node)
+    ca = new_ca("Shop CA", NOW, CertSettings(ca_validity=timedelta(days=10)))
+    node = issue_node(ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
+    secret = node_secret(user_cluster(), ca.cert_pem, node)
 
-    assert certs.earliest_expiry(secret) == ca.cert.not_valid_after_utc
+    assert earliest_expiry(secret) == ca.cert.not_valid_after_utc
     assert needs_renewal(secret, NOW)
-    assert certs.earliest_expiry({"data": {}}) is None
+    assert earliest_expiry({"data": {}}) is None
 
 
 def test_a_user_certificate_that_expired_says_what_to_replace() -> None:
@@ -870,17 +889,17 @@ def test_a_user_certificate_that_expired_says_what_to_replace() -> None:
 
     problems = [p for p in problems_of(secrets) if "expired" in p.message]
 
-    assert [certs.format_problem(p).split("; fix: ")[1] for p in problems] == [
+    assert [format_problem(p).split("; fix: ")[1] for p in problems] == [
         "issue a new certificate and replace node.crt and node.key",
         "issue a new certificate and replace client.root.crt and client.root.key"]
 
 
 def test_a_node_certificate_with_another_cn_or_only_client_usage_says_how_to_reissue() -> None:
     cluster = user_cluster()
-    ca = certs.new_ca("Shop CA", NOW)
+    ca = new_ca("Shop CA", NOW)
     sans = [x509.DNSName("*.orders.shop.svc.cluster.local"), x509.DNSName("localhost")]
-    secrets = {"my-root-tls": certs.client_secret(cluster, ca.cert_pem,
-                                                  certs.issue_client(ca, "root", NOW))}
+    secrets = {"my-root-tls": client_secret(cluster, ca.cert_pem,
+                                            issue_client(ca, "root", NOW))}
     for cn, usages, expected in (
             ("db", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
              "Secret my-node-tls key node.crt: the subject CN is 'db' and no DNS name is node; "
@@ -890,9 +909,9 @@ def test_a_node_certificate_with_another_cn_or_only_client_usage_says_how_to_rei
              "Secret my-node-tls key node.crt: the certificate lacks server authentication in "
              "its extended key usage (nodes use it both to serve and to connect to each other); "
              "fix: issue it with both serverAuth and clientAuth extended key usages")):
-        leaf = certs._leaf(ca, cn, usages, sans, NOW, CertSettings())
-        secrets["my-node-tls"] = certs.node_secret(cluster, ca.cert_pem, leaf)
-        assert [certs.format_problem(p) for p in problems_of(secrets)] == [expected]
+        leaf = _leaf(ca, cn, usages, sans, NOW, CertSettings())
+        secrets["my-node-tls"] = node_secret(cluster, ca.cert_pem, leaf)
+        assert [format_problem(p) for p in problems_of(secrets)] == [expected]
 
 
 def test_an_unreadable_user_ca_says_what_belongs_in_ca_crt() -> None:
@@ -901,7 +920,7 @@ def test_an_unreadable_user_ca_says_what_belongs_in_ca_crt() -> None:
 
     (problem,) = problems_of(secrets)
 
-    assert certs.format_problem(problem) == (
+    assert format_problem(problem) == (
         "Secret my-node-tls key ca.crt: not a PEM certificate; fix: put the PEM certificate of "
         "the CA that issued the certificates in ca.crt")
 
@@ -915,20 +934,20 @@ def test_a_missing_user_secret_is_a_problem_of_the_whole_secret() -> None:
 
 
 def test_a_certificate_and_key_load_together_or_not_at_all() -> None:
-    ca = certs.new_ca("Webhook CA", NOW)
-    serving = certs.issue_server(ca, "kaiwu-webhook", ("kaiwu-webhook.kaiwu.svc",), NOW)
-    other = certs.issue_server(ca, "kaiwu-webhook", ("kaiwu-webhook.kaiwu.svc",), NOW)
+    ca = new_ca("Webhook CA", NOW)
+    serving = issue_server(ca, "kaiwu-webhook", ("kaiwu-webhook.kaiwu.svc",), NOW)
+    other = issue_server(ca, "kaiwu-webhook", ("kaiwu-webhook.kaiwu.svc",), NOW)
 
-    loaded = certs.load_cert_key(serving.cert_pem, serving.key_pem)
+    loaded = load_cert_key(serving.cert_pem, serving.key_pem)
     assert loaded is not None
     assert (loaded.cert, loaded.key_pem) == (serving.cert, serving.key_pem)
-    assert certs.load_cert_key(serving.cert_pem, other.key_pem) is None
-    assert certs.load_cert_key(b"not a certificate", serving.key_pem) is None
-    assert certs.load_cert_key(serving.cert_pem, b"not a key") is None
+    assert load_cert_key(serving.cert_pem, other.key_pem) is None
+    assert load_cert_key(b"not a certificate", serving.key_pem) is None
+    assert load_cert_key(serving.cert_pem, b"not a key") is None
     ec_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption())
-    assert certs.load_cert_key(serving.cert_pem, ec_key) is None
+    assert load_cert_key(serving.cert_pem, ec_key) is None
 
 
 def test_a_ca_key_from_another_ca_is_replaced_while_no_leaf_exists() -> None:
@@ -958,8 +977,8 @@ def test_a_lost_ca_with_only_one_leaf_secret_left_is_still_never_replaced() -> N
 
 def test_a_node_certificate_not_signed_by_the_ca_beside_it_is_refused() -> None:
     secrets = user_secrets()
-    stranger = certs.new_ca("Stranger CA", NOW)
-    node = certs.issue_node(stranger, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
+    stranger = new_ca("Stranger CA", NOW)
+    node = issue_node(stranger, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
     secrets["my-node-tls"]["data"]["node.crt"] = base64.b64encode(node.cert_pem).decode()
     secrets["my-node-tls"]["data"]["node.key"] = base64.b64encode(node.key_pem).decode()
 
@@ -972,7 +991,7 @@ def test_a_node_certificate_not_signed_by_the_ca_beside_it_is_refused() -> None:
 
 def test_pod_names_are_under_cluster_local_unless_told_otherwise() -> None:
     cluster = make_cluster(replicas=2)
-    assert certs.pod_dns_names(cluster) == ("orders-0.orders.shop.svc.cluster.local",
-                                            "orders-1.orders.shop.svc.cluster.local")
-    assert certs.pod_dns_names(cluster, "corp.example")[0] == (
+    assert pod_dns_names(cluster) == ("orders-0.orders.shop.svc.cluster.local",
+                                      "orders-1.orders.shop.svc.cluster.local")
+    assert pod_dns_names(cluster, "corp.example")[0] == (
         "orders-0.orders.shop.svc.corp.example")

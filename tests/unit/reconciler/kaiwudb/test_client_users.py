@@ -18,8 +18,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from reconciler.kaiwudb import certs as certs
-from reconciler.kaiwudb.certs import CertProblem, certs_action
+from reconciler.kaiwudb.certs.authority import new_ca
+from reconciler.kaiwudb.certs.keys import CertKey
+from reconciler.kaiwudb.certs.layout import earliest_expiry, node_secret, secret_names
+from reconciler.kaiwudb.certs.leaves import issue_client, issue_node
+from reconciler.kaiwudb.certs.rotation import certs_action
+from reconciler.kaiwudb.certs.user_secrets import CertProblem
 from tests.support.certs import make_cluster, stored
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -57,8 +61,8 @@ def test_each_client_user_gets_a_secret_in_both_layouts_signed_by_the_cluster_ca
         assert key.public_key().public_numbers() == cert.public_key().public_numbers()  # type: ignore[union-attr]
         labels = secret["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "kaiwu-operator"
-    assert certs.secret_names(cluster)[-2:] == ("orders-client-app-certs",
-                                                "orders-client-report-ro-certs")
+    assert secret_names(cluster)[-2:] == ("orders-client-app-certs",
+                                          "orders-client-report-ro-certs")
 
 
 def test_user_secrets_are_left_alone_then_renewed_without_restarting_the_pods() -> None:
@@ -69,7 +73,7 @@ def test_user_secrets_are_left_alone_then_renewed_without_restarting_the_pods() 
     without_users = certs_action(make_cluster(), live, NOW).certs_hash
     assert quiet.certs_hash == without_users, "pods do not mount user Secrets"
 
-    expiry = certs.earliest_expiry(live["orders-client-app-certs"])
+    expiry = earliest_expiry(live["orders-client-app-certs"])
     assert expiry is not None
     renewal = certs_action(cluster, {"orders-ca": live["orders-ca"],
                                      "orders-client-app-certs": live["orders-client-app-certs"],
@@ -106,7 +110,7 @@ def test_a_drifted_copy_is_repaired_even_when_only_ca_crt_was_stale_too() -> Non
     reissued whole, or the copy would stay wrong."""
     cluster = make_cluster(clientUsers=["app"])
     live = stored(certs_action(cluster, {}, NOW))
-    other_ca = certs.new_ca("Another CA", NOW)
+    other_ca = new_ca("Another CA", NOW)
     live["orders-client-app-certs"]["data"]["ca.crt"] = base64.b64encode(
         other_ca.cert_pem).decode()
 
@@ -128,7 +132,7 @@ def test_a_user_removed_from_the_spec_is_no_longer_planned_and_never_deleted() -
     plan = certs_action(make_cluster(), live, later)
 
     assert "orders-client-app-certs" not in [w.name for w in plan.writes]
-    assert "orders-client-app-certs" not in certs.secret_names(make_cluster())
+    assert "orders-client-app-certs" not in secret_names(make_cluster())
 
 
 # --- Secrets a user brings in cert-manager's layout -------------------------------------------
@@ -139,7 +143,7 @@ def cm_cluster(replicas: int = 3) -> Any:
                         clientSecretName="orders-root-tls", secretLayout="cert-manager")
 
 
-def cm_secret(name: str, ca: certs.CertKey, leaf: certs.CertKey) -> Obj:
+def cm_secret(name: str, ca: CertKey, leaf: CertKey) -> Obj:
     """What a cert-manager Certificate writes (kubernetes.io/tls with ca.crt)."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": "shop"},
@@ -150,11 +154,11 @@ def cm_secret(name: str, ca: certs.CertKey, leaf: certs.CertKey) -> Obj:
 
 def cm_secrets(hosts: tuple[str, ...] = ("*.orders.shop.svc.cluster.local", "localhost"),
                now: datetime = NOW) -> dict[str, Obj]:
-    ca = certs.new_ca("Shop issuer", now)
+    ca = new_ca("Shop issuer", now)
     return {"orders-node-tls": cm_secret("orders-node-tls", ca,
-                                         certs.issue_node(ca, hosts, now)),
+                                         issue_node(ca, hosts, now)),
             "orders-root-tls": cm_secret("orders-root-tls", ca,
-                                         certs.issue_client(ca, "root", now))}
+                                         issue_client(ca, "root", now))}
 
 
 def cm_problems(secrets: dict[str, Obj], replicas: int = 3) -> tuple[CertProblem, ...]:
@@ -192,9 +196,9 @@ def test_uncovered_pods_and_expiry_are_problems_in_cert_manager_layout() -> None
 
 
 def test_a_kwdb_layout_secret_declared_as_cert_manager_is_told_which_keys_are_missing() -> None:
-    ca = certs.new_ca("Shop issuer", NOW)
-    node = certs.issue_node(ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
-    kwdb_layout = certs.node_secret(cm_cluster(), ca.cert_pem, node)
+    ca = new_ca("Shop issuer", NOW)
+    node = issue_node(ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW)
+    kwdb_layout = node_secret(cm_cluster(), ca.cert_pem, node)
     secrets = cm_secrets()
     secrets["orders-node-tls"] = kwdb_layout
     problems = cm_problems(secrets)
@@ -210,12 +214,12 @@ def test_a_kwdb_layout_secret_declared_as_cert_manager_is_told_which_keys_are_mi
 
 
 def test_a_cert_manager_root_certificate_for_another_user_names_tls_crt() -> None:
-    ca = certs.new_ca("Shop issuer", NOW)
+    ca = new_ca("Shop issuer", NOW)
     secrets = cm_secrets()
-    secrets["orders-node-tls"] = cm_secret("orders-node-tls", ca, certs.issue_node(
+    secrets["orders-node-tls"] = cm_secret("orders-node-tls", ca, issue_node(
         ca, ("*.orders.shop.svc.cluster.local", "localhost"), NOW))
     secrets["orders-root-tls"] = cm_secret("orders-root-tls", ca,
-                                           certs.issue_client(ca, "app", NOW))
+                                           issue_client(ca, "app", NOW))
 
     (problem,) = cm_problems(secrets)
 
