@@ -41,16 +41,16 @@ from typing import Any
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_objects import SequenceDef, sequence_value, sequence_value_query
 from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
-from reconciler.kaiwudb.kwbase import (
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import (
     CommandFailed,
     ExecFailed,
     ExecTimedOut,
-    KwbaseAdmin,
     KwbaseError,
     NodeUnreachable,
-    SqlAnswer,
     error_text,
 )
+from reconciler.kaiwudb.kwbase.sql import SqlAnswer
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready, rolling
 from reconciler.kaiwudb.statements import BulkStatements, Running
 from reconciler.kube import kinds as k

@@ -14,7 +14,7 @@ holds; a view's definition is KWDB's own text of its query (ShowCreateView,
 show_create_clauses.go:91-114, names fully qualified by optbuilder/create_view.go:53, 93),
 read exactly (hex-encoded, so the CLI's escaping cannot change it) and run as one `CREATE VIEW`
 under a name the reconciler quotes, only when it holds no `;` and reads as one statement
-(`kwbase.statement_problem`), reads only databases the backup holds, calls no kwdb_internal or
+(`kwbase.sql.statement_problem`), reads only databases the backup holds, calls no kwdb_internal or
 crdb_internal function and names no table by descriptor id (`[79 AS t]`: another table in
 another cluster). A plain view runs nothing when it is made; a materialized one runs its query
 as root (schema_changer.go:241-268), so it is refused. Anything else refuses the backup,
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.kaiwudb.kwbase import quote_end, quote_ident, quote_literal, statement_problem
+from reconciler.kaiwudb.kwbase.sql import quote_end, quote_ident, quote_literal, statement_problem
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 

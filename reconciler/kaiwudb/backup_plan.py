@@ -51,7 +51,7 @@ from reconciler.kaiwudb.backup_objects import (
     sequence_from_json,
     view_from_json,
 )
-from reconciler.kaiwudb.kwbase import quote_ident, quote_literal
+from reconciler.kaiwudb.kwbase.sql import quote_ident, quote_literal
 from renderer.cron import cron
 
 RELATIONAL = "RELATIONAL"

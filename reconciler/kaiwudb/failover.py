@@ -86,7 +86,8 @@ from typing import Final
 from reconciler import failpoints
 from reconciler.kaiwudb.backup import running_backup
 from reconciler.kaiwudb.crashloop import CrashLoops
-from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseError
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.lookout import FailoverSettings, Finding, Lookout, replaced_stores
 from reconciler.kaiwudb.loss import disrupted, node_loss, volume_node
@@ -188,7 +189,7 @@ def kaiwudb_allows_replacing(admin: KwbaseAdmin, metrics: Metrics, p: Pass, clus
             "the node is back or KaiwuDB no longer needs it"))
     if health.unavailable != 0 or health.stale:
         # A stale read says nothing: a node started moments ago reports 0 until it has
-        # computed its metrics (kwbase.stale_records).
+        # computed its metrics (kwbase.replication.stale_records).
         return Wait("FailoverWaiting", (
             f"KaiwuDB reports {health.describe()}: this store may hold the last copies of a "
             "range without its quorum; it is kept until none is unavailable"))

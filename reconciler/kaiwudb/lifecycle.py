@@ -27,9 +27,7 @@ import logging
 from collections.abc import Mapping
 
 from reconciler.kaiwudb.backup import running_backup
-from reconciler.kaiwudb.kwbase import (
-    KwbaseAdmin,
-)
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.loss import disrupted
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (

@@ -20,12 +20,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reconciler.kaiwudb.kwbase import (
-    InitOutcome,
-    KwbaseAdmin,
-    KwbaseError,
-    NodeStatus,
-)
+from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.pods import exec_pod, kwbase_running, pod_ready
 from reconciler.kaiwudb.tools import Part, Tools
 from reconciler.model import NodeEntry, Obj, Pass, meta

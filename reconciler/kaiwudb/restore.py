@@ -52,14 +52,9 @@ from reconciler.kaiwudb.backup_objects import (
     sequence_value_query,
 )
 from reconciler.kaiwudb.backup_target import TargetError
-from reconciler.kaiwudb.kwbase import (
-    CommandFailed,
-    ExecFailed,
-    KwbaseAdmin,
-    KwbaseError,
-    quote_ident,
-    quote_literal,
-)
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import CommandFailed, ExecFailed, KwbaseError
+from reconciler.kaiwudb.kwbase.sql import quote_ident, quote_literal
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
 from reconciler.kaiwudb.restore_server import BackupFileServer, custom_ca_with
 from reconciler.kaiwudb.statements import Running

@@ -20,11 +20,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
-from reconciler.kaiwudb.kwbase import (
-    KwbaseAdmin,
-    KwbaseError,
-    NodeStatus,
-)
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.pods import (
     REVISION_LABEL,
     exec_pod,

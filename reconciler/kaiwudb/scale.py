@@ -43,12 +43,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from reconciler.kaiwudb.kwbase import (
-    KwbaseAdmin,
-    KwbaseError,
-    NodeStatus,
-    RunningJobs,
-)
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.jobs import RunningJobs
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.loss import disrupted, node_loss, pod_node
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from reconciler.kaiwudb.kwbase import SqlAnswer
+from reconciler.kaiwudb.kwbase.sql import SqlAnswer
 
 
 @dataclass(frozen=True)

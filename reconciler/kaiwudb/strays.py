@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseError, NodeStatus
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, exec_pod, kwbase_running, ordinal
 from reconciler.kaiwudb.scale import Scaling

@@ -11,11 +11,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reconciler.kaiwudb.kwbase import (
-    KwbaseAdmin,
-    KwbaseError,
-    KwbaseSettings,
-)
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin, KwbaseSettings
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.metrics import Metrics

@@ -29,7 +29,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseError, NodeStatus
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.loss import parse_time
 from reconciler.kaiwudb.pods import exec_pod, pod_ready
 from reconciler.kaiwudb.tools import Part, Tools

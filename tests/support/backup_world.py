@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.kaiwudb.backup import Backups, BackupSettings
-from reconciler.kaiwudb.kwbase import KwbaseAdmin, KwbaseSettings
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin, KwbaseSettings
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k

@@ -14,12 +14,9 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.kaiwudb.kwbase import (
-    KwbaseError,
-    NodeStatus,
-    ReplicationHealth,
-    ranges_without_quorum,
-)
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
+from reconciler.kaiwudb.kwbase.replication import ReplicationHealth, ranges_without_quorum
 from reconciler.kube import kinds as k
 from reconciler.kube.kinds import Kind, kind_of, slim
 from reconciler.metrics import Metrics

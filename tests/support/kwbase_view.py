@@ -1,7 +1,7 @@
 """What `kwbase node status` shows of a simulated KaiwuDB's nodes, for the fast tier's fake
 kwbase adapters (tests/unit/reconciler/kaiwudb/): without `--decommission` (or `--all`) kwbase
 hides a decommissioned node that is not live and prints no `is_decommissioning` column, which
-the parser reads as False (reconciler.kaiwudb.kwbase.parse_node_status). A fake that showed
+the parser reads as False (reconciler.kaiwudb.kwbase.nodes.parse_node_status). A fake that showed
 everything either way would let code that forgets the flag pass its tests.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from reconciler.kaiwudb.kwbase import NodeStatus
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 
 
 def node_status_shows(nodes: Iterable[NodeStatus], *, decommission: bool) -> tuple[NodeStatus, ...]:

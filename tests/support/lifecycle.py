@@ -12,7 +12,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb.kwbase import LIVENESS_TTL_S, METRICS_SAMPLE_S, KwbaseAdmin
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.replication import LIVENESS_TTL_S, METRICS_SAMPLE_S
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
@@ -26,8 +27,9 @@ NAME = "dev"
 # After a node is lost, the replication health the failover, scale-in and rollout gates read
 # counts only once every live node's store metrics were written two sample intervals after the
 # lost node's liveness expired (its last record, one interval at most before it went, plus the
-# TTL): KWDB's metrics count its replicas up to date until then (reconciler.kaiwudb.kwbase,
-# stale_records). On KWDB's timings, which the simulator keeps, up to 45 s more than before.
+# TTL): KWDB's metrics count its replicas up to date until then
+# (reconciler.kaiwudb.kwbase.replication.stale_records). On KWDB's timings, which the simulator
+# keeps, up to 45 s more than before.
 HEALTH_AFTER_LOSS_S = METRICS_SAMPLE_S + LIVENESS_TTL_S + 2 * METRICS_SAMPLE_S
 
 

@@ -33,7 +33,6 @@ NOT_YET_SPLIT: set[str] = {
     "module reconciler/kaiwudb/backup.py",
     "class reconciler/kaiwudb/backup.py:Backups",
     "module reconciler/kaiwudb/backup_plan.py",
-    "module reconciler/kaiwudb/kwbase.py",
     "class reconciler/kaiwudb/restore.py:Restore",
     "module reconciler/kube/cache.py",
     "function reconciler/kube/cache.py:__init__",

@@ -17,7 +17,9 @@ import pytest
 from kubernetes import client as k8s
 
 from reconciler.kaiwudb.certs.rotation import certs_action
-from reconciler.kaiwudb.kwbase import ExecFailed, InitOutcome, KwbaseAdmin, NodeStatus
+from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseAdmin
+from reconciler.kaiwudb.kwbase.errors import ExecFailed
+from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kube.client import Kube
 from reconciler.kube.kinds import POD
 from renderer.render import build_objects, read_live

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb.kwbase import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj

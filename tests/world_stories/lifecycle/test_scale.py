@@ -22,7 +22,7 @@ from collections.abc import Callable
 from kubernetes import client as k8s
 
 from reconciler.controller.controller import Controller
-from reconciler.kaiwudb.kwbase import KwbaseAdmin
+from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as kk
 from reconciler.kube.cache import Caches

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb import kwbase
+from reconciler.kaiwudb.kwbase.sql import quote_ident, quote_literal, statement_problem
 from renderer.cron import cron_problem
 
 PLAN = bp.Plan("nightly", "u1", "dev-0", 1, "1767225600000000000.0000000000", (
@@ -56,8 +56,8 @@ def test_names_from_kaiwudb_are_quoted_identifiers_and_never_paths_of_ours() -> 
     assert '"public"."select"' in statements[5], "a reserved word is kept as a name"
     assert [i.node_dir for i in plan.items()] == ["settings", "users", "d0.schema", "d0.t0",
                                                   "d0.t1", "d0.t2"]
-    assert kwbase.quote_ident('a"b') == '"a""b"'
-    assert kwbase.quote_literal("it's") == "'it''s'"
+    assert quote_ident('a"b') == '"a""b"'
+    assert quote_literal("it's") == "'it''s'"
 
 
 @pytest.mark.parametrize(("what", "name", "wanted"), [
@@ -269,7 +269,7 @@ def test_grants_are_replayed_quoted_one_statement_per_object_and_grantee() -> No
         ("shop", 'GRANT CREATE ON SCHEMA "Sales" TO "app"'),
         ("", 'GRANT SELECT ON TABLE "shop"."Sales"."q1""; --" TO "public"'),
         ("", 'GRANT INSERT, UPDATE ON TABLE "shop"."public"."orders" TO "ops-team.eu"')]
-    assert all(kwbase.statement_problem(text) == "" for _, text in statements)
+    assert all(statement_problem(text) == "" for _, text in statements)
     many = bp.DatabasePlan("shop", bp.RELATIONAL, tuple(("public", f"t{i}") for i in range(50)),
                            tuple(bp.Grant("table", "public", f"t{i}", "app", "SELECT")
                                  for i in range(50)))
@@ -438,7 +438,7 @@ def test_a_foreign_key_is_added_again_with_every_name_quoted_and_both_tables_in_
         'ALTER TABLE "shop"."public"."orders" ADD CONSTRAINT "Item of" FOREIGN KEY ("sku", '
         '"size") REFERENCES "shop"."Sales"."q1""; --" ("sku", "size") MATCH FULL ON UPDATE '
         "SET NULL")
-    assert kwbase.statement_problem(statement) == ""
+    assert statement_problem(statement) == ""
     cascade = replace(ORDERS_FK, match="NONE", on_update="NO ACTION", on_delete="CASCADE")
     assert bp.foreign_key_statement(db, cascade).endswith('("sku", "size") ON DELETE CASCADE')
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
@@ -581,7 +581,7 @@ def test_comments_are_read_and_set_again_quoted_and_one_with_a_backslash_is_left
         'COMMENT ON TABLE "shop"."Sales"."q1""; --" IS \'it\'\'s \'\'; DROP DATABASE shop; '
         "--\n二行'",
         "COMMENT ON TABLE \"shop\".\"public\".\"orders\" IS ''"]
-    assert all(kwbase.statement_problem(text) == "" for text in statements)
+    assert all(statement_problem(text) == "" for text in statements)
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
     assert bp.Plan.from_json(plan.to_json()) == plan and plan.problem() == ""
     steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],

@@ -31,7 +31,7 @@ from reconciler.kaiwudb.backup import (
     running_backup,
 )
 from reconciler.kaiwudb.backup_target import VolumeTarget
-from reconciler.kaiwudb.kwbase import KwbaseSettings
+from reconciler.kaiwudb.kwbase.admin import KwbaseSettings
 from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import BackupFileServer
 from reconciler.kube import kinds as k

@@ -18,9 +18,7 @@ import pytest
 
 from reconciler.kaiwudb.crashloop import CRASH_RESTARTS, crash_restarts, crash_state
 from reconciler.kaiwudb.failover import Failover
-from reconciler.kaiwudb.kwbase import (
-    ReplicationHealth,
-)
+from reconciler.kaiwudb.kwbase.replication import ReplicationHealth
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.lookout import Finding, replaced_stores
 from reconciler.keys import ClusterKey

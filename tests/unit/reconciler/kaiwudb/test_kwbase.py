@@ -5,7 +5,9 @@ node status in every column set and maps node ids to pods; waits for replication
 decommissions a node and watches its replicas drain away; drains a node; and every failure
 (uninitialised cluster, unknown node, node out of reach, wrong security mode, a container that is
 not running, a broken exec connection, a command that never returns) arrives as a typed error
-that says what ran where. The pods run the exact command line the renderer writes.
+that says what ran where. The pods run the exact command line the renderer writes. kwbase's
+output is read strictly: the parser stories (node status, decommission, snapshots, jobs, status
+times) are also those of reconciler.kaiwudb.kwbase.answers, which reads every table they parse.
 """
 
 from __future__ import annotations
@@ -18,29 +20,38 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.kaiwudb import kwbase as kwbase
 from reconciler.kaiwudb.backup import EXTERN_DIR  # the rendered --store's extern dir
-from reconciler.kaiwudb.kwbase import (
+from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseAdmin, KwbaseSettings
+from reconciler.kaiwudb.kwbase.errors import (
     CommandFailed,
     DecommissionRefused,
-    DecommissionStatus,
     ExecFailed,
-    InitOutcome,
-    KwbaseAdmin,
     KwbaseError,
-    KwbaseSettings,
-    NodeStatus,
     NodeUnreachable,
     NotInitialized,
-    StatusTimes,
+    NotOneStatement,
     UnexpectedOutput,
     UnknownNode,
+    error_text,
+)
+from reconciler.kaiwudb.kwbase.jobs import BACKUP_RUN_MARK
+from reconciler.kaiwudb.kwbase.nodes import (
+    DecommissionStatus,
+    NodeStatus,
+    parse_decommission,
+    parse_node_status,
+)
+from reconciler.kaiwudb.kwbase.replication import (
+    StatusTimes,
     parse_replica_sets,
+    parse_snapshots,
     parse_status_times,
     parse_store_nodes,
     ranges_without_quorum,
+    replication_health_of,
     stale_records,
 )
+from reconciler.kaiwudb.kwbase.sql import statement_problem
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from tests.support.sim_exec import SimExec
@@ -276,7 +287,7 @@ def test_an_export_whose_node_restarted_runs_for_ever_and_only_a_backups_holds_n
     assert [j.status for j in rows] == ["running", "running"], "never ended, never adopted"
     jobs = cluster.admin.running_jobs("orders-0")
     assert jobs.describe_conflicting() == "jobs running (SHOW JOBS): 1 EXPORT"
-    assert kwbase.BACKUP_RUN_MARK in rows[0].statement
+    assert BACKUP_RUN_MARK in rows[0].statement
 
 
 def test_a_decommissioned_node_drains_its_replicas_and_can_be_recommissioned() -> None:
@@ -487,26 +498,26 @@ def test_init_against_a_node_off_the_network_times_out_as_unreachable() -> None:
 
 def test_parsers_refuse_output_they_do_not_understand() -> None:
     with pytest.raises(ValueError, match="missing columns"):
-        kwbase.parse_node_status("id,address\n1,x:26257\n")
+        parse_node_status("id,address\n1,x:26257\n")
     with pytest.raises(ValueError, match="not a boolean"):
-        kwbase.parse_decommission("id,is_live,replicas,is_decommissioning,is_draining\n"
-                                  "1,yes,0,false,false\n")
+        parse_decommission("id,is_live,replicas,is_decommissioning,is_draining\n"
+                           "1,yes,0,false,false\n")
     # No rows, or rows without range metrics, are unknown, never healthy.
-    for statuses in ((), kwbase.parse_node_status("id,address,sql_address,build,started_at,"
-                                                   "updated_at,locality,start_mode,is_available,"
-                                                   "is_live\n1,x:26257,x:26257,V3.2.1,,,,start,"
-                                                   "true,true\n")):
-        unknown = kwbase.replication_health_of(statuses, {1: 0})
+    for statuses in ((), parse_node_status("id,address,sql_address,build,started_at,"
+                                           "updated_at,locality,start_mode,is_available,"
+                                           "is_live\n1,x:26257,x:26257,V3.2.1,,,,start,"
+                                           "true,true\n")):
+        unknown = replication_health_of(statuses, {1: 0})
         assert not unknown.healthy and "unknown" in unknown.describe()
     # A live node whose store reported no snapshot gauges is not known to send none.
     header = "node_id,snapshots_queued,snapshots_applying\n"
-    assert kwbase.parse_snapshots(header + "1,0,0\n2,3,1\n3,NULL,0\n") == {1: 0, 2: 4, 3: None}
+    assert parse_snapshots(header + "1,0,0\n2,3,1\n3,NULL,0\n") == {1: 0, 2: 4, 3: None}
     with pytest.raises(ValueError, match="expected columns"):
-        kwbase.parse_snapshots("node_id,pending\n1,0\n")
+        parse_snapshots("node_id,pending\n1,0\n")
     with pytest.raises(ValueError, match="negative"):
-        kwbase.parse_snapshots(header + "1,-1,0\n")
+        parse_snapshots(header + "1,-1,0\n")
     with pytest.raises(ValueError, match="not an integer"):
-        kwbase.parse_snapshots(header + "1,1e99,0\n")
+        parse_snapshots(header + "1,1e99,0\n")
 
 
 def test_unreadable_output_of_a_successful_command_is_unexpected_output() -> None:
@@ -525,7 +536,7 @@ def test_unreadable_output_of_a_successful_command_is_unexpected_output() -> Non
 def test_error_text_keeps_the_message_and_drops_the_trailer() -> None:
     stderr = ('warning: something first\nERROR: node 9 doesn\'t exist\n'
               'HINT: check the id\nFailed running "node status"\n')
-    assert kwbase.error_text(stderr) == "ERROR: node 9 doesn't exist HINT: check the id"
+    assert error_text(stderr) == "ERROR: node 9 doesn't exist HINT: check the id"
 
 
 def test_exports_are_read_with_their_notices_and_the_files_found_where_the_store_is(
@@ -564,7 +575,7 @@ def test_liveness_and_availability_are_read_from_their_own_columns() -> None:
     text = header + "".join(row.format(id=i + 1, i=i, available=a, live=live_) for i, (a, live_) in
                             enumerate([("true", "true"), ("false", "true"), ("true", "false"),
                                        ("false", "false")]))
-    nodes = kwbase.parse_node_status(text)
+    nodes = parse_node_status(text)
     assert [(n.is_available, n.is_live) for n in nodes] == [
         (True, True), (False, True), (True, False), (False, False)]
     assert [n.healthy for n in nodes] == [True, False, False, False]
@@ -595,7 +606,7 @@ def test_every_column_of_node_status_all_lands_in_the_field_of_its_name() -> Non
            "2026-01-01 00:00:05.25,2026-01-01 00:10:00+00:00,region=east,start,true,true,"
            + ",".join(str(100 + i) for i in range(len(counts))) + ",true,false\n")
 
-    (node,) = kwbase.parse_node_status(header + row)
+    (node,) = parse_node_status(header + row)
 
     assert {column: getattr(node, column) for column in counts} == {
         column: 100 + i for i, column in enumerate(counts)}
@@ -610,7 +621,7 @@ def test_a_table_between_blank_lines_and_a_trailing_note_is_read() -> None:
     text = ("\nid,is_live,replicas,is_decommissioning,is_draining\n4,true,12,true,false\n\n"
             "No more data reported on target nodes. Please verify cluster health before "
             "removing the nodes.\n")
-    assert kwbase.parse_decommission(text) == (DecommissionStatus(
+    assert parse_decommission(text) == (DecommissionStatus(
         id=4, is_live=True, replicas=12, is_decommissioning=True, is_draining=False),)
 
 
@@ -678,7 +689,7 @@ def test_the_adapter_sends_one_statement_or_none(statement: str, why: str) -> No
     several statements never leaves the reconciler."""
     runner = Scripted([])
     admin = KwbaseAdmin(runner, NAMESPACE, NAME, secure=True)
-    with pytest.raises(kwbase.NotOneStatement, match=why):
+    with pytest.raises(NotOneStatement, match=why):
         admin.sql("orders-0", statement)
     assert runner.calls == [], "nothing was exec'd"
 
@@ -686,7 +697,7 @@ def test_the_adapter_sends_one_statement_or_none(statement: str, why: str) -> No
 def test_quoted_semicolons_and_dashes_are_one_statement() -> None:
     for text in ('SELECT * FROM "shop"."public"."t; GRANT admin TO mallory; --"',
                  "SELECT 'it''s; -- fine'", "SELECT 1;", 'SELECT "a""b"'):
-        assert kwbase.statement_problem(text) == "", text
+        assert statement_problem(text) == "", text
 
 
 def test_a_node_down_for_two_hours_loses_its_address_and_is_long_gone() -> None:

@@ -19,15 +19,11 @@ from typing import Any, cast
 
 import pytest
 
-from reconciler.kaiwudb.kwbase import (
-    DecommissionStatus,
-    InitOutcome,
-    KwbaseError,
-    KwbaseSettings,
-    NodeStatus,
-    ReplicationHealth,
-    RunningJobs,
-)
+from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseSettings
+from reconciler.kaiwudb.kwbase.errors import KwbaseError
+from reconciler.kaiwudb.kwbase.jobs import RunningJobs
+from reconciler.kaiwudb.kwbase.nodes import DecommissionStatus, NodeStatus
+from reconciler.kaiwudb.kwbase.replication import ReplicationHealth
 from reconciler.kaiwudb.lifecycle import Lifecycle, StatusMemory
 from reconciler.kaiwudb.nodes import node_entries, node_state
 from reconciler.kaiwudb.pods import (

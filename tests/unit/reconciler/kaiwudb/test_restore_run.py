@@ -33,7 +33,8 @@ from cryptography import x509
 from reconciler.kaiwudb import backup_plan as bp
 from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
 from reconciler.kaiwudb.certs.authority import new_ca
-from reconciler.kaiwudb.kwbase import KwbaseSettings, SqlAnswer
+from reconciler.kaiwudb.kwbase.admin import KwbaseSettings
+from reconciler.kaiwudb.kwbase.sql import SqlAnswer
 from reconciler.kaiwudb.restore import Restore
 from reconciler.kaiwudb.restore_server import (
     CUSTOM_CA_MAX_CHARS,
