@@ -370,6 +370,39 @@ state = "{state / 'state'}"
             subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 
 
+def on_real_node(bundle: list[dict[str, Any]], server: str) -> list[dict[str, Any]]:
+    """The install bundle with the test overlay a real node of this test world needs, and
+    nothing else: the reconciler's pods on the host network (the API server listens on
+    127.0.0.1), their listeners on the pod's own address (two pods share the host's ports
+    only at different addresses), the real node's taint tolerated and its label selected,
+    the image used as loaded (no registry), and in-cluster configuration pointed at the API
+    server (no kube-proxy turns the `kubernetes` Service's ClusterIP into it)."""
+    host, _, port = server.removeprefix("https://").rpartition(":")
+    out = []
+    for doc in bundle:
+        if doc and doc.get("kind") == "Deployment":
+            doc = json.loads(json.dumps(doc))
+            pod = doc["spec"]["template"]["spec"]
+            pod.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet",
+                       nodeSelector={TAINT_KEY: "true"},
+                       tolerations=[{"key": TAINT_KEY, "operator": "Exists"}])
+            for container in pod["containers"]:
+                container["imagePullPolicy"] = "Never"
+                ports = {p["name"]: p["containerPort"] for p in container.get("ports") or ()}
+                container["env"] = [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    *(container.get("env") or ()),
+                    {"name": "KUBERNETES_SERVICE_HOST", "value": host},
+                    {"name": "KUBERNETES_SERVICE_PORT", "value": port},
+                    *({"name": f"KAIWU_{setting}", "value": f"$(POD_IP):{ports[name]}"}
+                      for setting, name in (("HTTP_ADDRESS", "http-metrics"),
+                                            ("WEBHOOK_ADDRESS", "webhook"),
+                                            ("RESTORE_HTTP_ADDRESS", "restore-files"))
+                      if name in ports)]
+        out.append(doc)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.world.real_node",
                                      description=__doc__,
