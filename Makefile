@@ -68,7 +68,7 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile --quiet --generate-hashes --extra s3 --override overrides.txt \
 	    --custom-compile-command "make lock" --output-file requirements.lock pyproject.toml
 
-# The reconciler's image, DEFAULT_IMAGE: reconciler/install.py's IMAGE_REPOSITORY (the one place
+# The reconciler's image, DEFAULT_IMAGE: reconciler/install/options.py's IMAGE_REPOSITORY (the one place
 # the name is set) and the version; `kaiwu install` runs it unless --image names another. Built
 # with podman FROM a Debian base debootstrapped once into the test world's cache
 # (tests/world/image.py; needs root and the packages `make world` installs).
@@ -94,7 +94,7 @@ krew: $(STAMP)
 	$(BIN)/python deploy/krew/build.py
 
 # The generated deploy files: deploy/install.yaml (`kaiwu install`) and the kustomize base and
-# overlays in deploy/kustomize/ (reconciler/kustomize.py). Run after changing reconciler/install.py
+# overlays in deploy/kustomize/ (reconciler/kustomize.py). Run after changing reconciler/install/
 # or the version; unit tests fail while they are stale. `make world` fetches the kubectl 1.20
 # whose kustomize (v2.0.3) the world tier builds every overlay with (tests/packaging/test_kustomize.py).
 manifests: $(STAMP)

@@ -1,6 +1,6 @@
 """The CRD for a target Kubernetes version: the schema file plus the CEL rules that release runs.
 
-Called by `kaiwu install --kube-version` (reconciler/install.py) and `kaiwu crd` (renderer/cli.py).
+Called by `kaiwu install --kube-version` (reconciler/install/) and `kaiwu crd` (renderer/cli.py).
 The schema file (renderer/crd/kaiwuclusters.yaml) is what every supported release accepts, 1.20
 included, which has no CEL. From 1.25 (CustomResourceValidationExpressions on by default) the CRD
 also carries `x-kubernetes-validations`, so the API server itself refuses what the renderer's

@@ -54,7 +54,7 @@ CONTAINERS_CONF = "[containers]\ndefault_ulimits = []\n"
 
 def image_tag() -> str:
     """<IMAGE_REPOSITORY>:<pyproject version>: the image `kaiwu install` runs by default
-    (reconciler/install.py, where the repository is set), so `make push IMAGE=REF` copies
+    (reconciler/install/options.py, where the repository is set), so `make push IMAGE=REF` copies
     exactly what the default bundle names."""
     version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
     return f"{IMAGE_REPOSITORY}:{version}"

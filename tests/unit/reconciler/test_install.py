@@ -1,5 +1,10 @@
 """`kaiwu install` (reconciler.install): deploy/install.yaml is its current output, the bundle
 is deterministic, each scope grants what it says and no more, and bad flags get one line.
+Through the package's entry point, these stories cover each of its parts: the command lines
+(reconciler.install.command), the options (reconciler.install.options), the rights
+(reconciler.install.rbac), the Deployment and what runs beside it (reconciler.install.workload),
+the stream (reconciler.install.documents) and `kaiwu uninstall`'s list
+(reconciler.install.removal).
 
 The RBAC is proven on a real authorizer in tests/world_stories/runtime/test_install.py.
 """
@@ -425,7 +430,7 @@ def test_the_header_says_how_the_bundle_was_made() -> None:
     assert head == [f"# kaiwu-operator {install.version()}: the reconciler's install bundle, "
                     "made by", f"#   {options.command()}",
                     "# Apply it with `kubectl apply -f`. Do not edit: change "
-                    "reconciler/install.py.", "---"]
+                    "reconciler/install/.", "---"]
 
 
 def test_a_namespaced_shard_bundle_says_why_each_object_is_there() -> None:
