@@ -23,6 +23,11 @@ KEPT: dict[str, str] = {
     "class reconciler/settings.py:Settings": (
         "the one settings object: one documented field per setting, nothing else (kopf's "
         "shape); splitting it would scatter the defaults a reader looks up in one place"),
+    "module renderer/schema_gate.py": (
+        "generated from the CRD by renderer.schema.gate_code (fastjsonschema), never edited or "
+        "read by hand: its length is the CRD's schema unrolled into checks, and cutting it into "
+        "files would add hand-written glue to generated code; tests/unit/renderer/"
+        "test_schema_gate.py holds it to what the CRD compiles to and to jsonschema's verdicts"),
 }
 
 # Still over a limit, to be split (issue 29, item 4). Only shrinks.
@@ -39,7 +44,6 @@ NOT_YET_SPLIT: set[str] = {
     "class reconciler/runtime/process.py:Runtime",
     "class reconciler/runtime/source_dir.py:DirectorySource",
     "module reconciler/statuscmd.py",
-    "module renderer/schema_gate.py",
     "module renderer/semantics.py",
 }
 
