@@ -4,11 +4,11 @@ Called by `kaiwu install --kube-version` (reconciler/install/) and `kaiwu crd` (
 The schema file (renderer/crd/kaiwuclusters.yaml) is what every supported release accepts, 1.20
 included, which has no CEL. From 1.25 (CustomResourceValidationExpressions on by default) the CRD
 also carries `x-kubernetes-validations`, so the API server itself refuses what the renderer's
-rules refuse: the same rules as renderer/semantics.py, written in CEL. Each rule names the
+rules refuse: the same rules as renderer/semantics/, written in CEL. Each rule names the
 semantics path it mirrors; tests/unit/renderer/test_cel.py evaluates every rule with cel-python on
-the cases renderer/semantics.py is tested with and asserts both give the same verdicts.
+the cases renderer/semantics/ is tested with and asserts both give the same verdicts.
 
-What CEL cannot say, per release, stays with renderer/semantics.py (CI, the reconciler and the
+What CEL cannot say, per release, stays with renderer/semantics/ (CI, the reconciler and the
 admission webhook):
 - volumes never shrink: needs `quantity()`, in the API server's CEL library from 1.28 but usable
   in a new CRD only from 1.29 (a stored rule must compile on the previous release too); before,
@@ -39,7 +39,7 @@ class CelRule:
     at: where the rule sits, as property names from the object's root ("spec", "storage").
     rule: the CEL expression; one using oldSelf is a transition rule (checked on update only).
     message: what the API server answers, the renderer's message and fix in one line.
-    mirrors: the dotted path of the renderer/semantics.py violation this rule repeats.
+    mirrors: the dotted path of the renderer/semantics/ violation this rule repeats.
     since: the oldest Kubernetes release the rule is rendered for.
     """
 

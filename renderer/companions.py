@@ -17,7 +17,7 @@ from renderer import schema
 from renderer.cron import cron_problem
 from renderer.errors import Problem
 from renderer.loader import Document
-from renderer.semantics import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, MAX_NAMESPACE_LENGTH
+from renderer.semantics.names import DNS_1123_LABEL, DNS_1123_SUBDOMAIN, MAX_NAMESPACE_LENGTH
 
 COMPANION_KINDS = (schema.BACKUP_KIND, schema.SCHEDULE_KIND)
 DEFAULT_NAMESPACE = "default"  # where kubectl applies an object that names none

@@ -112,7 +112,7 @@ def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
 def json_schema(kind: str = KIND) -> dict[str, Any]:
     """The KaiwuCluster object's JSON Schema (Draft 4) as validation reads it (or another of
     our kinds'): the CRD's schema translated, metadata left to the API server's own rules
-    (renderer/semantics.py checks names)."""
+    (renderer/semantics/names.py checks names)."""
     schema = _to_json_schema(openapi_schema(kind))
     schema["properties"]["metadata"] = {"type": "object"}
     return schema

@@ -27,7 +27,7 @@ from renderer.builders import (
     metadata,
     selector_labels,
 )
-from renderer.semantics import FRACTION
+from renderer.semantics.resources import FRACTION
 from renderer.settings import RenderSettings
 from renderer.spec import Cluster, StartMode
 

@@ -40,7 +40,7 @@ def defaulted(spec: dict[str, Any]) -> dict[str, Any]:
 
 def verdicts(version: KubeVersion, new: dict[str, Any],
              old: dict[str, Any] | None = None) -> tuple[set[str], set[str]]:
-    """(what CEL refuses, what renderer/semantics.py refuses), as semantics paths, among the
+    """(what CEL refuses, what renderer/semantics/ refuses), as semantics paths, among the
     rules CEL expresses on `version`."""
     rules = rules_for(version)
     by_cel = {rule.mirrors for rule in rules if not cel.passes(rule, new, old)}

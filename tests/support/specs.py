@@ -13,7 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from renderer import quantity, schema, semantics
+from renderer import quantity, schema
+from renderer.semantics import resources as resource_rules
 from renderer.versions import KNOWN_VERSIONS
 
 # No shrinking: one example runs the CLI several times, so shrinking a failure would take
@@ -64,7 +65,8 @@ ENV_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True).filter(
 SECRET_KEY = st.from_regex(r"[-._a-zA-Z0-9]{1,10}", fullmatch=True).filter(
     lambda key: key != "." and not key.startswith(".."))  # "." is no Secret key either
 FLAG_NAME = st.from_regex(r"--[a-z][a-z0-9-]{0,10}", fullmatch=True).filter(
-    # --max-offset takes a duration only (semantics.MAX_OFFSET_FLAG); free values would fail.
+    # --max-offset takes a duration only (renderer.semantics.flags.MAX_OFFSET_FLAG); free
+    # values would fail.
     lambda flag: flag not in MANAGED_FLAGS and flag != "--max-offset")
 # Positive quantities as people write them: plain numbers, suffixes, exponents, YAML integers.
 QUANTITY = st.one_of(
@@ -240,17 +242,17 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     if "secretLayout" in tls and "nodeSecretName" not in tls:
         del tls["secretLayout"]
     fractions = [value for value in (spec.get("cache", ".25"), spec.get("maxSQLMemory", ".25"))
-                 if semantics.FRACTION.match(value)]
+                 if resource_rules.FRACTION.match(value)]
     if sum(Decimal(v[:-1]) / 100 if v.endswith("%") else Decimal(v) for v in fractions) > Decimal(
             "0.8"):
         spec["cache"] = ".25"
     if "storage" in spec and quantity.parse(spec["storage"].get("size", "10Gi")).value < \
-            semantics.ONE_MI:
+            resource_rules.ONE_MI:
         spec["storage"]["size"] = "10Gi"  # below 1Mi is a unit left out (refused)
     resources = spec.get("resources", {})
     for section in ("requests", "limits"):
         memory = resources.get(section, {}).get("memory")
-        if memory is not None and 0 < quantity.parse(memory).value < semantics.ONE_MI:
+        if memory is not None and 0 < quantity.parse(memory).value < resource_rules.ONE_MI:
             resources[section]["memory"] = "1Gi"  # below 1Mi is a unit left out (refused)
     request = resources.get("requests", {}).get("memory")
     limit = resources.get("limits", {}).get("memory")

@@ -44,7 +44,6 @@ NOT_YET_SPLIT: set[str] = {
     "class reconciler/runtime/process.py:Runtime",
     "class reconciler/runtime/source_dir.py:DirectorySource",
     "module reconciler/statuscmd.py",
-    "module renderer/semantics.py",
 }
 
 

@@ -1,4 +1,4 @@
-"""The CEL rules the CRD carries from Kubernetes 1.25 agree with renderer/semantics.py.
+"""The CEL rules the CRD carries from Kubernetes 1.25 agree with renderer/semantics/.
 
 The test world's API server is 1.20 (no CEL), so each rule is evaluated with cel-python
 (tests/support/cel.py) on the cases tests/unit/renderer/test_semantics.py tells its stories with,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from renderer import render, semantics
+from renderer import render
 from renderer.render import check_object
+from renderer.semantics import names as name_rules
 from renderer.spec import Cluster
 from tests.support.render import SUMMARY_LINE, Run, cluster, kaiwu, kaiwu_process
 
@@ -90,7 +91,7 @@ def test_the_kaiwucluster_s_own_annotations_count_too(tmp_path: Path) -> None:
 def test_the_longest_allowed_names_keep_every_derived_name_within_kubernetes_limits() -> None:
     """A 40-character cluster (the most metadata.name allows) in a 63-character namespace at 99
     nodes with a 32-character SQL user: every name the cluster takes stays valid."""
-    name, namespace = "o" * semantics.MAX_NAME_LENGTH, "n" * semantics.MAX_NAMESPACE_LENGTH
+    name, namespace = "o" * name_rules.MAX_NAME_LENGTH, "n" * name_rules.MAX_NAMESPACE_LENGTH
     obj = cluster(name, namespace, replicas=99, tls={"clientUsers": ["u" * 32]})
     defaulted, problems = check_object(obj)
     assert problems == []
@@ -101,7 +102,7 @@ def test_the_longest_allowed_names_keep_every_derived_name_within_kubernetes_lim
         # Services and pods (their hostnames) are DNS labels; the rest DNS subdomains.
         limit = 63 if kind in ("Service", "Pod") else 253
         assert len(object_name) <= limit, (kind, object_name)
-        assert semantics.DNS_1123_SUBDOMAIN.match(object_name), (kind, object_name)
+        assert name_rules.DNS_1123_SUBDOMAIN.match(object_name), (kind, object_name)
     # The StatefulSet's pods carry controller-revision-hash=<statefulset>-<10 characters>.
     assert len(f"{name}-{'h' * 10}") <= 63
     fqdn = f"{source.pod_name(98)}.{source.headless_service}.{namespace}.svc.cluster.local"

@@ -1,4 +1,4 @@
-"""The rules a schema cannot express, one story per rule of renderer/semantics.py.
+"""The rules a schema cannot express, one story per rule of renderer/semantics/.
 
 Each story starts from a spec the schema accepts (asserted, so the rule under test is the one that
 speaks), breaks one rule the way a user would, and checks the complaint names the field and says
@@ -13,6 +13,7 @@ import pytest
 
 from renderer import schema, semantics
 from renderer.render import check_object
+from renderer.semantics import flags, names, tls
 from tests.support import specs
 from tests.support.cel_cases import GOOD_SPEC, with_spec
 from tests.support.render import cluster, dotted
@@ -43,9 +44,9 @@ def test_a_cluster_name_must_be_a_dns_label_starting_with_a_letter(name: str) ->
 
 
 def test_a_cluster_name_leaves_room_for_pod_volume_and_service_names() -> None:
-    assert violations(name="a" * semantics.MAX_NAME_LENGTH) == {}
-    message, _ = violations(name="a" * (semantics.MAX_NAME_LENGTH + 1))["metadata.name"]
-    assert f"is {semantics.MAX_NAME_LENGTH + 1} characters long" in message
+    assert violations(name="a" * names.MAX_NAME_LENGTH) == {}
+    message, _ = violations(name="a" * (names.MAX_NAME_LENGTH + 1))["metadata.name"]
+    assert f"is {names.MAX_NAME_LENGTH + 1} characters long" in message
 
 
 def test_a_cluster_needs_a_name() -> None:
@@ -178,7 +179,7 @@ def test_a_volume_must_have_a_positive_size(size: str) -> None:
 def test_flags_the_operator_manages_cannot_be_passed_through(flag: str) -> None:
     message, fix = violations(with_spec(extraArgs=[f"{flag}=x"]))["spec.extraArgs[0]"]
     assert message == f"{flag} is managed by the operator"
-    assert fix == semantics.MANAGED_FLAGS[flag]
+    assert fix == flags.MANAGED_FLAGS[flag]
 
 
 def test_a_join_list_smuggled_in_extra_args_is_refused() -> None:
@@ -322,9 +323,9 @@ def test_a_bad_client_user_name_is_explained_where_the_schema_is_not_checked() -
     assert "'App-1' is not a SQL user name" in message
     assert "lower-case letter" in fix and "'_'" in fix
     too_many = schema.apply_defaults(cluster("orders", "shop", **with_spec(
-        tls={"clientUsers": [f"u{i}" for i in range(semantics.MAX_CLIENT_USERS + 1)]})))
+        tls={"clientUsers": [f"u{i}" for i in range(tls.MAX_CLIENT_USERS + 1)]})))
     found = {dotted(v.path): (v.message, v.fix) for v in semantics.check(too_many)}
-    assert found["spec.tls.clientUsers"][1] == f"list at most {semantics.MAX_CLIENT_USERS}"
+    assert found["spec.tls.clientUsers"][1] == f"list at most {tls.MAX_CLIENT_USERS}"
 
 
 def test_client_users_need_tls_and_the_reconcilers_own_ca() -> None:
