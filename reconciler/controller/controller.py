@@ -58,7 +58,7 @@ from reconciler.controller.shared import (
 from reconciler.controller.volumes import VolumesStep
 from reconciler.drift.backoff import BackoffPolicy, FightTracker
 from reconciler.drift.memo import ComparisonMemo
-from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.projection import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.kaiwudb.backup import Backups, BackupSettings
 from reconciler.kaiwudb.failover import Failover

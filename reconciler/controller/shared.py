@@ -23,7 +23,7 @@ from reconciler import status as st
 from reconciler.drift.backoff import FightTracker
 from reconciler.drift.compare import projection_hash
 from reconciler.drift.memo import ComparisonMemo
-from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.projection import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.kube import kinds as k

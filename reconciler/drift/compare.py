@@ -19,13 +19,8 @@ from typing import Any, Literal
 from deepdiff import DeepDiff
 
 from reconciler.drift.ignore import IgnoreRule, format_pointer
-from reconciler.drift.normalise import (
-    DEFAULT_SETTINGS,
-    ORDER_KEY,
-    DriftSettings,
-    Projection,
-    normalise,
-)
+from reconciler.drift.normalise import normalise
+from reconciler.drift.projection import DEFAULT_SETTINGS, ORDER_KEY, DriftSettings, Projection
 
 ChangeKind = Literal["changed", "added", "removed", "reordered"]
 # deepdiff reports a map sharing fewer than this share of its keys with the other side as one

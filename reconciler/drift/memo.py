@@ -34,7 +34,7 @@ from typing import Any
 
 from reconciler.drift.compare import DriftReport, compare, projection_hash
 from reconciler.drift.ignore import IgnoreRule
-from reconciler.drift.normalise import DEFAULT_SETTINGS, DriftSettings
+from reconciler.drift.projection import DEFAULT_SETTINGS, DriftSettings
 
 Compare = Callable[..., DriftReport]
 # (kind, namespace, name): one object of a cluster.

@@ -20,7 +20,7 @@ import pytest
 from reconciler.controller.conditions import changes_text
 from reconciler.drift.compare import compare as drift_compare
 from reconciler.drift.compare import format_report
-from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.projection import DriftSettings
 from reconciler.kube.events import EventRecorder
 from reconciler.metrics import Metrics
 from reconciler.model import Obj

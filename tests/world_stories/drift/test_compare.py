@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from reconciler.drift.compare import DriftReport, compare, format_report
-from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.projection import DriftSettings
 from reconciler.kube.client import Kube
 from reconciler.kube.kinds import SERVICE, STATEFUL_SET, Kind
 from tests.support import world_kube

@@ -5,6 +5,10 @@ The live objects are written out by hand as a Kubernetes 1.20 API server returns
 allocated addresses, status, managedFields in FieldsV1 form), modelled on objects read back from
 the test world's real apiserver. The same against that real apiserver:
 tests/world_stories/drift/test_compare.py.
+
+They reach the whole of the normalisation through reconciler.drift.normalise: its walk over maps
+and scalars (reconciler.drift.walker) and lists (reconciler.drift.lists), where it stands
+(reconciler.drift.position) and what it gives (reconciler.drift.projection).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from reconciler.drift.managed_fields import (
     parse_fields_v1,
     parse_managed_fields,
 )
-from reconciler.drift.normalise import DriftSettings, Projection, normalise
+from reconciler.drift.normalise import normalise
+from reconciler.drift.projection import DriftSettings, Projection
 from renderer.quantity import comparable, parse
 from tests.support.hypothesis_profiles import examples
 

@@ -18,7 +18,7 @@ from reconciler.drift import compare as compare_module
 from reconciler.drift.compare import DriftReport, compare
 from reconciler.drift.ignore import IgnoreRule
 from reconciler.drift.memo import ComparisonMemo
-from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.projection import DriftSettings
 from reconciler.keys import ClusterKey
 
 Obj = dict[str, Any]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from reconciler.drift.compare import compare
-from reconciler.drift.normalise import DriftSettings
+from reconciler.drift.projection import DriftSettings
 from reconciler.drift.schema import (
     NO_DEFAULT,
     ZERO_IS_A_VALUE,
