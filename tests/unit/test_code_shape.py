@@ -42,7 +42,6 @@ NOT_YET_SPLIT: set[str] = {
     "module reconciler/kube/client.py",
     "class reconciler/runtime/process.py:Runtime",
     "class reconciler/runtime/source_dir.py:DirectorySource",
-    "module reconciler/statuscmd.py",
 }
 
 

@@ -1,6 +1,8 @@
 """`kaiwu status` formatting and exit codes, on plain objects (no API): reconciler.statuscmd's
-`cluster_report`, `table`, `render`, `exit_code` and `main` with the API calls replaced. The same
-command against the test world: tests/world_stories/runtime/test_status.py.
+`cluster_report`, `table`, `render`, `exit_code` and `main` with the API calls replaced, through
+the package's entry point: the reports (reconciler.statuscmd.report), the reads
+(reconciler.statuscmd.reading) and the output (reconciler.statuscmd.formatting). The same command
+against the test world: tests/world_stories/runtime/test_status.py.
 """
 
 from __future__ import annotations
