@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 
-from reconciler.kube.client import exit_status
+from reconciler.kube.podexec import exit_status
 from tests.support.waiting import eventually
 from tests.world.simworld import SimWorld
 

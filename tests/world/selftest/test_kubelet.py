@@ -20,7 +20,7 @@ import pytest
 import websocket
 from kubernetes import client as k8s
 
-from reconciler.kube.client import ExecNotRun
+from reconciler.kube.podexec import ExecNotRun
 from tests.support.pods import (
     Obj,
     as_json,

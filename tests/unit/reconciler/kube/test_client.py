@@ -21,6 +21,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from reconciler.kube import podexec
 from reconciler.kube.client import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -28,17 +29,16 @@ from reconciler.kube.client import (
     MERGE_PATCH,
     ApiError,
     ConnectionSetupError,
-    ExecNotRun,
     Kube,
     Watch,
     check_reachable,
     count_requests,
-    exit_status,
     load_api_client,
     send,
 )
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import LEASE, POD, STATEFUL_SET
+from reconciler.kube.podexec import ExecNotRun, exit_status
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from tests.support.client_pool import HOST, Answer, Pool, api_client, sts
@@ -544,14 +544,12 @@ class FakeExecStream:
 
 def exec_with(monkeypatch: pytest.MonkeyPatch, fake: FakeExecStream) -> tuple[
         tuple[str, str, int], dict[str, Any]]:
-    from reconciler.kube import client as kube_client
-
     asked: dict[str, Any] = {}
 
     def stream(_call: Any, *args: Any, **kwargs: Any) -> FakeExecStream:
         asked.update(kwargs)
         return fake
-    monkeypatch.setattr(kube_client, "stream", stream)
+    monkeypatch.setattr(podexec, "stream", stream)
     kube = Kube(k8s.ApiClient(k8s.Configuration()), "test")
     return kube.exec("db", "kdb-0", "kwbase", ["kwbase", "init"], timeout=1), asked
 
