@@ -18,9 +18,8 @@ reconciling, still in the cache). The work queue's limits come from the settings
 (`reconciler.kube.ratelimit.Limits.of`).
 
 The Controller is made by a factory `(kube, view, settings, metrics) -> Reconciler`; the default
-is `reconciler.controller.controller.Controller`. Each reconcile's outcome feeds the metrics and
-the queue: success forgets the key's failure back-off and honours `requeue_after_s`; an exception is
-logged, counted and retried with per-key exponential back-off.
+is `reconciler.controller.controller.Controller`. Each worker (reconciler.runtime.worker) feeds
+each reconcile's outcome to the metrics and the queue.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from kubernetes import client
 
@@ -40,14 +38,14 @@ from reconciler.kube.cache import Caches, CacheView
 from reconciler.kube.client import Kube, count_requests, load_api_client
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.events import EventRecorder
-from reconciler.kube.kinds import KAIWU_CLUSTER
-from reconciler.kube.leader import GuardedKube, LeaderElector, NotLeaderError, NotOwnerError
+from reconciler.kube.leader import GuardedKube, LeaderElector
 from reconciler.kube.ratelimit import Limits
 from reconciler.kube.workqueue import WorkQueue
 from reconciler.metrics import Metrics
 from reconciler.runtime.http import HealthServer
 from reconciler.runtime.source_dir import DirectorySource
 from reconciler.runtime.webhook import WebhookManager, WebhookServer, decider
+from reconciler.runtime.worker import Reconciler, Worker
 from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,12 +54,6 @@ log = logging.getLogger(__name__)
 # workers' requests; the client's default (5 per CPU) would make urllib3 drop and reopen them.
 CONNECTION_POOL_SIZE = 48
 USER_AGENT = "kaiwu-reconciler"
-
-
-class Reconciler(Protocol):
-    """What the runtime needs of the Controller. The result may carry `requeue_after_s`."""
-
-    def reconcile(self, key: ClusterKey) -> Any: ...
 
 
 ControllerFactory = Callable[[Kube, CacheView, Settings, Metrics], Reconciler]
@@ -313,8 +305,9 @@ class Runtime:
                                           self.metrics, self.events)
             term.source.start()
         queued = self.queue.depth  # read before the workers start taking from the queue
-        workers = [threading.Thread(target=self._work, args=(term,), name=f"worker-{i}",
-                                    daemon=True) for i in range(self.settings.workers)]
+        workers = [threading.Thread(target=self.worker().run, args=(term.stop,),
+                                    name=f"worker-{i}", daemon=True)
+                   for i in range(self.settings.workers)]
         for worker in workers:
             worker.start()
         term.workers = workers  # once running, as the resync thread (start)
@@ -342,54 +335,9 @@ class Runtime:
                         "refused from now on", extra={"threads": busy})
         log.info("workers stopped")
 
-    def _work(self, term: _Term) -> None:
-        while not term.stop.is_set():
-            key = self.queue.get(timeout_s=0.2)
-            if key is None:
-                continue
-            if term.stop.is_set():
-                # Not ours to do any more: leave it queued for the next term.
-                self.queue.done(key)
-                self.queue.add(key)
-                return
-            self._process(key)
-
-    def _process(self, key: ClusterKey) -> None:
-        if not self.caches.owns(key) \
-                and self.caches.informers[KAIWU_CLUSTER].has(key.namespace, key.name):
-            # Being handed over from another shard: the handover's add_after brings it back.
-            self.queue.done(key)
-            return
-        started = time.monotonic()
-        self._current.key = key
-        try:
-            result = self.controller.reconcile(key)
-        except NotOwnerError as error:
-            log.info("reconcile stopped: the cluster moved to another shard",
-                     extra={"cluster": str(key), "error": str(error)})
-        except NotLeaderError as error:
-            # Leadership ended mid-reconcile; the next leader reconciles the cluster.
-            log.info("reconcile stopped: no longer leader",
-                     extra={"cluster": str(key), "error": str(error)})
-        except Exception as error:
-            self.metrics.reconcile_total.labels(result="error").inc()
-            self.metrics.errors_total.labels(stage="reconcile").inc()
-            retry = self.queue.add_rate_limited(key)
-            log.exception("reconcile failed", extra={
-                "cluster": str(key), "error": str(error)[:500], "retry_in_s": retry})
-        else:
-            self.metrics.reconcile_total.labels(result="success").inc()
-            self.queue.forget(key)
-            requeue = getattr(result, "requeue_after_s", None)
-            if requeue is not None:
-                self.queue.add_after(key, float(requeue))
-        finally:
-            self._current.key = None
-            elapsed = time.monotonic() - started
-            self.metrics.reconcile_duration_seconds.observe(elapsed)
-            self.queue.done(key)
-            log.debug("reconciled", extra={"cluster": str(key),
-                                           "duration_s": round(elapsed, 4)})
+    def worker(self) -> Worker:
+        """A worker reconciling with this replica's controller, caches, queue and metrics."""
+        return Worker(self.controller, self.caches, self.queue, self.metrics, self._current)
 
     # ---- safety net -------------------------------------------------------------------------
 

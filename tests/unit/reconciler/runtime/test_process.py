@@ -1,5 +1,6 @@
 """Stories about the replica's own decisions (reconciler.runtime.process), without an API server:
-what a reconcile's outcome does to the queue and the metrics, when a cluster is left to the
+what a reconcile's outcome does to the queue and the metrics (its workers,
+reconciler.runtime.worker), when a cluster is left to the
 shard handing it over, what /healthz and /readyz say, and how the API client is set up. The
 runtime's parts are small stand-ins (caches that answer from sets, a controller that returns or
 raises what a story says); the work queue is the real one. How the replica talks to the API
@@ -130,39 +131,39 @@ def taken(replica: Runtime) -> ClusterKey | None:
 
 def test_a_reconcile_that_asks_to_come_back_is_queued_again_after_that_delay() -> None:
     replica = runtime(Controller(Result(requeue_after_s=0.05)))
-    replica._process(ORDERS)
+    replica.worker().process(ORDERS)
     assert replica.metrics.value("kaiwu_reconcile_total", {"result": "success"}) == 1
     assert replica.metrics.value("kaiwu_reconcile_duration_seconds_count") == 1
     assert 0 <= replica.metrics.value("kaiwu_reconcile_duration_seconds_sum") < 5
     assert replica.queue.depth == 1, "due in 0.05 s"
     assert replica.queue.get(timeout_s=10) == ORDERS
     quiet = runtime(Controller(Result(requeue_after_s=None)))
-    quiet._process(ORDERS)
+    quiet.worker().process(ORDERS)
     assert quiet.queue.depth == 0, "only a watch event brings it back"
     bare = runtime(Controller(None))  # a controller that returns nothing at all
-    bare._process(ORDERS)
+    bare.worker().process(ORDERS)
     assert bare.queue.depth == 0
     assert bare.metrics.value("kaiwu_reconcile_total", {"result": "success"}) == 1
 
 
 def test_a_failing_reconcile_is_counted_and_retried_after_a_growing_back_off() -> None:
     replica = runtime(Controller(error=RuntimeError("boom")))
-    replica._process(ORDERS)
-    replica._process(ORDERS)
+    replica.worker().process(ORDERS)
+    replica.worker().process(ORDERS)
     assert replica.metrics.value("kaiwu_reconcile_total", {"result": "error"}) == 2
     assert replica.metrics.value("kaiwu_errors_total", {"stage": "reconcile"}) == 2
     assert replica.queue.failures(ORDERS) == 2
     assert replica.queue.depth == 1 and taken(replica) is None, "not before its back-off"
     # A success starts the back-off from the base again.
     replica.controller = Controller(Result(None))
-    replica._process(ORDERS)
+    replica.worker().process(ORDERS)
     assert replica.queue.failures(ORDERS) == 0
 
 
 def test_a_reconcile_stopped_by_lost_leadership_or_a_moved_cluster_is_not_retried_here() -> None:
     for error in (NotLeaderError("lease lost"), NotOwnerError("moved to shard b")):
         replica = runtime(Controller(error=error))
-        replica._process(ORDERS)
+        replica.worker().process(ORDERS)
         assert replica.queue.depth == 0 and replica.queue.failures(ORDERS) == 0
         assert replica.metrics.value("kaiwu_reconcile_total", {"result": "error"}) == 0
         assert replica.metrics.value("kaiwu_reconcile_duration_seconds_count") == 1
@@ -172,14 +173,14 @@ def test_a_cluster_still_being_handed_over_from_another_shard_is_left_alone() ->
     controller = Controller(Result(None))
     arriving = runtime(controller, Caches(owned=set(), held={ORDERS}))
     arriving.queue.add(ORDERS)
-    arriving._process(arriving.queue.get(timeout_s=1) or ORDERS)
+    arriving.worker().process(arriving.queue.get(timeout_s=1) or ORDERS)
     assert controller.calls == []
     arriving.queue.add(ORDERS)  # the handover's add_after
     assert taken(arriving) == ORDERS, "it was let go, so it can come back"
     # Not in this shard's caches at all (deleted meanwhile): reconciled, which forgets it.
     gone = runtime(controller, Caches(owned=set(), held=set()))
     gone.queue.add(ORDERS)
-    gone._process(gone.queue.get(timeout_s=1) or ORDERS)
+    gone.worker().process(gone.queue.get(timeout_s=1) or ORDERS)
     assert controller.calls == [ORDERS]
     gone.queue.add(ORDERS)
     assert taken(gone) == ORDERS, "done with it, so it can come back"
@@ -189,7 +190,7 @@ def test_a_worker_reconciles_what_is_queued_until_its_term_ends() -> None:
     controller = Controller(Result(None))
     replica = runtime(controller)
     term = _Term()
-    worker = threading.Thread(target=replica._work, args=(term,))
+    worker = threading.Thread(target=replica.worker().run, args=(term.stop,))
     worker.start()
     threading.Event().wait(0.3)  # longer than one wait for work: it keeps waiting
     assert worker.is_alive()
@@ -207,7 +208,7 @@ def test_a_cluster_a_worker_takes_after_its_term_ended_is_left_for_the_next_term
     controller = Controller(Result(None))
     replica = runtime(controller)
     term = _Term()
-    worker = threading.Thread(target=replica._work, args=(term,))
+    worker = threading.Thread(target=replica.worker().run, args=(term.stop,))
     worker.start()
     threading.Event().wait(0.05)  # waiting for work
     term.stop.set()
@@ -777,9 +778,9 @@ def test_a_reconcile_writes_only_while_its_cluster_is_this_shards(made: Made) ->
                 return None
         replica.controller = Writing()
         try:
-            replica._process(ORDERS)
+            replica.worker().process(ORDERS)
             caches_of(replica)._owned.clear()  # it left the shard, and the cache
-            replica._process(ORDERS)
+            replica.worker().process(ORDERS)
             assert writes == [True, "refused"]
             caches_of(replica)._owned.add(ORDERS)
             assert reaches_the_api(partial(replica.kube.delete, KAIWU_CLUSTER, "shop", "x")), \
@@ -840,7 +841,7 @@ def test_the_queue_lets_a_cluster_through_as_often_as_the_settings_say(
     with caplog.at_level(logging.ERROR, logger="reconciler.runtime.process"):
         for _ in range(6):
             assert capped.queue.get(timeout_s=10) == ORDERS
-            capped._process(ORDERS)
+            capped.worker().process(ORDERS)
     retries = [getattr(r, "retry_in_s", None) for r in caplog.records
                if r.getMessage() == "reconcile failed"]
     # Uncapped, the fifth and sixth would wait 0.01 * 2**4 = 0.16 s and 0.32 s.
@@ -1052,10 +1053,10 @@ def test_a_term_logs_its_workers_starting_and_stopping_and_those_it_left_running
 def test_each_reconcile_is_logged_with_its_cluster_and_how_it_ended(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="reconciler.runtime.process"):
-        runtime(Controller(Result(None)))._process(ORDERS)
-        runtime(Controller(error=NotOwnerError("moved to shard b")))._process(ORDERS)
-        runtime(Controller(error=NotLeaderError("lease lost")))._process(ORDERS)
-        runtime(Controller(error=RuntimeError("x" * 600)))._process(ORDERS)
+        runtime(Controller(Result(None))).worker().process(ORDERS)
+        runtime(Controller(error=NotOwnerError("moved to shard b"))).worker().process(ORDERS)
+        runtime(Controller(error=NotLeaderError("lease lost"))).worker().process(ORDERS)
+        runtime(Controller(error=RuntimeError("x" * 600))).worker().process(ORDERS)
     done = [r for r in caplog.records if r.getMessage() == "reconciled"]
     assert len(done) == 4 and all(r.levelno == logging.DEBUG for r in done)
     assert {getattr(r, "cluster", None) for r in done} == {"shop/orders"}
