@@ -2,12 +2,13 @@
 
 The pure GitOps pull model: a git-sync sidecar keeps PATH fresh (it checks out each commit into a
 new worktree and swaps a symlink onto it), and the leader's `DirectorySource`, started by
-`reconciler.runtime.process`, applies what it finds there. It watches PATH with watchdog (inotify):
-the checkout recursively, plus the directory holding each symlink on the way to it, so a swapped
-link is noticed and the watch moves to the new worktree. After a short quiet spell
-(`source_debounce_s`) it reads every YAML file with the renderer's loader and checks, each file
-on its own, and server-side applies each cluster (annotated kaiwu.inspur.com/source: dir) that
-changed. The periodic resync re-applies all of them, undoing hand edits of the KaiwuClusters.
+`reconciler.runtime.process`, applies what it finds there. It watches PATH with watchdog
+(inotify, reconciler.runtime.source_watch): the checkout recursively, plus the directory holding
+each symlink on the way to it, so a swapped link is noticed and the watch moves to the new
+worktree. After a short quiet spell (`source_debounce_s`) it reads every YAML file with the
+renderer's loader and checks, each file on its own, and server-side applies each cluster
+(annotated kaiwu.inspur.com/source: dir) that changed. The periodic resync re-applies all of
+them, undoing hand edits of the KaiwuClusters.
 
 A broken file is reported (a log line, kaiwu_source_errors_total, kaiwu_source_broken_files, the
 /readyz detail, and a Warning Event on the clusters it defined before it broke) and skipped; the
@@ -29,9 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
-
 from reconciler.keys import ClusterKey
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
@@ -39,6 +37,7 @@ from reconciler.kube.events import EventRecorder
 from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
+from reconciler.runtime.source_watch import DirectoryWatch
 from reconciler.settings import Settings
 from renderer.errors import RenderError
 from renderer.loader import find_files, load_documents, to_plain
@@ -49,9 +48,6 @@ log = logging.getLogger(__name__)
 SOURCE_ANNOTATION = "kaiwu.inspur.com/source"
 SOURCE_FILE_ANNOTATION = "kaiwu.inspur.com/source-file"
 SOURCE_VALUE = "dir"
-# Events that mean content changed; reads (opened, closed_no_write) are ignored, or every scan
-# would trigger the next.
-_CHANGES = frozenset({"created", "deleted", "modified", "moved", "closed"})
 # How long stop() waits for a scan in progress (an apply hung on the API server must not hold
 # up the end of a leadership term for long).
 STOP_WAIT_S = 5.0
@@ -105,35 +101,6 @@ class _Pending:
     force: bool = False
 
 
-class _Changes(FileSystemEventHandler):
-    def __init__(self, source: DirectorySource) -> None:
-        self.source = source
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type not in _CHANGES:
-            return
-        if event.is_directory and event.event_type == "modified":
-            return  # a file inside changed: that file's own event follows
-        if event.event_type in ("deleted", "moved") and \
-                os.fsdecode(event.src_path) in {str(p) for p in self.source.watched}:
-            # A watched directory itself went away: its watch is dead, set all up again.
-            self.source.watched = ()
-        self.source.request_scan()
-
-
-def symlink_parents(path: Path) -> list[Path]:
-    """The directories holding each symlink on the way to `path` (git-sync swaps the link
-    itself, which shows as an event in the link's directory, not inside the old target)."""
-    parents: list[Path] = []
-    current = Path(path.anchor)
-    for part in path.parts[1:]:
-        current = current / part
-        if current.is_symlink():
-            parents.append(current.parent.resolve())
-            current = current.resolve()
-    return parents
-
-
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -157,21 +124,15 @@ class DirectorySource:
         self._pending = _Pending()
         self._lock = threading.Lock()  # one scan at a time
         self._stop = threading.Event()
-        self._observer: Any = None
-        # stop() may come from another thread while the scanner re-points the watches: the
-        # observer is replaced, used and dropped only under this lock.
-        self._watch_lock = threading.Lock()
-        self.watched: tuple[Path, ...] = ()  # what inotify watches now
+        # Told of a change, scan (looked up at each call: a story may replace request_scan).
+        self.watch = DirectoryWatch(self.path, lambda: self.request_scan())
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         self._stop.clear()
-        self._observer = Observer()
-        self._observer.daemon = True
-        self._observer.start()
-        self._rewatch()
+        self.watch.start()
         self.request_scan(force=True)
         self._thread = threading.Thread(target=self._run, name="source-dir", daemon=True)
         self._thread.start()
@@ -179,10 +140,7 @@ class DirectorySource:
     def stop(self) -> None:
         self._stop.set()
         self._pending.event.set()
-        with self._watch_lock:
-            observer, self._observer = self._observer, None
-        if observer is not None:
-            observer.stop()
+        self.watch.stop()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(STOP_WAIT_S)
 
@@ -201,7 +159,7 @@ class DirectorySource:
         result = self.last_result
         return result.summary() if result else [f"source dir {self.path}: not read yet"]
 
-    # ---- watching ---------------------------------------------------------------------------
+    # ---- the scanner: waits for changes, then scans -----------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -219,44 +177,13 @@ class DirectorySource:
             # Watch first, then read: a file made after the read raises an event on a watch
             # already in place. The other order lost a file written into a directory created
             # moments before (read while still empty, watched only after the write).
-            self._rewatch()
+            self.watch.rewatch()
             try:
                 self.scan(force=force)
             except Exception:
                 self.metrics.errors_total.labels(stage="source").inc()
                 log.exception("reading the source directory failed",
                               extra={"path": str(self.path)})
-
-    def _rewatch(self) -> None:
-        """Watch the current target of the path, and the directories of its symlinks."""
-        with self._watch_lock:
-            if self._observer is not None:  # None: stopped
-                self._point_watches(self._observer)
-
-    def _point_watches(self, observer: Any) -> None:
-        wanted: list[tuple[Path, bool]] = []
-        try:
-            wanted = [(parent, False) for parent in symlink_parents(self.path)]
-            if not wanted and self.path.parent.is_dir():
-                # PATH itself may be created, replaced or removed later: watch its parent too.
-                wanted.append((self.path.parent, False))
-            real = self.path.resolve()
-            if real.is_dir():
-                wanted.append((real, True))
-        except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop
-            log.warning("cannot resolve the source directory", extra={"error": str(error)})
-        if tuple(path for path, _ in wanted) == self.watched:
-            return
-        observer.unschedule_all()
-        handler = _Changes(self)
-        for path, recursive in wanted:
-            try:
-                observer.schedule(handler, str(path), recursive=recursive)
-            except OSError as error:  # vanished between resolve and watch: next scan retries
-                log.warning("cannot watch", extra={"path": str(path), "error": str(error)})
-        self.watched = tuple(path for path, _ in wanted)
-        log.info("watching the source directory", extra={
-            "path": str(self.path), "watched": [str(p) for p in self.watched]})
 
     # ---- one pass ---------------------------------------------------------------------------
 

@@ -39,7 +39,6 @@ NOT_YET_SPLIT: set[str] = {
     "class reconciler/kaiwudb/restore.py:Restore",
     "module reconciler/kube/cache.py",
     "function reconciler/kube/cache.py:__init__",
-    "class reconciler/runtime/source_dir.py:DirectorySource",
 }
 
 

@@ -20,11 +20,8 @@ from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.runtime import source_dir
-from reconciler.runtime.source_dir import (
-    SOURCE_ANNOTATION,
-    SOURCE_FILE_ANNOTATION,
-    symlink_parents,
-)
+from reconciler.runtime.source_dir import SOURCE_ANNOTATION, SOURCE_FILE_ANNOTATION
+from reconciler.runtime.source_watch import symlink_parents
 from renderer import loader
 from renderer.errors import Problem, RenderError
 from tests.support.fake_api import FakeApi

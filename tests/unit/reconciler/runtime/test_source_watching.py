@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from reconciler.metrics import Metrics
-from reconciler.runtime import source_dir
+from reconciler.runtime import source_dir, source_watch
 from reconciler.runtime.source_dir import DirectorySource
 from tests.support.source_dir import (
     Api,
@@ -216,10 +216,11 @@ def test_a_git_sync_symlink_swap_moves_the_watch_to_the_new_checkout(tmp_path: P
     directory.start()
     try:
         eventually(lambda: applied_replicas(api, "orders") == 3, "commit c1")
-        assert directory.watched == (root.resolve(), root.resolve() / ".worktrees/c1/clusters")
+        assert directory.watch.watched == (root.resolve(),
+                                           root.resolve() / ".worktrees/c1/clusters")
         swap(checkout("c2", 5))
         eventually(lambda: applied_replicas(api, "orders") == 5, "commit c2 after the swap")
-        eventually(lambda: directory.watched[-1] == root.resolve() / ".worktrees/c2/clusters",
+        eventually(lambda: directory.watch.watched[-1] == root.resolve() / ".worktrees/c2/clusters",
                    "watching c2")
         (root / ".worktrees" / "c2" / "clusters" / "orders.yaml").write_text(
             cluster_file("orders", 7))
@@ -235,11 +236,11 @@ def test_a_directory_made_after_the_start_is_picked_up(tmp_path: Path) -> None:
     directory.start()
     try:
         eventually(lambda: directory.scans == 1, "read at start")
-        assert tuple(directory.watched) == (tmp_path,), "its parent, for when it appears"
+        assert tuple(directory.watch.watched) == (tmp_path,), "its parent, for when it appears"
         repo.mkdir()
         (repo / "orders.yaml").write_text(cluster_file("orders"))
         eventually(lambda: applied_replicas(api, "orders") == 3, "the new directory read")
-        eventually(lambda: directory.watched == (tmp_path, repo), "and watched")
+        eventually(lambda: directory.watch.watched == (tmp_path, repo), "and watched")
     finally:
         directory.stop()
 
@@ -325,7 +326,7 @@ class Observer:
 def watching(path: Path) -> tuple[DirectorySource, Observer]:
     directory = source(path, Api())
     observer = Observer()
-    directory._observer = observer
+    directory.watch._observer = observer
     return directory, observer
 
 
@@ -334,19 +335,19 @@ def test_the_checkout_is_watched_whole_and_the_directories_on_the_way_only_thems
     repo = repo_with(tmp_path)
     directory, observer = watching(repo)
     with caplog.at_level(logging.INFO, logger="reconciler.runtime.source_dir"):
-        directory._rewatch()
+        directory.watch.rewatch()
     assert observer.scheduled == [(str(tmp_path), False), (str(repo), True)]
     record = next(r for r in caplog.records if r.getMessage() == "watching the source directory")
     assert getattr(record, "path", None) == str(repo)
     assert getattr(record, "watched", None) == [str(tmp_path), str(repo)]
-    directory._rewatch()
+    directory.watch.rewatch()
     assert observer.cleared == 1, "the same paths: the watches are left as they are"
 
     checkout = tmp_path / "worktrees" / "c1"
     checkout.mkdir(parents=True)
     (tmp_path / "link").symlink_to(checkout)
     linked, observer = watching(tmp_path / "link")
-    linked._rewatch()
+    linked.watch.rewatch()
     assert observer.scheduled == [(str(tmp_path), False), (str(checkout), True)], \
         "the link's directory (where git-sync swaps it), not the link's parent again"
 
@@ -357,7 +358,7 @@ def test_a_path_that_vanishes_before_it_is_watched_is_logged_and_tried_again(
     directory, observer = watching(repo)
     observer.refuse.add(str(repo))
     with caplog.at_level(logging.WARNING, logger="reconciler.runtime.source_dir"):
-        directory._rewatch()
+        directory.watch.rewatch()
     assert observer.scheduled == [(str(tmp_path), False)]
     record = next(r for r in caplog.records if r.getMessage() == "cannot watch")
     assert getattr(record, "path", None) == str(repo)
@@ -382,7 +383,7 @@ def test_content_changes_ask_for_a_scan_reads_and_directory_touches_do_not(
     directory = source(repo, Api())
     requested: list[bool] = []
     directory.request_scan = lambda force=False: requested.append(force)  # type: ignore[method-assign]
-    handler = source_dir._Changes(directory)
+    handler = source_watch.Changes(directory.watch)
     file = str(repo / "orders.yaml")
     for quiet in (FileOpenedEvent(file), FileClosedNoWriteEvent(file), DirModifiedEvent(str(repo))):
         handler.on_any_event(quiet)
@@ -391,14 +392,15 @@ def test_content_changes_ask_for_a_scan_reads_and_directory_touches_do_not(
                    FileDeletedEvent(file), FileMovedEvent(file, file + ".old")):
         handler.on_any_event(change)
     assert requested == [False] * 5, "plain scans, after the quiet spell"
-    directory.watched = (tmp_path, repo)
+    directory.watch.watched = (tmp_path, repo)
     handler.on_any_event(FileDeletedEvent(file))
-    assert directory.watched == (tmp_path, repo), "a file inside: the watches still hold"
+    assert directory.watch.watched == (tmp_path, repo), "a file inside: the watches still hold"
     handler.on_any_event(DirDeletedEvent(str(repo)))
-    assert tuple(directory.watched) == (), "a watched directory gone: its watch is dead, set all up"
-    directory.watched = (tmp_path, repo)
+    assert tuple(directory.watch.watched) == (), \
+        "a watched directory gone: its watch is dead, set all up"
+    directory.watch.watched = (tmp_path, repo)
     handler.on_any_event(DirMovedEvent(str(repo), str(tmp_path / "elsewhere")))
-    assert tuple(directory.watched) == ()
+    assert tuple(directory.watch.watched) == ()
     assert len(requested) == 8
 
 
@@ -416,10 +418,10 @@ def test_a_stop_that_comes_while_the_watches_are_re_pointed_waits_for_them(
         stopper.start()
         stopper.join(0.2)  # the stop waits for the watches, however long we give it here
     observer.unschedule_all = cleared_and_stopped_meanwhile  # type: ignore[method-assign]
-    directory._rewatch()
+    directory.watch.rewatch()
     stopper.join(5)
     assert not stopper.is_alive(), "the stop finished once the watches were set"
     assert observer.scheduled == [(str(tmp_path), False), (str(repo), True)]
     assert observer.stopped
-    directory._rewatch()  # stopped: nothing is watched any more, and nothing fails
+    directory.watch.rewatch()  # stopped: nothing is watched any more, and nothing fails
     assert observer.cleared == 1
