@@ -1,9 +1,10 @@
-"""`kaiwu backup create|list|describe` and `kaiwu restore`: backups from the command line.
+"""`kaiwu backup create|list|describe`: backups from the command line.
 
-`reconciler.cli.main` hands `kaiwu backup ...` and `kaiwu restore ...` here (and `kubectl kaiwu
-...`, the same entry point). Like `kaiwu status` it reads the API as kubectl does (a kubeconfig
-and context, or the pod's service account) through `reconciler.kube.client.Kube`, with kubectl's
---kubeconfig, --context and -n/--namespace flags.
+`reconciler.cli.main` hands `kaiwu backup ...` here (and `kubectl kaiwu backup ...`, the same
+entry point); `kaiwu restore` (reconciler.restorecmd) shares its connection, refusals and exit
+codes (`connect`, `Refused`, `guarded`). Like `kaiwu status` it reads the API as kubectl does
+(a kubeconfig and context, or the pod's service account) through `reconciler.kube.client.Kube`,
+with kubectl's --kubeconfig, --context and -n/--namespace flags.
 
 - `backup create CLUSTER` makes a KaiwuBackup (the reconciler runs it: docs/backup.md). Its
   target is given with --s3-bucket/--s3-secret or --volume-claim, or taken from the cluster's
@@ -12,24 +13,17 @@ and context, or the pod's service account) through `reconciler.kube.client.Kube`
   exit 0 completed, 1 failed (its reason) or timed out.
 - `backup list [CLUSTER]` and `backup describe NAME`: phase, times, size, target, failure, and
   for a completed one the restore command.
-- `restore --from BACKUP --into NEW` writes a KaiwuCluster NEW with the source cluster's spec
-  and `spec.bootstrap.fromBackup` (checked by the renderer as `kaiwu validate` checks it), to
-  standard output or -f FILE, or creates it with --apply. A backup that has not completed, a
-  NEW that exists, or a source cluster that is gone is refused.
 
 Exit codes as the CLI's: 0 done, 1 not done (a backup failed or a wait timed out), 2 an error
 or a refusal (one line on stderr naming the fix, no traceback). The pure parts (`target_of`,
-`backup_object`, `restore_spec`, `backup_rows`, `describe_text`) need no API and are tested
-alone.
+`backup_object`, `backup_rows`, `describe_text`) need no API and are tested alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -66,17 +60,17 @@ class Refused(Exception):
     """A request the command will not carry out: one line naming the fix (exit 2)."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     # argparse prints the whole usage block and exits; the CLI's rule is one line, exit 2.
     def error(self, message: str) -> NoReturn:
         raise Refused(f"{message} (see {self.prog} --help)")
 
 
 def backup_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kaiwu backup", description="Create, list and describe KaiwuBackups "
+    p = Parser(prog="kaiwu backup", description="Create, list and describe KaiwuBackups "
                 "(docs/backup.md).")
     commands = p.add_subparsers(dest="action", required=True, metavar="ACTION",
-                                parser_class=_Parser)
+                                parser_class=Parser)
     create = commands.add_parser("create", help="back a cluster up now")
     create.add_argument("cluster", help="the KaiwuCluster to back up")
     create.add_argument("--name", help="the KaiwuBackup's name (default: "
@@ -112,19 +106,6 @@ def backup_parser() -> argparse.ArgumentParser:
     add_connection_flags(describe)
     return p
 
-
-def restore_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="kaiwu restore", description="Write (or, with --apply, create) a new "
-                "KaiwuCluster restored from a completed KaiwuBackup: the source cluster's spec "
-                "with spec.bootstrap.fromBackup (docs/backup.md).")
-    p.add_argument("--from", dest="source", required=True, metavar="BACKUP",
-                   help="the completed KaiwuBackup")
-    p.add_argument("--into", required=True, metavar="NEW", help="the new cluster's name")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("-f", "--file", help="write the spec to this file (default: stdout)")
-    where.add_argument("--apply", action="store_true", help="create the cluster now")
-    add_connection_flags(p)
-    return p
 
 
 # ---- pure parts --------------------------------------------------------------------------------
@@ -174,13 +155,13 @@ def target_of(args: argparse.Namespace, schedules: Sequence[Obj], backups: Seque
     named = named_target(args)
     if named is not None:
         return named
-    own = [sch for sch in schedules if _cluster_of(sch) == cluster]
+    own = [sch for sch in schedules if cluster_of(sch) == cluster]
     if len(own) == 1:
-        target = _dict(_dict(own[0].get("spec")).get("template")).get("target")
+        target = as_dict(as_dict(own[0].get("spec")).get("template")).get("target")
         if isinstance(target, Mapping):
             return dict(target)
-    good = sorted((b for b in backups if _cluster_of(b) == cluster and _phase(b) == "completed"
-                   and isinstance(_dict(b.get("spec")).get("target"), Mapping)),
+    good = sorted((b for b in backups if cluster_of(b) == cluster and phase_of(b) == "completed"
+                   and isinstance(as_dict(b.get("spec")).get("target"), Mapping)),
                   key=lambda b: str(meta(b).get("creationTimestamp") or ""))
     if good:
         return dict(good[-1]["spec"]["target"])
@@ -203,69 +184,28 @@ def default_name(cluster: str, now: float) -> str:
     return f"{cluster}-{datetime.fromtimestamp(now, UTC).strftime('%Y%m%d-%H%M%S')}"
 
 
-# Labels a tool sets to own an object (GitOps): a copy carrying them would look like the
-# source's app to that tool.
-OWNER_LABEL_PREFIXES = ("app.kubernetes.io/", "argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/",
-                        "helm.toolkit.fluxcd.io/")
 
 
-def restore_spec(source: Obj, backup: str, new: str) -> tuple[Obj, list[str]]:
-    """The source cluster's spec under a new name, started from `backup`, and what was not
-    copied (said on stderr). Left out: what names the source's identity or address: the Secret
-    names and layout of its own certificates (they name the source's hosts: the copy gets its
-    own), its client Service settings (a LoadBalancer address or DNS annotation would be claimed
-    twice), labels a GitOps tool owns it by; and spec.paused and any earlier bootstrap."""
-    spec = copy.deepcopy(_dict(source.get("spec")))
-    dropped = []  # only what differs from what the CRD defaults it to: the rest is no news
-    if spec.pop("paused", None):
-        dropped.append("spec.paused")
-    tls = spec.get("tls")
-    if isinstance(tls, dict) and (tls.get("nodeSecretName") or tls.get("clientSecretName")):
-        for key in ("nodeSecretName", "clientSecretName", "secretLayout"):
-            value = tls.pop(key, None)
-            if value and not (key == "secretLayout" and value == "kwbase"):
-                dropped.append(f"spec.tls.{key} (the copy gets certificates of its own)")
-    service = _dict(spec.get("service"))
-    if service.get("type", "ClusterIP") != "ClusterIP" or service.get("annotations"):
-        del spec["service"]
-        dropped.append("spec.service (the source's Service type and annotations: its address "
-                       "would be claimed twice; set them when the copy replaces it)")
-    spec["bootstrap"] = {"fromBackup": {"name": backup}}
-    md = meta(source)
-    labels = {}
-    for key, value in _dict(md.get("labels")).items():
-        if str(key).startswith(OWNER_LABEL_PREFIXES):
-            if not str(key).startswith("app.kubernetes.io/"):
-                dropped.append(f"label {key} (a tool's ownership of the source)")
-        else:
-            labels[key] = value
-    metadata: Obj = {"name": new, "namespace": md.get("namespace")}
-    if labels:
-        metadata["labels"] = labels
-    return ({"apiVersion": source.get("apiVersion", schema.API_VERSION), "kind": schema.KIND,
-             "metadata": metadata, "spec": spec}, dropped)
-
-
-def _dict(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
     """`value` if it is a mapping, else empty: objects from the API are read with care."""
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _cluster_of(obj: Obj) -> str | None:
-    name = _dict(_dict(obj.get("spec")).get("cluster")).get("name")
+def cluster_of(obj: Obj) -> str | None:
+    name = as_dict(as_dict(obj.get("spec")).get("cluster")).get("name")
     return str(name) if name is not None else None
 
 
-def _phase(obj: Obj) -> str:
-    return one_line(_dict(obj.get("status")).get("phase") or "pending", 20)
+def phase_of(obj: Obj) -> str:
+    return one_line(as_dict(obj.get("status")).get("phase") or "pending", 20)
 
 
 def _target_text(obj: Obj) -> str:
-    target = _dict(_dict(obj.get("spec")).get("target"))
+    target = as_dict(as_dict(obj.get("spec")).get("target"))
     if "volume" in target:
-        return one_line(f"volume {_dict(target['volume']).get('claimName', '?')}", 300)
+        return one_line(f"volume {as_dict(target['volume']).get('claimName', '?')}", 300)
     if "s3" in target:
-        s3 = _dict(target["s3"])
+        s3 = as_dict(target["s3"])
         return one_line(f"s3://{s3.get('bucket', '?')}/{s3.get('prefix', '')}".rstrip("/"),
                         300)
     return "?"
@@ -276,10 +216,10 @@ def backup_rows(backups: Sequence[Obj]) -> list[dict[str, Any]]:
     rows = []
     for obj in sorted(backups, key=lambda b: (str(meta(b).get("creationTimestamp") or ""),
                                               str(meta(b).get("name")))):
-        status = _dict(obj.get("status"))
+        status = as_dict(obj.get("status"))
         size = status.get("sizeBytes")
         rows.append({"namespace": meta(obj).get("namespace"), "name": meta(obj).get("name"),
-                     "cluster": _cluster_of(obj), "phase": _phase(obj),
+                     "cluster": cluster_of(obj), "phase": phase_of(obj),
                      "target": _target_text(obj),
                      "sizeBytes": size if isinstance(size, int) and not isinstance(size, bool)
                      else None,
@@ -343,7 +283,7 @@ def _dump(data: Any, output: str) -> str:
 
 # ---- the commands ------------------------------------------------------------------------------
 
-def _connect(args: argparse.Namespace) -> tuple[Kube, str]:
+def connect(args: argparse.Namespace) -> tuple[Kube, str]:
     api = load_api_client(args.kubeconfig, args.context)
     check_reachable(api, 10.0)
     namespace = context_namespace(args.namespace, args.kubeconfig, args.context)
@@ -352,9 +292,9 @@ def _connect(args: argparse.Namespace) -> tuple[Kube, str]:
 
 def create(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO,
            clock: Callable[[], float], sleep: Callable[[float], None]) -> int:
-    _check_name(args.cluster, "CLUSTER")
+    check_name(args.cluster, "CLUSTER")
     if args.name:
-        _check_name(args.name, "--name")
+        check_name(args.name, "--name")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         raise Refused(f"--timeout {args.timeout:g}: give a number of seconds above 0")
     cluster = kube.get(kk.KAIWU_CLUSTER, namespace, args.cluster)
@@ -375,7 +315,7 @@ def create(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO,
         raise Refused(f"the API server refused KaiwuBackup {name}: {error.message}") from error
     where = _target_text({"spec": {"target": target}})
     out.write(f"kaiwubackup/{name} created in {namespace} ({where})\n")
-    paused = _dict(cluster.get("spec")).get("paused") or _dict(meta(cluster).get(
+    paused = as_dict(cluster.get("spec")).get("paused") or as_dict(meta(cluster).get(
         "annotations")).get(f"{schema.GROUP}/paused") == "true"
     if paused:
         out.write(f"note: KaiwuCluster {args.cluster} is paused: the backup waits until it is "
@@ -419,81 +359,30 @@ def _follow(kube: Kube, namespace: str, name: str, timeout: float, out: TextIO,
         sleep(WAIT_POLL_S)
 
 
-def _check_name(name: str, what: str) -> None:
+def check_name(name: str, what: str) -> None:
     """A Kubernetes object name (DNS-1123 subdomain), checked before it reaches a URL."""
     if not (0 < len(name) <= 253 and NAME_PATTERN.fullmatch(name)):
         raise Refused(f"{what} {name!r} is not a Kubernetes name (lower-case letters, digits, "
                       "'-' and '.', starting and ending with a letter or digit)")
 
 
-def restore(kube: Kube, namespace: str, args: argparse.Namespace, out: TextIO,
-            err: TextIO | None = None) -> int:
-    from renderer.errors import RenderError
-    from renderer.render import read_live
 
-    _check_name(args.source, "--from")
-    _check_name(args.into, "--into")
-    backup = kube.get(kk.KAIWU_BACKUP, namespace, args.source)
-    if backup is None:
-        raise Refused(f"no KaiwuBackup {args.source} in namespace {namespace} (kaiwu backup "
-                      "list)")
-    if _phase(backup) != "completed":
-        raise Refused(f"KaiwuBackup {args.source} is {_phase(backup)}: only a completed backup "
-                      "can be restored (kaiwu backup list)")
-    cluster = _cluster_of(backup)
-    source = kube.get(kk.KAIWU_CLUSTER, namespace, cluster) if cluster else None
-    if source is None:
-        raise Refused(f"the backup's cluster {cluster} is gone, so there is no spec to copy: "
-                      f"write a KaiwuCluster with spec.bootstrap.fromBackup.name: {args.source}")
-    if kube.get(kk.KAIWU_CLUSTER, namespace, args.into) is not None:
-        raise Refused(f"KaiwuCluster {args.into} exists in {namespace}: a restore makes a new "
-                      "cluster (choose another --into)")
-    spec, dropped = restore_spec(source, args.source, args.into)
-    try:
-        read_live(copy.deepcopy(spec))  # the renderer's verdict, as kaiwu validate gives it
-    except RenderError as error:
-        raise Refused(f"the restored spec is refused: {error}") from error
-    for what in dropped:
-        print(f"kaiwu restore: not copied from {cluster}: {what}", file=err or sys.stderr)
-    if args.apply:
-        kube.create(spec)
-        out.write(f"kaiwucluster/{args.into} created in {namespace}, restoring from "
-                  f"{args.source} (kaiwu status {args.into} -n {namespace})\n")
-        return EXIT_OK
-    text = str(yaml.safe_dump(spec, sort_keys=False))
-    if not args.file:
-        out.write(text)
-        return EXIT_OK
-    written = f"{args.file}.kaiwu-tmp"
-    try:
-        with open(written, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(written, args.file)  # whole or not at all
-    except OSError as error:
-        raise Refused(f"cannot write {args.file}: {error.strerror or error}") from error
-    out.write(f"wrote {args.file}: kubectl apply -f {args.file} creates {args.into}\n")
-    return EXIT_OK
-
-
-def main(argv: Sequence[str], command: str = "backup", out: TextIO | None = None,
-         err: TextIO | None = None, clock: Callable[[], float] = time.time,
+def main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None,
+         clock: Callable[[], float] = time.time,
          sleep: Callable[[float], None] = time.sleep) -> int:
-    """`kaiwu backup ...` (command "backup") or `kaiwu restore ...` (command "restore")."""
+    """`kaiwu backup ...`."""
     out = out or sys.stdout
-    err = err or sys.stderr
-    prog = f"kaiwu {command}"
-    try:
-        args = (backup_parser() if command == "backup" else restore_parser()).parse_args(
-            connection_flags_last(argv))
+
+    def run() -> int:
+        assert out is not None
+        args = backup_parser().parse_args(connection_flags_last(argv))
         if getattr(args, "all_namespaces", False) and args.namespace:
             raise Refused("-A and -n exclude each other: drop one")
-        kube, namespace = _connect(args)
-        if command == "restore":
-            return restore(kube, namespace, args, out, err)
+        kube, namespace = connect(args)
         if args.action == "create":
             return create(kube, namespace, args, out, clock, sleep)
         if args.action == "describe":
-            _check_name(args.name, "NAME")
+            check_name(args.name, "NAME")
             found = kube.get(kk.KAIWU_BACKUP, namespace, args.name)
             if found is None:
                 raise Refused(f"no KaiwuBackup {args.name} in namespace {namespace} (kaiwu "
@@ -507,6 +396,15 @@ def main(argv: Sequence[str], command: str = "backup", out: TextIO | None = None
         out.write(table(rows, everywhere) if args.output == "table"
                   else _dump(rows, args.output))
         return EXIT_OK
+
+    return guarded("kaiwu backup", err or sys.stderr, run)
+
+
+def guarded(prog: str, err: TextIO, run: Callable[[], int]) -> int:
+    """`run`'s exit code; a refusal or an API server that cannot be used said on one line of
+    `err` (exit 2, no traceback). For `kaiwu backup` and `kaiwu restore` (reconciler.restorecmd)."""
+    try:
+        return run()
     except (Refused, ConnectionSetupError) as error:
         print(f"{prog}: {error}", file=err)
         return EXIT_ERROR

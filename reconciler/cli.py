@@ -48,9 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments[:1] == ["status"]:
         from reconciler import statuscmd  # only `kaiwu status` needs it
         return statuscmd.main(arguments[1:])
-    if arguments[:1] in (["backup"], ["restore"]):
-        from reconciler import backupcmd  # only `kaiwu backup` and `kaiwu restore` need it
-        return backupcmd.main(arguments[1:], command=arguments[0])
+    if arguments[:1] == ["backup"]:
+        from reconciler import backupcmd  # only `kaiwu backup` needs it
+        return backupcmd.main(arguments[1:])
+    if arguments[:1] == ["restore"]:
+        from reconciler import restorecmd  # only `kaiwu restore` needs it
+        return restorecmd.main(arguments[1:])
     code: int = renderer_cli.main(arguments)
     return code
 

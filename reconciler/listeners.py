@@ -1,7 +1,7 @@
 """Bounded HTTP listeners: every port the reconciler opens serves through `BoundedServer`.
 
 Used by the metrics and health endpoints (reconciler.runtime.http), the admission webhook
-(reconciler.runtime.webhook) and the restore file server (reconciler.kaiwudb.restore_server).
+(reconciler.runtime.webhook) and the restore file server (reconciler.kaiwudb.backup.file_server).
 Python's ThreadingHTTPServer gives every connection a thread for as long as the client likes;
 here each listener has `Limits` (documented defaults below) and says why it drops a client:
 

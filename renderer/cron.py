@@ -1,7 +1,7 @@
 """Backup schedules' cron expressions: whether one is usable, and its times.
 
 Called by renderer.companions (`kaiwu validate` of a KaiwuBackupSchedule file) and by the
-reconciler's backup decisions (reconciler.kaiwudb.backup_plan), so that git and the cluster
+reconciler's backup schedules (reconciler.kaiwudb.backup.schedule), so that git and the cluster
 judge a schedule alike. Six fields have seconds first, as CloudNativePG writes them; five are
 the classic minute-first form.
 """

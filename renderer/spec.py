@@ -142,7 +142,7 @@ class Cluster:
     scrape_interval: str
     paused: bool
     # spec.bootstrap.fromBackup.name: the KaiwuBackup a new cluster is restored from
-    # (reconciler/kaiwudb/restore.py); nothing rendered depends on it.
+    # (reconciler/kaiwudb/backup/restore.py); nothing rendered depends on it.
     restore_from: str | None = None
 
     @property

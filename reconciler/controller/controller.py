@@ -21,8 +21,10 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
   prune         objects no longer rendered, deleted (never claims or Secrets)
   volumes       claims grown to spec.storage.size (reconciler.controller.volumes)
   failover      lost nodes, lost volumes, crash loops (reconciler.kaiwudb.failover)
-  restore       spec.bootstrap.fromBackup: IMPORTs in KWDB's order (reconciler.kaiwudb.restore)
-  backup        schedules, retention and the running KaiwuBackup (reconciler.kaiwudb.backup)
+  restore       spec.bootstrap.fromBackup: IMPORTs in KWDB's order
+                (reconciler.kaiwudb.backup.restore)
+  backup        schedules, retention and the running KaiwuBackup
+                (reconciler.kaiwudb.backup.step)
   report        status (kstatus), Events, the requeue delay
 
 Writes are server-side applies under `Settings.field_manager`; every applied object gets an
@@ -60,11 +62,11 @@ from reconciler.drift.backoff import BackoffPolicy, FightTracker
 from reconciler.drift.memo import ComparisonMemo
 from reconciler.drift.projection import DriftSettings
 from reconciler.drift.repair import Repairer
-from reconciler.kaiwudb.backup import Backups, BackupSettings
+from reconciler.kaiwudb.backup.file_server import BackupFileServer, default_advertise_host
+from reconciler.kaiwudb.backup.restore import Restore
+from reconciler.kaiwudb.backup.step import Backups, BackupSettings
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.lifecycle import Lifecycle
-from reconciler.kaiwudb.restore import Restore
-from reconciler.kaiwudb.restore_server import BackupFileServer, default_advertise_host
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k

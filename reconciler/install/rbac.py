@@ -32,7 +32,7 @@ def namespaced_rules(directory_mode: bool) -> list[Obj]:
     # them from files (patch; create when new) and deletes those removed from git (with
     # --prune-deleted-clusters): those verbs exist only in the directory-mode bundle.
     # patch: the restore step records its progress in the annotation kaiwu.inspur.com/restore
-    # (reconciler/kaiwudb/restore.py); nothing else is patched outside directory mode.
+    # (reconciler/kaiwudb/backup/restore.py); nothing else is patched outside directory mode.
     cluster_verbs = ["get", "list", "watch", "patch"] + (
         ["create", "delete"] if directory_mode else [])
     return [

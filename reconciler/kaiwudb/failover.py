@@ -84,7 +84,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from reconciler import failpoints
-from reconciler.kaiwudb.backup import running_backup
+from reconciler.kaiwudb.backup.status import running_backup
 from reconciler.kaiwudb.crashloop import CrashLoops
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError

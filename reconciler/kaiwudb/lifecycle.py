@@ -14,8 +14,8 @@ decommissioning but is wanted is recommissioned, a scale-in is started or carrie
 left UPGRADING is restarted unless a pod is down or a backup runs (upgrade; KWDB refuses a
 scale-in's decommission until then), and the rollout partition is set
 (reconciler.kaiwudb.rollout), a version change following KWDB's `node upgrade` procedure.
-While a KaiwuBackup of the cluster runs (reconciler.kaiwudb.backup.running_backup) no scale-in
-starts and the rollout holds. Scale-out needs nothing: new pods join through --join; their
+While a KaiwuBackup of the cluster runs (reconciler.kaiwudb.backup.status.running_backup) no
+scale-in starts and the rollout holds. Scale-out needs nothing: new pods join through --join; their
 node ids show in status.nodes. The fields the step owns (reconciler.model.KaiwuStatus) are
 remembered across a watch cache that lags our own status write (`StatusMemory`).
 """
@@ -26,7 +26,7 @@ import copy
 import logging
 from collections.abc import Mapping
 
-from reconciler.kaiwudb.backup import running_backup
+from reconciler.kaiwudb.backup.status import running_backup
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.loss import disrupted
 from reconciler.kaiwudb.nodes import Nodes

@@ -1,17 +1,18 @@
 """Bulk statements that outlive a pass: EXPORT and IMPORT run for minutes to hours on real data.
 
-Called by reconciler.kaiwudb.backup (each item's EXPORT) and reconciler.kaiwudb.restore (each
-database's IMPORT). `BulkStatements.start` runs one in a thread of its own that holds one exec for
-up to KwbaseSettings.long_timeout_s, so the pass that starts it goes on; later passes `poll` it.
-`poll` first waits a moment (`wait_s`), so a short statement ends within the pass that started it.
+Called by reconciler.kaiwudb.backup.export (each item's EXPORT) and
+reconciler.kaiwudb.backup.restore_import (each database's IMPORT). `BulkStatements.start` runs
+one in a thread of its own that holds one exec for up to KwbaseSettings.long_timeout_s, so the
+pass that starts it goes on; later passes `poll` it. `poll` first waits a moment (`wait_s`), so
+a short statement ends within the pass that started it.
 
-A thread holds only the answer (KWDB's client prints nothing until the statement ends). Whether a
-statement runs, ran or failed is KWDB's to say, in its job row (KwbaseAdmin.statement_jobs):
-callers ask it whenever the statement is not running here (a restarted reconciler, a thread whose
-exec ended with no answer), so a statement is never started while KWDB still runs it, and what
-a caller does with one that ended while nobody listened is its own decision (backup.py,
-restore.py). Threads are daemons: a reconciler that stops leaves them, and the statements run on
-in KWDB, where the next reconciler finds them.
+A thread holds only the answer (KWDB's client prints nothing until the statement ends). Whether
+a statement runs, ran or failed is KWDB's to say, in its job row (KwbaseAdmin.statement_jobs):
+callers ask it whenever the statement is not running here (a restarted reconciler, a thread
+whose exec ended with no answer), so a statement is never started while KWDB still runs it, and
+what a caller does with one that ended while nobody listened is its own decision (export.py,
+restore_import.py). Threads are daemons: a reconciler that stops leaves them, and the statements
+run on in KWDB, where the next reconciler finds them.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ KAIWU_BACKUP = Kind(schema.API_VERSION, schema.BACKUP_KIND, schema.BACKUP_PLURAL
 KAIWU_BACKUP_SCHEDULE = Kind(schema.API_VERSION, schema.SCHEDULE_KIND, schema.SCHEDULE_PLURAL,
                              always_served=False, prunable=False, list_page=25)
 # The label a KaiwuBackupSchedule puts on each backup it makes (its own name), and the
-# annotation with the slot (an RFC 3339 time) the backup was made for (reconciler.kaiwudb.backup).
+# annotation with the slot (an RFC 3339 time) the backup was made for
+# (reconciler.kaiwudb.backup.schedule).
 SCHEDULE_LABEL = f"{schema.GROUP}/schedule"
 SLOT_ANNOTATION = f"{SCHEDULE_LABEL}-slot"
 SERVICE_ACCOUNT = Kind("v1", "ServiceAccount", "serviceaccounts", cached=True)
@@ -139,12 +140,12 @@ class Short:
 #         characters); no other label or annotation, no ownerReferences, finalizers or
 #         managedFields (created, deleted and status-patched, never applied); spec (cluster,
 #         target, databases: bounded by its CRD, renderer/crd/kaiwubackups.yaml); status (phase,
-#         message, startedAt, completedAt): kaiwudb.backup, kaiwudb.restore, kube.cache. Status
+#         message, startedAt, completedAt): kaiwudb.backup (status, restore), kube.cache. Status
 #         is kept whole: only the status subresource writes it, which the bundle grants the
 #         reconciler and a role granting `kaiwubackups` alone does not reach.
 #   KaiwuBackupSchedule  metadata as a KaiwuBackup's but no label or annotation (none is read);
 #         spec (bounded by its CRD); status (lastScheduleTime, nextScheduleTime,
-#         lastSuccessfulBackup: compared before they are written): kaiwudb.backup
+#         lastSuccessfulBackup: compared before they are written): kaiwudb.backup.schedule
 # So whatever a tenant puts in a KaiwuBackup's or schedule's metadata, the cache keeps a few
 # hundred bytes of it, its spec (at most about 20 KiB, nearly all of it spec.databases) and the
 # status the reconciler wrote.

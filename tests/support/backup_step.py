@@ -1,4 +1,4 @@
-"""The backup step's world (reconciler.kaiwudb.backup): the cluster shop/dev, its schedules and
+"""The backup step's world (reconciler.kaiwudb.backup.step): the cluster shop/dev, its schedules and
 backups in the fast tier's fake API (tests/support/fake_api.py), which stands for the API and the
 caches' view at once, and the step over it. Used by the backup-step stories
 (tests/unit/reconciler/kaiwudb/test_backup_step.py) and the cache's slim-copy story
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.kaiwudb.backup import Backups, BackupSettings
+from reconciler.kaiwudb.backup.step import Backups, BackupSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.kinds import Kind

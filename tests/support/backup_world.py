@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.kaiwudb.backup import Backups, BackupSettings
+from reconciler.kaiwudb.backup.step import Backups, BackupSettings
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin, KwbaseSettings
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.keys import ClusterKey
@@ -215,6 +215,16 @@ def a_site(tmp_path: Path, settings: BackupSettings | None = None,
                       statements=BulkStatements(wait_s=statements_wait_s))
     return Site(api, kwdb, runner, tmp_path, backups)
 
+
+
+def a_restarted_site(site: Site) -> Site:
+    """A new reconciler process in the same world (the API, KaiwuDB, the exec and the clock
+    carry on): a backup step with nothing in memory."""
+    backups = Backups(site.api, site.api, Metrics(),  # type: ignore[arg-type]
+                      site.backups.settings, site.backups.admin,
+                      statements=BulkStatements(wait_s=site.backups.statements.wait_s))
+    return Site(site.api, site.kwdb, site.runner, site.volumes, backups, site.now,
+                site.clusters)
 
 def load_shop(site: Site, name: str = "dev") -> None:
     """A relational database with two tables, a time-series one, a user and a setting (as the

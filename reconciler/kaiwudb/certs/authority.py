@@ -1,9 +1,10 @@
 """The certificate authority: a cluster's CA (its common name, a new one, a renewal that keeps its
 key) and the name-constrained CAs of the restore file server.
 
-Called by reconciler.kaiwudb.certs.rotation (the cluster CA), reconciler.kaiwudb.restore_server and
-the webhook's certificates (reconciler.runtime.webhook_certs). Like `kwbase cert create-ca`: an RSA
-2048 key, valid for 10 years (CertSettings).
+Called by reconciler.kaiwudb.certs.rotation (the cluster CA),
+reconciler.kaiwudb.backup.file_server and the webhook's certificates
+(reconciler.runtime.webhook_certs). Like `kwbase cert create-ca`: an RSA 2048 key, valid for 10
+years (CertSettings).
 """
 
 from __future__ import annotations

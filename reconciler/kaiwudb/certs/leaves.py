@@ -3,7 +3,7 @@ names every pod and Service answers to), client certificates (CN the SQL user, c
 serving certificates (server usage only).
 
 Called by reconciler.kaiwudb.certs.rotation, the restore file server
-(reconciler.kaiwudb.restore_server) and the webhook's certificates
+(reconciler.kaiwudb.backup.file_server) and the webhook's certificates
 (reconciler.runtime.webhook_certs). Like `kwbase cert create-node | create-client`: RSA 2048 keys,
 valid for 5 years (CertSettings).
 """

@@ -71,8 +71,8 @@ class UnexpectedOutput(KwbaseError):
 
 class NotOneStatement(KwbaseError):
     """A statement the adapter refuses to send: it would run as several (a `;` or a comment
-    outside quotes), or it holds a NUL. Names from KaiwuDB go in quoted (backup_plan's
-    quote_ident); this is the last check that none slipped in unquoted."""
+    outside quotes), or it holds a NUL. Names from KaiwuDB go in quoted (`quote_ident`,
+    by the backup's modules); this is the last check that none slipped in unquoted."""
 
 
 def error_text(stderr: str) -> str:

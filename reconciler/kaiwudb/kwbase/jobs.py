@@ -16,7 +16,7 @@ from reconciler.kaiwudb.kwbase.sql import quote_literal
 
 BACKUP_RUN_MARK = "/kaiwu-backup-"
 """What every EXPORT of the reconciler's backups holds in its text: its destination's run
-directory, kaiwu-backup-<uid> (reconciler.kaiwudb.backup_plan.Plan.run_dir)."""
+directory, kaiwu-backup-<uid> (reconciler.kaiwudb.backup.plan.Plan.run_dir)."""
 
 
 RUNNING_JOB_TYPES_QUERY = (
@@ -29,8 +29,8 @@ job runs (kwbase/pkg/server/server.go:2299, kwbase/pkg/sql/kwdb_descriptor.go:39
 never ends (kwbase/pkg/sql/handle_ts_txn.go:36-56); SHOW JOBS hides only automatic statistics
 jobs (kwbase/pkg/sql/delegate/show_jobs.go:39-69). A gate on every running job never opens.
 The reconciler's own backup EXPORTs are left out: scale-in and backups already wait for each
-other (reconciler.kaiwudb.backup.running_backup), and an EXPORT whose node restarted midway keeps
-its row running for ever (the row has no lease, so nothing adopts or ends it: sql/
+other (reconciler.kaiwudb.backup.status.running_backup), and an EXPORT whose node restarted
+midway keeps its row running for ever (the row has no lease, so nothing adopts or ends it: sql/
 conn_executor_exec.go:719-723, jobs/registry.go:1321-1326), which would hold every later
 scale-in. `statement` is NULL only in a row whose payload cannot be read (sql/kwdb_internal.go:
 557-578): such a row counts."""

@@ -3,7 +3,7 @@ that a statement is exactly one statement, and a statement's answer (SqlAnswer).
 
 Used by KwbaseAdmin.sql (reconciler.kaiwudb.kwbase.admin), the job queries
 (reconciler.kaiwudb.kwbase.jobs) and the backup and restore statements
-(reconciler.kaiwudb.backup_plan, backup_objects, statements).
+(the modules of reconciler.kaiwudb.backup, and statements).
 """
 
 from __future__ import annotations

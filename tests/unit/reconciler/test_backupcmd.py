@@ -1,8 +1,8 @@
-"""Stories of `kaiwu backup` and `kaiwu restore` (reconciler.backupcmd) on the fast tier's fake API:
-an operator backs a cluster up to where its schedule already sends backups, or names a target;
-waits for it; lists and describes backups; writes or creates a cluster restored from one. Every
-refusal is one line, exit 2. The same commands against the real API server:
-tests/world_stories/backup/test_backup_cli.py.
+"""Stories of `kaiwu backup` and `kaiwu restore` (reconciler.backupcmd, reconciler.restorecmd)
+on the fast tier's fake API: an operator backs a cluster up to where its schedule already sends
+backups, or names a target; waits for it; lists and describes backups; writes or creates a
+cluster restored from one. Every refusal is one line, exit 2. The same commands against the
+real API server: tests/world_stories/backup/test_backup_cli.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler import backupcmd
+from reconciler import backupcmd, restorecmd
 from reconciler.kube.client import ApiError, connection_flags_last
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
@@ -236,8 +236,8 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
     source["metadata"]["labels"]["argocd.argoproj.io/instance"] = "shop"
     api = BackupApi(source, a_backup("nightly-1"))
     out, err = io.StringIO(), io.StringIO()
-    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2"])
-    assert backupcmd.restore(api, NS, args, out, err) == 0  # type: ignore[arg-type]
+    args = restorecmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2"])
+    assert restorecmd.restore(api, NS, args, out, err) == 0  # type: ignore[arg-type]
     said = err.getvalue().splitlines()
     assert said[0] == "kaiwu restore: not copied from orders: spec.paused"
     assert len(said) == 6 and any("spec.service" in line for line in said)
@@ -255,14 +255,14 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
                           service={"type": "ClusterIP"})
     api = BackupApi(plain, a_backup("nightly-1"))
     err = io.StringIO()
-    assert backupcmd.restore(api, NS, args, io.StringIO(), err) == 0  # type: ignore[arg-type]
+    assert restorecmd.restore(api, NS, args, io.StringIO(), err) == 0  # type: ignore[arg-type]
     assert err.getvalue() == ""
     assert read_live(spec).name == "orders2", "kaiwu validate accepts it"
     assert api.created == []
 
-    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
+    args = restorecmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
                                                   "--apply"])
-    assert backupcmd.restore(api, NS, args, io.StringIO()) == 0  # type: ignore[arg-type]
+    assert restorecmd.restore(api, NS, args, io.StringIO()) == 0  # type: ignore[arg-type]
     assert [o["metadata"]["name"] for o in api.created] == ["orders2"]
 
 
@@ -277,17 +277,17 @@ def test_restore_writes_a_valid_spec_of_the_source_cluster_started_from_the_back
 def test_a_restore_that_cannot_be_done_is_refused(objects: list[Obj], into: str,
                                                   refusal: str) -> None:
     api = BackupApi(*objects)
-    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", into])
+    args = restorecmd.restore_parser().parse_args(["--from", "nightly-1", "--into", into])
     with pytest.raises(backupcmd.Refused, match=refusal):
-        backupcmd.restore(api, NS, args, io.StringIO())  # type: ignore[arg-type]
+        restorecmd.restore(api, NS, args, io.StringIO())  # type: ignore[arg-type]
 
 
 def test_restore_to_a_file_it_cannot_write_says_so(tmp_path: Any) -> None:
     api = BackupApi(kaiwu_cluster(), a_backup("nightly-1"))
-    args = backupcmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
+    args = restorecmd.restore_parser().parse_args(["--from", "nightly-1", "--into", "orders2",
                                                   "-f", str(tmp_path / "no" / "x.yaml")])
     with pytest.raises(backupcmd.Refused, match=r"cannot write .*x\.yaml: No such file"):
-        backupcmd.restore(api, NS, args, io.StringIO(), io.StringIO())  # type: ignore[arg-type]
+        restorecmd.restore(api, NS, args, io.StringIO(), io.StringIO())  # type: ignore[arg-type]
 
 
 def test_ctrl_c_while_waiting_leaves_the_backup_running_and_says_so() -> None:
@@ -324,7 +324,7 @@ def test_bad_flags_are_one_line_exit_2() -> None:
     assert err.getvalue().startswith("kaiwu backup: the following arguments are required: "
                                      "cluster (see kaiwu backup create --help)")
     err = io.StringIO()
-    assert backupcmd.main(["--from", "x"], command="restore", err=err) == 2
+    assert restorecmd.main(["--from", "x"], err=err) == 2
     assert "--into" in err.getvalue() and err.getvalue().count("\n") == 1
     err = io.StringIO()
     assert backupcmd.main(["list", "-A", "-n", "shop"], err=err) == 2

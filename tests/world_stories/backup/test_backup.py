@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from reconciler.kaiwudb.backup_plan import RESTORE_ANNOTATION
+from reconciler.kaiwudb.backup.restore_plan import RESTORE_ANNOTATION
 from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj

@@ -14,9 +14,9 @@ from typing import Any, cast
 from reconciler.controller import controller as controller_module
 from reconciler.controller.controller import Controller
 from reconciler.drift.backoff import BackoffPolicy
-from reconciler.kaiwudb.backup import BackupSettings
+from reconciler.kaiwudb.backup.file_server import default_advertise_host
+from reconciler.kaiwudb.backup.step import BackupSettings
 from reconciler.kaiwudb.failover import Failover
-from reconciler.kaiwudb.restore_server import default_advertise_host
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.metrics import Metrics

@@ -1,4 +1,4 @@
-"""Views and sequences a backup carries itself (reconciler/kaiwudb/backup_objects.py): read
+"""Views and sequences a backup carries itself (reconciler/kaiwudb/backup/objects.py): read
 from KWDB's own CREATE text (ShowCreateView, ShowCreateSequence), made again from numbers and
 from a definition that cannot be two statements, and checked again when read back from a
 target, which is not the reconciler's to trust."""
@@ -10,8 +10,10 @@ from dataclasses import asdict
 
 import pytest
 
-from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup_objects import (
+from reconciler.kaiwudb.backup import database as bdb
+from reconciler.kaiwudb.backup import plan as bp
+from reconciler.kaiwudb.backup import restore_plan as rp
+from reconciler.kaiwudb.backup.objects import (
     SequenceDef,
     View,
     read_sequence,
@@ -105,7 +107,7 @@ def test_a_sequence_value_must_read_as_one_64_bit_integer() -> None:
 
 
 def plan_with(views: tuple[View, ...] = (), sequences: tuple[SequenceDef, ...] = ()) -> bp.Plan:
-    db = bp.DatabasePlan("shop", bp.RELATIONAL, (("public", "orders"),), views=views,
+    db = bdb.DatabasePlan("shop", bdb.RELATIONAL, (("public", "orders"),), views=views,
                          sequences=sequences)
     return bp.Plan("first", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", "dev-0", 1,
                    "1767225600000000000.0000000000", (db,))
@@ -158,11 +160,11 @@ def test_the_restore_makes_sequences_after_their_database_and_views_after_every_
     view = View(60, "public", "cheap", "(id) AS SELECT 1")
     sequence = SequenceDef("public", "ids", 1, MAX, 1, 1, value=41)
     plan = plan_with((view,), (sequence,))
-    crm = bp.DatabasePlan("crm", bp.RELATIONAL, (("public", "people"),))
+    crm = bdb.DatabasePlan("crm", bdb.RELATIONAL, (("public", "people"),))
     manifest = {"databases": [{"name": "crm", "dir": "d0"}, {"name": "shop", "dir": "d1"}],
                 "plan": {**asdict(plan), "databases": [asdict(crm), asdict(plan.databases[0])]}}
 
-    steps = [step for step, _ in bp.restore_statements(manifest, "https://x")]
+    steps = [step for step, _ in rp.restore_statements(manifest, "https://x")]
 
     assert steps == ["settings", "users", "database crm", "database shop", "sequences shop",
                      "views"]

@@ -1,4 +1,5 @@
-"""Backup decisions (reconciler/kaiwudb/backup_plan.py): what a backup exports, when an export or
+"""Backup decisions, the pure modules of reconciler/kaiwudb/backup/ (names, database, catalog,
+plan, export, schedule, start, restore_plan): what a backup exports, when an export or
 a transfer counts as failed, when a schedule is due, what retention deletes, when a backup may
 start, and the restore order. No cluster: each story feeds the decision what the world showed.
 """
@@ -13,13 +14,20 @@ from datetime import UTC, datetime
 
 import pytest
 
-from reconciler.kaiwudb import backup_plan as bp
+from reconciler.kaiwudb.backup import catalog as bcat
+from reconciler.kaiwudb.backup import database as bdb
+from reconciler.kaiwudb.backup import export as bx
+from reconciler.kaiwudb.backup import names as bn
+from reconciler.kaiwudb.backup import plan as bp
+from reconciler.kaiwudb.backup import restore_plan as rp
+from reconciler.kaiwudb.backup import schedule as bsched
+from reconciler.kaiwudb.backup import start as bstart
 from reconciler.kaiwudb.kwbase.sql import quote_ident, quote_literal, statement_problem
 from renderer.cron import cron_problem
 
 PLAN = bp.Plan("nightly", "u1", "dev-0", 1, "1767225600000000000.0000000000", (
-    bp.DatabasePlan("shop", bp.RELATIONAL, (("public", "customers"), ("public", "orders"))),
-    bp.DatabasePlan("sensors", bp.TIME_SERIES, (("public", "temps"),))))
+    bdb.DatabasePlan("shop", bdb.RELATIONAL, (("public", "customers"), ("public", "orders"))),
+    bdb.DatabasePlan("sensors", bdb.TIME_SERIES, (("public", "temps"),))))
 
 
 def at(text: str) -> float:
@@ -46,7 +54,7 @@ def test_names_from_kaiwudb_are_quoted_identifiers_and_never_paths_of_ours() -> 
     directories and item ids are indexes whatever the names are."""
     hostile = "t; GRANT admin TO mallory; --"
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (
-        bp.DatabasePlan("Shop", bp.RELATIONAL, (("public", hostile), ("public", 'say "hi"'),
+        bdb.DatabasePlan("Shop", bdb.RELATIONAL, (("public", hostile), ("public", 'say "hi"'),
                                                 ("public", "select"))),))
     assert plan.problem() == ""
     statements = [i.statement for i in plan.items()]
@@ -71,18 +79,18 @@ def test_names_from_kaiwudb_are_quoted_identifiers_and_never_paths_of_ours() -> 
 ])
 def test_a_name_kwdbs_export_would_turn_into_a_path_refuses_the_backup(
         what: str, name: str, wanted: str) -> None:
-    assert wanted in bp.name_problem(what, name)
+    assert wanted in bn.name_problem(what, name)
     tables = (name,) if what == "table" else ("t",)
     db = name if what == "database" else "shop"
     refs = tuple(("public", t) for t in tables)
-    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (bp.DatabasePlan(db, bp.RELATIONAL, refs),))
+    plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (bdb.DatabasePlan(db, bdb.RELATIONAL, refs),))
     assert wanted in plan.problem()
 
 
 def test_names_kwdb_carries_are_accepted() -> None:
     for what, name in [("table", "t; GRANT admin TO mallory; --"), ("table", "my  table"),
                        ("database", "shop_2"), ("database", "Sales Q1"), ("table", "Ä")]:
-        assert bp.name_problem(what, name) == "", name
+        assert bn.name_problem(what, name) == "", name
 
 
 def test_a_plan_read_back_is_checked_as_hostile_data() -> None:
@@ -98,21 +106,21 @@ def test_a_plan_read_back_is_checked_as_hostile_data() -> None:
 
 def test_only_paths_strictly_inside_the_run_directory_are_inside() -> None:
     run = "/kaiwudb/deploy/kaiwudb-container/extern/kaiwu-backup-u1"
-    assert bp.inside(run, f"{run}/d0.t1")
-    assert not bp.inside(run, run)
-    assert not bp.inside(run, f"{run}/d0.t --/../../../../data")
-    assert not bp.inside(run, f"{run}-other/x")
-    assert not bp.safe_relative("public/../../x")
-    assert not bp.safe_relative("/etc/passwd")
-    assert bp.safe_relative("public/my  table/n1.0.csv")
+    assert bn.inside(run, f"{run}/d0.t1")
+    assert not bn.inside(run, run)
+    assert not bn.inside(run, f"{run}/d0.t --/../../../../data")
+    assert not bn.inside(run, f"{run}-other/x")
+    assert not bn.safe_relative("public/../../x")
+    assert not bn.safe_relative("/etc/passwd")
+    assert bn.safe_relative("public/my  table/n1.0.csv")
 
 
 def test_system_databases_are_skipped_and_a_missing_wanted_one_is_named() -> None:
-    shown = [("defaultdb", bp.RELATIONAL), ("postgres", bp.RELATIONAL), ("shop", bp.RELATIONAL),
-             ("system", bp.RELATIONAL), ("sensors", bp.TIME_SERIES)]
-    assert bp.choose_databases(shown, []) == (
-        [("sensors", bp.TIME_SERIES), ("shop", bp.RELATIONAL)], [])
-    assert bp.choose_databases(shown, ["shop", "crm"]) == ([("shop", bp.RELATIONAL)], ["crm"])
+    shown = [("defaultdb", bdb.RELATIONAL), ("postgres", bdb.RELATIONAL), ("shop", bdb.RELATIONAL),
+             ("system", bdb.RELATIONAL), ("sensors", bdb.TIME_SERIES)]
+    assert bdb.choose_databases(shown, []) == (
+        [("sensors", bdb.TIME_SERIES), ("shop", bdb.RELATIONAL)], [])
+    assert bdb.choose_databases(shown, ["shop", "crm"]) == ([("shop", bdb.RELATIONAL)], ["crm"])
 
 
 EXPORT = ["filename", "rows", "node_id", "file_num"]
@@ -125,49 +133,49 @@ def item(kind: str) -> bp.Item:
 def test_a_notice_or_a_fail_result_is_a_failed_export_never_a_silent_success() -> None:
     table = item("table")
     ok_rows = [{"filename": "TABLE orders", "rows": "3", "node_id": "1", "file_num": "1"}]
-    assert bp.export_problem(table, EXPORT, ok_rows, [], ["n1.0.csv"]) == ""
-    noticed = bp.export_problem(table, EXPORT, ok_rows, ["export table x failed: disk full"],
+    assert bx.export_problem(table, EXPORT, ok_rows, [], ["n1.0.csv"]) == ""
+    noticed = bx.export_problem(table, EXPORT, ok_rows, ["export table x failed: disk full"],
                                 ["n1.0.csv"])
     assert "disk full" in noticed
     ts = item("ts-database")
-    assert bp.export_problem(ts, ["result"], [{"result": "succeed"}], [],
+    assert bx.export_problem(ts, ["result"], [{"result": "succeed"}], [],
                              ["meta.sql", "temps/n1.0.csv"]) == ""
-    assert "result=fail" in bp.export_problem(ts, ["result"], [{"result": "fail"}], [],
+    assert "result=fail" in bx.export_problem(ts, ["result"], [{"result": "fail"}], [],
                                               ["meta.sql"])
-    short = bp.export_problem(table, EXPORT, [{**ok_rows[0], "file_num": "2"}], [],
+    short = bx.export_problem(table, EXPORT, [{**ok_rows[0], "file_num": "2"}], [],
                               ["n1.0.csv"])
     assert short == ('table "shop"."public"."customers": EXPORT announced 2 data file(s), 1 '
                      "found on the node")
-    assert "meta.sql missing" in bp.export_problem(item("schema"), EXPORT, [], [], [])
-    assert "users.sql missing" in bp.export_problem(
+    assert "meta.sql missing" in bx.export_problem(item("schema"), EXPORT, [], [], [])
+    assert "users.sql missing" in bx.export_problem(
         next(i for i in PLAN.items() if i.id == "users"), EXPORT, [], [], [])
 
 
 def test_a_file_is_verified_by_checksum_and_by_its_size_in_the_target() -> None:
     data = b"1,tea\n"
     digest = hashlib.sha256(data).hexdigest()
-    assert bp.transfer_problem("orders/n1.0.csv", digest, data) == ""
-    assert "differs" in bp.transfer_problem("orders/n1.0.csv", digest, b"1,te")
+    assert bx.transfer_problem("orders/n1.0.csv", digest, data) == ""
+    assert "differs" in bx.transfer_problem("orders/n1.0.csv", digest, b"1,te")
     expected = {"a.csv": (digest, 6), "b.csv": (digest, 6)}
-    assert bp.missing_in_target(expected, {"a.csv": 6, "b.csv": 6}) == []
-    assert bp.missing_in_target(expected, {"a.csv": 6, "b.csv": 5}) == ["b.csv"]
-    assert bp.missing_in_target(expected, {"a.csv": 6}) == ["b.csv"]
+    assert bx.missing_in_target(expected, {"a.csv": 6, "b.csv": 6}) == []
+    assert bx.missing_in_target(expected, {"a.csv": 6, "b.csv": 5}) == ["b.csv"]
+    assert bx.missing_in_target(expected, {"a.csv": 6}) == ["b.csv"]
 
 
 def test_a_schedule_is_due_once_per_slot_and_only_for_the_latest_slot() -> None:
     daily = "0 0 3 * * *"
     created = at("2026-01-01T12:00:00")
-    assert bp.due_slot(daily, created, at("2026-01-01T20:00:00"), False, []) is None, \
+    assert bsched.due_slot(daily, created, at("2026-01-01T20:00:00"), False, []) is None, \
         "the 03:00 slot of the creation day is before the schedule existed"
-    slot = bp.due_slot(daily, created, at("2026-01-02T03:00:05"), False, [])
+    slot = bsched.due_slot(daily, created, at("2026-01-02T03:00:05"), False, [])
     assert slot == at("2026-01-02T03:00:00")
-    assert bp.due_slot(daily, created, at("2026-01-02T09:00:00"), False, [slot]) is None
+    assert bsched.due_slot(daily, created, at("2026-01-02T09:00:00"), False, [slot]) is None
     # Away for three days: only the latest slot is taken.
-    assert bp.due_slot(daily, created, at("2026-01-05T04:00:00"), False, [slot]) == \
+    assert bsched.due_slot(daily, created, at("2026-01-05T04:00:00"), False, [slot]) == \
         at("2026-01-05T03:00:00")
-    assert bp.due_slot(daily, created, at("2026-01-01T12:00:01"), True, []) == created
-    assert bp.slot_name("nightly", slot) == "nightly-20260102030000"
-    assert bp.due_slot("*/15 * * * *", created, at("2026-01-01T12:31:00"), False, []) == \
+    assert bsched.due_slot(daily, created, at("2026-01-01T12:00:01"), True, []) == created
+    assert bsched.slot_name("nightly", slot) == "nightly-20260102030000"
+    assert bsched.due_slot("*/15 * * * *", created, at("2026-01-01T12:31:00"), False, []) == \
         at("2026-01-01T12:30:00"), "five fields: minute first"
 
 
@@ -179,27 +187,27 @@ def test_a_bad_cron_is_named_with_its_field(expr: str, wanted: str) -> None:
     assert cron_problem("0 0 3 * * *") == ""
 
 
-def view(name: str, phase: str, day: int) -> bp.BackupView:
-    return bp.BackupView(name, phase, at(f"2026-01-{day:02d}T03:00:00"))
+def view(name: str, phase: str, day: int) -> bsched.BackupView:
+    return bsched.BackupView(name, phase, at(f"2026-01-{day:02d}T03:00:00"))
 
 
 def test_retention_keeps_the_newest_and_never_deletes_the_only_successful_backup() -> None:
     now = at("2026-01-10T04:00:00")
     backups = [view(f"b{d}", "completed", d) for d in range(1, 6)] + [
         view("f6", "failed", 6), view("f7", "failed", 7), view("r8", "running", 8)]
-    assert bp.retention_victims(backups, 2, None, now) == ["b1", "b2", "b3"]
-    assert bp.retention_victims(backups, 3, 6 * 86400, now) == ["b1", "b2", "b3", "b4"], \
+    assert bsched.retention_victims(backups, 2, None, now) == ["b1", "b2", "b3"]
+    assert bsched.retention_victims(backups, 3, 6 * 86400, now) == ["b1", "b2", "b3", "b4"], \
         "b4 is kept by count but 6 days and an hour old"
-    assert bp.retention_victims(backups, 1, None, now) == ["b1", "b2", "b3", "b4", "f6"]
+    assert bsched.retention_victims(backups, 1, None, now) == ["b1", "b2", "b3", "b4", "f6"]
     only = [view("old", "completed", 1), view("f2", "failed", 2), view("f3", "failed", 3)]
-    assert bp.retention_victims(only, 5, 3600, now) == [], "the only successful backup stays"
-    assert bp.retention_victims(only, 1, 3600, now) == ["f2"]
-    assert bp.age_seconds("30d") == 30 * 86400
+    assert bsched.retention_victims(only, 5, 3600, now) == [], "the only successful backup stays"
+    assert bsched.retention_victims(only, 1, 3600, now) == ["f2"]
+    assert bsched.age_seconds("30d") == 30 * 86400
     with pytest.raises(ValueError, match="maxAge"):
-        bp.age_seconds("1w")
+        bsched.age_seconds("1w")
 
 
-HEALTHY = bp.ClusterState(initialized=True, scale_in=False, rolling=False, not_ready=(),
+HEALTHY = bstart.ClusterState(initialized=True, scale_in=False, rolling=False, not_ready=(),
                           failing=())
 
 
@@ -213,23 +221,23 @@ HEALTHY = bp.ClusterState(initialized=True, scale_in=False, rolling=False, not_r
     ({"restoring": True}, "the cluster is being restored from a backup"),
 ])
 def test_a_backup_starts_only_on_a_quiet_cluster(change: dict[str, object], reason: str) -> None:
-    state = bp.ClusterState(**{**HEALTHY.__dict__, **change})
-    assert bp.start_blocker(state) == reason
+    state = bstart.ClusterState(**{**HEALTHY.__dict__, **change})
+    assert bstart.start_blocker(state) == reason
 
 
 def test_restore_imports_settings_then_users_then_each_database() -> None:
-    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"},
+    steps = rp.restore_statements({"databases": [{"name": "shop", "dir": "d0"},
                                                  {"name": "sensors", "dir": "d1"}]},
                                   "nodelocal://1/r")
     assert [s for s, _ in steps] == ["settings", "users", "database shop", "database sensors"]
     assert steps[0][1] == 'IMPORT CLUSTER SETTING SQL DATA ("nodelocal://1/r/settings/' \
         'clustersetting.sql")'
     assert steps[2][1] == 'IMPORT DATABASE CSV DATA ("nodelocal://1/r/d0")'
-    old_layout = bp.restore_statements({"databases": [{"name": "shop"}]}, "http://x")
+    old_layout = rp.restore_statements({"databases": [{"name": "shop"}]}, "http://x")
     assert old_layout[2][1] == 'IMPORT DATABASE CSV DATA ("http://x/shop")'
 
 
-SHOP = bp.DatabasePlan("shop", bp.RELATIONAL, (("public", "orders"), ("Sales", 'q1"; --')))
+SHOP = bdb.DatabasePlan("shop", bdb.RELATIONAL, (("public", "orders"), ("Sales", 'q1"; --')))
 
 
 def test_grants_are_read_for_what_the_backup_carries_and_nothing_else() -> None:
@@ -247,53 +255,53 @@ def test_grants_are_read_for_what_the_backup_carries_and_nothing_else() -> None:
          "privilege_type": "SELECT"},  # a virtual table
         {"table_schema": "public", "table_name": "v", "grantee": "app",
          "privilege_type": "SELECT"}]  # a view: not carried (refused before, or gone)
-    grants, problem = bp.read_grants(SHOP, schema_rows, table_rows)
+    grants, problem = bcat.read_grants(SHOP, schema_rows, table_rows)
     assert problem == ""
     assert grants == (
-        bp.Grant("database", "", "", "auditor", "SELECT"),
-        bp.Grant("schema", "Sales", "", "app", "CREATE"),
-        bp.Grant("table", "Sales", 'q1"; --', "public", "SELECT"),
-        bp.Grant("table", "public", "orders", "ops-team.eu", "INSERT"))
+        bdb.Grant("database", "", "", "auditor", "SELECT"),
+        bdb.Grant("schema", "Sales", "", "app", "CREATE"),
+        bdb.Grant("table", "Sales", 'q1"; --', "public", "SELECT"),
+        bdb.Grant("table", "public", "orders", "ops-team.eu", "INSERT"))
 
 
 def test_grants_are_replayed_quoted_one_statement_per_object_and_grantee() -> None:
-    db = bp.DatabasePlan(SHOP.name, SHOP.engine, SHOP.tables, (
-        bp.Grant("database", "", "", "auditor", "SELECT"),
-        bp.Grant("schema", "Sales", "", "app", "CREATE"),
-        bp.Grant("table", "Sales", 'q1"; --', "public", "SELECT"),
-        bp.Grant("table", "public", "orders", "ops-team.eu", "UPDATE"),
-        bp.Grant("table", "public", "orders", "ops-team.eu", "INSERT")))
-    statements = bp.grant_statements(db)
+    db = bdb.DatabasePlan(SHOP.name, SHOP.engine, SHOP.tables, (
+        bdb.Grant("database", "", "", "auditor", "SELECT"),
+        bdb.Grant("schema", "Sales", "", "app", "CREATE"),
+        bdb.Grant("table", "Sales", 'q1"; --', "public", "SELECT"),
+        bdb.Grant("table", "public", "orders", "ops-team.eu", "UPDATE"),
+        bdb.Grant("table", "public", "orders", "ops-team.eu", "INSERT")))
+    statements = bcat.grant_statements(db)
     assert statements == [
         ("", 'GRANT SELECT ON DATABASE "shop" TO "auditor"'),
         ("shop", 'GRANT CREATE ON SCHEMA "Sales" TO "app"'),
         ("", 'GRANT SELECT ON TABLE "shop"."Sales"."q1""; --" TO "public"'),
         ("", 'GRANT INSERT, UPDATE ON TABLE "shop"."public"."orders" TO "ops-team.eu"')]
     assert all(statement_problem(text) == "" for _, text in statements)
-    many = bp.DatabasePlan("shop", bp.RELATIONAL, tuple(("public", f"t{i}") for i in range(50)),
-                           tuple(bp.Grant("table", "public", f"t{i}", "app", "SELECT")
+    many = bdb.DatabasePlan("shop", bdb.RELATIONAL, tuple(("public", f"t{i}") for i in range(50)),
+                           tuple(bdb.Grant("table", "public", f"t{i}", "app", "SELECT")
                                  for i in range(50)))
-    assert bp.grant_statements(many) == [("", "GRANT SELECT ON TABLE " + ", ".join(
+    assert bcat.grant_statements(many) == [("", "GRANT SELECT ON TABLE " + ", ".join(
         f'"shop"."public"."t{i}"' for i in sorted(range(50), key=str)) + ' TO "app"')]
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
     assert bp.Plan.from_json(plan.to_json()) == plan
-    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
+    steps = rp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
                                    "plan": json.loads(plan.to_json())}, "http://x")
     assert [s for s, _ in steps] == ["settings", "users", "database shop", "grants shop"]
 
 
 @pytest.mark.parametrize(("grant", "wanted"), [
-    (bp.Grant("database", "", "", "app", "SELECT; DROP"), "not one KWDB knows"),
-    (bp.Grant("database", "", "", "app\nx", "SELECT"), "not a user name"),
-    (bp.Grant("database", "", "", "", "SELECT"), "not a user name"),
-    (bp.Grant("table", "public", "elsewhere", "app", "SELECT"), "not one of the backup's"),
-    (bp.Grant("schema", "public", "", "app", "CREATE"), "not one of the backup's"),
-    (bp.Grant("view", "public", "orders", "app", "SELECT"), "not one of database"),
+    (bdb.Grant("database", "", "", "app", "SELECT; DROP"), "not one KWDB knows"),
+    (bdb.Grant("database", "", "", "app\nx", "SELECT"), "not a user name"),
+    (bdb.Grant("database", "", "", "", "SELECT"), "not a user name"),
+    (bdb.Grant("table", "public", "elsewhere", "app", "SELECT"), "not one of the backup's"),
+    (bdb.Grant("schema", "public", "", "app", "CREATE"), "not one of the backup's"),
+    (bdb.Grant("view", "public", "orders", "app", "SELECT"), "not one of database"),
 ])
 def test_a_grant_read_back_from_a_target_is_replayed_only_when_it_is_one_of_the_backups(
-        grant: bp.Grant, wanted: str) -> None:
+        grant: bdb.Grant, wanted: str) -> None:
     raw = json.loads(bp.Plan("b", "u1", "dev-0", 1, "1.0", (
-        bp.DatabasePlan(SHOP.name, SHOP.engine, SHOP.tables, (grant,)),)).to_json())
+        bdb.DatabasePlan(SHOP.name, SHOP.engine, SHOP.tables, (grant,)),)).to_json())
     assert wanted in bp.Plan.from_json(json.dumps(raw).encode()).problem()
 
 
@@ -301,42 +309,42 @@ def test_a_manifest_cannot_point_a_restore_elsewhere() -> None:
     for db in ({"name": "shop", "dir": "../../etc"}, {"name": 'x") WITH x; --'},
                {"name": "shop", "dir": "shop"}):
         with pytest.raises(ValueError, match="does not read"):
-            bp.restore_statements({"databases": [db]}, "http://x")
+            rp.restore_statements({"databases": [db]}, "http://x")
 
 
 def test_reject_rows_fail_an_import_although_kwdb_says_succeeded() -> None:
     ok = {"job_id": "1", "status": "succeeded", "rows": "3", "reject_rows": "0", "note": "None"}
-    assert bp.import_problem("database shop", [ok], []) == ""
-    rejected = bp.import_problem("database shop", [{**ok, "reject_rows": "2", "note":
+    assert rp.import_problem("database shop", [ok], []) == ""
+    rejected = rp.import_problem("database shop", [{**ok, "reject_rows": "2", "note":
                                                     "There is a REJECT FILE"}], [])
     assert rejected == ("database shop: 2 row(s) rejected (There is a REJECT FILE): the "
                         "restored data would be incomplete")
-    assert "ended failed" in bp.import_problem("users", [{**ok, "status": "failed"}], [])
-    assert "IMPORT reported" in bp.import_problem("users", [ok], ["something"])
+    assert "ended failed" in rp.import_problem("users", [{**ok, "status": "failed"}], [])
+    assert "IMPORT reported" in rp.import_problem("users", [ok], ["something"])
 
 
 def test_a_damaged_backup_is_found_before_anything_is_restored() -> None:
     data = b"1,tea\n"
-    item = bp.ItemResult("shop.orders", 1, {"shop/public/orders/n1.0.csv":
+    item = bx.ItemResult("shop.orders", 1, {"shop/public/orders/n1.0.csv":
                                             (hashlib.sha256(data).hexdigest(), len(data))})
     manifest = {"items": {"shop.orders": json.loads(item.to_json())}}
     files = {"shop/public/orders/n1.0.csv": data}
     listing = {k: len(v) for k, v in files.items()}
-    assert bp.backup_problem(manifest, listing, files.get) == ""
-    assert "missing or of another size" in bp.backup_problem(manifest, {}, files.get)
+    assert rp.backup_problem(manifest, listing, files.get) == ""
+    assert "missing or of another size" in rp.backup_problem(manifest, {}, files.get)
     altered = {"shop/public/orders/n1.0.csv": b"1,pie\n"}
-    assert "differs" in bp.backup_problem(manifest, listing, altered.get)
-    assert "lists no files" in bp.backup_problem({}, listing, files.get)
+    assert "differs" in rp.backup_problem(manifest, listing, altered.get)
+    assert "lists no files" in rp.backup_problem({}, listing, files.get)
 
 
 def test_a_time_series_export_that_answers_in_another_shape_is_a_failure() -> None:
     ts = item("ts-database")
-    assert bp.export_problem(ts, EXPORT, [{"filename": "meta.sql", "rows": "0"}], [],
+    assert bx.export_problem(ts, EXPORT, [{"filename": "meta.sql", "rows": "0"}], [],
                              ["meta.sql"]) == \
         'database "sensors": time-series EXPORT answered result=?'
-    assert bp.export_problem(ts, ["result"], [], [], ["meta.sql"]) == \
+    assert bx.export_problem(ts, ["result"], [], [], ["meta.sql"]) == \
         'database "sensors": time-series EXPORT answered result=?'
-    assert bp.export_problem(ts, ["result"], [{"result": "succeed"}], [], ["temps/n1.0.csv"]) \
+    assert bx.export_problem(ts, ["result"], [{"result": "succeed"}], [], ["temps/n1.0.csv"]) \
         == 'database "sensors": meta.sql missing after the export'
 
 
@@ -346,24 +354,24 @@ def test_slot_names_and_times_are_utc_whatever_the_reconcilers_time_zone(
     time.tzset()
     try:
         slot = at("2026-01-02T03:00:00")
-        assert bp.slot_name("nightly", slot) == "nightly-20260102030000"
-        assert bp.next_slot("0 0 3 * * *", slot) == at("2026-01-03T03:00:00")
-        assert bp.latest_slot("0 0 3 * * *", at("2026-01-03T02:59:59")) == slot
+        assert bsched.slot_name("nightly", slot) == "nightly-20260102030000"
+        assert bsched.next_slot("0 0 3 * * *", slot) == at("2026-01-03T03:00:00")
+        assert bsched.latest_slot("0 0 3 * * *", at("2026-01-03T02:59:59")) == slot
     finally:
         monkeypatch.undo()
         time.tzset()
 
 
 def test_a_restore_is_pending_until_its_record_says_completed() -> None:
-    started = {bp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"]})}
-    finished = {bp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"],
+    started = {rp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"]})}
+    finished = {rp.RESTORE_ANNOTATION: json.dumps({"backup": "first", "done": ["settings"],
                                                    "completedAt": "2026-01-01T00:00:00Z"})}
-    assert bp.restore_pending({}, "first")
-    assert bp.restore_pending(started, "first")
-    assert not bp.restore_pending(finished, "first")
-    assert not bp.restore_pending({}, None), "no fromBackup: nothing to restore"
-    assert bp.restore_record({bp.RESTORE_ANNOTATION: "not json"}) is None
-    assert bp.restore_record({bp.RESTORE_ANNOTATION: "[1]"}) is None
+    assert rp.restore_pending({}, "first")
+    assert rp.restore_pending(started, "first")
+    assert not rp.restore_pending(finished, "first")
+    assert not rp.restore_pending({}, None), "no fromBackup: nothing to restore"
+    assert rp.restore_record({rp.RESTORE_ANNOTATION: "not json"}) is None
+    assert rp.restore_record({rp.RESTORE_ANNOTATION: "[1]"}) is None
 
 
 @pytest.mark.parametrize("manifest", [
@@ -374,7 +382,7 @@ def test_a_restore_is_pending_until_its_record_says_completed() -> None:
 def test_a_manifest_of_the_wrong_shape_is_a_value_error_never_a_crash(
         manifest: dict[str, object]) -> None:
     try:
-        steps = bp.restore_statements(manifest, "http://x")
+        steps = rp.restore_statements(manifest, "http://x")
     except ValueError:
         return
     assert [s for s, _ in steps] == ["settings", "users", "database shop"], "no grants step"
@@ -382,7 +390,7 @@ def test_a_manifest_of_the_wrong_shape_is_a_value_error_never_a_crash(
 
 def test_a_plan_written_before_privileges_or_foreign_keys_were_carried_says_it_lacks_them(
         ) -> None:
-    from reconciler.kaiwudb.backup import unread
+    from reconciler.kaiwudb.backup.status import unread
 
     raw = json.loads(PLAN.to_json())
     assert raw["privileges"] is True and raw["foreign_keys"] is True
@@ -397,7 +405,7 @@ def test_a_plan_written_before_privileges_or_foreign_keys_were_carried_says_it_l
         {"plan": raw})
 
 
-ORDERS_FK = bp.ForeignKey("public", "orders", "Item of", ("sku", "size"), "Sales", 'q1"; --',
+ORDERS_FK = bdb.ForeignKey("public", "orders", "Item of", ("sku", "size"), "Sales", 'q1"; --',
                           ("sku", "size"), "FULL", "SET NULL", "NO ACTION")
 
 
@@ -424,7 +432,7 @@ def test_foreign_keys_are_read_with_their_referenced_tables_schema_and_columns_i
          "column_name": c} for c in ("sku", "size")] + [
         {"table_schema": "public", "table_name": "orders", "constraint_name": "fk_person",
          "column_name": "customer"}]
-    keys, left_out, problem = bp.read_foreign_keys(SHOP, fk_rows, column_rows)
+    keys, left_out, problem = bcat.read_foreign_keys(SHOP, fk_rows, column_rows)
     assert (keys, problem) == ((ORDERS_FK,), "")
     assert left_out == ('foreign key "fk_person" of "public"."orders" in database "shop", '
                         'onto "crm"."public"."people" in another database',)
@@ -433,17 +441,17 @@ def test_foreign_keys_are_read_with_their_referenced_tables_schema_and_columns_i
 def test_a_foreign_key_is_added_again_with_every_name_quoted_and_both_tables_in_full(
         ) -> None:
     db = replace(SHOP, foreign_keys=(ORDERS_FK,))
-    statement = bp.foreign_key_statement(db, ORDERS_FK)
+    statement = bcat.foreign_key_statement(db, ORDERS_FK)
     assert statement == (
         'ALTER TABLE "shop"."public"."orders" ADD CONSTRAINT "Item of" FOREIGN KEY ("sku", '
         '"size") REFERENCES "shop"."Sales"."q1""; --" ("sku", "size") MATCH FULL ON UPDATE '
         "SET NULL")
     assert statement_problem(statement) == ""
     cascade = replace(ORDERS_FK, match="NONE", on_update="NO ACTION", on_delete="CASCADE")
-    assert bp.foreign_key_statement(db, cascade).endswith('("sku", "size") ON DELETE CASCADE')
+    assert bcat.foreign_key_statement(db, cascade).endswith('("sku", "size") ON DELETE CASCADE')
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
     assert bp.Plan.from_json(plan.to_json()) == plan
-    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
+    steps = rp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
                                    "plan": json.loads(plan.to_json())}, "http://x")
     assert [s for s, _ in steps] == ["settings", "users", "database shop", "foreign keys shop"]
 
@@ -457,7 +465,7 @@ def test_a_foreign_key_is_added_again_with_every_name_quoted_and_both_tables_in_
     (replace(ORDERS_FK, on_delete="DROP TABLE x"), "not what KWDB shows"),
 ])
 def test_a_foreign_key_read_back_from_a_target_is_added_only_when_it_is_one_of_the_backups(
-        fk: bp.ForeignKey, wanted: str) -> None:
+        fk: bdb.ForeignKey, wanted: str) -> None:
     raw = json.loads(bp.Plan("b", "u1", "dev-0", 1, "1.0", (
         replace(SHOP, foreign_keys=(fk,)),)).to_json())
     assert wanted in bp.Plan.from_json(json.dumps(raw).encode()).problem()
@@ -478,7 +486,7 @@ def test_a_key_onto_a_hidden_rowid_is_left_out_and_named_not_refused() -> None:
     column_rows = [{"table_schema": "public", "table_name": "orders",
                     "constraint_name": "fk_log", "column_name": "log_id"}]
     db = replace(SHOP, tables=(*SHOP.tables, ("public", "log")))
-    keys, left_out, problem = bp.read_foreign_keys(db, fk_rows, column_rows)
+    keys, left_out, problem = bcat.read_foreign_keys(db, fk_rows, column_rows)
     assert (keys, problem) == ((), "")
     assert left_out == ('foreign key "fk_log" of "public"."orders" in database "shop", onto '
                         '"shop"."public"."log"\'s hidden rowid (a table without a primary key '
@@ -490,13 +498,13 @@ def test_only_keys_that_held_before_and_after_the_timestamp_are_carried() -> Non
     dropped or added meanwhile may not fit the rows exported as of it."""
     dropped = replace(ORDERS_FK, name="old")
     added = replace(ORDERS_FK, name="new")
-    kept, changed = bp.unsettled_foreign_keys([ORDERS_FK, dropped], [added, ORDERS_FK])
+    kept, changed = bcat.unsettled_foreign_keys([ORDERS_FK, dropped], [added, ORDERS_FK])
     assert kept == (ORDERS_FK,)
     assert changed == ('foreign key "new" of "public"."orders", changed while the backup '
                        "started", 'foreign key "old" of "public"."orders", changed while the '
                        "backup started")
     checking = replace(ORDERS_FK, validated=False)
-    assert bp.unsettled_foreign_keys([checking], [ORDERS_FK]) == ((checking,), ()), \
+    assert bcat.unsettled_foreign_keys([checking], [ORDERS_FK]) == ((checking,), ()), \
         "checked meanwhile: it held throughout, and goes as first read (NOT VALID)"
 
 
@@ -513,19 +521,19 @@ def test_the_foreign_keys_step_adds_what_is_missing_and_waits_for_what_kwdb_stil
         return {"schema_name": "public", "table_name": "orders", "constraint_name": name,
                 "convalidated": "true" if validated else "false"}
 
-    assert bp.foreign_keys_to_add(db, []) == ([ORDERS_FK, unchecked, other], [])
-    assert bp.foreign_keys_to_add(db, [row("Item of", False), row("loose", False)]) == (
+    assert bcat.foreign_keys_to_add(db, []) == ([ORDERS_FK, unchecked, other], [])
+    assert bcat.foreign_keys_to_add(db, [row("Item of", False), row("loose", False)]) == (
         [other], [ORDERS_FK])
-    assert bp.foreign_keys_to_add(db, [row("Item of", True), row("loose", False),
+    assert bcat.foreign_keys_to_add(db, [row("Item of", True), row("loose", False),
                                        row("other", True)]) == ([], [])
-    assert bp.foreign_key_statement(db, unchecked).endswith(
+    assert bcat.foreign_key_statement(db, unchecked).endswith(
         '("sku", "size") MATCH FULL ON UPDATE SET NULL NOT VALID')
 
 
 def test_the_status_names_ten_left_out_keys_at_most() -> None:
     """Names come from the database and a status has a size: ten are named, the rest
     counted (plan.json lists them all)."""
-    from reconciler.kaiwudb.backup import left_out_text
+    from reconciler.kaiwudb.backup.status import left_out_text
 
     many = [f"foreign key \"k{i}\" onto another database" for i in range(20_000)]
     text = left_out_text({"plan": {"databases": [{"left_out": many}]}})
@@ -551,29 +559,29 @@ def test_comments_are_read_and_set_again_quoted_and_one_with_a_backslash_is_left
         {"type": "2", "schema_name": "public", "table_name": "orders",
          "column_name": "x\\u200by", "index_name": "NULL", "comment": "escaped name"},
         {"type": "3", "schema_name": "public", "table_name": "orders", "column_name": "NULL",
-         "index_name": "by_item", "comment": "x" * (bp.COMMENT_MAX_CHARS + 1)},
+         "index_name": "by_item", "comment": "x" * (bcat.COMMENT_MAX_CHARS + 1)},
         {"type": "1", "schema_name": "public", "table_name": "made_meanwhile",
          "column_name": "NULL", "index_name": "NULL", "comment": "new"},
         {"type": "1", "schema_name": "public", "table_name": "orders", "column_name": "NULL",
          "index_name": "NULL", "comment": ""}]
-    comments, left_out = bp.read_comments(SHOP, [{"comment": "the shop"}], rows)
+    comments, left_out = bcat.read_comments(SHOP, [{"comment": "the shop"}], rows)
     assert comments == (
-        bp.Comment("column", "public", "orders", "id", "the order"),
-        bp.Comment("database", text="the shop"),
-        bp.Comment("index", "public", "orders", "primary", "by id"),
-        bp.Comment("table", "Sales", 'q1"; --', "", "it's '; DROP DATABASE shop; --\n二行"),
-        bp.Comment("table", "public", "orders", "", ""))
+        bdb.Comment("column", "public", "orders", "id", "the order"),
+        bdb.Comment("database", text="the shop"),
+        bdb.Comment("index", "public", "orders", "primary", "by id"),
+        bdb.Comment("table", "Sales", 'q1"; --', "", "it's '; DROP DATABASE shop; --\n二行"),
+        bdb.Comment("table", "public", "orders", "", ""))
     assert left_out == (
         'the comment on column "public"."orders"."item" in database "shop" (it or its name '
         "holds a backslash)",
         'the comment on column "public"."orders"."x\\\\u200by" in database "shop" (it or its '
         "name holds a backslash)",
         f'the comment on index "public"."orders"."by_item" in database "shop" (longer than '
-        f"{bp.COMMENT_MAX_CHARS} characters)",
+        f"{bcat.COMMENT_MAX_CHARS} characters)",
         'the comment on table "public"."made_meanwhile" in database "shop" (on a table made '
         "while the backup started)")
     db = replace(SHOP, comments=comments)
-    statements = [bp.comment_statement(db, c) for c in comments]
+    statements = [bcat.comment_statement(db, c) for c in comments]
     assert statements == [
         'COMMENT ON COLUMN "shop"."public"."orders"."id" IS \'the order\'',
         "COMMENT ON DATABASE \"shop\" IS 'the shop'",
@@ -584,9 +592,9 @@ def test_comments_are_read_and_set_again_quoted_and_one_with_a_backslash_is_left
     assert all(statement_problem(text) == "" for text in statements)
     plan = bp.Plan("b", "u1", "dev-0", 1, "1.0", (db,))
     assert bp.Plan.from_json(plan.to_json()) == plan and plan.problem() == ""
-    steps = bp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
+    steps = rp.restore_statements({"databases": [{"name": "shop", "dir": "d0"}],
                                    "plan": json.loads(plan.to_json())}, "http://x")
     assert [s for s, _ in steps] == ["settings", "users", "database shop", "comments shop"]
-    stray = replace(db, comments=(bp.Comment("table", "public", "elsewhere", "", "x"),))
+    stray = replace(db, comments=(bdb.Comment("table", "public", "elsewhere", "", "x"),))
     assert "not one of the backup's" in bp.Plan("b", "u1", "dev-0", 1, "1.0",
                                                 (stray,)).problem()

@@ -1,4 +1,4 @@
-"""A backup running to its end in the fast tier (reconciler/kaiwudb/backup.py against the
+"""A backup running to its end in the fast tier (reconciler/kaiwudb/backup/step.py against the
 simulated KaiwuDB and a volume target in a temporary directory; tests/support/backup_world.py).
 
 Stories: a person asks for a backup of a cluster with relational and time-series data; pass by
@@ -22,24 +22,23 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup import (
-    EXTERN_DIR,
-    FAILED_FILE,
-    NOT_CARRIED,
-    BackupSettings,
-    running_backup,
-)
-from reconciler.kaiwudb.backup_target import VolumeTarget
+from reconciler.kaiwudb.backup import names as bn
+from reconciler.kaiwudb.backup import plan as bp
+from reconciler.kaiwudb.backup import restore_plan as rp
+from reconciler.kaiwudb.backup.export import EXTERN_DIR
+from reconciler.kaiwudb.backup.file_server import BackupFileServer
+from reconciler.kaiwudb.backup.restore import Restore
+from reconciler.kaiwudb.backup.status import NOT_CARRIED, running_backup
+from reconciler.kaiwudb.backup.step import FAILED_FILE, BackupSettings
+from reconciler.kaiwudb.backup.targets import VolumeTarget
 from reconciler.kaiwudb.kwbase.admin import KwbaseSettings
-from reconciler.kaiwudb.restore import Restore
-from reconciler.kaiwudb.restore_server import BackupFileServer
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
 from tests.support.backup_world import (
     CLAIM,
     NS,
     Site,
+    a_restarted_site,
     a_site,
     load_shop,
     manifest,
@@ -229,7 +228,7 @@ def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(
 
     nodes = site.nodes("dev")
     nodes[0] = {**nodes[0], "state": "not-live"}
-    with caplog.at_level(logging.INFO, logger="reconciler.kaiwudb.backup"):
+    with caplog.at_level(logging.INFO, logger="reconciler.kaiwudb.backup.export"):
         site.kwdb.stop_process((NS, "dev"), "dev-0", site.now)  # gone with its files
         site.backups.run(site.a_pass("dev", nodes=nodes))
     assert [r.getMessage().split(": rm -rf")[0] for r in caplog.records] == [
@@ -323,10 +322,7 @@ def test_a_restarted_reconciler_carries_on_with_the_same_node_and_timestamp(
         site.at(site.now + 1)
     planned = json.loads((site.files("dev", "resumed") / bp.PLAN_FILE).read_text())
 
-    restarted = a_site(tmp_path)
-    restarted.api, restarted.kwdb, restarted.runner = site.api, site.kwdb, site.runner
-    restarted.backups.view = restarted.backups.kube = site.api  # type: ignore[assignment]
-    restarted.backups.admin = site.backups.admin
+    restarted = a_restarted_site(site)
     restarted.at(site.now)
     passes = restarted.run_backup()
 
@@ -412,10 +408,7 @@ def test_a_lost_status_write_is_recovered_from_the_target(tmp_path: Path) -> Non
     done = site.status(k.KAIWU_BACKUP, "first")
     site.api.objects[("KaiwuBackup", NS, "first")]["status"] = {"phase": "running"}
 
-    fresh = a_site(tmp_path)  # a new process: nothing in memory
-    fresh.api, fresh.kwdb, fresh.runner = site.api, site.kwdb, site.runner
-    fresh.backups.view = fresh.backups.kube = site.api  # type: ignore[assignment]
-    fresh.backups.admin = site.backups.admin
+    fresh = a_restarted_site(site)  # a new process: nothing in memory
     p = fresh.a_pass("dev")
     fresh.backups.run(p)
     again = fresh.status(k.KAIWU_BACKUP, "first")
@@ -590,7 +583,7 @@ def test_a_cluster_being_restored_is_not_backed_up_yet(tmp_path: Path) -> None:
         ("patch/status", "KaiwuBackup", "early")], "the same message is written once"
 
     site.api.objects[("KaiwuCluster", NS, "fresh")]["metadata"]["annotations"] = {
-        bp.RESTORE_ANNOTATION: json.dumps({"backup": "elsewhere", "done": [],
+        rp.RESTORE_ANNOTATION: json.dumps({"backup": "elsewhere", "done": [],
                                            "completedAt": "2026-01-01T00:01:00Z"})}
     site.backups.run(site.a_pass("fresh"))
     assert site.status(k.KAIWU_BACKUP, "early")["phase"] == "running"
@@ -804,7 +797,7 @@ def test_tables_named_as_paths_never_make_the_backup_remove_anything_outside_its
     assert site.kwdb.removed_outside_extern(key) == []
     uid = (site.api.get(k.KAIWU_BACKUP, NS, "first") or {})["metadata"]["uid"]
     run_dir = f"{EXTERN_DIR}/kaiwu-backup-{uid}"
-    assert all(bp.inside(EXTERN_DIR, path) and path.startswith(run_dir) for path in removed)
+    assert all(bn.inside(EXTERN_DIR, path) and path.startswith(run_dir) for path in removed)
     assert "shop" in str(site.kwdb.contents(key, site.now)["databases"])
 
 
@@ -958,10 +951,7 @@ def test_a_reconciler_restarted_during_an_export_waits_for_kwdbs_job_and_never_e
     site.backups.run(site.a_pass("dev"))  # orders (300 s) starts: its client waits
     assert site.backups.statements.running() != []
 
-    restarted = a_site(tmp_path)  # nothing in memory: KWDB's job row is all there is
-    restarted.api, restarted.kwdb, restarted.runner = site.api, site.kwdb, site.runner
-    restarted.backups.view = restarted.backups.kube = site.api  # type: ignore[assignment]
-    restarted.backups.admin = site.backups.admin
+    restarted = a_restarted_site(site)  # nothing in memory: KWDB's job row is all there is
     restarted.at(site.now + 5)
     restarted.backups.run(restarted.a_pass("dev"))
     status = restarted.status(k.KAIWU_BACKUP, "survivor")

@@ -1,4 +1,4 @@
-"""The backup step (reconciler/kaiwudb/backup.py) with fakes for the API and the caches: a
+"""The backup step (reconciler/kaiwudb/backup/step.py) with fakes for the API and the caches: a
 schedule makes one KaiwuBackup per slot, a suspended one none; retention deletes files before
 objects and never the newest completed backup; one backup runs at a time; a backup waits as
 pending, saying why, while the cluster is busy; an unusable target fails it with its reason.
@@ -27,8 +27,9 @@ def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path:
     steps = step(world, tmp_path)
     now = at("2026-01-02T03:00:01")
     p, cluster = a_pass(now, initialized=False)  # not initialised: the backup waits, but is made
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}, [])
+    steps.schedules.schedule(p, cluster,
+                             world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    steps.schedules.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "paused") or {}, [])
     assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
     assert not [w for w in world.writes if w[2].startswith("paused-")]
     # The step's merge patch of nulls removes the times (RFC 7386): none is left.
@@ -39,7 +40,7 @@ def test_a_schedule_makes_one_backup_per_slot_and_a_suspended_one_none(tmp_path:
                             "target": {"volume": {"claimName": "dumps"}}}
     again = len(world.writes)
     backups = world.list(k.KAIWU_BACKUP, NS)
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+    steps.schedules.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                    backups)
     assert not [w for w in world.writes[again:] if w[0] == "create"], "one per slot"
     status = (world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {})["status"]
@@ -62,7 +63,7 @@ def test_a_backup_labelled_as_the_schedules_with_a_slot_that_is_no_time_stops_no
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
 
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+    steps.schedules.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                    world.list(k.KAIWU_BACKUP, NS))
 
     assert ("create", "KaiwuBackup", "nightly-20260102030000") in world.writes
@@ -82,7 +83,8 @@ def test_a_backup_the_api_refuses_to_make_is_a_warning_and_the_pass_goes_on(
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
 
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    steps.schedules.schedule(p, cluster,
+                             world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
 
     (warning,) = [e for e in p.events if e[1] == "BackupScheduleFailed"]
     assert warning[0] == "Warning" and warning[2].startswith(
@@ -103,7 +105,7 @@ def test_retention_deletes_files_then_objects_and_keeps_the_newest_completed(
         (files / "manifest.json").write_text("{}")
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-05T00:00:00"))
-    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+    steps.schedules.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                  world.list(k.KAIWU_BACKUP, NS))
     assert [w[2] for w in world.writes if w[0] == "delete"] == ["b1", "f3"]
     assert sorted(d.name for d in (tmp_path / "dumps" / NS / NAME).iterdir()) == ["b2", "f4"]
@@ -148,17 +150,20 @@ def test_a_schedule_says_when_it_comes_back_and_writes_its_status_only_when_it_c
     world.add(nightly)
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-02T02:59:59.5"))
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    steps.schedules.schedule(p, cluster,
+                             world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
     assert world.writes == [("status", "KaiwuBackupSchedule", "nightly")]
     assert min(p.requeue) == pytest.approx(0.5), "back at the slot, not a second later"
 
     p, cluster = a_pass(at("2026-01-02T02:59:59.6"))
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    steps.schedules.schedule(p, cluster,
+                             world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
     assert world.writes == [("status", "KaiwuBackupSchedule", "nightly")], \
         "the same status is not written again"
 
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
+    steps.schedules.schedule(p, cluster,
+                             world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {}, [])
     assert steps.metrics.value("kaiwu_writes_total", {"verb": "create",
                                                       "kind": "KaiwuBackup"}) == 1
 
@@ -169,7 +174,7 @@ def test_a_schedule_that_cannot_be_read_is_a_warning_and_makes_nothing(tmp_path:
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
 
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "bad") or {}, [])
+    steps.schedules.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "bad") or {}, [])
 
     assert p.events == [("Warning", "BackupScheduleInvalid",
                          "KaiwuBackupSchedule/bad: spec.schedule 'every night': expected 6 "
@@ -179,7 +184,7 @@ def test_a_schedule_that_cannot_be_read_is_a_warning_and_makes_nothing(tmp_path:
 
     world.add(schedule("blank", ""))
     p, cluster = a_pass(at("2026-01-02T03:00:01"))
-    steps.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "blank") or {}, [])
+    steps.schedules.schedule(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "blank") or {}, [])
     assert p.events[0][2] == ("KaiwuBackupSchedule/blank: spec.schedule '': expected 6 fields "
                               "(seconds first) or 5, got 0; e.g. '0 0 3 * * *' for 03:00 UTC "
                               "daily")
@@ -196,7 +201,7 @@ def test_retention_keeps_seven_by_default_and_drops_what_is_older_than_max_age(
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-10T00:00:00"))
 
-    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+    steps.schedules.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                  world.list(k.KAIWU_BACKUP, NS))
 
     assert [w[2] for w in world.writes if w[0] == "delete"] == ["b1", "b2"]
@@ -208,7 +213,7 @@ def test_retention_keeps_seven_by_default_and_drops_what_is_older_than_max_age(
     world.edit(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly", lambda obj: obj["spec"].update(
         retention={"keep": 7, "maxAge": "3d"}))
     p, cluster = a_pass(at("2026-01-10T00:00:00"))
-    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+    steps.schedules.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                  world.list(k.KAIWU_BACKUP, NS))
     assert [w[2] for w in world.writes if w[0] == "delete"] == [
         "b1", "b2", "b3", "b4", "b5", "b6"], "older than 3 days (b7 is 2 days 21 hours old)"
@@ -265,7 +270,7 @@ def test_retention_goes_on_past_a_backup_whose_files_it_cannot_reach(tmp_path: P
     steps = step(world, tmp_path)
     p, cluster = a_pass(at("2026-01-05T00:00:00"))
 
-    steps.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
+    steps.schedules.retain(p, cluster, world.get(k.KAIWU_BACKUP_SCHEDULE, NS, "nightly") or {},
                  world.list(k.KAIWU_BACKUP, NS))
 
     assert [w[2] for w in world.writes if w[0] == "delete"] == ["b2"]

@@ -1,4 +1,4 @@
-"""Backup targets (reconciler/kaiwudb/backup_target.py): a volume directory and S3 (moto's
+"""Backup targets (reconciler/kaiwudb/backup/targets.py): a volume directory and S3 (moto's
 in-process mock of the S3 API) store, list and delete a backup's files the same way, and a
 target that cannot be used is named in one line with its fix.
 """
@@ -14,7 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from reconciler.kaiwudb.backup_target import Target, TargetError, target_for
+from reconciler.kaiwudb.backup.targets import Target, TargetError, target_for
 
 SECRET: dict[str, Any] = {
     "metadata": {"labels": {"kaiwu.inspur.com/backup-credentials": "true"}},
@@ -181,7 +181,7 @@ def test_an_s3_endpoint_that_fails_is_a_target_error_naming_the_location_and_the
         def put_object(self, **_: Any) -> None:
             raise EndpointConnectionError("Could not connect to http://minio.store:9000")
 
-    from reconciler.kaiwudb.backup_target import S3Target
+    from reconciler.kaiwudb.backup.targets import S3Target
     with pytest.raises(TargetError) as failed:
         S3Target(Client(), "backups", "ns/dev/b1").put("plan.json", b"{}")
     assert str(failed.value) == ("s3://backups/ns/dev/b1: EndpointConnectionError: Could not "
@@ -192,7 +192,7 @@ def test_an_s3_key_that_is_not_there_reads_as_missing_and_other_errors_fail() ->
     """S3 answers a missing key with NoSuchKey; some S3-compatible stores answer 404."""
     from botocore.exceptions import ClientError
 
-    from reconciler.kaiwudb.backup_target import S3Target
+    from reconciler.kaiwudb.backup.targets import S3Target
 
     class Client:
         code = ""
@@ -238,7 +238,7 @@ def test_s3_lists_exactly_the_directory_asked_for() -> None:
                     return [{"Contents": [{"Key": Prefix + "meta.sql", "Size": 3}]}]
             return Pages()
 
-    from reconciler.kaiwudb.backup_target import S3Target
+    from reconciler.kaiwudb.backup.targets import S3Target
     target = S3Target(Client(), "backups", "ns/dev/b1")
     assert target.list("TAX") == {"TAX/meta.sql": 3}
     assert target.list("TAX/") == {"TAX/meta.sql": 3}
@@ -261,7 +261,7 @@ def test_s3_deletes_at_most_a_thousand_keys_per_request() -> None:
         def delete_objects(self, Bucket: str, Delete: dict[str, Any]) -> None:
             chunks.append(len(Delete["Objects"]))
 
-    from reconciler.kaiwudb.backup_target import S3Target
+    from reconciler.kaiwudb.backup.targets import S3Target
     assert S3Target(Client(), "backups", "base").delete("") == 2500
     assert chunks == [1000, 1000, 500]
 

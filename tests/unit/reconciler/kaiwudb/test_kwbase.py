@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from reconciler.kaiwudb.backup import EXTERN_DIR  # the rendered --store's extern dir
+from reconciler.kaiwudb.backup.export import EXTERN_DIR  # the rendered --store's extern dir
 from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseAdmin, KwbaseSettings
 from reconciler.kaiwudb.kwbase.errors import (
     CommandFailed,

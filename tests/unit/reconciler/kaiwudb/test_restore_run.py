@@ -1,6 +1,8 @@
-"""A restore in the fast tier (reconciler/kaiwudb/restore.py and restore_server.py against the
-simulated KaiwuDB, which reads the backup over http from the reconciler's file server, as KWDB's
-IMPORT does; tests/support/backup_world.py).
+"""A restore in the fast tier (the step reconciler.kaiwudb.backup.restore with its parts
+reconciler.kaiwudb.backup.restore_import and reconciler.kaiwudb.backup.restore_steps, and
+reconciler.kaiwudb.backup.file_server) against the simulated KaiwuDB, which reads the backup
+over http from the reconciler's file server, as KWDB's IMPORT does;
+tests/support/backup_world.py.
 
 Stories: a new cluster made with spec.bootstrap.fromBackup waits for its backup to complete,
 then imports settings, users and each database one pass at a time, is not Ready until then, and
@@ -30,13 +32,9 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup_target import TargetError, VolumeTarget
-from reconciler.kaiwudb.certs.authority import new_ca
-from reconciler.kaiwudb.kwbase.admin import KwbaseSettings
-from reconciler.kaiwudb.kwbase.sql import SqlAnswer
-from reconciler.kaiwudb.restore import Restore
-from reconciler.kaiwudb.restore_server import (
+from reconciler.kaiwudb.backup import plan as bp
+from reconciler.kaiwudb.backup import restore_plan as rp
+from reconciler.kaiwudb.backup.file_server import (
     CUSTOM_CA_MAX_CHARS,
     RESTORE_CA_NAME,
     BackupFileServer,
@@ -44,6 +42,11 @@ from reconciler.kaiwudb.restore_server import (
     default_advertise_host,
     pem_certificates,
 )
+from reconciler.kaiwudb.backup.restore import Restore
+from reconciler.kaiwudb.backup.targets import TargetError, VolumeTarget
+from reconciler.kaiwudb.certs.authority import new_ca
+from reconciler.kaiwudb.kwbase.admin import KwbaseSettings
+from reconciler.kaiwudb.kwbase.sql import SqlAnswer
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.kube import kinds as k
 from reconciler.model import Pass
@@ -88,7 +91,7 @@ def backed_up(tmp_path: Path, kwbase: KwbaseSettings | None = None) -> Site:
 
 def record(site: Site, name: str = "fresh") -> dict[str, object] | None:
     obj = site.api.get(k.KAIWU_CLUSTER, NS, name) or {}
-    return bp.restore_record((obj.get("metadata") or {}).get("annotations") or {})
+    return rp.restore_record((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def restore_passes(site: Site, restore: Restore, name: str = "fresh",
@@ -135,9 +138,9 @@ def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
                        "completedAt": found["completedAt"], "done": found["done"]},
                       sort_keys=False)
     assert (site.api.get(k.KAIWU_CLUSTER, NS, "fresh") or {})["metadata"]["annotations"][
-        bp.RESTORE_ANNOTATION] == text
-    assert passes[-1].obj["metadata"]["annotations"][bp.RESTORE_ANNOTATION] == text
-    assert not bp.restore_pending(passes[-1].obj["metadata"]["annotations"], "first")
+        rp.RESTORE_ANNOTATION] == text
+    assert passes[-1].obj["metadata"]["annotations"][rp.RESTORE_ANNOTATION] == text
+    assert not rp.restore_pending(passes[-1].obj["metadata"]["annotations"], "first")
     assert site.backups.metrics.value("kaiwu_writes_total", {
         "verb": "patch", "kind": "KaiwuCluster"}) == 6, "the record: begun, 4 imports, done"
     assert [e[:2] for p in passes for e in p.events] == [("Normal", "RestoreStep")] * 4 + [
@@ -521,7 +524,7 @@ def test_the_file_server_says_what_it_sends_and_logs_what_fails(
     dev = read_live(site.api.get(k.KAIWU_CLUSTER, NS, "dev") or {})
     target = site.backups.target(dev, site.api.get(k.KAIWU_BACKUP, NS, "first") or {})
     monkeypatch.setattr("secrets.token_urlsafe", lambda n: "X-token-starting-with-X")
-    caplog.set_level(logging.DEBUG, logger="reconciler.kaiwudb.restore_server")
+    caplog.set_level(logging.DEBUG, logger="reconciler.kaiwudb.backup.file_server")
     url = server.publish("shop/fresh", target)
     assert url.endswith("/X-token-starting-with-X")
     assert [t.daemon for t in threading.enumerate() if t.name == "restore-files"] == [True]
@@ -1393,7 +1396,7 @@ def test_views_and_sequences_come_back_with_their_values_grants_and_order(
         "JOIN crm.public.people AS p ON o.id = p.id"]
 
     site.api.patch(k.KAIWU_CLUSTER, NS, "fresh", {"metadata": {"annotations": {
-        bp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None,
+        rp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None,
                                            "done": found["done"][:5]})}}})
     restore.forget(NS, "fresh")
     restore_passes(site, restore, passes=8)
@@ -1455,7 +1458,7 @@ def test_a_sequence_used_after_its_value_was_set_is_not_set_back_by_a_step_run_a
     site.kwdb.execute(fresh, site.now, """SELECT setval('"shop"."public"."order_ids"', 50, true)""")
 
     site.api.patch(k.KAIWU_CLUSTER, NS, "fresh", {"metadata": {"annotations": {
-        bp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None, "done": [
+        rp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None, "done": [
             step for step in done if not step.startswith("sequences")]})}}})
     restore.forget(NS, "fresh")
     restore_passes(site, restore, passes=8)
@@ -1470,7 +1473,7 @@ def test_a_sequence_used_after_its_value_was_set_is_not_set_back_by_a_step_run_a
     shop_plan["sequences"].append({**shop_plan["sequences"][0], "name": "ids"})
     manifest_path.write_text(json.dumps(manifest))
     site.api.patch(k.KAIWU_CLUSTER, NS, "fresh", {"metadata": {"annotations": {
-        bp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None, "done": [
+        rp.RESTORE_ANNOTATION: json.dumps({**found, "completedAt": None, "done": [
             step for step in done if not step.startswith("sequences")]})}}})
     restore.forget(NS, "fresh")
     restore_passes(site, restore, passes=8)

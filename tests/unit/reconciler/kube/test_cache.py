@@ -19,7 +19,7 @@ import yaml
 
 from bench.fleet import LiveCluster, live_fleet
 from reconciler.kaiwudb import crashloop, loss, pods, rollout
-from reconciler.kaiwudb.backup import phase_of, running_backup
+from reconciler.kaiwudb.backup.status import phase_of, running_backup
 from reconciler.keys import ClusterKey
 from reconciler.kube import cache
 from reconciler.kube import kinds as k

@@ -4,7 +4,7 @@ KWDB's `EXPORT ... FROM DATABASE` exports the descriptors of type 'table' only
 (kwbase/pkg/sql/export_details.go:333-338), and `IMPORT DATABASE` makes tables and schemas
 only (importer/import_database_details.go:266-330). A backup therefore reads each view's and
 each sequence's definition from `kwdb_internal.create_statements` (kwdb_internal.go:1411-1440;
-`backup_plan.DATABASE_OBJECTS_QUERY`) and each sequence's value after the backup's timestamp,
+`database.DATABASE_OBJECTS_QUERY`) and each sequence's value after the backup's timestamp,
 and the restore makes them again once the tables are back: a database's sequences right
 after its IMPORT, every view after every database (a view may read another database's
 tables), in the order KWDB made them.
@@ -21,8 +21,9 @@ as root (schema_changer.go:241-268), so it is refused. Anything else refuses the
 naming the object, before anything is exported; the restore checks the plan again, since it
 reads it back from the target.
 
-Called by reconciler/kaiwudb/backup_plan.py (`split_objects`, the plan's checks, the restore
-order) and reconciler/kaiwudb/backup.py, restore.py (the queries and statements).
+Called by reconciler.kaiwudb.backup.database (`split_objects`, `DatabasePlan`),
+reconciler.kaiwudb.backup.plan (the plan's checks) and the steps that read and make them
+again: reconciler.kaiwudb.backup.start (values) and reconciler.kaiwudb.backup.restore_steps.
 """
 
 from __future__ import annotations

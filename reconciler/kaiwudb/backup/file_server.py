@@ -1,6 +1,6 @@
 """A read-only HTTP view of backups being restored, for KaiwuDB's IMPORT to read.
 
-Called by reconciler/kaiwudb/restore.py. KWDB's IMPORT reads `nodelocal://` or `http(s)://`,
+Called by reconciler/kaiwudb/backup/restore.py. KWDB's IMPORT reads `nodelocal://` or `http(s)://`,
 never `s3://` (kaiwudb-facts.md), and `IMPORT DATABASE CSV DATA ("http://.../<db>")` lists a
 directory from the `<a href>` links of its index page (kwbase/pkg/storage/cloud/
 http_storage.go `ListFiles`). So while a restore runs, the leading reconciler serves that
@@ -47,7 +47,7 @@ from urllib.parse import unquote, urlsplit
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from reconciler.kaiwudb.backup_target import Target, TargetError
+from reconciler.kaiwudb.backup.targets import Target, TargetError
 from reconciler.kaiwudb.certs.authority import new_ca
 from reconciler.kaiwudb.certs.keys import CertKey, CertSettings
 from reconciler.kaiwudb.certs.leaves import issue_server

@@ -1,6 +1,6 @@
 """Backup targets: where a backup's files end up, off the database's disks.
 
-Called by reconciler/kaiwudb/backup.py. Two kinds, one small interface (`Target`): put a file,
+Called by reconciler/kaiwudb/backup/step.py. Two kinds, one small interface (`Target`): put a file,
 read one back, list what is under a prefix with sizes, delete a prefix.
 - `S3Target`: S3-compatible object storage through boto3 (endpoint, region, bucket, key
   prefix; the access key pair from a Secret in the backup's namespace).

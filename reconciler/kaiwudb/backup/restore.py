@@ -3,7 +3,7 @@ KaiwuBackup before it may be Ready.
 
 The Controller runs `Restore.run` after "failover" and before "backup"
 (reconciler.controller.controller), once the cluster is initialised. The order is KWDB's
-(kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup_plan.restore_statements):
+(kaiwudb-facts.md, "Backup and restore"; reconciler.kaiwudb.backup.restore_plan.restore_statements):
 cluster settings, users, then each database of the backup's manifest, one IMPORT per pass,
 each followed by a pass that makes its sequences again with their values (EXPORT leaves them
 out), one that adds its foreign keys again (IMPORT makes tables without them: the backup's
@@ -11,7 +11,7 @@ schema export leaves them out) and one that sets its comments again; then a pass
 every view again (EXPORT leaves them out too), and for each database one that grants again
 what its users held (its GRANTs, views' and sequences' included; KWDB's IMPORT brings no
 privileges back unless asked, and then loses some), all from the backup's plan,
-each read over https from the reconciler's file server (reconciler.kaiwudb.restore_server),
+each read over https from the reconciler's file server (reconciler.kaiwudb.backup.file_server),
 since IMPORT cannot read s3://. Before the first import KaiwuDB is made to trust the file
 server's CA (the cluster setting CUSTOM_CA; a database's import waits for it to spread), and
 before the restore is recorded complete it no longer does; a restore that failed drops it on a
@@ -37,27 +37,35 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime, timedelta
 from typing import Any
 
-from reconciler.kaiwudb import backup_plan as bp
-from reconciler.kaiwudb.backup import Backups, phase_of
-from reconciler.kaiwudb.backup_objects import (
-    SequenceDef,
-    View,
-    existing_objects_query,
-    from_hex,
-    read_sequence,
-    sequence_value,
-    sequence_value_query,
+from reconciler.kaiwudb.backup.catalog import comment_statement, grant_statements
+from reconciler.kaiwudb.backup.database import SYSTEM_DATABASES
+from reconciler.kaiwudb.backup.file_server import BackupFileServer, custom_ca_with
+from reconciler.kaiwudb.backup.plan import MANIFEST_FILE
+from reconciler.kaiwudb.backup.restore_import import DatabaseImport
+from reconciler.kaiwudb.backup.restore_plan import (
+    COMMENTS_STEP,
+    FOREIGN_KEYS_STEP,
+    GRANTS_STEP,
+    RESTORE_ANNOTATION,
+    SEQUENCES_STEP,
+    VIEWS_STEP,
+    RestoreFailed,
+    backup_problem,
+    import_problem,
+    manifest_database,
+    restore_record,
+    restore_statements,
 )
-from reconciler.kaiwudb.backup_target import TargetError
+from reconciler.kaiwudb.backup.restore_steps import add_foreign_keys, make_objects
+from reconciler.kaiwudb.backup.status import phase_of
+from reconciler.kaiwudb.backup.step import Backups
+from reconciler.kaiwudb.backup.targets import TargetError
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
-from reconciler.kaiwudb.kwbase.errors import CommandFailed, ExecFailed, KwbaseError
-from reconciler.kaiwudb.kwbase.sql import quote_ident, quote_literal
+from reconciler.kaiwudb.kwbase.errors import ExecFailed, KwbaseError
+from reconciler.kaiwudb.kwbase.sql import quote_literal
 from reconciler.kaiwudb.pods import cluster_pods, pod_ready
-from reconciler.kaiwudb.restore_server import BackupFileServer, custom_ca_with
-from reconciler.kaiwudb.statements import Running
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Pass, meta, rfc3339
@@ -65,8 +73,7 @@ from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = bp.RESTORE_ANNOTATION
-RECORD_CLOCK_GRACE = timedelta(seconds=5)
+ANNOTATION = RESTORE_ANNOTATION
 # KWDB trusts an https server whose certificate one of this setting's PEM certificates signed
 # (storage/cloud/http_storage.go:76-87). The node that ran SET applied it before answering
 # (sql/set_cluster_setting.go:540-552 waits up to 10 s to observe it); the others hear of it
@@ -78,7 +85,6 @@ RECORD_CLOCK_GRACE = timedelta(seconds=5)
 # `'e'...\n...'` (sql/export.go:576-582 trims quotes off lex.EncodeSQLString's `e'...'`),
 # which IMPORT CLUSTER SETTING cannot parse (importer/import_stmt.go:1535-1538).
 CUSTOM_CA = "cloudstorage.http.custom_ca"
-_URL = re.compile(r"https?://[^\s\"')]+")
 TRUST_SETTLE_S = 5.0
 BUILT_IN_USERS = frozenset({"root", "admin"})
 
@@ -93,6 +99,7 @@ class Restore:
         self.backups = backups
         self.server = server
         self.poll_s = poll_s
+        self.imports = DatabaseImport(backups)
         # The record this process last wrote, per cluster: the watch cache may still show an
         # older annotation for a moment, and an import must not run twice because of it.
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
@@ -117,7 +124,7 @@ class Restore:
     def run(self, p: Pass) -> None:
         cluster = p.cluster
         assert cluster is not None and cluster.restore_from
-        record = self.recall(cluster, bp.restore_record(meta(p.obj).get("annotations") or {}))
+        record = self.recall(cluster, restore_record(meta(p.obj).get("annotations") or {}))
         if record is not None and (record.get("completedAt") or record.get("failed")):
             self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
             if (cluster.namespace, cluster.name) not in self._distrusted:
@@ -155,16 +162,16 @@ class Restore:
                 record = {"backup": name, "done": [], "begunAt": rfc3339(p.now)}
                 self.annotate(p, cluster, record)
             target = self.backups.target(cluster, backup)
-            manifest = json.loads(target.get(bp.MANIFEST_FILE) or b"{}")
+            manifest = json.loads(target.get(MANIFEST_FILE) or b"{}")
             if not isinstance(manifest, dict):  # the target's, not ours to trust
-                raise ValueError(f"{bp.MANIFEST_FILE} is not a JSON object")
+                raise ValueError(f"{MANIFEST_FILE} is not a JSON object")
             if not record.get("done"):
                 # Before the first import: every file as the backup recorded it.
-                problem = bp.backup_problem(manifest, target.list(""), target.get)
+                problem = backup_problem(manifest, target.list(""), target.get)
                 if problem:
-                    raise _Failed(f"the backup is not intact: {problem}")
+                    raise RestoreFailed(f"the backup is not intact: {problem}")
             url = self.server.publish(f"{cluster.namespace}/{cluster.name}", target)
-            steps = bp.restore_statements(manifest, url)
+            steps = restore_statements(manifest, url)
             done = list(record.get("done") or ())
             todo = [(step, stmt) for step, stmt in steps if step not in done]
             if not todo:
@@ -186,34 +193,34 @@ class Restore:
             if self.trust_failed(p, name, cluster, admin, pod, self.server.ca_pem(),
                                  settle=step.startswith("database ")):
                 return
-            if step.startswith(bp.SEQUENCES_STEP) or step == bp.VIEWS_STEP:
+            if step.startswith(SEQUENCES_STEP) or step == VIEWS_STEP:
                 try:
-                    self.make_objects(admin, pod, manifest, step)
+                    make_objects(admin, pod, manifest, step)
                 except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
                     self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
                     return
-            elif step.startswith(bp.COMMENTS_STEP):
+            elif step.startswith(COMMENTS_STEP):
                 # Setting a comment replaces the one there: run again, it changes nothing.
-                _, db = bp.manifest_database(manifest, step.removeprefix(bp.COMMENTS_STEP))
+                _, db = manifest_database(manifest, step.removeprefix(COMMENTS_STEP))
                 try:
                     for comment in db.comments:
-                        admin.sql(pod, bp.comment_statement(db, comment))
+                        admin.sql(pod, comment_statement(db, comment))
                 except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
                     self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
                     return
-            elif step.startswith(bp.GRANTS_STEP):
+            elif step.startswith(GRANTS_STEP):
                 # Each GRANT adds to what is held: run again after a crash, it changes nothing.
-                _, db = bp.manifest_database(manifest, step.removeprefix(bp.GRANTS_STEP))
+                _, db = manifest_database(manifest, step.removeprefix(GRANTS_STEP))
                 try:
-                    for database, grant in bp.grant_statements(db):
+                    for database, grant in grant_statements(db):
                         admin.sql(pod, grant, database=database)
                 except ExecFailed as err:  # the exec, not KWDB, failed: the next pass again
                     self.waiting(p, f"restoring KaiwuBackup {name}: {step}: {err}")
                     return
-            elif step.startswith(bp.FOREIGN_KEYS_STEP):
+            elif step.startswith(FOREIGN_KEYS_STEP):
                 try:
-                    pending = self.add_foreign_keys(admin, pod, manifest,
-                                                    step.removeprefix(bp.FOREIGN_KEYS_STEP))
+                    pending = add_foreign_keys(admin, pod, manifest,
+                                                    step.removeprefix(FOREIGN_KEYS_STEP))
                 except ExecFailed as err:
                     # The exec, not KWDB, failed, or the ALTER outlived it and runs on: the
                     # next pass reads what is there.
@@ -224,7 +231,7 @@ class Restore:
                                  self.backups.settings.running_poll_s)
                     return
             elif step.startswith("database "):
-                running = self.import_database(cluster, admin, pod, manifest, step, stmt,
+                running = self.imports.import_database(cluster, admin, pod, manifest, step, stmt,
                                                str(record.get("begunAt") or ""))
                 if running:
                     self.waiting(p, f"restoring KaiwuBackup {name}: {len(done)}/{len(steps)} "
@@ -235,10 +242,10 @@ class Restore:
                 pass  # imported by a reconciler that died before recording it
             else:
                 answer = admin.sql(pod, stmt)
-                problem = bp.import_problem(step, answer.rows, answer.notices)
+                problem = import_problem(step, answer.rows, answer.notices)
                 if problem:
-                    raise _Failed(problem)
-        except (_Failed, KwbaseError, TargetError, ValueError) as err:
+                    raise RestoreFailed(problem)
+        except (RestoreFailed, KwbaseError, TargetError, ValueError) as err:
             # The file server's URL holds the token that lets anyone read the backup: it never
             # reaches a condition, an Event or the annotation, and the token is withdrawn.
             self.server.withdraw(f"{cluster.namespace}/{cluster.name}")
@@ -254,150 +261,9 @@ class Restore:
         self.waiting(p, f"restoring KaiwuBackup {name}: {len(done) + 1}/{len(steps)} imports "
                         f"done ({step})")
 
-    @staticmethod
-    def add_foreign_keys(admin: KwbaseAdmin, pod: str, manifest: dict[str, Any],
-                         database: str) -> str:
-        """Add the foreign keys `database` had that it lacks; what the step still waits for
-        ("" once every key is there and checked: bp.foreign_keys_to_add). What is there is read
-        first, each pass: KWDB refuses a constraint name the table has, one being added
-        included (create_table.go:1136-1139, sqlbase/structured.go:989-1007), so a step run
-        again after a crash, or while KWDB still checks the rows of a key an earlier pass
-        added, adds nothing twice. A key whose rows do not fit fails the restore, naming it."""
-        _, db = bp.manifest_database(manifest, database)
-        on_keys, _ = bp.foreign_keys_queries(database)
-        to_add, checking = bp.foreign_keys_to_add(db, admin.sql(pod, on_keys).rows)
-        for fk in to_add:
-            try:
-                admin.sql(pod, bp.foreign_key_statement(db, fk))
-            except CommandFailed as err:
-                if "duplicate constraint name" not in err.stderr:
-                    raise
-            checking.append(fk)  # done once a later read shows it checked
-        if not checking:
-            return ""
-        shown = ", ".join(fk.shown for fk in checking[:3])
-        more = f" and {len(checking) - 3} more" if len(checking) > 3 else ""
-        return f"KaiwuDB adds and checks {shown}{more}"
 
-    @staticmethod
-    def make_objects(admin: KwbaseAdmin, pod: str, manifest: dict[str, Any], step: str
-                     ) -> None:
-        """Make again the sequences of one database (`sequences <db>`, with their values) or
-        every view (`views`, in the order KWDB made them: a view reads only what was made
-        before it), from the backup's plan, checked again (`bp.manifest_plan`: it is read back
-        from the target; backup_objects.py). What is there is read first: a step run again
-        after a crash makes nothing twice, and an object of another kind or, for a sequence,
-        other numbers under the same name fails the restore, naming it. A sequence's value is
-        set only while it holds what a new one holds (so a run again never sets it back). A
-        schema that held no table (IMPORT made none for it) is made first."""
-        plan = bp.manifest_plan(manifest)
-        if step == bp.VIEWS_STEP:
-            wanted = sorted((view.order, db.name, view) for db in plan.databases
-                            for view in db.views)
-            made: list[tuple[str, SequenceDef | View]] = [(db, view) for _, db, view in wanted]
-        else:
-            _, db = bp.manifest_database(manifest, step.removeprefix(bp.SEQUENCES_STEP))
-            made = [(db.name, sequence) for sequence in db.sequences]
-        there: dict[str, dict[tuple[str, str], tuple[str, str]]] = {}
-        for database, obj in made:
-            if database not in there:
-                rows = admin.sql(pod, existing_objects_query(database)).rows
-                there[database] = {
-                    (str(r.get("schema_name")), str(r.get("descriptor_name"))):
-                    (str(r.get("descriptor_type")),
-                     from_hex(str(r.get("create_statement_hex") or "")) or "")
-                    for r in rows}
-                for schema in sorted({o.schema for d, o in made if d == database}
-                                     - bp.VIRTUAL_SCHEMAS):
-                    admin.sql(pod, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)}",
-                              database=database)
-            kind = "view" if isinstance(obj, View) else "sequence"
-            found = there[database].get((obj.schema, obj.name))
-            if found is None:
-                admin.sql(pod, obj.statement(database) if isinstance(obj, View)
-                          else obj.create_statement(database))
-            elif found[0] != kind or (isinstance(obj, SequenceDef) and not _same_numbers(
-                    read_sequence(obj.schema, obj.name, found[1]), obj)):
-                raise _Failed(f"{step}: database {json.dumps(database)} holds a {found[0]} "
-                              f"{json.dumps(obj.schema)}.{json.dumps(obj.name)} that is not "
-                              f"the backup's {kind}; drop it and the restore makes it")
-            if isinstance(obj, SequenceDef) and (setval := obj.setval_statement(database)):
-                rows = admin.sql(pod, sequence_value_query(database, obj)).rows
-                if sequence_value(obj, rows) == obj.start - obj.increment:
-                    admin.sql(pod, setval)
 
-    def import_database(self, cluster: Cluster, admin: KwbaseAdmin, pod: str,
-                        manifest: dict[str, Any], step: str, stmt: str, begun_at: str) -> str:
-        """One database's IMPORT: "" once it ended well, else a few words saying how it runs;
-        _Failed when it cannot end well.
 
-        Level-triggered on KWDB's job row (an IMPORT DATABASE is a job that goes on without its
-        client: kwbase/pkg/sql/importer/import_stmt.go:382-412, jobs/jobs.go:1017-1080), found
-        by its description, which ends with the database's directory (import_stmt.go:655-680).
-        Unless this process runs it: running, wait; failed, the restore fails with KWDB's
-        error; succeeded while nobody listened, every table must hold the rows the backup
-        holds (expected_counts); no row and no database, it starts; a database but no row,
-        something else made it, and the restore stops rather than import twice."""
-        key = f"restore/{cluster.namespace}/{cluster.name}/{step}"
-        collected = self.collect(key, step)
-        if collected is not None:
-            return collected
-        directory = stmt.rsplit("/", 1)[-1].split('"', 1)[0]
-        jobs = admin.statement_jobs(pod, "IMPORT", "description", f"/{directory}')")
-        # Only this restore's: a retry (the annotation deleted, the database dropped) must not
-        # read the failed job of the attempt before it (SHOW JOBS keeps it seven days). A few
-        # seconds' grace for clocks: its first IMPORT starts passes after the record.
-        since = datetime.fromisoformat(begun_at.replace("Z", "+00:00")) - RECORD_CLOCK_GRACE \
-            if begun_at else None
-        latest = next((j for j in jobs if since is None or j.created >= since), None)
-        if latest is not None and not latest.over:
-            return f"KWDB job {latest.job_id}, running since {rfc3339(latest.created.timestamp())}"
-        if latest is not None and latest.failed:
-            raise _Failed(f"{step}: KWDB job {latest.job_id} {latest.status}: {latest.error} "
-                          "(an IMPORT "
-                          "reads the reconciler's file server while it runs: a reconciler that "
-                          "restarted meanwhile no longer serves it)")
-        db = step.removeprefix("database ")
-        if latest is not None and latest.status == "succeeded":
-            counted = {}
-            for sources, _ in bp.expected_counts(manifest, db):
-                for source in sources:
-                    rows = admin.sql(pod, f"SELECT count(*) FROM {source}", bulk=True).rows
-                    counted[source] = int(rows[0]["count"]) if rows else -1
-            problem = bp.count_problem(step, bp.expected_counts(manifest, db), counted)
-            if problem:
-                raise _Failed(problem)
-            return ""
-        shown = admin.sql(pod, "SHOW DATABASES")
-        if any(r.get("database_name") == db for r in shown.rows):
-            raise _Failed(f"{step}: exists although no import of it is recorded or known to "
-                          "KWDB; drop it and delete the annotation kaiwu.inspur.com/restore "
-                          "to restart")
-        self.backups.statements.start(key, lambda: admin.sql(pod, stmt, bulk=True))
-        collected = self.collect(key, step)
-        return "started, no answer: KWDB's job row will say" if collected is None else collected
-
-    def collect(self, key: str, step: str) -> str | None:
-        """The IMPORT this process runs under `key`: "" once it ended well, a few words while
-        it runs, None when none runs here (or its exec ended with no answer); _Failed when its
-        answer says it failed."""
-        try:
-            polled = self.backups.statements.poll(key)
-        except ExecFailed as err:
-            # The exec ended with no answer (a time-out, the pod or the connection gone): the
-            # IMPORT is a job that goes on without its client; KWDB's job row says what follows.
-            # Its text holds the IMPORT, and so the file server's URL: logs get no token.
-            log.warning("restore: %s: no answer: %s", step, _URL.sub("<restore file server>",
-                                                                       str(err)))
-            return None
-        if polled is None:
-            return None
-        if isinstance(polled, Running):
-            return f"running {polled.elapsed_s:.0f} s"
-        problem = bp.import_problem(step, polled.rows, polled.notices)
-        if problem:
-            raise _Failed(problem)
-        return ""
 
     def trust(self, cluster: Cluster, admin: KwbaseAdmin, pod: str, ca_pem: str | None
               ) -> bool:
@@ -448,7 +314,7 @@ class Restore:
     def data_in(admin: Any, pod: str) -> str:
         """What data the cluster holds ("" when none): user databases and users."""
         dbs = [r["database_name"] for r in admin.sql(pod, "SHOW DATABASES").rows
-               if r.get("database_name") not in bp.SYSTEM_DATABASES]
+               if r.get("database_name") not in SYSTEM_DATABASES]
         users = [r["username"] for r in admin.sql(pod, "SHOW USERS").rows
                  if r.get("username") not in BUILT_IN_USERS]
         parts = ([f"databases {', '.join(sorted(dbs))}"] if dbs else []) + (
@@ -482,12 +348,5 @@ def _progress(record: dict[str, Any]) -> tuple[int, int]:
             len(record.get("done") or ()))
 
 
-class _Failed(Exception):
-    pass
 
 
-def _same_numbers(found: SequenceDef | str, wanted: SequenceDef) -> bool:
-    """A sequence found under a name has the numbers the backup's has."""
-    return isinstance(found, SequenceDef) and (
-        found.minvalue, found.maxvalue, found.increment, found.start, found.virtual) == (
-        wanted.minvalue, wanted.maxvalue, wanted.increment, wanted.start, wanted.virtual)
