@@ -122,6 +122,11 @@ class ControlPlaneSettings:
     # system:node:NAME in group system:nodes, so the Node authorizer and NodeRestriction judge
     # it as on a real cluster.
     real_nodes: tuple[str, ...] = ()
+    # The API server dials a webhook's Service at its endpoints' addresses instead of its
+    # ClusterIP (--enable-aggregator-routing): no kube-proxy runs in the test world, so a
+    # ClusterIP leads nowhere. The real-node tier sets it, where the webhook's registration names
+    # its Service as the bundle ships it.
+    route_to_endpoints: bool = False
     # Where etcd keeps its data: a tmpfs when there is one, else the control plane's temp dir.
     etcd_data_root: Path | None = field(default_factory=_default_etcd_data_root)
     # Parent of the control plane's temp dir (logs, certs, kubeconfigs); None: the system's.
@@ -558,6 +563,7 @@ class ControlPlane:
             # outgrows; readers of audit.log would then silently miss everything before the
             # rotation (a "no write at rest" check passing on an empty log). 1 TiB is never reached.
             f"--audit-log-maxsize={AUDIT_LOG_NEVER_ROTATE_MB}",
+            *(["--enable-aggregator-routing=true"] if s.route_to_endpoints else []),
             "--profiling=false",
             f"--v={s.log_verbosity}",
         ]

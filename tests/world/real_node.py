@@ -154,7 +154,7 @@ def single_binary_image(binary: Path, name: str, reference: str) -> bytes:
 # ---- run --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class NodeSpec:
+class RealNodeSpec:
     """One real node: its name, its address (added to `lo`), its kubelet's ports."""
 
     name: str = "real-node-1"
@@ -185,7 +185,7 @@ class RealNode:
     ControlPlaneSettings.real_nodes). `start` returns once the Node is Ready; `stop` kills
     every container it ran, unmounts what the kubelet mounted and removes its address."""
 
-    def __init__(self, plane: ControlPlane, spec: NodeSpec = NodeSpec(),
+    def __init__(self, plane: ControlPlane, spec: RealNodeSpec = RealNodeSpec(),
                  bin_dir: Path | None = None) -> None:
         if spec.name not in plane.node_tokens:
             raise RealNodeError(f"node {spec.name} has no token: list it in "

@@ -19,14 +19,14 @@ import pytest
 from tests.support.waiting import eventually
 from tests.world.controlplane import ControlPlane, ControlPlaneSettings
 from tests.world.kube_rest import KubeAccess, KubeRest
-from tests.world.real_node import PAUSE_IMAGE, TAINT_KEY, NodeSpec, RealNode
+from tests.world.real_node import PAUSE_IMAGE, TAINT_KEY, RealNode, RealNodeSpec
 
 pytestmark = [
     pytest.mark.world,  # a world of its own: no session fixture marks it
     pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
                        reason="a real kubelet: this story runs in the node tier (make test-node)"),
 ]
-NODE = NodeSpec()
+NODE = RealNodeSpec()
 PODS = "/api/v1/namespaces/default/pods"
 
 
