@@ -12,6 +12,7 @@ import io
 import json
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +25,9 @@ from cryptography.x509.oid import NameOID
 
 from reconciler import statuscmd
 from reconciler.kube.client import ApiError, context_namespace
+from reconciler.kube.kinds import Kind
 from reconciler.model import Obj
+from tests.support.fake_api import FakeApi
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 ANSI = re.compile(r"\033\[[0-9;]*m")
@@ -450,44 +453,39 @@ def test_no_cluster_found_is_said_in_words() -> None:
     assert statuscmd.render([], "table", colour=True) == "No KaiwuClusters found.\n"
 
 
-class FakeKube:
-    """The API as `kaiwu status` reads it: lists by kind, namespace and selector; one get."""
+API_VERSIONS = {"KaiwuCluster": "kaiwu.inspur.com/v1", "KaiwuBackup": "kaiwu.inspur.com/v1",
+                "KaiwuBackupSchedule": "kaiwu.inspur.com/v1", "StatefulSet": "apps/v1",
+                "Pod": "v1", "Secret": "v1"}
+
+
+class StatusApi(FakeApi):
+    """The fast tier's one API (tests/support/fake_api.py) holding `objects`, noting each read
+    `kaiwu status` makes, (kind, namespace, selector or name); a kind in `failing` is answered
+    500, in `missing` 404 (its CRD not installed), in `forbidden` 403."""
 
     def __init__(self, objects: list[tuple[str, Obj]], forbidden: tuple[str, ...] = (),
                  failing: tuple[str, ...] = (), missing: tuple[str, ...] = ()) -> None:
-        self.objects = objects
-        self.forbidden = forbidden
-        self.failing = failing
-        self.missing = missing
+        super().__init__()
+        for kind, obj in objects:
+            self.put({"apiVersion": API_VERSIONS[kind], "kind": kind, **obj})
+        self.forbidden, self.failing, self.missing = forbidden, failing, missing
         self.calls: list[tuple[str, str | None, str | None]] = []
 
-    def _matches(self, obj: Obj, namespace: str | None, selector: str | None) -> bool:
-        meta = obj["metadata"]
-        if namespace is not None and meta.get("namespace") != namespace:
-            return False
-        labels = meta.get("labels") or {}
-        for term in (selector or "").split(","):
-            if term and labels.get(term.split("=")[0]) != term.split("=")[1]:
-                return False
-        return True
-
-    def list_objects(self, kind: Any, namespace: str | None = None,
-                     label_selector: str | None = None) -> tuple[list[Obj], str]:
+    def list_objects(self, kind: Kind, namespace: str | None = None,
+                     label_selector: str | None = None, *,
+                     keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         self.calls.append((kind.kind, namespace, label_selector))
         if kind.kind in self.failing:
             raise ApiError(500, "InternalError", "etcd is away")
         if kind.kind in self.missing:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if kind.kind in self.forbidden:
-            raise ApiError(403, "Forbidden", "secrets is forbidden")
-        return [o for k, o in self.objects if k == kind.kind
-                and self._matches(o, namespace, label_selector)], "1"
+            raise ApiError(403, "Forbidden", f"{kind.plural} is forbidden")
+        return super().list_objects(kind, namespace, label_selector, keep=keep)
 
-    def get(self, kind: Any, namespace: str | None, name: str) -> Obj | None:
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
         self.calls.append((kind.kind, namespace, name))
-        return next((o for k, o in self.objects if k == kind.kind
-                     and self._matches(o, namespace, None) and o["metadata"]["name"] == name),
-                    None)
+        return super().get(kind, namespace, name)
 
 
 def managed(obj: Obj, namespace: str, instance: str) -> Obj:
@@ -508,17 +506,19 @@ def fleet() -> list[tuple[str, Obj]]:
     certs["metadata"]["name"] = "billing-certs"
     other_sts = managed(sts(), "db", "billing")
     other_sts["metadata"]["name"] = "billing-backup"
+    billing_pod = managed(pod(0), "db", "billing")
+    billing_pod["metadata"]["name"] = "billing-0"  # one name per namespace, as the API has it
     return [("KaiwuCluster", kwc()), ("KaiwuCluster", billing), ("KaiwuCluster", orders_b),
             ("StatefulSet", managed(sts(), "db", "orders")), ("StatefulSet", other_sts),
             ("Pod", managed(pod(0), "db", "orders")), ("Pod", managed(pod(1), "db", "orders")),
-            ("Pod", managed(pod(0), "db", "billing")),
+            ("Pod", billing_pod),
             ("Pod", {"metadata": {"name": "stray", "namespace": "db",
                                   "labels": {"app.kubernetes.io/managed-by": "kaiwu-operator"}}}),
             ("Secret", managed(secret(EXPIRY), "db", "orders")), ("Secret", certs)]
 
 
 def test_status_of_a_namespace_costs_six_lists_and_matches_objects_to_their_cluster() -> None:
-    kube = FakeKube(fleet())
+    kube = StatusApi(fleet())
     reports = statuscmd.gather(kube, "db", None, now=NOW)  # type: ignore[arg-type]
     managed_by = "app.kubernetes.io/managed-by=kaiwu-operator"
     assert kube.calls == [("KaiwuCluster", "db", None), ("StatefulSet", "db", managed_by),
@@ -527,19 +527,19 @@ def test_status_of_a_namespace_costs_six_lists_and_matches_objects_to_their_clus
     assert [(r["namespace"], r["name"]) for r in reports] == [("db", "billing"), ("db", "orders")]
     billing, orders = reports
     assert billing["rollout"] is None, "billing-backup is not billing's StatefulSet"
-    assert [p["name"] for p in billing["pods"]] == ["orders-0"]
+    assert [p["name"] for p in billing["pods"]] == ["billing-0"]
     assert billing["certificates"]["secret"] == "billing-certs"
     assert [p["name"] for p in orders["pods"]] == ["orders-0", "orders-1"]
     assert orders["rollout"] is not None and orders["certificates"]["secret"] == (
         "orders-node-certs")
-    everywhere = statuscmd.gather(FakeKube(fleet()), None, None, now=NOW)  # type: ignore[arg-type]
+    everywhere = statuscmd.gather(StatusApi(fleet()), None, None, now=NOW)  # type: ignore[arg-type]
     assert [(r["namespace"], r["name"]) for r in everywhere] == [
         ("aaa", "orders"), ("db", "billing"), ("db", "orders")]
     assert everywhere[0]["pods"] == [], "another namespace's orders has none of these pods"
 
 
 def test_status_of_one_cluster_asks_for_it_and_only_its_objects() -> None:
-    kube = FakeKube(fleet())
+    kube = StatusApi(fleet())
     [found] = statuscmd.gather(kube, "db", "orders", now=NOW)  # type: ignore[arg-type]
     selector = "app.kubernetes.io/managed-by=kaiwu-operator,app.kubernetes.io/instance=orders"
     assert kube.calls == [("KaiwuCluster", "db", "orders"), ("StatefulSet", "db", selector),
@@ -547,10 +547,10 @@ def test_status_of_one_cluster_asks_for_it_and_only_its_objects() -> None:
                           ("KaiwuBackup", "db", None), ("KaiwuBackupSchedule", "db", None)]
     assert found["name"] == "orders" and len(found["pods"]) == 2
     with pytest.raises(LookupError) as missing:
-        statuscmd.gather(FakeKube(fleet()), "db", "payments", now=NOW)  # type: ignore[arg-type]
+        statuscmd.gather(StatusApi(fleet()), "db", "payments", now=NOW)  # type: ignore[arg-type]
     assert missing.value.args[0] == ("KaiwuCluster db/payments not found (check the name, or "
                                      "the namespace with -n)")
-    empty = FakeKube([])
+    empty = StatusApi([])
     assert statuscmd.gather(empty, "db", None) == []  # type: ignore[arg-type]
     assert empty.calls == [("KaiwuCluster", "db", None)], "no cluster: nothing else is read"
 
@@ -581,7 +581,7 @@ def test_status_shows_each_clusters_last_backup_the_next_run_and_failures_since(
                ("KaiwuBackup", backup_of("n-4", "running", "2026-12-03T05:00:00Z")),
                ("KaiwuBackup", backup_of("b-1", "failed", "2026-12-03T05:00:00Z",
                                          cluster="billing"))]
-    billing, orders = statuscmd.gather(FakeKube(objects), "db", None, now=NOW)  # type: ignore[arg-type]
+    billing, orders = statuscmd.gather(StatusApi(objects), "db", None, now=NOW)  # type: ignore[arg-type]
     assert orders["backups"]["lastSuccess"]["name"] == "n-2"
     assert orders["backups"]["running"]["name"] == "n-4"
     assert orders["backups"]["next"] == {"schedule": "nightly", "at": "2026-12-05T03:00:00Z",
@@ -593,18 +593,18 @@ def test_status_shows_each_clusters_last_backup_the_next_run_and_failures_since(
     assert "  backups: last n-2 (" in text and "running n-4; next 2026-12-05T03:00:00Z " \
         "(nightly); 1 failed since: n-3 (NodeLost)" in text
     # Without the backup CRDs (404) or the right to read them, no backups, nothing fails.
-    without = FakeKube(fleet(), missing=("KaiwuBackup",))
+    without = StatusApi(fleet(), missing=("KaiwuBackup",))
     [bare] = statuscmd.gather(without, "db", "orders", now=NOW)  # type: ignore[arg-type]
     assert bare["backups"]["lastSuccess"] is None
 
 
 def test_without_the_right_to_read_secrets_the_rest_is_still_shown() -> None:
-    kube = FakeKube(fleet(), forbidden=("Secret",))
+    kube = StatusApi(fleet(), forbidden=("Secret",))
     reports = statuscmd.gather(kube, "db", None, now=NOW)  # type: ignore[arg-type]
     assert [r["certificates"] for r in reports] == [None, None]
     assert [len(r["pods"]) for r in reports] == [1, 2]
     with pytest.raises(ApiError):
-        statuscmd.gather(FakeKube(fleet(), failing=("Pod",)), "db", None)  # type: ignore[arg-type]
+        statuscmd.gather(StatusApi(fleet(), failing=("Pod",)), "db", None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("error", "says"), [
