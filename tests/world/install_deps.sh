@@ -26,7 +26,7 @@ APT_PACKAGES=(rsync make golang-github-modern-go-reflect2-dev etcd-server podman
               prometheus zstd)
 # With --real-node (make world-node): what a real node of the test world needs
 # (tests/world/real_node.py): containerd 1.6 (runc above), the CNI loopback plugin, iproute2 for
-# its dummy interface, and gcc with a static libc for the pause binary.
+# its address on lo, and gcc with a static libc for the pause binary.
 if [[ "${1:-}" == "--real-node" ]]; then
     APT_PACKAGES+=(containerd containernetworking-plugins iproute2 gcc libc6-dev)
 fi

@@ -2,7 +2,7 @@
 Debian, and a kubelet built from the same Debian source as the control plane, registered beside
 the simulated nodes and tainted so only pods that tolerate it land there.
 
-Who calls it: the node tier's fixture (tests/world_stories/node/conftest.py, `make test-node`)
+Who calls it: the node tier's stories (tests/world_stories/node/, `make test-node`)
 and `python -m tests.world.real_node build` (`make world-node`), which builds the kubelet and the
 pause binary into ``~/.cache/kaiwu-testworld/kubernetes-<version>/node-bin/``. Nothing in `make
 test` needs any of it.
@@ -35,6 +35,8 @@ containerd's CRI plugin, runc, and the images it runs. What is set for this mach
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import io
@@ -48,7 +50,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -194,6 +196,7 @@ class RealNode:
         if found is None:
             raise RealNodeError("no kubelet built: run make world-node")
         self.plane, self.spec, self.bin_dir = plane, spec, found
+        self._lock: IO[str] | None = None
         self.dir = plane.dir / f"node-{spec.name}"
         self.socket = self.dir / "containerd" / "containerd.sock"
         self.containerd = Process("containerd", ["containerd", "--config",
@@ -233,10 +236,16 @@ class RealNode:
         return sorted(self.ctr("images", "ls", "-q").split())
 
     def start(self) -> None:
+        """Start containerd and the kubelet; return once the Node is Ready. One run at a time
+        holds a node name (its address and ports are fixed): a second run is refused, and what
+        a killed run left (processes, containers, mounts, the address) is removed first."""
         missing = missing_prerequisites()
         if missing:
             raise RealNodeError("a real node cannot start here; missing: " + "; ".join(missing))
+        self._hold_lock()
+        self._clean_after_killed_run()
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._state.write_text(str(self.dir))
         try:
             self._add_address()
             self._write_files()
@@ -251,13 +260,68 @@ class RealNode:
             raise
 
     def stop(self) -> None:
-        self.kubelet.stop(timeout=10)
-        if self.containerd.running():
-            self._kill_containers()
-        self.containerd.stop(timeout=10)
-        self._unmount_all()
+        """Best effort, every step whatever the one before it did: the kubelet, every
+        container, containerd, the mounts, the address, the directory, the lock."""
+        steps = [lambda: self.kubelet.stop(timeout=10),
+                 lambda: self._kill_containers() if self.containerd.running() else None,
+                 lambda: self.containerd.stop(timeout=10),
+                 lambda: _unmount_under(self.dir),
+                 self._remove_address,
+                 lambda: shutil.rmtree(self.dir, ignore_errors=True),
+                 lambda: self._state.unlink(missing_ok=True),
+                 self._release_lock]
+        failed = []
+        for step in steps:
+            try:
+                step()
+            except Exception as err:  # the next steps run all the same
+                failed.append(str(err))
+        if failed:
+            log_path = self.plane.log_dir / f"{self.spec.name}-stop.log"
+            log_path.write_text("\n".join(failed) + "\n")
+
+    # ---- one run per node name ------------------------------------------------------------
+
+    @property
+    def _state(self) -> Path:
+        """Where the running node's directory is written, beside the cached binaries."""
+        return self.bin_dir / f"{self.spec.name}.running"
+
+    def _hold_lock(self) -> None:
+        lock = (self.bin_dir / f"{self.spec.name}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise RealNodeError(f"another run holds the real node {self.spec.name} (its address "
+                                f"{self.spec.address} and ports are fixed): wait for it") from None
+        self._lock = lock
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def _clean_after_killed_run(self) -> None:
+        """A run killed before its stop left its kubelet, containerd, shims and containers
+        running and its mounts and address in place: every process whose command line or
+        container bundle names its directory is killed, then the rest is removed."""
+        if not self._state.exists():
+            return
+        stale = self._state.read_text().strip()
+        if not stale.startswith("/"):
+            return
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError, ValueError):
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                root = os.readlink(proc / "cwd")
+                if stale in cmdline or root.startswith(stale):
+                    os.kill(int(proc.name), 9)
+        _unmount_under(Path(stale))
         self._remove_address()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
+        self._state.unlink(missing_ok=True)
 
     # ---- steps -----------------------------------------------------------------------------
 
@@ -300,7 +364,7 @@ state = "{state / 'state'}"
             "address": self.spec.address, "port": self.spec.kubelet_port, "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": self.spec.healthz_port,
             # The API server reaches the kubelet (exec, logs) without a client certificate in
-            # the test world; the kubelet serves only on its own dummy address.
+            # the test world; the kubelet serves only on its own address (on `lo`).
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "cgroupDriver": "cgroupfs", "cgroupsPerQOS": False, "enforceNodeAllocatable": [],
@@ -360,14 +424,16 @@ state = "{state / 'state'}"
             subprocess.run(["ctr", "--address", str(self.socket), "-n", K8S_NAMESPACE,
                             "containers", "rm", line], capture_output=True, check=False)
 
-    def _unmount_all(self) -> None:
-        """What the kubelet (tmpfs for Secret and token volumes) and containerd (overlay
-        rootfs, shm) mounted under the node's directory, deepest first."""
-        prefix = str(self.dir) + "/"
-        mounts = [line.split()[1].replace("\\040", " ")
-                  for line in Path("/proc/self/mounts").read_text().splitlines()]
-        for target in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-            subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+
+def _unmount_under(directory: Path) -> None:
+    """What the kubelet (tmpfs for Secret and token volumes) and containerd (overlay rootfs,
+    shm) mounted under a node's directory, deepest first."""
+    prefix = str(directory) + "/"
+    mounts = [line.split()[1].replace("\\040", " ")
+              for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for target in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 
 
 def on_real_node(bundle: list[dict[str, Any]], server: str) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@
 acting as its own ServiceAccount, for the test's namespace (tests/support/harness.py).
 ``reference_cluster_ready`` (session): the world tier's gate (tests/support/world_gate.py).
 Before the first story marked ``world``, a reference cluster must become Ready under a real
-reconciler; if it does not, every such story fails at once with that reason. The fast tests kept
+reconciler; if it does not, every such story fails at once with that reason (not the
+node tier's, marked ``own_world``: they start worlds of their own). The fast tests kept
 here (chaos/test_invariants.py) never ask for it.
 """
 
@@ -26,7 +27,8 @@ __all__ = ["reconciler_factory", "reference_cluster_ready", "world_gate"]
 @pytest.fixture(autouse=True)
 def world_gate(request: pytest.FixtureRequest) -> None:
     """Every world story passes the gate first (the fast ones here need nothing built)."""
-    if request.node.get_closest_marker("world") is not None:
+    if request.node.get_closest_marker("world") is not None and \
+            request.node.get_closest_marker("own_world") is None:
         request.getfixturevalue("reference_cluster_ready")
 
 

@@ -17,6 +17,7 @@ Runs only in the node tier (`make test-node`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -38,7 +39,8 @@ from tests.world.real_node import RealNode, RealNodeSpec, on_real_node
 from tests.world.simworld import SimWorld, WorldSettings
 
 pytestmark = [
-    pytest.mark.world,  # a world of its own: no session fixture marks it
+    pytest.mark.world,
+    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
     pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
                        reason="a real kubelet: this story runs in the node tier (make test-node)"),
 ]
@@ -59,22 +61,21 @@ def plane() -> Iterator[ControlPlane]:
     tag = image.build()
     settings = ControlPlaneSettings(crd_paths=(), real_nodes=tuple(n.name for n in NODES),
                                     route_to_endpoints=True)
-    with ControlPlane(settings) as plane, tempfile.TemporaryDirectory() as tmp:
-        archive = Path(tmp) / "image.oci.tar"
+    with contextlib.ExitStack() as stack:
+        plane = stack.enter_context(ControlPlane(settings))
+        archive = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "image.oci.tar"
         image.podman("save", "--format", "oci-archive", "--output", str(archive), tag)
-        nodes = [RealNode(plane, spec) for spec in NODES]
         world = SimWorld(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token),
                          WorldSettings(nodes=default_nodes(3, prefix="sim-node")))
-        try:
-            world.start()
-            for node in nodes:
-                node.start()
-                node.import_image(archive)
-            yield plane
-        finally:
-            for node in nodes:
-                node.stop()
-            world.stop()
+        stack.callback(world.stop)  # each stops whatever the others' stops did
+        world.start()
+        for spec in NODES:
+            node = RealNode(plane, spec)
+            stack.callback(node.stop)
+            node.start()
+            node.import_image(archive)
+        kubectl(plane, "create", "namespace", "kaiwu-dev")  # where clusters/dev.yaml lives
+        yield plane
 
 
 def ready(pod: dict[str, Any]) -> bool:
@@ -121,8 +122,7 @@ def test_both_replicas_run_from_the_image_on_the_real_nodes_past_their_probes(
 
 
 def test_the_api_server_reaches_the_webhook_through_its_service_and_a_bad_spec_is_refused(
-        plane: ControlPlane, api: KubeRest) -> None:
-    kubectl(plane, "create", "namespace", "kaiwu-dev")
+        api: KubeRest) -> None:
     bad = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
            "metadata": {"name": "bad", "namespace": "kaiwu-dev"}, "spec": {"replicas": 2}}
 

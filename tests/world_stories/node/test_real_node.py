@@ -22,7 +22,8 @@ from tests.world.kube_rest import KubeAccess, KubeRest
 from tests.world.real_node import PAUSE_IMAGE, TAINT_KEY, RealNode, RealNodeSpec
 
 pytestmark = [
-    pytest.mark.world,  # a world of its own: no session fixture marks it
+    pytest.mark.world,
+    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
     pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
                        reason="a real kubelet: this story runs in the node tier (make test-node)"),
 ]
@@ -34,8 +35,8 @@ PODS = "/api/v1/namespaces/default/pods"
 def world() -> Iterator[tuple[KubeRest, RealNode]]:
     with ControlPlane(ControlPlaneSettings(crd_paths=(), real_nodes=(NODE.name,))) as plane:
         node = RealNode(plane, NODE)
-        node.start()
         try:
+            node.start()
             yield KubeRest(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token)), node
         finally:
             node.stop()
