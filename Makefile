@@ -5,8 +5,8 @@
 #   make test   set up (packages, the test world's Kubernetes build), then lint, type-check, test
 #   make test-fast  the fast tier alone (no test world), one worker per core
 #   make test-136  the test world's 1.36 tier, where ../shared/k8s-1.36 is (skipped, saying why)
-#   make image  build the reconciler's image (podman; see docs/reconciler.md)
-#   make push IMAGE=REF  copy that image to REF: your registry (podman push; see docs/reconciler.md)
+#   make image  build the reconciler's image (podman; see docs/install.md)
+#   make push IMAGE=REF  copy that image to REF: your registry (podman push; see docs/install.md)
 #   make soak   the chaos soak's long mode: 10 minutes of overlapping faults (SEED=n replays)
 #   make fleet  the fleet story's long mode: 200 clusters, a 60-second window at rest
 #   make test-random  the fast tier and the short soak with new random draws (SEED=n replays)
@@ -104,7 +104,7 @@ manifests: $(STAMP)
 # (ALLOW_DIRTY=1 makes one anyway, RELEASE saying so). KUBE_VERSION=1.20 targets the manifests
 # as `kaiwu install --kube-version` does. The image is built as `make image` builds it (root,
 # podman; BASE as there). tests/world/release.py lists the files;
-# docs/reconciler.md, "Making a release", says how to use them.
+# docs/install.md, "Making a release", says how to use them.
 release: $(STAMP)
 	$(BIN)/python -m tests.world.release $(if $(BASE),--base $(BASE)) \
 	    $(if $(KUBE_VERSION),--kube-version $(KUBE_VERSION)) $(if $(ALLOW_DIRTY),--allow-dirty)

@@ -3,7 +3,7 @@ end of the first full pass), one resync at rest, memory, the writes made at rest
 of one cluster from one shard to another.
 
 Run: `.venv/bin/python bench/shards.py [--clusters 10000] [--shards 4]`. Appends its figures to
-bench/RESULTS.md (docs/reconciler.md "Sharding" says what a shard is; the method is below, the
+bench/RESULTS.md (docs/sharding.md "Sharding" says what a shard is; the method is below, the
 figures and what they mean for a fleet in docs/performance.md).
 
 The fleet: `bench.fleet.live_fleet(n)`, cluster i labelled for shard i mod N (shard 0 is the

@@ -7,7 +7,7 @@ stale, and tests/packaging/test_kustomize.py builds every overlay with `kubectl 
 finds exactly the objects `kaiwu install` prints for the same choice. Not a user command: the
 tree refers to deploy/monitoring/ beside it, so it is made inside the project's checkout only.
 
-The layout (docs/reconciler.md, "Kustomize"):
+The layout (docs/install.md, "Kustomize"):
 - base/: the default bundle (`kaiwu install`), in three parts: crds/ (`kaiwu install
   --crds-only`), shared/ (what every shard's bundle of the namespace holds: the Namespace, the
   ServiceAccount, the RBAC, the webhook's Service and registration) and reconciler.yaml (the

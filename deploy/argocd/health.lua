@@ -1,5 +1,5 @@
 -- Argo CD health check for kaiwu.inspur.com/KaiwuCluster, read from the kstatus conditions the
--- reconciler writes (docs/reconciler.md, "Status"). Install it into argocd-cm as
+-- reconciler writes (docs/metrics.md, "Status"). Install it into argocd-cm as
 -- resource.customizations.health.kaiwu.inspur.com_KaiwuCluster (deploy/argocd/argocd-cm-patch.yaml).
 --   paused (spec.paused, or the annotation kaiwu.inspur.com/paused: "true")  -> Suspended
 --   no status yet, or a generation the reconciler has not observed          -> Progressing

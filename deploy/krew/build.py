@@ -28,7 +28,7 @@ ROOT = HERE.parents[1]
 MANIFEST = HERE / "kaiwu.yaml"
 LAUNCHER = HERE / "kubectl-kaiwu"
 # No release publishes the archive yet: `.invalid` (RFC 2606) can never resolve, so the manifest
-# never points krew at someone else's file. Install with --archive (docs/reconciler.md).
+# never points krew at someone else's file. Install with --archive (docs/install.md).
 URI = "https://releases.invalid/kaiwu-operator/{version}/kubectl-kaiwu-{version}.tar.gz"
 
 

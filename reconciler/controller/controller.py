@@ -161,7 +161,7 @@ class Controller:
     def tell_deleted(self, key: ClusterKey) -> None:
         """A cluster this reconciler knew is gone from the cache: if the API server says it is
         deleted (not moved to another shard, nor made again), an Event on it says what went
-        with it and what was kept, by name (docs/reconciler.md, "Deleting a cluster")."""
+        with it and what was kept, by name (docs/install.md, "Deleting a cluster")."""
         known = self._known.pop(key, None)
         if known is None:
             return

@@ -37,7 +37,7 @@ Both grant leader election in the install namespace only. `--directory-mode` add
 directory mode writes KaiwuClusters with, and a git-sync sidecar (an example image) feeding it.
 `--shard NAME` makes one shard's bundle: the shared objects (CRD, ServiceAccount, RBAC) as in
 every bundle, and its own Deployment, Lease Role and metrics Service, all named
-kaiwu-reconciler-NAME (docs/reconciler.md, "Sharding").
+kaiwu-reconciler-NAME (docs/sharding.md, "Sharding").
 """
 
 from __future__ import annotations

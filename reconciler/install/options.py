@@ -22,7 +22,7 @@ NAME = "kaiwu-reconciler"
 # The reconciler's image repository: the one place its name is set. `make image` tags
 # <IMAGE_REPOSITORY>:<version> (tests/world/image.py), `make push IMAGE=REF` copies that tag to
 # REF, and `kaiwu install` runs it unless --image names another. Nothing is published there yet
-# (docs/reconciler.md, "The image and your registry"): build it and push it to your registry.
+# (docs/install.md, "The image and your registry"): build it and push it to your registry.
 IMAGE_REPOSITORY = "ghcr.io/kaiwu-operator/kaiwu-reconciler"
 DEFAULT_NAMESPACE = "kaiwu-system"
 SCOPES = ("cluster", "namespaced")

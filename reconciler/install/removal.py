@@ -25,7 +25,7 @@ KEPT_ON_UNINSTALL = (
     "scaling, upgrade, certificate renewal or scheduled backup) until a reconciler is "
     "installed again, which takes the clusters over as they are. Never `kaiwu install | "
     "kubectl delete -f -`: that deletes the CRDs, and with them every KaiwuCluster and its "
-    "pods (docs/reconciler.md, \"Uninstalling\").")
+    "pods (docs/install.md, \"Uninstalling\").")
 
 
 def removal(options: Options) -> list[Document]:

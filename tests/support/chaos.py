@@ -16,7 +16,7 @@ Three parts, each a thread or a loop of its own:
   each of the reconciler's disruptive acts. tests/world_stories/chaos/test_invariants.py shows
   it catching each kind of break from made-up samples and audit lines.
 
-The invariants, as docs/reconciler.md ("The KaiwuDB lifecycle": failover, scale-in, rolling
+The invariants, as docs/lifecycle.md ("The KaiwuDB lifecycle": failover, scale-in, rolling
 upgrades) and
 /work/shared/design.md promise them:
 - one-at-a-time: a disruptive act of the reconciler on ordinal i of a cluster (a pod or claim

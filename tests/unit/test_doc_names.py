@@ -177,11 +177,11 @@ def test_every_section_a_text_cites_is_a_heading_of_that_page() -> None:
 
 def test_a_cited_section_that_is_gone_is_caught(tmp_path: Path) -> None:
     page = tmp_path / "cites.md"
-    reconciler_page = "docs/reconciler.md"  # apart, so this file's own check skips the example
-    page.write_text(f'See (`{reconciler_page}`, "Deploying it") and {reconciler_page} '
+    install, sharding = "docs/install.md", "docs/sharding.md"  # apart: this file's own check
+    page.write_text(f'See (`{install}`, "Deploying it") and {sharding} '  # skips the example
                     f'("Sharding", "Scaling by hand"), and README.md, "The renderer in\n'
                     f'CI".\n')
     problems = unresolved_sections([page])
     assert [p.split(": ", 1)[1] for p in problems] == [
-        "docs/reconciler.md has no section 'Scaling by hand' (renamed or moved? cite the "
+        "docs/sharding.md has no section 'Scaling by hand' (renamed or moved? cite the "
         "heading as it is)"]

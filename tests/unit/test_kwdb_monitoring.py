@@ -406,15 +406,15 @@ def test_the_rules_read_only_names_kwdb_exports() -> None:
 
 
 def test_every_kaiwudb_alert_names_its_cluster_and_a_runbook() -> None:
-    runbooks = (ROOT / "docs" / "reconciler.md").read_text()
+    runbooks = (ROOT / "docs" / "metrics.md").read_text()
     assert [rule["alert"] for rule in kwdb_rules()] == list(SEVERITY)
     for rule in kwdb_rules():
         name, notes = rule["alert"], rule["annotations"]
         assert rule["labels"] == {"severity": SEVERITY[name]}, name
         assert "{{ $labels.namespace }}" in notes["summary"], name
         assert "{{ $labels.cluster }}" in notes["summary"], name
-        assert notes["runbook"] == f"docs/reconciler.md, KaiwuDB's own alerts: {name}", name
-        assert f"**`{name}`**" in runbooks, f"docs/reconciler.md has no runbook entry for {name}"
+        assert notes["runbook"] == f"docs/metrics.md, KaiwuDB's own alerts: {name}", name
+        assert f"**`{name}`**" in runbooks, f"docs/metrics.md has no runbook entry for {name}"
 
 
 # ---- the page and the names ------------------------------------------------------------------

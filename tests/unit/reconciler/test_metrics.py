@@ -51,7 +51,7 @@ def test_a_certificate_no_longer_readable_drops_its_series() -> None:
     assert cluster_lines(metrics, "orders") == []
 
 
-# What docs/reconciler.md ("Metrics") promises /metrics serves: family -> label names.
+# What docs/metrics.md ("Metrics") promises /metrics serves: family -> label names.
 DOCUMENTED: dict[str, tuple[str, ...]] = {
     "kaiwu_reconcile": ("result",), "kaiwu_reconcile_duration_seconds": (),
     "kaiwu_queue_depth": (), "kaiwu_leader": (), "kaiwu_leader_transitions": (),

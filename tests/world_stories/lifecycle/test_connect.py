@@ -1,4 +1,4 @@
-"""Stories: how applications get certificates to connect with (docs/reconciler.md "Connecting
+"""Stories: how applications get certificates to connect with (docs/operations.md "Connecting
 applications").
 
 1. A TLS cluster lists `spec.tls.clientUsers: [app]`: the reconciler writes dev-client-app-certs
@@ -67,7 +67,7 @@ def test_a_client_user_gets_a_secret_kwbase_and_generic_clients_can_both_mount(
     cert = x509.load_pem_x509_certificate(raw(app, "tls.crt"))
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
     assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "app"
-    # Owned by nobody: deleting the cluster keeps it (docs/reconciler.md, "Deleting a cluster").
+    # Owned by nobody: deleting the cluster keeps it (docs/install.md, "Deleting a cluster").
     assert "ownerReferences" not in app["metadata"]
     assert app["metadata"]["labels"][TLS_SECRET_LABEL] == "true"
     statefulset = api.get(kk.STATEFUL_SET, namespace, NAME)

@@ -1,4 +1,4 @@
-"""Story: the operator is upgraded in place (docs/reconciler.md, "Upgrading the operator").
+"""Story: the operator is upgraded in place (docs/install.md, "Upgrading the operator").
 
 A team installed an earlier version of the operator (tests/support/earlier.py: a fixed commit
 of this repository, checked out with `git worktree`; skipped where the history is missing),

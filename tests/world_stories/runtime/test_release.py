@@ -60,7 +60,7 @@ from tests.world.fixtures import make_namespace
 pytestmark = pytest.mark.world
 
 # The default bundle's target where the world runs it (1.36), else the world's own release:
-# a 1.20 API server has neither policy/v1 nor CEL (docs/reconciler.md, "Deploying it").
+# a 1.20 API server has neither policy/v1 nor CEL (docs/install.md, "Deploying it").
 TARGET = DEFAULT_KUBE_VERSION if VERSION >= DEFAULT_KUBE_VERSION else VERSION
 
 

@@ -1,4 +1,4 @@
-"""Stories: taking things away (docs/reconciler.md, "Uninstalling").
+"""Stories: taking things away (docs/install.md, "Uninstalling").
 
 1. A team runs the operator namespaced in its own namespace, with a TLS KaiwuCluster beside it,
    and removes the operator as the docs say: `kaiwu uninstall ... | kubectl delete
