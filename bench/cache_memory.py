@@ -9,7 +9,7 @@ heap). The child imports the reconciler, then fills one `Informer` per cached ki
 (reconciler.kube.cache) from a list answer parsed from JSON, as the API client does, with every
 object of `bench.fleet.live_fleet(n)`: the KaiwuClusters, their rendered objects, Pods, claims and
 Secrets; then it reports its resident memory (VmRSS). "ours" is the cache as it is (slimmed,
-equal maps and lists stored once: reconciler.kube.cache.Shared); "interned" the cache before
+equal maps and lists stored once: reconciler.kube.store.Shared); "interned" the cache before
 values were shared (slimmed, strings interned); "unslim" keeps every object whole (managedFields
 and all), as the cache did before that; "imports" loads nothing (the floor).
 
@@ -40,11 +40,12 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 from bench.fleet import LiveCluster, live_fleet
 from bench.resync import append_results
-from reconciler.kube import cache
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import Informer, _matches, cluster_of
+from reconciler.kube import store
 from reconciler.kube.client import LIST_PAGE_SIZE
+from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import Kind
+from reconciler.kube.store import cluster_of, matches
 from reconciler.model import Obj
 from reconciler.settings import Settings
 from renderer.builders import INSTANCE_LABEL
@@ -91,9 +92,9 @@ def child(directory: Path, mode: str) -> None:
     """In a fresh process: fill the caches from `directory` and print the RSS in bytes."""
     import reconciler.runtime.process  # noqa: F401  # everything the reconciler process loads
     if mode == "unslim":
-        cache.kept = lambda obj: obj  # the cache as it was: every object whole
+        store.kept = lambda obj: obj  # the cache as it was: every object whole
     elif mode == "interned":
-        cache.kept = lambda obj: interned(k.slim(obj))  # the cache before values were shared
+        store.kept = lambda obj: interned(k.slim(obj))  # the cache before values were shared
     informers = []
     start = time.process_time()
     if mode != "imports":
@@ -108,13 +109,13 @@ def child(directory: Path, mode: str) -> None:
 
 
 def interned(value: Any) -> Any:
-    """What the caches stored before `cache.Shared`: every map and list its own, only map keys
+    """What the caches stored before `store.Shared`: every map and list its own, only map keys
     and short strings interned."""
     if isinstance(value, dict):
         return {sys.intern(key): interned(item) for key, item in value.items()}
     if isinstance(value, list):
         return [interned(item) for item in value]
-    if isinstance(value, str) and len(value) <= cache.INTERNED_MAX:
+    if isinstance(value, str) and len(value) <= store.INTERNED_MAX:
         return sys.intern(value)
     return value
 
@@ -153,12 +154,12 @@ def figures(samples: list[float]) -> str:
 
 
 def pod_informer(pods: list[Obj], whole: bool) -> Informer:
-    kept = cache.kept
+    kept = store.kept
     if whole:
-        cache.kept = lambda obj: obj
+        store.kept = lambda obj: obj
     informer = Informer(ListKube(pods), k.POD, Settings(leader_election=False))  # type: ignore[arg-type]
     informer._list()
-    cache.kept = kept
+    store.kept = kept
     return informer
 
 
@@ -172,7 +173,7 @@ def baseline_lookup(informer: Informer, namespace: str, labels: Mapping[str, str
     """A cluster's pods before: a scan of the whole store, the matches copied."""
     with informer._lock:
         found = [obj for (ns, _), obj in informer._store.objects.items()
-                 if ns == namespace and _matches(obj, labels)]
+                 if ns == namespace and matches(obj, labels)]
     return copy.deepcopy(found)
 
 
@@ -209,7 +210,7 @@ def paths(fleet: list[LiveCluster], sizes: list[int], rounds: int) -> list[str]:
 
 # Each figure's fresh process: what its caches keep of every object.
 MODES = {
-    "ours": "slim, equal maps and lists stored once (cache.Shared)",
+    "ours": "slim, equal maps and lists stored once (store.Shared)",
     "interned": "before: slim, every map and list its own, strings interned",
     "unslim": "before that: every object whole",
     "imports": "the floor: the reconciler's imports, nothing cached",

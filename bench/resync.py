@@ -23,6 +23,7 @@ full pass; min and median of the rounds. The verdicts of both are checked to be 
 from __future__ import annotations
 
 import argparse
+import builtins
 import copy
 import os
 import random
@@ -78,6 +79,10 @@ class FleetView:
 
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
         raise NotImplementedError  # the observe step lists nothing
+
+    def peek_list(self, kind: Kind, namespace: str,
+                  labels: Mapping[str, str] = {}) -> builtins.list[Obj]:
+        raise NotImplementedError
 
     def served(self, kind: Kind) -> bool:
         return True

@@ -14,7 +14,7 @@ Run: `.venv/bin/python bench/secret_flood.py [--kind secret|backup] [--count N]
 Each figure comes from a fresh subprocess that lists `--count` such objects, in 100 namespaces,
 through the real API client (`reconciler.kube.client.Kube.list_objects`, its HTTP call answered
 from memory: each page's JSON made and parsed afresh, as from the wire) into the cache's store
-(`reconciler.kube.cache.kept`), and reports its peak and final resident memory (VmHWM, VmRSS):
+(`reconciler.kube.store.kept`), and reports its peak and final resident memory (VmHWM, VmRSS):
 - ours: the cache as it is (kinds.slim: a Secret no cluster controls kept as metadata, a
   KaiwuBackup as the fields its readers use), listed 25 per page;
 - before: the cache as it was (every object whole, 250 per page), with `--before-count`
@@ -80,7 +80,7 @@ def memory() -> tuple[int, int]:
 def child(kind_name: str, mode: str, count: int, size_kib: int) -> None:
     from reconciler.kube import client as api
     from reconciler.kube import kinds as k
-    from reconciler.kube.cache import kept
+    from reconciler.kube.store import kept
 
     if mode == "imports":
         print(json.dumps(memory()))

@@ -68,7 +68,7 @@ from bench.resync import append_results
 from reconciler.controller.controller import Controller
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import Caches
+from reconciler.kube.cache import Caches, Echoes
 from reconciler.kube.client import LIST_PAGE_SIZE, ApiError
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind
@@ -481,7 +481,7 @@ class Shard:
         kube = cast(Any, self.kube)
         runtime.kube = kube
         runtime.caches = Caches(kube, self.settings, runtime.metrics, on_key=runtime.queue.add,
-                                own_writes=OwnWrites(), on_echo=runtime._on_echo,
+                                echoes=Echoes(OwnWrites(), runtime._on_echo),
                                 on_handover=runtime.queue.add_after)
         controller = default_controller(kube, runtime.caches, self.settings, runtime.metrics)
         self.passes: dict[ClusterKey, int] = {}

@@ -8,6 +8,10 @@ tests/world/kubelet_fixtures.py (``sim_world``, ``faults``); ``cluster`` (a plai
 KaiwuDB, used by the simulator's self-tests and the adapter stories) in tests/support/pods.py.
 Tests that use a world fixture are marked ``world``.
 
+Every test runs with reconciler.kube.readcheck's check on (KAIWU_CHECK_CACHE_READS=1, inherited by
+the reconcilers a story starts as processes): `cache_reads_unchanged` fails a test whose code
+changed an object the caches handed out without a copy (`CacheView.peek`, `peek_list`).
+
 It loads the Hypothesis profile KAIWU_HYPOTHESIS_PROFILE names, for every tier (tests/support/
 hypothesis_profiles.py): the gate's derandomized one unless `make test-random` or a mutation run
 (bench/mutation.py) asks for another.
@@ -15,10 +19,12 @@ hypothesis_profiles.py): the gate's derandomized one unless `make test-random` o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
 
+from reconciler.kube import readcheck
 from tests.support import hypothesis_profiles
 from tests.support.ordering import slowest_first
 from tests.support.pods import cluster
@@ -35,6 +41,17 @@ from tests.world.kubelet_fixtures import faults, sim_world  # noqa: F401 - fixtu
 __all__ = ["cluster", "control_plane", "kube", "namespace"]
 
 hypothesis_profiles.load()
+os.environ.setdefault(readcheck.ENV, "1")
+
+
+@pytest.fixture(autouse=True)
+def cache_reads_unchanged() -> Generator[None, None, None]:
+    """After each test: no object a cache handed out without a copy was changed."""
+    for check in list(readcheck.CHECKS):
+        check.changed()  # an earlier test's findings were that test's
+    yield
+    changed = [found for check in list(readcheck.CHECKS) for found in check.changed()]
+    assert not changed, "\n".join(changed)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

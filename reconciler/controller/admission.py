@@ -137,7 +137,7 @@ def applied(view: CacheView, cluster: Obj) -> dict[str, Any] | None:
     if facts is None:
         return None
     pods = {str(meta(pod).get("name")): pod
-            for pod in view.list(k.POD, namespace, {INSTANCE_LABEL: name})}
+            for pod in view.peek_list(k.POD, namespace, {INSTANCE_LABEL: name})}
     running = running_versions(pods)
     if running:
         facts = {**facts, "version": ".".join(str(part) for part in min(running))}

@@ -54,7 +54,7 @@ class CertificatesStep:
         Warning Event until it is labelled: halting it would halt its failover too."""
         if not cluster.user_provided_certs:
             return False
-        live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        live = self.shared.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
         mounted = mounted_secrets(live)
         # One that does not exist yet is not mounted either: else the StatefulSet would name
         # it now and take it, unmarked, once someone made it.
@@ -96,7 +96,7 @@ class CertificatesStep:
         names = set(secret_names(cluster))
         secrets: dict[str, Obj] = {}
         for name in names:
-            found = self.shared.view.get(k.SECRET, cluster.namespace, name)
+            found = self.shared.view.peek(k.SECRET, cluster.namespace, name)
             if (found is None and cluster.user_provided_certs) or \
                     (found is not None and "data" not in found):
                 # A user's own Secrets need not carry our label, so the cache may not hold
@@ -153,7 +153,7 @@ class CertificatesStep:
         if certs_hash is None or plan.problems or stale:
             # Keep what the pods run with: never roll them onto unusable certificates, nor
             # onto a plan made from Secrets older than the ones we wrote.
-            live = self.shared.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+            live = self.shared.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
             template = ((live or {}).get("spec") or {}).get("template") or {}
             certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
         if certs_hash:

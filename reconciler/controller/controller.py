@@ -138,7 +138,7 @@ class Controller:
         ]
 
     def reconcile(self, key: ClusterKey) -> Result:
-        obj = self.view.get(k.KAIWU_CLUSTER, key.namespace, key.name)
+        obj = self.view.peek(k.KAIWU_CLUSTER, key.namespace, key.name)
         if obj is None or meta(obj).get("deletionTimestamp"):
             # Its objects go with it (ownerReferences); forget what we knew.
             self.forget(key)
@@ -171,9 +171,9 @@ class Controller:
         except ApiError:
             return  # a courtesy: not worth a retry
         selector = {INSTANCE_LABEL: key.name}
-        claims = sorted(str(meta(c).get("name")) for c in self.view.list(
+        claims = sorted(str(meta(c).get("name")) for c in self.view.peek_list(
             k.PVC, key.namespace, selector))
-        secrets = sorted(str(meta(s).get("name")) for s in self.view.list(
+        secrets = sorted(str(meta(s).get("name")) for s in self.view.peek_list(
             k.SECRET, key.namespace, {**selector, k.TLS_SECRET_LABEL: "true"}))
         kept = ([f"claims {', '.join(claims)} (the data)"] if claims else []) + (
             [f"Secrets {', '.join(secrets)} (the CA and certificates)"] if secrets else [])

@@ -48,8 +48,8 @@ class PruneStep:
             if not (p.sync or p.policy == "enforce"):
                 p.inventory.add(str(ref))  # warn/off: keep it listed, do not delete
                 continue
-            live = self.shared.view.get(kind, ref.namespace, ref.name) if self.shared.served.served(
-                kind, ref.namespace) else None
+            served = self.shared.served.served(kind, ref.namespace)
+            live = self.shared.view.peek(kind, ref.namespace, ref.name) if served else None
             if live is None:
                 continue
             if self.shared.marks.stale(p.key, str(ref), live):

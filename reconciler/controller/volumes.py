@@ -169,7 +169,7 @@ class VolumesStep:
         found = []
         for ordinal in range(cluster.replicas):
             name = f"{CLAIM_TEMPLATE}-{cluster.name}-{ordinal}"
-            claim = self.shared.view.get(k.PVC, cluster.namespace, name)
+            claim = self.shared.view.peek(k.PVC, cluster.namespace, name)
             if claim is None:
                 claim = self.shared.kube.get(k.PVC, cluster.namespace, name)
                 if claim is None:

@@ -88,7 +88,7 @@ class CrashLoops:
         if meta(pod).get("deletionTimestamp"):
             return None
         revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
-        claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{name}")
+        claim = self.view.peek(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{name}")
         if ready and pod_ready(pod):
             if claim is not None and CRASH_RESTARTS in (meta(claim).get("annotations") or {}):
                 self.write_restarts(cluster, claim, None)  # the story ends: a fresh count

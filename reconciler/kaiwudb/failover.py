@@ -230,7 +230,7 @@ class Failover:
         cluster = p.cluster
         assert cluster is not None
         pods = cluster_pods(self.view, cluster)
-        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        sts = self.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
         replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
             if sts is not None else cluster.replicas
         names = [cluster.pod_name(i) for i in range(replicas)]

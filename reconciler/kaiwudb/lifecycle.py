@@ -155,7 +155,7 @@ class Lifecycle:
 
     def step(self, p: Pass, cluster: Cluster) -> None:
         pods = cluster_pods(self.view, cluster)
-        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        sts = self.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
         live_replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
             if sts is not None else None
         admin = self.admin(cluster)

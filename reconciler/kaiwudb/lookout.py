@@ -133,7 +133,7 @@ class Lookout:
             if pod_name in names and not any(f.pod == pod_name for f in findings):
                 findings.append(Finding(pod_name, STORE_REPLACED, dead_ids=dead))
         with self._lock:
-            for gone in [n for n in self._missing_since if self.view.get(k.NODE, "", n)]:
+            for gone in [n for n in self._missing_since if self.view.peek(k.NODE, "", n)]:
                 del self._missing_since[gone]
         return findings
 

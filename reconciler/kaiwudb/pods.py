@@ -52,7 +52,7 @@ def pod_ready(pod: Obj | None) -> bool:
 
 def cluster_pods(view: CacheView, cluster: Cluster) -> dict[str, Obj]:
     return {str(meta(pod).get("name")): pod
-            for pod in view.list(k.POD, cluster.namespace, selector_labels(cluster))}
+            for pod in view.peek_list(k.POD, cluster.namespace, selector_labels(cluster))}
 
 
 def partition_of(sts: Obj | None) -> int | None:
@@ -74,7 +74,7 @@ def claim_of(view: CacheView, kube: Kube, namespace: str, pod: str) -> Obj | Non
     managed-by label the PVC cache selects on; a claim made before the template had it is read
     once from the API (only while a lifecycle action is under way, never in a steady pass)."""
     name = f"{CLAIM_TEMPLATE}-{pod}"
-    return view.get(k.PVC, namespace, name) or kube.get(k.PVC, namespace, name)
+    return view.peek(k.PVC, namespace, name) or kube.get(k.PVC, namespace, name)
 
 
 def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:

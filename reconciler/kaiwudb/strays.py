@@ -130,7 +130,7 @@ class Strays(Part):
         for node in beyond:
             if not node.is_decommissioning:
                 continue
-            claim = self.view.get(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{node.pod_name}")
+            claim = self.view.peek(k.PVC, cluster.namespace, f"{CLAIM_TEMPLATE}-{node.pod_name}")
             if claim is None or meta(claim).get("deletionTimestamp"):
                 continue
             left = self.scaling.replicas_left(pods, admin, node.id, str(node.pod_name))

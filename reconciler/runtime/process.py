@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from kubernetes import client
 
 from reconciler.keys import ClusterKey
-from reconciler.kube.cache import Caches, CacheView
+from reconciler.kube.cache import Caches, CacheView, Echoes
 from reconciler.kube.client import Kube, count_requests, load_api_client
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.events import EventRecorder
@@ -129,7 +129,7 @@ class Runtime:
                                 may_write=self.may_write, own_writes=own_writes,
                                 owns_current=self._owns_current)
         self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add,
-                             own_writes=own_writes, on_echo=self._on_echo,
+                             echoes=Echoes(own_writes, self._on_echo),
                              on_handover=self.queue.add_after)
         self.controller = self.controller_factory(self.kube, self.caches, settings,
                                                   self.metrics)

@@ -10,6 +10,7 @@ from typing import Any
 
 from reconciler.controller import admission
 from reconciler.model import Obj
+from tests.support.peeks import Peeks
 
 NS, NAME = "db", "orders"
 
@@ -28,8 +29,8 @@ def accepted_statefulset(annotation: str) -> Obj:
                                               "kind": "KaiwuCluster", "name": NAME}]}}
 
 
-class View:
-    """The watch caches: a StatefulSet and pods by name."""
+class View(Peeks):
+    """The watch caches: a StatefulSet and pods by name (`peek`: tests.support.peeks)."""
 
     def __init__(self, *objects: Obj) -> None:
         self.objects = objects
@@ -37,9 +38,6 @@ class View:
     def get(self, kind: Any, namespace: str, name: str) -> Obj | None:
         return next((o for o in self.objects if o["kind"] == kind.kind
                      and o["metadata"]["name"] == name), None)
-
-    def peek(self, kind: Any, namespace: str, name: str) -> Obj | None:
-        return self.get(kind, namespace, name)
 
     def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Obj]:
         return [o for o in self.objects if o["kind"] == kind.kind]

@@ -22,6 +22,7 @@ from reconciler.model import Obj, Pass
 from renderer.render import read_live
 from renderer.spec import Cluster
 from tests.support.fake_api import FakeApi
+from tests.support.peeks import Peeks
 
 NS, NAME = "shop", "dev"
 
@@ -34,10 +35,10 @@ def at(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
-class World(FakeApi):
-    """The API and the caches' view in one (the step reads and writes the same store): a
-    create is stamped 2026-01-02T03:00:01 (the clock); `add` stores an object as someone made
-    it before."""
+class World(FakeApi, Peeks):
+    """The API and the caches' view in one (the step reads and writes the same store; `peek`,
+    `peek_list`: tests.support.peeks): a create is stamped 2026-01-02T03:00:01 (the clock);
+    `add` stores an object as someone made it before."""
 
     def __init__(self) -> None:
         super().__init__(clock=lambda: at("2026-01-02T03:00:01"))

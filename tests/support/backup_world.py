@@ -27,6 +27,7 @@ from reconciler.model import NodeEntry, Obj, Pass
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from renderer.spec import Cluster
+from tests.support.peeks import Peeks
 from tests.support.sim_exec import SimExec
 from tests.world.kwdb.world import KwdbWorld
 from tests.world.pod_runtime import rendered_argv
@@ -40,9 +41,9 @@ def stamp(seconds: float) -> str:
     return datetime.fromtimestamp(EPOCH + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class Api:
-    """The API's objects by (kind, namespace, name), serving as the cache view and as Kube;
-    every write is recorded."""
+class Api(Peeks):
+    """The API's objects by (kind, namespace, name), serving as the cache view (`peek`,
+    `peek_list`: tests.support.peeks) and as Kube; every write is recorded."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}

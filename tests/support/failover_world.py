@@ -23,6 +23,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from tests.support.fake_api import FakeApi
 from tests.support.kwbase_view import node_status_shows
+from tests.support.peeks import Peeks
 
 NS, NAME = "db", "dev"
 NOW = 1_800_000_000.0
@@ -67,9 +68,9 @@ class World:
         return self.kube.get(kind, namespace, name)
 
 
-class FakeView:
+class FakeView(Peeks):
     """The watch caches: the world's objects, slimmed as the caches keep them; `world.cached`
-    holds what a lagging cache still shows instead."""
+    holds what a lagging cache still shows instead (`peek`, `peek_list`: tests.support.peeks)."""
 
     def __init__(self, world: World) -> None:
         self.world = world
@@ -78,9 +79,6 @@ class FakeView:
         assert isinstance(namespace, str), "the cache keys cluster-scoped objects by \"\""
         found = self.world.cached.get((kind.kind, name)) or self.world.find(kind, namespace, name)
         return slim(found) if found is not None else None
-
-    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        return self.get(kind, namespace, name)
 
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
         return [copy.deepcopy(slim(obj)) for (kind_, ns, _), obj in self.world.objects.items()

@@ -60,6 +60,7 @@ from typing import Any, Self
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind, kind_of, slim
 from reconciler.model import Obj, rfc3339
+from tests.support.peeks import Peeks
 
 # store.go:202, the message of a stale update's 409.
 OPTIMISTIC_LOCK = ("the object has been modified; please apply your changes to the latest "
@@ -857,21 +858,17 @@ def _dotted(path: Path) -> str:
                     for element in path)
 
 
-class FakeView:
+class FakeView(Peeks):
     """The watch caches over a FakeApi's store: what it holds, slimmed as the caches keep it,
-    read back as copies (`peek`: as kept); a list in namespace '' lists every namespace, as
-    reconciler.kube.cache's does."""
+    read back as copies (`peek`, `peek_list`: checked copies, tests.support.peeks); a list in
+    namespace '' lists every namespace, as reconciler.kube.cache's does."""
 
     def __init__(self, api: FakeApi) -> None:
         self.api = api
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        found = self.peek(kind, namespace, name)
-        return copy.deepcopy(found) if found is not None else None
-
-    def peek(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         found = self.api.objects.get(self.api.store_key(kind, namespace, name))
-        return slim(found) if found is not None else None
+        return copy.deepcopy(slim(found)) if found is not None else None
 
     def list(self, kind: Kind, namespace: str, labels: Mapping[str, str] = {}) -> list[Obj]:
         return [copy.deepcopy(slim(obj)) for (kind_, ns, _), obj in self.api.objects.items()

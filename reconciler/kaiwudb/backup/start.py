@@ -102,7 +102,7 @@ class Planner:
 
     def cluster_state(self, p: Pass, cluster: Cluster) -> ClusterState:
         pods = cluster_pods(self.view, cluster)
-        sts = self.view.get(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        sts = self.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
         replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
             if sts is not None else cluster.replicas
         names = [cluster.pod_name(i) for i in range(replicas)]

@@ -96,7 +96,7 @@ def phase_of(obj: Obj) -> str:
 
 
 def backups_of(view: CacheView, namespace: str, cluster: str) -> list[Obj]:
-    return sorted((b for b in view.list(k.KAIWU_BACKUP, namespace)
+    return sorted((b for b in view.peek_list(k.KAIWU_BACKUP, namespace)
                    if ((b.get("spec") or {}).get("cluster") or {}).get("name") == cluster),
                   key=lambda b: (time_of(meta(b).get("creationTimestamp")),
                                  str(meta(b).get("name"))))

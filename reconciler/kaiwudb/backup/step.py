@@ -102,7 +102,7 @@ class Backups:
         cluster = p.cluster
         assert cluster is not None
         ns = cluster.namespace
-        schedules = [s for s in self.view.list(k.KAIWU_BACKUP_SCHEDULE, ns)
+        schedules = [s for s in self.view.peek_list(k.KAIWU_BACKUP_SCHEDULE, ns)
                      if ((s.get("spec") or {}).get("cluster") or {}).get("name") == cluster.name]
         backups = backups_of(self.view, ns, cluster.name)
         for schedule in schedules:

@@ -16,8 +16,9 @@ import time
 from kubernetes import client as k8s
 
 from reconciler.keys import ClusterKey
-from reconciler.kube.cache import Caches, Informer
+from reconciler.kube.cache import Caches
 from reconciler.kube.client import Kube
+from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.metrics import Metrics
 from reconciler.runtime.process import api_client_for

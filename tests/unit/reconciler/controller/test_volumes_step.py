@@ -27,6 +27,7 @@ from reconciler.settings import Settings
 from renderer.builders import MANAGED_BY, MANAGED_BY_LABEL
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support.peeks import Peeks
 
 NS, NAME = "shop", "orders"
 REFUSED = ("persistentvolumeclaims \"data-orders-0\" is forbidden: only dynamically provisioned "
@@ -55,7 +56,7 @@ def claim(ordinal: int, requested: str, capacity: str, *, phase: str = "Bound",
             "status": status}
 
 
-class Claims:
+class Claims(Peeks):
     """The claim cache (labelled claims only, as the PVC cache selects) and the API (every
     claim): each patch recorded, answered by `refuse` (an ApiError) or applied to the stored
     claim."""

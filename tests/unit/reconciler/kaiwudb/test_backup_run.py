@@ -211,7 +211,7 @@ def test_an_export_that_reports_a_notice_fails_the_backup_once_and_cleans_the_no
     assert failed == [("Warning", "BackupFailed",
                        f"KaiwuBackup/noticed: ExportFailed: {status['message']}")]
     assert site.backups.metrics.value("kaiwu_backups_total", {"result": "failed"}) == 1
-    assert running_backup(site.api, NS, "dev") is None  # type: ignore[arg-type]
+    assert running_backup(site.api, NS, "dev") is None
 
 
 def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(
@@ -222,7 +222,7 @@ def test_a_node_lost_midway_fails_the_backup_with_the_node_and_pod(
     site.backup("interrupted")
     site.backups.run(site.a_pass("dev"))  # planned: exports from dev-0 (node 1)
     site.backups.run(site.a_pass("dev"))  # the first item
-    assert running_backup(site.api, NS, "dev") == "interrupted"  # type: ignore[arg-type]
+    assert running_backup(site.api, NS, "dev") == "interrupted"
     assert site.status(k.KAIWU_BACKUP, "interrupted")["message"] == \
         "exporting from pod dev-0: 1/6 items"
 

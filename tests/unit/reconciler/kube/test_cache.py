@@ -21,18 +21,12 @@ from bench.fleet import LiveCluster, live_fleet
 from reconciler.kaiwudb import crashloop, loss, pods, rollout
 from reconciler.kaiwudb.backup.status import phase_of, running_backup
 from reconciler.keys import ClusterKey
-from reconciler.kube import cache
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import (
-    INTERNED_MAX,
-    Caches,
-    Informer,
-    Shared,
-    _cluster_changed,
-    _node_projection,
-    cluster_of,
-)
+from reconciler.kube import store
+from reconciler.kube.cache import Caches, _cluster_changed, _node_projection
+from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import Kind, slim
+from reconciler.kube.store import INTERNED_MAX, Shared, cluster_of
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
@@ -361,7 +355,7 @@ def test_every_reader_of_backups_and_schedules_answers_the_same_on_the_slim_copy
             world.writes, p.events, p.requeue, statuses, steps.metrics.value(
                 "kaiwu_backup_last_success_timestamp_seconds",
                 {"namespace": NS, "cluster": NAME}),
-            running_backup(world, NS, NAME),  # type: ignore[arg-type]
+            running_backup(world, NS, NAME),
             phase_of(adhoc), steps.target(cluster, adhoc).location, cluster_of(adhoc)))
     assert outcomes[0] == outcomes[1]
     writes, _, _, statuses, last_success, running = outcomes[0][:6]
@@ -419,7 +413,7 @@ def as_json(obj: Obj) -> str:
 
 def test_what_the_clusters_repeat_is_cached_once_and_every_object_reads_as_the_api_sent_it(
         fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache, "SHARED", Shared())  # not started afresh halfway by chance
+    monkeypatch.setattr(store, "SHARED", Shared())  # not started afresh halfway by chance
     kube = FakeKube()
     services = applied_informer(kube, k.SERVICE, fleet)
     sets = applied_informer(kube, k.STATEFUL_SET, fleet)

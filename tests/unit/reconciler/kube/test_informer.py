@@ -1,4 +1,4 @@
-"""Stories of one watch cache's list+watch loop (reconciler.kube.cache.Informer) and of how the
+"""Stories of one watch cache's list+watch loop (reconciler.kube.informer.Informer) and of how the
 caches turn events into clusters to reconcile (Caches._on_event): where a watch resumes, what a
 relist after 410 Gone delivers, how an unreachable API server is retried, a kind the server does
 not serve, and which events cost a reconcile, which are echoes and which are nothing.
@@ -20,10 +20,12 @@ import pytest
 
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import Caches, Informer, cluster_of
+from reconciler.kube.cache import Caches, Echoes
 from reconciler.kube.client import ApiError
 from reconciler.kube.echo import OwnWrites
+from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import Kind
+from reconciler.kube.store import cluster_of
 from reconciler.metrics import NAMESPACE, Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
@@ -190,7 +192,7 @@ def test_an_unreachable_server_is_retried_with_doubling_waits_reset_by_a_good_wa
                    watches=[ApiError(500, "InternalError", "etcd"), refused, refused, refused,
                             [("ADDED", pod("a", "101"))], refused])
     assert run.informer.last_error == "", "nothing failed yet"
-    with caplog.at_level(logging.WARNING, logger="reconciler.kube.cache"):
+    with caplog.at_level(logging.WARNING, logger="reconciler.kube.informer"):
         run.run()
     assert run.waits.waited == [0.5, 1.0, 2.0, 3.0, 3.0, 0.5]
     told = [r for r in caplog.records if r.getMessage() == "watch failed, retrying"]
@@ -262,7 +264,7 @@ def test_a_failing_event_handler_is_logged_and_the_cache_goes_on(
         raise RuntimeError("handler bug")
 
     run.informer.on_event = failing
-    with caplog.at_level(logging.ERROR, logger="reconciler.kube.cache"):
+    with caplog.at_level(logging.ERROR, logger="reconciler.kube.informer"):
         run.run()
     assert len(run.informer) == 2
     assert caplog.messages.count("event handler failed") == 2
@@ -284,8 +286,8 @@ class Routed:
         self.writes = OwnWrites()
         self.caches = Caches(None, Settings(leader_election=False, **settings),  # type: ignore[arg-type]
                              Metrics(), self.keys.append, managed_kinds=managed,
-                             own_writes=self.writes if echoes else None,
-                             on_echo=self.echoes.append if echoes else None)
+                             echoes=Echoes(self.writes, self.echoes.append) if echoes
+                             else None)
         clusters = self.caches.informers[k.KAIWU_CLUSTER]
         clusters._synced.set()
         clusters._store.put(("shop", "orders"), kwc())

@@ -30,6 +30,7 @@ from cryptography.x509.oid import NameOID
 from kubernetes import client
 
 from reconciler.keys import ClusterKey
+from reconciler.kube.cache import Echoes
 from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.kinds import KAIWU_CLUSTER
 from reconciler.kube.leader import GuardedKube, NotLeaderError, NotOwnerError
@@ -513,12 +514,11 @@ class StartedCaches(Caches):
     """Stands in for reconciler.kube.cache.Caches, with its signature."""
 
     def __init__(self, kube: Any, settings: Settings, metrics: Any, on_key: Any,
-                 managed_kinds: Any = None, own_writes: Any = None, on_echo: Any = None,
+                 managed_kinds: Any = None, echoes: Echoes | None = None,
                  on_handover: Any = None) -> None:
         super().__init__()
         self.kube, self.settings, self.metrics = kube, settings, metrics
-        self.on_key, self.own_writes = on_key, own_writes
-        self.on_echo, self.on_handover = on_echo, on_handover
+        self.on_key, self.echoes, self.on_handover = on_key, echoes, on_handover
         self.synced_event.set()
         self.running: bool | None = None  # None: never started
 
@@ -679,7 +679,7 @@ def test_a_started_replica_shares_one_api_client_and_one_guarded_kube_among_its_
         caches = caches_of(replica)
         assert caches.kube is kube and caches.settings is replica.settings
         assert caches.metrics is replica.metrics
-        assert caches.own_writes is not None and caches.own_writes is kube.own_writes, \
+        assert caches.echoes is not None and caches.echoes.own_writes is kube.own_writes, \
             "the caches know the echoes of the writes this kube made"
         assert made.factory_calls == [(kube, caches, replica.settings, replica.metrics)]
         assert replica.controller is made.controller
@@ -808,7 +808,9 @@ def test_what_the_caches_see_reaches_the_queue(made: Made) -> None:
         try:
             echoed.queue.add(ORDERS)
             assert taken(echoed) == ORDERS
-            caches_of(echoed).on_echo(ORDERS)
+            echoes = caches_of(echoed).echoes
+            assert echoes is not None
+            echoes.on_echo(ORDERS)
             assert taken(echoed) == ORDERS, "an echo spends no token"
         finally:
             echoed.stop()

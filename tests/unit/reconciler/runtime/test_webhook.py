@@ -42,6 +42,7 @@ from reconciler.runtime.webhook_certs import ServingPolicy, next_step, read_stat
 from reconciler.settings import Settings
 from renderer.settings import KubeVersion
 from tests.support.fake_api import FakeApi
+from tests.support.peeks import Peeks
 from tests.support.threads import holding_up_exit, serve_forever_polls, threads_started
 from tests.support.waiting import eventually
 
@@ -50,11 +51,8 @@ POLICY = ServingPolicy(common_name="kaiwu-reconciler-webhook", hosts=("127.0.0.1
                        overlap=timedelta(minutes=5))
 
 
-class EmptyView:
+class EmptyView(Peeks):
     def get(self, kind: Any, namespace: str, name: str) -> None:
-        return None
-
-    def peek(self, kind: Any, namespace: str, name: str) -> None:
         return None
 
     def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Any]:
