@@ -338,7 +338,11 @@ class Restore:
         except ApiError as error:
             if not error.not_found:
                 raise
-        p.obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION] = text
+        # The pass's object is the cache's own (peeked): the annotation goes on a new one, whose
+        # maps on the way are new too, never into what the cache and its other readers hold.
+        metadata = meta(p.obj)
+        p.obj = {**p.obj, "metadata": {**metadata, "annotations": {
+            **(metadata.get("annotations") or {}), ANNOTATION: text}}}
         self._written[(cluster.namespace, cluster.name)] = json.loads(text)
 
 
