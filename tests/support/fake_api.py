@@ -41,8 +41,9 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
   write would make, stores nothing and keeps the resourceVersion.
 - Validation: only a Service's ports, unique by name and by (port, protocol) (`validate`).
 - Not modelled: admission (webhooks, defaulting of built-in kinds beyond the above, validation of
-  other field values), label selectors other than equality, field selectors, paging (`list_objects`
-  answers one page), and exec.
+  other field values), field selectors, paging (`list_objects` answers one page), and exec.
+- Label selectors: every form the reconciler sends (tests.support.selectors), in lists and
+  watches alike; a watch's events are those of objects that match.
 
 `FakeView` stands in for the watch caches (reconciler.kube.cache): what the store holds, slimmed
 as the caches keep it (`kinds.slim`), read back as copies.
@@ -61,6 +62,7 @@ from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind, kind_of, slim
 from reconciler.model import Obj, rfc3339
 from tests.support.peeks import Peeks
+from tests.support.selectors import selector_matches
 
 # store.go:202, the message of a stale update's 409.
 OPTIMISTIC_LOCK = ("the object has been modified; please apply your changes to the latest "
@@ -361,12 +363,10 @@ class FakeApi:
     def list_objects(self, kind: Kind, namespace: str | None = None,
                      label_selector: str | None = None, *,
                      keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
-        wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
         items = []
         for (kind_, ns, _), obj in sorted(self.objects.items()):
-            labels = obj["metadata"].get("labels") or {}
-            if kind_ == kind.kind and (not namespace or ns == namespace) and all(
-                    labels.get(key) == value for key, value in wanted.items()):
+            if kind_ == kind.kind and (not namespace or ns == namespace) and selector_matches(
+                    label_selector, obj["metadata"].get("labels")):
                 item = copy.deepcopy(obj)
                 items.append(keep(item) if keep is not None else item)
         return items, str(self.revision)
@@ -378,12 +378,10 @@ class FakeApi:
         since = int(resource_version or 0)
         if self.history and since < self.history[0][0] - 1:
             raise ApiError(410, "Expired", f"too old resource version: {since}")
-        wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
         events = [(type_, copy.deepcopy(obj)) for revision, type_, obj in self.history
                   if revision > since and obj["kind"] == kind.kind
                   and (not namespace or obj["metadata"].get("namespace") == namespace)
-                  and all((obj["metadata"].get("labels") or {}).get(key) == value
-                          for key, value in wanted.items())]
+                  and selector_matches(label_selector, obj["metadata"].get("labels"))]
         return FakeWatch(events)
 
     def create(self, obj: Obj) -> Obj:

@@ -42,6 +42,7 @@ from tests.support.backup_step import (
     schedule,
     step,
 )
+from tests.support.caches import listed
 
 
 class FakeWatch:
@@ -149,6 +150,7 @@ def test_a_node_event_queues_the_clusters_with_pods_there_without_copying_the_po
                     queued.append)
     caches.informers[k.KAIWU_CLUSTER]._list()  # the clusters are this (unnamed) shard's
     caches.informers[k.POD]._list()
+    listed(caches)
     queued.clear()  # the lists' ADDED events
 
     def no_copies(*args: Any, **kwargs: Any) -> list[Obj]:
