@@ -206,6 +206,10 @@ class Reconciler:
 
     def _run(self) -> None:
         while (key := self._next()) is not None:
+            if not self.caches.owns(key) and self.caches.informers[kk.KAIWU_CLUSTER].has(
+                    key.namespace, key.name):
+                continue  # as the runtime's worker: its objects are not listed yet (the
+                # selection queues it once they are: reconciler.kube.selection)
             with self._lock:
                 self._busy = True
             try:
