@@ -87,7 +87,7 @@ class Controller:
                  events: EventRecorder | None = None) -> None:
         self.view = view
         self.clock = clock
-        repairer = Repairer(kube, metrics)
+        repairer = Repairer(kube)
         self.shared = Shared(
             kube=kube, view=view, settings=settings, metrics=metrics, clock=clock,
             repairer=repairer,

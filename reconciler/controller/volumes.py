@@ -188,7 +188,6 @@ class VolumesStep:
         if labels.get(MANAGED_BY_LABEL) is not None:
             return
         wanted = {**selector_labels(cluster), MANAGED_BY_LABEL: MANAGED_BY}
-        self.shared.metrics.writes_total.labels(verb="patch", kind=k.PVC.kind).inc()
         try:
             self.shared.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")), {
                 "metadata": {"uid": meta(claim).get("uid"), "labels": wanted}})
@@ -206,7 +205,6 @@ class VolumesStep:
             known = self._refused.get(p.key, {}).get((uid, size))
         if known is not None and p.now < known.until:
             return known
-        self.shared.metrics.writes_total.labels(verb="patch", kind=k.PVC.kind).inc()
         try:
             # The uid guards against a claim of the same name made again since it was read
             # (the server answers 422: metadata.uid is immutable); repeating the patch after a

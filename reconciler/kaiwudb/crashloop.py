@@ -135,7 +135,6 @@ class CrashLoops:
         revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
         # Counted before the delete: a crash in between costs a restart, never adds one.
         self.write_restarts(cluster, f.claim, f"{revision}:{f.restarts + 1}")
-        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
         try:
             self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(meta(pod).get("uid")))
         except ApiError as error:
@@ -149,7 +148,6 @@ class CrashLoops:
         return [looping]
 
     def write_restarts(self, cluster: Cluster, claim: Obj, value: str | None) -> None:
-        self.metrics.writes_total.labels(verb="patch", kind="PersistentVolumeClaim").inc()
         self.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")),
                         {"metadata": {"annotations": {CRASH_RESTARTS: value}}})
 

@@ -284,7 +284,7 @@ class Failover:
             return [Wait("Replacing", f"pod {f.pod} waits for its old claim to go")]
         # The StatefulSet recreated the pod while the old claim was still going: the pod names
         # a claim that is gone and would wait forever. Deleted, it comes back with a new claim.
-        force_delete(self.kube, self.metrics, s.pods[f.pod])
+        force_delete(self.kube, s.pods[f.pod])
         failpoints.reached("failover.pending-pod-deleted")
         s.p.requeue_in(self.settings.poll_s)
         return [Wait("Replacing", f"pod {f.pod} is recreated with a new claim")]
@@ -410,7 +410,7 @@ class Failover:
                                                  f"replaced later: {verdict.message}"))
             else:
                 replace = self.delete_claim(cluster, claim)
-        force_delete(self.kube, self.metrics, pod)
+        force_delete(self.kube, pod)
         failpoints.reached("failover.pod-force-deleted")
         self.count("force-delete-pod")
         timeout = cluster.failover.node_lost_timeout.total_seconds()
@@ -441,7 +441,7 @@ class Failover:
         if pending is not None:
             # The pending pod holds on to the old claim's name: delete it too, so the
             # StatefulSet creates a new claim (a fresh volume on a live node) with the next pod.
-            force_delete(self.kube, self.metrics, pending)
+            force_delete(self.kube, pending)
         failpoints.reached("failover.claim-deleted")
         self.announce_volume(p, f, name)
         p.requeue_in(self.settings.poll_s)
@@ -474,7 +474,6 @@ class Failover:
 
     def delete_claim(self, cluster: Cluster, claim: Obj) -> str:
         name = str(meta(claim).get("name"))
-        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
         try:
             self.kube.delete(k.PVC, cluster.namespace, name, uid=str(meta(claim).get("uid")))
         except ApiError as error:

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
-from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from renderer.builders import selector_labels
 from renderer.spec import Cluster
@@ -92,11 +91,10 @@ def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
     return None
 
 
-def force_delete(kube: Kube, metrics: Metrics, pod: Obj) -> None:
+def force_delete(kube: Kube, pod: Obj) -> None:
     """Delete the pod with grace 0, guarded by the uid it was judged on (repeating it after a
     crash is harmless: a successor with the same name is never the one deleted)."""
     md = meta(pod)
-    metrics.writes_total.labels(verb="delete", kind="Pod").inc()
     try:
         kube.delete(k.POD, str(md.get("namespace")), str(md.get("name")),
                     uid=str(md.get("uid")), grace_period_seconds=0)

@@ -145,7 +145,6 @@ class Rollout(Part):
             # step never writes it: set it here. Closing the gate after a rollout, opening it
             # one pod further, or adding it to a StatefulSet made before it was rendered.
             md = meta(sts)
-            self.metrics.writes_total.labels(verb="patch", kind="StatefulSet").inc()
             try:
                 self.kube.patch(k.STATEFUL_SET, str(md.get("namespace")),
                                 str(md.get("name")), {"spec": {"updateStrategy": {

@@ -248,7 +248,6 @@ class Scaling(Part):
             except ApiError as error:
                 if not error.conflict:
                     raise
-            self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
             self.count("delete-claim")
             p.act("ClaimDeleted", f"PersistentVolumeClaim/{claim_name}", (
                 "the store of a decommissioned node can never rejoin: its claim is deleted so "
@@ -385,7 +384,7 @@ class Scaling(Part):
         loss = node_loss(self.view, node) if node else None
         if loss is None or not meta(pod).get("deletionTimestamp"):
             return
-        force_delete(self.kube, self.metrics, pod)
+        force_delete(self.kube, pod)
         self.count("force-delete-removed-pod")
         p.act("PodForceDeleted", f"Pod/{meta(pod).get('name')}", (
             f"scale-in: its node {node} is {loss.status} and no kubelet will confirm the "

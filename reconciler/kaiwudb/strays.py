@@ -147,7 +147,6 @@ class Strays(Part):
 
     def delete_claim(self, p: Pass, cluster: Cluster, claim: Obj, node_id: int) -> None:
         name = str(meta(claim).get("name"))
-        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
         try:
             self.kube.delete(k.PVC, cluster.namespace, name, uid=meta(claim).get("uid"))
         except ApiError as error:

@@ -172,12 +172,10 @@ class StartFlags(Part):
         try:
             live = self.kube.get(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map)
             if live is None:
-                self.metrics.writes_total.labels(verb="create", kind="ConfigMap").inc()
                 self.kube.create(wanted)
             elif on is None:
                 value = str((live.get("data") or {}).get(UPGRADE_COMPLETE_KEY))
             elif (live.get("data") or {}).get(UPGRADE_COMPLETE_KEY) != value:
-                self.metrics.writes_total.labels(verb="patch", kind="ConfigMap").inc()
                 self.kube.patch(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map,
                                 {"data": {UPGRADE_COMPLETE_KEY: value}})
         except ApiError as error:
@@ -281,7 +279,6 @@ class Upgrades(Part):
             if not self.flags.keep(p, cluster, pods, True, fresh=True):
                 return
             # A plain delete (the pod's grace period: kwbase drains), guarded by its uid.
-            self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
             try:
                 self.kube.delete(k.POD, cluster.namespace, name, uid=uid)
             except ApiError as error:

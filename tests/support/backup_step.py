@@ -21,7 +21,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass
 from renderer.render import read_live
 from renderer.spec import Cluster
-from tests.support.fake_api import FakeApi
+from tests.support.fake_api import FakeApi, counted
 from tests.support.peeks import Peeks
 
 NS, NAME = "shop", "dev"
@@ -92,4 +92,6 @@ def step(world: World, tmp_path: Path) -> Backups:
     def no_admin(cluster: Any) -> Any:
         raise AssertionError("no KaiwuDB command expected in this story")
     settings = BackupSettings(volumes_dir=str(tmp_path))
-    return Backups(world, world, Metrics(), settings, no_admin)  # type: ignore[arg-type]
+    metrics = Metrics()
+    return Backups(counted(world, metrics), world, metrics, settings,
+                   no_admin)

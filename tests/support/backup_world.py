@@ -27,6 +27,7 @@ from reconciler.model import NodeEntry, Obj, Pass
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from renderer.spec import Cluster
+from tests.support.fake_api import counted
 from tests.support.peeks import Peeks
 from tests.support.sim_exec import SimExec
 from tests.world.kwdb.world import KwdbWorld
@@ -213,7 +214,8 @@ def a_site(tmp_path: Path, settings: BackupSettings | None = None,
     api, kwdb = Api(), KwdbWorld()
     runner = SimExec(kwdb)
     site_settings = settings or BackupSettings(volumes_dir=str(tmp_path))
-    backups = Backups(api, api, Metrics(), site_settings,  # type: ignore[arg-type]
+    metrics = Metrics()
+    backups = Backups(counted(api, metrics), api, metrics, site_settings,
                       lambda cluster: KwbaseAdmin.for_cluster(runner, cluster, kwbase),
                       statements=BulkStatements(wait_s=statements_wait_s))
     return Site(api, kwdb, runner, tmp_path, backups)
@@ -223,7 +225,8 @@ def a_site(tmp_path: Path, settings: BackupSettings | None = None,
 def a_restarted_site(site: Site) -> Site:
     """A new reconciler process in the same world (the API, KaiwuDB, the exec and the clock
     carry on): a backup step with nothing in memory."""
-    backups = Backups(site.api, site.api, Metrics(),  # type: ignore[arg-type]
+    metrics = Metrics()
+    backups = Backups(counted(site.api, metrics), site.api, metrics,
                       site.backups.settings, site.backups.admin,
                       statements=BulkStatements(wait_s=site.backups.statements.wait_s))
     return Site(site.api, site.kwdb, site.runner, site.volumes, backups, site.now,

@@ -46,7 +46,9 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
   watches alike; a watch's events are those of objects that match.
 
 `FakeView` stands in for the watch caches (reconciler.kube.cache): what the store holds, slimmed
-as the caches keep it (`kinds.slim`), read back as copies.
+as the caches keep it (`kinds.slim`), read back as copies. `counted` wraps a FakeApi as the
+runtime wraps its client (reconciler.kube.writes.CountedKube): each write counted in
+writes_total.
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Self
+from typing import Any, Self, cast
 
-from reconciler.kube.client import ApiError
+from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.kinds import Kind, kind_of, slim
+from reconciler.kube.writes import CountedKube
+from reconciler.metrics import Metrics
 from reconciler.model import Obj, rfc3339
 from tests.support.peeks import Peeks
 from tests.support.selectors import selector_matches
@@ -304,6 +308,12 @@ def _spec_part(obj: Obj) -> Obj:
 
 
 StoreKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+def counted(api: Any, metrics: Metrics) -> Kube:
+    """`api` (a FakeApi, or a stand-in of some of Kube's calls) as the runtime hands its client
+    to the steps: each write counted in `metrics` (reconciler.kube.writes.CountedKube)."""
+    return CountedKube(cast(Kube, api), metrics)
 
 
 class FakeApi:

@@ -331,7 +331,6 @@ class Restore:
 
     def annotate(self, p: Pass, cluster: Cluster, record: dict[str, Any]) -> None:
         text = json.dumps(record, sort_keys=True)
-        self.backups.metrics.writes_total.labels(verb="patch", kind=k.KAIWU_CLUSTER.kind).inc()
         try:
             self.backups.kube.patch(k.KAIWU_CLUSTER, cluster.namespace, cluster.name,
                                     {"metadata": {"annotations": {ANNOTATION: text}}})

@@ -73,7 +73,7 @@ def test_the_shared_parts_follow_the_settings() -> None:
     shared = made.shared
     assert (shared.kube, shared.view, shared.settings, shared.metrics) == (
         kube, view, SETTINGS, metrics)
-    assert (shared.repairer.kube, shared.repairer.metrics) == (kube, metrics)
+    assert shared.repairer.kube is kube
     assert shared.dry_runs.repairer is shared.repairer
     assert (shared.served.kube, shared.served.view, shared.served.settings) == (
         kube, view, SETTINGS)

@@ -29,6 +29,7 @@ from reconciler.model import NodeEntry, Obj, Pass
 from reconciler.reasons import CRASH_LOOP, NODE_LOST, FailoverStage
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support import fake_api
 from tests.support.failover_world import (
     NAME,
     NOW,
@@ -65,10 +66,10 @@ def cluster_obj(*, single: bool = False, **failover: Any) -> Obj:
 
 
 def failover_step(world: World) -> Failover:
-    view, kube = FakeView(world), world.kube
-    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
+    view, kube = FakeView(world), fake_api.counted(world.kube, world.metrics)
+    lifecycle = Lifecycle(kube, view, world.metrics,
                           admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
-    return Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    return Failover(kube, view, world.metrics, lifecycle)
 
 
 def new_pass(obj: Obj, now: float, previous: dict[str, Any]) -> Pass:

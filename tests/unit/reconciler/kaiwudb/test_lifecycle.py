@@ -63,7 +63,7 @@ from tests.support.failover_world import (
     pod,
     stamp,
 )
-from tests.support.fake_api import FakeApi
+from tests.support.fake_api import FakeApi, counted
 from tests.support.kwbase_view import node_status_shows
 
 POLL = LifecycleSettings().poll_s
@@ -165,7 +165,8 @@ class Cluster3:
             self.admins_for.append((cluster.name, settings.timeout_s))
             return self.admin
 
-        self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
+        self.lifecycle = Lifecycle(counted(Kube(self.world), self.metrics),
+                                   FakeView(self.world),
                                    self.metrics, admin_factory=factory)  # type: ignore[arg-type]
 
     def counted(self, metric: str, **labels: str) -> float:
@@ -1607,7 +1608,8 @@ def test_a_strays_claim_is_deleted_only_as_it_was_judged() -> None:
     """A claim of the same name made since (another uid) is not the one judged empty."""
     c = stray_cluster()
     c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
-    c.lifecycle = Lifecycle(Kube(c.world), StaleClaims(c.world),  # type: ignore[arg-type]
+    c.lifecycle = Lifecycle(counted(Kube(c.world), c.metrics),
+                            StaleClaims(c.world),
                             c.metrics, admin_factory=lambda *_: c.admin)  # type: ignore[arg-type]
     c.run()
     assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
