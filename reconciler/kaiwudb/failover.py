@@ -92,7 +92,14 @@ from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.lookout import FailoverSettings, Finding, Lookout, replaced_stores
 from reconciler.kaiwudb.loss import disrupted, node_loss, volume_node
 from reconciler.kaiwudb.nodes import node_entries
-from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, claim_of, cluster_pods, exec_pod, force_delete
+from reconciler.kaiwudb.pods import (
+    CLAIM_TEMPLATE,
+    claim_of,
+    cluster_pods,
+    delete_claim,
+    exec_pod,
+    force_delete,
+)
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
@@ -473,10 +480,5 @@ class Failover:
             "the new one is live"), event="Warning")
 
     def delete_claim(self, cluster: Cluster, claim: Obj) -> str:
-        name = str(meta(claim).get("name"))
-        try:
-            self.kube.delete(k.PVC, cluster.namespace, name, uid=str(meta(claim).get("uid")))
-        except ApiError as error:
-            if not error.conflict:  # a newer claim of that name: not the one we judged
-                raise
-        return name
+        delete_claim(self.kube, cluster.namespace, claim)
+        return str(meta(claim).get("name"))

@@ -52,13 +52,12 @@ from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (
     CLAIM_TEMPLATE,
     claim_of,
+    delete_claim,
     exec_pod,
     force_delete,
     kwbase_running,
 )
 from reconciler.kaiwudb.tools import Part, Tools
-from reconciler.kube import kinds as k
-from reconciler.kube.client import ApiError
 from reconciler.model import Obj, Pass, ScaleIn, meta, rfc3339
 from reconciler.reasons import GO, Verdict, Wait
 from renderer.spec import Cluster, StartMode
@@ -242,12 +241,7 @@ class Scaling(Part):
         claim_name = f"{CLAIM_TEMPLATE}-{pod}"
         claim = claim_of(self.view, self.kube, cluster.namespace, pod)
         if claim is not None and not meta(claim).get("deletionTimestamp"):
-            try:
-                self.kube.delete(k.PVC, cluster.namespace, claim_name,
-                                 uid=meta(claim).get("uid"))
-            except ApiError as error:
-                if not error.conflict:
-                    raise
+            delete_claim(self.kube, cluster.namespace, claim)
             self.count("delete-claim")
             p.act("ClaimDeleted", f"PersistentVolumeClaim/{claim_name}", (
                 "the store of a decommissioned node can never rejoin: its claim is deleted so "

@@ -27,11 +27,10 @@ from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.nodes import Nodes
-from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, exec_pod, kwbase_running, ordinal
+from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, delete_claim, exec_pod, kwbase_running, ordinal
 from reconciler.kaiwudb.scale import Scaling
 from reconciler.kaiwudb.tools import Part, Tools
 from reconciler.kube import kinds as k
-from reconciler.kube.client import ApiError
 from reconciler.model import Obj, Pass, meta
 from renderer.spec import Cluster, StartMode
 
@@ -147,11 +146,7 @@ class Strays(Part):
 
     def delete_claim(self, p: Pass, cluster: Cluster, claim: Obj, node_id: int) -> None:
         name = str(meta(claim).get("name"))
-        try:
-            self.kube.delete(k.PVC, cluster.namespace, name, uid=meta(claim).get("uid"))
-        except ApiError as error:
-            if not (error.conflict or error.not_found):
-                raise
+        delete_claim(self.kube, cluster.namespace, claim)
         self.count("delete-claim")
         p.act("ClaimDeleted", f"PersistentVolumeClaim/{name}", (
             f"KaiwuDB node {node_id} is decommissioned and range descriptors list no replica "
