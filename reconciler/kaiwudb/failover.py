@@ -85,6 +85,7 @@ from typing import Final
 
 from reconciler import failpoints
 from reconciler.kaiwudb.backup.status import running_backup
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.crashloop import CrashLoops
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
@@ -101,8 +102,7 @@ from reconciler.kaiwudb.pods import (
     force_delete,
 )
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import CacheView
-from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.client import ApiError
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, meta, rfc3339
 from reconciler.reasons import (
@@ -213,15 +213,16 @@ class Failover:
     name = "failover"
     always = False
 
-    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
+    def __init__(self, ctx: StepContext, lifecycle: Lifecycle,
                  settings: FailoverSettings | None = None) -> None:
-        self.kube = kube
-        self.view = view
-        self.metrics = metrics
+        self.ctx = ctx
+        self.kube = ctx.kube
+        self.view = ctx.view
+        self.metrics = ctx.metrics
         self.lifecycle = lifecycle
         self.settings = settings or FailoverSettings()
-        self.crashes = CrashLoops(kube, view, metrics, self.settings)
-        self.lookout = Lookout(kube, view, self.crashes.finding)
+        self.crashes = CrashLoops(ctx.kube, ctx.view, ctx.metrics, self.settings)
+        self.lookout = Lookout(ctx.kube, ctx.view, self.crashes.finding)
 
     def wanted(self, p: Pass) -> bool:
         return (p.cluster is not None and not p.paused and not p.halted
@@ -229,7 +230,7 @@ class Failover:
                     p.kaiwu.initialized))
 
     def count(self, action: str) -> None:
-        self.metrics.lifecycle_actions_total.labels(action=action).inc()
+        self.ctx.count(action)
 
     def run(self, p: Pass) -> None:
         """Look, act on each finding by its stage, say why Ready is not True (the module
@@ -320,7 +321,7 @@ class Failover:
             p.requeue_in(self.settings.poll_s)
             return [Wait("Replacing", f"no pod runs kwbase to decommission the lost node(s) "
                                       f"{ids}")]
-        admin = self.lifecycle.admin(cluster)
+        admin = self.ctx.admin(cluster)
         try:
             # Decided on a fresh look, never on a remembered one: only ids KaiwuDB shows not
             # live now, beside a live id at the same address.
@@ -411,7 +412,7 @@ class Failover:
                 not meta(claim).get("deletionTimestamp") and \
                 volume_node(self.kube, claim) == f.node:
             verdict = kaiwudb_allows_replacing(
-                self.lifecycle.admin(cluster), self.metrics, p, cluster, f.pod, s.pods)
+                self.ctx.admin(cluster), self.metrics, p, cluster, f.pod, s.pods)
             if isinstance(verdict, Wait):
                 said.append(Wait(verdict.reason, f"pod {f.pod}: force-deleted; its volume is "
                                                  f"replaced later: {verdict.message}"))
@@ -436,7 +437,7 @@ class Failover:
         back = self.came_back(p, f)
         if back is not None:
             return back
-        verdict = kaiwudb_allows_replacing(self.lifecycle.admin(s.cluster), self.metrics, p,
+        verdict = kaiwudb_allows_replacing(self.ctx.admin(s.cluster), self.metrics, p,
                                            s.cluster, f.pod, s.pods)
         if isinstance(verdict, Wait):
             p.requeue_in(self.settings.poll_s)

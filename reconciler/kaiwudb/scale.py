@@ -43,6 +43,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.jobs import RunningJobs
@@ -57,7 +58,7 @@ from reconciler.kaiwudb.pods import (
     force_delete,
     kwbase_running,
 )
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.model import Obj, Pass, ScaleIn, meta, rfc3339
 from reconciler.reasons import GO, Verdict, Wait
 from renderer.spec import Cluster, StartMode
@@ -96,8 +97,8 @@ class ScaleScene:
 class Scaling(Part):
     """Scale-in through decommission, one node at a time (see the module docstring)."""
 
-    def __init__(self, tools: Tools, nodes: Nodes) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext, nodes: Nodes) -> None:
+        super().__init__(ctx)
         self.nodes = nodes
 
     @staticmethod

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, delete_claim, exec_pod, kwbase_running, ordinal
 from reconciler.kaiwudb.scale import Scaling
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.kube import kinds as k
 from reconciler.model import Obj, Pass, meta
 from renderer.spec import Cluster, StartMode
@@ -39,8 +40,8 @@ class Strays(Part):
     """Nodes whose pods are gone without a decommission, and wanted nodes that came back
     decommissioning (see the module docstring)."""
 
-    def __init__(self, tools: Tools, nodes: Nodes, scaling: Scaling) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext, nodes: Nodes, scaling: Scaling) -> None:
+        super().__init__(ctx)
         self.nodes = nodes
         self.scaling = scaling
 

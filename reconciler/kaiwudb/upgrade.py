@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.loss import parse_time
 from reconciler.kaiwudb.pods import exec_pod, pod_ready
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj, Pass, meta, with_owner
@@ -141,8 +142,8 @@ def refusal_hint(error: str) -> str:
 class StartFlags(Part):
     """The start-flags ConfigMap of each cluster (see the module docstring)."""
 
-    def __init__(self, tools: Tools) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext) -> None:
+        super().__init__(ctx)
         # What each cluster's ConfigMap was last seen to hold, and when: saves a read per
         # pass. Never a decision: the two writes that matter (before a node is marked, before
         # a marked node's pod restarts) read it afresh, a pod that cannot start for want of it
@@ -193,9 +194,9 @@ class StartFlags(Part):
 class Upgrades(Part):
     """KWDB's upgrade moves (see the module docstring)."""
 
-    def __init__(self, tools: Tools) -> None:
-        super().__init__(tools)
-        self.flags = StartFlags(tools)
+    def __init__(self, ctx: StepContext) -> None:
+        super().__init__(ctx)
+        self.flags = StartFlags(ctx)
         # (namespace, pod) -> the uid `finish` deleted: a pass whose cache still shows that
         # pod does not delete (and count) it twice; a new pod has a new uid.
         self._restarted: dict[tuple[str, str], str] = {}

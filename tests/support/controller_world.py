@@ -121,7 +121,7 @@ class World:
     def settle(self) -> None:
         """Time passes: the watch has shown our writes (a deletion right after our create
         would otherwise be taken for that create still on its way: STALE_GRACE_S)."""
-        self.controller.shared.marks.forget(KEY)
+        self.controller.memory.marks.forget(KEY)
 
     def edit(self, kind: str, name: str, change: Callable[[Obj], Any],
              manager: str = "kubectl-edit") -> Obj:

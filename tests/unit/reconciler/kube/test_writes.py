@@ -99,7 +99,7 @@ def test_passes_count_every_write_that_reached_the_api_once() -> None:
     controller.reconcile(ClusterKey(NS, NAME))
     reached: Counter[tuple[str, str]] = Counter(
         (VERBS[verb], kind) for verb, kind, _ in api.writes)
-    counts: Any = written(controller.shared.metrics)
+    counts: Any = written(controller.ctx.metrics)
     dry_runs = sum(n for (verb, _), n in counts.items() if verb == "dry_run")
     assert {key: n for key, n in counts.items() if key[0] != "dry_run"} == reached
     assert dry_runs == api.dry_runs
