@@ -23,6 +23,7 @@ from reconciler.kube.cache import CacheView
 from reconciler.kube.client import Kube
 from reconciler.kube.events import EventRecorder
 from reconciler.metrics import Metrics
+from reconciler.reasons import LifecycleMetric
 from reconciler.settings import Settings
 from renderer.spec import Cluster
 
@@ -56,6 +57,6 @@ class StepContext:
             timeout_s=self.settings.exec_timeout_s,
             long_timeout_s=self.settings.long_statement_timeout_s))
 
-    def count(self, action: str) -> None:
+    def count(self, action: LifecycleMetric) -> None:
         """One lifecycle action taken (lifecycle_actions_total{action})."""
         self.metrics.lifecycle_actions_total.labels(action=action).inc()

@@ -20,7 +20,7 @@ from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, meta
-from reconciler.reasons import CRASH_LOOP, Verdict, Wait
+from reconciler.reasons import CRASH_LOOP, LifecycleMetric, Verdict, Wait
 from renderer.spec import Cluster
 
 REVISION_LABEL = "controller-revision-hash"
@@ -141,7 +141,8 @@ class CrashLoops:
             if not error.conflict:
                 raise
         failpoints.reached("failover.crash-restart")
-        self.metrics.lifecycle_actions_total.labels(action="restart-crashing-pod").inc()
+        action: LifecycleMetric = "restart-crashing-pod"
+        self.metrics.lifecycle_actions_total.labels(action=action).inc()
         p.act("CrashLoopRestarted", f"Pod/{f.pod}", (
             f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({f.words}): deleted "
             f"for a fresh start, restart {f.restarts + 1} of {limit}"), event="Warning")

@@ -113,6 +113,7 @@ from reconciler.reasons import (
     STORE_REPLACED,
     VOLUME_ON_LOST_NODE,
     FailoverStage,
+    LifecycleMetric,
     Verdict,
     Wait,
 )
@@ -229,7 +230,7 @@ class Failover:
                 and p.cluster.failover.enabled and bool(
                     p.kaiwu.initialized))
 
-    def count(self, action: str) -> None:
+    def count(self, action: LifecycleMetric) -> None:
         self.ctx.count(action)
 
     def run(self, p: Pass) -> None:

@@ -60,13 +60,11 @@ from reconciler.kaiwudb.pods import (
 )
 from reconciler.kaiwudb.tools import Part
 from reconciler.model import Obj, Pass, ScaleIn, meta, rfc3339
-from reconciler.reasons import GO, Verdict, Wait
+from reconciler.reasons import DECOMMISSIONING, GO, REMOVING, Verdict, Wait
 from renderer.spec import Cluster, StartMode
 
 log = logging.getLogger(__name__)
 
-DECOMMISSIONING = "Decommissioning"
-REMOVING = "Removing"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.model import Pass
-from reconciler.reasons import NotReadyReason
+from reconciler.reasons import LifecycleMetric, NotReadyReason
 from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Part:
         self.metrics = ctx.metrics
         self.settings = LifecycleSettings.of(ctx.settings)
 
-    def count(self, action: str) -> None:
+    def count(self, action: LifecycleMetric) -> None:
         self.ctx.count(action)
 
     def retry_later(self, p: Pass, reason: NotReadyReason, what: str,

@@ -175,7 +175,7 @@ class Backups:
         p.events.append(("Normal", "BackupStarted", (
             f"KaiwuBackup/{name}: exporting {len(plan.items())} item(s) from pod {plan.pod} "
             f"(node {plan.node_id}), relational tables as of {plan.consistent_to}")))
-        self.metrics.lifecycle_actions_total.labels(action="backup-start").inc()
+        self.ctx.count("backup-start")
         self.status.mark_running(p, cluster, obj, plan, target)
 
     def advance(self, p: Pass, cluster: Cluster, obj: Obj) -> None:

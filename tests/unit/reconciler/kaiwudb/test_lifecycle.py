@@ -40,7 +40,6 @@ from reconciler.kaiwudb.rollout import (
     version_change_problem,
     version_tuple,
 )
-from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
@@ -49,7 +48,7 @@ from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, ScaleIn
-from reconciler.reasons import Wait
+from reconciler.reasons import DECOMMISSIONING, REMOVING, Wait
 from reconciler.settings import Settings
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
