@@ -48,7 +48,7 @@ from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, ScaleIn
-from reconciler.reasons import DECOMMISSIONING, REMOVING, Wait
+from reconciler.reasons import DECOMMISSIONING, REMOVING, ScaleInPhase, Wait
 from reconciler.settings import Settings
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
@@ -843,7 +843,8 @@ def test_two_marked_nodes_are_restarted_one_after_another_and_never_twice() -> N
 
 # ---- scale-in ---------------------------------------------------------------------------------
 
-def scale_in_status(phase: str = DECOMMISSIONING, node_id: int | None = 3) -> dict[str, Any]:
+def scale_in_status(phase: ScaleInPhase = DECOMMISSIONING,
+                    node_id: int | None = 3) -> dict[str, Any]:
     operation = ScaleIn(replicas=3, target_replicas=2, pod=f"{NAME}-2",
                         started_at="2027-01-15T08:00:00Z", phase=phase, node_id=node_id)
     return {"initialized": True, "operation": operation.to_status()}
