@@ -40,6 +40,7 @@ from reconciler.kaiwudb.rollout import (
     version_change_problem,
     version_tuple,
 )
+from reconciler.kaiwudb.scale import Unknown
 from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
@@ -1840,3 +1841,21 @@ def test_a_single_replica_cluster_with_its_first_node_down_says_the_whole_cluste
     c.kaiwu(0, live=False)
     p = c.run()
     assert "single-replica" not in str(p.not_ready), "multi-replica: nothing of the kind"
+
+
+def test_the_replicas_left_on_a_draining_node_are_a_count_or_unknown_saying_why() -> None:
+    c = Cluster3()
+    c.kaiwu(2, decommissioning=True)
+    pods = {f"{NAME}-{i}": c.world.find(k.POD, NS, f"{NAME}-{i}") for i in range(3)}
+    leaving = f"{NAME}-2"
+    scaling = c.lifecycle.scaling
+    c.admin.replicas[3] = 2
+    assert scaling.replicas_left(pods, c.admin, 3, leaving) == 2  # type: ignore[arg-type]
+    c.admin.replicas[3] = 0
+    assert scaling.replicas_left(pods, c.admin, 3, leaving) == 0  # type: ignore[arg-type]
+    alone = {leaving: pods[leaving]}
+    assert scaling.replicas_left(alone, c.admin, 3, leaving) == Unknown(  # type: ignore[arg-type]
+        "no other pod runs kwbase"), "never asked of the node being removed"
+    c.admin.failing.add("decommission")
+    assert scaling.replicas_left(pods, c.admin, 3, leaving) == Unknown(  # type: ignore[arg-type]
+        "decommission: connection refused")
