@@ -47,15 +47,15 @@ if __name__ == "__main__":
 """
 
 
-def installed_venv(where: Path) -> tuple[str, str]:
-    """A venv that finds this checkout and the venv's libraries as plain paths, as a wheel
-    install would (no editable import hook); its python and its `kaiwu`."""
+def installed_venv(where: Path, checkout: Path = ROOT) -> tuple[str, str]:
+    """A venv that finds `checkout` (default: this one) and the venv's libraries as plain
+    paths, as a wheel install would (no editable import hook); its python and its `kaiwu`."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = where / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path("
                            "'purelib'))"], check=True, capture_output=True, text=True)
     libraries = sysconfig.get_path("purelib")
-    Path(site.stdout.strip(), "kaiwu.pth").write_text(f"{ROOT}\n{libraries}\n")
+    Path(site.stdout.strip(), "kaiwu.pth").write_text(f"{checkout}\n{libraries}\n")
     kaiwu = where / "bin" / "kaiwu"
     kaiwu.write_text(LAUNCHER.format(python=python))
     kaiwu.chmod(0o755)
