@@ -111,17 +111,20 @@ def _blobs(repo: Path, revision: str, names: list[str]) -> list[tuple[str, str]]
 
 
 def _check_revision(revision: str, repo: Path) -> Path:
-    """The repository's top directory, once the revision is known to be there; a missing
-    revision is said with its likely cause: CI checkouts are shallow by default and hold
-    neither the base branch nor the history to find it."""
-    top = Path(_git(repo, "rev-parse", "--show-toplevel").strip())  # not a repository: said
-    found = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
-                            f"{revision}^{{commit}}"], capture_output=True, text=True,
-                           check=False)
+    """The repository's top directory, once the revision is known to be there (one `git
+    rev-parse` says both, and whether the clone is shallow); a missing revision is said with
+    its likely cause: CI checkouts are shallow by default and hold neither the base branch nor
+    the history to find it."""
+    found = _git_process(repo, ["rev-parse", "--show-toplevel", "--is-shallow-repository",
+                                "--verify", "--quiet", f"{revision}^{{commit}}"])
+    lines = found.stdout.decode(errors="replace").splitlines()
+    if found.returncode not in (0, 1) or len(lines) < 2:
+        _git(repo, "rev-parse", "--show-toplevel")  # not a repository, or git's own error: said
+        raise RenderError([Problem(f"git rev-parse {revision}", 0, "", "failed",
+                                   "check the revision name (e.g. origin/main) and the path")])
     if found.returncode == 0:
-        return top
-    shallow = _git(repo, "rev-parse", "--is-shallow-repository").strip() == "true"
-    if shallow:
+        return Path(lines[0])
+    if lines[1] == "true":
         raise RenderError([Problem(
             revision, 0, "", "is not in this clone, which is shallow",
             "check out the full history (actions/checkout with fetch-depth: 0, GitLab "
