@@ -128,18 +128,37 @@ loads jsonschema, in renderer.schema_explain, to name every violation). Refresh 
 # ruff: noqa
 # mypy: ignore-errors
 '''
+# The generated code raises fastjsonschema's exceptions; importing the package for them cost
+# every command that checks a spec about 5 ms of its start-up (fastjsonschema's __init__ loads
+# its generator and URL resolver). The gate needs only something to raise: _passes_gate reads
+# any exception as "not valid".
+_GATE_IMPORT = "from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException\n"
+_GATE_EXCEPTIONS = '''
+class JsonSchemaValueException(ValueError):
+    """The object is not valid (the gate's verdict; jsonschema says why)."""
+
+    def __init__(self, message, value=None, name=None, definition=None, rule=None):
+        super().__init__(message)
+
+
+JsonSchemaValuesException = JsonSchemaValueException
+'''
 
 
 def gate_code() -> str:
     """The source of renderer/schema_gate.py: json_schema() compiled to plain Python by
-    fastjsonschema (its generator is imported only here), which reads a pattern's `$` as the
-    end of the text, as Go does. tests/unit/renderer/test_schema_gate.py checks the file holds
-    exactly this."""
+    fastjsonschema (imported only here), which reads a pattern's `$` as the end of the text,
+    as Go does; its exceptions are defined in the file, so that running the gate imports no
+    schema library. tests/unit/renderer/test_schema_gate.py checks the file holds exactly
+    this."""
     import fastjsonschema
 
     draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", **json_schema()}
-    return GATE_HEADER + fastjsonschema.compile_to_code(draft4, use_formats=False,
-                                                        use_default=False)
+    code = fastjsonschema.compile_to_code(draft4, use_formats=False, use_default=False)
+    if code.count(_GATE_IMPORT) != 1:
+        raise RuntimeError("fastjsonschema's generated code no longer imports its exceptions "
+                           f"as {_GATE_IMPORT.strip()!r}: update renderer.schema.gate_code")
+    return GATE_HEADER + code.replace(_GATE_IMPORT, _GATE_EXCEPTIONS)
 
 
 def _passes_gate(obj: dict[str, Any]) -> bool:

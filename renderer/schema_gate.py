@@ -10,7 +10,15 @@ loads jsonschema, in renderer.schema_explain, to name every violation). Refresh 
 VERSION = "2.22.3"
 from decimal import Decimal
 import re
-from fastjsonschema import JsonSchemaValueException, JsonSchemaValuesException
+
+class JsonSchemaValueException(ValueError):
+    """The object is not valid (the gate's verdict; jsonschema says why)."""
+
+    def __init__(self, message, value=None, name=None, definition=None, rule=None):
+        super().__init__(message)
+
+
+JsonSchemaValuesException = JsonSchemaValueException
 
 
 REGEX_PATTERNS = {

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("jsonschema", "ruamel", "yaml", "kubernetes", "deepdiff", "watchdog", "boto3",
-         "renderer.diff", "renderer.render", "renderer.emit", "reconciler.settings",
+HEAVY = ("jsonschema", "fastjsonschema", "ruamel", "yaml", "kubernetes", "deepdiff", "watchdog",
+         "boto3", "renderer.diff", "renderer.render", "renderer.emit", "reconciler.settings",
          "reconciler.runtime", "importlib.metadata")
 
 
@@ -56,9 +56,9 @@ def test_each_commands_help_loads_none_of_them_either(command: str) -> None:
 
 
 def test_validate_checks_valid_specs_with_the_compiled_schema_alone(tmp_path: Path) -> None:
-    """Valid specs pass the CRD's schema compiled to Python (renderer/schema_gate.py); only a
-    refused one loads jsonschema, to name every violation; never the writer, the diff or the
-    reconciler."""
+    """Valid specs pass the CRD's schema compiled to Python (renderer/schema_gate.py, which
+    needs not even the library that compiled it); only a refused one loads jsonschema, to name
+    every violation; never the writer, the diff or the reconciler."""
     found = imported_by("validate", "clusters/")
     assert "renderer.schema_gate" in found and "renderer.render" in found, "it checks the specs"
     assert heavy_in(found) == ["renderer.render", "yaml"]
