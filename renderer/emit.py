@@ -22,8 +22,6 @@ import contextlib
 import io
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +240,9 @@ def write_tree(manifests: Sequence[Manifest], out: Path) -> None:
     were: the staging directory, any parent directories made for `out`, and a retired earlier
     render are removed or put back. Raises OutputDirectoryError for a destination refused up
     front, OSError for a failure while writing."""
+    import shutil  # only a render into a directory writes files: --stdout and diff do not
+    import tempfile
+
     out = out.resolve()
     try:
         missing = _check_destination(out)
