@@ -575,6 +575,14 @@ def test_a_lone_surrogate_in_the_spec_is_named_by_its_path() -> None:
                      "as \\ud800), which is not text"}
 
 
+def test_a_lone_surrogate_in_a_key_or_deep_in_a_list_is_found_too() -> None:
+    """The rule looks at every string before it names places: keys and list items count."""
+    obj = schema.apply_defaults(cluster("orders", "shop", **with_spec(
+        annotations={"bad \ud800 key": "fine"}, extraArgs=["--a=1", "--b=\udfff"])))
+    found = sorted(dotted(v.path) for v in semantics.check(obj) if "surrogate" in v.message)
+    assert found == ["spec.annotations.bad \\ud800 key", "spec.extraArgs[1]"]
+
+
 @pytest.mark.parametrize("kind", ["NodePort", "LoadBalancer"])
 def test_an_insecure_cluster_is_not_exposed_outside_kubernetes_unless_the_risk_is_accepted(
         kind: str) -> None:
