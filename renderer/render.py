@@ -105,7 +105,7 @@ def read_sources(documents: Iterable[Document],
             problems.extend(problem)
             continue
         found, problem = ((SourceCluster(document, same.obj, same.cluster), []) if same
-                          else _read_one(document))
+                          else _read_one(document, content))
         if problem:
             problems.extend(problem)
             continue
@@ -188,11 +188,11 @@ def _collisions(clusters: list[SourceCluster], built: Built) -> Iterator[Problem
                 "rename one of them or move it to another namespace")
 
 
-def _read_one(document: Document) -> tuple[SourceCluster | None, list[Problem]]:
+def _read_one(document: Document, content: Any) -> tuple[SourceCluster | None, list[Problem]]:
+    """One document's KaiwuCluster; `content` is the document's to_plain copy."""
     def problem(path: tuple[Any, ...], message: str, fix: str) -> Problem:
         return Problem(document.file, document.line_of(list(path)), _dotted(path), message, fix)
 
-    content = to_plain(document.content)
     if not isinstance(content, dict):
         return None, [problem((), f"expected a KaiwuCluster mapping, got {type(content).__name__}",
                               "each YAML document must be one KaiwuCluster object")]

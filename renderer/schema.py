@@ -185,9 +185,43 @@ def validate(obj: dict[str, Any]) -> list[SchemaViolation]:
 
 def apply_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     """A copy of `obj` with the schema's defaults applied the way the API server applies them."""
-    result = copy.deepcopy(obj)
-    _default(result, openapi_schema())
+    result: dict[str, Any] = _copy(obj)
+    _default(result, _defaults_schema())
     return result
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON-like data (a spec as read, an object as the API server sends it),
+    made more cheaply than copy.deepcopy makes it; anything else is left to copy.deepcopy."""
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    if value is None or isinstance(value, str | int | float):  # bool is an int
+        return value
+    return copy.deepcopy(value)
+
+
+@cache
+def _defaults_schema() -> dict[str, Any]:
+    """The KaiwuCluster schema cut down to the nodes with a default at or below them: the only
+    ones `_default` acts on (walking every field of every spec was most of its cost)."""
+    return _with_defaults(openapi_schema()) or {}
+
+
+def _with_defaults(node: dict[str, Any]) -> dict[str, Any] | None:
+    kept: dict[str, Any] = {}
+    properties = {name: sub for name, child in node.get("properties", {}).items()
+                  if (sub := _with_defaults(child)) is not None}
+    if properties:
+        kept["properties"] = properties
+    for key in ("additionalProperties", "items"):
+        child = node.get(key)
+        if isinstance(child, dict) and (sub := _with_defaults(child)) is not None:
+            kept[key] = sub
+    if "default" in node:
+        kept["default"] = node["default"]
+    return kept or None
 
 
 def _default(value: Any, schema: dict[str, Any]) -> None:
