@@ -67,9 +67,7 @@ class TreeDiff:
 def documents_at_revision(path: str, revision: str, repo: Path,
                           cache: ParseCache | None = None) -> list[Document]:
     """The YAML documents under `path` as they were at git `revision` (no checkout needed)."""
-    top = _check_revision(revision, repo)
-    listed = _git(repo, "ls-tree", "-r", "--name-only", "--full-tree", revision, "--",
-                  _repo_relative(path, top))
+    listed = _listing(path, revision, repo)
     files = [name for name in listed.splitlines()
              if name.endswith(YAML_SUFFIXES)
              and not any(part.startswith(".") for part in PurePosixPath(name).parts)]
@@ -83,6 +81,20 @@ def documents_at_revision(path: str, revision: str, repo: Path,
     if problems:
         raise RenderError(problems)
     return documents
+
+
+def _listing(path: str, revision: str, repo: Path) -> str:
+    """The names (from the repository's top) of the files under `path` at `revision`: one `git
+    ls-tree` given the absolute path (git makes it relative to the top), with no `git
+    rev-parse` before it to check the revision and find the top. Only when it fails are those
+    asked, to say why in kaiwu's words (a missing revision, a shallow clone, a path outside
+    the repository, not a repository)."""
+    where = str((Path.cwd() / path).resolve())
+    args = ["ls-tree", "-r", "--name-only", "--full-name", revision, "--", where]
+    if (listed := _git_process(repo, args)).returncode == 0:
+        return listed.stdout.decode(errors="replace")
+    _repo_relative(path, _check_revision(revision, repo))
+    return _git(repo, *args)  # git's own words, when kaiwu has none
 
 
 def _blobs(repo: Path, revision: str, names: list[str]) -> list[tuple[str, str]]:
