@@ -90,7 +90,8 @@ def _listing(path: str, revision: str, repo: Path) -> str:
     asked, to say why in kaiwu's words (a missing revision, a shallow clone, a path outside
     the repository, not a repository)."""
     where = str((Path.cwd() / path).resolve())
-    args = ["ls-tree", "-r", "--name-only", "--full-name", revision, "--", where]
+    # `^{commit}`: a revision must name a commit, as _check_revision requires (not a tree).
+    args = ["ls-tree", "-r", "--name-only", "--full-name", f"{revision}^{{commit}}", "--", where]
     if (listed := _git_process(repo, args)).returncode == 0:
         return listed.stdout.decode(errors="replace")
     _repo_relative(path, _check_revision(revision, repo))
