@@ -122,8 +122,10 @@ GATE_HEADER = '''"""Generated from the KaiwuCluster CRD by renderer.schema.gate_
 
 Whether an object is valid against the CRD's schema, compiled to plain Python so that a valid
 spec needs no schema library at start-up (renderer.schema.validate calls it; only an invalid one
-loads jsonschema, in renderer.schema_explain, to name every violation). Refresh with
-`pytest tests/unit/renderer/test_schema_gate.py --update-golden`.
+loads jsonschema, in renderer.schema_explain, to name every violation); and DEFAULTS, the
+schema's defaulted branches, which renderer.schema.apply_defaults applies (so that checking a
+spec reads no CRD file). Refresh with `pytest tests/unit/renderer/test_schema_gate.py
+--update-golden`.
 """
 # ruff: noqa
 # mypy: ignore-errors
@@ -158,7 +160,10 @@ def gate_code() -> str:
     if code.count(_GATE_IMPORT) != 1:
         raise RuntimeError("fastjsonschema's generated code no longer imports its exceptions "
                            f"as {_GATE_IMPORT.strip()!r}: update renderer.schema.gate_code")
-    return GATE_HEADER + code.replace(_GATE_IMPORT, _GATE_EXCEPTIONS)
+    defaults = ("\n\n# The schema's defaulted branches (renderer.schema.defaults_schema), for "
+                "renderer.schema.apply_defaults.\n"
+                f"DEFAULTS = {defaults_schema()!r}\n")
+    return GATE_HEADER + code.replace(_GATE_IMPORT, _GATE_EXCEPTIONS) + defaults
 
 
 def _passes_gate(obj: dict[str, Any]) -> bool:
@@ -185,8 +190,10 @@ def validate(obj: dict[str, Any]) -> list[SchemaViolation]:
 
 def apply_defaults(obj: dict[str, Any]) -> dict[str, Any]:
     """A copy of `obj` with the schema's defaults applied the way the API server applies them."""
+    from renderer import schema_gate  # DEFAULTS: defaults_schema(), without reading the CRD
+
     result: dict[str, Any] = _copy(obj)
-    _default(result, _defaults_schema())
+    _default(result, schema_gate.DEFAULTS)
     return result
 
 
@@ -202,10 +209,10 @@ def _copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-@cache
-def _defaults_schema() -> dict[str, Any]:
+def defaults_schema() -> dict[str, Any]:
     """The KaiwuCluster schema cut down to the nodes with a default at or below them: the only
-    ones `_default` acts on (walking every field of every spec was most of its cost)."""
+    ones `_default` acts on (walking every field of every spec was most of its cost). Written
+    into renderer/schema_gate.py as DEFAULTS by gate_code."""
     return _with_defaults(openapi_schema()) or {}
 
 

@@ -5,7 +5,8 @@ that jsonschema refuses would be a violation nobody is told of.
 Stories: the gate file is what the CRD compiles to (refreshed with `--update-golden`, as the
 golden files are); the gate and jsonschema agree on the example clusters, on generated valid
 specs, and on those specs with one field anywhere replaced by a value of any shape
-(tests/unit/test_cli_imports.py: a valid spec never imports jsonschema).
+(tests/unit/test_cli_imports.py: a valid spec never imports jsonschema). The defaults the file
+also holds (DEFAULTS, the schema's defaulted branches) give what the CRD's whole schema gives.
 """
 
 from __future__ import annotations
@@ -96,3 +97,33 @@ def test_any_spec_with_one_value_replaced_anywhere_gets_the_same_verdict_from_bo
     gate, explained = verdicts(changed)
     assert gate == explained, (where, violations(changed))
 
+
+
+def defaulted_by_the_whole_schema(obj: dict[str, Any]) -> dict[str, Any]:
+    """Defaults as the CRD's whole schema gives them: every field walked."""
+    result = copy.deepcopy(obj)
+    schema._default(result, schema.openapi_schema())
+    return result
+
+
+@PROPERTY
+@given(spec=specs(), data=st.data())
+def test_defaults_come_out_as_the_whole_schema_gives_them(spec: dict[str, Any],
+                                                          data: st.DataObject) -> None:
+    """apply_defaults walks only the schema's defaulted branches (DEFAULTS, in the gate file):
+    on any spec, with any of its objects emptied, the same object, key order included."""
+    obj = whole(copy.deepcopy(spec))
+    maps = [where for where, held in places(spec).items() if isinstance(held, dict)]
+    empty: bool = data.draw(st.booleans())
+    if maps and empty:
+        where: tuple[str | int, ...] = data.draw(st.sampled_from(maps))
+        spec_at(obj["spec"], where[:-1])[where[-1]] = {}
+    defaulted = schema.apply_defaults(obj)
+    assert repr(defaulted) == repr(defaulted_by_the_whole_schema(obj))
+    assert defaulted is not obj and defaulted["spec"] is not obj["spec"], "a copy"
+
+
+def spec_at(spec: Any, where: tuple[Any, ...]) -> Any:
+    for part in where:
+        spec = spec[part]
+    return spec
