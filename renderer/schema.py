@@ -8,8 +8,10 @@ top-down exactly like the API server: a field's default applies when the field i
 nested defaults apply only inside objects that exist (the CRD gives objects `default: {}`).
 
 The CRD ships inside this package (renderer/crd/kaiwuclusters.yaml, package data) and is read
-with importlib.resources, so a plain `pip install` or a wheel works from any directory; the
-repository's crd/kaiwuclusters.yaml is a symlink to it, for `kubectl apply -f crd/`.
+beside this module's file, so a plain `pip install` or a wheel works from any directory (not
+importlib.resources: importing it cost every command about 7 ms of start-up, for zipped
+packages we do not ship); the repository's crd/kaiwuclusters.yaml is a symlink to it, for
+`kubectl apply -f crd/`.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
-from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 # One copy of the CRD: package data beside this module (crd/ in the repository links here).
-CRD_FILE: Traversable = resources.files("renderer") / "crd" / "kaiwuclusters.yaml"
+CRD_DIRECTORY = Path(__file__).resolve().parent / "crd"
+CRD_FILE = CRD_DIRECTORY / "kaiwuclusters.yaml"
 GROUP = "kaiwu.inspur.com"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -34,12 +36,10 @@ PLURAL = "kaiwuclusters"
 # does not render them; `kaiwu install` ships them and the reconciler acts on them.
 BACKUP_KIND, BACKUP_PLURAL = "KaiwuBackup", "kaiwubackups"
 SCHEDULE_KIND, SCHEDULE_PLURAL = "KaiwuBackupSchedule", "kaiwubackupschedules"
-BACKUP_CRD_FILES: tuple[Traversable, ...] = (
-    resources.files("renderer") / "crd" / "kaiwubackups.yaml",
-    resources.files("renderer") / "crd" / "kaiwubackupschedules.yaml",
-)
-CRD_FILES: dict[str, Traversable] = {KIND: CRD_FILE, BACKUP_KIND: BACKUP_CRD_FILES[0],
-                                     SCHEDULE_KIND: BACKUP_CRD_FILES[1]}
+BACKUP_CRD_FILES: tuple[Path, ...] = (CRD_DIRECTORY / "kaiwubackups.yaml",
+                                     CRD_DIRECTORY / "kaiwubackupschedules.yaml")
+CRD_FILES: dict[str, Path] = {KIND: CRD_FILE, BACKUP_KIND: BACKUP_CRD_FILES[0],
+                              SCHEDULE_KIND: BACKUP_CRD_FILES[1]}
 
 
 # The ranges of the integer formats the CRD uses.
@@ -56,7 +56,7 @@ class SchemaViolation:
 
 
 @cache
-def crd_manifest(crd_file: Traversable = CRD_FILE) -> dict[str, Any]:
+def crd_manifest(crd_file: Path = CRD_FILE) -> dict[str, Any]:
     """The CRD as a plain dict (cached: it is read once per process). Our own file, read with
     libyaml (PyYAML's C loader, as renderer.loader reads specs): ruamel's pure-Python reader
     took a quarter of a second of every `kaiwu validate` on this 60 KB file; both read it alike
@@ -71,7 +71,7 @@ def openapi_schema(kind: str = KIND) -> dict[str, Any]:
     """The `openAPIV3Schema` of the served version of one of our kinds' CRDs (KaiwuCluster's
     unless another is named)."""
     crd_file = CRD_FILES[kind]
-    for version in crd_manifest(crd_file)["spec"]["versions"]:  # type: ignore[arg-type]  # files are hashable
+    for version in crd_manifest(crd_file)["spec"]["versions"]:
         if version["name"] == VERSION:
             schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
             return schema

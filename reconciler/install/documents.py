@@ -38,7 +38,7 @@ def _crd(kube_version: KubeVersion) -> Obj:
 
 
 def _backup_crds() -> list[Obj]:
-    return [copy.deepcopy(crd_manifest(path))  # type: ignore[arg-type]  # files are hashable
+    return [copy.deepcopy(crd_manifest(path))
             for path in BACKUP_CRD_FILES]
 
 
