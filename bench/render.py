@@ -10,9 +10,7 @@ median of several rounds, all in one run:
 - earlier: the path before this change (ruamel.yaml's round-trip reader, its pure-Python
   emitter), same checks and builders;
 - diff: `kaiwu diff OLD NEW` over 100 clusters with one spec changed, beside `kaiwu render
-  --stdout` of the same 100 clusters; and as processes, as CI runs them: `kaiwu diff clusters
-  --base HEAD` in a git checkout with one spec changed beside `kaiwu render clusters --stdout`
-  (CPU of each process and the git processes it waits for).
+  --stdout` of the same 100 clusters (as processes, as CI runs them: bench/diff_process.py).
 Prints a table and appends it to bench/RESULTS.md with the date and the core count.
 """
 
@@ -23,9 +21,7 @@ import contextlib
 import datetime
 import io
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -105,35 +101,6 @@ def command(*argv: str | Path) -> int:
         return cli.main([str(arg) for arg in argv])
 
 
-KAIWU = Path(sys.executable).parent / "kaiwu"
-
-
-def process_cpu(argv: list[str], cwd: Path) -> float:
-    """CPU seconds of one `kaiwu` process and the processes it waited for (git)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([str(KAIWU), *argv], cwd=cwd, capture_output=True, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-
-
-def as_processes(scratch: Path, rounds: int) -> tuple[list[float], list[float]]:
-    """`kaiwu render --stdout` and `kaiwu diff --base HEAD` of 100 clusters in a git checkout
-    with one spec changed, each a process as in CI, taken in turns (the machine is noisy)."""
-    repo = scratch / "repo"
-    write_fleet(repo / "clusters", 100)
-    git = ["git", "-c", "user.email=bench@example.invalid", "-c", "user.name=bench"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "fleet"], check=True)
-    edited = sorted(find_files(repo / "clusters"))[37]
-    edited.write_text(edited.read_text().replace("size: ", "size: 1", 1))
-    render, diff = [], []
-    for _ in range(rounds):
-        render.append(process_cpu(["render", "clusters", "--stdout"], repo))
-        diff.append(process_cpu(["diff", "clusters", "--base", "HEAD"], repo))
-    return render, diff
-
-
 def row(name: str, samples: list[float], per: int, reference: float | None) -> str:
     best, median = min(samples), statistics.median(samples)
     ratio = f"{median / reference:.2f}" if reference else "1.00"
@@ -169,7 +136,6 @@ def main() -> None:
         assert command("diff", small, changed) == 1, "one change expected"
         render_100 = cpu_seconds(lambda: command("render", small, "--stdout"), args.rounds * 2)
         diff_100 = cpu_seconds(lambda: command("diff", small, changed), args.rounds * 2)
-        render_process, diff_process = as_processes(Path(scratch), args.rounds * 4)
 
     reference = statistics.median(floor)
     lines = [
@@ -192,15 +158,6 @@ def main() -> None:
         f"{statistics.median(render_100):.3f} | 1.00 |",
         f"| kaiwu diff | {min(diff_100):.3f} | {statistics.median(diff_100):.3f} | "
         f"{statistics.median(diff_100) / statistics.median(render_100):.2f} |",
-        "",
-        "| 100 clusters in git, one spec changed (each a process, git included) | min s "
-        "| median s | x full render |",
-        "| --- | ---: | ---: | ---: |",
-        f"| kaiwu render clusters --stdout | {min(render_process):.3f} | "
-        f"{statistics.median(render_process):.3f} | 1.00 |",
-        f"| kaiwu diff clusters --base HEAD | {min(diff_process):.3f} | "
-        f"{statistics.median(diff_process):.3f} | "
-        f"{statistics.median(diff_process) / statistics.median(render_process):.2f} |",
         "",
     ]
     text = "\n".join(lines)
