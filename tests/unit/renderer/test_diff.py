@@ -228,6 +228,28 @@ def test_two_revisions_or_a_revision_and_the_working_tree_share_what_they_hold_a
     assert (len(reads), len(checks)) == (3, 3)
 
 
+def test_a_revision_costs_two_git_processes_the_listing_and_the_files(
+        repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What CI pays for each side read from git: one `git ls-tree` and one `git cat-file
+    --batch`, however many files (the revision and the repository's top are asked only to
+    explain a listing that failed)."""
+    repo.write("dev.yaml", dev(replicas=4))
+    gits = count(monkeypatch, diff, "_git_process")
+
+    assert repo.diff("clusters", "--base", "HEAD").code == 1
+    assert commands(gits) == ["ls-tree", "cat-file"]
+
+    repo.commit("dev: four")
+    gits.clear()
+    assert repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD").code == 1
+    assert commands(gits) == ["ls-tree", "cat-file"] * 2
+
+
+def commands(calls: list[object]) -> list[str]:
+    """The git subcommand of each recorded diff._git_process(repo, args) call."""
+    return [call[1][0] for call in calls if isinstance(call, tuple)]
+
+
 def count(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[object]:
     """Record the calls of module.name (and still make them)."""
     calls: list[object] = []
