@@ -10,6 +10,7 @@ reader did (checked against it on drawn text), and the line of every key and ite
 from __future__ import annotations
 
 import datetime
+import io
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from bench.fleet import fleet_specs
+from renderer import loader
 from renderer.errors import RenderError
 from renderer.loader import parse_text, to_plain
 from renderer.settings import INPUT_LIMITS, InputLimits
@@ -127,3 +129,22 @@ def test_plain_scalars_read_as_the_earlier_ruamel_reader_read_them(text: str) ->
     except RenderError:
         return  # libyaml refuses a few texts ruamel accepts: refused, never misread
     assert ours.content == expected or (expected["k"] != expected["k"])  # nan
+
+
+class Growing(io.BytesIO):
+    """A file that someone appends to between the size check and the read."""
+
+
+def test_a_file_that_grows_while_read_is_read_whole_or_refused_past_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader asks for the size stat gave it first; a file that grew since is still read
+    to its end, and one that grew past the limit is refused as any file over it."""
+    monkeypatch.setattr(loader, "INPUT_LIMITS", InputLimits(max_file_bytes=64))
+    said = b"a: 1\n"
+    assert loader._read_limited(Growing(said + b"b: 2\n"), "spec.yaml", len(said)) == \
+        "a: 1\nb: 2\n"
+    assert loader._read_limited(Growing(said), "spec.yaml", len(said) + 10) == "a: 1\n", \
+        "shrunk: what is there"
+    with pytest.raises(RenderError) as raised:
+        loader._read_limited(Growing(said + b"#" * 64), "spec.yaml", len(said))
+    assert "spec.yaml" in str(raised.value.problems[0])
