@@ -155,7 +155,8 @@ def gate_code() -> str:
     this."""
     import fastjsonschema
 
-    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", **json_schema()}
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#",
+              **_strings_first(json_schema())}
     code = fastjsonschema.compile_to_code(draft4, use_formats=False, use_default=False)
     if code.count(_GATE_IMPORT) != 1:
         raise RuntimeError("fastjsonschema's generated code no longer imports its exceptions "
@@ -164,6 +165,21 @@ def gate_code() -> str:
                 "renderer.schema.apply_defaults.\n"
                 f"DEFAULTS = {defaults_schema()!r}\n")
     return GATE_HEADER + code.replace(_GATE_IMPORT, _GATE_EXCEPTIONS) + defaults
+
+
+def _strings_first(node: Any) -> Any:
+    """`node` with each int-or-string `anyOf` trying the string first. The generated code tries
+    the branches in order and raises (formatting a message) for each that fails: a quantity,
+    nearly always a string, cost an exception per check (about 7 per spec, a tenth of the
+    gate's time). The verdict is the same in either order; jsonschema keeps the CRD's."""
+    if isinstance(node, list):
+        return [_strings_first(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {key: _strings_first(value) for key, value in node.items()}
+    if [branch.get("type") for branch in result.get("anyOf", [])] == ["integer", "string"]:
+        result["anyOf"] = result["anyOf"][::-1]
+    return result
 
 
 def _passes_gate(obj: dict[str, Any]) -> bool:
