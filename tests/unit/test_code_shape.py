@@ -25,7 +25,8 @@ KEPT: dict[str, str] = {
         "shape); splitting it would scatter the defaults a reader looks up in one place"),
     "module renderer/schema_gate.py": (
         "generated from the CRD by renderer.schema.gate_code (fastjsonschema), never edited or "
-        "read by hand: its length is the CRD's schema unrolled into checks, and cutting it into "
+        "read by hand: its length is the CRD's schema unrolled into checks (and its defaults, "
+        "13 lines with the exceptions it raises), and cutting it into "
         "files would add hand-written glue to generated code; tests/unit/renderer/"
         "test_schema_gate.py holds it to what the CRD compiles to and to jsonschema's verdicts"),
 }
@@ -36,7 +37,7 @@ NOT_YET_SPLIT: dict[str, int] = {}
 # A kept item may not grow past its size when it was kept either.
 KEPT_SIZES: dict[str, int] = {
     "class reconciler/settings.py:Settings": 343,
-    "module renderer/schema_gate.py": 1136,
+    "module renderer/schema_gate.py": 1149,
 }
 
 
