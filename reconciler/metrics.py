@@ -74,7 +74,8 @@ class Metrics:
         self.watch_restarts_total = Counter(
             "watch_restarts_total", "Watches started again, by kind and reason (gone: 410, "
             "the cache relisted; disconnected: the API server went away; expired: the "
-            "server ended the watch).", ["kind", "reason"], namespace=NAMESPACE, registry=r)
+            "server ended the watch; reselected: the cache relisted for a new set of "
+            "clusters).", ["kind", "reason"], namespace=NAMESPACE, registry=r)
         self.cache_objects = Gauge(
             "cache_objects", "Objects held in the watch cache, by kind.", ["kind"],
             namespace=NAMESPACE, registry=r)

@@ -75,6 +75,7 @@ from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
+from reconciler.kube.apiview import ApiView
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.events import EventRecorder
@@ -166,16 +167,19 @@ class Controller:
         known = self._known.pop(key, None)
         if known is None:
             return
-        try:
-            if self.ctx.kube.get(k.KAIWU_CLUSTER, key.namespace, key.name) is not None:
-                return
-        except ApiError:
-            return  # a courtesy: not worth a retry
+        # From the API server, not the caches: they let a gone cluster's objects go a minute
+        # after it (reconciler.kube.selection), and this pass may come later than that.
+        api = ApiView(self.ctx.kube)
         selector = {INSTANCE_LABEL: key.name}
-        claims = sorted(str(meta(c).get("name")) for c in self.view.peek_list(
-            k.PVC, key.namespace, selector))
-        secrets = sorted(str(meta(s).get("name")) for s in self.view.peek_list(
-            k.SECRET, key.namespace, {**selector, k.TLS_SECRET_LABEL: "true"}))
+        try:
+            if api.get(k.KAIWU_CLUSTER, key.namespace, key.name) is not None:
+                return
+            claims = sorted(str(meta(c).get("name")) for c in api.list(
+                k.PVC, key.namespace, selector))
+            secrets = sorted(str(meta(s).get("name")) for s in api.list(
+                k.SECRET, key.namespace, {**selector, k.TLS_SECRET_LABEL: "true"}))
+        except (ApiError, OSError):
+            return  # a courtesy: not worth a retry
         kept = ([f"claims {', '.join(claims)} (the data)"] if claims else []) + (
             [f"Secrets {', '.join(secrets)} (the CA and certificates)"] if secrets else [])
         where = f"kubectl -n {key.namespace}"

@@ -285,6 +285,11 @@ class Caches:
                 until = None
         return until is None
 
+    def holds(self, namespace: str, name: str) -> bool:
+        """Whether the caches hold the objects of the cluster `name` (any namespace in scope):
+        its name is listed by the selection."""
+        return name in self.selection.listed
+
     def cluster_keys(self) -> builtins.list[ClusterKey]:
         """Every KaiwuCluster in the cache."""
         return sorted(ClusterKey(*store_key(obj))

@@ -159,8 +159,7 @@ class Informer:
                     return  # not served: looked for again by Caches.recheck_unserved
                 self._watch()
                 backoff = self.settings.reconnect_backoff_base_s
-                if not self._reselected:  # (a watch closed for a new selector is no restart)
-                    self._count_restart("expired")
+                self._count_restart("reselected" if self._reselected else "expired")
             except ApiError as error:
                 if error.gone:
                     # The server no longer has the history from our resourceVersion on: list

@@ -12,26 +12,33 @@ relabelled, so no pod rolls and no claim template changes when a cluster moves.
 
 How the selector follows the clusters:
 - When the set of names changes (a cluster made, deleted, moved in or out), the informers are
-  `reselect`ed after `SETTLE_S` (changes that come together, as at a fleet's creation, make one
-  relist): each lists again under the new selector, the difference delivered as events.
-- A name counts as `listed` only once every selected informer holds what its new list
-  returned. Until then the Caches do not let anyone act on that cluster (`Caches.owns`): a pass
-  that read an empty cache would take the cluster's objects for missing. When names become
-  listed, `on_listed` is told, and the Caches queue those clusters.
+  `reselect`ed after `SETTLE_S`: each lists again under the new selector, the difference
+  delivered as events. One relist at a time: changes that come while one is in progress (a
+  fleet made by one `kubectl apply`) wait for it to end and are then asked for together.
+- A name counts as `listed` once every selected informer holds what a list under a selector
+  naming it returned (an earlier relist's names count as soon as it ends, so a burst of new
+  clusters is acted on batch by batch). Until then the Caches do not let anyone act on that
+  cluster (`Caches.owns`): a pass that read an empty cache would take the cluster's objects for
+  missing. When names become listed, `on_listed` is told, and the Caches queue those clusters. A
+  name no longer wanted stops counting at once.
 - A name that leaves stays selected for `GRACE_S`: the pass that tells of a deleted cluster
   reads what it kept (reconciler.controller.controller.Controller.tell_deleted), and a cluster
   moved back soon needs no relist.
 - With no cluster, the selector matches nothing (`NOTHING`), and the informers hold nothing.
 
 Names are not unique across namespaces: a cluster of the same name elsewhere is selected too
-(its objects cached, its events ignored: it is not ours). The selector's length grows with the
-shard: about 20 bytes a cluster, 10 KB at 500 (the request line; kube-apiserver accepts 1 MiB of
-headers).
+(its objects cached, its events ignored: it is not ours). A name that is not a label value (over
+63 characters: the API server stores KaiwuClusters the renderer refuses when the webhook is
+bypassed) is left out: no object can carry it, and the API server would refuse the whole
+selector. The selector's length grows with the shard: the name and 3 bytes a cluster (the comma
+travels as %2C), about 10 KB at 500 clusters of 17-character names, 22 KB at 40 characters (the
+request line: kube-apiserver accepts 1 MiB of headers; a proxy in front of it may accept less).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -46,11 +53,18 @@ GRACE_S = 60.0  # a name that left stays selected this long
 CONFIRM_POLL_S = 0.05  # how often a relist in progress is looked at
 # Matches no object: managed by us, and without the managed-by label.
 NOTHING = f"{MANAGED_SELECTOR},!{MANAGED_BY_LABEL}"
+# A label value (apimachinery's validation.IsValidLabelValue): at most 63 characters.
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def selectable(name: str) -> bool:
+    """Whether objects can carry `name` as their instance label (and a selector can name it)."""
+    return bool(name) and bool(_LABEL_VALUE.match(name))
 
 
 def selector_for(names: Iterable[str]) -> str:
     """The label selector of the objects of the clusters named (any namespace in scope)."""
-    wanted = sorted(set(names))
+    wanted = sorted({name for name in names if selectable(name)})
     if not wanted:
         return NOTHING
     return f"{MANAGED_SELECTOR},{INSTANCE_LABEL} in ({','.join(wanted)})"
@@ -68,6 +82,7 @@ class Selection:
         self.clock = clock
         self.listed: frozenset[str] = frozenset()  # every selected informer holds their objects
         self._asked: frozenset[str] | None = None  # what the informers were last asked for
+        self._names_of: dict[str, frozenset[str]] = {NOTHING: frozenset()}  # selector -> names
         self._leaving: dict[str, float] = {}  # name -> when it stops being selected
         self._wake = threading.Event()
 
@@ -76,32 +91,43 @@ class Selection:
         self._wake.set()
 
     def step(self) -> float | None:
-        """Ask the informers for the names wanted now, and publish what they have listed.
-        Returns how long until the next step is due by itself (None: only when changed)."""
+        """Ask the informers for the names wanted now (unless a relist is in progress), and
+        publish what they have listed. Returns how long until the next step is due by itself
+        (None: only when changed)."""
         now = self.clock()
-        current = self.names()
+        current = {name for name in self.names() if selectable(name)}
         for name in (self._asked or frozenset()) - current:
             self._leaving.setdefault(name, now + GRACE_S)
         for name in [n for n, until in self._leaving.items() if n in current or until <= now]:
             del self._leaving[name]
         wanted = frozenset(current | set(self._leaving))
-        if wanted != self._asked:
+        in_flight = self._asked is not None and self._relisting(selector_for(self._asked))
+        if not in_flight and wanted != self._asked:
             self._asked = wanted
             selector = selector_for(wanted)
+            self._names_of = {NOTHING: frozenset(), selector: wanted, **{
+                i.listed_selector: self._names_of[i.listed_selector] for i in self.informers
+                if i.listed_selector in self._names_of}}
             for informer in self.informers:
                 informer.reselect(selector)
-        selector = selector_for(self._asked)
-        if any(i.listed_selector != selector and i.served is not False
-               for i in self.informers):
-            return CONFIRM_POLL_S  # a relist is in progress
-        if self._asked != self.listed:
-            added = self._asked - self.listed
-            self.listed = self._asked
-            if added:
-                self.on_listed(added)
+            in_flight = self._relisting(selector)
+        held = wanted
+        for informer in self.informers:
+            if informer.served is not False:
+                held = held & self._names_of.get(informer.listed_selector or "", frozenset())
+        added = held - self.listed
+        self.listed = held
+        if added:
+            self.on_listed(added)
+        if in_flight or wanted != self._asked:
+            return CONFIRM_POLL_S  # a relist in progress, or one to ask for after it
         if self._leaving:
             return max(min(self._leaving.values()) - now, CONFIRM_POLL_S)
         return None
+
+    def _relisting(self, selector: str) -> bool:
+        return any(i.listed_selector != selector and i.served is not False
+                   for i in self.informers)
 
     def run(self, ready: Callable[[float], bool], start: Callable[[], None],
             stop: threading.Event) -> None:

@@ -144,7 +144,8 @@ class Runtime:
         if settings.webhook:
             host, port = settings.webhook_host_port
             self.webhook = WebhookServer(host, port, self.metrics,
-                                         decider(self.caches, self.kube, settings))
+                                         decider(self.caches, self.kube, settings,
+                                                 self.caches.holds))
             self.webhook.start()
             self.webhook_manager = WebhookManager(self.kube, settings, self.webhook,
                                                   self.is_leader)

@@ -35,6 +35,7 @@ from cryptography import x509
 
 from reconciler.controller.admission import applied, judge, response, review
 from reconciler.kube import kinds as k
+from reconciler.kube.apiview import ApiView
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.leader import NotLeaderError
@@ -151,10 +152,13 @@ class WebhookServer:
         self._httpd.server_close()
 
 
-def decider(view: CacheView, kube: Kube, settings: Settings
+def decider(view: CacheView, kube: Kube, settings: Settings,
+            holds: Callable[[str, str], bool] = lambda _namespace, _name: True,
             ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """AdmissionReview -> answer, judged from this replica's caches (the stored cluster of a
-    scale request is read from the API when the cache does not hold it yet)."""
+    scale request is read from the API when the cache does not hold it yet, and so are the
+    StatefulSet and pods of a cluster whose objects the caches do not hold, `holds`: another
+    shard's, reconciler.kube.selection)."""
 
     def stored(namespace: str, name: str) -> Obj | None:
         found = view.get(k.KAIWU_CLUSTER, namespace, name)
@@ -167,7 +171,15 @@ def decider(view: CacheView, kube: Kube, settings: Settings
         return found
 
     def accepted(cluster: Obj) -> dict[str, Any] | None:
-        return applied(view, cluster)
+        m = cluster.get("metadata") or {}
+        if holds(str(m.get("namespace") or ""), str(m.get("name") or "")):
+            return applied(view, cluster)
+        try:
+            return applied(ApiView(kube), cluster)
+        except (ApiError, OSError) as error:
+            log.warning("webhook could not read what exists of %s/%s: %s", m.get("namespace"),
+                        m.get("name"), error)
+            return None
 
     def watched(namespace: str) -> bool:
         return not settings.watch_namespace or namespace == settings.watch_namespace

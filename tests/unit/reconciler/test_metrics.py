@@ -197,7 +197,8 @@ SHOWN: dict[str, tuple[str, str]] = {
     "kaiwu_watch_restarts": ("counter",
         "Watches started again, by kind and reason (gone: 410, the cache "
         "relisted; disconnected: the API server went away; expired: the "
-        "server ended the watch)."),
+        "server ended the watch; reselected: the cache relisted for a new set of "
+        "clusters)."),
     "kaiwu_cache_objects": ("gauge",
         "Objects held in the watch cache, by kind."),
     "kaiwu_source_errors": ("counter",

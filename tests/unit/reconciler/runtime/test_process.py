@@ -85,6 +85,9 @@ class Caches:
     def owns(self, key: ClusterKey) -> bool:
         return key in self._owned
 
+    def holds(self, namespace: str, name: str) -> bool:
+        return ClusterKey(namespace, name) in self._owned
+
     def synced(self) -> bool:
         return not self._unsynced
 
@@ -685,7 +688,7 @@ def test_a_started_replica_shares_one_api_client_and_one_guarded_kube_among_its_
         assert replica.controller is made.controller
         assert replica.events.kube is kube and replica.events.metrics is replica.metrics
         assert replica.events.instance == "replica-a", "Events name the replica"
-        assert made.deciders == [(caches, kube, replica.settings)]
+        assert made.deciders == [(caches, kube, replica.settings, caches.holds)]
         assert replica.webhook is not None and replica.webhook.decide == made.decide
         manager = replica.webhook_manager
         assert isinstance(manager, StartedManager)

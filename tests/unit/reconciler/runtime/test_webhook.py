@@ -412,6 +412,32 @@ def test_a_change_is_judged_against_what_this_replicas_caches_say_was_applied() 
     assert answer["response"]["allowed"] is True
 
 
+def test_another_shards_cluster_is_judged_against_what_the_api_says_was_applied() -> None:
+    """The unnamed shard's webhook judges every shard's clusters, but its caches hold only its
+    own clusters' objects (reconciler.kube.selection): for another's, the StatefulSet and pods
+    are read from the API server, so the same spec gets the same verdict."""
+    from reconciler.controller.admission import facts_annotation
+    from renderer.render import check_live
+    from tests.support.admission import accepted_statefulset, cluster, pod
+    from tests.support.fake_api import FakeApi
+    upgrading = cluster(version="3.2.2")
+    api = FakeApi()
+    for obj in (accepted_statefulset(facts_annotation(check_live(upgrading)["spec"])),
+                pod("orders-0", "3.2.1"), pod("orders-1", "3.2.1"), pod("orders-2", "3.2.2")):
+        api.create(obj)
+    setting_back = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "request": {"uid": "u-4", "operation": "UPDATE", "namespace": "db",
+                                "name": "orders", "object": cluster(version="3.2.1"),
+                                "oldObject": upgrading}}
+    another_shards = decider(EmptyView(), cast(Any, api), Settings(),
+                             holds=lambda namespace, name: False)
+    assert another_shards(setting_back)["response"]["allowed"] is True, \
+        "one pod moved to 3.2.2 (and crashes there): setting the version back is allowed"
+    # Judged from empty caches instead, the same change would be a downgrade.
+    from_empty_caches = decider(EmptyView(), cast(Any, api), Settings())
+    assert from_empty_caches(setting_back)["response"]["allowed"] is False
+
+
 def test_a_decider_is_ready_to_judge_before_the_first_review_comes() -> None:
     from renderer import schema_explain
     schema_explain._validator.cache_clear()
