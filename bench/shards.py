@@ -132,7 +132,6 @@ class FleetApi(FakeApi):
 
     def __init__(self, objects: dict[StoreKey, Obj]) -> None:
         self.changed = threading.Condition()
-        self._prev: Obj | None = None
         # kind -> [(revision, type, object, previous version or None)]
         self.changes: dict[str, list[tuple[int, str, Obj, Obj | None]]] = {}
         self.execs: list[str] = []  # the kwbase commands run, in order
@@ -197,16 +196,8 @@ class FleetApi(FakeApi):
             return "\n".join([header, *rows]) + "\n", "", 0
         raise RuntimeError(f"the benchmark's kwbase does not answer {' '.join(words)}")
 
-    def _write(self, verb: str, key: StoreKey, live: Obj | None, new: Obj, *,
-               dry_run: bool = False, record: bool = True) -> Obj:
-        self._prev = live
-        try:
-            return super()._write(verb, key, live, new, dry_run=dry_run, record=record)
-        finally:
-            self._prev = None
-
-    def _record(self, type_: str, obj: Obj) -> None:
-        prev = obj if type_ == "DELETED" else self._prev
+    def _record(self, type_: str, obj: Obj, before: Obj | None) -> None:
+        prev = obj if type_ == "DELETED" else before
         with self.changed:
             self.changes.setdefault(obj["kind"], []).append(
                 (self.revision, type_, copy.deepcopy(obj), prev))
