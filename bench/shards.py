@@ -76,7 +76,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.runtime.process import Runtime, default_controller
 from reconciler.settings import SHARD_LABEL, Settings
-from tests.support.fake_api import FakeApi, FakeWatch, StoreKey
+from tests.support.fake_api import FakeApi, FakeWatch, StoreKey, selector_matches
 
 CACHE = Path.home() / ".cache" / "kaiwu-bench"
 SETTLE_ROUNDS = 6  # passes over the fleet before it must be at rest
@@ -96,39 +96,13 @@ def shard_name(index: int, shards: int) -> str:
     return f"s{j}" if j else ""
 
 
-def selector_matches(selector: str | None, labels: Mapping[str, str] | None) -> bool:
-    """Whether labels match a label selector of the forms the reconciler sends (`k=v`, `k==v`,
-    `k!=v`, `k`, `!k`, comma-separated: all must hold), as the API server matches them
-    (apimachinery labels.Parse)."""
-    labels = labels or {}
-    for part in (selector or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "!=" in part:
-            key, value = part.split("!=", 1)
-            if labels.get(key.strip()) == value.strip():
-                return False
-        elif "=" in part:
-            key, value = part.split("==", 1) if "==" in part else part.split("=", 1)
-            if labels.get(key.strip()) != value.strip():
-                return False
-        elif part.startswith("!"):
-            if part[1:].strip() in labels:
-                return False
-        elif part not in labels:
-            return False
-    return True
-
-
 # ---- the API server ----------------------------------------------------------------------------
 
 class FleetApi(FakeApi):
     """The fake API holding the whole fleet, with what the benchmark needs of a real server
-    beyond FakeApi: set-based label selectors (`!kaiwu.inspur.com/shard`), watches that wait for
-    the next change and turn a selector transition into ADDED or DELETED as the watch cache does
-    (the object's previous version is kept beside each change for that), and a condition
-    variable woken by every change."""
+    beyond FakeApi: watches that wait for the next change (a change log per kind, each change
+    with the object's previous version, to turn a selector transition into ADDED or DELETED as
+    the watch cache does), and a condition variable woken by every change."""
 
     def __init__(self, objects: dict[StoreKey, Obj]) -> None:
         self.changed = threading.Condition()

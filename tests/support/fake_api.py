@@ -39,9 +39,13 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
   ASSOCIATIVE); every other list is atomic. Non-apply writes make their manager (operation
   Update) own the fields they changed, taken from the others. A dry run answers the object the
   write would make, stores nothing and keeps the resourceVersion.
+- Lists and watches: label selectors of the forms the reconciler sends (`selector_matches`);
+  a watch answers as the watch cache does (`watch`: bookmarks, 410 Gone after `compact`,
+  selection transitions); `fail` makes the next list or watch fail (an unreachable server,
+  a 500, a 403) and `unserved` kinds answer 404, as a CRD not installed.
 - Validation: only a Service's ports, unique by name and by (port, protocol) (`validate`).
 - Not modelled: admission (webhooks, defaulting of built-in kinds beyond the above, validation of
-  other field values), label selectors other than equality, field selectors, paging (`list_objects`
+  other field values), set-based selectors (`in`, `notin`), field selectors, paging (`list_objects`
   answers one page), and exec.
 
 `FakeView` stands in for the watch caches (reconciler.kube.cache): what the store holds, slimmed
@@ -295,6 +299,31 @@ def json_patch(target: Obj, operations: list[Obj]) -> Obj:
     return result
 
 
+def selector_matches(selector: str | None, labels: Mapping[str, str] | None) -> bool:
+    """Whether labels match a label selector of the forms the reconciler sends (`k=v`, `k==v`,
+    `k!=v`, `k`, `!k`, comma-separated: all must hold), as the API server matches them
+    (apimachinery labels.Parse)."""
+    labels = labels or {}
+    for part in (selector or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "!=" in part:
+            key, value = part.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in part:
+            key, value = part.split("==", 1) if "==" in part else part.split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif part.startswith("!"):
+            if part[1:].strip() in labels:
+                return False
+        elif part not in labels:
+            return False
+    return True
+
+
 def _spec_part(obj: Obj) -> Obj:
     """What makes a new generation: everything but metadata and status."""
     return {key: value for key, value in obj.items()
@@ -341,6 +370,8 @@ class FakeApi:
         self.failures: dict[str, list[BaseException]] = {}
         # Kinds the server does not serve (a CRD not installed): their lists and watches are 404.
         self.unserved: set[str] = set()
+        # How many of the next watches the server ends before their deadline (`end_early`).
+        self._ending_early = [0]
 
     @property
     def revision(self) -> int:
@@ -372,12 +403,10 @@ class FakeApi:
                      label_selector: str | None = None, *,
                      keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         self._answering("list_objects", kind)
-        wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
         items = []
         for (kind_, ns, _), obj in sorted(self.objects.items()):
-            labels = obj["metadata"].get("labels") or {}
-            if kind_ == kind.kind and (not namespace or ns == namespace) and all(
-                    labels.get(key) == value for key, value in wanted.items()):
+            if kind_ == kind.kind and (not namespace or ns == namespace) and selector_matches(
+                    label_selector, obj["metadata"].get("labels")):
                 item = copy.deepcopy(obj)
                 items.append(keep(item) if keep is not None else item)
         return items, str(self.revision)
@@ -396,13 +425,11 @@ class FakeApi:
         newer than the watch's start (cacher.go:813-830, :1401)."""
         self._answering("watch", kind)
         since = int(resource_version or 0)
-        wanted = dict(part.split("=", 1) for part in (label_selector or "").split(",") if part)
 
         def selected(obj: Obj | None) -> bool:
             return obj is not None and obj["kind"] == kind.kind and (
-                not namespace or obj["metadata"].get("namespace") == namespace) and all(
-                (obj["metadata"].get("labels") or {}).get(key) == value
-                for key, value in wanted.items())
+                not namespace or obj["metadata"].get("namespace") == namespace) and \
+                selector_matches(label_selector, obj["metadata"].get("labels"))
 
         events: list[tuple[str, Obj]] = []
         if not since:
@@ -422,7 +449,9 @@ class FakeApi:
                 gone["metadata"]["resourceVersion"] = str(revision)
                 events.append(("DELETED", gone))
         last = self._last_change.get(kind.kind, 0)
-        if timeout_seconds > 2 and last > since:
+        if self._ending_early[0]:
+            self._ending_early[0] -= 1
+        elif timeout_seconds > 2 and last > since:
             events.append(("BOOKMARK", {"apiVersion": kind.api_version, "kind": kind.kind,
                                         "metadata": {"resourceVersion": str(last)}}))
         return FakeWatch(events)
@@ -434,6 +463,12 @@ class FakeApi:
         watcher must list again."""
         del self.history[:]
         self._oldest[0] = self.revision + 1
+
+    def end_early(self) -> None:
+        """The next watch is ended by the server before its deadline (kube-apiserver
+        restarting, a proxy closing the connection): its events come, the bookmark due 2 s
+        before the deadline does not."""
+        self._ending_early[0] += 1
 
     def fail(self, call: str, *errors: BaseException) -> None:
         """The next calls of `call` ("list_objects" or "watch") raise `errors`, one each, before

@@ -6,10 +6,11 @@ that never happens."""
 
 from __future__ import annotations
 
-from bench.shards import FleetApi, label_shards, selector_matches, shard_name
+from bench.shards import FleetApi, label_shards, shard_name
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL, Settings
+from tests.support.fake_api import selector_matches
 
 
 def cluster(name: str, **labels: str) -> Obj:

@@ -45,6 +45,10 @@ def test_a_watch_from_a_listed_version_shows_the_changes_after_it_then_a_bookmar
         "ADDED", "DELETED", "ADDED"], "no bookmark for a watch of 2 s or less"
     assert watched(api, "0") == [("ADDED", "after"), ("BOOKMARK", str(api.revision))], \
         "from version 0: what is there now"
+    api.end_early()
+    assert watched(api, listed) == [("ADDED", "after"), ("DELETED", "before")], \
+        "a watch the server ends before its deadline has no bookmark"
+    assert watched(api, listed)[-1] == ("BOOKMARK", str(api.revision)), "the next one has"
 
 
 def test_a_deleted_objects_event_carries_the_revision_of_its_deletion() -> None:
