@@ -9,7 +9,7 @@ heap). The child imports the reconciler, then fills one `Informer` per cached ki
 (reconciler.kube.cache) from a list answer parsed from JSON, as the API client does, with every
 object of `bench.fleet.live_fleet(n)`: the KaiwuClusters, their rendered objects, Pods, claims and
 Secrets; then it reports its resident memory (VmRSS). "ours" is the cache as it is (slimmed,
-equal maps and lists stored once: reconciler.kube.store.Shared); "interned" the cache before
+equal maps and lists stored once: reconciler.kube.store.ValuePool); "interned" the cache before
 values were shared (slimmed, strings interned); "unslim" keeps every object whole (managedFields
 and all), as the cache did before that; "imports" loads nothing (the floor).
 
@@ -109,7 +109,7 @@ def child(directory: Path, mode: str) -> None:
 
 
 def interned(value: Any) -> Any:
-    """What the caches stored before `store.Shared`: every map and list its own, only map keys
+    """What the caches stored before `store.ValuePool`: every map and list its own, only map keys
     and short strings interned."""
     if isinstance(value, dict):
         return {sys.intern(key): interned(item) for key, item in value.items()}
@@ -210,7 +210,7 @@ def paths(fleet: list[LiveCluster], sizes: list[int], rounds: int) -> list[str]:
 
 # Each figure's fresh process: what its caches keep of every object.
 MODES = {
-    "ours": "slim, equal maps and lists stored once (store.Shared)",
+    "ours": "slim, equal maps and lists stored once (store.ValuePool)",
     "interned": "before: slim, every map and list its own, strings interned",
     "unslim": "before that: every object whole",
     "imports": "the floor: the reconciler's imports, nothing cached",

@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,9 +114,8 @@ def observer(fleet: list[LiveCluster], ours: bool) -> tuple[ObserveStep, FleetVi
     view = FleetView(fleet, copying=not ours)
     controller = Controller(FakeKube(), view, Settings(leader_election=False),  # type: ignore[arg-type]
                             Metrics(), clock=lambda: NOW)
-    if not ours:
-        controller.shared.comparisons = Uncached()
-    return ObserveStep(controller.shared), view
+    memory = controller.memory if ours else replace(controller.memory, comparisons=Uncached())
+    return ObserveStep(controller.ctx, memory), view
 
 
 def resync(step: ObserveStep, fleet: list[LiveCluster]) -> dict[tuple[str, str], str]:

@@ -72,11 +72,13 @@ from reconciler.kube.cache import Caches, Echoes
 from reconciler.kube.client import LIST_PAGE_SIZE, ApiError
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.kinds import Kind
+from reconciler.kube.selection import selector_for
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.runtime.process import Runtime, default_controller
 from reconciler.settings import SHARD_LABEL, Settings
-from tests.support.fake_api import FakeApi, FakeWatch, StoreKey, selector_matches
+from tests.support.fake_api import FakeApi, FakeWatch, StoreKey
+from tests.support.selectors import selector_matches
 
 CACHE = Path.home() / ".cache" / "kaiwu-bench"
 SETTLE_ROUNDS = 6  # passes over the fleet before it must be at rest
@@ -226,14 +228,16 @@ def cluster_keys(objects: Mapping[StoreKey, Obj]) -> list[ClusterKey]:
     return sorted(ClusterKey(ns, name) for kind, ns, name in objects if kind == "KaiwuCluster")
 
 
-def settle(api: FleetApi, settings: Settings) -> int:
-    """Passes of the Controller over every cluster, the caches listed afresh before each, until
-    a pass writes nothing; returns the number of passes. Raises when the fleet does not come to
+def settle(api: FleetApi, settings: Settings, keys: list[ClusterKey]) -> int:
+    """Passes of the Controller over the clusters `keys`, the caches listed afresh before each,
+    until a pass writes nothing; returns the number of passes. Raises when they do not come to
     rest (a pass that always writes is what the benchmark is there to find)."""
-    keys = cluster_keys(api.objects)
     for round_ in range(1, SETTLE_ROUNDS + 1):
         caches = Caches(cast(Any, api), settings, Metrics(), on_key=lambda key: None)
         caches.informers[k.KAIWU_CLUSTER].label_selector = ""  # every shard's clusters
+        selected = selector_for({key.name for key in keys})  # their objects, as a shard's
+        for informer in caches.selection.informers:
+            informer.label_selector = selected
         for informer in caches.informers.values():
             informer._list()
         controller = Controller(cast(Any, api), caches, settings, Metrics())
@@ -252,22 +256,31 @@ def settle(api: FleetApi, settings: Settings) -> int:
                      f"{written[:10]}")
 
 
-def settled_store(count: int) -> dict[StoreKey, Obj]:
-    """The fleet at rest, from ~/.cache/kaiwu-bench when this source has settled it before."""
+def settled_store(count: int, shards: int, measured: int) -> dict[StoreKey, Obj]:
+    """The fleet, its clusters labelled for their shards, the clusters of the `measured`
+    first shards at rest (the others as generated: no shard measured here lists them); from
+    ~/.cache/kaiwu-bench when this source has settled it before."""
     digest = hashlib.sha256()
     for path in sorted([*ROOT.glob("reconciler/**/*.py"), *ROOT.glob("renderer/**/*.py"),
                         ROOT / "bench" / "fleet.py"]):
         digest.update(path.read_bytes())
     # The kwbase answers' and the nodes' versions.
     digest.update(f"{FleetApi.exec.__doc__}{node('n')}{nodes_for(count)}".encode())
+    digest.update(f"{shards}/{measured}".encode())
     cached = CACHE / f"shards-{count}-{digest.hexdigest()[:16]}.pickle"
     if cached.exists():
         log(f"the fleet at rest, from {cached}")
         found: dict[StoreKey, Obj] = pickle.loads(cached.read_bytes())
         return found
     log(f"generating {count} clusters")
-    api = FleetApi(store_of(count))
-    passes = settle(api, Settings(leader_election=False))
+    objects = store_of(count)
+    label_shards(objects, shards)
+    api = FleetApi(objects)
+    ours = {shard_name(j, shards) for j in range(measured)}
+    keys = [key for key in cluster_keys(api.objects)
+            if shard_name(int(key.name.rsplit("-", 1)[1]), shards) in ours]
+    log(f"settling the {len(keys)} clusters of the {measured} shards measured")
+    passes = settle(api, Settings(leader_election=False), keys)
     log(f"at rest after {passes} passes")
     CACHE.mkdir(parents=True, exist_ok=True)
     cached.write_bytes(pickle.dumps(api.objects, protocol=pickle.HIGHEST_PROTOCOL))
@@ -484,7 +497,9 @@ class Shard:
             raise SystemExit("caches did not sync in 600 s")
         keys = self.runtime.caches.cluster_keys()
         self.wait(lambda: all(self.passes.get(key) for key in keys), "cold start")
+        cached = sum(len(informer) for informer in self.runtime.caches.informers.values())
         return {"clusters": len(keys), "cold_wall_s": time.monotonic() - wall,
+                "objects_cached": cached,
                 "cold_cpu_s": time.process_time() - cpu, "list_cpu_s": self.kube.list_cpu_s,
                 "requeued": len(self.requeued),
                 "requeue_min_s": min(self.requeued.values(), default=None)}
@@ -575,19 +590,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clusters", type=int, default=10000)
     parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--measure", type=int, default=0, help=(
+        "run (and settle) only the first N shards; the others' clusters stay in the API "
+        "server as generated, never reconciled (default: every shard)"))
     parser.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = parser.parse_args()
-    if args.shards < 2 or args.clusters < args.shards:
-        raise SystemExit("--shards: at least 2 (a move needs two), and at most --clusters")
+    measured = args.measure or args.shards
+    if args.shards < 2 or args.clusters < args.shards or not 2 <= measured <= args.shards:
+        raise SystemExit("--shards: at least 2 (a move needs two), and at most --clusters; "
+                         "--measure: 2 to --shards")
 
-    objects = settled_store(args.clusters)
-    label_shards(objects, args.shards)
+    objects = settled_store(args.clusters, args.shards, measured)
     api = FleetApi(objects)
     server = Server(api)
     server.start()
-    names = [shard_name(j, args.shards) for j in range(args.shards)]
-    log(f"{args.clusters} clusters ({len(objects)} objects) at rest; starting "
-        f"{args.shards} shards at once")
+    names = [shard_name(j, args.shards) for j in range(measured)]
+    log(f"{args.clusters} clusters ({len(objects)} objects); starting {measured} of "
+        f"{args.shards} shards at once, their clusters at rest")
     shards = [ShardProcess(server, name) for name in names]
     for shard in shards:
         shard.send({"do": "start"})
@@ -618,16 +637,18 @@ def main() -> None:
     for shard in shards:
         shard.close()
 
-    lines = [f"shards: {args.clusters} clusters ({len(objects)} objects at rest) over "
-             f"{args.shards} shards, each a process started at once; CPU seconds of the "
+    lines = [f"shards: {args.clusters} clusters ({len(objects)} objects) over "
+             f"{args.shards} shards, {measured} of them measured (each a process, started at "
+             "once; their clusters at rest, the others' as generated); CPU seconds of the "
              "shard's whole process"]
-    lines.append(f"  {'shard':9} {'clusters':>8} {'cold wall':>10} {'cold CPU':>9} "
-                 f"{'lists CPU':>9} {'resync CPU':>10} {'resync wall':>11} {'VmHWM':>9} "
-                 f"{'imports':>8} {'writes':>6}")
+    lines.append(f"  {'shard':9} {'clusters':>8} {'cached':>7} {'cold wall':>10} "
+                 f"{'cold CPU':>9} {'lists CPU':>9} {'resync CPU':>10} {'resync wall':>11} "
+                 f"{'VmHWM':>9} {'imports':>8} {'writes':>6}")
     for name in names:
         cold, rest = started[name], rested[name]
         lines.append(
-            f"  {name or '(none)':9} {cold['clusters']:8} {cold['cold_wall_s']:9.1f}s "
+            f"  {name or '(none)':9} {cold['clusters']:8} {cold['objects_cached']:7} "
+            f"{cold['cold_wall_s']:9.1f}s "
             f"{cold['cold_cpu_s']:8.1f}s {cold['list_cpu_s']:8.1f}s "
             f"{rest['resync_cpu_s']:9.2f}s {rest['resync_wall_s']:10.1f}s "
             f"{mib(rest['hwm']):>9} {mib(rest['imports_rss']):>8} "
@@ -645,8 +666,8 @@ def main() -> None:
         f"(still cached by the old shard: {left['cached']}); writes {move_writes}")
     print("\n".join(lines))
     if not args.no_results:
-        append_results(f"bench/shards.py --clusters {args.clusters} --shards {args.shards}",
-                       lines)
+        append_results(f"bench/shards.py --clusters {args.clusters} --shards {args.shards}"
+                       f" --measure {measured}", lines)
 
 
 def _tally(writes: Mapping[str, list[tuple[str, str, str]]]) -> dict[str, int]:

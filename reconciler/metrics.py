@@ -110,8 +110,9 @@ class Metrics:
             "errors_total", "Errors, by stage (reconcile, render, apply, status, source, ...).",
             ["stage"], namespace=NAMESPACE, registry=r)
         self.writes_total = Counter(
-            "writes_total", "API writes, by verb (apply, create, patch, delete, status) and "
-            "kind.", ["verb", "kind"], namespace=NAMESPACE, registry=r)
+            "writes_total", "API writes the server answered, by verb (apply, dry_run, create, "
+            "update, patch, status, delete) and kind (reconciler/kube/writes.py).",
+            ["verb", "kind"], namespace=NAMESPACE, registry=r)
         self.http_connections_dropped_total = Counter(
             "http_connections_dropped_total", "Connections a listener of the reconciler dropped "
             "(reconciler/listeners.py), by listener (metrics, webhook, restore) and reason "

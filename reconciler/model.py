@@ -16,7 +16,15 @@ from typing import Any, Literal
 
 from reconciler import status as st
 from reconciler.keys import ClusterKey
-from reconciler.reasons import ActionName, NotReadyReason, ProgressingReason, StalledReason
+from reconciler.reasons import (
+    DECOMMISSIONING,
+    REMOVING,
+    ActionName,
+    NotReadyReason,
+    ProgressingReason,
+    ScaleInPhase,
+    StalledReason,
+)
 from renderer.settings import LiveState
 from renderer.spec import Cluster
 
@@ -73,7 +81,7 @@ class ScaleIn:
     target_replicas: int
     pod: str
     started_at: str
-    phase: str
+    phase: ScaleInPhase
     node_id: int | None = None
 
     def to_status(self) -> dict[str, Any]:
@@ -89,10 +97,13 @@ class ScaleIn:
         if not raw:
             return None
         try:
-            node_id = raw.get("nodeId")
+            node_id = int(raw["nodeId"]) if raw.get("nodeId") is not None else None
+            # A phase we did not write is read as the safer one: a node id to drain is
+            # drained (asking again is harmless), never removed undrained.
+            phase: ScaleInPhase = REMOVING if raw.get("phase") == REMOVING or node_id is None \
+                else DECOMMISSIONING
             return cls(int(raw["replicas"]), int(raw["targetReplicas"]), str(raw["pod"]),
-                       str(raw.get("startedAt") or ""), str(raw.get("phase") or ""),
-                       int(node_id) if node_id is not None else None)
+                       str(raw.get("startedAt") or ""), phase, node_id)
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -13,8 +13,11 @@ Kept as plain strings (`Literal`, not an Enum): they go straight into status and
 test or a person compares them with the text they read there.
 
 Beside them: the failover stages (`FailoverStage`, the keys of
-reconciler.kaiwudb.failover.Failover.STAGES), and `Verdict`, what a guard of the failover and
-scale-in steps answers: `GO`, or a `Wait` with the Ready reason and the words to show.
+reconciler.kaiwudb.failover.Failover.STAGES), the scale-in phases (`ScaleInPhase`, kept in
+status.operation: reconciler.kaiwudb.scale), the `action` label of the lifecycle_actions_total
+metric (`LifecycleMetric`, counted by reconciler.kaiwudb.context.StepContext.count), and
+`Verdict`, what a guard of the failover and scale-in steps answers: `GO`, or a `Wait` with the
+Ready reason and the words to show.
 """
 
 from __future__ import annotations
@@ -97,6 +100,23 @@ VOLUME_ON_LOST_NODE: Final = "VolumeOnLostNode"
 CLAIM_GONE: Final = "ClaimGone"
 STORE_REPLACED: Final = "StoreReplaced"
 CRASH_LOOP: Final = "CrashLoop"
+
+
+ScaleInPhase = Literal["Decommissioning", "Removing"]
+"""Where a scale-in is (status.operation.phase; reconciler.kaiwudb.scale says what each does)."""
+
+DECOMMISSIONING: Final = "Decommissioning"
+REMOVING: Final = "Removing"
+
+LifecycleMetric = Literal[
+    "init", "decommission", "scale-in-step", "delete-claim", "recommission",
+    "force-delete-removed-pod", "decommission-long-gone-node", "decommission-stray-node",
+    "upgrade-step", "node-upgrade", "upgrade-complete-restart",
+    "decommission-dead-node", "force-delete-pod", "replace-volume", "restart-crashing-pod",
+    "backup-start",
+]
+"""The `action` label of lifecycle_actions_total: one value per kind of act on KaiwuDB or its
+pods (docs/metrics.md points here)."""
 
 
 @dataclass(frozen=True)

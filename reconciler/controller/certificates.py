@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, ControllerMemory
 from reconciler.kaiwudb.certs.layout import (
     ca_secret_name,
     earliest_expiry,
@@ -27,6 +27,7 @@ from reconciler.kaiwudb.certs.layout import (
 )
 from reconciler.kaiwudb.certs.rotation import SecretWrite, certs_action
 from reconciler.kaiwudb.certs.user_secrets import format_problem
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import TLS_SECRET_LABEL
@@ -41,8 +42,9 @@ class CertificatesStep:
     name = "certificates"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
 
     def wanted(self, p: ObjectPass) -> bool:
         return p.cluster is not None and p.cluster.tls
@@ -54,7 +56,7 @@ class CertificatesStep:
         Warning Event until it is labelled: halting it would halt its failover too."""
         if not cluster.user_provided_certs:
             return False
-        live = self.shared.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
+        live = self.ctx.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
         mounted = mounted_secrets(live)
         # One that does not exist yet is not mounted either: else the StatefulSet would name
         # it now and take it, unmarked, once someone made it.
@@ -87,7 +89,7 @@ class CertificatesStep:
         certificates signed by a CA we cannot see. One read each, only then."""
         if not any(w.verb == "create" and w.name == ca_secret_name(cluster) for w in writes):
             return False
-        return any(self.shared.kube.get(k.SECRET, cluster.namespace, name) is not None
+        return any(self.ctx.kube.get(k.SECRET, cluster.namespace, name) is not None
                    for name in dict.fromkeys((cluster.node_secret, cluster.client_secret)))
 
     def run(self, p: ObjectPass) -> None:
@@ -96,12 +98,12 @@ class CertificatesStep:
         names = set(secret_names(cluster))
         secrets: dict[str, Obj] = {}
         for name in names:
-            found = self.shared.view.peek(k.SECRET, cluster.namespace, name)
+            found = self.ctx.view.peek(k.SECRET, cluster.namespace, name)
             if (found is None and cluster.user_provided_certs) or \
                     (found is not None and "data" not in found):
                 # A user's own Secrets need not carry our label, so the cache may not hold
                 # them; one the cache keeps without its data (not ours: kinds.slim) is read.
-                found = self.shared.kube.get(k.SECRET, cluster.namespace, name)
+                found = self.ctx.kube.get(k.SECRET, cluster.namespace, name)
             if found is not None:
                 secrets[name] = found
         if self.unmarked(p, cluster, secrets):
@@ -112,10 +114,10 @@ class CertificatesStep:
                     return
         node = secrets.get(cluster.node_secret)
         expiry = earliest_expiry(node) if node is not None else None
-        self.shared.metrics.cluster_certificate_expiry(
+        self.ctx.metrics.cluster_certificate_expiry(
             p.key.namespace, p.key.name, expiry.timestamp() if expiry is not None else None)
         plan = certs_action(cluster, secrets, datetime.fromtimestamp(p.now, UTC))
-        stale = any(self.shared.write_in_flight(p.key, f"Secret/{name}", k.SECRET,
+        stale = any(self.memory.marks.in_flight(self.ctx.kube, p.key, f"Secret/{name}", k.SECRET,
                                                 cluster.namespace, name, secrets.get(name))
                     for name in names)
         if stale:
@@ -133,9 +135,9 @@ class CertificatesStep:
                 target = f"Secret/{write.name}"
                 try:
                     if write.verb == "create":
-                        self.shared.repairer.create(body)
+                        self.memory.repairer.create(body)
                     else:
-                        self.shared.repairer.apply(body)
+                        self.memory.repairer.apply(body)
                 except ApiError as error:
                     if error.conflict:
                         # The cache was stale: never overwrite a CA we have not seen.
@@ -143,7 +145,7 @@ class CertificatesStep:
                         p.complete = False
                         return
                     raise
-                self.shared.marks.wrote(p.key, target, secrets.get(write.name))
+                self.memory.marks.wrote(p.key, target, secrets.get(write.name))
                 p.act("CertificateWritten", target, write.reason)
         for problem in plan.problems:
             p.stalled.append(("CertificatesUnusable", format_problem(problem)))
@@ -153,7 +155,7 @@ class CertificatesStep:
         if certs_hash is None or plan.problems or stale:
             # Keep what the pods run with: never roll them onto unusable certificates, nor
             # onto a plan made from Secrets older than the ones we wrote.
-            live = self.shared.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
+            live = self.ctx.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
             template = ((live or {}).get("spec") or {}).get("template") or {}
             certs_hash = (meta(template).get("annotations") or {}).get(CERTS_HASH_ANNOTATION)
         if certs_hash:
@@ -172,7 +174,7 @@ class CertificatesStep:
         ours = [index for index, ref in enumerate(refs) if _this_cluster(ref, p.key.name)]
         target = f"Secret/{md.get('name')}"
         mark = f"{target}#released"
-        if not ours or self.shared.marks.stale(p.key, mark, secret):
+        if not ours or self.memory.marks.stale(p.key, mark, secret):
             return True
         ops: list[Obj] = [{"op": "test", "path": "/metadata/resourceVersion",
                            "value": md.get("resourceVersion")}]
@@ -185,7 +187,7 @@ class CertificatesStep:
         ops.append({"op": "add", "path": label, "value": "true"} if md.get("labels") else
                    {"op": "add", "path": "/metadata/labels", "value": {TLS_SECRET_LABEL: "true"}})
         try:
-            self.shared.repairer.json_patch(secret, ops)
+            self.memory.repairer.json_patch(secret, ops)
         except ApiError as error:
             if error.conflict or error.status == 422:
                 # Changed since the cache showed it (the test failed): look again shortly.
@@ -193,7 +195,7 @@ class CertificatesStep:
                 p.complete = False
                 return False
             raise
-        self.shared.marks.wrote(p.key, mark, secret)
+        self.memory.marks.wrote(p.key, mark, secret)
         p.act("SecretKept", target, "no longer owned by the KaiwuCluster: deleting the cluster "
               "keeps it, as it keeps the volumes")
         return True

@@ -27,6 +27,11 @@ runs over one `ObjectPass` record (in the style of cockroach-operator's actors):
                 (reconciler.kaiwudb.backup.step)
   report        status (kstatus), Events, the requeue delay
 
+Every step is built with the controller's one `StepContext` (reconciler.kaiwudb.context: the
+API client, the caches, the settings, metrics, Events, the clock, the kwbase adapter), its
+first argument; the controller's own steps also get its `ControllerMemory`
+(reconciler.controller.shared). Each step derives its timings from the settings itself.
+
 Writes are server-side applies under `Settings.field_manager`; every applied object gets an
 ownerReference to its KaiwuCluster (controller: true), so deleting the cluster garbage-collects
 them (the StatefulSet's claims have none and survive).
@@ -50,11 +55,11 @@ from reconciler.controller.render import RenderStep, SpecStep
 from reconciler.controller.repair import RecreateStep, RepairStep
 from reconciler.controller.report import ReportStep
 from reconciler.controller.shared import (
+    ControllerMemory,
     DriftNotices,
     DryRuns,
     PendingActions,
     ServedKinds,
-    Shared,
     WriteMarks,
 )
 from reconciler.controller.volumes import VolumesStep
@@ -64,10 +69,10 @@ from reconciler.drift.projection import DriftSettings
 from reconciler.drift.repair import Repairer
 from reconciler.kaiwudb.backup.file_server import BackupFileServer, default_advertise_host
 from reconciler.kaiwudb.backup.restore import Restore
-from reconciler.kaiwudb.backup.step import Backups, BackupSettings
+from reconciler.kaiwudb.backup.step import Backups
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.failover import Failover
 from reconciler.kaiwudb.lifecycle import Lifecycle
-from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
@@ -87,12 +92,16 @@ class Controller:
                  events: EventRecorder | None = None) -> None:
         self.view = view
         self.clock = clock
-        repairer = Repairer(kube, metrics)
-        self.shared = Shared(
-            kube=kube, view=view, settings=settings, metrics=metrics, clock=clock,
-            repairer=repairer,
+        # What every step is given (reconciler.kaiwudb.context), and the controller's own
+        # steps' memories (reconciler.controller.shared).
+        self.ctx = ctx = StepContext(
+            kube=kube, view=view, settings=settings, metrics=metrics,
             events=events or EventRecorder(kube, metrics, clock=clock,
                                            instance=settings.identity),
+            clock=clock)
+        repairer = Repairer(kube)
+        self.memory = memory = ControllerMemory(
+            repairer=repairer,
             fights=FightTracker(BackoffPolicy(
                 threshold=settings.fight_threshold, window_s=settings.fight_window_s,
                 base_s=settings.drift_backoff_base_s, max_s=settings.drift_backoff_max_s),
@@ -101,40 +110,32 @@ class Controller:
             marks=WriteMarks(), dry_runs=DryRuns(repairer),
             served=ServedKinds(kube, view, settings), notices=DriftNotices(),
             pending=PendingActions(), comparisons=ComparisonMemo())
-        self.lifecycle = Lifecycle(kube, view, metrics, LifecycleSettings(
-            poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
-            exec_timeout_s=settings.exec_timeout_s,
-            long_statement_timeout_s=settings.long_statement_timeout_s,
-            long_gone_after_s=settings.long_gone_after_s))
-        self.backups = Backups(kube, view, metrics, BackupSettings(
-            poll_s=settings.backup_poll_s, running_poll_s=settings.backup_running_poll_s,
-            volumes_dir=settings.backup_volumes_dir,
-            remove_node_files=settings.backup_remove_node_files), self.lifecycle.admin)
-        self.restore = Restore(self.backups, BackupFileServer(
+        self.lifecycle = Lifecycle(ctx)
+        self.backups = Backups(ctx)
+        self.restore = Restore(ctx, self.backups, BackupFileServer(
             settings.restore_http_address,
             settings.restore_advertise_host or default_advertise_host(),
             on_drop=lambda reason: metrics.http_connections_dropped_total.labels(
-                listener="restore", reason=reason).inc()),
-            poll_s=settings.backup_poll_s)
-        self.spec = SpecStep(self.shared)
+                listener="restore", reason=reason).inc()))
+        self.spec = SpecStep(ctx, memory)
         # Each cluster's reference (apiVersion, kind, name, namespace, uid) as last seen: an
         # Event about it once it is deleted (tell_deleted).
         self._known: dict[ClusterKey, Obj] = {}
-        self.volumes = VolumesStep(self.shared)
+        self.volumes = VolumesStep(ctx, memory)
         self.steps: list[Step] = [
             self.spec,
-            CertificatesStep(self.shared),
+            CertificatesStep(ctx, memory),
             self.lifecycle,
-            RenderStep(self.shared),
-            ObserveStep(self.shared),
-            RepairStep(self.shared),
-            RecreateStep(self.shared),
-            PruneStep(self.shared),
+            RenderStep(ctx, memory),
+            ObserveStep(ctx, memory),
+            RepairStep(ctx, memory),
+            RecreateStep(ctx, memory),
+            PruneStep(ctx, memory),
             self.volumes,
-            Failover(kube, view, metrics, self.lifecycle),
+            Failover(ctx, self.lifecycle),
             self.restore,
             self.backups,
-            ReportStep(self.shared),
+            ReportStep(ctx, memory),
         ]
 
     def reconcile(self, key: ClusterKey) -> Result:
@@ -155,7 +156,7 @@ class Controller:
             if (p.halted and not step.always) or not step.wanted(p):
                 continue
             step.run(p)
-        self.shared.metrics.cluster_succeeded(key.namespace, key.name, p.now)
+        self.ctx.metrics.cluster_succeeded(key.namespace, key.name, p.now)
         return Result(min(p.requeue) if p.requeue else None)
 
     def tell_deleted(self, key: ClusterKey) -> None:
@@ -166,7 +167,7 @@ class Controller:
         if known is None:
             return
         try:
-            if self.shared.kube.get(k.KAIWU_CLUSTER, key.namespace, key.name) is not None:
+            if self.ctx.kube.get(k.KAIWU_CLUSTER, key.namespace, key.name) is not None:
                 return
         except ApiError:
             return  # a courtesy: not worth a retry
@@ -178,7 +179,7 @@ class Controller:
         kept = ([f"claims {', '.join(claims)} (the data)"] if claims else []) + (
             [f"Secrets {', '.join(secrets)} (the CA and certificates)"] if secrets else [])
         where = f"kubectl -n {key.namespace}"
-        self.shared.events.emit(known, "Normal", "ClusterDeleted", (
+        self.ctx.events.emit(known, "Normal", "ClusterDeleted", (
             "deleted: its StatefulSet and pods, Services and the other objects it owned go "
             "with it (garbage collector); "
             + (f"kept: {' and '.join(kept)}: the same spec applied again finds them; to free "
@@ -189,11 +190,11 @@ class Controller:
     def forget(self, key: ClusterKey) -> None:
         self.spec.forget(key)
         self.volumes.forget(key)
-        self.shared.fights.forget(key)
+        self.memory.fights.forget(key)
         self.lifecycle.forget(key.namespace, key.name)
-        self.shared.pending.forget(key)
+        self.memory.pending.forget(key)
         self.restore.forget(key.namespace, key.name)
-        self.shared.marks.forget(key)
-        self.shared.notices.forget(key)
-        self.shared.comparisons.forget(key)
-        self.shared.metrics.forget_cluster(key.namespace, key.name)
+        self.memory.marks.forget(key)
+        self.memory.notices.forget(key)
+        self.memory.comparisons.forget(key)
+        self.ctx.metrics.forget_cluster(key.namespace, key.name)

@@ -12,6 +12,7 @@ from typing import Literal, Protocol
 
 from reconciler.drift.compare import DriftReport
 from reconciler.drift.ignore import IgnoreRule
+from reconciler.kaiwudb.context import StepContext
 from reconciler.keys import ObjectRef
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj, Pass
@@ -77,10 +78,12 @@ class ObjectPass(Pass):
 class Step(Protocol):
     """One named step of a pass: the controller runs `run` when `wanted` holds, in order.
     `always` steps (report) run even after an earlier step halted the pass. The KaiwuDB steps
-    (reconciler.kaiwudb) take the leaf `Pass`; an `ObjectPass` is one."""
+    (reconciler.kaiwudb) take the leaf `Pass`; an `ObjectPass` is one. Every step is built
+    with the controller's one StepContext, its first argument, and keeps it as `ctx`."""
 
     name: str
     always: bool
+    ctx: StepContext
 
     def wanted(self, p: ObjectPass) -> bool: ...
 

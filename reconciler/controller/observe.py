@@ -2,22 +2,23 @@
 
 Run by the Controller (reconciler.controller.controller) after "lifecycle" (which may change the
 StatefulSet replicas and partition this pass applies). The comparison is offline first
-(reconciler.drift.compare, through `Shared.comparisons`: an object whose live version, desired
-hash and rules are those of its last comparison is not compared again); when it sees drift, a
-server-side-apply dry run has the last word (the server's own defaults settle false alarms),
-remembered per (desired, live) in `Shared.dry_runs`, so an unchanged object never costs one
-again. Drift made only of fields others added (a hand edit adding an env var or a label) needs
-no dry run: nothing of what we render differs, so there is no false alarm for the server to
-settle, and the repair removes them without an apply.
+(reconciler.drift.compare, through `ControllerMemory.comparisons`: an object whose live
+version, desired hash and rules are those of its last comparison is not compared again); when
+it sees drift, a server-side-apply dry run has the last word (the server's own defaults settle
+false alarms), remembered per (desired, live) in `ControllerMemory.dry_runs`, so an unchanged
+object never costs one again. Drift made only of fields others added (a hand edit adding an
+env var or a label) needs no dry run: nothing of what we render differs, so there is no false
+alarm for the server to settle, and the repair removes them without an apply.
 """
 
 from __future__ import annotations
 
 from reconciler.controller.objects import ObjectPass, ObjectState
-from reconciler.controller.shared import STALE_RECHECK_S, Shared, made_for
+from reconciler.controller.shared import STALE_RECHECK_S, ControllerMemory, made_for
 from reconciler.drift.compare import DriftReport, format_report
 from reconciler.drift.ignore import IgnoreRule
 from reconciler.drift.memo import object_name
+from reconciler.kaiwudb.context import StepContext
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -42,8 +43,9 @@ class ObserveStep:
     name = "observe"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
 
     def wanted(self, p: ObjectPass) -> bool:
         return True
@@ -61,16 +63,16 @@ class ObserveStep:
             owned = with_owner(desired, p.obj)
             # The cached object itself (never changed here): a copy of every live object on
             # every pass would cost more than comparing them.
-            live = self.shared.view.peek(kind, ref.namespace, ref.name)
+            live = self.ctx.view.peek(kind, ref.namespace, ref.name)
             state = ObjectState(ref, kind, owned, live, rules=rules)
             p.states.append(state)
-            ours = self.shared.marks.created(p.key, str(ref))
-            if self.shared.write_in_flight(p.key, str(ref), kind, ref.namespace, ref.name,
-                                           live):
+            ours = self.memory.marks.created(p.key, str(ref))
+            if self.memory.marks.in_flight(self.ctx.kube, p.key, str(ref), kind, ref.namespace,
+                                           ref.name, live):
                 state.stale = True
                 p.requeue_in(STALE_RECHECK_S)
             elif live is None:
-                served = self.shared.served.served(kind, ref.namespace)
+                served = self.memory.served.served(kind, ref.namespace)
                 state.verdict = "missing" if served else "unserved"
                 state.made_before = ours
             elif meta(live).get("deletionTimestamp"):
@@ -80,15 +82,15 @@ class ObserveStep:
                 state.verdict = "foreign"
             else:
                 self.judge(p, state)
-        self.shared.comparisons.retain(p.key, [object_name(desired) for desired in p.desired])
+        self.memory.comparisons.retain(p.key, [object_name(desired) for desired in p.desired])
 
     def judge(self, p: ObjectPass, state: ObjectState) -> None:
         """In sync, drifted, immutable or rejected: offline first, then the server's word."""
         assert state.live is not None
         rules = state.rules
-        compare = self.shared.comparisons.compare
+        compare = self.memory.comparisons.compare
         report = compare(p.key, state.desired, state.live, ignore_rules=rules,
-                         settings=self.shared.drift)
+                         settings=self.memory.drift)
         state.report = report
         if not report.drifted:
             return
@@ -100,7 +102,7 @@ class ObserveStep:
             # Nothing will be done or said about it: spend no dry run on it.
             state.verdict = "drifted"
             return
-        if others_only(report, self.shared.settings.field_manager):
+        if others_only(report, self.ctx.settings.field_manager):
             # Only fields another manager added (a hand edit adding an env var or a label):
             # the dry run could settle nothing. Server-side apply keeps others' fields, so
             # the forced apply of ours would give the live object back, every field we
@@ -110,10 +112,10 @@ class ObserveStep:
             state.verdict = "drifted"
             state.detail = format_report(report)
             return
-        dry = self.shared.dry_runs.run(state.desired, state.live)
+        dry = self.memory.dry_runs.run(state.desired, state.live)
         if isinstance(dry, ApiError):
             if dry.status == 422 and "Duplicate value" in dry.message and \
-                    others_added(report, self.shared.settings.field_manager):
+                    others_added(report, self.ctx.settings.field_manager):
                 # Items others added clash with ours (a Service or container port renumbered
                 # by hand keeps its name: from Kubernetes 1.2x the server refuses the duplicate
                 # name the merge would hold): the repair removes theirs before it applies. A
@@ -127,7 +129,7 @@ class ObserveStep:
             state.detail = dry.message
             return
         report = compare(p.key, state.desired, state.live, ignore_rules=rules, dry_run=dry,
-                         settings=self.shared.drift)
+                         settings=self.memory.drift)
         state.report = report
         state.verdict = "drifted" if report.drifted else "in-sync"
         if report.drifted:

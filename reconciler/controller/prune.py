@@ -11,8 +11,9 @@ from reconciler.controller.objects import ObjectPass
 from reconciler.controller.shared import (
     SHORT_REQUEUE_S,
     STALE_RECHECK_S,
-    Shared,
+    ControllerMemory,
 )
+from reconciler.kaiwudb.context import StepContext
 from reconciler.keys import ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -26,8 +27,9 @@ class PruneStep:
     name = "prune"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
 
     def wanted(self, p: ObjectPass) -> bool:
         return not p.paused and bool(p.states)
@@ -48,11 +50,11 @@ class PruneStep:
             if not (p.sync or p.policy == "enforce"):
                 p.inventory.add(str(ref))  # warn/off: keep it listed, do not delete
                 continue
-            served = self.shared.served.served(kind, ref.namespace)
-            live = self.shared.view.peek(kind, ref.namespace, ref.name) if served else None
+            served = self.memory.served.served(kind, ref.namespace)
+            live = self.ctx.view.peek(kind, ref.namespace, ref.name) if served else None
             if live is None:
                 continue
-            if self.shared.marks.stale(p.key, str(ref), live):
+            if self.memory.marks.stale(p.key, str(ref), live):
                 p.inventory.add(str(ref))  # our delete is on its way
                 p.requeue_in(STALE_RECHECK_S)
                 continue
@@ -61,8 +63,8 @@ class PruneStep:
                     labels.get(INSTANCE_LABEL) != p.key.name:
                 continue  # someone took it over: it is not ours to delete any more
             try:
-                self.shared.repairer.delete(kind, live, propagation="Background")
-                self.shared.marks.wrote(p.key, str(ref), live)
+                self.memory.repairer.delete(kind, live, propagation="Background")
+                self.memory.marks.wrote(p.key, str(ref), live)
             except ApiError as error:
                 if error.conflict:
                     p.inventory.add(str(ref))

@@ -32,8 +32,9 @@ from reconciler.controller.admission import (
     judge,
 )
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import Shared
+from reconciler.controller.shared import ControllerMemory
 from reconciler.drift.ignore import IgnoreRule
+from reconciler.kaiwudb.context import StepContext
 from reconciler.keys import ClusterKey
 from reconciler.model import Obj
 from renderer.render import build_objects
@@ -47,8 +48,9 @@ class SpecStep:
     name = "spec"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
         # Per cluster: the last judgement and a digest of what it read. The schema check and
         # defaults cost most of a pass that changes nothing of the spec (a repair after a
         # hand edit, a pod's status), and are a pure function of those inputs.
@@ -58,7 +60,7 @@ class SpecStep:
         return True
 
     def run(self, p: ObjectPass) -> None:
-        reference = applied(self.shared.view, p.obj)
+        reference = applied(self.ctx.view, p.obj)
         digest = _digest(p.obj, reference)
         known = self._judged.get(p.key)
         if known is None or known[0] != digest:
@@ -66,7 +68,7 @@ class SpecStep:
             self._judged[p.key] = known
         judged = known[1]
         if judged.cluster is None:
-            self.shared.metrics.errors_total.labels(stage="render").inc()
+            self.ctx.metrics.errors_total.labels(stage="render").inc()
             p.stalled.append(("InvalidSpec", "the spec cannot be rendered: "
                               + "; ".join(judged.problems)))
             p.halted = True
@@ -119,8 +121,9 @@ class RenderStep:
     name = "render"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
         self._settings: tuple[RenderSettings, float] | None = None
 
     def wanted(self, p: ObjectPass) -> bool:
@@ -130,8 +133,8 @@ class RenderStep:
         """Rendering targets the API server's version (read once per resync period)."""
         now = time.monotonic()
         if self._settings is None or \
-                now - self._settings[1] > self.shared.settings.resync_period_s:
-            version = KubeVersion.parse(self.shared.kube.server_version())
+                now - self._settings[1] > self.ctx.settings.resync_period_s:
+            version = KubeVersion.parse(self.ctx.kube.server_version())
             self._settings = (RenderSettings(kube_version=version), now)
         return self._settings[0]
 

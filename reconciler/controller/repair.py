@@ -18,8 +18,9 @@ import logging
 from reconciler.controller.conditions import changes_text
 from reconciler.controller.objects import ObjectPass, ObjectState
 from reconciler.controller.observe import immutable_changes, others_added
-from reconciler.controller.shared import SHORT_REQUEUE_S, Shared
+from reconciler.controller.shared import SHORT_REQUEUE_S, ControllerMemory
 from reconciler.drift.compare import DriftReport, format_report
+from reconciler.kaiwudb.context import StepContext
 from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj
@@ -37,8 +38,9 @@ class RepairStep:
     name = "repair"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
 
     def wanted(self, p: ObjectPass) -> bool:
         return not p.paused
@@ -59,7 +61,7 @@ class RepairStep:
             if drift_repair and p.policy != "enforce":
                 continue  # warn and off: reported (or not) by the report step
             if drift_repair:
-                wait = self.shared.fights.wait_s(p.key, state.ref)
+                wait = self.memory.fights.wait_s(p.key, state.ref)
                 if wait > 0:
                     state.blocked_s = wait
                     p.requeue_in(wait)
@@ -68,7 +70,7 @@ class RepairStep:
             try:
                 self.write(p.key, state)
             except ApiError as error:
-                self.shared.metrics.errors_total.labels(stage="apply").inc()
+                self.ctx.metrics.errors_total.labels(stage="apply").inc()
                 if error.conflict:
                     p.requeue_in(SHORT_REQUEUE_S)
                     p.complete = False
@@ -78,7 +80,7 @@ class RepairStep:
                     state.detail = error.message
                     continue
                 raise
-            self.shared.marks.wrote(p.key, str(state.ref), before, state.live)
+            self.memory.marks.wrote(p.key, str(state.ref), before, state.live)
             self._after_write(p, state, first, drift_repair)
 
     def write(self, key: ClusterKey, state: ObjectState) -> None:
@@ -86,7 +88,7 @@ class RepairStep:
         others added), then remove fields others added. Leaves state.live as stored."""
         report = state.report
         others_only = report is not None and state.live is not None and all(
-            c.kind == "added" and self.shared.settings.field_manager not in c.managers
+            c.kind == "added" and self.ctx.settings.field_manager not in c.managers
             for c in report.changes)
         live = state.live
         dry: Obj | None = None
@@ -95,22 +97,22 @@ class RepairStep:
             # dry run). The comparison after the write is made against it, not against what the
             # apply returned: that would call any result as rendered, even a repair the server
             # (a mutating webhook that skips dry runs, a writer racing ours) undid as it stored.
-            predicted = self.shared.dry_runs.cached(state.desired, live) if live is not None \
+            predicted = self.memory.dry_runs.cached(state.desired, live) if live is not None \
                 else None
             if state.clash and live is not None:
                 # What others added clashes with what we render (the server refused the dry
                 # run): apply alone can never get past it, so it goes first.
                 live = self._remove(live, others_added(
-                    report, self.shared.settings.field_manager)) or live
-            live = self.shared.repairer.apply(state.desired)
+                    report, self.ctx.settings.field_manager)) or live
+            live = self.memory.repairer.apply(state.desired)
             dry = predicted or live
         assert live is not None
 
         def judge(obj: Obj, dry_run: Obj | None) -> DriftReport:
-            return self.shared.comparisons.compare(key, state.desired, obj,
+            return self.memory.comparisons.compare(key, state.desired, obj,
                                                    ignore_rules=state.rules, dry_run=dry_run,
-                                                   settings=self.shared.drift)
-        after = judge(live, dry or self.shared.dry_runs.cached(state.desired, live))
+                                                   settings=self.memory.drift)
+        after = judge(live, dry or self.memory.dry_runs.cached(state.desired, live))
         added = [c.pointer for c in after.changes if c.kind == "added" and c.pointer]
         if added:
             patched = self._remove(live, added)
@@ -122,7 +124,7 @@ class RepairStep:
         if dry is not None and not after.drifted:
             # Applying the same object to what the server now has would change nothing. (Not
             # when the write was undone: the next pass asks the server again.)
-            self.shared.dry_runs.remember(state.desired, live, live)
+            self.memory.dry_runs.remember(state.desired, live, live)
         if after.drifted:
             state.verdict = "drifted"
             state.report = after
@@ -133,7 +135,7 @@ class RepairStep:
     def _remove(self, live: Obj, pointers: list[str]) -> Obj | None:
         """Remove fields others added (the Repairer's JSON patch with `test` operations)."""
         try:
-            return self.shared.repairer.remove_fields(live, pointers)
+            return self.memory.repairer.remove_fields(live, pointers)
         except ApiError as error:
             if error.status == 422:
                 # A `test` failed: the object changed since we looked. Look again.
@@ -155,17 +157,17 @@ class RepairStep:
             # that undoes every repair is not written to on every pass.
             what = "undone by the API server as it was stored: " + changes_text(state.report)
         else:
-            self.shared.metrics.drift_repaired_total.labels(kind=state.ref.kind).inc()
+            self.ctx.metrics.drift_repaired_total.labels(kind=state.ref.kind).inc()
             what = "recreated (it had been deleted)" if state.verdict == "missing" else \
                 "repaired: " + changes_text(state.report)
             p.act("DriftRepaired", target, what)
-            self.shared.notices.clear(p.key, state.ref)
-        fight = self.shared.fights.record_repair(p.key, state.ref, what)
+            self.memory.notices.clear(p.key, state.ref)
+        fight = self.memory.fights.record_repair(p.key, state.ref, what)
         if fight.fighting:
             wait = max(0.0, fight.blocked_until - p.now)
             p.events.append(("Warning", "DriftFight", (
                 f"{target} keeps changing back ({len(fight.repairs)} repairs within "
-                f"{self.shared.settings.fight_window_s:g}s): next repair not before {wait:.0f}s")))
+                f"{self.ctx.settings.fight_window_s:g}s): next repair not before {wait:.0f}s")))
             p.requeue_in(wait)
 
 
@@ -175,8 +177,9 @@ class RecreateStep:
     name = "recreate"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
 
     def wanted(self, p: ObjectPass) -> bool:
         return not p.paused and any(s.verdict == "immutable" for s in p.states)
@@ -194,8 +197,8 @@ class RecreateStep:
             if not (p.sync or p.policy == "enforce"):
                 continue
             try:
-                self.shared.repairer.delete(state.kind, state.live, propagation="Orphan")
-                self.shared.marks.wrote(p.key, str(state.ref), state.live)
+                self.memory.repairer.delete(state.kind, state.live, propagation="Orphan")
+                self.memory.marks.wrote(p.key, str(state.ref), state.live)
             except ApiError as error:
                 if error.conflict:  # the uid precondition failed: a successor is there
                     p.requeue_in(SHORT_REQUEUE_S)

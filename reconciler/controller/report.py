@@ -14,7 +14,8 @@ from typing import Any
 from reconciler import status as st
 from reconciler.controller.conditions import changes_text, observed
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, Shared
+from reconciler.controller.shared import SHORT_REQUEUE_S, STALE_RECHECK_S, ControllerMemory
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kube.client import ApiError
 from reconciler.model import EventType, meta, rfc3339
 
@@ -27,8 +28,9 @@ class ReportStep:
     name = "report"
     always = True
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
 
     def wanted(self, p: ObjectPass) -> bool:
         return True
@@ -43,12 +45,12 @@ class ReportStep:
             p.events.append(("Normal", "Applied", f"applied generation {p.generation} to "
                              + ", ".join(applied)))
         self._drift_events(p)
-        p.actions = self.shared.pending.take(p.key) + p.actions
-        if self.shared.marks.stale(p.key, "status", p.obj):
+        p.actions = self.memory.pending.take(p.key) + p.actions
+        if self.memory.marks.stale(p.key, "status", p.obj):
             # Our last status write is not in the cache yet: judging transitions against the
             # old status would write and announce them twice. The next pass reports.
             if p.actions:
-                self.shared.pending.keep(p.key, p.actions)
+                self.memory.pending.keep(p.key, p.actions)
             p.requeue_in(STALE_RECHECK_S)
             self._emit(p)
             return
@@ -59,17 +61,17 @@ class ReportStep:
         if new != p.previous:
             body = {**p.obj, "status": new}
             try:
-                self.shared.repairer.replace_status(body)
+                self.memory.repairer.replace_status(body)
             except ApiError as error:
-                self.shared.metrics.errors_total.labels(stage="status").inc()
+                self.ctx.metrics.errors_total.labels(stage="status").inc()
                 if error.conflict or error.not_found:
                     # A newer cluster object is on its way; its pass reports these actions.
-                    self.shared.pending.keep(p.key, p.actions)
+                    self.memory.pending.keep(p.key, p.actions)
                     p.requeue_in(SHORT_REQUEUE_S)
                     self._emit(p)
                     return
                 raise
-            self.shared.marks.wrote(p.key, "status", p.obj)
+            self.memory.marks.wrote(p.key, "status", p.obj)
         for transition in st.transitions(p.previous, new):
             event = transition_event(transition)
             if event is not None:
@@ -79,13 +81,13 @@ class ReportStep:
     def note_stalls(self, p: ObjectPass) -> None:
         """What stalls the cluster that only the drift steps' results show: objects someone
         keeps changing back, and objects the API server refused."""
-        for fight_ref, fight in self.shared.fights.fights(p.key).items():
+        for fight_ref, fight in self.memory.fights.fights(p.key).items():
             p.stalled.append(("DriftFight", (
                 f"{fight_ref.short} keeps being changed back after each repair "
                 f"({fight.last_drift}); repairs back off up to "
-                f"{self.shared.settings.drift_backoff_max_s:g}s. Stop whatever changes it (its "
+                f"{self.ctx.settings.drift_backoff_max_s:g}s. Stop whatever changes it (its "
                 "managedFields name the manager), or add a spec.drift.ignore rule")))
-            quiet = self.shared.fights.quiet_in_s(p.key, fight_ref)
+            quiet = self.memory.fights.quiet_in_s(p.key, fight_ref)
             if quiet > 0:
                 p.requeue_in(quiet)
         for state in p.states:
@@ -104,14 +106,14 @@ class ReportStep:
     def _observe(self, p: ObjectPass, summary: st.Observed, new: dict[str, Any]) -> None:
         """The kaiwu_cluster_* gauges from what this pass reports (the status it writes)."""
         states = [str(n.get("state")) for n in new.get("nodes") or () if isinstance(n, dict)]
-        self.shared.metrics.observe_cluster(
+        self.ctx.metrics.observe_cluster(
             p.key.namespace, p.key.name, desired=summary.replicas, ready=summary.ready_nodes,
             live=states.count("live"), not_live=states.count("not-live"),
             conditions={c.type: c.status for c in summary.conditions})
 
     def _emit(self, p: ObjectPass) -> None:
         for type_, reason, message in p.events:
-            self.shared.events.emit(p.obj, type_, reason, message)
+            self.ctx.events.emit(p.obj, type_, reason, message)
 
     def _drift_events(self, p: ObjectPass) -> None:
         """A drift seen for the first time (per object and per distinct live state) is counted
@@ -121,19 +123,19 @@ class ReportStep:
                 continue  # our write is on its way: nothing new to say about it
             if state.verdict not in ("missing", "drifted") or p.policy == "off":
                 if state.verdict == "in-sync":
-                    self.shared.notices.clear(p.key, state.ref)
-                    self.shared.fights.record_in_sync(p.key, state.ref)
+                    self.memory.notices.clear(p.key, state.ref)
+                    self.memory.fights.record_in_sync(p.key, state.ref)
                 continue
             if p.sync or p.first_create(state):
                 continue  # a new spec being applied, or never created yet: not drift
             fingerprint = state.report.live_hash if state.report else "missing"
-            if self.shared.notices.seen(p.key, state.ref, fingerprint):
+            if self.memory.notices.seen(p.key, state.ref, fingerprint):
                 continue
-            self.shared.metrics.drift_detected_total.labels(kind=state.ref.kind).inc()
+            self.ctx.metrics.drift_detected_total.labels(kind=state.ref.kind).inc()
             log.info("drift detected: %s", state.detail or f"{state.ref.short} missing")
             if state.repaired:
                 continue  # the DriftRepaired event says it all
-            self.shared.notices.note(p.key, state.ref, fingerprint)
+            self.memory.notices.note(p.key, state.ref, fingerprint)
             why = ("the API server changed it back as it stored the repair" if state.undone
                    else "the cluster is paused" if p.paused else
                    "drift policy is warn" if p.policy == "warn" else

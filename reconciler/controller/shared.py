@@ -1,13 +1,15 @@
-"""What the controller's steps share across passes: the API, the caches, and short memories.
+"""What the controller's own steps keep across passes: the drift machinery and short memories.
 
-Built once per Controller (reconciler.controller.controller) and handed to every step. The
-memories are about our own writes and what we already said, never about what the cluster
-needs (that is always read from the cluster): which writes the watch cache has yet to show
-(`WriteMarks`), the server's answers to dry runs (`DryRuns`), each object's last drift verdict
-(`ComparisonMemo`, reconciler.drift.memo), which optional kinds the API
-serves (`ServedKinds`), which drift was already announced (`DriftNotices`), and actions whose
-status write had to wait (`PendingActions`). Workers reconcile different clusters at once: each
-memory guards itself with a lock.
+`ControllerMemory` is built once per Controller (reconciler.controller.controller) and handed
+to each of its own steps with the StepContext every step is given (the API, the caches, the
+settings, metrics, Events, the clock: reconciler.kaiwudb.context). The memories are about
+our own writes and what we already said, never about what the cluster needs (that is always
+read from the cluster): which writes the watch cache has yet to show (`WriteMarks`), the
+server's answers to dry runs (`DryRuns`), each object's last drift verdict (`ComparisonMemo`,
+reconciler.drift.memo), which optional kinds the API serves (`ServedKinds`), which drift was
+already announced (`DriftNotices`), and actions whose status write had to wait
+(`PendingActions`). Workers reconcile different clusters at once: each memory guards itself
+with a lock.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,9 +31,7 @@ from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
-from reconciler.kube.events import EventRecorder
 from reconciler.kube.kinds import Kind
-from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from reconciler.settings import Settings
 from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR
@@ -96,7 +96,7 @@ def made_for(live: Obj, cluster: Obj) -> bool:
 class WriteMarks:
     """What we last wrote, per cluster and object (or "status"): the resourceVersion it
     replaced ("" for a create), when, and for a create when the API server last showed it
-    (Shared.write_in_flight); see STALE_GRACE_S."""
+    (`in_flight`); see STALE_GRACE_S."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -134,7 +134,7 @@ class WriteMarks:
             return mark is not None and mark.replaced == ""
 
     def ask_due(self, key: ClusterKey, name: str) -> bool:
-        """Whether to ask the API server again if our create is there (Shared.write_in_flight):
+        """Whether to ask the API server again if our create is there (`in_flight`):
         not within ASK_AGAIN_S of its last answer that it was, so a lagging watch costs a few
         reads, not one per STALE_RECHECK_S."""
         with self._lock:
@@ -148,6 +148,31 @@ class WriteMarks:
             mark = self._written.get((key, name))
             if mark is not None:
                 self._written[(key, name)] = replace(mark, shown_at=time.monotonic())
+
+    def in_flight(self, kube: Kube, key: ClusterKey, mark: str, kind: Kind, namespace: str,
+                  name: str, cached: Obj | None) -> bool:
+        """Whether the cache still shows what our last write to the object (`mark`, as
+        WriteMarks names it) replaced, so the pass must not judge it yet (`stale`).
+        The cache's "absent" after our create is ambiguous: our object's event is on its way,
+        or someone deleted the object once the cache had shown it (a `kubectl delete` right
+        after a repair). The API server settles it with one read: gone there too means missing
+        now, to be made again at once rather than after STALE_GRACE_S (the caller knows it was
+        made before: `created`, asked first); there, it is on its way, and is asked
+        about again only after ASK_AGAIN_S. A read the server does not answer leaves it
+        waiting."""
+        if not self.stale(key, mark, cached):
+            return False
+        if cached is not None or not self.created(key, mark) or not self.ask_due(key, mark):
+            return True
+        try:
+            found = kube.get(kind, namespace, name)
+        except ApiError:
+            return True  # unanswered: wait for the cache, as before this read was asked
+        if found is not None:
+            self.confirm(key, mark)
+            return True
+        self.drop(key, mark)
+        return False
 
     def drop(self, key: ClusterKey, name: str) -> None:
         with self._lock:
@@ -291,17 +316,13 @@ class PendingActions:
         self.take(key)
 
 
-@dataclass
-class Shared:
-    """Everything the controller's steps share (see the module docstring)."""
+@dataclass(frozen=True)
+class ControllerMemory:
+    """What the controller's own steps keep across passes, beside the StepContext every step is
+    given (reconciler.kaiwudb.context): the drift machinery and the memories of the module
+    docstring."""
 
-    kube: Kube
-    view: CacheView
-    settings: Settings
-    metrics: Metrics
-    clock: Callable[[], float]
     repairer: Repairer
-    events: EventRecorder
     fights: FightTracker
     drift: DriftSettings
     marks: WriteMarks
@@ -310,29 +331,3 @@ class Shared:
     notices: DriftNotices
     pending: PendingActions
     comparisons: ComparisonMemo
-
-    def write_in_flight(self, key: ClusterKey, mark: str, kind: Kind, namespace: str,
-                        name: str, cached: Obj | None) -> bool:
-        """Whether the cache still shows what our last write to the object (`mark`, as
-        WriteMarks names it) replaced, so the pass must not judge it yet (WriteMarks.stale).
-        The cache's "absent" after our create is ambiguous: our object's event is on its way,
-        or someone deleted the object once the cache had shown it (a `kubectl delete` right
-        after a repair). The API server settles it with one read: gone there too means missing
-        now, to be made again at once rather than after STALE_GRACE_S (the caller knows it was
-        made before: WriteMarks.created, asked first); there, it is on its way, and is asked
-        about again only after ASK_AGAIN_S. A read the server does not answer leaves it
-        waiting."""
-        if not self.marks.stale(key, mark, cached):
-            return False
-        if cached is not None or not self.marks.created(key, mark) or \
-                not self.marks.ask_due(key, mark):
-            return True
-        try:
-            found = self.kube.get(kind, namespace, name)
-        except ApiError:
-            return True  # unanswered: wait for the cache, as before this read was asked
-        if found is not None:
-            self.marks.confirm(key, mark)
-            return True
-        self.marks.drop(key, mark)
-        return False

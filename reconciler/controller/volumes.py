@@ -47,7 +47,8 @@ from typing import Any
 
 from reconciler import status as st
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import SHORT_REQUEUE_S, Shared
+from reconciler.controller.shared import SHORT_REQUEUE_S, ControllerMemory
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.pods import CLAIM_TEMPLATE
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
@@ -84,8 +85,9 @@ class VolumesStep:
     name = "volumes"
     always = False
 
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
+    def __init__(self, ctx: StepContext, memory: ControllerMemory) -> None:
+        self.ctx = ctx
+        self.memory = memory
         self._lock = threading.Lock()
         # cluster -> {(claim uid, size asked) -> the server's refusal}
         self._refused: dict[ClusterKey, dict[tuple[str, str], Refusal]] = {}
@@ -126,7 +128,7 @@ class VolumesStep:
                 resizing.append(f"{name} ({capacity[1]} -> {size}: {_waiting_for(claim)})")
         p.conditions.append(self.verdict(size, refused, failed, resizing))
         if refused or failed or resizing:
-            p.requeue_in(self.shared.settings.volume_retry_s)
+            p.requeue_in(self.ctx.settings.volume_retry_s)
 
     def verdict(self, size: str, refused: list[tuple[Obj, Refusal]], failed: list[str],
                 resizing: list[str]) -> st.Condition:
@@ -135,7 +137,7 @@ class VolumesStep:
         if refused:
             names = ", ".join(_named([str(meta(claim).get("name")) for claim, _ in refused]))
             by_class = [claim for claim, refusal in refused if refusal.by_class]
-            retry = f"asked again every {self.shared.settings.volume_retry_s:g}s"
+            retry = f"asked again every {self.ctx.settings.volume_retry_s:g}s"
             if by_class:
                 classes = sorted({str((claim.get("spec") or {}).get("storageClassName") or "")
                                   for claim in by_class} - {""})
@@ -169,9 +171,9 @@ class VolumesStep:
         found = []
         for ordinal in range(cluster.replicas):
             name = f"{CLAIM_TEMPLATE}-{cluster.name}-{ordinal}"
-            claim = self.shared.view.peek(k.PVC, cluster.namespace, name)
+            claim = self.ctx.view.peek(k.PVC, cluster.namespace, name)
             if claim is None:
-                claim = self.shared.kube.get(k.PVC, cluster.namespace, name)
+                claim = self.ctx.kube.get(k.PVC, cluster.namespace, name)
                 if claim is None:
                     continue  # not made yet: made from the template, at its size
                 self.label(p, claim)
@@ -188,9 +190,8 @@ class VolumesStep:
         if labels.get(MANAGED_BY_LABEL) is not None:
             return
         wanted = {**selector_labels(cluster), MANAGED_BY_LABEL: MANAGED_BY}
-        self.shared.metrics.writes_total.labels(verb="patch", kind=k.PVC.kind).inc()
         try:
-            self.shared.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")), {
+            self.ctx.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")), {
                 "metadata": {"uid": meta(claim).get("uid"), "labels": wanted}})
         except ApiError as error:
             if not (error.not_found or error.conflict or error.status == 422):
@@ -206,12 +207,11 @@ class VolumesStep:
             known = self._refused.get(p.key, {}).get((uid, size))
         if known is not None and p.now < known.until:
             return known
-        self.shared.metrics.writes_total.labels(verb="patch", kind=k.PVC.kind).inc()
         try:
             # The uid guards against a claim of the same name made again since it was read
             # (the server answers 422: metadata.uid is immutable); repeating the patch after a
             # crash changes nothing.
-            self.shared.kube.patch(k.PVC, p.key.namespace, name, {
+            self.ctx.kube.patch(k.PVC, p.key.namespace, name, {
                 "metadata": {"uid": uid},
                 "spec": {"resources": {"requests": {"storage": size}}}})
         except ApiError as error:
@@ -221,8 +221,8 @@ class VolumesStep:
                 return False
             # Anything else (the class, a ResourceQuota, a policy webhook, a server error) is
             # said as the server said it and asked again later; the other steps run on.
-            self.shared.metrics.errors_total.labels(stage="apply").inc()
-            refusal = Refusal(p.now + self.shared.settings.volume_retry_s, error.message)
+            self.ctx.metrics.errors_total.labels(stage="apply").inc()
+            refusal = Refusal(p.now + self.ctx.settings.volume_retry_s, error.message)
             with self._lock:
                 self._refused.setdefault(p.key, {})[(uid, size)] = refusal
             if known is None:

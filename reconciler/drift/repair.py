@@ -1,7 +1,8 @@
 """The reconciler's writes to objects it manages: apply, remove hand-added fields, delete.
 
-The Controller (reconciler.controller) decides what to repair; `Repairer` does the writing and
-counts every request in `writes_total{verb,kind}`:
+The Controller (reconciler.controller) decides what to repair; `Repairer` does the writing
+(each request counted in `writes_total{verb,kind}` by the client it writes through,
+reconciler.kube.writes.CountedKube):
 - `apply`: server-side apply (force) under the one field manager: creates a missing object, puts
   back values someone changed, re-adds fields someone removed, and drops fields we applied once
   and no longer render. `dry_run` is the same request with dryRun=All (nothing is stored).
@@ -29,7 +30,6 @@ from reconciler.drift.ignore import format_pointer, parse_pointer
 from reconciler.drift.schema import ListSpec, TypeSpec, child_type, item_type, root_type
 from reconciler.kube.client import Kube
 from reconciler.kube.kinds import Kind, kind_of
-from reconciler.metrics import Metrics
 from reconciler.model import Obj
 
 
@@ -103,27 +103,21 @@ def _sort_key(pointer: str) -> tuple[tuple[int, int | str], ...]:
 
 
 class Repairer:
-    """Writes to managed objects, each counted in the metrics by verb and kind."""
+    """Writes to managed objects (see the module docstring)."""
 
-    def __init__(self, kube: Kube, metrics: Metrics) -> None:
+    def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.metrics = metrics
-
-    def _count(self, verb: str, kind: str) -> None:
-        self.metrics.writes_total.labels(verb=verb, kind=kind).inc()
 
     def apply(self, obj: Obj) -> Obj:
-        self._count("apply", str(obj.get("kind")))
         return self.kube.apply(obj)
 
     def dry_run(self, obj: Obj) -> Obj:
         """What applying `obj` would store (the API server's defaults and admission included).
-        Counted as verb dry_run: the audit log shows it as a patch, though nothing is stored."""
-        self._count("dry_run", str(obj.get("kind")))
+        Counted as verb dry_run: the audit log shows it as a patch, though nothing is stored
+        (reconciler.kube.writes)."""
         return self.kube.apply(obj, dry_run=True)
 
     def create(self, obj: Obj) -> Obj:
-        self._count("create", str(obj.get("kind")))
         return self.kube.create(obj)
 
     def remove_fields(self, live: Obj, pointers: Sequence[str]) -> Obj | None:
@@ -138,16 +132,13 @@ class Repairer:
         """An RFC 6902 patch of the live object (`test` operations guard the rest)."""
         kind = kind_of(live)
         meta = live["metadata"]
-        self._count("patch", kind.kind)
         return self.kube.json_patch(kind, meta.get("namespace"), meta["name"], ops)
 
     def delete(self, kind: Kind, live: Obj, *, propagation: str) -> bool:
         """Delete the object we judged (uid precondition); False when it was already gone."""
         meta = live["metadata"]
-        self._count("delete", kind.kind)
         return self.kube.delete(kind, meta.get("namespace"), meta["name"], uid=meta.get("uid"),
                                 propagation=propagation)
 
     def replace_status(self, obj: Obj) -> Obj:
-        self._count("status", str(obj.get("kind")))
         return self.kube.replace_status(obj)

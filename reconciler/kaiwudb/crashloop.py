@@ -20,7 +20,7 @@ from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, meta
-from reconciler.reasons import CRASH_LOOP, Verdict, Wait
+from reconciler.reasons import CRASH_LOOP, LifecycleMetric, Verdict, Wait
 from renderer.spec import Cluster
 
 REVISION_LABEL = "controller-revision-hash"
@@ -135,21 +135,20 @@ class CrashLoops:
         revision = str((meta(pod).get("labels") or {}).get(REVISION_LABEL) or "")
         # Counted before the delete: a crash in between costs a restart, never adds one.
         self.write_restarts(cluster, f.claim, f"{revision}:{f.restarts + 1}")
-        self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
         try:
             self.kube.delete(k.POD, cluster.namespace, f.pod, uid=str(meta(pod).get("uid")))
         except ApiError as error:
             if not error.conflict:
                 raise
         failpoints.reached("failover.crash-restart")
-        self.metrics.lifecycle_actions_total.labels(action="restart-crashing-pod").inc()
+        action: LifecycleMetric = "restart-crashing-pod"
+        self.metrics.lifecycle_actions_total.labels(action=action).inc()
         p.act("CrashLoopRestarted", f"Pod/{f.pod}", (
             f"crash-looping for more than podNotReadyTimeout {timeout:g}s ({f.words}): deleted "
             f"for a fresh start, restart {f.restarts + 1} of {limit}"), event="Warning")
         return [looping]
 
     def write_restarts(self, cluster: Cluster, claim: Obj, value: str | None) -> None:
-        self.metrics.writes_total.labels(verb="patch", kind="PersistentVolumeClaim").inc()
         self.kube.patch(k.PVC, cluster.namespace, str(meta(claim).get("name")),
                         {"metadata": {"annotations": {CRASH_RESTARTS: value}}})
 

@@ -85,6 +85,7 @@ from typing import Final
 
 from reconciler import failpoints
 from reconciler.kaiwudb.backup.status import running_backup
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.crashloop import CrashLoops
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
@@ -92,10 +93,16 @@ from reconciler.kaiwudb.lifecycle import Lifecycle
 from reconciler.kaiwudb.lookout import FailoverSettings, Finding, Lookout, replaced_stores
 from reconciler.kaiwudb.loss import disrupted, node_loss, volume_node
 from reconciler.kaiwudb.nodes import node_entries
-from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, claim_of, cluster_pods, exec_pod, force_delete
+from reconciler.kaiwudb.pods import (
+    CLAIM_TEMPLATE,
+    claim_of,
+    cluster_pods,
+    delete_claim,
+    exec_pod,
+    force_delete,
+)
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import CacheView
-from reconciler.kube.client import ApiError, Kube
+from reconciler.kube.client import ApiError
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, meta, rfc3339
 from reconciler.reasons import (
@@ -106,6 +113,7 @@ from reconciler.reasons import (
     STORE_REPLACED,
     VOLUME_ON_LOST_NODE,
     FailoverStage,
+    LifecycleMetric,
     Verdict,
     Wait,
 )
@@ -206,23 +214,24 @@ class Failover:
     name = "failover"
     always = False
 
-    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, lifecycle: Lifecycle,
+    def __init__(self, ctx: StepContext, lifecycle: Lifecycle,
                  settings: FailoverSettings | None = None) -> None:
-        self.kube = kube
-        self.view = view
-        self.metrics = metrics
+        self.ctx = ctx
+        self.kube = ctx.kube
+        self.view = ctx.view
+        self.metrics = ctx.metrics
         self.lifecycle = lifecycle
         self.settings = settings or FailoverSettings()
-        self.crashes = CrashLoops(kube, view, metrics, self.settings)
-        self.lookout = Lookout(kube, view, self.crashes.finding)
+        self.crashes = CrashLoops(ctx.kube, ctx.view, ctx.metrics, self.settings)
+        self.lookout = Lookout(ctx.kube, ctx.view, self.crashes.finding)
 
     def wanted(self, p: Pass) -> bool:
         return (p.cluster is not None and not p.paused and not p.halted
                 and p.cluster.failover.enabled and bool(
                     p.kaiwu.initialized))
 
-    def count(self, action: str) -> None:
-        self.metrics.lifecycle_actions_total.labels(action=action).inc()
+    def count(self, action: LifecycleMetric) -> None:
+        self.ctx.count(action)
 
     def run(self, p: Pass) -> None:
         """Look, act on each finding by its stage, say why Ready is not True (the module
@@ -284,7 +293,7 @@ class Failover:
             return [Wait("Replacing", f"pod {f.pod} waits for its old claim to go")]
         # The StatefulSet recreated the pod while the old claim was still going: the pod names
         # a claim that is gone and would wait forever. Deleted, it comes back with a new claim.
-        force_delete(self.kube, self.metrics, s.pods[f.pod])
+        force_delete(self.kube, s.pods[f.pod])
         failpoints.reached("failover.pending-pod-deleted")
         s.p.requeue_in(self.settings.poll_s)
         return [Wait("Replacing", f"pod {f.pod} is recreated with a new claim")]
@@ -313,7 +322,7 @@ class Failover:
             p.requeue_in(self.settings.poll_s)
             return [Wait("Replacing", f"no pod runs kwbase to decommission the lost node(s) "
                                       f"{ids}")]
-        admin = self.lifecycle.admin(cluster)
+        admin = self.ctx.admin(cluster)
         try:
             # Decided on a fresh look, never on a remembered one: only ids KaiwuDB shows not
             # live now, beside a live id at the same address.
@@ -404,13 +413,13 @@ class Failover:
                 not meta(claim).get("deletionTimestamp") and \
                 volume_node(self.kube, claim) == f.node:
             verdict = kaiwudb_allows_replacing(
-                self.lifecycle.admin(cluster), self.metrics, p, cluster, f.pod, s.pods)
+                self.ctx.admin(cluster), self.metrics, p, cluster, f.pod, s.pods)
             if isinstance(verdict, Wait):
                 said.append(Wait(verdict.reason, f"pod {f.pod}: force-deleted; its volume is "
                                                  f"replaced later: {verdict.message}"))
             else:
                 replace = self.delete_claim(cluster, claim)
-        force_delete(self.kube, self.metrics, pod)
+        force_delete(self.kube, pod)
         failpoints.reached("failover.pod-force-deleted")
         self.count("force-delete-pod")
         timeout = cluster.failover.node_lost_timeout.total_seconds()
@@ -429,7 +438,7 @@ class Failover:
         back = self.came_back(p, f)
         if back is not None:
             return back
-        verdict = kaiwudb_allows_replacing(self.lifecycle.admin(s.cluster), self.metrics, p,
+        verdict = kaiwudb_allows_replacing(self.ctx.admin(s.cluster), self.metrics, p,
                                            s.cluster, f.pod, s.pods)
         if isinstance(verdict, Wait):
             p.requeue_in(self.settings.poll_s)
@@ -441,7 +450,7 @@ class Failover:
         if pending is not None:
             # The pending pod holds on to the old claim's name: delete it too, so the
             # StatefulSet creates a new claim (a fresh volume on a live node) with the next pod.
-            force_delete(self.kube, self.metrics, pending)
+            force_delete(self.kube, pending)
         failpoints.reached("failover.claim-deleted")
         self.announce_volume(p, f, name)
         p.requeue_in(self.settings.poll_s)
@@ -473,11 +482,5 @@ class Failover:
             "the new one is live"), event="Warning")
 
     def delete_claim(self, cluster: Cluster, claim: Obj) -> str:
-        name = str(meta(claim).get("name"))
-        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
-        try:
-            self.kube.delete(k.PVC, cluster.namespace, name, uid=str(meta(claim).get("uid")))
-        except ApiError as error:
-            if not error.conflict:  # a newer claim of that name: not the one we judged
-                raise
-        return name
+        delete_claim(self.kube, cluster.namespace, claim)
+        return str(meta(claim).get("name"))

@@ -1,7 +1,8 @@
 """The KaiwuDB lifecycle step in the reconciler's pass: init, node bookkeeping, rolling updates,
 scale-in.
 
-The Controller (reconciler.controller) runs `Lifecycle.run` as the pipeline step "lifecycle",
+The Controller (reconciler.controller) runs `Lifecycle.run` as the pipeline step "lifecycle"
+(built from the controller's StepContext, reconciler.kaiwudb.context, which it hands to its parts),
 after "certificates" and before "observe", so that the StatefulSet replicas and partition it
 decides (during a scale-in the replicas come from the operation, not from spec.replicas) are
 what "observe" and "repair" compare and apply. KaiwuDB is reached through the admin adapter
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Mapping
 
 from reconciler.kaiwudb.backup.status import running_backup
-from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.loss import disrupted
 from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (
@@ -40,12 +41,9 @@ from reconciler.kaiwudb.pods import (
 from reconciler.kaiwudb.rollout import Rollout
 from reconciler.kaiwudb.scale import ScaleScene, Scaling
 from reconciler.kaiwudb.strays import Strays
-from reconciler.kaiwudb.tools import AdminFactory, LifecycleSettings, Tools, _admin
+from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.kaiwudb.upgrade import Upgrades, flag_wanted
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import CacheView
-from reconciler.kube.client import Kube
-from reconciler.metrics import Metrics
 from reconciler.model import KaiwuStatus, Obj, Pass, meta
 from renderer.spec import Cluster, StartMode
 
@@ -119,16 +117,15 @@ class Lifecycle:
     name = "lifecycle"
     always = False
 
-    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics,
-                 settings: LifecycleSettings | None = None,
-                 admin_factory: AdminFactory = _admin) -> None:
-        self.view = view
-        self.tools = Tools(kube, view, metrics, settings or LifecycleSettings(), admin_factory)
-        self.nodes = Nodes(self.tools)
-        self.upgrades = Upgrades(self.tools)
-        self.rollouts = Rollout(self.tools, self.upgrades)
-        self.scaling = Scaling(self.tools, self.nodes)
-        self.strays = Strays(self.tools, self.nodes, self.scaling)
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
+        self.view = ctx.view
+        self.settings = LifecycleSettings.of(ctx.settings)
+        self.nodes = Nodes(ctx)
+        self.upgrades = Upgrades(ctx)
+        self.rollouts = Rollout(ctx, self.upgrades)
+        self.scaling = Scaling(ctx, self.nodes)
+        self.strays = Strays(ctx, self.nodes, self.scaling)
         self.memory = StatusMemory()
 
     def wanted(self, p: Pass) -> bool:
@@ -143,9 +140,6 @@ class Lifecycle:
         self.memory.forget(namespace, name)
         self.upgrades.forget(namespace, name)
 
-    def admin(self, cluster: Cluster) -> KwbaseAdmin:
-        return self.tools.admin(cluster)
-
     def run(self, p: Pass) -> None:
         cluster = p.cluster
         assert cluster is not None
@@ -158,7 +152,7 @@ class Lifecycle:
         sts = self.view.peek(k.STATEFUL_SET, cluster.namespace, cluster.name)
         live_replicas = int(((sts or {}).get("spec") or {}).get("replicas") or 0) \
             if sts is not None else None
-        admin = self.admin(cluster)
+        admin = self.ctx.admin(cluster)
         if not p.kaiwu.initialized:
             # The pods cannot start before their start-flags ConfigMap exists.
             self.upgrades.flags.keep(p, cluster, pods, flag_wanted(cluster, pods, None, None))
@@ -198,7 +192,7 @@ class Lifecycle:
             message = f"scale-in waits for KaiwuBackup {backup} to finish"
             p.not_ready.append(("BackupRunning", message))
             p.progressing.append(("BackupRunning", message))
-            p.requeue_in(self.tools.settings.poll_s)
+            p.requeue_in(self.settings.poll_s)
         elif operation is None and scale_in:
             self.scaling.start(ScaleScene(p, cluster, pods, admin, nodes, live_replicas))
         elif operation is not None:

@@ -20,11 +20,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.pods import exec_pod, kwbase_running, pod_ready
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.model import NodeEntry, Obj, Pass, meta
 from renderer.spec import Cluster, StartMode
 
@@ -64,8 +65,8 @@ def bootstrap_down(cluster: Cluster, entries: Sequence[NodeEntry]) -> str:
 class Nodes(Part):
     """Init once, and node status probes (see the module docstring)."""
 
-    def __init__(self, tools: Tools) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext) -> None:
+        super().__init__(ctx)
         # Per cluster: (pods fingerprint, when probed, all nodes live then). A pass whose pods
         # look the same as at a probe that found all nodes live needs no new exec.
         self._probes: dict[tuple[str, str], tuple[Any, float, bool]] = {}

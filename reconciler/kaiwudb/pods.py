@@ -2,9 +2,10 @@
 
 Helpers over cached objects (and one API read for a claim the cache lacks): which pods the
 cluster has, whether kwbase runs and the pod is Ready, which pod to exec cluster-wide commands
-in, a pod's claim, and the StatefulSet's rollout partition. One write: `force_delete`, which the
-failover step and the scale-in both make for a pod no kubelet will ever confirm gone. Used by
-every module of reconciler.kaiwudb.
+in, a pod's claim, and the StatefulSet's rollout partition. Two writes: `force_delete`, which the
+failover step and the scale-in both make for a pod no kubelet will ever confirm gone, and
+`delete_claim`, the one way a claim is deleted (scale-in, a stray node's claim, failover's
+volume replacement). Used by every module of reconciler.kaiwudb.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import Mapping
 from reconciler.kube import kinds as k
 from reconciler.kube.cache import CacheView
 from reconciler.kube.client import ApiError, Kube
-from reconciler.metrics import Metrics
 from reconciler.model import Obj, meta
 from renderer.builders import selector_labels
 from renderer.spec import Cluster
@@ -92,11 +92,31 @@ def exec_pod(pods: Mapping[str, Obj], avoid: str = "") -> str | None:
     return None
 
 
-def force_delete(kube: Kube, metrics: Metrics, pod: Obj) -> None:
+def delete_claim(kube: Kube, namespace: str, claim: Obj) -> bool:
+    """Delete the claim as it was judged: the uid precondition makes a claim of the same name
+    made since (the StatefulSet's new one for a new pod) a 409, never deleted. True once the
+    server accepted the delete; False when the claim was already gone (404) or is a successor
+    (409): either way the judged claim is no more, which is what every caller wanted. Other
+    errors are raised: the caller's pass fails and is retried."""
+    md = meta(claim)
+    name, uid = str(md.get("name")), md.get("uid")
+    try:
+        deleted = kube.delete(k.PVC, namespace, name, uid=str(uid) if uid else None)
+    except ApiError as error:
+        if not error.conflict:
+            raise
+        log.info("claim %s/%s was made again since it was judged (uid %s): left alone",
+                 namespace, name, uid)
+        return False
+    if deleted:
+        log.info("deleted claim %s/%s (uid %s)", namespace, name, uid)
+    return deleted
+
+
+def force_delete(kube: Kube, pod: Obj) -> None:
     """Delete the pod with grace 0, guarded by the uid it was judged on (repeating it after a
     crash is harmless: a successor with the same name is never the one deleted)."""
     md = meta(pod)
-    metrics.writes_total.labels(verb="delete", kind="Pod").inc()
     try:
         kube.delete(k.POD, str(md.get("namespace")), str(md.get("name")),
                     uid=str(md.get("uid")), grace_period_seconds=0)

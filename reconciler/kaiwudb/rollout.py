@@ -20,6 +20,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
@@ -29,7 +30,7 @@ from reconciler.kaiwudb.pods import (
     partition_of,
     rolling,
 )
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.kaiwudb.upgrade import Upgrades
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -99,8 +100,8 @@ def template_changed_by_others(sts: Obj | None, manager: str) -> list[str]:
 class Rollout(Part):
     """The partition a pass applies (see the module docstring)."""
 
-    def __init__(self, tools: Tools, upgrades: Upgrades) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext, upgrades: Upgrades) -> None:
+        super().__init__(ctx)
         self.upgrades = upgrades
 
     def rollout(self, p: Pass, sts: Obj | None, pods: Mapping[str, Obj], admin: KwbaseAdmin,
@@ -145,7 +146,6 @@ class Rollout(Part):
             # step never writes it: set it here. Closing the gate after a rollout, opening it
             # one pod further, or adding it to a StatefulSet made before it was rendered.
             md = meta(sts)
-            self.metrics.writes_total.labels(verb="patch", kind="StatefulSet").inc()
             try:
                 self.kube.patch(k.STATEFUL_SET, str(md.get("namespace")),
                                 str(md.get("name")), {"spec": {"updateStrategy": {

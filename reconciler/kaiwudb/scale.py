@@ -43,6 +43,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.jobs import RunningJobs
@@ -52,21 +53,18 @@ from reconciler.kaiwudb.nodes import Nodes
 from reconciler.kaiwudb.pods import (
     CLAIM_TEMPLATE,
     claim_of,
+    delete_claim,
     exec_pod,
     force_delete,
     kwbase_running,
 )
-from reconciler.kaiwudb.tools import Part, Tools
-from reconciler.kube import kinds as k
-from reconciler.kube.client import ApiError
+from reconciler.kaiwudb.tools import Part
 from reconciler.model import Obj, Pass, ScaleIn, meta, rfc3339
-from reconciler.reasons import GO, Verdict, Wait
+from reconciler.reasons import DECOMMISSIONING, GO, REMOVING, Verdict, Wait
 from renderer.spec import Cluster, StartMode
 
 log = logging.getLogger(__name__)
 
-DECOMMISSIONING = "Decommissioning"
-REMOVING = "Removing"
 
 
 @dataclass(frozen=True)
@@ -97,8 +95,8 @@ class ScaleScene:
 class Scaling(Part):
     """Scale-in through decommission, one node at a time (see the module docstring)."""
 
-    def __init__(self, tools: Tools, nodes: Nodes) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext, nodes: Nodes) -> None:
+        super().__init__(ctx)
         self.nodes = nodes
 
     @staticmethod
@@ -242,13 +240,7 @@ class Scaling(Part):
         claim_name = f"{CLAIM_TEMPLATE}-{pod}"
         claim = claim_of(self.view, self.kube, cluster.namespace, pod)
         if claim is not None and not meta(claim).get("deletionTimestamp"):
-            try:
-                self.kube.delete(k.PVC, cluster.namespace, claim_name,
-                                 uid=meta(claim).get("uid"))
-            except ApiError as error:
-                if not error.conflict:
-                    raise
-            self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
+            delete_claim(self.kube, cluster.namespace, claim)
             self.count("delete-claim")
             p.act("ClaimDeleted", f"PersistentVolumeClaim/{claim_name}", (
                 "the store of a decommissioned node can never rejoin: its claim is deleted so "
@@ -385,7 +377,7 @@ class Scaling(Part):
         loss = node_loss(self.view, node) if node else None
         if loss is None or not meta(pod).get("deletionTimestamp"):
             return
-        force_delete(self.kube, self.metrics, pod)
+        force_delete(self.kube, pod)
         self.count("force-delete-removed-pod")
         p.act("PodForceDeleted", f"Pod/{meta(pod).get('name')}", (
             f"scale-in: its node {node} is {loss.status} and no kubelet will confirm the "

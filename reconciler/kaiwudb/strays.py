@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.nodes import Nodes
-from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, exec_pod, kwbase_running, ordinal
+from reconciler.kaiwudb.pods import CLAIM_TEMPLATE, delete_claim, exec_pod, kwbase_running, ordinal
 from reconciler.kaiwudb.scale import Scaling
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.kube import kinds as k
-from reconciler.kube.client import ApiError
 from reconciler.model import Obj, Pass, meta
 from renderer.spec import Cluster, StartMode
 
@@ -40,8 +40,8 @@ class Strays(Part):
     """Nodes whose pods are gone without a decommission, and wanted nodes that came back
     decommissioning (see the module docstring)."""
 
-    def __init__(self, tools: Tools, nodes: Nodes, scaling: Scaling) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext, nodes: Nodes, scaling: Scaling) -> None:
+        super().__init__(ctx)
         self.nodes = nodes
         self.scaling = scaling
 
@@ -147,12 +147,7 @@ class Strays(Part):
 
     def delete_claim(self, p: Pass, cluster: Cluster, claim: Obj, node_id: int) -> None:
         name = str(meta(claim).get("name"))
-        self.metrics.writes_total.labels(verb="delete", kind="PersistentVolumeClaim").inc()
-        try:
-            self.kube.delete(k.PVC, cluster.namespace, name, uid=meta(claim).get("uid"))
-        except ApiError as error:
-            if not (error.conflict or error.not_found):
-                raise
+        delete_claim(self.kube, cluster.namespace, claim)
         self.count("delete-claim")
         p.act("ClaimDeleted", f"PersistentVolumeClaim/{name}", (
             f"KaiwuDB node {node_id} is decommissioned and range descriptors list no replica "

@@ -1,24 +1,22 @@
-"""What the lifecycle's parts share: the API, the caches, metrics, timings and the kwbase adapter.
+"""The lifecycle's parts and their timings.
 
-The lifecycle step (reconciler.kaiwudb.lifecycle) builds one `Tools` and hands it to its parts
-(nodes, rollout, scale); each part is a `Part`, so it reaches them as self.kube, self.view,
-self.metrics and self.settings.
+The lifecycle step (reconciler.kaiwudb.lifecycle) hands its StepContext
+(reconciler.kaiwudb.context) to its parts (nodes, upgrade, rollout, scale, strays); each part
+is a `Part`, so it reaches the context's API, caches and metrics as self.kube, self.view and
+self.metrics, and its timings, `LifecycleSettings` of the reconciler's settings, as
+self.settings.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin, KwbaseSettings
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
-from reconciler.kube.cache import CacheView
-from reconciler.kube.client import Kube
-from reconciler.metrics import Metrics
 from reconciler.model import Pass
-from reconciler.reasons import NotReadyReason
-from renderer.spec import Cluster
+from reconciler.reasons import LifecycleMetric, NotReadyReason
+from reconciler.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -46,45 +44,26 @@ class LifecycleSettings:
     long_statement_timeout_s: float = 10800.0
     long_gone_after_s: float = 3600.0
 
-
-AdminFactory = Callable[[Kube, Cluster, KwbaseSettings], KwbaseAdmin]
-
-
-def _admin(kube: Kube, cluster: Cluster, settings: KwbaseSettings) -> KwbaseAdmin:
-    return KwbaseAdmin.for_cluster(kube, cluster, settings)
-
-
-@dataclass(frozen=True)
-class Tools:
-    """See the module docstring."""
-
-    kube: Kube
-    view: CacheView
-    metrics: Metrics
-    settings: LifecycleSettings
-    admin_factory: AdminFactory = _admin
-
-    def admin(self, cluster: Cluster) -> KwbaseAdmin:
-        return self.admin_factory(self.kube, cluster, KwbaseSettings(
-            timeout_s=self.settings.exec_timeout_s,
-            long_timeout_s=self.settings.long_statement_timeout_s))
-
-    def count(self, action: str) -> None:
-        self.metrics.lifecycle_actions_total.labels(action=action).inc()
+    @classmethod
+    def of(cls, settings: Settings) -> LifecycleSettings:
+        return cls(poll_s=settings.lifecycle_poll_s, probe_every_s=settings.node_probe_every_s,
+                   exec_timeout_s=settings.exec_timeout_s,
+                   long_statement_timeout_s=settings.long_statement_timeout_s,
+                   long_gone_after_s=settings.long_gone_after_s)
 
 
 class Part:
-    """A part of the lifecycle step, with the shared tools at hand."""
+    """A part of the lifecycle step, with the step's context at hand."""
 
-    def __init__(self, tools: Tools) -> None:
-        self.tools = tools
-        self.kube = tools.kube
-        self.view = tools.view
-        self.metrics = tools.metrics
-        self.settings = tools.settings
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
+        self.kube = ctx.kube
+        self.view = ctx.view
+        self.metrics = ctx.metrics
+        self.settings = LifecycleSettings.of(ctx.settings)
 
-    def count(self, action: str) -> None:
-        self.tools.count(action)
+    def count(self, action: LifecycleMetric) -> None:
+        self.ctx.count(action)
 
     def retry_later(self, p: Pass, reason: NotReadyReason, what: str,
                     error: KwbaseError) -> None:

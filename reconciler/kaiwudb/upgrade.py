@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.nodes import NodeStatus
 from reconciler.kaiwudb.loss import parse_time
 from reconciler.kaiwudb.pods import exec_pod, pod_ready
-from reconciler.kaiwudb.tools import Part, Tools
+from reconciler.kaiwudb.tools import Part
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
 from reconciler.model import Obj, Pass, meta, with_owner
@@ -141,8 +142,8 @@ def refusal_hint(error: str) -> str:
 class StartFlags(Part):
     """The start-flags ConfigMap of each cluster (see the module docstring)."""
 
-    def __init__(self, tools: Tools) -> None:
-        super().__init__(tools)
+    def __init__(self, ctx: StepContext) -> None:
+        super().__init__(ctx)
         # What each cluster's ConfigMap was last seen to hold, and when: saves a read per
         # pass. Never a decision: the two writes that matter (before a node is marked, before
         # a marked node's pod restarts) read it afresh, a pod that cannot start for want of it
@@ -172,12 +173,10 @@ class StartFlags(Part):
         try:
             live = self.kube.get(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map)
             if live is None:
-                self.metrics.writes_total.labels(verb="create", kind="ConfigMap").inc()
                 self.kube.create(wanted)
             elif on is None:
                 value = str((live.get("data") or {}).get(UPGRADE_COMPLETE_KEY))
             elif (live.get("data") or {}).get(UPGRADE_COMPLETE_KEY) != value:
-                self.metrics.writes_total.labels(verb="patch", kind="ConfigMap").inc()
                 self.kube.patch(k.CONFIG_MAP, cluster.namespace, cluster.start_flags_config_map,
                                 {"data": {UPGRADE_COMPLETE_KEY: value}})
         except ApiError as error:
@@ -195,9 +194,9 @@ class StartFlags(Part):
 class Upgrades(Part):
     """KWDB's upgrade moves (see the module docstring)."""
 
-    def __init__(self, tools: Tools) -> None:
-        super().__init__(tools)
-        self.flags = StartFlags(tools)
+    def __init__(self, ctx: StepContext) -> None:
+        super().__init__(ctx)
+        self.flags = StartFlags(ctx)
         # (namespace, pod) -> the uid `finish` deleted: a pass whose cache still shows that
         # pod does not delete (and count) it twice; a new pod has a new uid.
         self._restarted: dict[tuple[str, str], str] = {}
@@ -281,7 +280,6 @@ class Upgrades(Part):
             if not self.flags.keep(p, cluster, pods, True, fresh=True):
                 return
             # A plain delete (the pod's grace period: kwbase drains), guarded by its uid.
-            self.metrics.writes_total.labels(verb="delete", kind="Pod").inc()
             try:
                 self.kube.delete(k.POD, cluster.namespace, name, uid=uid)
             except ApiError as error:

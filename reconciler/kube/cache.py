@@ -7,7 +7,9 @@ then watch, relist after 410 Gone, reconnect with back-off; nothing is polled).
 
 What is watched: KaiwuClusters, KaiwuBackups and KaiwuBackupSchedules (all in scope; a backup or
 schedule maps to the cluster its spec.cluster names); every kind the renderer emits, Pods, PVCs
-and Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator; Nodes (all). A
+and Secrets, selected by the label app.kubernetes.io/managed-by=kaiwu-operator and the names of
+the cached clusters (reconciler.kube.selection: only our own clusters' objects are listed and
+kept; a cluster is ours to act on once they are); Nodes (all). A
 kind the API server does not serve (policy/v1 on Kubernetes 1.20, ServiceMonitor without the
 Prometheus operator) counts as synced and empty, and is looked for again at each resync.
 
@@ -44,11 +46,11 @@ from reconciler.kube.client import Kube
 from reconciler.kube.echo import OwnWrites
 from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import Kind
+from reconciler.kube.selection import NOTHING, Selection
 from reconciler.kube.store import cluster_of, metadata, store_key
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
-from renderer.builders import MANAGED_SELECTOR
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +173,40 @@ class Caches:
         add(k.KAIWU_BACKUP, "")
         add(k.KAIWU_BACKUP_SCHEDULE, "")
         for kind in managed_kinds:
-            add(kind, MANAGED_SELECTOR)
+            add(kind, NOTHING)  # until the selection names the clusters (start)
         add(k.NODE, "")
+        self.selection = Selection([self.informers[kind] for kind in managed_kinds],
+                                   self._cluster_names, self._on_listed, clock)
+        self._selecting: threading.Thread | None = None
+        self._stop_selecting = threading.Event()
         self._started = False
 
     # ---- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the watches; those of the clusters' objects once the KaiwuClusters are listed
+        and the selection names them (reconciler.kube.selection)."""
+        selected = self.selection.informers
         for informer in self.informers.values():
-            informer.start()
+            if informer not in selected:
+                informer.start()
+        self._stop_selecting.clear()
+
+        def start_selected() -> None:
+            for informer in selected:
+                if not self._stop_selecting.is_set():
+                    informer.start()
+
+        self._selecting = threading.Thread(
+            target=self.selection.run, name="cache-selection", daemon=True,
+            args=(self.informers[k.KAIWU_CLUSTER].wait_synced, start_selected,
+                  self._stop_selecting))
+        self._selecting.start()
         self._started = True
 
     def stop(self) -> None:
+        self._stop_selecting.set()
+        self.selection.changed()  # wakes its thread, which then sees the stop
         for informer in self.informers.values():
             informer.stop()
         self._started = False
@@ -208,12 +232,15 @@ class Caches:
     def dead(self) -> list[str]:
         """Informers whose thread ended although they should be watching (for /healthz)."""
         return [i.name for i in self.informers.values()
-                if self._started and not i.alive and i.served is not False]
+                if self._started and i.started and not i.alive and i.served is not False] + (
+            ["the selection of watched clusters"] if self._started and self._selecting
+            is not None and not self._selecting.is_alive() else [])
 
     def recheck_unserved(self) -> None:
         """Look again for kinds that were not served (a CRD installed since)."""
         for informer in self.informers.values():
-            if informer.served is False and not informer.alive and self._started:
+            if informer.served is False and informer.started and not informer.alive \
+                    and self._started:
                 informer.served = None
                 informer.start()
 
@@ -246,8 +273,10 @@ class Caches:
 
     def owns(self, key: ClusterKey) -> bool:
         """Whether this shard may act on the cluster now: its watch shows the cluster with
-        this shard's label, and a handover to it, if any, has run its course."""
-        if not self.informers[k.KAIWU_CLUSTER].has(key.namespace, key.name):
+        this shard's label, the watches of its objects have listed them (the selection), and
+        a handover to it, if any, has run its course."""
+        if not self.informers[k.KAIWU_CLUSTER].has(key.namespace, key.name) \
+                or key.name not in self.selection.listed:
             return False
         with self._arriving_lock:
             until = self._arriving.get(key)
@@ -260,6 +289,17 @@ class Caches:
         """Every KaiwuCluster in the cache."""
         return sorted(ClusterKey(*store_key(obj))
                       for obj in self.informers[k.KAIWU_CLUSTER].peek_list())
+
+    def _cluster_names(self) -> set[str]:
+        return {str(metadata(obj).get("name"))
+                for obj in self.informers[k.KAIWU_CLUSTER].peek_list()}
+
+    def _on_listed(self, names: frozenset[str]) -> None:
+        """The objects of these clusters are in the caches now: reconcile them (a pass asked
+        for before was turned away by `owns`)."""
+        for key in self.cluster_keys():
+            if key.name in names and self.owns(key):
+                self.on_key(key)
 
     # ---- events -> keys -----------------------------------------------------------------------
 
@@ -293,6 +333,8 @@ class Caches:
         key = cluster_of(obj)
         if key is None:
             return
+        if kind in ("ADDED", "DELETED"):
+            self.selection.changed()
         if kind == "DELETED":
             # Deleted, or moved to another shard (it no longer matches our selector): either
             # way the Controller finds it gone from the cache and forgets it; it deletes
@@ -316,4 +358,7 @@ class Caches:
             return
         if kind == "MODIFIED" and not _cluster_changed(obj, old):
             return
-        self.on_key(key)
+        if key.name in self.selection.listed:
+            self.on_key(key)
+        # else: a cluster new to the selection is queued once its objects are listed
+        # (`_on_listed`): a pass before that would read an empty cache.

@@ -92,7 +92,6 @@ class EventRecorder:
             name = f"{meta.get('name', 'kaiwucluster')}.{time.time_ns():x}"
             namespace = str(meta.get("namespace") or "default")
             self.kube.create(self._body(cluster, name, namespace, type_, reason, message, stamp))
-            self.metrics.writes_total.labels(verb="create", kind="Event").inc()
             self._seen[key] = _Seen(name, namespace, 1, now)
             self._note(type_, reason, message, 1)
         except ApiError as error:
@@ -110,7 +109,6 @@ class EventRecorder:
             if error.not_found:
                 return False
             raise
-        self.metrics.writes_total.labels(verb="patch", kind="Event").inc()
         return True
 
     def _body(self, cluster: Obj, name: str, namespace: str, type_: EventType, reason: str,

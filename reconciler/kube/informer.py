@@ -5,9 +5,11 @@ resourceVersion seen (bookmarks included), relist when the server answers 410 Go
 it would need is gone; the difference against the store is delivered as events), reconnect with
 capped exponential back-off when the API server is unreachable. Nothing is polled. A kind the
 API server does not serve counts as synced and empty (`served` is False) until
-`Caches.recheck_unserved` looks again. Each event goes to `on_event`, which
-reconciler.kube.cache.Caches maps to a cluster; readers read through `peek`, `peek_list`
-(the cached objects themselves) or `get`, `list` (copies).
+`Caches.recheck_unserved` looks again. `reselect` changes the label selector of a running
+informer: it lists again under the new one (the difference delivered as events, as after 410
+Gone) and says so in `listed_selector` (reconciler.kube.selection decides the selectors).
+Each event goes to `on_event`, which reconciler.kube.cache.Caches maps to a cluster; readers
+read through `peek`, `peek_list` (the cached objects themselves) or `get`, `list` (copies).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ class Informer:
         self.kind = kind
         self.settings = settings
         self.namespace = namespace if kind.namespaced else ""
-        self.label_selector = label_selector
+        self.label_selector = label_selector  # what the next list asks for
+        self.listed_selector: str | None = None  # what the store holds: the last list's
+        self._reselected = False  # the selector changed: list again when the watch ends
         self.on_event = on_event
         self.metrics = metrics
         self._lock = threading.Lock()
@@ -78,6 +82,22 @@ class Informer:
         self._stop.set()
         if self._current_watch is not None:
             self._current_watch.close()
+
+    def reselect(self, selector: str) -> None:
+        """List again under `selector`, then watch under it (from any thread). Until that list
+        is in, the store holds what the previous selector chose: `listed_selector` says which."""
+        with self._lock:
+            if selector == self.label_selector:
+                return
+            self.label_selector = selector
+            self._reselected = True
+            watch = self._current_watch
+        if watch is not None:
+            watch.close()  # the loop lists again at once (no back-off: see _run)
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     @property
     def synced(self) -> bool:
@@ -131,11 +151,16 @@ class Informer:
         backoff = self.settings.reconnect_backoff_base_s
         while not self._stop.is_set():
             try:
+                with self._lock:
+                    if self._reselected:
+                        self._reselected = False
+                        self.resource_version = ""
                 if not self.resource_version and not self._list():
                     return  # not served: looked for again by Caches.recheck_unserved
                 self._watch()
                 backoff = self.settings.reconnect_backoff_base_s
-                self._count_restart("expired")
+                if not self._reselected:  # (a watch closed for a new selector is no restart)
+                    self._count_restart("expired")
             except ApiError as error:
                 if error.gone:
                     # The server no longer has the history from our resourceVersion on: list
@@ -151,8 +176,8 @@ class Informer:
                 backoff = self._fail(error, backoff)
 
     def _fail(self, error: Exception, backoff: float) -> float:
-        if self._stop.is_set():
-            return backoff
+        if self._stop.is_set() or self._reselected:
+            return backoff  # a watch closed for a new selector: list again at once
         self.reconnects += 1
         self.last_error = f"{type(error).__name__}: {error}"
         self._count_restart("disconnected")
@@ -167,9 +192,10 @@ class Informer:
 
     def _list(self) -> bool:
         """Replace the store with a fresh list; False when the kind is not served."""
+        selector = self.label_selector
         try:
             items, version = self.kube.list_objects(
-                self.kind, self.namespace or None, self.label_selector or None, keep=stores.kept)
+                self.kind, self.namespace or None, selector or None, keep=stores.kept)
         except ApiError as error:
             if error.not_found:
                 log.info("kind not served by the API server, not watched",
@@ -177,6 +203,7 @@ class Informer:
                 self.served = False
                 with self._lock:
                     self._store = Store(self._check)
+                    self.listed_selector = selector
                 self._synced.set()
                 return False
             raise
@@ -189,6 +216,7 @@ class Informer:
         with self._lock:
             old = self._store.objects
             self._store = store
+            self.listed_selector = selector
         self.served = True
         self.resource_version = version
         self._update_gauge()
@@ -206,10 +234,12 @@ class Informer:
 
     def _watch(self) -> None:
         events = self.kube.watch(self.kind, self.resource_version, self.namespace or None,
-                                 self.label_selector or None,
+                                 self.listed_selector or None,
                                  timeout_seconds=self.settings.watch_timeout_s)
-        self._current_watch = events
-        if self._stop.is_set():  # stopped while the request was on its way
+        with self._lock:
+            self._current_watch = events
+            closing = self._stop.is_set() or self._reselected
+        if closing:  # stopped, or reselected, while the request was on its way
             events.close()
         for kind, obj in events:
             if self._stop.is_set():

@@ -3,7 +3,7 @@
 The watch caches hand their readers the cached objects themselves (`CacheView.peek` and
 `CacheView.peek_list`: a deep copy of every pod, StatefulSet and Secret a pass reads cost about
 half of a pass's CPU at rest). Those objects must never be changed: their maps and lists are
-shared with other cached objects (reconciler.kube.store.Shared), and a change would be the
+shared with other cached objects (reconciler.kube.store.ValuePool), and a change would be the
 cache's truth until the next event replaced it. This module catches a reader that changes one.
 
 With KAIWU_CHECK_CACHE_READS=1 in the environment (tests/conftest.py sets it for every test

@@ -4,7 +4,7 @@ What is kept: of the kinds the reconciler only reads (Pods, claims, Secrets, Nod
 and schedules), the fields its readers use (`kinds.slim`: no managedFields, a Pod's spec down to
 its node and images, a KaiwuBackup's metadata down to the one label and annotation read); the
 kinds it applies whole, managedFields and all (drift attribution reads them). Every map and list
-equal to one already cached is stored once (`Shared`: the clusters of a fleet repeat each
+equal to one already cached is stored once (`ValuePool`: the clusters of a fleet repeat each
 other's managedFields, probes, labels and volume mounts), map keys and short strings are
 interned. Each `Store` is indexed by cluster (namespace and instance label: a cluster's pods are
 found without a scan) and by node (a Node event finds the clusters with a pod there without
@@ -68,23 +68,23 @@ StoreKey = tuple[str, str]  # (namespace, name)
 # Strings up to this long are interned as they enter a cache: keys, label values, kinds, states,
 # timestamps repeat across thousands of objects, and each JSON parse makes its own copies.
 INTERNED_MAX = 64
-# How many maps and lists `Shared` remembers before it starts afresh (what is shared stays
+# How many maps and lists `ValuePool` remembers before it starts afresh (what is shared stays
 # shared; only later arrivals stop finding the earlier ones). Each costs about 70 bytes, and
 # the equal ones arrive close together (a list answers a kind cluster by cluster): at 1,000
 # clusters (586,000 maps and lists, 75,000 distinct) a table of 32,768 keeps the caches 3 MiB
 # smaller than one holding every distinct value (bench/cache_memory.py).
-SHARED_MAX = 1 << 15
+POOL_MAX = 1 << 15
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Two items of maps or lists already made by `Shared`: the same object (maps and lists are
+    """Two items of maps or lists already made by `ValuePool`: the same object (maps and lists are
     the shared ones, short strings are interned; a long string, a certificate or a key, is
     unique to its object in any real fleet), or equal numbers, booleans or nulls of the same
     type (True, 1 and 1.0 are equal in Python but are written differently)."""
     return a is b or (type(a) is type(b) and not isinstance(a, (str, dict, list)) and a == b)
 
 
-class Shared:
+class ValuePool:
     """Stores each map and list value once: a map or list equal to one seen before (the same
     keys in the same order, the same items, scalars of the same types) is replaced by that one.
     The applied objects of a fleet repeat themselves: the managedFields of every cluster's
@@ -100,7 +100,7 @@ class Shared:
     it never grows with the cache's history. Informers call it from their threads: a lookup
     racing an insert at worst misses a chance to share."""
 
-    def __init__(self, capacity: int = SHARED_MAX) -> None:
+    def __init__(self, capacity: int = POOL_MAX) -> None:
         self.capacity = capacity
         self._seen: dict[int, Any] = {}
         self._empty_map: dict[str, Any] = {}
@@ -160,14 +160,14 @@ class Shared:
         return built
 
 
-SHARED = Shared()
+POOL = ValuePool()
 
 
 def kept(obj: Obj) -> Obj:
     """What a cache stores of an object from the API: slimmed (kinds.slim), its parts shared
-    with equal ones already cached (`Shared`: equal, and never changed, so sharing them changes
+    with equal ones already cached (`ValuePool`: equal, and never changed, so sharing them changes
     nothing a reader can see)."""
-    return SHARED.object(k.slim(obj))
+    return POOL.object(k.slim(obj))
 
 
 class Store:

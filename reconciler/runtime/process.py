@@ -9,7 +9,9 @@ replica leads does it run the workers, the periodic resync and, in directory mod
 cluster; it ends (lost lease, or shutdown) by stopping the
 directory source and waiting up to `shutdown_grace_s` for reconciles in progress, and only then
 is the Lease released. All writes go through a `GuardedKube` that refuses them the moment this
-replica may no longer be leader.
+replica may no longer be leader, wrapped in the `CountedKube` (reconciler.kube.writes) that
+counts each in writes_total{verb,kind}: the controller's, the Events', the source directory's
+and the webhook's own (its Secret and registration). The Lease's writes are not counted.
 
 With `Settings.shard`, the process is one shard of several: its caches hold only its clusters,
 a worker skips a cluster still being handed over to it, and `GuardedKube` refuses a write for a
@@ -41,6 +43,7 @@ from reconciler.kube.events import EventRecorder
 from reconciler.kube.leader import GuardedKube, LeaderElector
 from reconciler.kube.ratelimit import Limits
 from reconciler.kube.workqueue import WorkQueue
+from reconciler.kube.writes import CountedKube
 from reconciler.metrics import Metrics
 from reconciler.runtime.http import HealthServer
 from reconciler.runtime.source_dir import DirectorySource
@@ -125,9 +128,9 @@ class Runtime:
         self.api = api_client_for(settings, self._base_api)
         count_requests(self.api, self.metrics)
         own_writes = OwnWrites()
-        self.kube = GuardedKube(self.api, settings.field_manager, settings.api_timeout_s,
-                                may_write=self.may_write, own_writes=own_writes,
-                                owns_current=self._owns_current)
+        self.kube = CountedKube(GuardedKube(
+            self.api, settings.field_manager, settings.api_timeout_s, may_write=self.may_write,
+            own_writes=own_writes, owns_current=self._owns_current), self.metrics)
         self.caches = Caches(self.kube, settings, self.metrics, on_key=self.queue.add,
                              echoes=Echoes(own_writes, self._on_echo),
                              on_handover=self.queue.add_after)

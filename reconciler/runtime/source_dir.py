@@ -279,7 +279,6 @@ class DirectorySource:
                     "cluster": str(key), "error": error.message[:500]})
                 failed.append((key, f"HTTP {error.status}: {error.message[:300]}"))
                 continue
-            self.metrics.writes_total.labels(verb="apply", kind=KAIWU_CLUSTER.kind).inc()
             self._applied[key] = digest
             applied.append(key)
             log.info("applied KaiwuCluster from the source directory",
@@ -362,7 +361,6 @@ class DirectorySource:
                 log.error("pruning a KaiwuCluster failed",
                           extra={"cluster": str(key), "error": error.message[:300]})
                 continue
-            self.metrics.writes_total.labels(verb="delete", kind=KAIWU_CLUSTER.kind).inc()
             pruned.append(key)
             log.warning("deleted KaiwuCluster removed from the source directory "
                         "(its volumes stay)", extra={"cluster": str(key)})

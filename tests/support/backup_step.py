@@ -13,14 +13,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.kaiwudb.backup.step import Backups, BackupSettings
+from reconciler.kaiwudb.backup.step import Backups
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.kinds import Kind
-from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass
+from reconciler.settings import Settings
 from renderer.render import read_live
 from renderer.spec import Cluster
+from tests.support.context import step_context
 from tests.support.fake_api import FakeApi
 from tests.support.peeks import Peeks
 
@@ -91,5 +92,6 @@ def step(world: World, tmp_path: Path) -> Backups:
 
     def no_admin(cluster: Any) -> Any:
         raise AssertionError("no KaiwuDB command expected in this story")
-    settings = BackupSettings(volumes_dir=str(tmp_path))
-    return Backups(world, world, Metrics(), settings, no_admin)  # type: ignore[arg-type]
+    return Backups(step_context(world, world, settings=Settings(
+        leader_election=False, backup_volumes_dir=str(tmp_path)),
+        admin_factory=lambda _, cluster, __: no_admin(cluster)))

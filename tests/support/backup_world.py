@@ -16,17 +16,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.kaiwudb.backup.step import Backups, BackupSettings
+from reconciler.kaiwudb.backup.step import Backups
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin, KwbaseSettings
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.kinds import Kind
-from reconciler.metrics import Metrics
 from reconciler.model import NodeEntry, Obj, Pass
+from reconciler.settings import Settings
 from renderer.render import build_objects, read_live
 from renderer.settings import RenderSettings
 from renderer.spec import Cluster
+from tests.support.context import step_context
 from tests.support.peeks import Peeks
 from tests.support.sim_exec import SimExec
 from tests.world.kwdb.world import KwdbWorld
@@ -162,7 +163,9 @@ class Site:
                     f"{name}-0")]
 
     def a_pass(self, name: str, nodes: list[Obj] | None = None, **status: Any) -> Pass:
-        obj = self.api.get(k.KAIWU_CLUSTER, NS, name) or {}
+        # Peeked, as the controller's pass reads its KaiwuCluster: a step that changes it in
+        # place (instead of a copy) fails the test (tests.support.peeks).
+        obj = self.api.peek(k.KAIWU_CLUSTER, NS, name) or {}
         previous = {"initialized": True, "nodes": self.nodes(name) if nodes is None else nodes,
                     **status}
         p = Pass(ClusterKey(NS, name), obj, EPOCH + self.now, previous)
@@ -201,29 +204,30 @@ class Site:
         return done
 
 
-def a_site(tmp_path: Path, settings: BackupSettings | None = None,
+def a_site(tmp_path: Path, remove_node_files: bool = True,
            kwbase: KwbaseSettings | None = None, statements_wait_s: float = 0.2) -> Site:
-    """kwbase: the adapter's settings (e.g. a short long_timeout_s, for exports that outlive
-    their exec). statements_wait_s: how long a pass waits for an EXPORT or IMPORT it started
-    to end (BulkStatements.wait_s): a restore's IMPORT reads its files over TLS, a few
-    milliseconds a request, so its stories give it longer."""
+    """remove_node_files: Settings.backup_remove_node_files. kwbase: the adapter's settings
+    (e.g. a short long_timeout_s, for exports that outlive their exec). statements_wait_s: how
+    long a pass waits for an EXPORT or IMPORT it started to end (BulkStatements.wait_s): a
+    restore's IMPORT reads its files over TLS, a few milliseconds a request, so its stories
+    give it longer."""
     (tmp_path / CLAIM).mkdir(exist_ok=True)
     api, kwdb = Api(), KwdbWorld()
     runner = SimExec(kwdb)
-    site_settings = settings or BackupSettings(volumes_dir=str(tmp_path))
-    backups = Backups(api, api, Metrics(), site_settings,  # type: ignore[arg-type]
-                      lambda cluster: KwbaseAdmin.for_cluster(runner, cluster, kwbase),
-                      statements=BulkStatements(wait_s=statements_wait_s))
+    ctx = step_context(api, api, settings=Settings(
+        leader_election=False, backup_volumes_dir=str(tmp_path),
+        backup_remove_node_files=remove_node_files),
+        admin_factory=lambda _, cluster, __: KwbaseAdmin.for_cluster(runner, cluster, kwbase))
+    backups = Backups(ctx, statements=BulkStatements(wait_s=statements_wait_s))
     return Site(api, kwdb, runner, tmp_path, backups)
-
 
 
 def a_restarted_site(site: Site) -> Site:
     """A new reconciler process in the same world (the API, KaiwuDB, the exec and the clock
     carry on): a backup step with nothing in memory."""
-    backups = Backups(site.api, site.api, Metrics(),  # type: ignore[arg-type]
-                      site.backups.settings, site.backups.admin,
-                      statements=BulkStatements(wait_s=site.backups.statements.wait_s))
+    ctx = step_context(site.api, site.api, settings=site.backups.ctx.settings,
+                       admin_factory=site.backups.ctx.admin_factory)
+    backups = Backups(ctx, statements=BulkStatements(wait_s=site.backups.statements.wait_s))
     return Site(site.api, site.kwdb, site.runner, site.volumes, backups, site.now,
                 site.clusters)
 

@@ -25,7 +25,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj, rfc3339
 from reconciler.settings import Settings
 from renderer.render import read_live
-from tests.support.fake_api import FakeApi, FakeView, StoreKey
+from tests.support.fake_api import FakeApi, FakeView, StoreKey, counted
 
 NS, NAME = "db", "dev"
 KEY = ClusterKey(NS, NAME)
@@ -50,9 +50,10 @@ def controller_over(api: FakeApi, view: FakeView | None = None,
                     settings: Settings | None = None,
                     clock: Callable[[], float] = lambda: NOW) -> Controller:
     """The controller of namespace db, its API and caches the fakes."""
-    return Controller(cast(Any, api), cast(Any, view or FakeView(api)),
+    metrics = Metrics()
+    return Controller(counted(api, metrics), cast(Any, view or FakeView(api)),
                       settings or Settings(watch_namespace=NS, leader_election=False),
-                      Metrics(), clock=clock)
+                      metrics, clock=clock)
 
 
 class RecordingApi(FakeApi):
@@ -103,8 +104,9 @@ class World:
         """A controller of this world's settings and clock over `kube` (and `view`)."""
         self.kube = kube
         kube.clock = lambda: self.now
-        self.controller = Controller(cast(Any, kube), cast(Any, view or FakeView(kube)),
-                                     self.settings, self.metrics, clock=lambda: self.now)
+        self.controller = Controller(counted(kube, self.metrics),
+                                     cast(Any, view or FakeView(kube)), self.settings,
+                                     self.metrics, clock=lambda: self.now)
         return self.controller
 
     def reconcile(self) -> Result:
@@ -119,7 +121,7 @@ class World:
     def settle(self) -> None:
         """Time passes: the watch has shown our writes (a deletion right after our create
         would otherwise be taken for that create still on its way: STALE_GRACE_S)."""
-        self.controller.shared.marks.forget(KEY)
+        self.controller.memory.marks.forget(KEY)
 
     def edit(self, kind: str, name: str, change: Callable[[Obj], Any],
              manager: str = "kubectl-edit") -> Obj:

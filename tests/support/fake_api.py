@@ -39,17 +39,18 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
   ASSOCIATIVE); every other list is atomic. Non-apply writes make their manager (operation
   Update) own the fields they changed, taken from the others. A dry run answers the object the
   write would make, stores nothing and keeps the resourceVersion.
-- Lists and watches: label selectors of the forms the reconciler sends (`selector_matches`);
+- Lists and watches: label selectors of every form the reconciler sends (tests.support.selectors);
   a watch answers as the watch cache does (`watch`: bookmarks, 410 Gone after `compact`,
   selection transitions); `fail` makes the next list or watch fail (an unreachable server,
   a 500, a 403) and `unserved` kinds answer 404, as a CRD not installed.
 - Validation: only a Service's ports, unique by name and by (port, protocol) (`validate`).
 - Not modelled: admission (webhooks, defaulting of built-in kinds beyond the above, validation of
-  other field values), set-based selectors (`in`, `notin`), field selectors, paging (`list_objects`
-  answers one page), and exec.
+  other field values), field selectors, paging (`list_objects` answers one page), and exec.
 
 `FakeView` stands in for the watch caches (reconciler.kube.cache): what the store holds, slimmed
-as the caches keep it (`kinds.slim`), read back as copies.
+as the caches keep it (`kinds.slim`), read back as copies. `counted` wraps a FakeApi as the
+runtime wraps its client (reconciler.kube.writes.CountedKube): each write counted in
+writes_total.
 """
 
 from __future__ import annotations
@@ -59,12 +60,15 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Self
+from typing import Any, Self, cast
 
-from reconciler.kube.client import ApiError
+from reconciler.kube.client import ApiError, Kube
 from reconciler.kube.kinds import Kind, kind_of, slim
+from reconciler.kube.writes import CountedKube
+from reconciler.metrics import Metrics
 from reconciler.model import Obj, rfc3339
 from tests.support.peeks import Peeks
+from tests.support.selectors import selector_matches
 
 # store.go:202, the message of a stale update's 409.
 OPTIMISTIC_LOCK = ("the object has been modified; please apply your changes to the latest "
@@ -299,31 +303,6 @@ def json_patch(target: Obj, operations: list[Obj]) -> Obj:
     return result
 
 
-def selector_matches(selector: str | None, labels: Mapping[str, str] | None) -> bool:
-    """Whether labels match a label selector of the forms the reconciler sends (`k=v`, `k==v`,
-    `k!=v`, `k`, `!k`, comma-separated: all must hold), as the API server matches them
-    (apimachinery labels.Parse)."""
-    labels = labels or {}
-    for part in (selector or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "!=" in part:
-            key, value = part.split("!=", 1)
-            if labels.get(key.strip()) == value.strip():
-                return False
-        elif "=" in part:
-            key, value = part.split("==", 1) if "==" in part else part.split("=", 1)
-            if labels.get(key.strip()) != value.strip():
-                return False
-        elif part.startswith("!"):
-            if part[1:].strip() in labels:
-                return False
-        elif part not in labels:
-            return False
-    return True
-
-
 def _spec_part(obj: Obj) -> Obj:
     """What makes a new generation: everything but metadata and status."""
     return {key: value for key, value in obj.items()
@@ -331,6 +310,12 @@ def _spec_part(obj: Obj) -> Obj:
 
 
 StoreKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+def counted(api: Any, metrics: Metrics) -> Kube:
+    """`api` (a FakeApi, or a stand-in of some of Kube's calls) as the runtime hands its client
+    to the steps: each write counted in `metrics` (reconciler.kube.writes.CountedKube)."""
+    return CountedKube(cast(Kube, api), metrics)
 
 
 class FakeApi:

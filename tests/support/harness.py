@@ -33,6 +33,7 @@ from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as kk
 from reconciler.kube.cache import Caches
 from reconciler.kube.client import Kube
+from reconciler.kube.writes import CountedKube
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
@@ -140,8 +141,9 @@ class Reconciler:
         self.api, self.user = reconciler_identity(plane, admin, namespace)
         self.settings = Settings(watch_namespace=namespace, leader_election=False,
                                  identity=f"test-{namespace}", **settings)
-        self.kube = Kube(self.api, self.settings.field_manager)
         self.metrics = Metrics()
+        # Writes counted as the runtime counts them (reconciler.runtime.process).
+        self.kube = CountedKube(Kube(self.api, self.settings.field_manager), self.metrics)
         self.caches = Caches(self.kube, self.settings, self.metrics, self.enqueue)
         self.controller = Controller(self.kube, self.caches, self.settings, self.metrics)
         self._lock = threading.Condition()
@@ -206,6 +208,10 @@ class Reconciler:
 
     def _run(self) -> None:
         while (key := self._next()) is not None:
+            if not self.caches.owns(key) and self.caches.informers[kk.KAIWU_CLUSTER].has(
+                    key.namespace, key.name):
+                continue  # as the runtime's worker: its objects are not listed yet (the
+                # selection queues it once they are: reconciler.kube.selection)
             with self._lock:
                 self._busy = True
             try:

@@ -15,7 +15,7 @@ from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.runtime.source_dir import DirectorySource
 from reconciler.settings import Settings
-from tests.support.fake_api import FakeApi, FakeView
+from tests.support.fake_api import FakeApi, FakeView, counted
 
 ORDERS, PAYMENTS = ClusterKey("shop", "orders"), ClusterKey("shop", "payments")
 
@@ -73,8 +73,9 @@ def source(repo: Path, api: Api, metrics: Metrics | None = None, **settings: Any
     """A directory source; unless a story says otherwise it may write in every namespace (its
     lane has stories of its own)."""
     settings.setdefault("source_namespaces", "*")
-    return DirectorySource(repo, api, api.view, Settings(**settings),  # type: ignore[arg-type]
-                           metrics or Metrics(), api)  # type: ignore[arg-type]
+    metrics = metrics or Metrics()
+    return DirectorySource(repo, counted(api, metrics), api.view,
+                           Settings(**settings), metrics, api)  # type: ignore[arg-type]
 
 
 def repo_with(tmp_path: Path, **files: str) -> Path:

@@ -10,7 +10,7 @@ from bench.shards import FleetApi, label_shards, shard_name
 from reconciler.kube import kinds as k
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL, Settings
-from tests.support.fake_api import selector_matches
+from tests.support.selectors import selector_matches
 
 
 def cluster(name: str, **labels: str) -> Obj:

@@ -212,7 +212,7 @@ def test_a_controller_pass_over_a_secret_drift_writes_masked_events_and_logs(
                             Metrics(), clock=lambda: NOW)
     with caplog.at_level(logging.INFO):
         controller.reconcile(ClusterKey("shop", "orders"))
-    emitted = controller.shared.events.emitted
+    emitted = controller.ctx.events.emitted
     drift = [e for e in emitted if e.reason == "DriftDetected"]
     assert drift, [(e.reason, e.message) for e in emitted]
     for event in emitted:

@@ -62,6 +62,7 @@ from reconciler.kaiwudb.backup.restore_steps import add_foreign_keys, make_objec
 from reconciler.kaiwudb.backup.status import phase_of
 from reconciler.kaiwudb.backup.step import Backups
 from reconciler.kaiwudb.backup.targets import TargetError
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
 from reconciler.kaiwudb.kwbase.errors import ExecFailed, KwbaseError
 from reconciler.kaiwudb.kwbase.sql import quote_literal
@@ -95,10 +96,11 @@ class Restore:
     name = "restore"
     always = False
 
-    def __init__(self, backups: Backups, server: BackupFileServer, poll_s: float = 1.0) -> None:
+    def __init__(self, ctx: StepContext, backups: Backups, server: BackupFileServer) -> None:
+        self.ctx = ctx
         self.backups = backups
         self.server = server
-        self.poll_s = poll_s
+        self.poll_s = ctx.settings.backup_poll_s
         self.imports = DatabaseImport(backups)
         # The record this process last wrote, per cluster: the watch cache may still show an
         # older annotation for a moment, and an import must not run twice because of it.
@@ -133,14 +135,14 @@ class Restore:
                 pod = self.pod(p, cluster)
                 if pod is not None:
                     try:
-                        self.trust(cluster, self.backups.admin(cluster), pod, None)
+                        self.trust(cluster, self.ctx.admin(cluster), pod, None)
                     except KwbaseError as err:
                         log.warning("restore: %s/%s: %s", cluster.namespace, cluster.name, err)
             if record.get("failed"):
                 p.stalled.append(("RestoreFailed", str(record["failed"])))
             return
         name = cluster.restore_from
-        backup = self.backups.view.get(k.KAIWU_BACKUP, cluster.namespace, name)
+        backup = self.ctx.view.get(k.KAIWU_BACKUP, cluster.namespace, name)
         if backup is None or phase_of(backup) != "completed":
             state = "does not exist" if backup is None else f"is {phase_of(backup) or 'new'}"
             self.waiting(p, f"KaiwuBackup {name} {state}; the restore waits for it to complete")
@@ -149,7 +151,7 @@ class Restore:
         if pod is None:
             self.waiting(p, "no Ready pod with a live KaiwuDB node to import through")
             return
-        admin = self.backups.admin(cluster)
+        admin = self.ctx.admin(cluster)
         url = ""
         try:
             if record is None:
@@ -306,7 +308,7 @@ class Restore:
         p.requeue_in(self.poll_s if poll_s is None else poll_s)
 
     def pod(self, p: Pass, cluster: Cluster) -> str | None:
-        pods = cluster_pods(self.backups.view, cluster)
+        pods = cluster_pods(self.ctx.view, cluster)
         live = sorted(n.pod for n in p.kaiwu.nodes or () if n.state == "live" and n.pod)
         return next((name for name in live if pod_ready(pods.get(name))), None)
 
@@ -331,9 +333,8 @@ class Restore:
 
     def annotate(self, p: Pass, cluster: Cluster, record: dict[str, Any]) -> None:
         text = json.dumps(record, sort_keys=True)
-        self.backups.metrics.writes_total.labels(verb="patch", kind=k.KAIWU_CLUSTER.kind).inc()
         try:
-            self.backups.kube.patch(k.KAIWU_CLUSTER, cluster.namespace, cluster.name,
+            self.ctx.kube.patch(k.KAIWU_CLUSTER, cluster.namespace, cluster.name,
                                     {"metadata": {"annotations": {ANNOTATION: text}}})
         except ApiError as error:
             if not error.not_found:

@@ -164,7 +164,6 @@ class Schedules:
                      **({"databases": template["databases"]} if template.get("databases")
                         else {})},
         }
-        self.metrics.writes_total.labels(verb="create", kind=k.KAIWU_BACKUP.kind).inc()
         try:
             self.kube.create(body)
         except ApiError as error:
@@ -202,7 +201,6 @@ class Schedules:
                 p.events.append(("Warning", "BackupRetentionFailed",
                                  f"KaiwuBackup/{victim}: files not deleted: {err}"))
                 continue
-            self.metrics.writes_total.labels(verb="delete", kind=k.KAIWU_BACKUP.kind).inc()
             self.kube.delete(k.KAIWU_BACKUP, cluster.namespace, victim,
                              uid=str(meta(obj).get("uid")))
             p.events.append(("Normal", "BackupDeleted", f"KaiwuBackup/{victim}: removed by "

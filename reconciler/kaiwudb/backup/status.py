@@ -126,7 +126,6 @@ class BackupStatus:
         return self._finished.get(str(meta(obj).get("uid")), phase_of(obj))
 
     def patch(self, kind: k.Kind, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.metrics.writes_total.labels(verb="status", kind=kind.kind).inc()
         try:
             self.kube.patch(kind, namespace, name, {"status": status}, subresource="status")
         except ApiError as error:

@@ -43,13 +43,11 @@ from reconciler.kaiwudb.backup.schedule import Schedules
 from reconciler.kaiwudb.backup.start import Planner, start_blocker
 from reconciler.kaiwudb.backup.status import BackupFailed, BackupStatus, backups_of
 from reconciler.kaiwudb.backup.targets import Target, TargetError, target_for
-from reconciler.kaiwudb.kwbase.admin import KwbaseAdmin
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.statements import BulkStatements
 from reconciler.kube import kinds as k
-from reconciler.kube.cache import CacheView
-from reconciler.kube.client import Kube
-from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, meta
+from reconciler.settings import Settings
 from renderer.spec import Cluster
 
 log = logging.getLogger(__name__)
@@ -70,6 +68,12 @@ class BackupSettings:
     volumes_dir: str = "/backup-volumes"
     remove_node_files: bool = True
 
+    @classmethod
+    def of(cls, settings: Settings) -> BackupSettings:
+        return cls(poll_s=settings.backup_poll_s, running_poll_s=settings.backup_running_poll_s,
+                   volumes_dir=settings.backup_volumes_dir,
+                   remove_node_files=settings.backup_remove_node_files)
+
 
 class Backups:
     """The "backup" step (see the module docstring)."""
@@ -77,15 +81,14 @@ class Backups:
     name = "backup"
     always = False
 
-    def __init__(self, kube: Kube, view: CacheView, metrics: Metrics, settings: BackupSettings,
-                 admin: Callable[[Cluster], KwbaseAdmin],
-                 s3_factory: Callable[..., Any] | None = None,
+    def __init__(self, ctx: StepContext, s3_factory: Callable[..., Any] | None = None,
                  statements: BulkStatements | None = None) -> None:
-        self.kube = kube
-        self.view = view
-        self.metrics = metrics
-        self.settings = settings
-        self.admin = admin
+        self.ctx = ctx
+        self.kube = kube = ctx.kube
+        self.view = view = ctx.view
+        self.metrics = metrics = ctx.metrics
+        self.settings = settings = BackupSettings.of(ctx.settings)
+        self.admin = admin = ctx.admin
         self.statements = statements or BulkStatements()
         self._s3_clients: dict[tuple[Any, ...], Any] = {}
         self._s3_make = s3_factory
@@ -172,7 +175,7 @@ class Backups:
         p.events.append(("Normal", "BackupStarted", (
             f"KaiwuBackup/{name}: exporting {len(plan.items())} item(s) from pod {plan.pod} "
             f"(node {plan.node_id}), relational tables as of {plan.consistent_to}")))
-        self.metrics.lifecycle_actions_total.labels(action="backup-start").inc()
+        self.ctx.count("backup-start")
         self.status.mark_running(p, cluster, obj, plan, target)
 
     def advance(self, p: Pass, cluster: Cluster, obj: Obj) -> None:

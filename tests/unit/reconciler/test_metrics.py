@@ -222,7 +222,8 @@ SHOWN: dict[str, tuple[str, str]] = {
     "kaiwu_errors": ("counter",
         "Errors, by stage (reconcile, render, apply, status, source, ...)."),
     "kaiwu_writes": ("counter",
-        "API writes, by verb (apply, create, patch, delete, status) and kind."),
+        "API writes the server answered, by verb (apply, dry_run, create, update, patch, "
+        "status, delete) and kind (reconciler/kube/writes.py)."),
     "kaiwu_lifecycle_actions": ("counter",
         "Lifecycle and failover actions taken, by action."),
     "kaiwu_http_connections_dropped": ("counter",

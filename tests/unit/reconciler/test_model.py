@@ -97,7 +97,16 @@ def test_a_scale_in_removing_its_pod_has_no_node_id() -> None:
     assert "nodeId" not in removing.to_status()
     assert ScaleIn.from_status(removing.to_status()) == removing
     assert ScaleIn.from_status({"replicas": "4", "targetReplicas": 3, "pod": "orders-3"}) == (
-        ScaleIn(4, 3, "orders-3", "", ""))
+        ScaleIn(4, 3, "orders-3", "", "Removing")), "no node to drain: only removing is left"
+
+
+def test_a_scale_in_phase_nobody_wrote_drains_its_node_again_never_removes_it_undrained(
+        ) -> None:
+    garbled = {"replicas": 4, "targetReplicas": 3, "pod": "orders-3", "nodeId": 4,
+               "phase": "Removed?"}
+    assert ScaleIn.from_status(garbled) == ScaleIn(4, 3, "orders-3", "", "Decommissioning", 4)
+    assert ScaleIn.from_status({**garbled, "phase": "Removing"}) == ScaleIn(
+        4, 3, "orders-3", "", "Removing", 4)
 
 
 def test_status_entries_someone_else_wrote_are_ignored_not_fatal() -> None:

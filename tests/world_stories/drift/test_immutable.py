@@ -110,7 +110,7 @@ def test_a_selector_change_cannot_be_made_safely_and_stalls_with_instructions(
     class NarrowerRender:
         """The render step of a reconciler built from a later spec: a narrower selector."""
 
-        name, always = "render", False
+        name, always, ctx = "render", False, render.ctx
 
         def wanted(self, p: ObjectPass) -> bool:
             return render.wanted(p)

@@ -17,9 +17,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 import yaml
@@ -33,7 +36,7 @@ from tests.support.bundle import Installer
 from tests.support.harness import condition, refused, user, wait_for
 from tests.support.lifecycle import NAME, report, small_cluster
 from tests.world import image
-from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
+from tests.world.controlplane import REPO_ROOT, WRITE_VERBS, ControlPlane, service_account_token
 from tests.world.simworld import SimWorld
 
 UID = "10001"
@@ -157,3 +160,34 @@ def test_the_image_run_read_only_as_uid_10001_brings_a_cluster_to_ready(
     log = container.text()
     assert "Traceback" not in log, log[-3000:]
     assert "Read-only file system" not in log, log[-3000:]
+
+
+@pytest.mark.world  # needs podman and the built image, not the control plane
+def test_make_push_copies_the_image_it_built_to_the_destination_a_user_names(
+        reconciler_image: str, tmp_path: Path) -> None:
+    """`make push IMAGE=REF` (README, "Run it on your cluster") to a local destination, since no
+    registry is reachable here: the archive holds the very image `make image` built (its
+    config's digest is the image's id), under the name the default bundle runs."""
+    archive = tmp_path / "pushed.tar"
+    # This checkout's venv is the one running the tests; `-o` keeps make from remaking it.
+    subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "push",
+                    f"IMAGE=oci-archive:{archive}", f"BIN={Path(sys.executable).parent}"],
+                   cwd=REPO_ROOT, check=True, timeout=300)
+    assert image.image_tag() == reconciler_image, "make push copies what the bundle runs"
+    with tarfile.open(archive) as tar:
+        index = json.load(_member(tar, "index.json"))
+        manifest = json.load(_member(tar, _blob(index["manifests"][0]["digest"])))
+    built = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}",
+                            reconciler_image], check=True, capture_output=True, text=True)
+    assert manifest["config"]["digest"] == f"sha256:{built.stdout.strip()}"
+
+
+def _blob(digest: str) -> str:
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"blobs/{algorithm}/{hexdigest}"
+
+
+def _member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
+    found = tar.extractfile(name)
+    assert found is not None, f"the pushed archive has no {name}"
+    return found

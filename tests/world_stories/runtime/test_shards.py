@@ -29,10 +29,14 @@ import yaml
 from kubernetes import client as k8s
 
 from reconciler import install
+from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as kk
+from reconciler.kube.cache import Caches
 from reconciler.kube.client import Kube
+from reconciler.metrics import Metrics
 from reconciler.model import Obj
-from reconciler.settings import SHARD_LABEL
+from reconciler.settings import SHARD_LABEL, Settings
+from renderer.builders import INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from tests.support.bundle import Installer, stop
 from tests.support.harness import REPO, now_stamp, user, wait_for
 from tests.world.controlplane import WRITE_VERBS, ControlPlane, service_account_token
@@ -244,3 +248,42 @@ def test_a_shard_only_watches_its_own_clusters(control_plane: ControlPlane,
         return {item["metadata"]["name"] for item in items}
     assert names(f"{SHARD_LABEL}=a") == {"c-000", "c-002"}
     assert names(f"!{SHARD_LABEL}") == {"c-001", "c-003"}
+
+
+def test_a_shards_caches_hold_only_its_own_clusters_objects_as_the_api_server_selects_them(
+        control_plane: ControlPlane, kube: k8s.ApiClient, namespace: str) -> None:
+    """The watches of the clusters' objects are selected by the names of the shard's clusters
+    (reconciler.kube.selection), and the API server does the selecting: shard a's Secret cache
+    holds its clusters' Secrets and no other's, and follows when a cluster of its is made."""
+    api, core = k8s.CustomObjectsApi(kube), k8s.CoreV1Api(kube)
+
+    def cluster_with_secret(index: int) -> None:
+        made = parked_single_node(namespace, index)
+        api.create_namespaced_custom_object("kaiwu.inspur.com", "v1", namespace,
+                                            "kaiwuclusters", made)
+        name = made["metadata"]["name"]
+        core.create_namespaced_secret(namespace, k8s.V1Secret(metadata=k8s.V1ObjectMeta(
+            name=f"{name}-x", labels={INSTANCE_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY})))
+
+    for index in range(4):
+        cluster_with_secret(index)
+    queued: list[ClusterKey] = []
+    caches = Caches(Kube(kube, "test"), Settings(shard="a", watch_namespace=namespace,
+                                                 leader_election=False),
+                    Metrics(), queued.append, managed_kinds=(kk.SECRET,))
+    caches.start()
+    try:
+        wait_for("shard a's clusters listed",
+                 lambda: caches.owns(ClusterKey(namespace, "c-002")), 30)
+
+        def secrets() -> set[str]:
+            return {str(s["metadata"]["name"]) for s in caches.peek_list(kk.SECRET, namespace)}
+        assert secrets() == {"c-000-x", "c-002-x"}, "the unnamed shard's are not listed"
+        assert not caches.owns(ClusterKey(namespace, "c-001"))
+        cluster_with_secret(4)  # even: shard a's
+        fresh = ClusterKey(namespace, "c-004")
+        wait_for("the new cluster's objects listed", lambda: caches.owns(fresh), 30)
+        assert secrets() == {"c-000-x", "c-002-x", "c-004-x"}
+        assert queued.count(fresh) == 1, "queued once, when its objects were in the cache"
+    finally:
+        caches.stop()

@@ -68,35 +68,43 @@ def test_the_passes_steps_run_in_the_documented_order() -> None:
         assert documented == steps, f"{where} lists the steps as {documented}"
 
 
-def test_the_shared_parts_follow_the_settings() -> None:
+def test_every_step_is_given_the_one_context_of_the_settings() -> None:
     made, kube, view, metrics = controller()
-    shared = made.shared
-    assert (shared.kube, shared.view, shared.settings, shared.metrics) == (
-        kube, view, SETTINGS, metrics)
-    assert (shared.repairer.kube, shared.repairer.metrics) == (kube, metrics)
-    assert shared.dry_runs.repairer is shared.repairer
-    assert (shared.served.kube, shared.served.view, shared.served.settings) == (
+    ctx = made.ctx
+    assert (ctx.kube, ctx.view, ctx.settings, ctx.metrics, ctx.clock) == (
+        kube, view, SETTINGS, metrics, clock)
+    assert ctx.events.kube is kube and ctx.events.metrics is metrics
+    assert ctx.events.instance == "replica-7", "Events name the replica"
+    assert ctx.events.clock is clock and made.clock is clock
+    assert [step.name for step in made.steps if step.ctx is not ctx] == []
+    lifecycle_parts = [made.lifecycle.nodes, made.lifecycle.upgrades, made.lifecycle.rollouts,
+                       made.lifecycle.scaling, made.lifecycle.strays]
+    assert all(part.ctx is ctx for part in lifecycle_parts)
+
+
+def test_the_controllers_memories_follow_the_settings() -> None:
+    made, kube, view, _ = controller()
+    memory = made.memory
+    assert memory.repairer.kube is kube
+    assert memory.dry_runs.repairer is memory.repairer
+    assert (memory.served.kube, memory.served.view, memory.served.settings) == (
         kube, view, SETTINGS)
-    assert shared.events.kube is kube and shared.events.metrics is metrics
-    assert shared.events.instance == "replica-7", "Events name the replica"
-    assert shared.events.clock is clock and made.clock is clock
-    assert shared.fights.policy == BackoffPolicy(threshold=7, window_s=90.0, base_s=2.0,
+    assert memory.fights.policy == BackoffPolicy(threshold=7, window_s=90.0, base_s=2.0,
                                                  max_s=200.0)
-    assert shared.fights.clock is clock
-    assert shared.drift.field_manager == "kaiwu-test"
+    assert memory.fights.clock is clock
+    assert memory.drift.field_manager == "kaiwu-test"
 
 
 def test_the_kaiwudb_steps_get_their_timings_and_places_from_the_settings() -> None:
     made, kube, view, metrics = controller()
-    tools = made.lifecycle.tools
-    assert (tools.kube, tools.view, tools.metrics) == (kube, view, metrics)
-    assert tools.settings == LifecycleSettings(poll_s=2.5, probe_every_s=77.0,
-                                               exec_timeout_s=12.0)
+    assert made.lifecycle.settings == LifecycleSettings(poll_s=2.5, probe_every_s=77.0,
+                                                        exec_timeout_s=12.0)
+    assert made.lifecycle.nodes.settings == made.lifecycle.settings
     backups = made.backups
     assert (backups.kube, backups.view, backups.metrics) == (kube, view, metrics)
     assert backups.settings == BackupSettings(poll_s=3.5, volumes_dir="/vols",
                                               remove_node_files=False)
-    assert backups.admin == made.lifecycle.admin, "backups run kwbase as the lifecycle does"
+    assert backups.admin == made.ctx.admin, "backups run kwbase as every step does"
     restore = made.restore
     assert restore.backups is backups and restore.poll_s == 3.5
     assert restore.server._bind == ("127.0.0.1", 18091)
@@ -120,10 +128,10 @@ def test_what_the_steps_remember_of_a_cluster_is_dropped_when_it_goes() -> None:
     for key in (KEY, other):
         made.lifecycle.memory._last[(key.namespace, key.name)] = ("1", KaiwuStatus(), None)
         made.restore._written[(key.namespace, key.name)] = {"phase": "written"}
-        made.shared.marks.wrote(key, "x", None)
-        made.shared.fights.record_repair(key, sts, "drift")
+        made.memory.marks.wrote(key, "x", None)
+        made.memory.fights.record_repair(key, sts, "drift")
     made.reconcile(KEY)  # not in the caches: deleted
     assert list(made.lifecycle.memory._last) == [("db", "other")]
     assert list(made.restore._written) == [("db", "other")]
-    assert [key for key, _ in made.shared.marks._written] == [other]
-    assert [key for key, _ in made.shared.fights._states] == [other]
+    assert [key for key, _ in made.memory.marks._written] == [other]
+    assert [key for key, _ in made.memory.fights._states] == [other]

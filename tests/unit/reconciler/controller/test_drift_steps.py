@@ -985,10 +985,10 @@ def test_a_deleted_cluster_leaves_no_comparison_behind() -> None:
     world.reconcile()
     world.edit("Service", PUBLIC, change_port(1234))
     world.reconcile()
-    assert len(world.controller.shared.comparisons) > 0
+    assert len(world.controller.memory.comparisons) > 0
     world.remove("KaiwuCluster", NAME)
     world.reconcile()
-    assert len(world.controller.shared.comparisons) == 0
+    assert len(world.controller.memory.comparisons) == 0
 
 
 # ---- what the report step writes and says (reconciler.controller.report) ----------------------

@@ -1,13 +1,14 @@
 """Stories about the controller's short memories (reconciler.controller.shared): dry runs asked
 once per content, our own writes recognised while the watch cache catches up, which optional
-kinds the API serves, drift announced once. Each memory on its own, with a counting stand-in for
-what it would ask; the passes that use them: test_drift_steps.py.
+kinds the API serves, drift announced once. Each memory on its own, over the fake API
+(tests/support/fake_api.py), which counts what it is asked; the passes that use them:
+test_drift_steps.py.
 """
 
 from __future__ import annotations
 
-import copy
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -15,18 +16,22 @@ import pytest
 from reconciler import status as st
 from reconciler.controller import shared
 from reconciler.controller.shared import (
+    ASK_AGAIN_S,
     DriftNotices,
     DryRuns,
     PendingActions,
     ServedKinds,
     WriteMarks,
 )
+from reconciler.drift.repair import Repairer
 from reconciler.keys import ClusterKey, ObjectRef
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
+from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.model import Obj, with_owner
 from reconciler.settings import Settings
+from tests.support.fake_api import FakeApi
 
 ORDERS, SHOP = ClusterKey("db", "orders"), ClusterKey("db", "shop")
 
@@ -38,34 +43,44 @@ def service(port: int = 26257, **metadata: Any) -> Obj:
             "spec": {"ports": [{"name": "sql", "port": port}]}}
 
 
-class Server:
-    """Answers dry runs with the object, or with `refusal`; counts them."""
+class Server(FakeApi):
+    """The fake API, answering dry runs with `refusal` when there is one; counts them
+    (FakeApi.dry_runs)."""
 
     def __init__(self, refusal: ApiError | None = None) -> None:
-        self.asked = 0
+        super().__init__()
         self.refusal = refusal
 
-    def dry_run(self, obj: Obj) -> Obj:
-        self.asked += 1
-        if self.refusal is not None:
+    @property
+    def asked(self) -> int:
+        return self.dry_runs
+
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
+        if dry_run and self.refusal is not None:
+            self.dry_runs += 1
             raise self.refusal
-        return copy.deepcopy(obj)
+        return super().apply(obj, dry_run=dry_run, force=force)
+
+
+def spec_of(answer: Obj | ApiError) -> Any:
+    assert isinstance(answer, dict), answer
+    return answer["spec"]
 
 
 def dry_runs(server: Server) -> DryRuns:
-    return DryRuns(server)  # type: ignore[arg-type]
+    return DryRuns(Repairer(cast(KubeClient, server)))
 
 
 def test_an_unchanged_object_costs_one_dry_run_however_often_its_status_changes() -> None:
     server = Server()
     runs = dry_runs(server)
     desired, live = service(), service()
-    assert runs.run(desired, live) == desired
+    assert spec_of(runs.run(desired, live)) == desired["spec"]
     busy = service(resourceVersion="2", managedFields=[{
         "manager": "kube-controller-manager", "time": "2027-01-15T08:00:00Z",
         "fieldsV1": {"f:status": {"f:loadBalancer": {}}}}])
     busy["status"] = {"loadBalancer": {}}
-    assert runs.run(desired, busy) == desired
+    assert spec_of(runs.run(desired, busy)) == desired["spec"]
     assert server.asked == 1
     # Someone else now owns a field of the content: that is new.
     owned = service(managedFields=[{"manager": "kubectl", "time": "2027-01-15T08:00:00Z",
@@ -79,8 +94,10 @@ def test_an_unchanged_object_costs_one_dry_run_however_often_its_status_changes(
     runs.run(desired, service(port=1234))
     runs.run(service(port=1), service(port=1234))
     assert server.asked == 5
-    assert runs.cached(desired, service(port=1234)) == desired
+    cached = runs.cached(desired, service(port=1234))
+    assert cached is not None and cached["spec"] == desired["spec"]
     assert runs.cached(desired, service(port=4321)) is None
+    assert server.writes == [], "a dry run stores nothing"
 
 
 @pytest.mark.parametrize("status", [400, 403, 409, 422])
@@ -155,22 +172,53 @@ def test_a_write_the_server_stored_as_a_no_op_is_not_waited_for() -> None:
     assert marks.stale(ORDERS, "Service/orders", before)
 
 
-class Kube:
-    """Lists answered from `served`; a kind missing from it is a 404, `error` is raised."""
+def test_a_create_the_cache_does_not_show_yet_is_settled_by_one_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    api, marks = FakeApi(), WriteMarks()
+    mark = "Service/orders"
+
+    def in_flight() -> bool:
+        return marks.in_flight(cast(KubeClient, api), ORDERS, mark, k.SERVICE, "db", "orders",
+                               None)
+
+    made = api.create(service())
+    marks.wrote(ORDERS, mark, None, after=made)
+    reads = api.get
+    asked: list[str] = []
+
+    def get(kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        asked.append(name)
+        return reads(kind, namespace, name)
+    monkeypatch.setattr(api, "get", get)
+    assert in_flight(), "the server has it: on its way to the cache"
+    assert in_flight() and asked == ["orders"], "not asked again within ASK_AGAIN_S"
+    later = time.monotonic() + ASK_AGAIN_S
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    api.delete(k.SERVICE, "db", "orders")  # someone deleted it once the cache had shown it
+    assert not in_flight(), "gone there too: missing now, made again at once"
+    assert asked == ["orders", "orders"]
+    assert not in_flight() and len(asked) == 2, "the mark is dropped"
+
+
+class Kube(FakeApi):
+    """The fake API serving only the kinds in `served` (a kind whose CRD is not installed is a
+    404), or refusing every list with `error`; notes the kinds listed."""
 
     def __init__(self, served: set[str], error: ApiError | None = None) -> None:
+        super().__init__()
         self.served, self.error = served, error
         self.lists: list[str] = []
 
     def list_objects(self, kind: Kind, namespace: str | None = None,
-                     label_selector: str | None = None) -> tuple[list[Obj], str]:
+                     label_selector: str | None = None, *,
+                     keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
         self.lists.append(kind.kind)
         assert label_selector == "app.kubernetes.io/managed-by=kaiwu-operator"
         if self.error is not None:
             raise self.error
         if kind.kind not in self.served:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return [], "1"
+        return super().list_objects(kind, namespace, label_selector, keep=keep)
 
 
 class View:

@@ -39,7 +39,7 @@ class Recording:
 
     def __init__(self, step: Any, ran: list[str]) -> None:
         self.step, self.ran = step, ran
-        self.name, self.always = step.name, step.always
+        self.name, self.always, self.ctx = step.name, step.always, step.ctx
 
     def wanted(self, p: ObjectPass) -> bool:
         return bool(self.step.wanted(p))

@@ -16,8 +16,9 @@ from typing import Any, cast
 
 from reconciler import status as st
 from reconciler.controller.objects import ObjectPass
-from reconciler.controller.shared import Shared
+from reconciler.controller.shared import ControllerMemory
 from reconciler.controller.volumes import VolumesStep
+from reconciler.kaiwudb.context import StepContext
 from reconciler.keys import ClusterKey
 from reconciler.kube.client import ApiError
 from reconciler.kube.kinds import Kind
@@ -92,9 +93,9 @@ class Claims(Peeks):
 
 def step_with(claims: Claims, **settings: Any) -> VolumesStep:
     kube = SimpleNamespace(get=claims.api_get, patch=claims.patch)
-    shared = SimpleNamespace(view=claims, kube=kube, metrics=Metrics(),
-                             settings=Settings(**settings))
-    return VolumesStep(cast(Shared, shared))
+    ctx = SimpleNamespace(view=claims, kube=kube, metrics=Metrics(),
+                          settings=Settings(**settings))
+    return VolumesStep(cast(StepContext, ctx), cast(ControllerMemory, SimpleNamespace()))
 
 
 def run(step: VolumesStep, size: str, now: float = 1000.0, replicas: int = 3) -> ObjectPass:

@@ -1,6 +1,7 @@
 """Stories of the reconciler's writes to the objects it manages (reconciler.drift.repair):
 each write goes to the object judged, with the guard that keeps it from hitting another, and is
-counted by verb and kind in writes_total.
+counted by verb and kind in writes_total by the client it writes through
+(reconciler.kube.writes.CountedKube, as the runtime gives it).
 
 `Writes` below stands in for reconciler.kube.client.Kube: it records each call's arguments and
 answers with what it was given; what the API server does with such requests is in the stories of
@@ -14,6 +15,7 @@ from typing import Any
 
 from reconciler.drift.repair import Repairer, live_pointer
 from reconciler.kube.kinds import STATEFUL_SET, Kind
+from reconciler.kube.writes import CountedKube
 from reconciler.metrics import NAMESPACE, Metrics
 from reconciler.model import Obj
 
@@ -24,7 +26,7 @@ class Writes:
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
-    def apply(self, obj: Obj, *, dry_run: bool = False) -> Obj:
+    def apply(self, obj: Obj, *, dry_run: bool = False, force: bool = True) -> Obj:
         self.calls.append(("apply", (obj,), {"dry_run": dry_run}))
         return copy.deepcopy(obj)
 
@@ -42,7 +44,7 @@ class Writes:
         return {"kind": kind.kind, "metadata": {"name": name, "namespace": namespace}}
 
     def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
-               propagation: str | None = None) -> bool:
+               grace_period_seconds: int | None = None, propagation: str | None = None) -> bool:
         self.calls.append(("delete", (kind, namespace, name),
                            {"uid": uid, "propagation": propagation}))
         return True
@@ -63,7 +65,7 @@ def written(metrics: Metrics, verb: str, kind: str) -> float:
 
 def repairer() -> tuple[Repairer, Writes, Metrics]:
     writes, metrics = Writes(), Metrics()
-    return Repairer(writes, metrics), writes, metrics  # type: ignore[arg-type]
+    return Repairer(CountedKube(writes, metrics)), writes, metrics  # type: ignore[arg-type]
 
 
 def test_an_env_var_someone_added_is_removed_from_that_statefulset_with_a_guarded_patch() -> None:

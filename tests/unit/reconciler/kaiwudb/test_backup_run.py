@@ -29,7 +29,7 @@ from reconciler.kaiwudb.backup.export import EXTERN_DIR
 from reconciler.kaiwudb.backup.file_server import BackupFileServer
 from reconciler.kaiwudb.backup.restore import Restore
 from reconciler.kaiwudb.backup.status import NOT_CARRIED, running_backup
-from reconciler.kaiwudb.backup.step import FAILED_FILE, BackupSettings
+from reconciler.kaiwudb.backup.step import FAILED_FILE
 from reconciler.kaiwudb.backup.targets import VolumeTarget
 from reconciler.kaiwudb.kwbase.admin import KwbaseSettings
 from reconciler.kube import kinds as k
@@ -136,8 +136,8 @@ def test_a_setting_kwdb_cannot_write_back_is_left_out_and_named_and_the_rest_res
     assert manifest(site, "dev", "first")["leftOut"] == [
         "cluster setting cloudstorage.http.custom_ca", "cluster setting cluster.organization"]
 
-    restore = Restore(site.backups, server := BackupFileServer("127.0.0.1:0", "127.0.0.1",
-                                                                poll_s=0.01))
+    server = BackupFileServer("127.0.0.1:0", "127.0.0.1", poll_s=0.01)
+    restore = Restore(site.backups.ctx, site.backups, server)
     try:
         site.start_cluster("fresh", restore_from="first")
         for _ in range(8):
@@ -353,7 +353,7 @@ def test_a_busy_cluster_keeps_the_backup_pending_and_says_why(tmp_path: Path) ->
 
 
 def test_the_export_pod_is_the_lowest_ready_pod_with_a_live_node(tmp_path: Path) -> None:
-    site = a_site(tmp_path, BackupSettings(volumes_dir=str(tmp_path), remove_node_files=False))
+    site = a_site(tmp_path, remove_node_files=False)
     site.start_cluster("dev", replicas=3)
     load_shop(site)
     site.backup("elsewhere", databases=["shop"])

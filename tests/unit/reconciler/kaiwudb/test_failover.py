@@ -29,6 +29,7 @@ from reconciler.model import NodeEntry, Obj, Pass
 from reconciler.reasons import CRASH_LOOP, NODE_LOST, FailoverStage
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support.context import step_context
 from tests.support.failover_world import (
     NAME,
     NOW,
@@ -65,10 +66,15 @@ def cluster_obj(*, single: bool = False, **failover: Any) -> Obj:
 
 
 def failover_step(world: World) -> Failover:
-    view, kube = FakeView(world), world.kube
-    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
-                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
-    return Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    return failover_over(world, world.kube, FakeView(world))
+
+
+def failover_over(world: World, kube: Any, view: Any) -> Failover:
+    """The failover step (and the lifecycle it asks) over `kube` and `view`, with the world's
+    metrics and KaiwuDB."""
+    ctx = step_context(kube, view, metrics=world.metrics,
+                       admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
+    return Failover(ctx, Lifecycle(ctx))
 
 
 def new_pass(obj: Obj, now: float, previous: dict[str, Any]) -> Pass:
@@ -774,9 +780,7 @@ def test_a_force_delete_that_finds_a_successor_already_there_leaves_it_alone() -
     assert stale is not None
     world.put(k.POD, pod(1, "n3", uid="successor"))
     view, kube = StaleView(world, stale), world.kube
-    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
-                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
-    step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    step = failover_over(world, kube, view)
     p = new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)})
     step.run(p)
     assert world.writes == [] and world.find(k.POD, NS, "dev-1") is not None
@@ -794,9 +798,7 @@ def test_an_api_error_other_than_a_conflict_is_not_swallowed() -> None:
             raise ApiError(403, "Forbidden", "pods is forbidden")
 
     view, kube = FakeView(world), Refusing.sharing(world.kube)
-    lifecycle = Lifecycle(kube, view, world.metrics,  # type: ignore[arg-type]
-                          admin_factory=lambda *_: FakeAdmin(world))  # type: ignore[arg-type]
-    step = Failover(kube, view, world.metrics, lifecycle)  # type: ignore[arg-type]
+    step = failover_over(world, kube, view)
     with pytest.raises(ApiError):
         step.run(new_pass(cluster_obj(), NOW, {"nodes": status_nodes(world)}))
 

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pytest
 
+from reconciler.kaiwudb.context import StepContext
 from reconciler.kaiwudb.kwbase.admin import InitOutcome, KwbaseSettings
 from reconciler.kaiwudb.kwbase.errors import KwbaseError
 from reconciler.kaiwudb.kwbase.jobs import RunningJobs
@@ -39,8 +40,7 @@ from reconciler.kaiwudb.rollout import (
     version_change_problem,
     version_tuple,
 )
-from reconciler.kaiwudb.scale import DECOMMISSIONING, REMOVING
-from reconciler.kaiwudb.tools import LifecycleSettings, Tools
+from reconciler.kaiwudb.tools import LifecycleSettings
 from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube.client import ApiError
@@ -48,9 +48,11 @@ from reconciler.kube.client import Kube as KubeClient
 from reconciler.kube.kinds import Kind
 from reconciler.metrics import Metrics
 from reconciler.model import Obj, Pass, ScaleIn
-from reconciler.reasons import Wait
+from reconciler.reasons import DECOMMISSIONING, REMOVING, ScaleInPhase, Wait
+from reconciler.settings import Settings
 from renderer.schema import apply_defaults
 from renderer.spec import Cluster
+from tests.support.context import step_context
 from tests.support.failover_world import (
     NAME,
     NOW,
@@ -165,8 +167,9 @@ class Cluster3:
             self.admins_for.append((cluster.name, settings.timeout_s))
             return self.admin
 
-        self.lifecycle = Lifecycle(Kube(self.world), FakeView(self.world),  # type: ignore[arg-type]
-                                   self.metrics, admin_factory=factory)  # type: ignore[arg-type]
+        self.lifecycle = Lifecycle(step_context(Kube(self.world), FakeView(self.world),
+                                                metrics=self.metrics,
+                                                admin_factory=factory))  # type: ignore[arg-type]
 
     def counted(self, metric: str, **labels: str) -> float:
         """A counter of the reconciler's metrics (0 when never counted)."""
@@ -840,7 +843,8 @@ def test_two_marked_nodes_are_restarted_one_after_another_and_never_twice() -> N
 
 # ---- scale-in ---------------------------------------------------------------------------------
 
-def scale_in_status(phase: str = DECOMMISSIONING, node_id: int | None = 3) -> dict[str, Any]:
+def scale_in_status(phase: ScaleInPhase = DECOMMISSIONING,
+                    node_id: int | None = 3) -> dict[str, Any]:
     operation = ScaleIn(replicas=3, target_replicas=2, pod=f"{NAME}-2",
                         started_at="2027-01-15T08:00:00Z", phase=phase, node_id=node_id)
     return {"initialized": True, "operation": operation.to_status()}
@@ -1607,8 +1611,8 @@ def test_a_strays_claim_is_deleted_only_as_it_was_judged() -> None:
     """A claim of the same name made since (another uid) is not the one judged empty."""
     c = stray_cluster()
     c.world.kwdb[3] = kw_node(4, f"{NAME}-3", live=False, decommissioning=True)
-    c.lifecycle = Lifecycle(Kube(c.world), StaleClaims(c.world),  # type: ignore[arg-type]
-                            c.metrics, admin_factory=lambda *_: c.admin)  # type: ignore[arg-type]
+    c.lifecycle = Lifecycle(step_context(Kube(c.world), StaleClaims(c.world), metrics=c.metrics,
+                                         admin_factory=lambda *_: c.admin))  # type: ignore[arg-type]
     c.run()
     assert ("delete", "PersistentVolumeClaim", f"data-{NAME}-3") not in c.world.writes
     assert c.world.find(k.PVC, NS, f"data-{NAME}-3") is not None
@@ -1751,7 +1755,7 @@ def test_each_decommissioned_strays_claim_is_looked_at_past_one_already_going() 
 
 
 def test_lifecycle_commands_go_through_the_api_exec_with_the_configured_time_out() -> None:
-    """Tools.admin with its default factory: kwbase runs in the cluster's pods through the
+    """StepContext.admin with its default factory: kwbase runs in the cluster's pods through the
     API's exec, secure as the cluster is, and may take exec_timeout_s."""
     seen: list[tuple[str, str, list[str], float]] = []
 
@@ -1765,10 +1769,11 @@ def test_lifecycle_commands_go_through_the_api_exec_with_the_configured_time_out
         "apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
         "metadata": {"name": "orders", "namespace": "shop"},
         "spec": {"version": "3.2.1", "replicas": 3, "tls": {"enabled": True}}}))
-    tools = Tools(cast(KubeClient, Exec()), cast(Any, None), Metrics(),
-                  LifecycleSettings(exec_timeout_s=12.5))
+    ctx = StepContext(kube=cast(KubeClient, Exec()), view=cast(Any, None),
+                      settings=Settings(exec_timeout_s=12.5), metrics=Metrics(),
+                      events=cast(Any, None))
 
-    tools.admin(cluster).drain("orders-1")
+    ctx.admin(cluster).drain("orders-1")
 
     assert seen == [("shop", "orders-1", ["/kaiwudb/bin/kwbase", "node", "drain",
                                           "--host=localhost:26257",

@@ -25,6 +25,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def sql_run(site: Site, pod_prefix: str) -> list[str]:
 def test_a_new_cluster_is_filled_from_the_backup_one_import_per_pass(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     passes = restore_passes(site, restore)
@@ -184,7 +185,7 @@ def test_the_restore_is_recorded_as_begun_before_its_first_import_and_checked_on
     during that import finds it); the backup's files are read for their checksums once, before
     that import, not again on every pass (on S3, every pass would download the whole backup)."""
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     seen_at_import: list[dict[str, object] | None] = []
     run = site.runner.exec
@@ -218,7 +219,8 @@ def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
     site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
     site.start_cluster("dev")
     load_shop(site)
-    restore = Restore(site.backups, server, poll_s=2.5)
+    slower = replace(site.backups.ctx.settings, backup_poll_s=2.5)
+    restore = Restore(replace(site.backups.ctx, settings=slower), site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     p = site.a_pass("fresh")
@@ -245,7 +247,7 @@ def test_the_restore_waits_for_its_backup_to_complete(tmp_path: Path,
 def test_a_cluster_that_holds_data_is_refused_and_left_untouched(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     for database in ("crm", "billing"):
         site.kwdb.load((NS, "fresh"), site.now, database=database, table="leads",
@@ -268,7 +270,7 @@ def test_a_cluster_that_holds_data_is_refused_and_left_untouched(
 def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     orders = site.files("dev", "first") / "d1/public/orders/n1.0.csv"
     orders.write_text(orders.read_text().replace("tea", "tee"))
@@ -299,7 +301,7 @@ def test_a_damaged_backup_fails_the_restore_before_anything_is_imported(
 def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     for _ in range(3):  # settings, users, database sensors
         restore.run(site.a_pass("fresh"))
@@ -319,7 +321,7 @@ def test_a_database_there_although_its_import_was_not_recorded_stops_the_restore
 def test_users_imported_before_a_crash_are_not_imported_again(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     restore.run(site.a_pass("fresh"))  # settings
     site.kwdb.set_user((NS, "fresh"), site.now, "app")  # imported, never recorded
@@ -357,7 +359,7 @@ def test_users_count_as_imported_when_every_user_of_the_backup_exists(tmp_path: 
 def test_a_lagging_cache_does_not_run_an_import_twice(tmp_path: Path,
                                                       server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     stale = site.a_pass("fresh")  # the cluster as the cache shows it: no record yet
     restore.run(site.a_pass("fresh"))  # settings imported and recorded
@@ -375,7 +377,7 @@ def test_a_lagging_cache_does_not_run_an_import_twice(tmp_path: Path,
 def test_no_ready_pod_with_a_live_node_keeps_the_restore_waiting(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     for ordinal in range(3):
         site.api.objects[("Pod", NS, f"fresh-{ordinal}")]["status"]["conditions"] = [
@@ -424,7 +426,7 @@ def test_the_file_server_lists_directories_and_serves_only_what_is_published(
 def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went_further(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     cluster = site.start_cluster("fresh", restore_from="first")
     p = site.a_pass("fresh")
     restore.annotate(p, cluster, {"backup": "first", "done": ["settings", "users", "db"]})
@@ -452,7 +454,7 @@ def test_what_this_process_wrote_wins_over_a_lagging_cache_unless_the_cache_went
 def test_a_backup_without_its_manifest_fails_the_restore(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     (site.files("dev", "first") / bp.MANIFEST_FILE).unlink()
 
@@ -466,7 +468,7 @@ def test_a_backup_without_its_manifest_fails_the_restore(
 def test_a_pod_that_stopped_answering_fails_the_restore_before_it_began(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     p = site.a_pass("fresh")  # the cache still shows every pod Ready
     for ordinal in range(3):
@@ -483,7 +485,7 @@ def test_a_pod_that_stopped_answering_fails_the_restore_before_it_began(
 def test_the_restore_step_runs_for_an_initialised_cluster_made_from_a_backup(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = a_site(tmp_path, statements_wait_s=IMPORT_WAIT_S)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("dev")
     site.start_cluster("fresh", restore_from="first")
 
@@ -601,7 +603,7 @@ def test_a_stopped_file_server_starts_again_when_a_restore_needs_it(
 def test_an_import_that_does_not_succeed_fails_the_restore_naming_the_step(
         tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     run = site.runner.exec
 
@@ -623,7 +625,7 @@ def test_an_import_that_does_not_succeed_fails_the_restore_naming_the_step(
 def test_an_import_that_reports_a_notice_fails_the_restore(
         tmp_path: Path, server: BackupFileServer, monkeypatch: pytest.MonkeyPatch) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     run = site.runner.exec
 
@@ -648,11 +650,11 @@ def test_a_restarted_reconciler_carries_on_from_the_record_on_the_cluster(
     imported, does not refuse the cluster for holding the users it imported, and goes on."""
     site = backed_up(tmp_path)
     site.start_cluster("fresh", restore_from="first")
-    first = Restore(site.backups, server)
+    first = Restore(site.backups.ctx, site.backups, server)
     for _ in range(2):  # settings, users
         first.run(site.a_pass("fresh"))
 
-    restarted = Restore(site.backups, server)
+    restarted = Restore(site.backups.ctx, site.backups, server)
     p = site.a_pass("fresh")
     restarted.run(p)
 
@@ -663,7 +665,7 @@ def test_a_restarted_reconciler_carries_on_from_the_record_on_the_cluster(
 def test_the_restore_imports_through_a_ready_pod_whose_node_is_live(
         tmp_path: Path, server: BackupFileServer) -> None:
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     nodes = site.nodes("fresh")
     nodes[0] = {**nodes[0], "state": "not-live"}  # fresh-0: Ready, its node not live
@@ -689,7 +691,7 @@ def test_an_empty_database_and_names_that_need_quotes_come_back_as_they_were(
     site.backup("first")
     site.run_backup()
     assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     restore_passes(site, restore)
@@ -715,7 +717,7 @@ def test_tables_of_every_schema_come_back_not_only_public(
     status = site.status(k.KAIWU_BACKUP, "first")
     assert status["phase"] == "completed", status.get("message")
     assert {d["name"]: d["tables"] for d in status["databases"]}["shop"] == 3
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     restore_passes(site, restore)
@@ -781,7 +783,7 @@ def test_a_table_exported_in_several_files_is_restored_whole(
     assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
     orders = sorted(p.name for p in (site.files("dev", "first") / "d1/public/orders").iterdir())
     assert orders == ["meta.sql", "n1.0.csv", "n1.1.csv"]
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     restore_passes(site, restore)
@@ -806,7 +808,7 @@ def test_an_empty_table_and_a_cluster_without_settings_are_restored(
     assert site.status(k.KAIWU_BACKUP, "first")["phase"] == "completed"
     assert [p.name for p in (site.files("dev", "first") / "d0/public/returns").iterdir()] \
         == ["meta.sql"]
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     passes = restore_passes(site, restore, passes=12)
@@ -821,7 +823,7 @@ def test_a_failed_import_never_shows_the_file_servers_url_and_withdraws_it(
     IMPORT's error quotes its statement, URL included: the condition, the Event and the
     annotation say where it failed without it, and the token stops working."""
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     run = site.runner.exec
     urls: list[str] = []
@@ -866,7 +868,7 @@ def test_kaiwudb_reads_the_file_server_only_once_it_is_told_to_trust_its_ca(
     else (storage/cloud/http_storage.go:76-87). A restore that did not tell it fails on its
     first import, with Go's words, and without the file server's URL."""
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     monkeypatch.setattr(Restore, "trust", lambda self, *args: True)  # never writes the setting
 
@@ -888,7 +890,7 @@ def test_a_restore_resumed_by_another_process_trusts_only_its_file_server_and_ke
     users = new_ca("the user's own CA", datetime.now(UTC)).cert_pem.decode()
     site.start_cluster("fresh", restore_from="first")
     site.kwdb.set_setting((NS, "fresh"), site.now, CUSTOM_CA, users)
-    first = Restore(site.backups, server)
+    first = Restore(site.backups.ctx, site.backups, server)
     for _ in range(2):  # settings, users
         first.run(site.a_pass("fresh"))
         site.at(site.now + 1)
@@ -896,7 +898,7 @@ def test_a_restore_resumed_by_another_process_trusts_only_its_file_server_and_ke
     assert (record(site) or {})["done"] == ["settings", "users"]
     later = BackupFileServer("127.0.0.1:0", "127.0.0.1", poll_s=0.01)
     try:
-        second = Restore(site.backups, later)
+        second = Restore(site.backups.ctx, site.backups, later)
         p = site.a_pass("fresh")
         second.run(p)
         assert setting(site) == users + later.ca_pem(), "the gone process's CA is out"
@@ -993,7 +995,7 @@ def slow_shop_import(tmp_path: Path, server: BackupFileServer,
     """The backup "first" restored into "fresh" up to its last step, database shop, which
     takes 400 simulated seconds (4 rows at 0.01 rows/s) and has just started."""
     site = backed_up(tmp_path, kwbase)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     for _ in range(3):  # settings, users, database sensors
         restore.run(site.a_pass("fresh"))
@@ -1036,7 +1038,7 @@ def test_a_reconciler_restarted_during_an_import_checks_the_rows_instead_of_impo
         tmp_path: Path, server: BackupFileServer) -> None:
     site, _ = slow_shop_import(tmp_path, server)
     # A new reconciler: nothing in memory. The old one's client waits on; the job goes on.
-    restarted = Restore(site.backups, server)
+    restarted = Restore(site.backups.ctx, site.backups, server)
     site.backups.statements = BulkStatements(wait_s=0.2)
     site.at(site.now + 5)
     p = site.a_pass("fresh")
@@ -1059,7 +1061,7 @@ def test_an_import_whose_files_stopped_answering_fails_the_restore_with_kwdbs_er
     site, _ = slow_shop_import(tmp_path, server, KwbaseSettings(long_timeout_s=60.0))
     # The reconciler restarts: its file server, and the token the running IMPORT reads, go.
     server.withdraw(f"{NS}/fresh")
-    restarted = Restore(site.backups, server)
+    restarted = Restore(site.backups.ctx, site.backups, server)
     site.backups.statements = BulkStatements(wait_s=0.2)
     for _ in range(8):
         site.at(site.now + 60)
@@ -1082,7 +1084,7 @@ def test_a_failed_import_of_an_earlier_attempt_is_not_this_restores(
     (an attempt wiped by hand since): KWDB keeps that job for seven days. It began before this
     restore did, so it is not this restore's, and the restore imports shop itself."""
     site = backed_up(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     site.kwdb.add_finished_job((NS, "fresh"), site.now - 600, "IMPORT",
                                "IMPORT DATABASE CSV DATA ('http://10.0.0.9:8091/old/d1')",
@@ -1122,7 +1124,7 @@ def test_privileges_on_databases_schemas_and_tables_come_back_after_the_import(
     status = site.status(k.KAIWU_BACKUP, "first")
     assert status["phase"] == "completed", status.get("message")
     assert "privileges" not in status["message"], "no longer said to be lost"
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     restore_passes(site, restore, passes=12)
@@ -1155,7 +1157,7 @@ def back_up(site: Site) -> dict[str, Any]:
 def restore_fresh(site: Site, server: BackupFileServer, passes: int = 12
                   ) -> tuple[Restore, list[Pass]]:
     """A new cluster "fresh" restored from "first", `passes` restore passes at most."""
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     return restore, restore_passes(site, restore, passes=passes)
 
@@ -1371,7 +1373,7 @@ def test_views_and_sequences_come_back_with_their_values_grants_and_order(
     site.run_backup()
     status = site.status(k.KAIWU_BACKUP, "first")
     assert status["phase"] == "completed", status.get("message")
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     before = kwdb.contents(key, site.now)
     # nextval adds before it checks the bound (sequence.go:69-80), so a used-up sequence may
@@ -1433,7 +1435,7 @@ def test_a_view_definition_changed_in_the_target_is_refused_not_run(
     shop = next(d for d in manifest["plan"]["databases"] if d["name"] == "shop")
     shop["views"][0]["definition"] = "(id) AS SELECT 1; DROP DATABASE shop CASCADE"
     path.write_text(json.dumps(manifest))
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
 
     passes = restore_passes(site, restore, passes=12)
@@ -1448,7 +1450,7 @@ def test_a_sequence_used_after_its_value_was_set_is_not_set_back_by_a_step_run_a
     again after a crash (and after the sequence handed out values) never rewinds it; an
     object of another kind under a sequence's name fails the restore, naming it."""
     site = viewed_site(tmp_path)
-    restore = Restore(site.backups, server)
+    restore = Restore(site.backups.ctx, site.backups, server)
     site.start_cluster("fresh", restore_from="first")
     restore_passes(site, restore, passes=16)
     found = record(site) or {}

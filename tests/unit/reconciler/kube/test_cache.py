@@ -27,7 +27,7 @@ from reconciler.kube.cache import Caches, _cluster_changed, _node_projection
 from reconciler.kube.client import ApiError
 from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import Kind, slim
-from reconciler.kube.store import INTERNED_MAX, Shared, cluster_of, store_key
+from reconciler.kube.store import INTERNED_MAX, ValuePool, cluster_of, store_key
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
@@ -43,6 +43,7 @@ from tests.support.backup_step import (
     schedule,
     step,
 )
+from tests.support.caches import listed
 from tests.support.fake_api import FakeApi
 
 
@@ -148,7 +149,9 @@ def test_a_node_event_queues_the_clusters_with_pods_there_without_copying_the_po
     caches = Caches(api, Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
                     queued.append)
     caches.informers[k.KAIWU_CLUSTER]._list()  # the clusters are this (unnamed) shard's
+    listed(caches)  # the pods' watch now selects these clusters' pods (kube.selection)
     caches.informers[k.POD]._list()
+    listed(caches)
     queued.clear()  # the lists' ADDED events
 
     def no_copies(*args: Any, **kwargs: Any) -> list[Obj]:
@@ -413,7 +416,7 @@ def as_json(obj: Obj) -> str:
 
 def test_what_the_clusters_repeat_is_cached_once_and_every_object_reads_as_the_api_sent_it(
         fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "SHARED", Shared())  # not started afresh halfway by chance
+    monkeypatch.setattr(store, "POOL", ValuePool())  # not started afresh halfway by chance
     api = FakeApi()
     services = applied_informer(api, k.SERVICE, fleet)
     sets = applied_informer(api, k.STATEFUL_SET, fleet)
@@ -462,7 +465,7 @@ def test_a_copy_from_the_cache_can_be_changed_without_touching_the_other_cluster
 
 
 def test_values_equal_in_python_but_written_differently_are_not_shared() -> None:
-    shared = Shared()
+    shared = ValuePool()
     long_text = "x" * (INTERNED_MAX + 1)
     stored = [shared.value(obj) for obj in (
         {"replicas": 1}, {"replicas": True}, {"replicas": 1.0}, {"replicas": 1},
@@ -478,7 +481,7 @@ def test_values_equal_in_python_but_written_differently_are_not_shared() -> None
 
 
 def test_the_table_of_shared_values_starts_afresh_when_full_and_keeps_what_it_shared() -> None:
-    shared = Shared(capacity=4)
+    shared = ValuePool(capacity=4)
     first = shared.value({"labels": {"app": "kaiwudb"}})
     assert shared.value({"labels": {"app": "kaiwudb"}}) is first
     for index in range(10):
@@ -491,7 +494,7 @@ def test_the_table_of_shared_values_starts_afresh_when_full_and_keeps_what_it_sh
 def test_maps_and_lists_that_look_alike_to_the_table_keep_their_own_shares() -> None:
     # Values whose keys, types or items differ are remembered side by side: looking one up
     # never pushes out another, so each is shared again when it comes back.
-    shared = Shared()
+    shared = ValuePool()
     for first_value, second_value in (({"a": 1}, {"b": 1}), ([1], [2]), ([1], [1.0]),
                                       (["x"], ["y"]), ([1, 2], [2, 1])):
         first = shared.value(first_value)

@@ -19,6 +19,7 @@ from reconciler.kube.events import MESSAGE_LIMIT, Emitted, EventRecorder, trunca
 from reconciler.kube.kinds import EVENT, Kind
 from reconciler.metrics import NAMESPACE, Metrics
 from reconciler.model import Obj
+from tests.support import fake_api
 
 
 class Clock:
@@ -43,7 +44,8 @@ class EventStore:
         self.events[(meta["namespace"], meta["name"])] = copy.deepcopy(obj)
         return obj
 
-    def patch(self, kind: Kind, namespace: str, name: str, patch: Obj) -> Obj:
+    def patch(self, kind: Kind, namespace: str, name: str, patch: Obj,
+              subresource: str = "") -> Obj:
         assert kind == EVENT
         if self.fail:
             raise ApiError(self.fail, "Error", "patch failed")
@@ -64,7 +66,7 @@ ORDERS: Obj = {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
 
 def recorder(**options: Any) -> tuple[EventRecorder, EventStore, Clock, Metrics]:
     store, clock, metrics = EventStore(), Clock(), Metrics()
-    return (EventRecorder(store, metrics, clock=clock, **options),  # type: ignore[arg-type]
+    return (EventRecorder(fake_api.counted(store, metrics), metrics, clock=clock, **options),
             store, clock, metrics)
 
 

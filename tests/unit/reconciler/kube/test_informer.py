@@ -27,6 +27,7 @@ from reconciler.metrics import NAMESPACE, Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
 from renderer.builders import INSTANCE_LABEL, MANAGED_SELECTOR
+from tests.support.caches import listed
 from tests.support.fake_api import FakeApi, FakeWatch
 from tests.support.informing import Informed, Step, pod, removed, together
 
@@ -209,6 +210,7 @@ class Routed:
         clusters = self.caches.informers[k.KAIWU_CLUSTER]
         clusters._synced.set()
         clusters._store.put(("shop", "orders"), kwc())
+        listed(self.caches)
 
     def event(self, kind: str, obj: Obj, old: Obj | None = None) -> tuple[list[Any], list[Any]]:
         self.keys.clear()
@@ -368,7 +370,9 @@ def test_the_caches_answer_for_their_informers() -> None:
     caches = routed.caches
     assert set(caches.informers) == {k.KAIWU_CLUSTER, k.KAIWU_BACKUP,
                                      k.KAIWU_BACKUP_SCHEDULE, k.POD, k.NODE}
-    assert caches.informers[k.POD].label_selector == MANAGED_SELECTOR
+    # Only the cached clusters' objects (reconciler.kube.selection).
+    assert caches.informers[k.POD].label_selector == \
+        f"{MANAGED_SELECTOR},{INSTANCE_LABEL} in (orders)"
     assert caches.informers[k.POD].namespace == "shop"
     assert caches.informers[k.NODE].namespace == "", "Nodes are not namespaced"
     assert caches.informers[k.KAIWU_BACKUP].label_selector == ""
@@ -443,6 +447,7 @@ def test_a_cluster_handed_over_to_the_unnamed_shard_is_logged_with_the_delay(
     clusters = caches.informers[k.KAIWU_CLUSTER]
     clusters._synced.set()
     clusters._store.put(("shop", "orders"), kwc())
+    listed(caches)
     with caplog.at_level(logging.INFO, logger="reconciler.kube.cache"):
         caches._on_event("ADDED", kwc(), None)
     assert handed == [(ORDERS, 4.0)]

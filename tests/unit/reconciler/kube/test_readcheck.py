@@ -22,7 +22,7 @@ from tests.support.informing import Informed, pod, removed
 
 def own_pod(name: str) -> Obj:
     """A pod whose maps equal no other test's: the caches share equal maps across caches
-    (store.Shared), so a change made here on purpose must not reach another test's cache."""
+    (store.ValuePool), so a change made here on purpose must not reach another test's cache."""
     made = pod(name, cluster="readcheck", node="node-readcheck")
     made["status"] = {"phase": "Readcheck"}  # (the cache keeps a Pod's phase, not its message)
     return made
@@ -50,7 +50,7 @@ def test_a_reader_that_changes_a_peeked_pod_is_named_and_a_copy_may_be_changed_f
 
     peeked["status"]["phase"] = "Failed"  # a reader changing the cache's own
     found = informer._check.changed()
-    # Both pods: their equal status maps are one map in the cache (store.Shared), which is why
+    # Both pods: their equal status maps are one map in the cache (store.ValuePool), which is why
     # a change to a peeked object is a change to others too.
     assert len(found) == 2 and "Pod.v1 ('shop', 'orders-0')" in found[0] \
         and "('shop', 'orders-1')" in found[1], found

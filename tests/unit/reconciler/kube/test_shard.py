@@ -22,6 +22,7 @@ from reconciler.kube.leader import GuardedKube, NotOwnerError
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import SHARD_LABEL, Settings, SettingsError
+from tests.support.caches import listed
 from tests.support.controller_world import NOW, NS, cluster
 from tests.support.fake_api import FakeApi, FakeView
 
@@ -66,6 +67,7 @@ class Shard:
         else:
             self.clusters._store.put(key, copy.deepcopy(obj))
         self.caches._on_event(kind, obj, old)
+        listed(self.caches)  # the watches of its objects follow (reconciler.kube.selection)
 
     def owned_event(self, obj: Obj) -> None:
         self.caches._on_event("MODIFIED", obj, obj)

@@ -349,9 +349,9 @@ def test_the_real_controller_is_made_from_the_replicas_parts() -> None:
     metrics, settings, view = Metrics(), Settings(identity="replica-z"), Caches()
     made = default_controller(kube, view, settings, metrics)  # type: ignore[arg-type]
     assert isinstance(made, RealController)
-    shared = made.shared
-    assert (shared.kube, shared.settings, shared.metrics) == (kube, settings, metrics)
-    assert shared.view is cast(Any, view)
+    ctx = made.ctx
+    assert (ctx.kube, ctx.settings, ctx.metrics) == (kube, settings, metrics)
+    assert ctx.view is cast(Any, view)
 
 
 def eventually(condition: Any, what: str, timeout_s: float = 5.0) -> None:
