@@ -34,7 +34,7 @@ from bench.results import report  # noqa: E402
 from reconciler.listeners import BoundedServer, Limits  # noqa: E402
 from reconciler.metrics import Metrics  # noqa: E402
 from reconciler.runtime import webhook  # noqa: E402
-from tests.unit.reconciler.runtime.test_webhook import certificate, post, review  # noqa: E402
+from tests.support.webhook_client import certificate, post, review  # noqa: E402
 
 UNBOUNDED = Limits(max_connections=10**6, request_deadline_s=10.0**6,
                    max_body_bytes=webhook.LIMITS.max_body_bytes, io_timeout_s=10.0**6)

@@ -97,6 +97,32 @@ def mutant_prefix(module: str) -> str:
     return module.removesuffix(".py").replace("/", ".") + "."
 
 
+def mutated_functions(module: str, root: Path = ROOT) -> set[str]:
+    """The names mutmut 3 gives the functions of `module` it mutates, read from the source
+    (mutmut/mutation/trampoline_templates.py mangle_function_name, file_mutation.py): `x_<name>`
+    for a function of the module, `xǁ<Class>ǁ<name>` for a method of one of its classes;
+    functions nested in either are mutated as part of them; decorated ones (but for
+    @staticmethod and @classmethod) and __getattribute__, __setattr__, __new__ are not mutated.
+    A mutant's name is the module's `mutant_prefix`, one of these, `__mutmut_` and a number."""
+    tree = ast.parse((root / module).read_text())
+
+    def mutated(node: ast.stmt) -> str | None:
+        """The function's name if mutmut mutates it."""
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in (
+                "__getattribute__", "__setattr__", "__new__"):
+            return None
+        decorators = node.decorator_list
+        if decorators and not (len(decorators) == 1 and isinstance(decorators[0], ast.Name)
+                               and decorators[0].id in ("staticmethod", "classmethod")):
+            return None
+        return node.name
+
+    names = {f"x_{name}" for name in map(mutated, tree.body) if name}
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        names |= {f"xǁ{cls.name}ǁ{name}" for name in map(mutated, cls.body) if name}
+    return names
+
+
 def _copy_tree(scratch: Path) -> None:
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,

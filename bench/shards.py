@@ -102,14 +102,12 @@ def shard_name(index: int, shards: int) -> str:
 
 class FleetApi(FakeApi):
     """The fake API holding the whole fleet, with what the benchmark needs of a real server
-    beyond FakeApi: set-based label selectors (`!kaiwu.inspur.com/shard`), watches that wait for
-    the next change and turn a selector transition into ADDED or DELETED as the watch cache does
-    (the object's previous version is kept beside each change for that), and a condition
-    variable woken by every change."""
+    beyond FakeApi: watches that wait for the next change (a change log per kind, each change
+    with the object's previous version, to turn a selector transition into ADDED or DELETED as
+    the watch cache does), and a condition variable woken by every change."""
 
     def __init__(self, objects: dict[StoreKey, Obj]) -> None:
         self.changed = threading.Condition()
-        self._prev: Obj | None = None
         # kind -> [(revision, type, object, previous version or None)]
         self.changes: dict[str, list[tuple[int, str, Obj, Obj | None]]] = {}
         self.execs: list[str] = []  # the kwbase commands run, in order
@@ -174,16 +172,8 @@ class FleetApi(FakeApi):
             return "\n".join([header, *rows]) + "\n", "", 0
         raise RuntimeError(f"the benchmark's kwbase does not answer {' '.join(words)}")
 
-    def _write(self, verb: str, key: StoreKey, live: Obj | None, new: Obj, *,
-               dry_run: bool = False, record: bool = True) -> Obj:
-        self._prev = live
-        try:
-            return super()._write(verb, key, live, new, dry_run=dry_run, record=record)
-        finally:
-            self._prev = None
-
-    def _record(self, type_: str, obj: Obj) -> None:
-        prev = obj if type_ == "DELETED" else self._prev
+    def _record(self, type_: str, obj: Obj, before: Obj | None) -> None:
+        prev = obj if type_ == "DELETED" else before
         with self.changed:
             self.changes.setdefault(obj["kind"], []).append(
                 (self.revision, type_, copy.deepcopy(obj), prev))

@@ -39,11 +39,13 @@ being staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go.
   ASSOCIATIVE); every other list is atomic. Non-apply writes make their manager (operation
   Update) own the fields they changed, taken from the others. A dry run answers the object the
   write would make, stores nothing and keeps the resourceVersion.
+- Lists and watches: label selectors of every form the reconciler sends (tests.support.selectors);
+  a watch answers as the watch cache does (`watch`: bookmarks, 410 Gone after `compact`,
+  selection transitions); `fail` makes the next list or watch fail (an unreachable server,
+  a 500, a 403) and `unserved` kinds answer 404, as a CRD not installed.
 - Validation: only a Service's ports, unique by name and by (port, protocol) (`validate`).
 - Not modelled: admission (webhooks, defaulting of built-in kinds beyond the above, validation of
   other field values), field selectors, paging (`list_objects` answers one page), and exec.
-- Label selectors: every form the reconciler sends (tests.support.selectors), in lists and
-  watches alike; a watch's events are those of objects that match.
 
 `FakeView` stands in for the watch caches (reconciler.kube.cache): what the store holds, slimmed
 as the caches keep it (`kinds.slim`), read back as copies. `counted` wraps a FakeApi as the
@@ -339,10 +341,22 @@ class FakeApi:
                                       for obj in self.objects.values())])]
         self._names = itertools.count(1)
         self._uids: set[str] = {str(obj["metadata"].get("uid")) for obj in self.objects.values()}
-        # (revision, type, object) of every change, for `watch`.
-        self.history: list[tuple[int, str, Obj]] = []
+        # (revision, type, object, the object before) of every change, for `watch`.
+        self.history: list[tuple[int, str, Obj, Obj | None]] = []
         for key, obj in list(self.objects.items()):
             self.objects[key] = self._seeded(obj)
+        # The oldest revision whose change `history` still holds (`compact`); the watch cache
+        # starts at the store's revision, as after the server's first list.
+        self._oldest = [self.revision + 1]
+        # The revision of each kind's last change (the watch cache's lastProcessedResourceVersion,
+        # what its bookmarks carry).
+        self._last_change: dict[str, int] = {}
+        # Calls that fail before reaching the store, in order, by call (`fail`).
+        self.failures: dict[str, list[BaseException]] = {}
+        # Kinds the server does not serve (a CRD not installed): their lists and watches are 404.
+        self.unserved: set[str] = set()
+        # How many of the next watches the server ends before their deadline (`end_early`).
+        self._ending_early = [0]
 
     @property
     def revision(self) -> int:
@@ -373,6 +387,7 @@ class FakeApi:
     def list_objects(self, kind: Kind, namespace: str | None = None,
                      label_selector: str | None = None, *,
                      keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
+        self._answering("list_objects", kind)
         items = []
         for (kind_, ns, _), obj in sorted(self.objects.items()):
             if kind_ == kind.kind and (not namespace or ns == namespace) and selector_matches(
@@ -383,16 +398,78 @@ class FakeApi:
 
     def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
               label_selector: str | None = None, timeout_seconds: int = 300) -> FakeWatch:
-        """The changes after `resource_version` until now, then the watch ends (as the
-        server's time-out ends one); 410 Gone for a version older than the history kept."""
+        """The changes after `resource_version` until now, then the watch ends as the server's
+        time-out ends one, as kube-apiserver 1.20's watch cache answers (staging/src/k8s.io/
+        apiserver/pkg/storage/cacher/): from version 0, the objects there now, each ADDED
+        (watch_cache.go:577-601); 410 Gone, in the server's words, for a version older than the
+        history still held (`compact`; watch_cache.go:606-607); a change that takes an object
+        into the selection is ADDED, one that takes it out DELETED (cacher.go
+        convertToWatchEvent); last, the BOOKMARK the watch cache sends 2 s before a watch's
+        deadline (cacher.go:1257 nextBookmarkTime; our client asks for bookmarks) with the
+        revision of the kind's last change, if it has had one since the cache started and it is
+        newer than the watch's start (cacher.go:813-830, :1401)."""
+        self._answering("watch", kind)
         since = int(resource_version or 0)
-        if self.history and since < self.history[0][0] - 1:
-            raise ApiError(410, "Expired", f"too old resource version: {since}")
-        events = [(type_, copy.deepcopy(obj)) for revision, type_, obj in self.history
-                  if revision > since and obj["kind"] == kind.kind
-                  and (not namespace or obj["metadata"].get("namespace") == namespace)
-                  and selector_matches(label_selector, obj["metadata"].get("labels"))]
+
+        def selected(obj: Obj | None) -> bool:
+            return obj is not None and obj["kind"] == kind.kind and (
+                not namespace or obj["metadata"].get("namespace") == namespace) and \
+                selector_matches(label_selector, obj["metadata"].get("labels"))
+
+        events: list[tuple[str, Obj]] = []
+        if not since:
+            events = [("ADDED", copy.deepcopy(obj)) for obj in
+                      (obj for _, obj in sorted(self.objects.items())) if selected(obj)]
+        elif since < self._oldest[0] - 1:
+            raise ApiError(410, "Expired",
+                           f"too old resource version: {since} ({self._oldest[0] - 1})")
+        for revision, type_, obj, before in self.history if since else ():
+            if revision <= since:
+                continue
+            now, then = selected(obj) and type_ != "DELETED", selected(before)
+            if now:
+                events.append(("MODIFIED" if then else "ADDED", copy.deepcopy(obj)))
+            elif then and before is not None:
+                gone = copy.deepcopy(before if type_ != "DELETED" else obj)
+                gone["metadata"]["resourceVersion"] = str(revision)
+                events.append(("DELETED", gone))
+        last = self._last_change.get(kind.kind, 0)
+        if self._ending_early[0]:
+            self._ending_early[0] -= 1
+        elif timeout_seconds > 2 and last > since:
+            events.append(("BOOKMARK", {"apiVersion": kind.api_version, "kind": kind.kind,
+                                        "metadata": {"resourceVersion": str(last)}}))
         return FakeWatch(events)
+
+    def compact(self) -> None:
+        """The watch cache's window of recent changes moves past every change so far (it keeps
+        the last 100 or more of a kind, fewer the older they are: watch_cache.go:344-358; here
+        one window for every kind): a watch from an earlier version is 410 Gone, and its
+        watcher must list again."""
+        del self.history[:]
+        self._oldest[0] = self.revision + 1
+
+    def end_early(self) -> None:
+        """The next watch is ended by the server before its deadline (kube-apiserver
+        restarting, a proxy closing the connection): its events come, the bookmark due 2 s
+        before the deadline does not."""
+        self._ending_early[0] += 1
+
+    def fail(self, call: str, *errors: BaseException) -> None:
+        """The next calls of `call` ("list_objects" or "watch") raise `errors`, one each, before
+        reaching the store: an API server that cannot be reached (ConnectionRefusedError), one
+        whose etcd fails (ApiError 500), RBAC refusing (ApiError 403)."""
+        if call not in ("list_objects", "watch"):
+            raise ValueError(f"FakeApi.fail: {call!r} is not a call that can fail here; "
+                             "give 'list_objects' or 'watch'")
+        self.failures.setdefault(call, []).extend(errors)
+
+    def _answering(self, call: str, kind: Kind) -> None:
+        pending = self.failures.get(call)
+        if pending:
+            raise pending.pop(0)
+        if kind.kind in self.unserved:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def create(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
@@ -526,7 +603,11 @@ class FakeApi:
             del self.objects[key]
             self.writes.append(("delete", kind.kind, name))
             self.revision += 1
-            self._record("DELETED", live)
+            # The watch's DELETED event carries the object as it was, at the revision of its
+            # deletion (storage/etcd3/watcher.go:439-441).
+            gone = copy.deepcopy(live)
+            gone["metadata"]["resourceVersion"] = str(self.revision)
+            self._record("DELETED", gone, live)
             return True
         new_meta["deletionTimestamp"] = rfc3339(self.clock() + grace)
         new_meta["deletionGracePeriodSeconds"] = grace
@@ -562,8 +643,9 @@ class FakeApi:
         stored["metadata"]["resourceVersion"] = str(self.revision)
         kind = kind_of(obj)
         key = self.store_key(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        before = self.objects.get(key)
         self.objects[key] = stored
-        self._record("ADDED", stored)
+        self._record("ADDED" if before is None else "MODIFIED", stored, before)
         return copy.deepcopy(stored)
 
     def collect_garbage(self) -> None:
@@ -769,16 +851,17 @@ class FakeApi:
             del self.objects[key]
             self.revision += 1
             meta["resourceVersion"] = str(self.revision)
-            self._record("DELETED", new)
+            self._record("DELETED", new, live)
             return copy.deepcopy(new)
         self.revision += 1
         meta["resourceVersion"] = str(self.revision)
         self.objects[key] = copy.deepcopy(new)
-        self._record("ADDED" if live is None else "MODIFIED", new)
+        self._record("ADDED" if live is None else "MODIFIED", new, live)
         return copy.deepcopy(new)
 
-    def _record(self, type_: str, obj: Obj) -> None:
-        self.history.append((self.revision, type_, copy.deepcopy(obj)))
+    def _record(self, type_: str, obj: Obj, before: Obj | None) -> None:
+        self.history.append((self.revision, type_, copy.deepcopy(obj), copy.deepcopy(before)))
+        self._last_change[obj["kind"]] = self.revision
 
 
 def validate(obj: Obj) -> None:

@@ -2,7 +2,8 @@
 node's external-I/O directory with KWDB's result columns and notices, the file commands read
 them, IMPORT brings them back into an empty cluster and reports reject rows.
 
-Pure Python, no Kubernetes: the Operator of test_kwdb.py plays kubelet and admin adapter.
+Pure Python, no Kubernetes: the Operator of tests/support/kwdb_operator.py plays kubelet and admin
+adapter.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import csv
 import io
 
+from tests.support.kwdb_operator import KEY, Operator
 from tests.world.kwdb import ExecResult
-from tests.world.selftest.test_kwdb import KEY, Operator
 
 EXTERN = "/kaiwudb/deploy/data/extern"
 

@@ -1,16 +1,16 @@
-"""Stories of the watch caches (reconciler.kube.cache) on a fake API: what they keep of each
-object, and their indexes by cluster and by node, kept right through adds, updates, deletes and
-relists. The objects are the benchmark fleet's (bench/fleet.py), shaped as an API server returns
-them, and the backup stories' KaiwuBackups and schedules (test_backup_step.py), made as large as
-a tenant may. The same caches against the real apiserver: tests/world_stories/runtime/
-test_caches.py.
+"""Stories of the watch caches (reconciler.kube.cache) on the fast tier's fake API
+(tests/support/fake_api.py): what they keep of each object, and their indexes by cluster and by
+node, kept right through adds, updates, deletes and relists. The objects are the benchmark
+fleet's (bench/fleet.py), shaped as an API server returns them, and the backup stories'
+KaiwuBackups and schedules (test_backup_step.py), made as large as a tenant may. The same
+caches against the real apiserver: tests/world_stories/runtime/test_caches.py.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ from reconciler.keys import ClusterKey
 from reconciler.kube import kinds as k
 from reconciler.kube import store
 from reconciler.kube.cache import Caches, _cluster_changed, _node_projection
+from reconciler.kube.client import ApiError
 from reconciler.kube.informer import Informer
 from reconciler.kube.kinds import Kind, slim
-from reconciler.kube.store import INTERNED_MAX, ValuePool, cluster_of
+from reconciler.kube.store import INTERNED_MAX, ValuePool, cluster_of, store_key
 from reconciler.metrics import Metrics
 from reconciler.model import Obj
 from reconciler.settings import Settings
@@ -43,36 +44,7 @@ from tests.support.backup_step import (
     step,
 )
 from tests.support.caches import listed
-
-
-class FakeWatch:
-    def __init__(self, events: list[tuple[str, Obj]]) -> None:
-        self.events = events
-
-    def __iter__(self) -> Iterator[tuple[str, Obj]]:
-        return iter(self.events)
-
-    def close(self) -> None:
-        pass
-
-
-class FakeKube:
-    """Lists answer `items` of the asked kind; watches deliver `events`."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, list[Obj]] = {}
-        self.events: list[tuple[str, Obj]] = []
-
-    def list_objects(self, kind: Kind, namespace: str | None = None,
-                     label_selector: str | None = None, *,
-                     keep: Callable[[Obj], Obj] | None = None) -> tuple[list[Obj], str]:
-        items = copy.deepcopy(self.items.get(kind.kind, []))
-        return [keep(item) if keep else item for item in items], "100"
-
-    def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
-              label_selector: str | None = None, timeout_seconds: int = 300) -> FakeWatch:
-        events, self.events = self.events, []
-        return FakeWatch(copy.deepcopy(events))
+from tests.support.fake_api import FakeApi
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +52,18 @@ def fleet() -> list[LiveCluster]:
     return live_fleet(12, nodes=4)
 
 
-def pod_informer(kube: FakeKube, fleet: list[LiveCluster]) -> Informer:
-    kube.items["Pod"] = [pod for cluster in fleet for pod in cluster.pods]
-    informer = Informer(kube, k.POD, Settings(leader_election=False))  # type: ignore[arg-type]
+def pod_informer(api: FakeApi, fleet: list[LiveCluster]) -> Informer:
+    for pod in (pod for cluster in fleet for pod in cluster.pods):
+        api.put(pod)
+    informer = Informer(api, k.POD, Settings(leader_election=False))  # type: ignore[arg-type]
     informer._list()
     return informer
+
+
+def gone(api: FakeApi, obj: Obj) -> None:
+    """The pod is deleted, its kubelet confirming at once."""
+    api.delete(k.POD, obj["metadata"]["namespace"], obj["metadata"]["name"],
+               grace_period_seconds=0)
 
 
 def scanned(informer: Informer, namespace: str, instance: str) -> list[str]:
@@ -112,43 +91,65 @@ def check_indexes(informer: Informer, fleet: list[LiveCluster]) -> None:
 
 def test_the_indexes_find_what_a_scan_finds_through_adds_updates_deletes_and_relists(
         fleet: list[LiveCluster]) -> None:
-    kube = FakeKube()
-    informer = pod_informer(kube, fleet)
+    api = FakeApi()
+    informer = pod_informer(api, fleet)
     assert len(informer) == sum(len(cluster.pods) for cluster in fleet)
     check_indexes(informer, fleet)
     assert informer.clusters_on_node("node-0"), "the fleet has pods on node-0"
 
+    # A pod made again on another node (as its StatefulSet does once the old one is gone), one
+    # relabelled into another cluster, one added, one deleted.
     moved = copy.deepcopy(fleet[0].pods[0])
-    moved["spec"]["nodeName"] = "node-9"  # rescheduled elsewhere
-    relabelled = copy.deepcopy(fleet[1].pods[0])
-    relabelled["metadata"]["labels"][INSTANCE_LABEL] = fleet[2].cluster["metadata"]["name"]
+    moved["spec"]["nodeName"] = "node-9"
+    gone(api, moved)
+    api.create(moved)
+    relabelled = fleet[1].pods[0]["metadata"]
+    api.edit(k.POD, relabelled["namespace"], relabelled["name"],
+             lambda obj: obj["metadata"]["labels"].update(
+                 {INSTANCE_LABEL: fleet[2].cluster["metadata"]["name"]}))
     added = copy.deepcopy(fleet[3].pods[0])
     added["metadata"]["name"] = "extra-0"
-    gone = fleet[4].pods[0]
-    kube.events = [("MODIFIED", moved), ("MODIFIED", relabelled), ("ADDED", added),
-                   ("DELETED", gone)]
+    api.create(added)
+    deleted = fleet[4].pods[0]
+    gone(api, deleted)
     informer._watch()
     check_indexes(informer, fleet)
     assert informer.clusters_on_node("node-9") == [cluster_of(moved)]
-    assert informer.peek(gone["metadata"]["namespace"], gone["metadata"]["name"]) is None
+    assert informer.peek(deleted["metadata"]["namespace"], deleted["metadata"]["name"]) is None
 
-    # A relist after 410 Gone: the store and its indexes are the list's, nothing left over.
-    kube.items["Pod"] = [pod for cluster in fleet[:6] for pod in cluster.pods]
+    # The relabelled pod goes: no cluster's index keeps it, the one it left included.
+    gone(api, fleet[1].pods[0])
+    informer._watch()
+    check_indexes(informer, fleet)
+
+    # A relist after 410 Gone: the store and its indexes are the list's, nothing left over of
+    # what went while the cache was not watching.
+    for pod in [moved, *(pod for cluster in fleet[6:] for pod in cluster.pods)]:
+        gone(api, pod)
+    api.compact()
+    with pytest.raises(ApiError) as expired:
+        informer._watch()
+    assert expired.value.gone
     informer._list()
-    assert len(informer) == sum(len(cluster.pods) for cluster in fleet[:6])
+    listed, _ = api.list_objects(k.POD)
+    assert sorted(store_key(pod) for pod in informer.list()) == sorted(map(store_key, listed))
+    assert len(informer) == sum(len(cluster.pods) for cluster in fleet[:6]) - 3 + 1, \
+        "three gone (moved, deleted, relabelled), one added (extra-0)"
     check_indexes(informer, fleet)
     assert informer.clusters_on_node("node-9") == []
 
 
 def test_a_node_event_queues_the_clusters_with_pods_there_without_copying_the_pod_cache(
         fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
-    kube = FakeKube()
-    kube.items["Pod"] = [pod for cluster in fleet for pod in cluster.pods]
-    kube.items["KaiwuCluster"] = [cluster.cluster for cluster in fleet]
+    api = FakeApi()
+    for obj in [*(pod for cluster in fleet for pod in cluster.pods),
+                *(cluster.cluster for cluster in fleet)]:
+        api.put(obj)
     queued: list[ClusterKey] = []
-    caches = Caches(kube, Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
+    caches = Caches(api, Settings(leader_election=False), Metrics(),  # type: ignore[arg-type]
                     queued.append)
     caches.informers[k.KAIWU_CLUSTER]._list()  # the clusters are this (unnamed) shard's
+    listed(caches)  # the pods' watch now selects these clusters' pods (kube.selection)
     caches.informers[k.POD]._list()
     listed(caches)
     queued.clear()  # the lists' ADDED events
@@ -276,25 +277,25 @@ def tenant_sized(obj: Obj, uid: str) -> Obj:
 def test_a_tenants_kaiwubackup_is_cached_as_the_little_its_readers_use_however_large_it_is(
         ) -> None:
     made = tenant_sized(backup("nightly-1", "completed", "2026-01-01T03:00:00"), "b-uid")
-    kube = FakeKube()
-    kube.items["KaiwuBackup"] = [made]
-    informer = Informer(kube, k.KAIWU_BACKUP,  # type: ignore[arg-type]
+    api = FakeApi()
+    stored = api.put(made)
+    informer = Informer(api, k.KAIWU_BACKUP,  # type: ignore[arg-type]
                         Settings(leader_election=False))
     informer._list()
     cached = informer.peek(NS, "nightly-1")
     assert cached is not None
-    assert len(as_json(made)) > TENANT_NOTE and len(as_json(cached)) < 1024
-    assert cached == {**made, "metadata": {
-        "name": "nightly-1", "namespace": NS, "uid": "b-uid", "resourceVersion": "41",
+    assert len(as_json(stored)) > TENANT_NOTE and len(as_json(cached)) < 1024
+    assert cached == {**stored, "metadata": {
+        "name": "nightly-1", "namespace": NS, "uid": "b-uid",
+        "resourceVersion": stored["metadata"]["resourceVersion"],
         "generation": 1, "creationTimestamp": "2026-01-01T03:00:00Z",
         "labels": {k.SCHEDULE_LABEL: "nightly"},
         "annotations": {k.SLOT_ANNOTATION: "2026-01-01T03:00:00Z"}}}, \
         "spec and status whole, metadata down to what is read"
 
     # The one annotation read, made huge, is dropped: as if absent (no slot), not kept.
-    made["metadata"]["annotations"][k.SLOT_ANNOTATION] = "2026" * (TENANT_NOTE // 4)
-    made["metadata"]["resourceVersion"] = "42"
-    kube.events = [("MODIFIED", made)]
+    api.edit(k.KAIWU_BACKUP, NS, "nightly-1", lambda obj: obj["metadata"]["annotations"].update(
+        {k.SLOT_ANNOTATION: "2026" * (TENANT_NOTE // 4)}))
     informer._watch()
     cached = informer.peek(NS, "nightly-1")
     assert cached is not None and cached["metadata"]["annotations"] == {}
@@ -400,10 +401,10 @@ def test_the_crds_bound_every_string_and_list_of_a_backups_spec_so_the_cache_may
     assert 16 * 1024 < len(json.dumps(spec)) < 21 * 1024
 
 
-def applied_informer(kube: FakeKube, kind: Kind, fleet: list[LiveCluster]) -> Informer:
-    kube.items[kind.kind] = [live for cluster in fleet for live in cluster.live
-                             if live["kind"] == kind.kind]
-    informer = Informer(kube, kind, Settings(leader_election=False))  # type: ignore[arg-type]
+def applied_informer(api: FakeApi, kind: Kind, fleet: list[LiveCluster]) -> Informer:
+    for live in (live for cluster in fleet for live in cluster.live if live["kind"] == kind.kind):
+        api.put(live)
+    informer = Informer(api, kind, Settings(leader_election=False))  # type: ignore[arg-type]
     informer._list()
     return informer
 
@@ -416,16 +417,18 @@ def as_json(obj: Obj) -> str:
 def test_what_the_clusters_repeat_is_cached_once_and_every_object_reads_as_the_api_sent_it(
         fleet: list[LiveCluster], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store, "POOL", ValuePool())  # not started afresh halfway by chance
-    kube = FakeKube()
-    services = applied_informer(kube, k.SERVICE, fleet)
-    sets = applied_informer(kube, k.STATEFUL_SET, fleet)
+    api = FakeApi()
+    services = applied_informer(api, k.SERVICE, fleet)
+    sets = applied_informer(api, k.STATEFUL_SET, fleet)
     for cluster in fleet:
         for live in cluster.live:
             if live["kind"] in ("Service", "StatefulSet"):
                 md = live["metadata"]
                 cached = (services if live["kind"] == "Service" else sets).peek(
                     md["namespace"], md["name"])
-                assert cached is not None and as_json(cached) == as_json(live)
+                sent = api.get(k.SERVICE if live["kind"] == "Service" else k.STATEFUL_SET,
+                               md["namespace"], md["name"])
+                assert cached is not None and sent is not None and as_json(cached) == as_json(sent)
 
     # Two clusters of one template, their headless Services (named as the cluster): the
     # fields our apply owns are listed once for both.
@@ -440,8 +443,8 @@ def test_what_the_clusters_repeat_is_cached_once_and_every_object_reads_as_the_a
 
 def test_a_copy_from_the_cache_can_be_changed_without_touching_the_other_clusters(
         fleet: list[LiveCluster]) -> None:
-    kube = FakeKube()
-    services = applied_informer(kube, k.SERVICE, fleet)
+    api = FakeApi()
+    services = applied_informer(api, k.SERVICE, fleet)
     names = [(c.cluster["metadata"]["namespace"], c.cluster["metadata"]["name"])
              for c in fleet[0:4:3]]
     copied = services.get(*names[0])
@@ -455,10 +458,7 @@ def test_a_copy_from_the_cache_can_be_changed_without_touching_the_other_cluster
         assert cached["spec"]["ports"][0]["port"] != 1
 
     # An edit arrives by watch: that Service changes in the cache, the other does not.
-    edited = copy.deepcopy(next(live for live in fleet[0].live if live["kind"] == "Service"
-                                and live["metadata"]["name"] == names[0][1]))
-    edited["spec"]["ports"][0]["port"] = 2
-    kube.events = [("MODIFIED", edited)]
+    api.edit(k.SERVICE, *names[0], lambda obj: obj["spec"]["ports"][0].update(port=2))
     services._watch()
     assert services.peek(*names[0])["spec"]["ports"][0]["port"] == 2  # type: ignore[index]
     assert services.peek(*names[1])["spec"]["ports"][0]["port"] != 2  # type: ignore[index]

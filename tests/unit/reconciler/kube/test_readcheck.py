@@ -17,19 +17,19 @@ from reconciler.kube.informer import Informer
 from reconciler.kube.readcheck import ReadCheck
 from reconciler.model import Obj
 from tests.support.fake_api import FakeApi, FakeView
-from tests.unit.reconciler.kube.test_informer import Informed, pod
+from tests.support.informing import Informed, pod, removed
 
 
-def own_pod(name: str, version: str) -> Obj:
+def own_pod(name: str) -> Obj:
     """A pod whose maps equal no other test's: the caches share equal maps across caches
     (store.ValuePool), so a change made here on purpose must not reach another test's cache."""
-    made = pod(name, version, cluster="readcheck", node="node-readcheck")
+    made = pod(name, cluster="readcheck", node="node-readcheck")
     made["status"] = {"phase": "Readcheck"}  # (the cache keeps a Pod's phase, not its message)
     return made
 
 
 def informer_with(*pods: str) -> Informer:
-    informed = Informed([([own_pod(name, "1") for name in pods], "1")], [])
+    informed = Informed([own_pod(name) for name in pods])
     informed.run()
     return informed.informer
 
@@ -58,8 +58,7 @@ def test_a_reader_that_changes_a_peeked_pod_is_named_and_a_copy_may_be_changed_f
 
 
 def test_a_change_is_caught_when_the_changed_object_leaves_the_cache_too() -> None:
-    informed = Informed([([own_pod("orders-0", "1")], "1")],
-                        [[("DELETED", own_pod("orders-0", "2"))]])
+    informed = Informed([own_pod("orders-0")], meanwhile=[removed("orders-0")])
     informer = informed.informer
     check = informer._check
     assert check is not None
@@ -77,7 +76,7 @@ def test_a_change_is_caught_when_the_changed_object_leaves_the_cache_too() -> No
 
 def test_the_fakes_of_the_caches_catch_the_same_change() -> None:
     api = FakeApi()
-    api.put(own_pod("orders-0", "1"))
+    api.put(own_pod("orders-0"))
     view = FakeView(api)
     claimed = view.peek_list(k.POD, "shop")
     assert claimed and view.peek(k.POD, "shop", "orders-0") == claimed[0]
@@ -89,7 +88,7 @@ def test_the_fakes_of_the_caches_catch_the_same_change() -> None:
 def test_the_check_is_on_in_tests_and_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert readcheck.enabled(), "tests/conftest.py turns it on for every tier"
     monkeypatch.delenv(readcheck.ENV)
-    assert Informed([], []).informer._check is None, "production pays nothing for it"
+    assert Informed().informer._check is None, "production pays nothing for it"
     check = ReadCheck("x")
     check.keep("a", {"n": 1})
     check.drop("a")

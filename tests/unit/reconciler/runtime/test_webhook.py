@@ -38,17 +38,13 @@ from reconciler.runtime.webhook import (
     live_bundle,
     policy_of,
 )
-from reconciler.runtime.webhook_certs import ServingPolicy, next_step, read_state
 from reconciler.settings import Settings
 from renderer.settings import KubeVersion
 from tests.support.fake_api import FakeApi
 from tests.support.peeks import Peeks
 from tests.support.threads import holding_up_exit, serve_forever_polls, threads_started
 from tests.support.waiting import eventually
-
-POLICY = ServingPolicy(common_name="kaiwu-reconciler-webhook", hosts=("127.0.0.1",),
-                       ca_validity=timedelta(days=30), cert_validity=timedelta(days=10),
-                       overlap=timedelta(minutes=5))
+from tests.support.webhook_client import certificate, post, review
 
 
 class EmptyView(Peeks):
@@ -57,38 +53,6 @@ class EmptyView(Peeks):
 
     def list(self, kind: Any, namespace: str, labels: Any = None) -> list[Any]:
         return []
-
-
-def certificate(now: datetime) -> tuple[bytes, bytes, bytes]:
-    """(ca.crt, tls.crt, tls.key) as the leader's first step makes them."""
-    step = next_step(read_state(None), b"", now, POLICY)
-    assert step is not None
-    state = step[0]
-    assert state.ca is not None and state.leaf is not None
-    return state.ca.cert_pem, state.leaf.cert_pem, state.leaf.key_pem
-
-
-def post(port: int, ca_pem: bytes, body: dict[str, Any]) -> tuple[int, dict[str, Any], bytes]:
-    """(status, answer, the certificate the server presented)."""
-    context = ssl.create_default_context(cadata=ca_pem.decode())
-    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-    try:
-        connection.request("POST", PATH, json.dumps(body),
-                           {"Content-Type": "application/json"})
-        assert isinstance(connection.sock, ssl.SSLSocket)
-        peer = connection.sock.getpeercert(binary_form=True)
-        answer = connection.getresponse()
-        return answer.status, json.loads(answer.read()), peer or b""
-    finally:
-        connection.close()
-
-
-def review(replicas: int) -> dict[str, Any]:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u-1", "operation": "CREATE", "namespace": "db", "name": "orders",
-        "object": {"apiVersion": "kaiwu.inspur.com/v1", "kind": "KaiwuCluster",
-                   "metadata": {"name": "orders", "namespace": "db"},
-                   "spec": {"replicas": replicas}}}}
 
 
 def test_a_review_is_answered_over_tls_and_a_new_certificate_is_served_without_a_restart(
