@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -60,6 +60,7 @@ from tests.world.controlplane import ControlPlane, Process
 NODE_BINARIES = ("kubelet", "pause")
 PAUSE_IMAGE = "localhost/kaiwu-test/pause:3.2"
 TAINT_KEY = "kaiwu.test/real-node"
+NODE_ROOT = Path("/tmp")  # each node's directory (containerd's, the kubelet's), see RealNode
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace for the CRI plugin's images and containers
 
 
@@ -197,7 +198,10 @@ class RealNode:
             raise RealNodeError("no kubelet built: run make world-node")
         self.plane, self.spec, self.bin_dir = plane, spec, found
         self._lock: IO[str] | None = None
-        self.dir = plane.dir / f"node-{spec.name}"
+        # Not under the plane's directory, which a caller's tmp_root can make long: containerd
+        # and the kubelet make unix sockets under it, and a socket's path must stay under 104
+        # bytes (containerd refuses "unix socket path too long"). One run per node name.
+        self.dir = NODE_ROOT / f"kaiwu-testworld-{spec.name}"
         self.socket = self.dir / "containerd" / "containerd.sock"
         self.containerd = Process("containerd", ["containerd", "--config",
                                                  str(self.dir / "containerd.toml")],
@@ -246,7 +250,9 @@ class RealNode:
             raise RealNodeError("a real node cannot start here; missing: " + "; ".join(missing))
         self._hold_lock()
         self._clean_after_killed_run()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        _unmount_under(self.dir)  # the directory is fixed per name: nothing of before stays
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
         self._state.write_text(str(self.dir))
         try:
             self._add_address()
@@ -435,14 +441,18 @@ def _unmount_under(directory: Path) -> None:
         subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 
 
-def on_real_node(bundle: list[dict[str, Any]], server: str) -> list[dict[str, Any]]:
+def on_real_node(bundle: list[dict[str, Any]], server: str,
+                 settings: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The install bundle with the test overlay a real node of this test world needs, and
     nothing else: the reconciler's pods on the host network (the API server listens on
     127.0.0.1), their listeners on the pod's own address (two pods share the host's ports
     only at different addresses), the real node's taint tolerated and its label selected,
     the image used as loaded (no registry), and in-cluster configuration pointed at the API
-    server (no kube-proxy turns the `kubernetes` Service's ClusterIP into it)."""
+    server (no kube-proxy turns the `kubernetes` Service's ClusterIP into it). `settings`:
+    more of the reconciler's KAIWU_* variables, as a user would set them in the Deployment
+    (a story's short certificate lifetimes, say); a name the bundle sets is refused."""
     host, _, port = server.removeprefix("https://").rpartition(":")
+    extra = dict(settings or {})
     out = []
     for doc in bundle:
         if doc and doc.get("kind") == "Deployment":
@@ -464,6 +474,11 @@ def on_real_node(bundle: list[dict[str, Any]], server: str) -> list[dict[str, An
                                             ("WEBHOOK_ADDRESS", "webhook"),
                                             ("RESTORE_HTTP_ADDRESS", "restore-files"))
                       if name in ports)]
+                clash = sorted({e["name"] for e in container["env"]} & extra.keys())
+                if clash:
+                    raise RealNodeError(f"on_real_node settings {clash}: the bundle or the "
+                                        "overlay sets them already; change them there")
+                container["env"] += [{"name": k, "value": v} for k, v in sorted(extra.items())]
         out.append(doc)
     return out
 

@@ -4,7 +4,12 @@ applied whole with Debian's kubectl. Both reconcilers start from the image with 
 configuration and pass their startup, liveness and readiness probes as the kubelet judges them;
 the API server reaches the admission webhook through its Service and refuses a bad spec with
 the renderer's message; a KaiwuCluster (its KaiwuDB pods on simulated nodes) is brought to Ready
-by the reconciler in its pod; and when the leader's pod is deleted the other takes over.
+by the reconciler in its pod; when the leader's pod is deleted the other takes over; and when
+the leader is killed mid-failover (SIGKILL by containerd, its pod force-deleted so it cannot
+come back in place), the other replica takes the Lease once it runs out and finishes the
+failover from what the cluster shows: one new store, one decommission (of the lost node id, by
+the successor), the cluster Ready. (The certificate rotation through the API server is
+test_webhook_rotation_on_node.py's, with lifetimes of seconds for the whole install.)
 
 The test overlay (`tests.world.real_node.on_real_node`) changes only what this machine needs:
 host network (the API server listens on 127.0.0.1), the real nodes' taint tolerated, the image
@@ -19,23 +24,31 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
-import tempfile
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.support.chaos import DecommissionLog, tap_decommissions
 from tests.support.waiting import eventually
-from tests.world import image
-from tests.world.build import locate_kubectl
-from tests.world.controlplane import ControlPlane, ControlPlaneSettings
+from tests.world.controlplane import WRITE_VERBS, ControlPlane, ControlPlaneSettings
 from tests.world.kube_rest import ApiError, KubeAccess, KubeRest
 from tests.world.kubelet import default_nodes
-from tests.world.real_node import RealNode, RealNodeSpec, on_real_node
+from tests.world.real_node import RealNode
+from tests.world.real_operator import (
+    NODES,
+    PODS,
+    RECONCILER_USER,
+    install,
+    kubectl,
+    leader,
+    real_nodes,
+    wait_for_replicas,
+)
+from tests.world.real_operator import pod_ready as ready
 from tests.world.simworld import SimWorld, WorldSettings
 
 pytestmark = [
@@ -44,69 +57,48 @@ pytestmark = [
     pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
                        reason="a real kubelet: this story runs in the node tier (make test-node)"),
 ]
-# Two real nodes, so the bundle's two replicas run at two addresses and elect one leader.
-NODES = (RealNodeSpec(), RealNodeSpec(name="real-node-2", address="198.18.0.2",
-                                      kubelet_port=10360, healthz_port=10368))
-NAMESPACE = "kaiwu-system"
-PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
-LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/kaiwu-reconciler"
 CLUSTERS = "/apis/kaiwu.inspur.com/v1/namespaces/kaiwu-dev/kaiwuclusters"
 REPO = Path(__file__).resolve().parents[3]
+NODE_LOST_TIMEOUT_S = 5.0  # the failover story's spec.failover.nodeLostTimeout
+
+
+@dataclass
+class World:
+    """The control plane, its two real nodes (the image loaded) and the simulated world:
+    four simulated nodes for KaiwuDB (three pods and a spare for a failover)."""
+
+    plane: ControlPlane
+    nodes: dict[str, RealNode]
+    sim: SimWorld
 
 
 @pytest.fixture(scope="module")
-def plane() -> Iterator[ControlPlane]:
-    """The control plane, two real nodes with the image loaded, three simulated nodes for
-    KaiwuDB."""
-    tag = image.build()
+def world(image_archive: Path) -> Iterator[World]:
     settings = ControlPlaneSettings(crd_paths=(), real_nodes=tuple(n.name for n in NODES),
                                     route_to_endpoints=True)
     with contextlib.ExitStack() as stack:
         plane = stack.enter_context(ControlPlane(settings))
-        archive = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "image.oci.tar"
-        image.podman("save", "--format", "oci-archive", "--output", str(archive), tag)
-        world = SimWorld(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token),
-                         WorldSettings(nodes=default_nodes(3, prefix="sim-node")))
-        stack.callback(world.stop)  # each stops whatever the others' stops did
-        world.start()
-        for spec in NODES:
-            node = RealNode(plane, spec)
-            stack.callback(node.stop)
-            node.start()
-            node.import_image(archive)
+        sim = SimWorld(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token),
+                       WorldSettings(nodes=default_nodes(4, prefix="sim-node")))
+        stack.callback(sim.stop)  # each stops whatever the others' stops did
+        sim.start()
+        nodes = stack.enter_context(real_nodes(plane, image_archive))
         kubectl(plane, "create", "namespace", "kaiwu-dev")  # where clusters/dev.yaml lives
-        yield plane
+        yield World(plane, nodes, sim)
 
 
-def ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in pod["status"].get("conditions") or ())
-
-
-def kubectl(plane: ControlPlane, *args: str, stdin: str = "") -> str:
-    found = locate_kubectl()
-    assert found is not None, "make world fetches Debian's kubectl"
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "kubeconfig"
-        config.write_text(yaml.safe_dump(plane.kubeconfig()))
-        done = subprocess.run([str(found), f"--kubeconfig={config}", *args], input=stdin,
-                              capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+@pytest.fixture(scope="module")
+def plane(world: World) -> ControlPlane:
+    return world.plane
 
 
 @pytest.fixture(scope="module")
 def api(plane: ControlPlane) -> KubeRest:
     """The bundle installed (`kaiwu install --kube-version 1.20`, the test overlay, `kubectl
     apply --server-side`) and both reconciler pods Ready on the real nodes."""
-    bundle = subprocess.run([sys.executable, "-m", "reconciler.cli", "install",
-                             "--kube-version", "1.20"], check=True, capture_output=True,
-                            text=True).stdout
-    docs = on_real_node(list(yaml.safe_load_all(bundle)), plane.server)
-    kubectl(plane, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    install(plane)
     rest = KubeRest(KubeAccess(plane.server, str(plane.ca_path), plane.admin_token))
-    eventually(lambda: len([p for p in rest.get(PODS)["items"] if ready(p)]) == 2, 180,
-               "both reconciler pods Ready on the real nodes")
+    wait_for_replicas(rest, len(NODES), 180)
     return rest
 
 
@@ -149,19 +141,115 @@ def test_a_cluster_is_brought_to_ready_by_the_reconciler_in_its_pod(
                             for c in conditions) else None
     cluster = eventually(ready_cluster, 180, "the dev cluster Ready")
     kaiwudb = api.get("/api/v1/namespaces/kaiwu-dev/pods")["items"]
-    assert sorted(p["spec"]["nodeName"] for p in kaiwudb) == [
-        "sim-node-1", "sim-node-2", "sim-node-3"], "KaiwuDB on the simulated nodes"
+    hosts = [p["spec"]["nodeName"] for p in kaiwudb]
+    assert len(set(hosts)) == 3 and all(h.startswith("sim-node-") for h in hosts), \
+        "KaiwuDB on the simulated nodes, one pod each"
     assert cluster["status"]["initialized"] is True
 
 
 def test_the_leaders_pod_deleted_the_other_takes_over(api: KubeRest) -> None:
     names = {p["metadata"]["name"] for p in api.get(PODS)["items"]}
-    leader = eventually(lambda: api.get(LEASE)["spec"].get("holderIdentity") in names
-                        and api.get(LEASE)["spec"]["holderIdentity"], 60, "one pod to lead")
-    api.delete(f"{PODS}/{leader}")
-    (standby,) = names - {leader}
-    eventually(lambda: api.get(LEASE)["spec"].get("holderIdentity") == standby, 90,
-               "the standby to take over the Lease")
+    deleted = eventually(lambda: leader(api) in names and leader(api), 60, "one pod to lead")
+    api.delete(f"{PODS}/{deleted}")
+    (standby,) = names - {deleted}
+    eventually(lambda: leader(api) == standby, 90, "the standby to take over the Lease")
     eventually(lambda: len([p for p in api.get(PODS)["items"]
-                            if ready(p) and p["metadata"]["name"] != leader]) == 2, 180,
+                            if ready(p) and p["metadata"]["name"] != deleted]) == 2, 180,
                "a new pod Ready in the deleted one's place")
+
+
+def test_the_leaders_pod_killed_mid_failover_the_other_finishes_it(
+        world: World, api: KubeRest) -> None:
+    """A simulated node under `dev` is lost; once the leader has force-deleted the pod there
+    (its Event says so: the failover has begun), the leader's container is SIGKILLed by its
+    real node's containerd, so it neither finishes its pass nor releases the Lease, and its pod
+    is force-deleted so no kubelet restarts it in place. The other replica takes the Lease
+    when it runs out and carries the failover on from what the cluster shows: one new store,
+    the lost KaiwuDB node decommissioned once, the cluster Ready."""
+    namespace, events = "kaiwu-dev", "/api/v1/namespaces/kaiwu-dev/events"
+    kaiwudb_pods = f"/api/v1/namespaces/{namespace}/pods"
+    api.patch(f"{CLUSTERS}/dev", {"spec": {"failover": {
+        "nodeLostTimeout": f"{NODE_LOST_TIMEOUT_S:g}s", "replaceLostVolumes": True}}})
+    key = (namespace, "dev")
+    eventually(lambda: world.sim.kwdb.replication(key, world.sim.clock.now())
+               .underreplicated == 0, 60, "three copies of every range")
+    before = live_nodes(api.get(f"{CLUSTERS}/dev"))
+    victim, others = "dev-1", ("dev-0", "dev-2")
+    old = api.get(f"{kaiwudb_pods}/{victim}")
+    lost_node = old["spec"]["nodeName"]
+    uids = {name: api.get(f"{kaiwudb_pods}/{name}")["metadata"]["uid"] for name in others}
+    replicas = {p["metadata"]["name"] for p in api.get(PODS)["items"]}
+
+    decommissions = DecommissionLog()  # what the simulated KaiwuDB is told, when
+    tap_decommissions(world.sim, decommissions)
+
+    def started_failover() -> bool:
+        return any(e["involvedObject"].get("name") == "dev" for e in api.get(
+            events, {"fieldSelector": "reason=PodForceDeleted"})["items"])
+    lost_at = time.monotonic()
+    world.sim.faults.lose_node(lost_node)
+    try:
+        eventually(started_failover, NODE_LOST_TIMEOUT_S + 90, "the failover to begin",
+                   interval=0.05)
+        began = time.monotonic() - lost_at
+        killed = leader(api)
+        assert killed in replicas, (killed, replicas)
+        pod = api.get(f"{PODS}/{killed}")
+        [status] = pod["status"]["containerStatuses"]
+        node = world.nodes[pod["spec"]["nodeName"]]
+        killed_at = time.monotonic()
+        killed_wall = time.time()
+        node.ctr("tasks", "kill", "-s", "SIGKILL",
+                 status["containerID"].removeprefix("containerd://"))
+        api.delete(f"{PODS}/{killed}", {"gracePeriodSeconds": 0})
+
+        successor = eventually(lambda: leader(api) not in ("", killed) and leader(api), 60,
+                               "another replica to take the Lease")
+        took_over = time.monotonic() - killed_at
+
+        def finished() -> dict[str, Any] | None:
+            found = api.get(f"{CLUSTERS}/dev")
+            st = found.get("status") or {}
+            fresh = live_nodes(found).get(victim) not in (None, before[victim])
+            return found if fresh and "failures" not in st and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in st.get("conditions") or ()) else None
+        cluster = eventually(finished, 180, "the cluster Ready with a new store for dev-1")
+        print(f"\n[timing] node lost -> failover begun: {began:.1f} s; leader {killed} killed "
+              f"-> {successor} leads: {took_over:.1f} s; killed -> Ready: "
+              f"{time.monotonic() - killed_at:.1f} s")
+    finally:
+        world.sim.faults.heal()
+
+    assert successor in replicas - {killed}, "the standby, not a restart of the killed pod"
+    assert api.get_or_none(f"{PODS}/{killed}") is None
+    after = live_nodes(cluster)
+    assert {n: after[n] for n in others} == {n: before[n] for n in others}
+    new = api.get(f"{kaiwudb_pods}/{victim}")
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert new["spec"]["nodeName"] != lost_node
+    assert {n: api.get(f"{kaiwudb_pods}/{n}")["metadata"]["uid"] for n in others} == uids
+    # What both pods wrote (one ServiceAccount): one claim given up, every delete found its
+    # object.
+    writes = world.plane.audit_events(user=RECONCILER_USER, verbs=WRITE_VERBS)
+    deletes = [w for w in writes if w["verb"] == "delete"
+               and w["objectRef"].get("namespace") == namespace]
+    assert all(w["responseStatus"]["code"] < 300 for w in deletes), [
+        (w["requestURI"], w["responseStatus"]) for w in deletes]
+    targets = [(w["objectRef"]["resource"], w["objectRef"]["name"]) for w in deletes]
+    assert targets.count(("persistentvolumeclaims", f"data-{victim}")) == 1, targets
+    assert set(targets) <= {("pods", victim), ("persistentvolumeclaims", f"data-{victim}")}
+    # KaiwuDB's view: one `kwbase node decommission`, of the lost store's id (not live then),
+    # sent by the successor after the kill; that id alone is decommissioned, and not live.
+    [told] = decommissions.since(0)
+    assert told.node_ids == (before[victim],) and not told.live[before[victim]], told
+    assert told.at > killed_wall, "the successor decommissioned, after the kill"
+    views = world.sim.kwdb.nodes(key, world.sim.clock.now())
+    assert [v.node_id for v in views if v.decommissioning] == [before[victim]]
+    assert not any(v.is_live for v in views if v.node_id == before[victim])
+
+
+def live_nodes(cluster: dict[str, Any]) -> dict[str, int]:
+    """pod -> KaiwuDB node id of every live node in the cluster's status."""
+    return {e["pod"]: e["nodeId"] for e in (cluster.get("status") or {}).get("nodes") or ()
+            if e.get("state") == "live"}
