@@ -5,9 +5,17 @@ kube-apiserver, controller-manager and scheduler 1.20; simulated kubelets, stora
 
 1. builds the test world on first use (root needed for apt; minutes, with a progress display);
 2. starts it and prints the admin kubeconfig, so ``kubectl --kubeconfig ...`` works meanwhile;
-3. installs `kaiwu install`'s bundle (CRD, Namespace, ServiceAccount, RBAC) and runs the
-   reconciler as a local process under the bundle ServiceAccount's token (the simulated world
-   has no real kubelet to run the Deployment's image: its kubelets only run KaiwuDB pods);
+3. runs the reconciler one of two ways, and says which and why:
+   - as shipped, when this machine can run a real node (tests/world/real_node.py: root,
+     containerd, runc, the kubelet `make world-node` builds; podman for the image): two real
+     nodes start, the image `make image` builds is loaded into them, the whole bundle `kaiwu
+     install` prints is applied with the node tier's test overlay, and the narration shows
+     the two pods Ready (probes judged by the kubelets), the leader's Lease and the admission
+     webhook refusing a bad spec through its Service (tests/world/real_operator.py);
+   - otherwise as a local process under the bundle ServiceAccount's token, after the bundle's
+     CRD, Namespace, ServiceAccount and RBAC: one line names what is missing for a real node.
+   ``--reconciler pod`` or ``process`` picks one (pod fails when a node cannot start);
+   the default, ``auto``, also falls back when starting the nodes fails, saying why;
 4. applies clusters/dev.yaml, made small, and narrates with timings: pods scheduled, KaiwuDB
    initialised, Ready; a hand edit of the StatefulSet repaired; a node powered off and its pod
    replaced on another node with a new store; a scale-out to 4 and a scale-in to 3.
@@ -17,13 +25,16 @@ Every step is read back from the API before it is printed as done. Each shows wh
 with their nodes. Ctrl-C (or SIGTERM) at any point stops every process the demo started and
 removes every temporary file; ``--keep`` holds the world open at the end until Ctrl-C.
 
-Called by the Makefile's ``demo`` target and by tests/world_stories/runtime/test_demo.py (with
-short `DemoSettings` and an `on_step` hook through which the test reads the API itself).
+Called by the Makefile's ``demo`` target, by tests/world_stories/runtime/test_demo.py (the
+local process: the world tier runs where no container runtime is) and by
+tests/world_stories/node/test_demo_on_node.py (the Deployment: the node tier), both with short
+`DemoSettings` and an `on_step` hook through which the story reads the API itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -50,6 +61,7 @@ from reconciler.kube import kinds as kk
 from reconciler.kube.client import Kube
 from reconciler.model import Obj
 from renderer.settings import KubeVersion
+from tests.world import image, real_node, real_operator
 from tests.world.build import locate_binaries
 from tests.world.controlplane import (
     REPO_ROOT,
@@ -57,7 +69,7 @@ from tests.world.controlplane import (
     ControlPlaneSettings,
     service_account_token,
 )
-from tests.world.kube_rest import KubeAccess
+from tests.world.kube_rest import ApiError, KubeAccess, KubeRest
 from tests.world.simworld import SimWorld
 
 NAME = "dev"  # clusters/dev.yaml
@@ -76,6 +88,8 @@ class DemoSettings:
     *_timeout_s: how long each step may take before the demo says it failed and stops.
     tmp_root: parent of every temporary directory the demo makes (None: the system's).
     keep: hold the world open at the end until Ctrl-C.
+    reconciler: 'auto' (its Deployment on real nodes when this machine can run them, else a
+    local process), 'pod' or 'process'.
     """
 
     node_lost_timeout_s: float = 10.0
@@ -89,6 +103,7 @@ class DemoSettings:
     tmp_root: Path | None = None
     keep: bool = False
     reconciler_namespace: str = install.DEFAULT_NAMESPACE
+    reconciler: str = "auto"
 
 
 class DemoError(RuntimeError):
@@ -109,6 +124,30 @@ def world_missing() -> list[str]:
     if shutil.which("etcd") is None:
         missing.append("etcd (Debian's etcd-server)")
     return missing
+
+
+RECONCILER_CHOICES = ("auto", "pod", "process")
+
+
+def reconciler_mode(choice: str, namespace: str = install.DEFAULT_NAMESPACE) -> tuple[str, str]:
+    """('pod', '') when the reconciler is to run as the bundle's Deployment on real nodes, or
+    ('process', why not): `choice` is DemoSettings.reconciler. 'pod' with a machine that
+    cannot run a real node is a DemoError naming what is missing."""
+    if choice not in RECONCILER_CHOICES:
+        raise DemoError(f"--reconciler {choice}: one of {', '.join(RECONCILER_CHOICES)}")
+    if choice == "process":
+        return "process", "asked for (--reconciler process)"
+    missing = real_node.missing_prerequisites() + [
+        f"{tool} (to build the image: make image; apt-get install {tool})"
+        for tool in image.missing_tools()]
+    if namespace != real_operator.NAMESPACE:
+        missing.append(f"the bundle's own namespace ({real_operator.NAMESPACE}), not {namespace}")
+    if not missing:
+        return "pod", ""
+    why = "this machine cannot run a real node; missing: " + "; ".join(missing)
+    if choice == "pod":
+        raise DemoError(f"--reconciler pod: {why}")
+    return "process", why
 
 
 class Progress:
@@ -323,6 +362,9 @@ class Demo:
     world: SimWorld | None = None
     api: Api | None = None
     reconciler: subprocess.Popen[bytes] | None = None
+    mode: str = ""  # 'pod' or 'process' (reconciler_mode), once the world starts
+    why_process: str = ""
+    nodes: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     workdir: Path | None = None
     namespace: str = ""
     started_pids: list[int] = field(default_factory=list)
@@ -430,10 +472,16 @@ class Demo:
         self.step("Starting the test world")
         self.workdir = Path(tempfile.mkdtemp(prefix="kaiwu-demo-", dir=self.settings.tmp_root))
         self.temp_paths.append(self.workdir)
+        self.mode, self.why_process = reconciler_mode(self.settings.reconciler,
+                                                      self.settings.reconciler_namespace)
         started = time.monotonic()
         # No CRD yet: the demo installs it from `kaiwu install`'s bundle, as an administrator.
+        # For real nodes: their kubelets' tokens, and the API server dialling a Service's
+        # endpoints (no kube-proxy).
+        pod: dict[str, Any] = {"real_nodes": tuple(n.name for n in real_operator.NODES),
+                               "route_to_endpoints": True} if self.mode == "pod" else {}
         self.plane = ControlPlane(ControlPlaneSettings(crd_paths=(),
-                                                       tmp_root=self.settings.tmp_root))
+                                                       tmp_root=self.settings.tmp_root, **pod))
         self.temp_paths += [self.plane.dir, self.plane.etcd_data_dir]
         self.plane.start()
         self.started_pids += self.plane.pids().values()
@@ -457,8 +505,43 @@ class Demo:
         self.say(f"Poke around while it runs:  export KUBECONFIG={self._kubeconfig()}")
         self.say("  kubectl get kwc,sts,pods,pvc -A -o wide;  kubectl describe kwc -n kaiwu-dev "
                  "dev")
+        if self.mode == "pod":
+            self._start_real_nodes()
+
+    def _start_real_nodes(self) -> None:
+        """Two real nodes with the image loaded; with --reconciler auto, a failure to start
+        them is said and the demo goes on with a local process."""
+        assert self.plane is not None and self.workdir is not None
+        self.step("Starting two real nodes for the reconciler's pods (containerd and runc from "
+                  "Debian, the kubelet 1.20\n   built from its source; tainted so only the "
+                  "reconciler's pods land there)")
+        started = time.monotonic()
+        try:
+            self.say("   Building the image first (make image: seconds with its layers cached, "
+                     "minutes the first time)")
+            archive = real_operator.save_image(self.workdir)
+            self.done(f"image {image.image_tag()} built and saved", started)
+            nodes = self.nodes.enter_context(real_operator.real_nodes(self.plane, archive))
+        except (real_node.RealNodeError, RuntimeError, subprocess.CalledProcessError) as err:
+            self.nodes.close()
+            if self.settings.reconciler == "pod":
+                raise DemoError(f"the real nodes did not start: {err}") from err
+            self.mode, self.why_process = "process", f"the real nodes did not start: {err}"
+            self.say(f"   Falling back to a local process: {self.why_process}")
+            return
+        for node in nodes.values():
+            self.started_pids += [pid for pid in (node.containerd.pid, node.kubelet.pid)
+                                  if pid is not None]
+        archive.unlink()
+        self.done(", ".join(f"{name} Ready after {node.ready_after_s or 0:.0f} s"
+                            for name, node in nodes.items())
+                  + ", the image imported into their containerd", started)
+        self.say(self._api().table("/api/v1/nodes"))
 
     def _install(self) -> None:
+        if self.mode == "pod":
+            self._install_deployment()
+            return
         self.step("Installing the operator: `kaiwu install --kube-version 1.20` (CRD, namespace, "
                   "ServiceAccount, RBAC; the test world runs Kubernetes 1.20)")
         assert self.plane is not None and self.workdir is not None
@@ -507,10 +590,56 @@ class Demo:
         self.done(f"reconciler running (pid {self.reconciler.pid}) as "
                   f"system:serviceaccount:{ns}:{install.NAME}; it holds the Lease "
                   f"{ns}/{install.NAME}", started)
-        self.say("   It runs as a local process, not as the bundle's Deployment: this world's "
-                 "kubelets are\n   simulated and run only KaiwuDB pods, no images. It has the "
-                 "Deployment's KAIWU_* settings\n   and nothing but the ServiceAccount's token, "
-                 f"so RBAC is exactly the bundle's. Log: {self.workdir / 'reconciler.log'}")
+        self.say(f"   It runs as a local process, not as the bundle's Deployment: "
+                 f"{self.why_process}.\n   It has the Deployment's KAIWU_* settings and nothing "
+                 "but the ServiceAccount's token, so RBAC is\n   exactly the bundle's. Log: "
+                 f"{self.workdir / 'reconciler.log'}")
+
+    def _install_deployment(self) -> None:
+        """The whole bundle (Deployment, Services, PDB, webhook registration too) with the
+        node tier's overlay; both pods Ready, one leading, the webhook answering."""
+        assert self.plane is not None
+        self.step("Installing the operator as shipped: `kaiwu install --kube-version 1.20 | "
+                  "kubectl apply --server-side -f -`\n   with the test overlay (host network, "
+                  "the real nodes' taint tolerated, the image as loaded)")
+        started = time.monotonic()
+        try:
+            applied = real_operator.install(self.plane)
+            rest = KubeRest(KubeAccess(self.plane.server, str(self.plane.ca_path),
+                                       self.plane.admin_token))
+            pods = real_operator.wait_for_replicas(rest, len(real_operator.NODES),
+                                                   self.settings.ready_timeout_s)
+        except real_node.RealNodeError as err:
+            raise DemoError(str(err)) from err
+        self.done(f"applied: {', '.join(applied)}", started)
+        self.done("reconciler pods Ready, started by containerd from the image, in-cluster "
+                  "configuration, probes judged by the kubelet: "
+                  + ", ".join(f"{p['metadata']['name']} -> {p['spec']['nodeName']}"
+                              for p in pods), started)
+        names = {p["metadata"]["name"] for p in pods}
+        holder = self.until("one pod to take the leader Lease",
+                            lambda: (h := real_operator.leader(rest)) in names and h,
+                            self.settings.install_timeout_s)
+        self.done(f"{holder} holds the Lease {real_operator.NAMESPACE}/{install.NAME}; the other "
+                  "stands by", started)
+        bad = {**demo_cluster(self.settings), "metadata": {"name": NAME, "namespace": "default"}}
+        bad["spec"] = {**bad["spec"], "replicas": 2}
+
+        def refused() -> str:
+            try:
+                rest.request("POST", f"/apis/{kk.KAIWU_CLUSTER.api_version}/namespaces/default/"
+                             f"{kk.KAIWU_CLUSTER.plural}", query={"dryRun": "All"}, body=bad)
+            except ApiError as err:
+                return str(err) if err.status == 422 else ""
+            return ""
+        message = self.until("the webhook to refuse a bad spec", refused,
+                             self.settings.install_timeout_s)
+        at = message.find("spec.replicas")
+        reason = message[at:].split('"')[0].strip() if at >= 0 else message[:300]
+        self.done("the API server calls the admission webhook through its Service: a cluster "
+                  f"with replicas 2 is refused (dry run):\n   {reason}", started)
+        self.say(self._api().table(f"/api/v1/namespaces/{real_operator.NAMESPACE}/pods",
+                                   wide=True))
 
     def _exists(self, ref: str, docs: list[Obj]) -> bool:
         kind, name = ref.split("/", 1)
@@ -738,6 +867,7 @@ class Demo:
         if self.world is not None:
             # Nodes stay: the apiserver is about to go with everything in it.
             self.world.stop(delete_nodes=False)
+        self.nodes.close()  # the real nodes, their containers, mounts and addresses
         if self.plane is not None:
             self.plane.stop()
         for path in self.temp_paths:
@@ -776,11 +906,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true",
                         help="hold the world open at the end until Ctrl-C")
+    parser.add_argument("--reconciler", choices=RECONCILER_CHOICES, default="auto",
+                        help="pod: the bundle's Deployment on real nodes; process: a local "
+                             "process; auto (default): pod when this machine can run a real "
+                             "node (python -m tests.world.real_node check), else process")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
         with _sigterm_as_interrupt():
-            run(DemoSettings(keep=args.keep))
+            run(DemoSettings(keep=args.keep, reconciler=args.reconciler))
     except KeyboardInterrupt:
         print(f"\nInterrupted after {time.monotonic() - started:.0f} s: everything the demo "
               "started is stopped and its temporary files are removed.", flush=True)

@@ -198,6 +198,7 @@ class RealNode:
             raise RealNodeError("no kubelet built: run make world-node")
         self.plane, self.spec, self.bin_dir = plane, spec, found
         self._lock: IO[str] | None = None
+        self.ready_after_s: float | None = None  # start() to the Node Ready, once started
         # Not under the plane's directory, which a caller's tmp_root can make long: containerd
         # and the kubelet make unix sockets under it, and a socket's path must stay under 104
         # bytes (containerd refuses "unix socket path too long"). One run per node name.
@@ -248,6 +249,7 @@ class RealNode:
         missing = missing_prerequisites()
         if missing:
             raise RealNodeError("a real node cannot start here; missing: " + "; ".join(missing))
+        started = time.monotonic()
         self._hold_lock()
         self._clean_after_killed_run()
         _unmount_under(self.dir)  # the directory is fixed per name: nothing of before stays
@@ -263,6 +265,7 @@ class RealNode:
             self.kubelet.start()
             self._wait(f"node {self.spec.name} to be Ready", self._node_ready,
                        self.spec.ready_timeout_s)
+            self.ready_after_s = time.monotonic() - started
         except BaseException:
             self.stop()
             raise

@@ -82,7 +82,11 @@ def world(image_archive: Path) -> Iterator[World]:
                        WorldSettings(nodes=default_nodes(4, prefix="sim-node")))
         stack.callback(sim.stop)  # each stops whatever the others' stops did
         sim.start()
+        started = time.monotonic()
         nodes = stack.enter_context(real_nodes(plane, image_archive))
+        print("\n[timing] " + ", ".join(f"{name} Ready after {node.ready_after_s:.1f} s"
+                                        for name, node in nodes.items())
+              + f"; both with the image imported: {time.monotonic() - started:.1f} s")
         kubectl(plane, "create", "namespace", "kaiwu-dev")  # where clusters/dev.yaml lives
         yield World(plane, nodes, sim)
 

@@ -1,6 +1,9 @@
 """Stories: the live demo (`make demo`, tests/world/demo.py) tells the truth and cleans up.
 
-The demo runs end to end with short timings, in this process. At each step it announces, the
+The demo runs end to end with short timings, in this process, with the reconciler as a local
+process (`--reconciler process`: the world tier runs where no container runtime is; the node
+tier's tests/world_stories/node/test_demo_on_node.py runs it as the Deployment). At each step it
+announces, the
 story reads the API itself (through its own client, not the demo's) and checks what the text
 claims: the cluster Ready with three pods on three nodes; the hand-edited env var gone; the pod of
 the powered-off node Ready on another node with a new claim; four pods, then three with the
@@ -20,82 +23,13 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from reconciler.kube import kinds as kk
-from reconciler.kube.client import Kube
-from reconciler.model import Obj
-from tests.support.harness import REPO, condition, wait_for
-from tests.support.lifecycle import pod_ready, report
-from tests.world.demo import HAND_EDIT_ENV, NAME, Demo, DemoSettings, run
-
-SHORT = DemoSettings(node_lost_timeout_s=5.0, pause_s=0.0, ready_timeout_s=90.0,
-                     repair_timeout_s=30.0, failover_timeout_s=60.0, scale_timeout_s=60.0)
-# The demo's own steps take about a minute; with slack for a busy machine.
-BOUND_S = 240.0
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead but not yet reaped by its parent: it runs nothing.
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
-class Witness:
-    """The story's own reading of the API at each step the demo announces."""
-
-    def __init__(self) -> None:
-        self.steps: list[str] = []
-        self.facts: dict[str, Any] = {}
-
-    def __call__(self, step: str, demo: Demo) -> None:
-        assert demo.plane is not None
-        kube = Kube(demo.plane.api_client(), "story")
-        ns = demo.namespace
-
-        def pods() -> dict[str, Obj]:
-            items, _ = kube.list_objects(kk.POD, ns)
-            return {p["metadata"]["name"]: p for p in items}
-
-        cluster = kube.get(kk.KAIWU_CLUSTER, ns, NAME)
-        sts = kube.get(kk.STATEFUL_SET, ns, NAME)
-        assert cluster is not None and sts is not None
-        assert condition(cluster, "Ready")["status"] == "True", (step, cluster["status"])
-        now = pods()
-        ready = {name: p["spec"]["nodeName"] for name, p in now.items() if pod_ready(p)}
-        if step == "ready":
-            assert sorted(ready) == [f"{NAME}-{i}" for i in range(3)]
-            assert len(set(ready.values())) == 3, "one pod per node"
-            self.facts["nodes"] = ready
-            claim = kube.get(kk.PVC, ns, f"data-{NAME}-1")
-            assert claim is not None
-            self.facts["claim"] = claim["metadata"]["uid"]
-        elif step == "repaired":
-            container = next(c for c in sts["spec"]["template"]["spec"]["containers"]
-                             if c["name"] == "kwbase")
-            assert HAND_EDIT_ENV not in {e["name"] for e in container.get("env") or ()}
-            assert len(ready) == 3
-        elif step == "failover":
-            lost = self.facts["nodes"][f"{NAME}-1"]
-            assert ready.get(f"{NAME}-1") not in (None, lost), ready
-            claim = kube.get(kk.PVC, ns, f"data-{NAME}-1")
-            assert claim is not None and claim["metadata"]["uid"] != self.facts["claim"]
-            assert {n: ready[n] for n in (f"{NAME}-0", f"{NAME}-2")} == {
-                n: self.facts["nodes"][n] for n in (f"{NAME}-0", f"{NAME}-2")}
-            self.facts["lost"] = lost
-        elif step == "scaled-out":
-            assert len(ready) == 4 and cluster["status"]["readyNodes"] == 4
-        elif step == "scaled-in":
-            assert sorted(now) == [f"{NAME}-{i}" for i in range(3)]
-            assert len(ready) == 3 and sts["spec"]["replicas"] == 3
-            assert cluster["status"]["readyNodes"] == 3
-        self.steps.append(step)
+from tests.support.demo import BOUND_S, SHORT, Witness, alive
+from tests.support.harness import REPO, wait_for
+from tests.support.lifecycle import report
+from tests.world.demo import HAND_EDIT_ENV, NAME, run
 
 
 @pytest.mark.world
@@ -104,7 +38,8 @@ def test_the_demo_runs_end_to_end_says_only_what_the_api_shows_and_cleans_up(
     out = io.StringIO()
     witness = Witness()
     started = time.monotonic()
-    demo = run(replace(SHORT, tmp_root=tmp_path), out=out, on_step=witness)
+    demo = run(replace(SHORT, tmp_root=tmp_path, reconciler="process"), out=out,
+               on_step=witness)
     took = time.monotonic() - started
     text = out.getvalue()
     print(text)
@@ -125,6 +60,7 @@ def test_the_demo_runs_end_to_end_says_only_what_the_api_shows_and_cleans_up(
     assert positions == sorted(positions)
     # The read-back races the reconciler's repair (a watch event away): either is the truth,
     # and the repair's own Event names the hand edit it undid either way.
+    assert "not as the bundle's Deployment: asked for (--reconciler process)" in text
     assert (f"patched; read back: {HAND_EDIT_ENV}=1" in text
             or "patched; already repaired when read back" in text)
     assert "(by kubectl-set)" in text
@@ -144,7 +80,8 @@ def test_the_demo_runs_end_to_end_says_only_what_the_api_shows_and_cleans_up(
 def test_ctrl_c_while_the_cluster_runs_stops_everything_and_removes_its_files(
         tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "tests.world.demo"], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "tests.world.demo", "--reconciler",
+                             "process"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
