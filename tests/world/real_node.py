@@ -273,23 +273,27 @@ class RealNode:
     def stop(self) -> None:
         """Best effort, every step whatever the one before it did: the kubelet, every
         container, containerd, the mounts, the address, the directory, the lock."""
-        steps = [lambda: self.kubelet.stop(timeout=10),
-                 lambda: self._kill_containers() if self.containerd.running() else None,
-                 lambda: self.containerd.stop(timeout=10),
-                 lambda: _unmount_under(self.dir),
-                 self._remove_address,
-                 lambda: shutil.rmtree(self.dir, ignore_errors=True),
-                 lambda: self._state.unlink(missing_ok=True),
-                 self._release_lock]
-        failed = []
-        for step in steps:
+        steps: list[tuple[str, Any]] = [
+            ("kubelet", lambda: self.kubelet.stop(timeout=10)),
+            ("containers", lambda: self._kill_containers() if self.containerd.running()
+             else None),
+            ("containerd", lambda: self.containerd.stop(timeout=10)),
+            ("mounts", lambda: _unmount_under(self.dir)),
+            ("address", self._remove_address),
+            ("directory", lambda: shutil.rmtree(self.dir, ignore_errors=True)),
+            ("state", lambda: self._state.unlink(missing_ok=True)),
+            ("lock", self._release_lock)]
+        # Each step's time and any failure, in the plane's logs (a slow teardown says where).
+        lines = []
+        for name, step in steps:
+            began = time.monotonic()
             try:
                 step()
+                outcome = "done"
             except Exception as err:  # the next steps run all the same
-                failed.append(str(err))
-        if failed:
-            log_path = self.plane.log_dir / f"{self.spec.name}-stop.log"
-            log_path.write_text("\n".join(failed) + "\n")
+                outcome = f"failed: {err}"
+            lines.append(f"{name}: {outcome} in {time.monotonic() - began:.1f} s")
+        (self.plane.log_dir / f"{self.spec.name}-stop.log").write_text("\n".join(lines) + "\n")
 
     # ---- one run per node name ------------------------------------------------------------
 
@@ -420,12 +424,18 @@ state = "{state / 'state'}"
                                     f"{self.containerd.log_path}, {self.kubelet.log_path}")
             time.sleep(0.5)
 
+    def _live_tasks(self) -> list[str]:
+        """The node's tasks not yet STOPPED (`ctr tasks ls` lists a stopped task until it is
+        deleted: waiting for an empty list would wait out the deadline)."""
+        rows = [line.split() for line in self.ctr("tasks", "ls").splitlines()[1:]]
+        return [row[0] for row in rows if row and row[-1] != "STOPPED"]
+
     def _kill_containers(self) -> None:
         """Every task killed and every container removed: the node's pods end with it."""
-        for task in self.ctr("tasks", "ls", "-q").split():
+        for task in self._live_tasks():
             self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
         deadline = time.monotonic() + 10
-        while self.ctr("tasks", "ls", "-q").split() and time.monotonic() < deadline:
+        while self._live_tasks() and time.monotonic() < deadline:
             time.sleep(0.2)
         for task in self.ctr("tasks", "ls", "-q").split():
             self.ctr("tasks", "delete", "-f", task, check=False)
