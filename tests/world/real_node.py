@@ -272,7 +272,8 @@ class RealNode:
 
     def stop(self) -> None:
         """Best effort, every step whatever the one before it did: the kubelet, every
-        container, containerd, the mounts, the address, the directory, the lock."""
+        container, containerd, the mounts, the address, the directory; the lock last, in any
+        case."""
         steps: list[tuple[str, Any]] = [
             ("kubelet", lambda: self.kubelet.stop(timeout=10)),
             ("containers", lambda: self._kill_containers() if self.containerd.running()
@@ -281,19 +282,25 @@ class RealNode:
             ("mounts", lambda: _unmount_under(self.dir)),
             ("address", self._remove_address),
             ("directory", lambda: shutil.rmtree(self.dir, ignore_errors=True)),
-            ("state", lambda: self._state.unlink(missing_ok=True)),
-            ("lock", self._release_lock)]
+            ("state", lambda: self._state.unlink(missing_ok=True))]
         # Each step's time and any failure, in the plane's logs (a slow teardown says where).
         lines = []
-        for name, step in steps:
-            began = time.monotonic()
-            try:
-                step()
-                outcome = "done"
-            except Exception as err:  # the next steps run all the same
-                outcome = f"failed: {err}"
-            lines.append(f"{name}: {outcome} in {time.monotonic() - began:.1f} s")
-        (self.plane.log_dir / f"{self.spec.name}-stop.log").write_text("\n".join(lines) + "\n")
+        try:
+            for name, step in steps:
+                began = time.monotonic()
+                try:
+                    step()
+                    outcome = "done"
+                except Exception as err:  # the next steps run all the same
+                    outcome = f"failed: {err}"
+                lines.append(f"{name}: {outcome} in {time.monotonic() - began:.1f} s")
+        finally:
+            # Even when interrupted (a test's timeout, Ctrl-C): the next run may then start,
+            # and cleans what this one left (the state file names it).
+            self._release_lock()
+            with contextlib.suppress(OSError):
+                (self.plane.log_dir / f"{self.spec.name}-stop.log").write_text(
+                    "\n".join(lines) + "\n")
 
     # ---- one run per node name ------------------------------------------------------------
 
