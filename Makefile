@@ -33,6 +33,10 @@ $(STAMP): pyproject.toml overrides.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --override overrides.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The live demo (tests/world/demo.py): the reconciler as the bundle's Deployment on two real
+# nodes where `make world-node` has run (as root; the image is built first, seconds once
+# cached), else as a local process; it says which and why. DEMO_ARGS: --keep,
+# --reconciler=auto|pod|process.
 demo: $(STAMP)
 	$(BIN)/python -m tests.world.demo $(DEMO_ARGS)
 
