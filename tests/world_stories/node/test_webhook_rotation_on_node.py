@@ -96,6 +96,12 @@ def dry_run(api: KubeRest, replicas: int) -> str:
 
 def test_certificates_rotate_and_the_api_server_keeps_calling_the_webhook(
         api: KubeRest) -> None:
+    # Right after an install the registration has no caBundle until the leader writes it
+    # (docs/webhook.md, "Admission webhook"): the story starts once the door works.
+    began = time.monotonic()
+    while dry_run(api, 2) != "refused":
+        assert time.monotonic() - began < 60, "the webhook never answered through its Service"
+        time.sleep(0.5)
     pods = {p["metadata"]["name"]: p for p in api.get(PODS)["items"]}
     addresses = {name: p["status"]["podIP"] for name, p in pods.items()}
     first_ca = base64.b64decode(api.get(SECRET)["data"]["ca.crt"])
@@ -111,7 +117,7 @@ def test_certificates_rotate_and_the_api_server_keeps_calling_the_webhook(
             outcome = dry_run(api, replicas)
             if outcome != expected:
                 wrong.append(f"{time.monotonic() - began:.1f} s: {replicas} replicas: "
-                             f"{outcome[:300]}")
+                             f"{outcome[-400:]}")
         data = {k: base64.b64decode(v) for k, v in api.get(SECRET)["data"].items()}
         ca = data["ca.crt"]
         cas.add(ca)
@@ -130,7 +136,7 @@ def test_certificates_rotate_and_the_api_server_keeps_calling_the_webhook(
         rotated = ca != first_ca and not {"next-ca.crt", "previous-ca.crt"} & data.keys() \
             and certs(bundle) == certs(ca) and len(serving) == len(pods) \
             and all(issued_by(c, certs(ca)[0]) for c in serving.values())
-        if rotated:
+        if rotated and len(issued) >= 3:  # the serving certificate reissued on its own too
             break
         assert time.monotonic() - began < 150, "the CA was not replaced within 150 s"
         time.sleep(0.5)
@@ -139,7 +145,6 @@ def test_certificates_rotate_and_the_api_server_keeps_calling_the_webhook(
           f"caBundle; served: {', '.join(f'{n}: {len(s)}' for n, s in served.items())}")
 
     assert wrong == [], wrong
-    assert len(issued) >= 3, "the serving certificate was reissued before the CA changed"
     assert widest_bundle == 2, "old and new CA trusted side by side during the switch"
     assert all(len(s) >= 2 for s in served.values()), "each replica reloaded what it serves"
     # After the rotation, the door still works both ways.
