@@ -52,10 +52,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import pytest
 import yaml
 
 from tests.world import build as world_build
 from tests.world.controlplane import ControlPlane, Process
+
+# The node tier's stories (tests/world_stories/node): `pytestmark = NODE_TIER` in each.
+NODE_TIER = [
+    pytest.mark.world,
+    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
+    pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
+                       reason="a real kubelet: this story runs in the node tier (make test-node)"),
+]
 
 NODE_BINARIES = ("kubelet", "pause")
 PAUSE_IMAGE = "localhost/kaiwu-test/pause:3.2"

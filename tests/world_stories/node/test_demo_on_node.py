@@ -12,7 +12,6 @@ process, as a machine without a container runtime (CI) does.
 from __future__ import annotations
 
 import io
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,13 +21,9 @@ import pytest
 from tests.support.demo import SHORT, Witness, alive
 from tests.support.lifecycle import report
 from tests.world.demo import NAME, run
+from tests.world.real_node import NODE_TIER
 
-pytestmark = [
-    pytest.mark.world,
-    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
-    pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
-                       reason="a real kubelet: this story runs in the node tier (make test-node)"),
-]
+pytestmark = NODE_TIER
 
 
 # The demo's steps, the image and two nodes: 215 to 330 s as the machine's load goes (the

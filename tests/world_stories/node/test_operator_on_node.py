@@ -23,7 +23,6 @@ Runs only in the node tier (`make test-node`).
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from tests.support.waiting import eventually
 from tests.world.controlplane import WRITE_VERBS, ControlPlane, ControlPlaneSettings
 from tests.world.kube_rest import ApiError, KubeAccess, KubeRest
 from tests.world.kubelet import default_nodes
-from tests.world.real_node import RealNode
+from tests.world.real_node import NODE_TIER, RealNode
 from tests.world.real_operator import (
     NODES,
     PODS,
@@ -51,12 +50,7 @@ from tests.world.real_operator import (
 from tests.world.real_operator import pod_ready as ready
 from tests.world.simworld import SimWorld, WorldSettings
 
-pytestmark = [
-    pytest.mark.world,
-    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
-    pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
-                       reason="a real kubelet: this story runs in the node tier (make test-node)"),
-]
+pytestmark = NODE_TIER
 CLUSTERS = "/apis/kaiwu.inspur.com/v1/namespaces/kaiwu-dev/kaiwuclusters"
 REPO = Path(__file__).resolve().parents[3]
 NODE_LOST_TIMEOUT_S = 5.0  # the failover story's spec.failover.nodeLostTimeout

@@ -10,7 +10,6 @@ Runs only in the node tier (`make test-node`, which installs containerd and buil
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,14 +18,9 @@ import pytest
 from tests.support.waiting import eventually
 from tests.world.controlplane import ControlPlane, ControlPlaneSettings
 from tests.world.kube_rest import KubeAccess, KubeRest
-from tests.world.real_node import PAUSE_IMAGE, TAINT_KEY, RealNode, RealNodeSpec
+from tests.world.real_node import NODE_TIER, PAUSE_IMAGE, TAINT_KEY, RealNode, RealNodeSpec
 
-pytestmark = [
-    pytest.mark.world,
-    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
-    pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
-                       reason="a real kubelet: this story runs in the node tier (make test-node)"),
-]
+pytestmark = NODE_TIER
 NODE = RealNodeSpec()
 PODS = "/api/v1/namespaces/default/pods"
 

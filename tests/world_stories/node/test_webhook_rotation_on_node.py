@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
 import ssl
 import time
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from cryptography import x509
 from reconciler.kaiwudb.certs.keys import issued_by
 from tests.world.controlplane import ControlPlane, ControlPlaneSettings
 from tests.world.kube_rest import ApiError, KubeAccess, KubeRest
+from tests.world.real_node import NODE_TIER
 from tests.world.real_operator import (
     NAMESPACE,
     NODES,
@@ -40,12 +40,7 @@ from tests.world.real_operator import (
     wait_for_replicas,
 )
 
-pytestmark = [
-    pytest.mark.world,
-    pytest.mark.own_world,  # a control plane of its own: not the shared world, not its gate
-    pytest.mark.skipif(os.environ.get("KAIWU_TESTWORLD_REAL_NODE") != "1",
-                       reason="a real kubelet: this story runs in the node tier (make test-node)"),
-]
+pytestmark = NODE_TIER
 REPO = Path(__file__).resolve().parents[3]
 # A CA of 60 s (a next one made with 20 s left, in charge 4 s later, the old one dropped 4 s
 # after that) and serving certificates of 20 s (reissued with 7 s left); each replica reads
