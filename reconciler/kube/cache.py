@@ -276,7 +276,7 @@ class Caches:
         this shard's label, the watches of its objects have listed them (the selection), and
         a handover to it, if any, has run its course."""
         if not self.informers[k.KAIWU_CLUSTER].has(key.namespace, key.name) \
-                or key.name not in self.selection.listed:
+                or not self.holds(key.namespace, key.name):
             return False
         with self._arriving_lock:
             until = self._arriving.get(key)
@@ -363,7 +363,7 @@ class Caches:
             return
         if kind == "MODIFIED" and not _cluster_changed(obj, old):
             return
-        if key.name in self.selection.listed:
+        if self.holds(key.namespace, key.name):
             self.on_key(key)
         # else: a cluster new to the selection is queued once its objects are listed
         # (`_on_listed`): a pass before that would read an empty cache.

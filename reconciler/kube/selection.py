@@ -84,6 +84,7 @@ class Selection:
         self._asked: frozenset[str] | None = None  # what the informers were last asked for
         self._names_of: dict[str, frozenset[str]] = {NOTHING: frozenset()}  # selector -> names
         self._leaving: dict[str, float] = {}  # name -> when it stops being selected
+        self._refused: set[str] = set()  # names no label can carry, each logged once
         self._wake = threading.Event()
 
     def changed(self) -> None:
@@ -95,7 +96,13 @@ class Selection:
         publish what they have listed. Returns how long until the next step is due by itself
         (None: only when changed)."""
         now = self.clock()
-        current = {name for name in self.names() if selectable(name)}
+        names = self.names()
+        current = {name for name in names if selectable(name)}
+        for name in sorted(names - current - self._refused):
+            self._refused.add(name)
+            log.warning("KaiwuCluster name is not a label value: it is not reconciled; delete "
+                        "it and apply it again with a name of at most 40 characters "
+                        "(kaiwu validate names the rule)", extra={"cluster_name": name[:300]})
         for name in (self._asked or frozenset()) - current:
             self._leaving.setdefault(name, now + GRACE_S)
         for name in [n for n, until in self._leaving.items() if n in current or until <= now]:

@@ -175,6 +175,17 @@ class Listing:
         self.listed_selector = self.label_selector
 
 
+def listed_once(names: set[str], now: list[float]) -> tuple[Selection, Listing]:
+    """A selection over one informer that has listed `names` (as they are now) once."""
+    pods = Listing()
+    selection = Selection([pods], lambda: set(names), lambda added: None,  # type: ignore[list-item]
+                          clock=lambda: now[0])
+    selection.step()
+    pods.lists()
+    selection.step()
+    return selection, pods
+
+
 def test_a_name_counts_as_listed_only_when_every_informer_has_listed_under_it() -> None:
     names = {"orders"}
     told: list[frozenset[str]] = []
@@ -206,12 +217,7 @@ def test_a_cluster_that_leaves_stays_selected_for_the_grace_and_coming_back_cost
         ) -> None:
     names = {"orders", "payments"}
     now = [100.0]
-    pods = Listing()
-    selection = Selection([pods], lambda: set(names), lambda added: None,  # type: ignore[list-item]
-                          clock=lambda: now[0])
-    selection.step()
-    pods.lists()
-    selection.step()
+    selection, pods = listed_once(names, now)
     names.discard("payments")  # deleted, or moved to another shard
     assert selection.step() == GRACE_S, "due again when the grace ends"
     assert pods.label_selector == selector_for({"orders", "payments"}), \
@@ -280,7 +286,8 @@ def test_clusters_made_in_a_burst_are_acted_on_batch_by_batch_one_relist_at_a_ti
     assert told[-1] == frozenset({"c1", "c2"}) and selection.listed == {"c0", "c1", "c2"}
 
 
-def test_a_name_no_label_can_carry_is_never_selected_and_holds_nothing_back() -> None:
+def test_a_name_no_label_can_carry_is_never_selected_and_holds_nothing_back(
+        caplog: pytest.LogCaptureFixture) -> None:
     long_name = "a" * 70  # stored by the API server when the webhook was bypassed
     told: list[frozenset[str]] = []
     pods = Listing()
@@ -291,17 +298,15 @@ def test_a_name_no_label_can_carry_is_never_selected_and_holds_nothing_back() ->
     pods.lists()
     selection.step()
     assert told == [frozenset({"orders"})]
+    warned = [r for r in caplog.records if "not a label value" in r.getMessage()]
+    assert [getattr(r, "cluster_name", "") for r in warned] == [long_name], \
+        "said once, with the name and the fix"
 
 
 def test_a_name_no_longer_wanted_stops_counting_as_listed_at_once() -> None:
     names = {"orders", "payments"}
     now = [0.0]
-    pods = Listing()
-    selection = Selection([pods], lambda: set(names), lambda added: None,  # type: ignore[list-item]
-                          clock=lambda: now[0])
-    selection.step()
-    pods.lists()
-    selection.step()
+    selection, _ = listed_once(names, now)
     names.discard("payments")
     selection.step()
     now[0] += GRACE_S
