@@ -183,6 +183,15 @@ def wheelhouse() -> Path:
     return house
 
 
+def prepare() -> None:
+    """The parts of an image build that wait on the network and the disk, not the cores: the
+    base and the wheelhouse. `python -m tests.world.build` runs this beside the compiler, so on a
+    fresh machine the image story finds both cached instead of spending its worker's minutes."""
+    require_tools()
+    ensure_base()
+    wheelhouse()
+
+
 def stage_context(house: Path) -> Path:
     """A build context holding only what the Dockerfile copies, in a directory of its own: the
     image story and the release story (`make release`, tests/world/release.py) may build at
