@@ -158,17 +158,17 @@ def _known_versions(args: argparse.Namespace, unknown: list[Problem]) -> list[Pr
 
 def _render(args: argparse.Namespace) -> int:
     from renderer.emit import manifest_for, to_stream, write_tree
-    from renderer.render import Built, load_sources
+    from renderer.render import build_objects, load_sources
 
     # No spec found renders an empty kustomization (every cluster removed from the repository
     # is a preview too); `validate` is where finding none is an error.
-    built = Built(_settings(args))
-    sources = load_sources(Path(args.source), built)
+    settings = _settings(args)
+    sources = load_sources(Path(args.source))
     problems = _known_versions(args, unknown_versions(sources.clusters))
     if problems:
         raise RenderError(problems)
     manifests = [manifest_for(obj, source.cluster.name) for source in sources.clusters
-                 for obj in built.objects(source.cluster)]
+                 for obj in build_objects(source.cluster, settings)]
     # Backups and schedules kept beside the clusters go out as written, in their cluster's
     # directory.
     manifests += [manifest_for(companion.manifest(), companion.cluster)

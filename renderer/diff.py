@@ -27,7 +27,7 @@ from renderer.loader import (
     parse_text,
 )
 from renderer.redact import redact
-from renderer.render import Built, SourceCluster, Sources, read_sources
+from renderer.render import SourceCluster, Sources, build_objects, read_sources, rendered_names
 from renderer.settings import RenderSettings
 from renderer.versions import unknown_versions
 
@@ -191,18 +191,10 @@ def documents_in(path: Path, cache: ParseCache | None = None) -> list[Document]:
     return load_documents(find_files(path), cache=cache)
 
 
-def manifests_of(clusters: Sequence[SourceCluster], built: Built,
-                 made: dict[int, list[Manifest]]) -> list[Manifest]:
-    """Every object of `clusters`, from `built`; `made` remembers each cluster's manifests by
-    the identity of its object list, so that a cluster both sides share is one set of
-    manifests (compared by identity, not written out)."""
-    manifests = []
-    for source in clusters:
-        objects = built.objects(source.cluster)
-        if id(objects) not in made:
-            made[id(objects)] = [manifest_for(obj, source.cluster.name) for obj in objects]
-        manifests.extend(made[id(objects)])
-    return manifests
+def manifests_of(clusters: Sequence[SourceCluster], settings: RenderSettings) -> list[Manifest]:
+    """Every object of `clusters`, as `kaiwu render` writes them."""
+    return [manifest_for(obj, source.cluster.name) for source in clusters
+            for obj in build_objects(source.cluster, settings)]
 
 
 def companion_manifests(companions: Sequence[SourceObject]) -> list[Manifest]:
@@ -210,15 +202,26 @@ def companion_manifests(companions: Sequence[SourceObject]) -> list[Manifest]:
     return [manifest_for(companion.manifest(), companion.cluster) for companion in companions]
 
 
+def changed_pairs(old: Sequence[SourceCluster], new: Sequence[SourceCluster]
+                  ) -> list[tuple[SourceCluster, SourceCluster]]:
+    """(before, after) of each cluster on both sides whose spec is not the one both share: a
+    file both sides hold alike is read once (renderer.render.read_sources, `checked`), its
+    cluster is one spec object on both sides, and a spec changed to itself breaks no rule of a
+    change and needs no note."""
+    before = {(c.cluster.namespace, c.cluster.name): c for c in old}
+    pairs = []
+    for after in new:
+        previous = before.get((after.cluster.namespace, after.cluster.name))
+        if previous is not None and previous.obj is not after.obj:
+            pairs.append((previous, after))
+    return pairs
+
+
 def transition_problems(old: Sequence[SourceCluster],
                         new: Sequence[SourceCluster]) -> list[Problem]:
     """Rule violations in changes of clusters that exist on both sides."""
-    before = {(c.cluster.namespace, c.cluster.name): c for c in old}
     problems = []
-    for after in new:
-        previous = before.get((after.cluster.namespace, after.cluster.name))
-        if previous is None:
-            continue
+    for previous, after in changed_pairs(old, new):
         for violation in semantics.check_transition(previous.obj["spec"], after.obj["spec"]):
             problems.append(Problem(after.document.file,
                                     after.document.line_of(list(violation.path)),
@@ -230,14 +233,12 @@ def transition_problems(old: Sequence[SourceCluster],
 def version_refusals(old: Sequence[SourceCluster], new: Sequence[SourceCluster]) -> list[str]:
     """Version changes the reconciler refuses (KaiwuDB documents no downgrade and no in-place
     major upgrade): not errors here, the spec is valid, but the change would stall the cluster."""
-    before = {(c.cluster.namespace, c.cluster.name): c.cluster.version for c in old}
     refusals = []
-    for after in new:
-        cluster = after.cluster
-        previous = before.get((cluster.namespace, cluster.name))
-        was = semantics.version_tuple(previous or "")
+    for before, after in changed_pairs(old, new):
+        cluster, previous = after.cluster, before.cluster.version
+        was = semantics.version_tuple(previous)
         wanted = semantics.version_tuple(cluster.version)
-        if previous is None or was is None or wanted is None:
+        if was is None or wanted is None:
             continue
         where = f"{cluster.namespace}/{cluster.name}: spec.version {previous} -> {cluster.version}"
         if wanted < was:
@@ -252,14 +253,11 @@ def version_refusals(old: Sequence[SourceCluster], new: Sequence[SourceCluster])
 
 def transition_notices(old: Sequence[SourceCluster], new: Sequence[SourceCluster]) -> list[str]:
     """renderer.semantics.transition_notes for each cluster on both sides, named."""
-    before = {(c.cluster.namespace, c.cluster.name): c for c in old}
     notices = []
-    for after in new:
+    for previous, after in changed_pairs(old, new):
         cluster = after.cluster
-        previous = before.get((cluster.namespace, cluster.name))
-        if previous is not None:
-            notices += [f"{cluster.namespace}/{cluster.name}: {note}" for note in
-                        semantics.transition_notes(previous.obj["spec"], after.obj["spec"])]
+        notices += [f"{cluster.namespace}/{cluster.name}: {note}" for note in
+                    semantics.transition_notes(previous.obj["spec"], after.obj["spec"])]
     return notices
 
 
@@ -271,16 +269,15 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     that fixes it, so the head is rendered in full (every object added) and the base's problems
     are reported beside it; `base_problems` carries those found while reading the base."""
     base_problems = list(base_problems)
-    built = Built(settings)
     try:
-        new_sources = read_sources(new_docs, built=built)
+        new_sources = read_sources(new_docs)
     except RenderError as error:
         raise RenderError(error.problems) from error
     new_clusters = new_sources.clusters
     old_sources = Sources([], [])
     if not base_problems:
         try:
-            old_sources = read_sources(old_docs, checked=new_clusters, built=built)
+            old_sources = read_sources(old_docs, checked=new_clusters)
         except RenderError as error:
             base_problems = list(error.problems)
     old_clusters = old_sources.clusters
@@ -288,17 +285,23 @@ def compare(old_docs: Sequence[Document], new_docs: Sequence[Document],
     if problems:
         raise RenderError(problems)
     refusals = version_refusals(old_clusters, new_clusters)
-    made: dict[int, list[Manifest]] = {}
-    before = {m.key: m for m in manifests_of(old_clusters, built, made)
+    # A cluster both sides share (one Cluster: its file is the same text on both) renders the
+    # same objects on both, and no other cluster of either side renders one of their names
+    # (read_sources refuses that): they are counted unchanged, never built.
+    shared = {id(source.cluster) for source in old_clusters}.intersection(
+        id(source.cluster) for source in new_clusters)
+    unchanged = sum(len(rendered_names(source.cluster)) for source in new_clusters
+                    if id(source.cluster) in shared)
+    before = {m.key: m for m in manifests_of([source for source in old_clusters
+                                               if id(source.cluster) not in shared], settings)
               + companion_manifests(old_sources.companions)}
-    after = {m.key: m for m in manifests_of(new_clusters, built, made)
+    after = {m.key: m for m in manifests_of([source for source in new_clusters
+                                              if id(source.cluster) not in shared], settings)
              + companion_manifests(new_sources.companions)}
     changes = []
-    unchanged = 0
     for key in sorted(before.keys() | after.keys()):
         # Objects are compared as data first; only the ones that differ are written as text.
-        if key in before and key in after and (before[key].body is after[key].body
-                                               or before[key].body == after[key].body):
+        if key in before and key in after and before[key].body == after[key].body:
             unchanged += 1
             continue
         old_text = to_yaml(redact(before[key].body)) if key in before else ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from renderer import schema, semantics
 from renderer.builders import (
@@ -72,13 +72,13 @@ def read_clusters(documents: Iterable[Document],
 
 
 def read_sources(documents: Iterable[Document],
-                 checked: Iterable[SourceCluster] = (), built: Built | None = None) -> Sources:
+                 checked: Iterable[SourceCluster] = ()) -> Sources:
     """Check every document; raise one RenderError with every problem, or return them all.
 
     `checked`: clusters already read from documents sharing content with some of these (the
-    other side of a `kaiwu diff`); such a document is not checked again. `built`: where the
-    clusters' objects, built to check that no two clusters need one name, are kept for the
-    caller to render (default: built with the default settings and dropped)."""
+    other side of a `kaiwu diff`); such a document is not checked again (its cluster is the
+    same SourceCluster content and the same Cluster object, which `kaiwu diff` then knows
+    unchanged)."""
     problems: list[Problem] = []
     clusters: list[SourceCluster] = []
     companions: list[SourceObject] = []
@@ -121,39 +121,18 @@ def read_sources(documents: Iterable[Document],
             continue
         seen[key] = document
         clusters.append(found)
-    problems.extend(_collisions(clusters, built or Built(RenderSettings())))
+    problems.extend(_collisions(clusters))
     if problems:
         raise RenderError(problems)
     return Sources(clusters, companions)
 
 
-class Built:
-    """Each cluster's objects, built once for one RenderSettings: the check that no two
-    clusters need one name (`read_sources`) and the render or diff after it use the same ones,
-    and a cluster both sides of a `kaiwu diff` share (one Cluster, `checked`) is built once.
-    Kept by the Cluster's identity (the Cluster is held, so its id is never reused)."""
-
-    def __init__(self, settings: RenderSettings) -> None:
-        self.settings = settings
-        self._objects: dict[int, tuple[Cluster, list[dict[str, Any]]]] = {}
-
-    def objects(self, cluster: Cluster) -> list[dict[str, Any]]:
-        """The cluster's objects (build_objects); callers must not change them."""
-        entry = self._objects.get(id(cluster))
-        if entry is None or entry[0] is not cluster:
-            entry = (cluster, build_objects(cluster, self.settings))
-            self._objects[id(cluster)] = entry
-        return entry[1]
-
-
-def owned_names(cluster: Cluster, objects: Iterable[dict[str, Any]] | None = None
-                ) -> dict[tuple[str, str], str]:
+def owned_names(cluster: Cluster) -> dict[tuple[str, str], str]:
     """Every object name a cluster takes in its namespace, (kind, name) -> what it is: the
-    rendered objects (`objects`, when the caller built them already), the pods and volume
-    claims of the StatefulSet at its highest scale, and the Secrets and the ConfigMap the
-    reconciler writes (reconciler/kaiwudb/certs/layout.py and upgrade.py name them the same way)."""
-    rendered = build_objects(cluster, RenderSettings()) if objects is None else objects
-    names = {(obj["kind"], obj["metadata"]["name"]): "a rendered object" for obj in rendered}
+    rendered objects (rendered_names: nothing is built), the pods and volume claims of the
+    StatefulSet at its highest scale, and the Secrets and the ConfigMap the reconciler writes
+    (reconciler/kaiwudb/certs/layout.py and upgrade.py name them the same way)."""
+    names = {key: "a rendered object" for key in rendered_names(cluster)}
     for ordinal in range(cluster.replicas):
         pod = cluster.pod_name(ordinal)
         names[("Pod", pod)] = "a pod"
@@ -166,13 +145,13 @@ def owned_names(cluster: Cluster, objects: Iterable[dict[str, Any]] | None = Non
     return names
 
 
-def _collisions(clusters: list[SourceCluster], built: Built) -> Iterator[Problem]:
+def _collisions(clusters: list[SourceCluster]) -> Iterator[Problem]:
     """Two clusters of one namespace that would own the same object (clusters `orders` and
     `orders-public` both render a Service `orders-public`): each would overwrite the other's."""
     owners: dict[tuple[str, str, str], int] = {}
     reported: set[tuple[int, int]] = set()
     for index, source in enumerate(clusters):
-        needs = owned_names(source.cluster, built.objects(source.cluster))
+        needs = owned_names(source.cluster)
         for (kind, name), what in sorted(needs.items()):
             key = (source.cluster.namespace, kind, name)
             owner = owners.setdefault(key, index)
@@ -223,21 +202,45 @@ def _dotted(path: Iterable[Any]) -> str:
     return text
 
 
-Builder = Callable[[Cluster, RenderSettings], dict[str, Any] | None]
+class Builder(NamedTuple):
+    """One object a cluster may render: its kind, its name for a cluster (None when the spec
+    turns the object off) and the builder, which names the object so. The names come from here
+    alone: the check that no two clusters need one name reads them without building anything
+    (`rendered_names`)."""
+
+    kind: str
+    name: Callable[[Cluster], str | None]
+    build: Callable[[Cluster, RenderSettings, str], dict[str, Any]]
+
+
 BUILDERS: tuple[Builder, ...] = (
-    lambda cluster, _: service_account.build(cluster),
-    lambda cluster, _: service.build_headless(cluster),
-    lambda cluster, _: service.build_client(cluster),
-    statefulset.build,
-    disruption_budget.build,
-    lambda cluster, _: network_policy.build(cluster),
-    service_monitor.build,
+    Builder("ServiceAccount", lambda cluster: cluster.name,
+            lambda cluster, _, name: service_account.build(cluster, name)),
+    Builder("Service", lambda cluster: cluster.headless_service,
+            lambda cluster, _, name: service.build_headless(cluster, name)),
+    Builder("Service", lambda cluster: cluster.client_service,
+            lambda cluster, _, name: service.build_client(cluster, name)),
+    Builder("StatefulSet", lambda cluster: cluster.name, statefulset.build),
+    Builder("PodDisruptionBudget", lambda cluster: cluster.name if cluster.pdb_enabled else None,
+            disruption_budget.build),
+    Builder("NetworkPolicy", lambda cluster: cluster.name if cluster.network_policy else None,
+            lambda cluster, _, name: network_policy.build(cluster, name)),
+    Builder("ServiceMonitor", lambda cluster: cluster.name if cluster.service_monitor else None,
+            service_monitor.build),
 )
+
+
+def rendered_names(cluster: Cluster) -> list[tuple[str, str]]:
+    """(kind, name) of every object `build_objects` renders for the cluster, in BUILDERS' order,
+    without building them."""
+    return [(builder.kind, name) for builder in BUILDERS
+            if (name := builder.name(cluster)) is not None]
 
 
 def build_objects(cluster: Cluster, settings: RenderSettings) -> list[dict[str, Any]]:
     """Every object of one cluster, in output order (kind order, then name)."""
-    objects = [obj for build in BUILDERS if (obj := build(cluster, settings)) is not None]
+    objects = [builder.build(cluster, settings, name) for builder in BUILDERS
+               if (name := builder.name(cluster)) is not None]
     return sorted(objects, key=lambda obj: (KIND_ORDER.index(obj["kind"]),
                                             obj["metadata"]["name"]))
 
@@ -273,9 +276,9 @@ def load_clusters(root: Path) -> list[SourceCluster]:
     return load_sources(root).clusters
 
 
-def load_sources(root: Path, built: Built | None = None) -> Sources:
+def load_sources(root: Path) -> Sources:
     """Every KaiwuCluster, KaiwuBackup and KaiwuBackupSchedule under `root` (a directory or one
-    file; `-`, standard input), checked (`built`: as `read_sources`)."""
+    file; `-`, standard input), checked."""
     if str(root) == STDIN:
-        return read_sources(load_stdin(), built=built)
-    return read_sources(load_documents(find_files(root)), built=built)
+        return read_sources(load_stdin())
+    return read_sources(load_documents(find_files(root)))

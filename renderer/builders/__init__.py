@@ -1,8 +1,9 @@
 """One small builder per Kubernetes kind; this module holds what they all share.
 
-`renderer.render.build_objects` calls every builder for one `Cluster`; each builder returns plain
-dicts (or nothing when the spec turns the object off). Names, labels and ports are decided here
-once, so the Services, the StatefulSet and the reconciler agree.
+`renderer.render.build_objects` calls every builder for one `Cluster`, under the name
+`renderer.render.BUILDERS` gives the object (and only for the objects the spec turns on); each
+builder returns plain dicts. Labels and ports are decided here once, so the Services, the
+StatefulSet and the reconciler agree.
 """
 
 from __future__ import annotations

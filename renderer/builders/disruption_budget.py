@@ -14,11 +14,10 @@ from renderer.spec import Cluster
 POLICY_V1 = KubeVersion(1, 21)
 
 
-def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any] | None:
-    if not cluster.pdb_enabled:
-        return None
+def build(cluster: Cluster, settings: RenderSettings, name: str) -> dict[str, Any]:
+    """The budget, when the spec enables it (renderer.render.BUILDERS asks)."""
     api = "policy/v1" if settings.kube_version >= POLICY_V1 else "policy/v1beta1"
     return {"apiVersion": api, "kind": "PodDisruptionBudget",
-            "metadata": metadata(cluster, cluster.name),
+            "metadata": metadata(cluster, name),
             "spec": {"maxUnavailable": cluster.pdb_max_unavailable,
                      "selector": {"matchLabels": selector_labels(cluster)}}}

@@ -12,9 +12,8 @@ from renderer.builders import BRPC_PORT, HTTP_PORT, SQL_PORT, metadata, selector
 from renderer.spec import Cluster
 
 
-def build(cluster: Cluster) -> dict[str, Any] | None:
-    if not cluster.network_policy:
-        return None
+def build(cluster: Cluster, name: str) -> dict[str, Any]:
+    """The policy, when the spec enables it (renderer.render.BUILDERS asks)."""
     peers = {"from": [{"podSelector": {"matchLabels": selector_labels(cluster)}}],
              "ports": [{"port": port, "protocol": "TCP"}
                        for port in (SQL_PORT, HTTP_PORT, BRPC_PORT)]}
@@ -25,6 +24,6 @@ def build(cluster: Cluster) -> dict[str, Any] | None:
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
             for namespace in cluster.allowed_namespaces]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": metadata(cluster, cluster.name),
+            "metadata": metadata(cluster, name),
             "spec": {"podSelector": {"matchLabels": selector_labels(cluster)},
                      "policyTypes": ["Ingress"], "ingress": [peers, clients]}}

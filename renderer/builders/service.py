@@ -14,9 +14,9 @@ def _port(name: str, number: int) -> dict[str, Any]:
     return {"name": name, "port": number, "protocol": "TCP", "targetPort": name}
 
 
-def build_headless(cluster: Cluster) -> dict[str, Any]:
+def build_headless(cluster: Cluster, name: str) -> dict[str, Any]:
     """Every pod gets <pod>.<name>.<ns>.svc DNS, published before it is ready (for --join)."""
-    meta = metadata(cluster, cluster.headless_service)
+    meta = metadata(cluster, name)
     meta["labels"][CLIENT_ROLE_LABEL] = "peers"
     return {
         "apiVersion": "v1", "kind": "Service", "metadata": meta,
@@ -30,9 +30,9 @@ def build_headless(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def build_client(cluster: Cluster) -> dict[str, Any]:
+def build_client(cluster: Cluster, name: str) -> dict[str, Any]:
     """Load-balanced SQL (26257) and HTTP (8080) over ready pods only."""
-    meta = metadata(cluster, cluster.client_service, **dict(cluster.service_annotations))
+    meta = metadata(cluster, name, **dict(cluster.service_annotations))
     meta["labels"][CLIENT_ROLE_LABEL] = "public"
     return {
         "apiVersion": "v1", "kind": "Service", "metadata": meta,

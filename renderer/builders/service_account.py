@@ -8,7 +8,7 @@ from renderer.builders import metadata
 from renderer.spec import Cluster
 
 
-def build(cluster: Cluster) -> dict[str, Any]:
+def build(cluster: Cluster, name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": metadata(cluster, cluster.name),
+            "metadata": metadata(cluster, name),
             "automountServiceAccountToken": False}

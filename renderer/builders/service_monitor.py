@@ -32,9 +32,8 @@ def relabelings(cluster: Cluster) -> list[dict[str, Any]]:
             {"action": "replace", "targetLabel": "cluster", "replacement": cluster.name}]
 
 
-def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any] | None:
-    if not cluster.service_monitor:
-        return None
+def build(cluster: Cluster, settings: RenderSettings, name: str) -> dict[str, Any]:
+    """The monitor, when the spec asks for one (renderer.render.BUILDERS asks)."""
     endpoint: dict[str, Any] = {"port": "http", "path": "/_status/vars",
                                 "interval": cluster.scrape_interval,
                                 "scheme": "https" if cluster.tls else "http",
@@ -45,7 +44,7 @@ def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any] | None:
             "serverName": (f"{cluster.client_service}.{cluster.namespace}.svc."
                            f"{settings.cluster_domain}")}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-            "metadata": metadata(cluster, cluster.name),
+            "metadata": metadata(cluster, name),
             "spec": {"selector": {"matchLabels": {**selector_labels(cluster),
                                                   CLIENT_ROLE_LABEL: "public"}},
                      "namespaceSelector": {"matchNames": [cluster.namespace]},

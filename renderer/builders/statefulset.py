@@ -43,7 +43,7 @@ SKIP_KEY_CHECK_ENV = "KWBASE_SKIP_KEY_PERMISSION_CHECK"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
-def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
+def build(cluster: Cluster, settings: RenderSettings, name: str) -> dict[str, Any]:
     labels = selector_labels(cluster)
     pod_meta = metadata(cluster, cluster.name)
     pod_meta.pop("name")
@@ -66,7 +66,7 @@ def build(cluster: Cluster, settings: RenderSettings) -> dict[str, Any]:
         update["rollingUpdate"] = {"partition": live.partition}
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": metadata(cluster, cluster.name),
+        "metadata": metadata(cluster, name),
         "spec": {
             "serviceName": cluster.headless_service,
             "replicas": live.replicas if live.replicas is not None else cluster.replicas,

@@ -1,5 +1,5 @@
 """Story: a newcomer reads a docstring or a page of docs/ that names `reconciler.kube.cache` or
-`renderer.render.Built`, and finds it there. Every dotted name of this project's packages in the
+`renderer.render.Builder`, and finds it there. Every dotted name of this project's packages in the
 docs (README.md, docs/, bench/RESULTS.md excepted: it records history) and in the docstrings and
 comments of its Python files must resolve to a module, or to an attribute of one; a name that
 drifted (a module split or renamed) fails here, naming the file and the fix.
@@ -101,7 +101,7 @@ def test_every_dotted_name_in_the_docs_and_docstrings_resolves() -> None:
                     for name, files in sorted(missing.items()))
 
 
-@pytest.mark.parametrize("name", ["reconciler.kube.cache", "renderer.render.Built.objects",
+@pytest.mark.parametrize("name", ["reconciler.kube.cache", "renderer.render.Builder.name",
                                   "tests.world.controlplane.ControlPlane"])
 def test_names_that_exist_resolve(name: str) -> None:
     assert resolves(name)

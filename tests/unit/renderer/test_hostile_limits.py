@@ -17,6 +17,7 @@ import pytest
 from renderer import render
 from renderer.render import check_object
 from renderer.semantics import names as name_rules
+from renderer.settings import RenderSettings
 from renderer.spec import Cluster
 from tests.support.render import SUMMARY_LINE, Run, cluster, kaiwu, kaiwu_process
 
@@ -108,6 +109,24 @@ def test_the_longest_allowed_names_keep_every_derived_name_within_kubernetes_lim
     fqdn = f"{source.pod_name(98)}.{source.headless_service}.{namespace}.svc.cluster.local"
     assert len(fqdn) <= 253
 
+
+
+@pytest.mark.parametrize("optional", [False, True], ids=["optional-objects-off",
+                                                         "optional-objects-on"])
+def test_the_names_the_collision_check_reads_are_the_names_the_objects_are_rendered_under(
+        optional: bool) -> None:
+    """`kaiwu validate` and `kaiwu diff` check that no two clusters need one name without
+    building the objects (render.rendered_names): the names must be the rendered ones, with the
+    budget, the NetworkPolicy and the ServiceMonitor there exactly when the spec turns them on."""
+    obj = cluster("orders", "shop", podDisruptionBudget={"enabled": optional},
+                  networkPolicy={"enabled": optional}, monitoring={"serviceMonitor": optional})
+    defaulted, problems = check_object(obj)
+    assert problems == []
+    source = Cluster.from_object(defaulted)
+    built = render.build_objects(source, RenderSettings())
+    assert sorted(render.rendered_names(source)) == sorted(
+        (built_obj["kind"], built_obj["metadata"]["name"]) for built_obj in built)
+    assert len(built) == (7 if optional else 4)
 
 def test_clusters_named_alike_in_different_namespaces_do_not_collide(tmp_path: Path) -> None:
     for name, namespace in (("orders", "shop"), ("orders-public", "web")):
