@@ -232,6 +232,15 @@ def _diff(args: argparse.Namespace) -> int:
         if len(args.paths) != 1:
             raise _UsageError("with --base, diff takes exactly one path")
         path = args.paths[0]
+        head_problems: RenderError | None = None
+        if args.head is None:
+            # The working tree first: the base's files it holds alike are then not read from
+            # git (tree_diff.documents_at_revision). Its problems are said after the base's own
+            # failures (a revision that is not there), as when the base was read first.
+            try:
+                new_docs = tree_diff.documents_in(Path(path), shared)
+            except RenderError as error:
+                head_problems = error
         try:
             old_docs = tree_diff.documents_at_revision(path, args.base, args.repo, shared)
         except RenderError as error:
@@ -239,8 +248,10 @@ def _diff(args: argparse.Namespace) -> int:
             if not all(problem.file.startswith(f"{args.base}:") for problem in error.problems):
                 raise
             old_docs, base_problems = [], list(error.problems)
-        new_docs = (tree_diff.documents_at_revision(path, args.head, args.repo, shared)
-                    if args.head else tree_diff.documents_in(Path(path), shared))
+        if head_problems is not None:
+            raise head_problems
+        if args.head is not None:
+            new_docs = tree_diff.documents_at_revision(path, args.head, args.repo, shared)
     result = tree_diff.compare(old_docs, new_docs, _settings(args), base_problems)
     problems = _known_versions(args, list(result.unknown_versions))
     if problems:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -30,6 +30,11 @@ from renderer.redact import redact
 from renderer.render import SourceCluster, Sources, build_objects, read_sources, rendered_names
 from renderer.settings import RenderSettings
 from renderer.versions import unknown_versions
+
+try:  # hashlib's own SHA-1, without loading OpenSSL as hashlib does (3 ms of every kaiwu diff)
+    from _sha1 import sha1  # type: ignore[import-not-found]  # no stubs: a private module
+except ImportError:  # an interpreter built without it: hashlib's, from OpenSSL
+    from hashlib import sha1
 
 # GitHub refuses comments above 65536 characters; leave room for the summary.
 MARKDOWN_BUDGET = 60000
@@ -66,16 +71,23 @@ class TreeDiff:
 
 def documents_at_revision(path: str, revision: str, repo: Path,
                           cache: ParseCache | None = None) -> list[Document]:
-    """The YAML documents under `path` as they were at git `revision` (no checkout needed)."""
+    """The YAML documents under `path` as they were at git `revision` (no checkout needed).
+
+    A file whose text `cache` holds already (the other side of the diff read it: the working
+    tree, or the other revision) is not asked of git: its object is known by its name, the
+    hash git gives that text (`blob_ids`)."""
     files = []
     for line in _listing(path, revision, repo).splitlines():
         about, _, name = line.partition("\t")  # "<mode> <type> <object>\t<name>"
         if (name.endswith(YAML_SUFFIXES)
                 and not any(part.startswith(".") for part in PurePosixPath(name).parts)):
             files.append((name, about.rsplit(" ", 1)[-1]))
+    known = blob_ids(cache or {})
+    read = dict(_blobs(repo, revision, sorted(entry for entry in files if entry[1] not in known)))
     documents: list[Document] = []
     problems: list[Problem] = []
-    for name, text in _blobs(repo, revision, sorted(files)):
+    for name, obj in sorted(files):
+        text = known[obj] if obj in known else read[name]
         try:
             documents.extend(parse_text(text, f"{revision}:{name}", cache=cache))
         except RenderError as error:
@@ -83,6 +95,17 @@ def documents_at_revision(path: str, revision: str, repo: Path,
     if problems:
         raise RenderError(problems)
     return documents
+
+
+def blob_ids(texts: Iterable[str]) -> dict[str, str]:
+    """Each text by the object name git gives it as a file (SHA-1 of `blob <size>\\0` and the
+    UTF-8 bytes). A text that is not what git holds byte for byte (a SHA-256 repository, a
+    file git stores with other line ends) has another name, and is then read from git."""
+    return {_blob_id(text.encode("utf-8")): text for text in texts}
+
+
+def _blob_id(data: bytes) -> str:
+    return str(sha1(b"blob %d\0%s" % (len(data), data)).hexdigest())
 
 
 def _listing(path: str, revision: str, repo: Path) -> str:

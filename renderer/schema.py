@@ -251,7 +251,7 @@ def _default(value: Any, schema: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for name, child in schema.get("properties", {}).items():
             if name not in value and "default" in child:
-                value[name] = copy.deepcopy(child["default"])
+                value[name] = _copy(child["default"])  # JSON data: the cheaper copy
             if name in value:
                 _default(value[name], child)
         extra = schema.get("additionalProperties")

@@ -246,6 +246,47 @@ def test_a_revision_costs_two_git_processes_the_listing_and_the_files(
     assert commands(gits) == ["ls-tree", "cat-file"] * 2
 
 
+
+def test_a_file_the_other_side_holds_alike_is_not_read_from_git(
+        repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pull request changes one file of many: `git cat-file` is asked for that one, the
+    others are known by the name git gives their text (the working tree's, or the other
+    revision's, byte for byte)."""
+    repo.write("dev.yaml", dev(replicas=4))
+    gits = count(monkeypatch, diff, "_git_process")
+
+    assert repo.diff("clusters", "--base", "HEAD").code == 1
+    assert asked_objects(gits) == [[repo.git("rev-parse", "HEAD:clusters/dev.yaml")]]
+
+    repo.commit("dev: four")
+    (repo.root / "clusters" / "orders.yaml").write_bytes(
+        (repo.root / "clusters" / "orders.yaml").read_bytes().replace(b"\n", b"\r\n"))
+    gits.clear()
+    assert repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD").code == 1
+    assert asked_objects(gits) == [
+        [repo.git("rev-parse", f"HEAD~1:clusters/{name}") for name in ("dev.yaml", "orders.yaml")],
+        [repo.git("rev-parse", "HEAD:clusters/dev.yaml")]]
+    gits.clear()
+    assert repo.diff("clusters", "--base", "HEAD").code == 0, "the same specs, other line ends"
+    assert asked_objects(gits) == [[repo.git("rev-parse", "HEAD:clusters/orders.yaml")]]
+
+
+def test_a_missing_revision_is_said_before_the_working_trees_own_problems(repo: Repo) -> None:
+    (repo.root / "clusters" / "dev.yaml").write_text("spec: [unclosed\n")
+    run = repo.diff("clusters", "--base", "no-such-branch")
+    assert run.code == 2
+    assert run.stderr.startswith("no-such-branch: is not a revision of this repository")
+
+    run = repo.diff("clusters", "--base", "HEAD")
+    assert run.code == 2
+    assert run.stderr.startswith("clusters/dev.yaml:2: invalid YAML")
+
+
+def asked_objects(calls: list[object]) -> list[list[str]]:
+    """The objects each recorded `git cat-file --batch` was asked for."""
+    return [call[2].decode().split() for call in calls
+            if isinstance(call, tuple) and call[1][0] == "cat-file"]
+
 def commands(calls: list[object]) -> list[str]:
     """The git subcommand of each recorded diff._git_process(repo, args) call."""
     return [call[1][0] for call in calls if isinstance(call, tuple)]
