@@ -456,9 +456,11 @@ def test_without_git_diff_of_revisions_says_to_install_it(repo: Repo, tmp_path: 
 
 def test_a_repository_missing_an_object_names_the_git_command_that_failed(repo: Repo) -> None:
     """A clone that lost a file's blob (a broken partial clone, a pruned object store): git's
-    own last line of complaint, the command that gave it, and what to check."""
+    own last line of complaint, the command that gave it, and what to check. (The file is
+    changed in the working tree: one it holds alike is known without asking git.)"""
     blob = repo.git("rev-parse", "HEAD:clusters/dev.yaml")
     (repo.root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    repo.write("dev.yaml", dev(replicas=4))
 
     run = repo.diff("clusters", "--base", "HEAD")
 
