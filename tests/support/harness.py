@@ -70,8 +70,12 @@ def now_stamp() -> str:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0,
-             interval_s: float = 0.02) -> Any:
-    """`tests.support.waiting.eventually`, with the question first (as these stories read)."""
+             interval_s: float = 0.1) -> Any:
+    """`tests.support.waiting.eventually`, with the question first (as these stories read), and
+    its interval: most checks GET from the API server, and at 0.02 s they were a third of all
+    requests a story made (the API server's audit log of lifecycle/test_scale.py, 5 December
+    2026), CPU that the world tier's workers share. A story that measures how soon something
+    happens passes its own, shorter interval."""
     return eventually(check, timeout_s, what, interval_s)
 
 
