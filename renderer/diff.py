@@ -26,10 +26,11 @@ from renderer.loader import (
     find_files,
     load_documents,
     parse_text,
+    too_large,
 )
 from renderer.redact import redact
 from renderer.render import SourceCluster, Sources, build_objects, read_sources, rendered_names
-from renderer.settings import RenderSettings
+from renderer.settings import INPUT_LIMITS, RenderSettings
 from renderer.versions import unknown_versions
 
 # GitHub refuses comments above 65536 characters; leave room for the summary.
@@ -65,32 +66,79 @@ class TreeDiff:
         return not self.changes
 
 
+@dataclass(frozen=True)
+class _Listed:
+    """One YAML file of a revision's listing: its name (for people: git's bytes decoded, with
+    replacement characters where they are not UTF-8), how `git cat-file --batch` is asked for
+    it, and the object it names (None for a symbolic link, whose object is the link's text)."""
+
+    name: str
+    request: bytes
+    obj: str | None
+
+
+# `git ls-tree` modes: a symbolic link's blob is the link's text (a path), not a spec.
+_SYMLINK_MODE = b"120000"
+
+
 def documents_at_revision(path: str, revision: str, repo: Path,
                           cache: ParseCache | None = None) -> list[Document]:
     """The YAML documents under `path` as they were at git `revision` (no checkout needed).
 
     A file whose text `cache` holds already (the other side of the diff read it: the working
     tree, or the other revision) is not asked of git: its object is known by its name, the
-    hash git gives that text (`blob_ids`)."""
-    files = []
-    for line in _listing(path, revision, repo).splitlines():
-        about, _, name = line.partition("\t")  # "<mode> <type> <object>\t<name>"
-        if (name.endswith(YAML_SUFFIXES)
-                and not any(part.startswith(".") for part in PurePosixPath(name).parts)):
-            files.append((name, about.rsplit(" ", 1)[-1]))
+    hash git gives that text (`blob_ids`). A symbolic link is followed inside the revision, as
+    the working tree's files are followed (renderer.loader.find_files); one that leaves the
+    repository, or leads nowhere, is a problem naming it."""
+    listed, problems = _yaml_files(_listing(path, revision, repo), revision)
     known = blob_ids(cache or {})
-    read = dict(_blobs(repo, revision, sorted(entry for entry in files if entry[1] not in known)))
+    wanted = [entry for entry in listed if entry.obj not in known]
+    try:
+        read = dict(zip((entry.request for entry in wanted), _blobs(repo, revision, wanted),
+                        strict=True))
+    except RenderError as error:
+        raise RenderError([*problems, *error.problems]) from None
     documents: list[Document] = []
-    problems: list[Problem] = []
-    for name, obj in sorted(files):
-        text = known[obj] if obj in known else read[name]
+    for entry in listed:
+        text = known[entry.obj] if entry.obj in known else read[entry.request]
         try:
-            documents.extend(parse_text(text, f"{revision}:{name}", cache=cache))
+            documents.extend(parse_text(text, f"{revision}:{entry.name}", cache=cache))
         except RenderError as error:
             problems.extend(error.problems)
     if problems:
         raise RenderError(problems)
     return documents
+
+
+def _yaml_files(listing: bytes, revision: str) -> tuple[list[_Listed], list[Problem]]:
+    """The YAML files of a `git ls-tree -r -l -z` listing (NUL-terminated records, names as git
+    stores them: no quoting, so a name in any script or with a tab is read as it is), sorted by
+    name; a file over the size limit is a problem, never read."""
+    files: list[_Listed] = []
+    problems: list[Problem] = []
+    for record in listing.split(b"\0"):
+        about, _, raw = record.partition(b"\t")  # "<mode> <type> <object> <size>\t<name>"
+        fields = about.split()
+        if len(fields) != 4 or fields[1] != b"blob":
+            continue  # the empty tail, a submodule (commit), a tree git listed anyway
+        name = raw.decode("utf-8", errors="replace")
+        if (not name.endswith(YAML_SUFFIXES)
+                or any(part.startswith(".") for part in PurePosixPath(name).parts)):
+            continue
+        if fields[0] == _SYMLINK_MODE:
+            if b"\n" in raw:  # cat-file --batch reads one request a line
+                problems.append(Problem(f"{revision}:{name}", 0, "",
+                                        "a symbolic link with a newline in its name",
+                                        "rename it, or make it a regular file"))
+                continue
+            # Followed by git inside the revision (cat-file --follow-symlinks).
+            files.append(_Listed(name, revision.encode() + b":" + raw, None))
+        elif fields[3].isdigit() and int(fields[3]) > INPUT_LIMITS.max_file_bytes:
+            # (Not a number: git could not read the object; cat-file then says why.)
+            problems.append(too_large(f"{revision}:{name}", INPUT_LIMITS))
+        else:
+            files.append(_Listed(name, fields[2], fields[2].decode()))
+    return sorted(files, key=lambda entry: entry.name), problems
 
 
 def blob_ids(texts: Iterable[str]) -> dict[str, str]:
@@ -105,7 +153,7 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0%s" % (len(data), data), usedforsecurity=False).hexdigest()
 
 
-def _listing(path: str, revision: str, repo: Path) -> str:
+def _listing(path: str, revision: str, repo: Path) -> bytes:
     """The files under `path` at `revision`, one `git ls-tree` line each (their names from the
     repository's top, and their objects): `git ls-tree` given the absolute path (git makes it
     relative to the top), with no `git rev-parse` before it to check the revision and find the
@@ -113,38 +161,60 @@ def _listing(path: str, revision: str, repo: Path) -> str:
     a shallow clone, a path outside the repository, not a repository)."""
     where = str((Path.cwd() / path).resolve())
     # `^{commit}`: a revision must name a commit, as _check_revision requires (not a tree).
-    args = ["ls-tree", "-r", "--full-name", f"{revision}^{{commit}}", "--", where]
+    args = ["ls-tree", "-r", "-l", "-z", "--full-name", f"{revision}^{{commit}}", "--", where]
     if (listed := _git_process(repo, args)).returncode == 0:
-        return listed.stdout.decode(errors="replace")
+        return listed.stdout
     _repo_relative(path, _check_revision(revision, repo))
-    return _git(repo, *args)  # git's own words, when kaiwu has none
+    return _git(repo, *args).encode()  # git's own words, when kaiwu has none
 
 
-def _blobs(repo: Path, revision: str, files: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Each file's text at `revision`, from its (name, object) in the listing, read by one `git
-    cat-file --batch` (a `git show` per file cost a process each: most of a `kaiwu diff --base`
-    over a hundred files). Asked by object, not as `revision:name`: git then finds no path
-    through the trees, which cost it more than reading the files (14 ms against 6 for a hundred
-    small ones). A file that is not UTF-8 is read with replacement characters, as `git show`
-    text was."""
+# What `git cat-file --batch --follow-symlinks` answers for a link it cannot follow inside the
+# revision, in place of an object.
+_UNFOLLOWED = {
+    b"symlink": "a symbolic link out of the repository",
+    b"dangling": "a symbolic link to nothing",
+    b"loop": "a symbolic link in a loop",
+    b"notdir": "a symbolic link through a file",
+}
+
+
+def _blobs(repo: Path, revision: str, files: list[_Listed]) -> list[str]:
+    """Each file's text at `revision`, in order, read by one `git cat-file --batch` (a `git
+    show` per file cost a process each: most of a `kaiwu diff --base` over a hundred files).
+    Asked by object, not as `revision:name`: git then finds no path through the trees, which
+    cost it more than reading the files (14 ms against 6 for a hundred small ones); only a
+    symbolic link is asked by name, for git to follow it inside the revision. A file that is
+    not UTF-8 is read with replacement characters, as `git show` text was."""
     if not files:
         return []
-    request = "".join(f"{obj}\n" for _, obj in files).encode()
-    result = _git_process(repo, ["cat-file", "--batch"], request)
-    out, at, found = result.stdout, 0, []
-    for name, _ in files:
+    request = b"".join(entry.request + b"\n" for entry in files)
+    result = _git_process(repo, ["cat-file", "--batch", "--follow-symlinks"], request)
+    out, at, found, problems = result.stdout, 0, [], []
+    for entry in files:
         end = out.find(b"\n", at)
         header = out[at:end].split() if end >= 0 else []
+        if result.returncode == 0 and len(header) == 2 and header[0] in _UNFOLLOWED:
+            size = int(header[1])
+            problems.append(Problem(
+                f"{revision}:{entry.name}", 0, "", _UNFOLLOWED[header[0]],
+                "point it at a file inside the repository, or make it a regular file"))
+            at = end + 1 + size + 1
+            continue
         if result.returncode != 0 or len(header) != 3 or header[1] != b"blob":
             # Git's own last word (a lost object, a broken clone), and the command that said it.
             said = result.stderr.decode(errors="replace").strip().splitlines()
             detail = said[-1] if said else (out[at:end].decode(errors="replace") or "failed")
-            raise RenderError([Problem(f"git cat-file {revision}:{name}", 0, "", detail,
+            raise RenderError([Problem(f"git cat-file {revision}:{entry.name}", 0, "", detail,
                                        "check the revision name (e.g. origin/main) and the "
                                        "path")])
         size = int(header[2])
-        found.append((name, out[end + 1:end + 1 + size].decode("utf-8", errors="replace")))
+        if size > INPUT_LIMITS.max_file_bytes:  # a link's target: its size known only now
+            problems.append(too_large(f"{revision}:{entry.name}", INPUT_LIMITS))
+        else:
+            found.append(out[end + 1:end + 1 + size].decode("utf-8", errors="replace"))
         at = end + 1 + size + 1  # the blob, then a newline
+    if problems:
+        raise RenderError(problems)
     return found
 
 

@@ -211,7 +211,7 @@ def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS,
     """Parse every document of one file; empty documents are dropped. Raises RenderError (one
     problem) for invalid YAML or a broken limit."""
     if len(text) > limits.max_file_bytes:
-        raise RenderError([_too_large(file, limits)])
+        raise RenderError([too_large(file, limits)])
     if cache is not None and text in cache:
         return [dataclasses.replace(document, file=file) for document in cache[text]]
     try:
@@ -244,7 +244,9 @@ def parse_text(text: str, file: str, limits: InputLimits = INPUT_LIMITS,
             from None
 
 
-def _too_large(file: str, limits: InputLimits = INPUT_LIMITS) -> Problem:
+def too_large(file: str, limits: InputLimits = INPUT_LIMITS) -> Problem:
+    """The problem of a file over the size limit (read no further: renderer.diff refuses a
+    revision's file by the size git lists, before reading it)."""
     return Problem(file, 0, "", f"file is larger than {limits.max_file_bytes} bytes, the limit "
                    "of renderer.settings.InputLimits.max_file_bytes",
                    "a KaiwuCluster spec is a few KB; split the file, keep large data out of it")
@@ -423,7 +425,7 @@ def _read_limited(stream: BinaryIO, shown: str, size: int | None = None) -> str:
     if size is None or len(data) > size:
         data += stream.read(limit + 1 - len(data))
     if len(data) > limit:
-        raise RenderError([_too_large(shown)])
+        raise RenderError([too_large(shown)])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -448,7 +450,7 @@ def load_documents(paths: Iterable[Path], display_root: Path | None = None,
         try:
             size = path.stat().st_size
             if size > INPUT_LIMITS.max_file_bytes:
-                problems.append(_too_large(shown))
+                problems.append(too_large(shown))
                 continue
             with path.open("rb") as stream:
                 text = _read_limited(stream, shown, size)

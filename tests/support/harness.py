@@ -72,10 +72,11 @@ def now_stamp() -> str:
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0,
              interval_s: float = 0.1) -> Any:
     """`tests.support.waiting.eventually`, with the question first (as these stories read), and
-    its interval: most checks GET from the API server, and at 0.02 s they were a third of all
-    requests a story made (the API server's audit log of lifecycle/test_scale.py, 5 December
-    2026), CPU that the world tier's workers share. A story that measures how soon something
-    happens passes its own, shorter interval."""
+    its interval. Most checks GET from the API server: polled every 0.02 s, a wait asks about 20
+    times a second (lifecycle/test_scale.py's waits, which set 0.02 s themselves, were a third
+    of its requests in the API server's audit log on 5 December 2026), CPU the world tier's
+    workers share. A story that must catch a short-lived state, or measures how soon something
+    happens, passes its own shorter interval."""
     return eventually(check, timeout_s, what, interval_s)
 
 

@@ -11,6 +11,10 @@ Beside them goes ``kubectl``: Debian's own build of the same source version (the
 docs tell a user to type (``kubectl apply --server-side``, ``kubectl kustomize``) use a known
 kubectl on every machine, whatever else is on ``PATH``.
 
+Beside the compiler, in a thread, go the image's base and wheelhouse (tests/world/image.py's
+``prepare``; ``--no-image`` leaves them out): they wait on the network and the disk while the
+compiler keeps the cores busy, so the image story finds them cached (``build_world``).
+
 ``tests.world.controlplane`` and the pytest fixtures call :func:`locate_binaries` to find them,
 and :func:`locate_kubectl` for kubectl.
 """
@@ -26,7 +30,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,37 +306,65 @@ def build(settings: BuildSettings) -> Path:
     return out_dir
 
 
-def build_world(settings: BuildSettings) -> Path:
+def build_world(settings: BuildSettings, *, image_parts: bool = True) -> Path:
     """The control plane (`build`) and, in a thread beside its compiler, the image's base and
     wheelhouse (tests.world.image.prepare): the compiler keeps the cores busy while those wait
     on the Debian mirror, the package index and the disk, about 3 minutes on a fresh machine
     that the image story would otherwise spend on its worker in the middle of the world tier.
-    Both are cached; once they are, this costs a second."""
+    Both are cached; once they are, this costs a second or two. `image_parts=False` (the
+    demo's `--no-image`): the control plane alone.
+
+    The image's parts go where the image story looks for them, $KAIWU_TESTWORLD_CACHE (or
+    ~/.cache/kaiwu-testworld), whatever `settings.cache_dir` says. A missing tool is said before
+    the compiler starts; when the compiler fails, the image's thread is waited for (a
+    debootstrap is not stopped half-written) and its own failure said too."""
+    if not image_parts:
+        return build(settings)
     from tests.world import image  # imports this module for the cache's place
 
+    if missing := image.missing_tools():
+        raise BuildError(f"the image's base needs {', '.join(missing)} (not found): "
+                         "bash tests/world/install_deps.sh installs them")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="image") as pool:
         prepared = pool.submit(image.prepare)
-        built = build(settings)
         try:
-            prepared.result()
-        except (RuntimeError, OSError, subprocess.CalledProcessError) as err:
-            raise BuildError(f"the image's base or wheelhouse (tests/world/image.py, the image "
-                             f"story's cached parts): {err}") from err
+            built = build(settings)
+        except BuildError:
+            say("the build failed; waiting for the image's base and wheelhouse to finish")
+            if (failed := _image_failure(prepared)) is not None:
+                say(f"FAILED as well: {failed}")
+            raise
+        if (failed := _image_failure(prepared)) is not None:
+            raise failed
     return built
+
+
+def _image_failure(prepared: Future[None]) -> BuildError | None:
+    """How the image's parts failed, whatever the error, named as theirs; None once made."""
+    try:
+        prepared.result()
+    except Exception as error:  # any failure there is reported, as the image's
+        return BuildError(f"the image's base or wheelhouse (tests/world/image.py, cached for the "
+                          f"image story): {type(error).__name__}: {error}")
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.world.build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
-                        help="cache root (default: $KAIWU_TESTWORLD_CACHE or "
-                             "~/.cache/kaiwu-testworld)")
+                        help="the control plane's cache root (default: $KAIWU_TESTWORLD_CACHE "
+                             "or ~/.cache/kaiwu-testworld; the image's parts always go there)")
+    parser.add_argument("--no-image", action="store_true",
+                        help="the control plane alone, not the image's base and wheelhouse beside "
+                             "it (make demo: it builds the image only when it runs the "
+                             "reconciler as a pod)")
     parser.add_argument("--keep-tree", action="store_true",
                         help="keep the unpacked source/build tree after a successful build")
     args = parser.parse_args(argv)
     settings = BuildSettings(cache_dir=args.cache_dir, keep_tree=args.keep_tree)
     try:
-        build_world(settings)
+        build_world(settings, image_parts=not args.no_image)
     except BuildError as err:
         say(f"FAILED: {err}")
         return 1

@@ -134,7 +134,7 @@ def debian_mirror() -> str:
 def ensure_base() -> str:
     """The debootstrapped base image, made once and cached; returns its tag."""
     if image_exists(BASE_IMAGE):
-        print(f"[image] base {BASE_IMAGE}: already built")
+        print(f"[image] base {BASE_IMAGE}: already built", flush=True)
         return BASE_IMAGE
     rootfs = cache_dir() / f"rootfs-{SUITE}"
     started = time.monotonic()
@@ -142,21 +142,21 @@ def ensure_base() -> str:
         partial = rootfs.with_name(rootfs.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         mirror = debian_mirror()
-        print(f"[image] debootstrap {SUITE} from {mirror} into {rootfs} (2-3 minutes)")
+        print(f"[image] debootstrap {SUITE} from {mirror} into {rootfs} (2-3 minutes)", flush=True)
         subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv",
                         SUITE, str(partial), mirror], check=True, stdout=subprocess.DEVNULL)
         # Apt's downloaded packages are not part of a base image.
         shutil.rmtree(partial / "var" / "cache" / "apt" / "archives", ignore_errors=True)
         (partial / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True)
         partial.rename(rootfs)  # only a finished rootfs gets the cached name
-        print(f"[image] base debootstrap: {time.monotonic() - started:.1f} s")
+        print(f"[image] base debootstrap: {time.monotonic() - started:.1f} s", flush=True)
     imported = time.monotonic()
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     done = subprocess.run(podman_argv("import", "-", BASE_IMAGE), stdin=tar.stdout,
                           env=podman_env(), check=False, stdout=subprocess.DEVNULL)
     if tar.wait() != 0 or done.returncode != 0:
         raise RuntimeError(f"importing {rootfs} as {BASE_IMAGE} failed")
-    print(f"[image] base import: {time.monotonic() - imported:.1f} s")
+    print(f"[image] base import: {time.monotonic() - imported:.1f} s", flush=True)
     return BASE_IMAGE
 
 
@@ -179,7 +179,7 @@ def wheelhouse() -> Path:
     subprocess.run([*pip, "download", "--only-binary=:all:", "-d", str(partial),
                     BUILD_REQUIREMENT], check=True)
     partial.rename(house)
-    print(f"[image] wheelhouse: {time.monotonic() - started:.1f} s")
+    print(f"[image] wheelhouse: {time.monotonic() - started:.1f} s", flush=True)
     return house
 
 
@@ -218,7 +218,7 @@ def build(base: str | None = None) -> str:
                "--file", str(context / "Dockerfile"), str(context))
     finally:
         shutil.rmtree(context, ignore_errors=True)
-    print(f"[image] build {tag} FROM {base}: {time.monotonic() - started:.1f} s")
+    print(f"[image] build {tag} FROM {base}: {time.monotonic() - started:.1f} s", flush=True)
     return tag
 
 

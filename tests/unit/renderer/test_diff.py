@@ -23,6 +23,7 @@ import pytest
 
 from renderer import diff, loader, render
 from renderer.errors import RenderError
+from renderer.settings import InputLimits
 from tests.support.render import (
     Run,
     clean_env,
@@ -729,3 +730,75 @@ def test_a_backup_schedule_kept_beside_its_cluster_is_diffed_like_its_objects(
     assert listed(changed) == [("changed", "KaiwuBackupSchedule kaiwu-dev/nightly")]
     assert "-  schedule: 0 0 3 * * *\n" in changed.stdout
     assert "+  schedule: 0 30 2 * * *\n" in changed.stdout
+
+
+@pytest.mark.parametrize("name", ["集群.yaml", "tab\there.yaml", 'quote"d.yaml'])
+def test_a_file_named_in_any_script_is_compared_and_its_rules_apply(repo: Repo,
+                                                                   name: str) -> None:
+    """Git quotes such names in its listings unless asked for NUL-terminated ones; a quoted
+    name once hid the file from the base, so a shrink read as a new cluster and passed."""
+    repo.remove("orders.yaml")
+    repo.write(name, orders())
+    repo.commit("orders under another name")
+
+    repo.write(name, orders(replicas=6))
+    grown = repo.diff("clusters", "--base", "HEAD")
+    assert grown.code == 1, grown.stderr
+    assert listed(grown) == [("changed", "StatefulSet shop/orders")]
+
+    repo.write(name, orders(storage={"size": "50Gi"}))
+    shrunk = repo.diff("clusters", "--base", "HEAD")
+    assert shrunk.code == 2
+    assert "volumes cannot shrink (100Gi -> 50Gi)" in shrunk.stderr
+
+
+def test_a_linked_cluster_file_is_followed_inside_the_revision(repo: Repo) -> None:
+    """The working tree follows a symbolic link to its file; the base does too, inside the
+    revision, so the rules see the spec, not the link's text."""
+    (repo.root / "shared").mkdir()
+    write_yaml(repo.root / "shared" / "orders.yaml", orders())
+    repo.remove("orders.yaml")
+    (repo.root / "clusters" / "orders.yaml").symlink_to("../shared/orders.yaml")
+    repo.commit("orders from shared/")
+
+    write_yaml(repo.root / "shared" / "orders.yaml", orders(storage={"size": "50Gi"}))
+    run = repo.diff("clusters", "--base", "HEAD")
+
+    assert run.code == 2
+    assert "volumes cannot shrink (100Gi -> 50Gi)" in run.stderr
+
+
+def test_a_link_out_of_the_repository_at_the_base_is_named(repo: Repo, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.yaml"
+    write_yaml(outside, orders())
+    repo.remove("orders.yaml")
+    (repo.root / "clusters" / "orders.yaml").symlink_to(outside)
+    repo.commit("orders from outside")
+
+    run = repo.diff("clusters", "--base", "HEAD~1", "--head", "HEAD")
+
+    assert run.code == 2
+    assert ("HEAD:clusters/orders.yaml: a symbolic link out of the repository (point it at a "
+            "file inside the repository, or make it a regular file)") in run.stderr
+
+
+def test_a_huge_file_at_the_base_is_refused_by_its_listed_size_unread(
+        repo: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
+    (repo.root / "clusters" / "huge.yaml").write_text("# " + "x" * 4096 + "\n")
+    repo.commit("a large file")
+    asked: list[bytes] = []
+    real = diff._git_process
+
+    def recording(repo_dir: Path, args: list[str], stdin: bytes = b""
+                  ) -> subprocess.CompletedProcess[bytes]:
+        asked.append(stdin)
+        return real(repo_dir, args, stdin)
+
+    monkeypatch.setattr(diff, "INPUT_LIMITS", InputLimits(max_file_bytes=4000))
+    monkeypatch.setattr(diff, "_git_process", recording)
+    with pytest.raises(RenderError) as refused:
+        diff.documents_at_revision("clusters", "HEAD", repo.root)
+    assert [problem.file for problem in refused.value.problems] == ["HEAD:clusters/huge.yaml"]
+    assert "larger than 4000 bytes" in refused.value.problems[0].message
+    huge = repo.git("rev-parse", "HEAD:clusters/huge.yaml").encode()
+    assert not any(huge in request for request in asked), "the huge file was read"
