@@ -133,8 +133,8 @@ def _yaml_files(listing: bytes, revision: str) -> tuple[list[_Listed], list[Prob
                 continue
             # Followed by git inside the revision (cat-file --follow-symlinks).
             files.append(_Listed(name, revision.encode() + b":" + raw, None))
+        # A size that is no number: git could not read the object, and cat-file says why.
         elif fields[3].isdigit() and int(fields[3]) > INPUT_LIMITS.max_file_bytes:
-            # (Not a number: git could not read the object; cat-file then says why.)
             problems.append(too_large(f"{revision}:{name}", INPUT_LIMITS))
         else:
             files.append(_Listed(name, fields[2], fields[2].decode()))
